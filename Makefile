@@ -1,0 +1,42 @@
+# Entry points for users and CI. Everything runs inside the uv environment built from uv.lock.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+VENV := .venv
+RUN := $(UV) run --frozen --no-sync
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: help setup test test-fast lint bench train-nano experiments nix-check soak clean
+
+help:
+	@echo "make setup       create .venv from uv.lock (installs uv if missing)"
+	@echo "make test        ruff, import layering and the whole test suite"
+	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
+	@echo "make experiments every experiment in experiments/"
+	@echo "make bench       side-by-side performance report"
+	@echo "make lint        ruff and import-linter only"
+
+$(UV):
+	$(PYTHON) -m pip install --user --quiet "uv>=0.5"
+
+$(VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
+	$(UV) sync --frozen --all-packages
+	@touch $@
+
+setup: $(VENV)/.synced
+
+lint: setup
+	$(RUN) ruff check .
+	$(RUN) lint-imports
+
+test: lint
+	$(RUN) pytest -q
+
+test-fast: setup
+	$(RUN) pytest -q -m "not slow"
+
+bench: setup
+	$(RUN) python -m benchmarks
+
+clean:
+	rm -rf .marin/store .pytest_cache

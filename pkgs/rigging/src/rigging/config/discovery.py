@@ -1,0 +1,263 @@
+"""Discover the project's configuration from files, the environment and explicit overrides.
+
+Sources, later wins: defaults < ``~/.config/marin/config.yaml`` < ``config/marin.yaml`` (found
+by walking up from the working folder to the workspace root) < ``MARIN_*`` environment
+variables < explicit overrides. :attr:`MarinConfig.sources` says where each value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["Backend", "ConfigError", "MarinConfig", "discover_config", "find_workspace_root"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """A configuration source holds an unknown key or a bad value; the message names both."""
+
+
+class Backend(enum.Enum):
+    """Where steps run."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class MarinConfig:
+    """The resolved configuration.
+
+    Attributes:
+        prefix: where step outputs live (local folder, ``gs://bucket/path`` or ``memory://``);
+            None means the default local store ``.marin/store`` in the workspace root.
+        backend: where steps run: ``local`` processes or a ``ray`` cluster.
+        max_parallel: how many steps may run at once; None means one per CPU.
+        log_level: DEBUG, INFO, WARNING or ERROR.
+        ray_address: address of a running Ray cluster (``auto``, ``host:port``); None starts one.
+        caches: read-only caches (URLs of other prefixes) looked up before building a step.
+        strict_env: make the environment fingerprint part of every step's hash.
+        workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
+        sources: for each field, where its value came from.
+    """
+
+    prefix: str | None = None
+    backend: Backend = Backend.LOCAL
+    max_parallel: int | None = None
+    log_level: str = "INFO"
+    ray_address: str | None = None
+    caches: tuple[str, ...] = ()
+    strict_env: bool = False
+    workspace_root: str | None = field(default=None, compare=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def resolved_prefix(self) -> str:
+        """The prefix to use: the configured one, else ``<workspace>/.marin/store``."""
+        if self.prefix:
+            return self.prefix
+        root = self.workspace_root or os.getcwd()
+        return os.path.join(root, ".marin", "store")
+
+    def describe(self) -> list[tuple[str, Any, str]]:
+        """Rows of (key, value, source) for display."""
+        rows = []
+        for f in _SETTABLE:
+            value = getattr(self, f)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            rows.append((f, value, self.sources.get(f, "default")))
+        return rows
+
+
+_SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env")
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn a raw value from a file or variable into the field's type; ValueError if it can't."""
+    if key == "prefix" or key == "ray_address":
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected a non-empty string, got {value!r}")
+        return value.strip()
+    if key == "backend":
+        try:
+            return value if isinstance(value, Backend) else Backend(str(value).strip().lower())
+        except ValueError:
+            raise ValueError(
+                f"expected one of {', '.join(b.value for b in Backend)}, got {value!r}"
+            ) from None
+    if key == "max_parallel":
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            raise ValueError(f"expected a positive integer, got {value!r}")
+        try:
+            n = int(str(value).strip()) if not isinstance(value, int) else value
+        except ValueError:
+            raise ValueError(f"expected a positive integer, got {value!r}") from None
+        if n < 1:
+            raise ValueError(f"expected a positive integer, got {value!r}")
+        return n
+    if key == "log_level":
+        level = str(value).strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return level
+    if key == "caches":
+        if isinstance(value, str):
+            items = [v for v in (s.strip() for s in value.split(",")) if v]
+        elif isinstance(value, list | tuple):
+            items = list(value)
+        else:
+            raise ValueError(f"expected a list of URLs, got {value!r}")
+        if not all(isinstance(v, str) and v for v in items):
+            raise ValueError(f"expected a list of URLs, got {value!r}")
+        return tuple(items)
+    if key == "strict_env":
+        return _parse_bool(value)
+    raise KeyError(key)
+
+
+def find_workspace_root(start: str | os.PathLike | None = None) -> Path | None:
+    """Walk up from ``start`` to the nearest folder whose ``pyproject.toml`` declares a uv workspace.
+
+    Falls back to the nearest folder holding ``config/marin.yaml`` or ``pyproject.toml``.
+    """
+    here = Path(start or os.getcwd()).resolve()
+    fallback = None
+    for folder in (here, *here.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                if "[tool.uv.workspace]" in pyproject.read_text(encoding="utf-8"):
+                    return folder
+            except OSError:
+                pass
+            fallback = fallback or folder
+        elif fallback is None and (folder / "config" / "marin.yaml").is_file():
+            fallback = folder
+    return fallback
+
+
+def _find_project_file(start: Path, root: Path | None) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / "config" / "marin.yaml"
+        if candidate.is_file():
+            return candidate
+        if root is not None and folder == root:
+            break
+    return None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def discover_config(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    environ: Mapping[str, str] | None = None,
+    user_config: str | os.PathLike | None = None,
+) -> MarinConfig:
+    """Build the configuration from every source, later sources winning.
+
+    Args:
+        overrides: explicit values (e.g. from command-line options); None values are ignored.
+        cwd: folder to start the search for ``config/marin.yaml`` (default: working folder).
+        environ: environment to read ``MARIN_*`` variables from (default: ``os.environ``).
+        user_config: path of the user file (default: ``~/.config/marin/config.yaml``).
+
+    Raises:
+        ConfigError: a source has an unknown key or a bad value; the message names the source
+            (file or variable) and the key.
+    """
+    env = os.environ if environ is None else environ
+    start = Path(cwd or os.getcwd()).resolve()
+    root = find_workspace_root(start)
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def apply(data: Mapping[str, Any], where: str, key_name=lambda k: k) -> None:
+        for key, raw in data.items():
+            if key not in _SETTABLE:
+                raise ConfigError(
+                    f"{where}: unknown key {key_name(key)!r} (known: {', '.join(key_name(k) for k in _SETTABLE)})"
+                )
+            try:
+                values[key] = _coerce(key, raw)
+            except ValueError as e:
+                raise ConfigError(f"{where}: bad value for {key_name(key)!r}: {e}") from None
+            sources[key] = where
+
+    user_path = Path(user_config) if user_config else Path(env.get("HOME", "~")).expanduser() / ".config/marin/config.yaml"
+    if user_path.is_file():
+        apply(_read_yaml(user_path), str(user_path))
+    project_path = _find_project_file(start, root)
+    if project_path is not None:
+        data = _read_yaml(project_path)
+        prefix = data.get("prefix")
+        # A relative prefix in a project file is relative to the project, not the working folder.
+        if isinstance(prefix, str) and "://" not in prefix and not os.path.isabs(prefix):
+            data = {**data, "prefix": str(project_path.parent.parent / prefix)}
+        apply(data, str(project_path))
+    env_values = {}
+    for name, raw in env.items():
+        if not name.startswith("MARIN_"):
+            continue
+        key = name[len("MARIN_"):].lower()
+        if key not in _SETTABLE:
+            # Only keys this config owns are checked; other tools may use MARIN_* too.
+            if key in _RESERVED_ENV:
+                continue
+            raise ConfigError(
+                f"environment variable {name}: unknown key (known: {', '.join('MARIN_' + k.upper() for k in _SETTABLE)})"
+            )
+        env_values[key] = raw
+    for key, raw in sorted(env_values.items()):
+        apply({key: raw}, f"environment variable MARIN_{key.upper()}", key_name=lambda k: "MARIN_" + k.upper())
+    if overrides:
+        apply({k: v for k, v in overrides.items() if v is not None and v != ()}, "override")
+    return MarinConfig(**values, workspace_root=str(root) if root else None, sources=dict(sources))
+
+
+# Variables with the MARIN_ prefix that belong to the runner's own plumbing, not to the config.
+_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs"})
+
+
+def replace(config: MarinConfig, **changes: Any) -> MarinConfig:
+    """Return ``config`` with ``changes`` applied and recorded as overrides."""
+    sources = dict(config.sources)
+    coerced = {}
+    for key, value in changes.items():
+        coerced[key] = _coerce(key, value)
+        sources[key] = "override"
+    return dataclasses.replace(config, **coerced, sources=sources)

@@ -1,0 +1,314 @@
+"""File helpers over fsspec shared by every package: local paths, ``gs://`` and ``memory://``.
+
+Every function takes a path or URL string. Local paths may be relative; they are used as given
+(callers decide whether to make them absolute). Writes of small files are atomic: readers see
+either the old content or the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = [
+    "AlreadyExists",
+    "atomic_write",
+    "create_if_absent",
+    "delete",
+    "exists",
+    "filesystem",
+    "glob",
+    "is_local",
+    "join",
+    "listdir",
+    "makedirs",
+    "open_file",
+    "protocol_of",
+    "read_bytes",
+    "read_text",
+    "rm_tree",
+    "size",
+    "strip_protocol",
+    "walk_files",
+]
+
+
+class AlreadyExists(FileExistsError):
+    """Raised by :func:`create_if_absent` callers that want an exception instead of ``False``."""
+
+
+def protocol_of(path: str) -> str:
+    """Return the fsspec protocol of ``path`` (``"file"`` for plain local paths)."""
+    if "://" in path:
+        return path.split("://", 1)[0]
+    return "file"
+
+
+def is_local(path: str) -> bool:
+    """True when ``path`` is on the local file system."""
+    return protocol_of(path) in ("file", "local")
+
+
+def filesystem(path: str) -> fsspec.AbstractFileSystem:
+    """Return the fsspec file system for ``path`` (cached per protocol by fsspec)."""
+    protocol = protocol_of(path)
+    if protocol == "gs":
+        # The emulator and zonal buckets disagree on HNS probing; plain buckets never need it.
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    return fsspec.filesystem(protocol)
+
+
+def strip_protocol(path: str) -> str:
+    """Return ``path`` without its ``scheme://`` (local paths unchanged)."""
+    if is_local(path):
+        return path[len("file://"):] if path.startswith("file://") else path
+    return path.split("://", 1)[1]
+
+
+def _fs_path(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs = filesystem(path)
+    if is_local(path):
+        return fs, strip_protocol(path)
+    if protocol_of(path) == "memory":
+        return fs, "/" + strip_protocol(path).lstrip("/")
+    return fs, strip_protocol(path)
+
+
+def _with_protocol(original: str, found: str) -> str:
+    protocol = protocol_of(original)
+    if protocol in ("file", "local"):
+        return found
+    return f"{protocol}://{found.lstrip('/')}"
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path components with ``/`` (also for local paths, which are POSIX here)."""
+    out = base
+    for part in parts:
+        if not part:
+            continue
+        out = out.rstrip("/") + "/" + part.lstrip("/")
+    return out
+
+
+def exists(path: str) -> bool:
+    """True when a file or folder exists at ``path``."""
+    fs, p = _fs_path(path)
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+    return bool(fs.exists(p))
+
+
+def makedirs(path: str) -> None:
+    """Create the folder ``path`` and its parents (a no-op on object stores)."""
+    fs, p = _fs_path(path)
+    fs.makedirs(p, exist_ok=True)
+
+
+def read_bytes(path: str) -> bytes:
+    """Return the whole content of ``path``."""
+    fs, p = _fs_path(path)
+    with fs.open(p, "rb") as f:
+        return f.read()
+
+
+def read_text(path: str) -> str:
+    """Return the whole content of ``path`` decoded as UTF-8."""
+    return read_bytes(path).decode("utf-8")
+
+
+def open_file(path: str, mode: str = "rb", **kwargs: Any):
+    """Open ``path`` through fsspec (binary by default)."""
+    fs, p = _fs_path(path)
+    if "w" in mode and is_local(path):
+        os.makedirs(os.path.dirname(os.path.abspath(p)) or ".", exist_ok=True)
+    return fs.open(p, mode, **kwargs)
+
+
+def size(path: str) -> int:
+    """Size of the file at ``path`` in bytes."""
+    fs, p = _fs_path(path)
+    return int(fs.size(p))
+
+
+def _as_bytes(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def atomic_write(path: str, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` so that readers never see a partial file.
+
+    Locally: write a temporary sibling, fsync, rename over the target. On object stores a single
+    PUT is already atomic (the object appears whole or not at all).
+    """
+    payload = _as_bytes(data)
+    if is_local(path):
+        p = strip_protocol(path)
+        parent = os.path.dirname(os.path.abspath(p))
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return
+    fs, p = _fs_path(path)
+    fs.pipe_file(p, payload)
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+
+
+def create_if_absent(path: str, data: bytes | str) -> bool:
+    """Atomically create ``path`` with ``data`` unless it exists; True when this call created it.
+
+    Locally this is a hard link of a fully written temporary file (link fails if the target
+    exists), so the file is never seen half-written. On GCS it is a conditional PUT
+    (``ifGenerationMatch=0``). On ``memory://`` a check and write under the GIL of one process.
+    """
+    payload = _as_bytes(data)
+    protocol = protocol_of(path)
+    if is_local(path):
+        p = strip_protocol(path)
+        parent = os.path.dirname(os.path.abspath(p))
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, p)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+    fs, p = _fs_path(path)
+    if protocol == "gs":
+        return _gcs_create_if_absent(fs, p, payload)
+    if fs.exists(p):
+        return False
+    fs.pipe_file(p, payload)
+    return True
+
+
+def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
+    import gcsfs  # noqa: F401  (imported lazily: only gs:// users pay for it)
+
+    fs.invalidate_cache(p)
+    if fs.exists(p):
+        return False
+    bucket, key, _ = fs.split_path(p)
+    try:
+        fs.call(
+            "POST",
+            f"{fs._location}/upload/storage/v1/b/{bucket}/o",
+            uploadType="media",
+            name=key,
+            ifGenerationMatch="0",
+            data=payload,
+            headers={"Content-Type": "application/octet-stream"},
+            json_out=True,
+        )
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if "412" in str(e) or "Precondition" in str(e):
+            return False
+        raise
+    fs.invalidate_cache(p)
+    return True
+
+
+def delete(path: str) -> None:
+    """Remove the file at ``path`` if it exists."""
+    fs, p = _fs_path(path)
+    try:
+        fs.rm_file(p)
+    except FileNotFoundError:
+        pass
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+
+
+def rm_tree(path: str) -> None:
+    """Remove ``path`` and everything below it; a missing path is not an error."""
+    fs, p = _fs_path(path)
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+    if is_local(path):
+        import shutil
+
+        if os.path.islink(p) or os.path.isfile(p):
+            os.unlink(p)
+        elif os.path.isdir(p):
+            shutil.rmtree(p)
+        return
+    try:
+        fs.rm(p, recursive=True)
+    except FileNotFoundError:
+        pass
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+
+
+def glob(pattern: str) -> list[str]:
+    """Return the paths matching ``pattern``, sorted, with the pattern's protocol kept."""
+    fs, p = _fs_path(pattern)
+    if protocol_of(pattern) == "gs":
+        fs.invalidate_cache()
+    return sorted(_with_protocol(pattern, found) for found in fs.glob(p))
+
+
+def listdir(path: str) -> list[str]:
+    """Return the names (not paths) directly under the folder ``path``, sorted; [] if missing."""
+    fs, p = _fs_path(path)
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+    try:
+        entries = fs.ls(p, detail=False)
+    except FileNotFoundError:
+        return []
+    names = {posixpath.basename(e.rstrip("/")) for e in entries}
+    names.discard("")
+    return sorted(names)
+
+
+def walk_files(path: str) -> Iterator[tuple[str, int]]:
+    """Yield ``(relative_path, size)`` for every file below the folder ``path``, sorted."""
+    fs, p = _fs_path(path)
+    if protocol_of(path) == "gs":
+        fs.invalidate_cache(p)
+    if isinstance(fs, LocalFileSystem):
+        root = os.path.abspath(p)
+        found = []
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                found.append((os.path.relpath(full, root).replace(os.sep, "/"), os.path.getsize(full)))
+        yield from sorted(found)
+        return
+    try:
+        details = fs.find(p, detail=True)
+    except FileNotFoundError:
+        return
+    base = p.rstrip("/") + "/"
+    rows = []
+    for full, info in details.items():
+        if info.get("type") == "directory":
+            continue
+        name = full[len(base):] if full.startswith(base) else full.lstrip("/")[len(base.lstrip("/")):]
+        rows.append((name, int(info.get("size") or 0)))
+    yield from sorted(rows)
