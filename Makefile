@@ -40,3 +40,15 @@ bench: setup
 
 clean:
 	rm -rf .marin/store .pytest_cache
+
+nix-check: setup
+	bash nix/check.sh
+
+train-nano: setup
+	$(RUN) python -m experiments.train_nano
+
+experiments: setup
+	$(RUN) marin run experiments/
+
+soak: setup
+	$(RUN) python -m tests.soak

@@ -7,8 +7,10 @@ either the old content or the new content, never a torn file.
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +63,9 @@ def filesystem(path: str) -> fsspec.AbstractFileSystem:
     if protocol == "gs":
         # The emulator and zonal buckets disagree on HNS probing; plain buckets never need it.
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        # Other processes write the same bucket: a cached listing would hide their objects or
+        # report stale sizes (and a read sized from a stale listing returns a truncated file).
+        return fsspec.filesystem(protocol, use_listings_cache=False)
     return fsspec.filesystem(protocol)
 
 
@@ -81,8 +86,14 @@ def _fs_path(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def _with_protocol(original: str, found: str) -> str:
+    """Spell a path returned by fsspec the way ``original`` was spelled (scheme, relative or not)."""
     protocol = protocol_of(original)
     if protocol in ("file", "local"):
+        if "://" in original:
+            return f"{protocol}://{found}"
+        if not os.path.isabs(original):
+            # fsspec answers with absolute paths; callers gave a relative one and get relative ones.
+            return os.path.relpath(found).replace(os.sep, "/")
         return found
     return f"{protocol}://{found.lstrip('/')}"
 
@@ -100,8 +111,6 @@ def join(base: str, *parts: str) -> str:
 def exists(path: str) -> bool:
     """True when a file or folder exists at ``path``."""
     fs, p = _fs_path(path)
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
     return bool(fs.exists(p))
 
 
@@ -112,10 +121,13 @@ def makedirs(path: str) -> None:
 
 
 def read_bytes(path: str) -> bytes:
-    """Return the whole content of ``path``."""
+    """Return the whole content of ``path``, as one version of it even while it is rewritten.
+
+    One whole-object GET on object stores (a ranged read sized by an earlier metadata call can
+    mix two versions); a private copy on ``memory://``, whose open files share one position.
+    """
     fs, p = _fs_path(path)
-    with fs.open(p, "rb") as f:
-        return f.read()
+    return bytes(fs.cat_file(p))
 
 
 def read_text(path: str) -> str:
@@ -124,10 +136,20 @@ def read_text(path: str) -> str:
 
 
 def open_file(path: str, mode: str = "rb", **kwargs: Any):
-    """Open ``path`` through fsspec (binary by default)."""
+    """Open ``path`` through fsspec (binary by default).
+
+    For a file that another writer may replace meanwhile, use :func:`read_bytes`: a streamed
+    read of a gs:// object is several ranged requests and is not atomic.
+    """
     fs, p = _fs_path(path)
     if "w" in mode and is_local(path):
         os.makedirs(os.path.dirname(os.path.abspath(p)) or ".", exist_ok=True)
+    if protocol_of(path) == "memory" and mode in ("r", "rb", "rt"):
+        # memory:// hands every reader the same BytesIO (one shared position): read a copy.
+        data = io.BytesIO(bytes(fs.cat_file(p)))
+        if "b" in mode:
+            return data
+        return io.TextIOWrapper(data, encoding=kwargs.get("encoding") or "utf-8", newline=kwargs.get("newline"))
     return fs.open(p, mode, **kwargs)
 
 
@@ -166,8 +188,10 @@ def atomic_write(path: str, data: bytes | str) -> None:
         return
     fs, p = _fs_path(path)
     fs.pipe_file(p, payload)
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
+
+
+# memory:// stores live in this process; this makes its check-then-write one step for threads.
+_MEMORY_CREATE_LOCK = threading.Lock()
 
 
 def create_if_absent(path: str, data: bytes | str) -> bool:
@@ -175,7 +199,7 @@ def create_if_absent(path: str, data: bytes | str) -> bool:
 
     Locally this is a hard link of a fully written temporary file (link fails if the target
     exists), so the file is never seen half-written. On GCS it is a conditional PUT
-    (``ifGenerationMatch=0``). On ``memory://`` a check and write under the GIL of one process.
+    (``ifGenerationMatch=0``). On ``memory://`` a check and write under one lock of this process.
     """
     payload = _as_bytes(data)
     protocol = protocol_of(path)
@@ -198,16 +222,16 @@ def create_if_absent(path: str, data: bytes | str) -> bool:
     fs, p = _fs_path(path)
     if protocol == "gs":
         return _gcs_create_if_absent(fs, p, payload)
-    if fs.exists(p):
-        return False
-    fs.pipe_file(p, payload)
-    return True
+    with _MEMORY_CREATE_LOCK:
+        if fs.exists(p):
+            return False
+        fs.pipe_file(p, payload)
+        return True
 
 
 def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
-    import gcsfs  # noqa: F401  (imported lazily: only gs:// users pay for it)
-
-    fs.invalidate_cache(p)
+    # The existence check saves a request in the common case; the precondition is what makes
+    # it safe against a concurrent creator (the local emulator does not enforce it).
     if fs.exists(p):
         return False
     bucket, key, _ = fs.split_path(p)
@@ -228,7 +252,6 @@ def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
         if "412" in str(e) or "Precondition" in str(e):
             return False
         raise
-    fs.invalidate_cache(p)
     return True
 
 
@@ -239,15 +262,11 @@ def delete(path: str) -> None:
         fs.rm_file(p)
     except FileNotFoundError:
         pass
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
 
 
 def rm_tree(path: str) -> None:
     """Remove ``path`` and everything below it; a missing path is not an error."""
     fs, p = _fs_path(path)
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
     if is_local(path):
         import shutil
 
@@ -260,23 +279,17 @@ def rm_tree(path: str) -> None:
         fs.rm(p, recursive=True)
     except FileNotFoundError:
         pass
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
 
 
 def glob(pattern: str) -> list[str]:
     """Return the paths matching ``pattern``, sorted, with the pattern's protocol kept."""
     fs, p = _fs_path(pattern)
-    if protocol_of(pattern) == "gs":
-        fs.invalidate_cache()
     return sorted(_with_protocol(pattern, found) for found in fs.glob(p))
 
 
 def listdir(path: str) -> list[str]:
     """Return the names (not paths) directly under the folder ``path``, sorted; [] if missing."""
     fs, p = _fs_path(path)
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
     try:
         entries = fs.ls(p, detail=False)
     except FileNotFoundError:
@@ -289,8 +302,6 @@ def listdir(path: str) -> list[str]:
 def walk_files(path: str) -> Iterator[tuple[str, int]]:
     """Yield ``(relative_path, size)`` for every file below the folder ``path``, sorted."""
     fs, p = _fs_path(path)
-    if protocol_of(path) == "gs":
-        fs.invalidate_cache(p)
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(p)
         found = []
@@ -304,11 +315,13 @@ def walk_files(path: str) -> Iterator[tuple[str, int]]:
         details = fs.find(p, detail=True)
     except FileNotFoundError:
         return
-    base = p.rstrip("/") + "/"
+    # fsspec spells found paths like its own _strip_protocol does (memory:// keeps a leading /).
+    base = fs._strip_protocol(p).rstrip("/") + "/"
     rows = []
     for full, info in details.items():
-        if info.get("type") == "directory":
+        # Skip folder markers and anything not strictly below the folder (``path`` itself when
+        # it names a file, which the local branch does not list either).
+        if info.get("type") == "directory" or not full.startswith(base):
             continue
-        name = full[len(base):] if full.startswith(base) else full.lstrip("/")[len(base.lstrip("/")):]
-        rows.append((name, int(info.get("size") or 0)))
+        rows.append((full[len(base):], int(info.get("size") or 0)))
     yield from sorted(rows)

@@ -1,0 +1,35 @@
+"""``marin plan``: for every step, cached or the reason it would run."""
+
+from __future__ import annotations
+
+import click
+
+from marin.cli.common import prefix_option, runner_from_options, targets_argument
+
+
+@click.command("plan")
+@targets_argument
+@prefix_option
+@click.option("--force", multiple=True, metavar="GLOB", help="Plan as if these steps were forced.")
+@click.option("--only", multiple=True, metavar="GLOB", help="Plan only matching steps (and dependencies).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force: tuple[str, ...],
+         only: tuple[str, ...], as_json: bool) -> None:
+    """Say what `marin run` would do for TARGET..., and why."""
+    from marin.cli.display import table
+    from marin.cli.targets import load_targets
+
+    steps = load_targets(list(targets))
+    runner = runner_from_options(ctx, prefix=prefix, force=force, only=only)
+    the_plan = runner.plan(steps)
+    if as_json:
+        click.echo(the_plan.dumps())
+        return
+    rows = []
+    for p in the_plan.steps:
+        why = "; ".join(str(r) for r in p.reasons) if p.reasons else (p.env_note or "")
+        rows.append([p.action.value, p.name, p.hash[:16], why])
+    click.echo(table(rows, ["action", "step", "hash", "why"]))
+    n_run = len(the_plan.to_run())
+    click.echo(f"{n_run} to run, {len(the_plan.steps) - n_run} cached or unneeded")

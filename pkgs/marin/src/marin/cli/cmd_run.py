@@ -1,0 +1,40 @@
+"""``marin run``: build the targets' steps that are not built yet."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from marin.cli.common import prefix_option, runner_from_options, targets_argument
+from marin.cli.errors import MarinError
+
+
+@click.command("run")
+@targets_argument
+@prefix_option
+@click.option("-j", "--max-parallel", type=click.IntRange(min=1), default=None, help="Steps run at once.")
+@click.option("--force", multiple=True, metavar="GLOB", help="Rebuild matching steps even if cached.")
+@click.option("--only", multiple=True, metavar="GLOB", help="Build only matching steps (and their dependencies).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.pass_context
+def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
+        force: tuple[str, ...], only: tuple[str, ...], dry_run: bool) -> None:
+    """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
+    from marin.cli.display import make_reporter, summary_table
+    from marin.cli.targets import load_targets
+
+    steps = load_targets(list(targets))
+    reporter = make_reporter()
+    runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
+                                 dry_run=dry_run, reporter=reporter)
+    result = runner.run(steps)
+    click.echo(summary_table(result))
+    click.echo(f"prefix: {result.prefix}")
+    if not result.ok:
+        for s in result.failed:
+            click.echo(f"failed: {s.name}: {(s.error or '').splitlines()[0] if s.error else ''}", err=True)
+            click.echo(f"  log: {s.log_path}", err=True)
+        raise MarinError(f"{len(result.failed)} step(s) failed: {', '.join(s.name for s in result.failed)}",
+                         hint="read the logs above, fix, and run again (finished steps stay cached)", exit_code=1)
+    sys.stdout.flush()

@@ -1,0 +1,37 @@
+"""Options and helpers shared by the verbs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+__all__ = ["load_config", "prefix_option", "runner_from_options", "targets_argument"]
+
+
+def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--prefix", default=None, metavar="URL",
+                        help="Where outputs live (local folder, gs://bucket/path, memory://).")(fn)
+
+
+def targets_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.argument("targets", nargs=-1, required=True, metavar="TARGET...")(fn)
+
+
+def load_config(ctx: click.Context, **overrides: Any):
+    from rigging.config.discovery import discover_config
+    from rigging.log import setup_logging
+
+    config = discover_config(overrides)
+    verbose = bool(ctx.obj and ctx.obj.get("verbose"))
+    setup_logging("DEBUG" if verbose else config.log_level)
+    return config
+
+
+def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None, **kwargs: Any):
+    from marin.execution.step_runner import StepRunner
+
+    config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None))
+    return StepRunner(prefix=config.resolved_prefix(), max_parallel=config.max_parallel, config=config,
+                      reporter=reporter, **kwargs)

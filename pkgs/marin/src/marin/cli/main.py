@@ -1,0 +1,112 @@
+"""The ``marin`` command: a Click group with one module per verb."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from marin.cli.errors import MarinError
+
+__all__ = ["cli", "main"]
+
+_COMMANDS = {
+    "run": ("marin.cli.cmd_run", "run"),
+    "plan": ("marin.cli.cmd_plan", "plan"),
+    "status": ("marin.cli.cmd_status", "status"),
+    "show": ("marin.cli.cmd_show", "show"),
+    "graph": ("marin.cli.cmd_graph", "graph"),
+    "gc": ("marin.cli.cmd_gc", "gc"),
+    "config": ("marin.cli.cmd_config", "config"),
+}
+
+
+class _UserFacingError(click.ClickException):
+    """How every expected failure reaches the terminal: one line, a hint, an exit code."""
+
+    def __init__(self, message: str, hint: str | None, exit_code: int):
+        super().__init__(message)
+        self.hint = hint
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        file = file or sys.stderr
+        click.echo(f"error: {self.format_message()}", file=file)
+        if self.hint:
+            click.echo(f"hint: {self.hint}", file=file)
+
+
+def _user_error(e: BaseException) -> tuple[str, str | None, int] | None:
+    """(message, hint, exit code) when ``e`` is the user's error rather than ours."""
+    from marin.execution.step import InvalidStep
+    from rigging.config.discovery import ConfigError
+
+    if isinstance(e, MarinError):
+        return str(e), e.hint, e.exit_code
+    if isinstance(e, InvalidStep):
+        return str(e), "fix the step definition named above", 2
+    if isinstance(e, ConfigError):
+        return str(e), "fix the configuration source named above (see `marin config`)", 2
+    if isinstance(e, FileNotFoundError):
+        return f"file not found: {e.filename or e}", None, 2
+    if isinstance(e, SyntaxError):
+        return f"{e.filename}:{e.lineno}: syntax error: {e.msg}", None, 2
+    if isinstance(e, ImportError):
+        return f"import failed: {e}", "check the module path and that its dependencies are installed", 2
+    return None
+
+
+class _Group(click.Group):
+    """Loads verbs lazily (fast start) and turns exceptions into one-line errors."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in _COMMANDS:
+            return None
+        module_name, attr = _COMMANDS[name]
+        import importlib
+
+        return getattr(importlib.import_module(module_name), attr)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(130) from None
+        except Exception as e:  # noqa: BLE001 - the one place errors become messages
+            verbose = bool(ctx.obj and ctx.obj.get("verbose"))
+            if verbose:
+                traceback.print_exc()
+            known = _user_error(e)
+            if known is not None:
+                raise _UserFacingError(*known) from None
+            raise _UserFacingError(
+                f"internal error: {type(e).__name__}: {e}",
+                None if verbose else "run again with --verbose for the traceback",
+                1,
+            ) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug logs.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """marin: content-hashed, cached experiment steps, built Make-style."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="marin")
+
+
+if __name__ == "__main__":
+    main()

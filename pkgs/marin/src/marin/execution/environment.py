@@ -1,0 +1,75 @@
+"""The environment fingerprint recorded in every step's provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+__all__ = ["KEY_PACKAGES", "environment_fingerprint", "fingerprint_digest"]
+
+KEY_PACKAGES = (
+    "jax", "jaxlib", "dm-haiku", "optax", "orbax-checkpoint", "grain", "array-record", "tensorstore",
+    "tokenizers", "numpy", "ray", "gcsfs", "fsspec", "click",
+    "rigging", "fray", "iris", "zephyr", "levanter", "marin",
+)
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _git(root: str, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@cache
+def environment_fingerprint(root: str | None) -> dict[str, Any]:
+    """Python and key package versions, lock-file digests, git commit and dirty flag.
+
+    ``host`` is recorded for provenance but kept out of :func:`fingerprint_digest`.
+    """
+    versions = {}
+    for name in KEY_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    commit = dirty = None
+    if root:
+        commit = _git(root, "rev-parse", "HEAD")
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        dirty = bool(status) if status is not None else None
+    return {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "platform": f"{platform.system()}-{platform.machine()}",
+        "packages": versions,
+        "uv_lock_sha256": _file_digest(os.path.join(root, "uv.lock")) if root else None,
+        "flake_lock_sha256": _file_digest(os.path.join(root, "flake.lock")) if root else None,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "host": socket.gethostname(),
+    }
+
+
+def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
+    """A digest of what defines the environment (no host, commit or dirty flag)."""
+    keep = {k: fingerprint.get(k) for k in ("python", "implementation", "platform", "packages",
+                                            "uv_lock_sha256", "flake_lock_sha256")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()

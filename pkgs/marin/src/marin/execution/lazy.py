@@ -1,0 +1,43 @@
+"""Lazy handles: typed recipes for steps, lowered to :class:`Step` only when a graph is run.
+
+Building a handle never runs anything and never touches storage.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from marin.execution.step import InvalidStep, Step
+
+__all__ = ["Lazy", "lower"]
+
+
+class Lazy(abc.ABC):
+    """Base of typed step recipes (``tokenized(...)``, ``train_lm(...)``).
+
+    Subclasses implement :meth:`_build`; :meth:`lower` memoises it so a handle used by several
+    steps lowers to one :class:`Step`.
+    """
+
+    @abc.abstractmethod
+    def _build(self) -> Step:
+        """Construct the step this handle describes."""
+
+    def lower(self) -> Step:
+        cached = self.__dict__.get("_lowered")
+        if cached is None:
+            cached = self._build()
+            if not isinstance(cached, Step):
+                raise InvalidStep(f"{type(self).__name__}._build must return a Step, got {type(cached).__name__}")
+            object.__setattr__(self, "_lowered", cached)
+        return cached
+
+
+def lower(item: Any) -> Step:
+    """Turn a lazy handle (or a step) into its :class:`Step`."""
+    if isinstance(item, Step):
+        return item
+    if isinstance(item, Lazy):
+        return item.lower()
+    raise InvalidStep(f"expected a Step or a lazy handle, got {type(item).__name__}: {item!r}")

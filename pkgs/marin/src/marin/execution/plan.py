@@ -1,0 +1,297 @@
+"""The plan: for every step of a graph, cached or the reason it would run."""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
+from marin.execution.lazy import Lazy
+from marin.execution.step import InvalidStep, Step
+from marin.execution.store import StepRecord, StepStore
+
+__all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select"]
+
+
+class UnknownStep(InvalidStep):
+    """A ``--only`` or ``--force`` pattern matched no step."""
+
+
+class Action(enum.Enum):
+    CACHED = "cached"
+    RUN = "run"
+    UNNEEDED = "unneeded"  # not done, but nothing asked for it: a done dependent already covers it
+
+
+class ReasonKind(enum.Enum):
+    NEW = "new"
+    CONFIG_CHANGED = "config changed"
+    UPSTREAM_CHANGED = "upstream changed"
+    VERSION_BUMPED = "version bumped"
+    FN_CHANGED = "function changed"
+    ENV_CHANGED = "environment changed"
+    FORCED = "forced"
+    EARLIER_FAILED = "earlier attempt failed"
+    EARLIER_KILLED = "earlier attempt was killed"
+    RESUMING = "resuming"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a step runs: a kind and a one-line detail."""
+
+    kind: ReasonKind
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}" if self.detail else self.kind.value
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.name.lower(), "detail": self.detail}
+
+
+@dataclass
+class PlannedStep:
+    """One step of the plan."""
+
+    step: Step
+    hash: str
+    output_path: str
+    action: Action
+    reasons: list[Reason] = field(default_factory=list)
+    deps: list[int] = field(default_factory=list)  # indexes into Plan.steps
+    env_note: str | None = None  # cached, but built in a different environment
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+    @property
+    def output_name(self) -> str:
+        return f"{self.step.name}-{self.hash[:16]}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.step.name,
+            "hash": self.hash,
+            "output_path": self.output_path,
+            "action": self.action.value,
+            "reasons": [r.to_json() for r in self.reasons],
+            "env_note": self.env_note,
+        }
+
+
+@dataclass
+class Plan:
+    """Every distinct step (by hash) reachable from the targets, dependencies first."""
+
+    store: StepStore
+    steps: list[PlannedStep]
+    pos_of: dict[int, int] = field(default_factory=dict)  # id(step object) -> index in steps
+
+    def paths(self) -> dict[int, str]:
+        """``{id(step): output path}`` for every step object of the graph (for placeholders)."""
+        return {key: self.steps[pos].output_path for key, pos in self.pos_of.items()}
+
+    def hashes(self) -> dict[int, str]:
+        """``{id(step): hash}`` for every step object of the graph."""
+        return {key: self.steps[pos].hash for key, pos in self.pos_of.items()}
+
+    def to_run(self) -> list[PlannedStep]:
+        return [p for p in self.steps if p.action is Action.RUN]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix": self.store.prefix,
+            "steps": [p.to_json() for p in self.steps],
+            "summary": {a.value: sum(1 for p in self.steps if p.action is a) for a in Action},
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def _match_any(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def select(targets: Iterable[Step | Lazy], only: Sequence[str] = ()) -> list[Step]:
+    """The target steps, narrowed to those matching ``only`` (their dependencies come along)."""
+    roots = [t.lower() if isinstance(t, Lazy) else t for t in targets]
+    if not only:
+        return roots
+    graph = collect_graph(roots)
+    chosen = [s for s in graph if _match_any(s.name, only)]
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(s.name, pattern) for s in graph):
+            names = ", ".join(sorted({s.name for s in graph})[:8])
+            raise UnknownStep(f"--only {pattern!r} matches no step (steps: {names}{', ...' if len(graph) > 8 else ''})")
+    return chosen
+
+
+def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set[int]) -> list[Reason]:
+    """Reasons a step not built at this hash runs, against the newest earlier build of its name."""
+    reasons: list[Reason] = []
+    changed_deps = [d for d in dependencies_of(step) if id(d) in runs]
+    if changed_deps:
+        names = ", ".join(sorted({d.name for d in changed_deps}))
+        reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, names))
+    earlier = store.earlier_builds(step.name)
+    if not earlier:
+        if not reasons:
+            reasons.append(Reason(ReasonKind.NEW, "no earlier build of this name"))
+        return reasons
+    _, prov = earlier[0]
+    old_version = prov.get("version")
+    if old_version is not None and old_version != step.version:
+        reasons.append(Reason(ReasonKind.VERSION_BUMPED, f"{old_version} → {step.version}"))
+    old_fn = prov.get("fn")
+    if old_fn is not None and old_fn != fn_identity(step.fn):
+        reasons.append(Reason(ReasonKind.FN_CHANGED, f"{old_fn} → {fn_identity(step.fn)}"))
+    old_flat = prov.get("config_flat")
+    if isinstance(old_flat, dict):
+        new_flat = flatten_config(step.config, hashes)
+        for key in sorted(set(old_flat) | set(new_flat)):
+            before, after = old_flat.get(key), new_flat.get(key)
+            if before == after:
+                continue
+            if before is not None and after is not None and '"dep"' in before and '"dep"' in after:
+                if changed_deps:
+                    continue  # already explained by the upstream change
+                reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, f"{key} now points at another build"))
+                continue
+            reasons.append(Reason(ReasonKind.CONFIG_CHANGED, f"{key}: {_show(before)} → {_show(after)}"))
+    if not reasons:
+        if prov.get("env_digest") and prov.get("strict_env"):
+            reasons.append(Reason(ReasonKind.ENV_CHANGED, "the environment fingerprint differs (--strict-env)"))
+        else:
+            reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))
+    return reasons
+
+
+def _show(encoded: str | None) -> str:
+    if encoded is None:
+        return "(absent)"
+    try:
+        value = json.loads(encoded)
+    except ValueError:
+        return encoded
+    # Encoded values are [tag, payload]; show the payload plainly.
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("int", "str", "bool", "wspath"):
+        return json.dumps(value[1]) if value[0] in ("str", "wspath") else str(value[1]).lower() if value[0] == "bool" else str(value[1])
+    if isinstance(value, list) and len(value) == 2 and value[0] == "float":
+        return repr(float.fromhex(value[1])) if value[1] != "nan" else "nan"
+    return encoded if len(encoded) <= 80 else encoded[:77] + "..."
+
+
+def _earlier_attempt(record: StepRecord) -> Reason | None:
+    status = record.read_json(record.status)
+    if not status:
+        return None
+    state = status.get("state")
+    if state == "failed":
+        error = str(status.get("error", "")).splitlines()[0] if status.get("error") else ""
+        return Reason(ReasonKind.EARLIER_FAILED, error[:200])
+    if state in ("running", "interrupted"):
+        from rigging.lease import current_lease
+
+        lease = current_lease(record.meta)
+        if lease is not None and lease.live() and not _holder_dead(lease.holder):
+            return Reason(ReasonKind.RESUMING, f"another runner holds it ({lease.holder})")
+        return Reason(ReasonKind.EARLIER_KILLED, f"attempt {status.get('attempt', '?')} by {status.get('holder', '?')}")
+    return None
+
+
+def _holder_dead(holder: str) -> bool:
+    from rigging.lease import holder_is_dead
+
+    return holder_is_dead(holder)
+
+
+def make_plan(
+    targets: Iterable[Step | Lazy],
+    store: StepStore,
+    *,
+    force: Sequence[str] = (),
+    only: Sequence[str] = (),
+    salt: str | None = None,
+    explain: bool = True,
+    env_digest: str | None = None,
+) -> Plan:
+    """Plan ``targets``: which steps are cached, which run and why.
+
+    Args:
+        targets: the steps (or lazy handles) asked for.
+        store: where outputs live.
+        force: glob patterns of step names to rebuild even if cached.
+        only: glob patterns: run only matching steps and their dependencies.
+        salt: the environment fingerprint digest, when it is part of the hash (--strict-env).
+        explain: compute the reasons (reads earlier builds); off for the fast no-op path.
+        env_digest: the current environment's digest, to note cached steps built elsewhere.
+    """
+    roots = select(targets, only)
+    graph = collect_graph(roots)
+    hashes = hash_graph(roots, salt)
+    for pattern in force:
+        if not any(fnmatch.fnmatchcase(s.name, pattern) for s in graph):
+            raise UnknownStep(f"--force {pattern!r} matches no step")
+    # One entry per distinct hash, in dependency order.
+    index: dict[str, int] = {}
+    planned: list[PlannedStep] = []
+    pos_of: dict[int, int] = {}
+    steps_at: list[list[Step]] = []
+    for step in graph:
+        digest = hashes[id(step)]
+        if digest in index:
+            pos_of[id(step)] = index[digest]
+            steps_at[index[digest]].append(step)
+            continue
+        output = store.output_path(f"{step.name}-{digest[:16]}")
+        pos = len(planned)
+        index[digest] = pos
+        pos_of[id(step)] = pos
+        planned.append(PlannedStep(step=step, hash=digest, output_path=output, action=Action.CACHED))
+        steps_at.append([step])
+    for step in graph:
+        p = planned[pos_of[id(step)]]
+        if not p.deps:
+            p.deps = sorted({pos_of[id(d)] for d in dependencies_of(step)})
+    root_pos = {pos_of[id(r)] for r in roots}
+    # Which steps are needed: targets, and dependencies of needed steps that must run.
+    done = [StepRecord(p.output_path).is_done() for p in planned]
+    forced = [_match_any(p.name, force) for p in planned]
+    needed = [False] * len(planned)
+    for pos in range(len(planned) - 1, -1, -1):
+        if pos in root_pos:
+            needed[pos] = True
+        if needed[pos] and (forced[pos] or not done[pos]):
+            for d in planned[pos].deps:
+                needed[d] = True
+    runs: set[int] = set()
+    for pos, p in enumerate(planned):
+        if forced[pos] and needed[pos]:
+            p.action = Action.RUN
+            p.reasons = [Reason(ReasonKind.FORCED, "--force")]
+        elif done[pos]:
+            p.action = Action.CACHED
+        elif not needed[pos]:
+            p.action = Action.UNNEEDED
+        else:
+            p.action = Action.RUN
+            if explain:
+                record = StepRecord(p.output_path)
+                earlier = _earlier_attempt(record)
+                p.reasons = [earlier] if earlier else _why_changed(p.step, hashes, store, runs)
+        if p.action is Action.RUN:
+            # Every step object with this hash counts as running for its dependents' reasons.
+            runs.update(id(s) for s in steps_at[pos])
+        if p.action is Action.CACHED and explain and env_digest:
+            prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
+            built = prov.get("env_digest")
+            if built and built != env_digest:
+                p.env_note = "built in a different environment"
+    return Plan(store, planned, pos_of)

@@ -1,0 +1,146 @@
+"""The step store: where each step's output, records and leases live under the prefix.
+
+Layout of one step's output folder ``<prefix>/<name>-<hash16>``::
+
+    ...                      the step's own files
+    .marin/status.json       the newest attempt: running / failed (error, traceback)
+    .marin/lease-*.json      leases (rigging.lease)
+    .marin/log.txt           the step's log (stdout and stderr of its process)
+    .marin/manifest.json     every output file with size and SHA-256
+    .marin/provenance.json   resolved config, dependencies, environment, host, times, attempts
+    .marin/success.json      written last: the step is done if and only if this exists
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rigging import filesystem as fs
+
+__all__ = ["META_DIR", "StepRecord", "StepStore", "compute_manifest", "verify_manifest"]
+
+META_DIR = ".marin"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Paths of one step's output and its records."""
+
+    output_path: str
+
+    @property
+    def meta(self) -> str:
+        return fs.join(self.output_path, META_DIR)
+
+    @property
+    def success(self) -> str:
+        return fs.join(self.meta, "success.json")
+
+    @property
+    def status(self) -> str:
+        return fs.join(self.meta, "status.json")
+
+    @property
+    def provenance(self) -> str:
+        return fs.join(self.meta, "provenance.json")
+
+    @property
+    def manifest(self) -> str:
+        return fs.join(self.meta, "manifest.json")
+
+    @property
+    def log(self) -> str:
+        return fs.join(self.meta, "log.txt")
+
+    def is_done(self) -> bool:
+        if fs.is_local(self.output_path):
+            return os.path.exists(fs.strip_protocol(self.success))
+        return fs.exists(self.success)
+
+    def read_json(self, path: str) -> dict[str, Any] | None:
+        """The JSON record at ``path``, or None when it is missing or unreadable."""
+        try:
+            data = json.loads(fs.read_text(path))
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_json(self, path: str, data: dict[str, Any]) -> None:
+        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+class StepStore:
+    """Maps steps to folders under a prefix (local path, ``gs://`` or ``memory://``)."""
+
+    def __init__(self, prefix: str):
+        if not prefix:
+            raise ValueError("prefix must be a non-empty path or URL")
+        if fs.is_local(prefix):
+            prefix = os.path.abspath(fs.strip_protocol(prefix))
+        self.prefix = prefix.rstrip("/") if prefix != "/" else prefix
+
+    def output_path(self, output_name: str) -> str:
+        return fs.join(self.prefix, output_name)
+
+    def record(self, output_name: str) -> StepRecord:
+        return StepRecord(self.output_path(output_name))
+
+    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first."""
+        parent, _, base = name.rpartition("/")
+        folder = fs.join(self.prefix, parent) if parent else self.prefix
+        found = []
+        for entry in fs.listdir(folder):
+            stem, dash, digest = entry.rpartition("-")
+            if not dash or stem != base or len(digest) != 16:
+                continue
+            record = StepRecord(fs.join(folder, entry))
+            success = record.read_json(record.success)
+            if success is None:
+                continue
+            provenance = record.read_json(record.provenance) or {}
+            found.append((record.output_path, provenance, float(success.get("finished_at", 0.0))))
+        found.sort(key=lambda row: row[2], reverse=True)
+        return [(path, prov) for path, prov, _ in found]
+
+
+def _sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open_file(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def compute_manifest(output_path: str) -> dict[str, Any]:
+    """Every file of the output (outside ``.marin/``) with its size and SHA-256."""
+    files = []
+    total = 0
+    for rel, size in fs.walk_files(output_path):
+        if rel.startswith(META_DIR + "/") or rel == META_DIR:
+            continue
+        files.append({"path": rel, "size": size, "sha256": _sha256_of(fs.join(output_path, rel))})
+        total += size
+    return {"files": files, "total_bytes": total, "created_at": time.time()}
+
+
+def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
+    """Problems found when re-checking ``manifest`` against the files now present ([] if none)."""
+    problems = []
+    present = {rel: size for rel, size in fs.walk_files(output_path) if not rel.startswith(META_DIR + "/")}
+    for entry in manifest.get("files", []):
+        rel = entry["path"]
+        if rel not in present:
+            problems.append(f"{rel}: missing")
+        elif present[rel] != entry["size"]:
+            problems.append(f"{rel}: size {present[rel]} != {entry['size']}")
+        elif _sha256_of(fs.join(output_path, rel)) != entry["sha256"]:
+            problems.append(f"{rel}: checksum changed")
+    return problems

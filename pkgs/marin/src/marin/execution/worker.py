@@ -1,0 +1,96 @@
+"""What runs inside a step's own process: import ``fn``, rebuild the config, call it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FnRef", "StepPayload", "import_fn", "run_step"]
+
+
+@dataclass(frozen=True)
+class FnRef:
+    """How a worker finds ``fn``: its module name and, for scripts, the file to load it from."""
+
+    module: str
+    qualname: str
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class StepPayload:
+    """Everything a worker needs, with the config pickled for transport only (never for hashing)."""
+
+    step_name: str
+    fn: FnRef
+    config_pickle: bytes
+    output_path: str
+    log_path: str | None
+    sys_path: tuple[str, ...] = ()
+
+
+def _load_module(ref: FnRef):
+    try:
+        return importlib.import_module(ref.module)
+    except ModuleNotFoundError as e:
+        if not ref.file or (e.name and not ref.module.startswith(e.name)):
+            raise
+    # An experiment file outside any package: import it as Python imports a script, under the
+    # same module name the parent used, so pickled config classes resolve.
+    spec = importlib.util.spec_from_file_location(ref.module, ref.file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {ref.module} from {ref.file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[ref.module] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_fn(ref: FnRef) -> Any:
+    """Import and return the function ``ref`` names."""
+    target: Any = _load_module(ref)
+    for part in ref.qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _redirect_output(log_path: str) -> None:
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+
+def run_step(payload: StepPayload) -> dict[str, Any]:
+    """Run one step in this (fresh) process; returns timing facts for the provenance."""
+    if payload.log_path:
+        _redirect_output(payload.log_path)
+    for entry in reversed(payload.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    import logging
+
+    from rigging.log import setup_logging
+
+    setup_logging(os.environ.get("MARIN_LOG_LEVEL", "INFO"))
+    log = logging.getLogger("marin.step")
+    started = time.time()
+    fn = import_fn(payload.fn)
+    config = pickle.loads(payload.config_pickle)
+    log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
+    fn(config, payload.output_path)
+    log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return {"started_at": started, "finished_at": time.time(), "pid": os.getpid()}

@@ -1,0 +1,236 @@
+"""Per-folder leases with heartbeat, expiry and fencing, on any file system with create-if-absent.
+
+A lease on ``folder`` is a series of numbered files ``lease-00000001.json``, ``lease-00000002.json``
+… each created with :func:`rigging.filesystem.create_if_absent`, so exactly one contender wins
+each number. The highest number is the current lease; its number is the fencing token. A holder
+heartbeats by rewriting its own file with a later expiry. A contender takes over a lease whose
+expiry has passed (holder dead or stuck) by creating the next number. A holder checks, before it
+publishes, that its number is still the highest and its expiry has not passed: a holder that lost
+its lease cannot publish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from rigging import filesystem as fs
+
+__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "holder_is_dead"]
+
+logger = logging.getLogger(__name__)
+
+_LEASE_RE = re.compile(r"^lease-(\d{8})\.json$")
+
+
+class LeaseLost(RuntimeError):
+    """This holder's lease was taken over or expired; it must not publish."""
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What a lease file says.
+
+    Attributes:
+        token: the lease's number (fencing token).
+        holder: who holds it (host, pid, runner id).
+        expires_at: wall-clock time (seconds since the epoch) after which it may be taken over.
+        released: the holder gave it up.
+    """
+
+    token: int
+    holder: str
+    expires_at: float
+    released: bool = False
+
+    def live(self, now: float | None = None) -> bool:
+        """True while the lease is held: not released and not expired."""
+        return not self.released and (now if now is not None else time.time()) < self.expires_at
+
+
+def _lease_name(token: int) -> str:
+    return f"lease-{token:08d}.json"
+
+
+def _tokens(folder: str) -> list[int]:
+    tokens = []
+    for name in fs.listdir(folder):
+        m = _LEASE_RE.match(name)
+        if m:
+            tokens.append(int(m.group(1)))
+    return sorted(tokens)
+
+
+def _read(folder: str, token: int) -> LeaseInfo | None:
+    try:
+        data = json.loads(fs.read_text(fs.join(folder, _lease_name(token))))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError):
+        # A lease file is written whole (atomic write / create-if-absent); an unreadable one is
+        # treated as expired so it can never wedge the step.
+        return LeaseInfo(token=token, holder="<unreadable>", expires_at=0.0)
+    return LeaseInfo(
+        token=token,
+        holder=str(data.get("holder", "?")),
+        expires_at=float(data.get("expires_at", 0.0)),
+        released=bool(data.get("released", False)),
+    )
+
+
+def current_lease(folder: str) -> LeaseInfo | None:
+    """The newest lease on ``folder`` (live or not), or None if there never was one."""
+    tokens = _tokens(folder)
+    return _read(folder, tokens[-1]) if tokens else None
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True when ``holder`` names a process on this host that no longer exists.
+
+    Lets a runner take over at once from a killed runner on the same machine instead of waiting
+    for the lease to expire; holders on other hosts are judged by expiry alone.
+    """
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def default_holder() -> str:
+    """A holder id naming this host and process, unique per call."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Lease:
+    """A held lease. Build with :meth:`acquire`."""
+
+    folder: str
+    token: int
+    holder: str
+    ttl: float
+    expires_at: float
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _lost: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def acquire(cls, folder: str, *, ttl: float = 30.0, holder: str | None = None) -> Lease | None:
+        """Take the lease on ``folder`` if nobody holds it live; None if someone does.
+
+        Never blocks: callers that want to wait poll, and meanwhile watch for the result the
+        holder is producing.
+        """
+        if ttl <= 0:
+            raise ValueError(f"ttl must be > 0, got {ttl}")
+        holder = holder or default_holder()
+        tokens = _tokens(folder)
+        if tokens:
+            info = _read(folder, tokens[-1])
+            if info is not None and info.live() and not holder_is_dead(info.holder):
+                return None
+            next_token = tokens[-1] + 1
+        else:
+            next_token = 1
+        expires_at = time.time() + ttl
+        body = json.dumps({"holder": holder, "expires_at": expires_at, "token": next_token})
+        if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body):
+            return None
+        # A contender that read an older listing could have created a lower number after a
+        # newer one existed; the highest number always wins, so re-check.
+        if _tokens(folder)[-1] != next_token:
+            return None
+        return cls(folder=folder, token=next_token, holder=holder, ttl=ttl, expires_at=expires_at)
+
+    @property
+    def path(self) -> str:
+        return fs.join(self.folder, _lease_name(self.token))
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless this lease is still the newest and unexpired (fencing)."""
+        if self._lost:
+            raise LeaseLost(self._lost)
+        if time.time() >= self.expires_at:
+            raise LeaseLost(f"lease {self.token} on {self.folder} expired before it was renewed")
+        tokens = _tokens(self.folder)
+        if not tokens or tokens[-1] != self.token:
+            newer = tokens[-1] if tokens else None
+            raise LeaseLost(f"lease {self.token} on {self.folder} was taken over (newest is {newer})")
+
+    def renew(self) -> None:
+        """Push the expiry ``ttl`` seconds ahead; raise :class:`LeaseLost` if it was taken over."""
+        self.check()
+        expires_at = time.time() + self.ttl
+        fs.atomic_write(self.path, json.dumps({"holder": self.holder, "expires_at": expires_at, "token": self.token}))
+        self.expires_at = expires_at
+
+    def start_heartbeat(self, interval: float | None = None) -> None:
+        """Renew in a background thread every ``interval`` seconds (default ttl/4)."""
+        interval = interval if interval is not None else max(self.ttl / 4, 0.05)
+
+        def beat() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.renew()
+                except LeaseLost as e:
+                    self._lost = str(e)
+                    logger.warning("%s", e)
+                    return
+                except OSError as e:
+                    # A passing storage error: keep trying until the lease actually expires.
+                    logger.warning("lease heartbeat on %s failed: %s", self.folder, e)
+
+        self._thread = threading.Thread(target=beat, name=f"lease-{self.token}", daemon=True)
+        self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the heartbeat found the lease lost, or None."""
+        return self._lost
+
+    def release(self) -> None:
+        """Give the lease up so another contender can take it at once."""
+        self.stop_heartbeat()
+        tokens = _tokens(self.folder)
+        if tokens and tokens[-1] == self.token:
+            fs.atomic_write(
+                self.path,
+                json.dumps({"holder": self.holder, "expires_at": 0.0, "token": self.token, "released": True}),
+            )
+
+
+def clear_leases(folder: str) -> None:
+    """Remove every lease file of ``folder`` (after the step's success record is published)."""
+    for token in _tokens(folder):
+        fs.delete(fs.join(folder, _lease_name(token)))

@@ -1,0 +1,204 @@
+"""Test helpers shared by every package's tests: a real local GCS emulator and fresh store roots.
+
+The root ``conftest.py`` turns these into pytest fixtures (``gcs_emulator``, ``gcs_bucket``,
+``memory_prefix``, ``store_url``). Nothing here is imported by library code, and importing it
+starts nothing.
+
+The emulator is ``gcp-storage-emulator`` run as a child process on 127.0.0.1. Facts measured
+against it (and relied on by the tests):
+
+* gcsfs talks to it when ``STORAGE_EMULATOR_HOST`` is set *before* the ``GCSFileSystem``
+  instance is created. Left alone it first tries Google default credentials (a failing
+  metadata-server probe, with a warning) and then falls back to anonymous; ``token="anon"``
+  (fsspec config, and ``FSSPEC_GS_TOKEN`` for child processes) skips the probe. fsspec caches
+  instances, so :func:`use_gcs_emulator` clears that cache when it changes the environment.
+* It does **not** enforce generation preconditions: an upload with ``ifGenerationMatch=0`` over
+  an existing object succeeds and replaces it. Races that rely on preconditions (create-if-absent,
+  lease fencing) can only be proven on the local and ``memory://`` stores.
+* Its HTTP server is single-threaded and closes every connection (HTTP/1.0), so requests from
+  many processes are served one at a time, never deadlocked by keep-alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "GcsEmulator",
+    "emulator_env",
+    "free_port",
+    "new_bucket_name",
+    "new_memory_prefix",
+    "start_gcs_emulator",
+    "use_gcs_emulator",
+]
+
+_HOST = "127.0.0.1"
+
+
+def free_port(host: str = _HOST) -> int:
+    """A TCP port that was free a moment ago (the caller must still handle losing a race for it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def new_bucket_name() -> str:
+    """A fresh, valid GCS bucket name."""
+    return f"test-{uuid.uuid4().hex[:20]}"
+
+
+def new_memory_prefix() -> str:
+    """A fresh ``memory://`` root that no other test uses."""
+    return f"memory://test-{uuid.uuid4().hex}"
+
+
+def emulator_env(url: str) -> dict[str, str]:
+    """The environment that points gcsfs and TensorStore at the emulator at ``url``."""
+    return {
+        "STORAGE_EMULATOR_HOST": url,
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "TENSORSTORE_GCS_HTTP_URL": url,
+        # Anonymous access; without it gcsfs first probes for Google credentials (a metadata
+        # server request that fails here) before falling back to anonymous. fsspec reads
+        # FSSPEC_GS_TOKEN when imported, so child processes get it too.
+        "FSSPEC_GS_TOKEN": "anon",
+    }
+
+
+def _emulator_command() -> list[str]:
+    # Prefer the script next to this interpreter (the project's venv), then PATH.
+    beside = Path(sys.executable).with_name("gcp-storage-emulator")
+    exe = str(beside) if beside.exists() else shutil.which("gcp-storage-emulator")
+    if exe is None:
+        raise RuntimeError(
+            "gcp-storage-emulator is not installed; install the workspace's dev group (uv sync)"
+        )
+    return [exe]
+
+
+@dataclass
+class GcsEmulator:
+    """A running ``gcp-storage-emulator`` child process serving ``url``."""
+
+    host: str
+    port: int
+    process: subprocess.Popen = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh name by default) and return ``gs://<name>``."""
+        name = name or new_bucket_name()
+        body = json.dumps({"name": name}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=test",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            if response.status != 200:
+                raise RuntimeError(f"emulator refused bucket {name!r}: HTTP {response.status}")
+        return f"gs://{name}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Stop the emulator (SIGTERM, then SIGKILL after 5 s)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/", timeout=1) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: int = 3) -> GcsEmulator:
+    """Start an in-memory emulator on a free port of ``host`` and wait until it answers.
+
+    Raises:
+        RuntimeError: it exited or did not answer within ``timeout`` seconds on every attempt.
+    """
+    errors = []
+    for _ in range(attempts):
+        port = free_port(host)
+        cmd = [*_emulator_command(), "start", "--host", host, "--port", str(port), "--in-memory", "-q"]
+        process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        emulator = GcsEmulator(host=host, port=port, process=process)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not emulator.alive():
+                # Most likely another process took the port between free_port() and bind().
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                errors.append(f"port {port}: exited with {process.returncode}: {stderr.strip()[-500:]}")
+                break
+            if _healthy(emulator.url):
+                return emulator
+            time.sleep(0.05)
+        else:
+            emulator.stop()
+            errors.append(f"port {port}: no answer within {timeout} s")
+    raise RuntimeError("could not start gcp-storage-emulator: " + "; ".join(errors))
+
+
+def _clear_gcsfs_instances() -> None:
+    import gcsfs
+
+    gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+@contextlib.contextmanager
+def use_gcs_emulator(url: str) -> Iterator[None]:
+    """Point gcsfs (and child processes, and TensorStore) at the emulator at ``url`` for a while.
+
+    Sets :func:`emulator_env` in ``os.environ`` and drops cached ``GCSFileSystem`` instances on
+    entry and exit, so ``fsspec.filesystem("gs")`` builds a fresh one that reads the variables.
+    """
+    import fsspec.config
+
+    saved = {k: os.environ.get(k) for k in emulator_env(url)}
+    saved_conf = fsspec.config.conf.get("gs")
+    os.environ.update(emulator_env(url))
+    fsspec.config.conf["gs"] = {**(saved_conf or {}), "token": "anon"}
+    _clear_gcsfs_instances()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if saved_conf is None:
+            fsspec.config.conf.pop("gs", None)
+        else:
+            fsspec.config.conf["gs"] = saved_conf
+        _clear_gcsfs_instances()
