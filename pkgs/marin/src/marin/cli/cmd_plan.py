@@ -22,7 +22,7 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only)
-    the_plan = runner.plan(steps)
+    the_plan = runner.plan(steps, note_env=True)
     if as_json:
         click.echo(the_plan.dumps())
         return

@@ -122,7 +122,14 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def summary_table(result: RunResult) -> str:
-    rows = [[s.outcome.value, s.name, s.hash[:16], _fmt_duration(s.duration)] for s in result.steps]
+def summary_table(result: RunResult, max_cached_rows: int = 20) -> str:
+    """The end-of-run table; with many cached steps, those collapse into one count line."""
+    interesting = [s for s in result.steps if s.outcome not in (Outcome.CACHED, Outcome.UNNEEDED)]
+    quiet = [s for s in result.steps if s.outcome in (Outcome.CACHED, Outcome.UNNEEDED)]
+    shown = result.steps if len(quiet) <= max_cached_rows else interesting
+    rows = [[s.outcome.value, s.name, s.hash[:16], _fmt_duration(s.duration)] for s in shown]
     counts = ", ".join(f"{result.count(o)} {o.value}" for o in Outcome if result.count(o))
-    return table(rows, ["outcome", "step", "hash", "time"]) + f"\n{counts}"
+    text = table(rows, ["outcome", "step", "hash", "time"]) if rows else ""
+    if len(shown) < len(result.steps):
+        text += f"{chr(10) if text else ''}({len(result.steps) - len(shown)} cached or unneeded steps not listed)"
+    return f"{text}\n{counts}" if text else counts

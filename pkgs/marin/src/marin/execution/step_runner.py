@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from marin.execution.environment import environment_fingerprint, fingerprint_digest
 from marin.execution.hashing import (
     UnserializableConfig,
     config_to_json,
@@ -224,20 +223,27 @@ class StepRunner:
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
+        from marin.execution.environment import environment_fingerprint, fingerprint_digest
+
         fingerprint = environment_fingerprint(workspace_root())
         return fingerprint, fingerprint_digest(fingerprint)
 
-    def plan(self, steps: Iterable[Step | Lazy], *, explain: bool = True) -> Plan:
-        """The plan for ``steps``: cached, or the reason each would run."""
+    def plan(self, steps: Iterable[Step | Lazy], *, explain: bool = True, note_env: bool = False) -> Plan:
+        """The plan for ``steps``: cached, or the reason each would run.
+
+        Args:
+            explain: give the reasons of the steps that would run.
+            note_env: also say which cached steps were built in another environment (reads every
+                cached step's provenance: for ``marin plan``, not for the no-op path of a run).
+        """
         salt = env_digest = None
         if self.strict_env:
             _, salt = self._env()
             env_digest = salt
-        elif explain:
-            # Noting cached steps built elsewhere costs a provenance read each: explain mode only.
+        elif note_env:
             _, env_digest = self._env()
         return make_plan(steps, self.store, force=self.force, only=self.only, salt=salt,
-                         explain=explain, env_digest=env_digest)
+                         explain=explain, env_digest=env_digest if note_env else None)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, steps: Iterable[Step | Lazy]) -> RunResult:

@@ -1,0 +1,1 @@
+"""Side-by-side performance reports (``make bench``); never timed assertions."""

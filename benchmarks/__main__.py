@@ -1,0 +1,19 @@
+"""Run every benchmark report in one go: ``python -m benchmarks [name...]``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = ("bench_engine", "bench_tokenize", "bench_train")
+
+
+def main(argv: list[str]) -> None:
+    chosen = argv or list(BENCHES)
+    for name in chosen:
+        module = importlib.import_module(f"benchmarks.{name if name.startswith('bench_') else 'bench_' + name}")
+        module.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,32 @@
+"""Step functions for the synthetic chains of the engine benchmark (importable by workers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from marin.execution.step import Step, output_path_of
+from rigging import filesystem as fs
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """One link of the chain: its index and the previous link's output."""
+
+    index: int
+    previous: Any = None
+
+
+def link(config: LinkConfig, output_path: str) -> None:
+    """Write the link's index (the benchmark only ever finds these cached)."""
+    fs.atomic_write(fs.join(output_path, "index.txt"), str(config.index))
+
+
+def chain(n: int) -> list[Step]:
+    """A chain of ``n`` steps, each reading the previous one's output; returns [last]."""
+    previous = None
+    for i in range(n):
+        step = Step(name=f"chain/link{i:05d}", fn=link,
+                    config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
+        previous = step
+    return [previous]
