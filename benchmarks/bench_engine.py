@@ -61,7 +61,7 @@ def _make_chain(folder: str, n: int) -> str:
         f.write("t0:\n\ttouch $@\n")
         for i in range(1, n):
             f.write(f"t{i}: t{i - 1}\n\ttouch $@\n")
-    subprocess.run(["make", "-s", "-C", folder, f"-j1"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["make", "-s", "-C", folder, "-j1"], check=True, stdout=subprocess.DEVNULL)
     return folder
 
 
@@ -107,7 +107,7 @@ def main() -> None:
                 t = _median_seconds([marin, verb, path, "--prefix", prefix], root, env)
                 fresh[(verb, n)] = t
                 rows.append((f"marin {verb}, {n:,} cached steps (fresh command)", t, f"+{(t - bare) * 1e3:.0f} ms over bare"))
-        print("\n== engine: no-op on cached chains (median of %d) ==" % REPEATS)
+        print(f"\n== engine: no-op on cached chains (median of {REPEATS}) ==")
         width = max(len(r[0]) for r in rows)
         for label, seconds, note in rows:
             print(f"{label:<{width}}  {seconds * 1e3:9.1f} ms  {note or ''}")

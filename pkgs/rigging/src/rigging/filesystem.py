@@ -15,8 +15,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 __all__ = [
     "AlreadyExists",
@@ -57,8 +55,10 @@ def is_local(path: str) -> bool:
     return protocol_of(path) in ("file", "local")
 
 
-def filesystem(path: str) -> fsspec.AbstractFileSystem:
+def filesystem(path: str) -> Any:
     """Return the fsspec file system for ``path`` (cached per protocol by fsspec)."""
+    import fsspec  # deferred: planning cached local steps never needs it
+
     protocol = protocol_of(path)
     if protocol == "gs":
         # The emulator and zonal buckets disagree on HNS probing; plain buckets never need it.
@@ -76,7 +76,7 @@ def strip_protocol(path: str) -> str:
     return path.split("://", 1)[1]
 
 
-def _fs_path(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def _fs_path(path: str) -> tuple[Any, str]:
     fs = filesystem(path)
     if is_local(path):
         return fs, strip_protocol(path)
@@ -302,7 +302,7 @@ def listdir(path: str) -> list[str]:
 def walk_files(path: str) -> Iterator[tuple[str, int]]:
     """Yield ``(relative_path, size)`` for every file below the folder ``path``, sorted."""
     fs, p = _fs_path(path)
-    if isinstance(fs, LocalFileSystem):
+    if is_local(path):
         root = os.path.abspath(p)
         found = []
         for dirpath, _dirs, files in os.walk(root):

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 __all__ = ["Backend", "ConfigError", "MarinConfig", "discover_config", "find_workspace_root"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -170,6 +168,8 @@ def _find_project_file(start: Path, root: Path | None) -> Path | None:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # deferred: most runs have no config file to parse
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
