@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rigging.config.discovery import Backend, MarinConfig, discover_config
-
 from fray.local import LocalClient, LocalJobHandle
 from fray.ray_client import RayClient, RayJobHandle
 from fray.types import (
@@ -18,6 +16,7 @@ from fray.types import (
     ResourcesLike,
     ray_options_of,
 )
+from rigging.config.discovery import Backend, MarinConfig, discover_config
 
 __all__ = [
     "ActorHandle",

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-
 __all__ = [
     "AlreadyExists",
     "atomic_write",
@@ -61,11 +60,16 @@ def filesystem(path: str) -> Any:
 
     protocol = protocol_of(path)
     if protocol == "gs":
-        # The emulator and zonal buckets disagree on HNS probing; plain buckets never need it.
+        # Plain buckets only. gcsfs picks its zonal/HNS subclass (which talks gRPC and hangs
+        # against the local emulator) when GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT is unset *at its
+        # import*, which may have happened before we run; so name the core class directly, and
+        # set the variable for child processes that import gcsfs later.
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        from gcsfs.core import GCSFileSystem
+
         # Other processes write the same bucket: a cached listing would hide their objects or
         # report stale sizes (and a read sized from a stale listing returns a truncated file).
-        return fsspec.filesystem(protocol, use_listings_cache=False)
+        return GCSFileSystem(use_listings_cache=False)
     return fsspec.filesystem(protocol)
 
 

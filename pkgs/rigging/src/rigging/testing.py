@@ -12,6 +12,10 @@ against it (and relied on by the tests):
   metadata-server probe, with a warning) and then falls back to anonymous; ``token="anon"``
   (fsspec config, and ``FSSPEC_GS_TOKEN`` for child processes) skips the probe. fsspec caches
   instances, so :func:`use_gcs_emulator` clears that cache when it changes the environment.
+* ``import gcsfs`` reads ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` (default true) and then makes
+  ``gcsfs.GCSFileSystem`` (and fsspec's ``"gs"``) its zonal/HNS subclass, which speaks gRPC and
+  hangs against the emulator. Whoever imports gcsfs first decides; so ``rigging.filesystem``
+  names ``gcsfs.core.GCSFileSystem`` itself, and :func:`use_gcs_emulator` re-registers it.
 * It does **not** enforce generation preconditions: an upload with ``ifGenerationMatch=0`` over
   an existing object succeeds and replaces it. Races that rely on preconditions (create-if-absent,
   lease fencing) can only be proven on the local and ``memory://`` stores.
@@ -170,9 +174,11 @@ def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: in
 
 
 def _clear_gcsfs_instances() -> None:
-    import gcsfs
+    from gcsfs.core import GCSFileSystem
 
-    gcsfs.GCSFileSystem.clear_instance_cache()
+    # Subclasses (gcsfs's zonal/HNS one) keep their own instance caches.
+    for cls in (GCSFileSystem, *GCSFileSystem.__subclasses__()):
+        cls.clear_instance_cache()
 
 
 @contextlib.contextmanager
@@ -182,16 +188,30 @@ def use_gcs_emulator(url: str) -> Iterator[None]:
     Sets :func:`emulator_env` in ``os.environ`` and drops cached ``GCSFileSystem`` instances on
     entry and exit, so ``fsspec.filesystem("gs")`` builds a fresh one that reads the variables.
     """
+    import fsspec
     import fsspec.config
+    from fsspec.registry import _registry  # fsspec.registry, the attribute, is a read-only view
 
     saved = {k: os.environ.get(k) for k in emulator_env(url)}
     saved_conf = fsspec.config.conf.get("gs")
+    saved_registry = {p: _registry.get(p) for p in ("gs", "gcs")}
     os.environ.update(emulator_env(url))
     fsspec.config.conf["gs"] = {**(saved_conf or {}), "token": "anon"}
+    # If gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set, fsspec's
+    # "gs" names gcsfs's zonal/HNS subclass, which speaks gRPC and hangs against the emulator.
+    from gcsfs.core import GCSFileSystem
+
+    for proto in saved_registry:
+        fsspec.register_implementation(proto, GCSFileSystem, clobber=True)
     _clear_gcsfs_instances()
     try:
         yield
     finally:
+        for proto, cls in saved_registry.items():
+            if cls is None:
+                _registry.pop(proto, None)  # back to resolving it lazily
+            else:
+                fsspec.register_implementation(proto, cls, clobber=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option, runner_from_options, targets_argument
+from marin.cli.common import cache_options, prefix_option, runner_from_options, targets_argument
 
 
 @click.command("plan")
@@ -13,15 +13,16 @@ from marin.cli.common import prefix_option, runner_from_options, targets_argumen
 @click.option("--force", multiple=True, metavar="GLOB", help="Plan as if these steps were forced.")
 @click.option("--only", multiple=True, metavar="GLOB", help="Plan only matching steps (and dependencies).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@cache_options
 @click.pass_context
 def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force: tuple[str, ...],
-         only: tuple[str, ...], as_json: bool) -> None:
+         only: tuple[str, ...], as_json: bool, caches: tuple[str, ...], strict_env: bool | None) -> None:
     """Say what `marin run` would do for TARGET..., and why."""
     from marin.cli.display import table
     from marin.cli.targets import load_targets
 
     steps = load_targets(list(targets))
-    runner = runner_from_options(ctx, prefix=prefix, force=force, only=only)
+    runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env)
     the_plan = runner.plan(steps, note_env=True)
     if as_json:
         click.echo(the_plan.dumps())
@@ -32,4 +33,5 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         rows.append([p.action.value, p.name, p.hash[:16], why])
     click.echo(table(rows, ["action", "step", "hash", "why"]))
     n_run = len(the_plan.to_run())
-    click.echo(f"{n_run} to run, {len(the_plan.steps) - n_run} cached or unneeded")
+    n_fetch = len(the_plan.to_do()) - n_run
+    click.echo(f"{n_run} to run, {n_fetch} to fetch from caches, {len(the_plan.steps) - n_run - n_fetch} cached or unneeded")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from marin.cli.common import prefix_option, runner_from_options, targets_argument
+from marin.cli.common import cache_options, prefix_option, runner_from_options, targets_argument
 from marin.cli.errors import MarinError
 
 
@@ -17,9 +17,13 @@ from marin.cli.errors import MarinError
 @click.option("--force", multiple=True, metavar="GLOB", help="Rebuild matching steps even if cached.")
 @click.option("--only", multiple=True, metavar="GLOB", help="Build only matching steps (and their dependencies).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.option("--require-cached", is_flag=True,
+              help="Fail, naming the steps, if anything would have to be built (cache hits are fine).")
+@cache_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
-        force: tuple[str, ...], only: tuple[str, ...], dry_run: bool) -> None:
+        force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool,
+        caches: tuple[str, ...], strict_env: bool | None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -27,10 +31,21 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     steps = load_targets(list(targets))
     reporter = make_reporter()
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
-                                 dry_run=dry_run, reporter=reporter)
-    result = runner.run(steps)
+                                 dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
+                                 require_cached=require_cached)
+    from marin.execution.step_runner import NotCached
+
+    try:
+        result = runner.run(steps)
+    except NotCached as e:
+        raise MarinError(str(e), hint="build them where accelerator time is allowed, then `marin push` to the cache",
+                         exit_code=1) from None
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")
+    if not dry_run:
+        from marin.report import write_run_report
+
+        click.echo(f"report: {write_run_report(result, runner.store)}")
     if not result.ok:
         for s in result.failed:
             click.echo(f"failed: {s.name}: {(s.error or '').splitlines()[0] if s.error else ''}", err=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["load_config", "prefix_option", "runner_from_options", "targets_argument"]
+__all__ = ["cache_options", "load_config", "prefix_option", "runner_from_options", "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -29,9 +29,19 @@ def load_config(ctx: click.Context, **overrides: Any):
     return config
 
 
-def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None, **kwargs: Any):
+def cache_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--cache URL (repeatable) and --strict-env, shared by run and plan."""
+    fn = click.option("--strict-env", is_flag=True, default=None,
+                      help="Make the environment fingerprint part of every step's hash.")(fn)
+    return click.option("--cache", "caches", multiple=True, metavar="URL",
+                        help="Read-only cache (another prefix) to fetch finished steps from; repeatable.")(fn)
+
+
+def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None,
+                        caches: tuple[str, ...] = (), strict_env: bool | None = None, **kwargs: Any):
     from marin.execution.step_runner import StepRunner
 
-    config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None))
+    config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None),
+                         caches=list(caches) or None, strict_env=strict_env)
     return StepRunner(prefix=config.resolved_prefix(), max_parallel=config.max_parallel, config=config,
                       reporter=reporter, **kwargs)

@@ -36,10 +36,13 @@ class PlainReporter:
         self.out.flush()
 
     def planned(self, plan: Plan) -> None:
-        n_run = len(plan.to_run())
-        self._line(f"plan: {len(plan.steps)} steps, {n_run} to run, {len(plan.steps) - n_run} cached")
-        for p in plan.to_run():
-            self._line(f"  will run {p.output_name}: {'; '.join(str(r) for r in p.reasons) or 'run'}")
+        counts = {}
+        for p in plan.steps:
+            counts[p.action.value] = counts.get(p.action.value, 0) + 1
+        shown = ", ".join(f"{n} {action}" for action, n in counts.items())
+        self._line(f"plan: {len(plan.steps)} steps: {shown}")
+        for p in plan.to_do():
+            self._line(f"  will {p.action.value} {p.output_name}: {'; '.join(str(r) for r in p.reasons) or 'run'}")
 
     def started(self, planned: PlannedStep) -> None:
         self._line(f"[start] {planned.output_name}")

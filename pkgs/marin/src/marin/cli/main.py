@@ -20,6 +20,9 @@ _COMMANDS = {
     "graph": ("marin.cli.cmd_graph", "graph"),
     "gc": ("marin.cli.cmd_gc", "gc"),
     "config": ("marin.cli.cmd_config", "config"),
+    "push": ("marin.cli.cmd_push", "push"),
+    "report": ("marin.cli.cmd_report", "report"),
+    "plot": ("marin.cli.cmd_plot", "plot"),
 }
 
 

@@ -23,6 +23,7 @@ class UnknownStep(InvalidStep):
 
 class Action(enum.Enum):
     CACHED = "cached"
+    FETCH = "fetch"  # built elsewhere: copied from a cache, verified, not rebuilt
     RUN = "run"
     UNNEEDED = "unneeded"  # not done, but nothing asked for it: a done dependent already covers it
 
@@ -38,6 +39,7 @@ class ReasonKind(enum.Enum):
     EARLIER_FAILED = "earlier attempt failed"
     EARLIER_KILLED = "earlier attempt was killed"
     RESUMING = "resuming"
+    IN_CACHE = "in cache"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class PlannedStep:
     reasons: list[Reason] = field(default_factory=list)
     deps: list[int] = field(default_factory=list)  # indexes into Plan.steps
     env_note: str | None = None  # cached, but built in a different environment
+    cache_hit: Any = None  # marin.execution.cache.CacheHit when the action is FETCH
 
     @property
     def name(self) -> str:
@@ -82,6 +85,7 @@ class PlannedStep:
             "action": self.action.value,
             "reasons": [r.to_json() for r in self.reasons],
             "env_note": self.env_note,
+            "cache": self.cache_hit.cache if self.cache_hit is not None else None,
         }
 
 
@@ -102,7 +106,12 @@ class Plan:
         return {key: self.steps[pos].hash for key, pos in self.pos_of.items()}
 
     def to_run(self) -> list[PlannedStep]:
+        """Steps that must be built here (not cached, not in a cache)."""
         return [p for p in self.steps if p.action is Action.RUN]
+
+    def to_do(self) -> list[PlannedStep]:
+        """Steps the run must act on: build or fetch."""
+        return [p for p in self.steps if p.action in (Action.RUN, Action.FETCH)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,6 +230,7 @@ def make_plan(
     salt: str | None = None,
     explain: bool = True,
     env_digest: str | None = None,
+    caches: Sequence[str] = (),
 ) -> Plan:
     """Plan ``targets``: which steps are cached, which run and why.
 
@@ -232,6 +242,7 @@ def make_plan(
         salt: the environment fingerprint digest, when it is part of the hash (--strict-env).
         explain: compute the reasons (reads earlier builds); off for the fast no-op path.
         env_digest: the current environment's digest, to note cached steps built elsewhere.
+        caches: read-only caches (other prefixes) to fetch finished steps from.
     """
     roots = select(targets, only)
     graph = collect_graph(roots)
@@ -266,11 +277,19 @@ def make_plan(
     forced = [_match_any(p.name, force) for p in planned]
     needed = [False] * len(planned)
     for pos in range(len(planned) - 1, -1, -1):
-        if pos in root_pos:
+        # A forced step is rebuilt even when a done dependent would otherwise cover it.
+        if pos in root_pos or forced[pos]:
             needed[pos] = True
-        if needed[pos] and (forced[pos] or not done[pos]):
-            for d in planned[pos].deps:
-                needed[d] = True
+        if not needed[pos] or (done[pos] and not forced[pos]):
+            continue
+        if caches and not forced[pos]:
+            from marin.execution.cache import find_in_caches
+
+            planned[pos].cache_hit = find_in_caches(planned[pos].output_name, caches)
+            if planned[pos].cache_hit is not None:
+                continue  # fetched whole: its inputs are not needed here
+        for d in planned[pos].deps:
+            needed[d] = True
     runs: set[int] = set()
     for pos, p in enumerate(planned):
         if forced[pos] and needed[pos]:
@@ -280,6 +299,9 @@ def make_plan(
             p.action = Action.CACHED
         elif not needed[pos]:
             p.action = Action.UNNEEDED
+        elif p.cache_hit is not None:
+            p.action = Action.FETCH
+            p.reasons = [Reason(ReasonKind.IN_CACHE, p.cache_hit.cache)]
         else:
             p.action = Action.RUN
             if explain:

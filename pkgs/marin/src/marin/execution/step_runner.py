@@ -23,16 +23,25 @@ from marin.execution.hashing import (
     workspace_root,
 )
 from marin.execution.lazy import Lazy
-from marin.execution.plan import Action, Plan, PlannedStep, make_plan
+from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
 from marin.execution.step import OutputPath, Step
 from marin.execution.store import META_DIR, StepRecord, StepStore, compute_manifest
 from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases, default_holder
 
-__all__ = ["Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
+__all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
 logger = logging.getLogger(__name__)
+
+
+class NotCached(RuntimeError):
+    """``require_cached`` was set and some steps would have to be built; ``steps`` names them."""
+
+    def __init__(self, steps: list[str]):
+        shown = ", ".join(steps[:10]) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+        super().__init__(f"{len(steps)} step(s) would have to be built: {shown}")
+        self.steps = steps
 
 
 class Outcome(enum.Enum):
@@ -185,6 +194,9 @@ class StepRunner:
         reporter: receives progress (the CLI's display); default: log lines.
         client: the ``fray`` client that runs each step in its own process.
         poll_interval: seconds between checks of running and awaited steps.
+        caches: read-only caches (other prefixes) to fetch finished steps from before building;
+            default from the configuration.
+        require_cached: refuse to build anything (raise :class:`NotCached` naming the steps).
     """
 
     def __init__(
@@ -201,6 +213,8 @@ class StepRunner:
         client: Any = None,
         poll_interval: float = 0.1,
         config: Any = None,
+        caches: Sequence[str] | None = None,
+        require_cached: bool = False,
     ):
         if config is None and (prefix is None or max_parallel is None or strict_env is None):
             from rigging.config.discovery import discover_config
@@ -220,6 +234,8 @@ class StepRunner:
         self.poll_interval = poll_interval
         self.store = StepStore(self.prefix)
         self.holder = default_holder()
+        self.caches = tuple(caches if caches is not None else (config.caches if config else ()))
+        self.require_cached = require_cached
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
@@ -243,13 +259,15 @@ class StepRunner:
         elif note_env:
             _, env_digest = self._env()
         return make_plan(steps, self.store, force=self.force, only=self.only, salt=salt,
-                         explain=explain, env_digest=env_digest if note_env else None)
+                         explain=explain, env_digest=env_digest if note_env else None, caches=self.caches)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, steps: Iterable[Step | Lazy]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
         steps = list(steps)
         plan = self.plan(steps, explain=True)
+        if self.require_cached and plan.to_run():
+            raise NotCached([p.output_name for p in plan.to_run()])
         self.reporter.planned(plan)
         outcomes: dict[int, StepOutcome] = {}
         for pos, p in enumerate(plan.steps):
@@ -257,23 +275,32 @@ class StepRunner:
                 outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.CACHED, note=p.env_note)
             elif p.action is Action.UNNEEDED:
                 outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.UNNEEDED)
+            elif self.dry_run and p.action is Action.FETCH:
+                outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.WOULD_RUN,
+                                            reasons=[str(r) for r in p.reasons], note="would fetch from cache")
             elif self.dry_run:
                 outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.WOULD_RUN,
                                             reasons=[str(r) for r in p.reasons])
-        if not self.dry_run and plan.to_run():
+        if not self.dry_run and plan.to_do():
             self._execute(plan, outcomes)
         result = RunResult([outcomes[i] for i in range(len(plan.steps))], self.store.prefix, plan)
         return result
 
     def _client_or_default(self) -> Any:
         if self._client is None:
-            from fray.cluster import LocalClient
+            if fs.protocol_of(self.prefix) == "memory":
+                # memory:// exists only inside this process: a step run in a process of its own
+                # would write into a store nobody else sees, and its empty output would be
+                # published as done. So memory:// steps run here.
+                self._client = _InProcessClient()
+            else:
+                from fray.cluster import LocalClient
 
-            self._client = LocalClient()
+                self._client = LocalClient()
         return self._client
 
     def _execute(self, plan: Plan, outcomes: dict[int, StepOutcome]) -> None:
-        pending = [pos for pos, p in enumerate(plan.steps) if p.action is Action.RUN]
+        pending = [pos for pos, p in enumerate(plan.steps) if p.action in (Action.RUN, Action.FETCH)]
         running: dict[int, _Running] = {}
         waiting_on: dict[int, str] = {}
         paths = plan.paths()
@@ -293,11 +320,17 @@ class StepRunner:
                         pending.remove(pos)
                         progressed = True
                         continue
-                    if not all(o is not None and o.outcome in (Outcome.CACHED, Outcome.RAN) for o in dep_outcomes):
+                    # A fetch copies a finished output whole: it waits for no inputs.
+                    if p.action is not Action.FETCH and not all(
+                        o is not None and o.outcome in (Outcome.CACHED, Outcome.RAN) for o in dep_outcomes
+                    ):
                         continue
                     if len(running) >= self.max_parallel:
                         break
-                    started = self._try_start(plan, pos, paths, outcomes, waiting_on)
+                    before = len(pending)
+                    started = self._try_start(plan, pos, paths, outcomes, waiting_on, pending)
+                    if len(pending) != before:
+                        progressed = True  # a refused cache entry brought its inputs into the run
                     if started is not None:
                         running[pos] = started
                         pending.remove(pos)
@@ -316,6 +349,9 @@ class StepRunner:
                         else:
                             outcomes[pos] = outcome
                             self.reporter.finished(outcome)
+                if not progressed and not running and not waiting_on and pending:
+                    stuck = ", ".join(plan.steps[pos].name for pos in pending[:5])
+                    raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
                 if not progressed:
                     self.reporter.tick([r.planned for r in running.values()])
                     time.sleep(self.poll_interval)
@@ -332,7 +368,7 @@ class StepRunner:
             raise
 
     def _try_start(self, plan: Plan, pos: int, paths: dict[int, str], outcomes: dict[int, StepOutcome],
-                   waiting_on: dict[int, str]) -> _Running | None:
+                   waiting_on: dict[int, str], pending: list[int]) -> _Running | None:
         p = plan.steps[pos]
         record = StepRecord(p.output_path)
         forced = any(r.kind.name == "FORCED" for r in p.reasons)
@@ -358,6 +394,18 @@ class StepRunner:
             outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.CACHED, note="built by another runner")
             self.reporter.finished(outcomes[pos])
             return None
+        if p.action is Action.FETCH:
+            if self._fetch(p, lease):
+                outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.CACHED,
+                                            note=f"fetched from {p.cache_hit.cache}")
+                self.reporter.finished(outcomes[pos])
+                return None
+            # The cache entry was refused: build it here, its inputs first.
+            p.action = Action.RUN
+            p.reasons = [Reason(ReasonKind.NEW, "cache entry refused; rebuilding")]
+            if self._activate_inputs(plan, pos, outcomes, pending):
+                lease.release()
+                return None
         lease.start_heartbeat()
         try:
             if forced and pos not in waiting_on:
@@ -394,6 +442,51 @@ class StepRunner:
             return None
         self.reporter.started(p)
         return _Running(p, lease, handle, time.time(), attempt, local_log, remote_log)
+
+    def _fetch(self, p: PlannedStep, lease: Lease) -> bool:
+        """Copy ``p`` from its cache and publish it; False (with a warning) if the entry is bad."""
+        from marin.execution.cache import CacheMiss, substitute
+
+        record = StepRecord(p.output_path)
+        try:
+            substitute(p.cache_hit, p.output_path)
+            lease.check()
+            manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
+            fs.create_if_absent(record.success, _success_body(p, manifest))
+        except CacheMiss as e:
+            logger.warning("%s; rebuilding %s", e, p.output_name)
+            return False
+        except LeaseLost as e:
+            logger.warning("%s: %s", p.output_name, e)
+            return False
+        lease.release()
+        clear_leases(record.meta)
+        return True
+
+    def _activate_inputs(self, plan: Plan, pos: int, outcomes: dict[int, StepOutcome], pending: list[int]) -> bool:
+        """Bring the inputs of a step that must now be built into the run; True if any were added."""
+        added = False
+        stack = [d for d in plan.steps[pos].deps]
+        while stack:
+            d = stack.pop()
+            o = outcomes.get(d)
+            if o is None or o.outcome is not Outcome.UNNEEDED:
+                continue
+            q = plan.steps[d]
+            del outcomes[d]
+            if StepRecord(q.output_path).is_done():
+                outcomes[d] = StepOutcome(q.name, q.hash, q.output_path, Outcome.CACHED)
+                continue
+            from marin.execution.cache import find_in_caches
+
+            q.cache_hit = find_in_caches(q.output_name, self.caches) if self.caches else None
+            q.action = Action.FETCH if q.cache_hit is not None else Action.RUN
+            q.reasons = [Reason(ReasonKind.UPSTREAM_CHANGED, f"needed to rebuild {plan.steps[pos].name}")]
+            pending.append(d)
+            added = True
+            if q.action is Action.RUN:
+                stack.extend(q.deps)
+        return added
 
     def _log_paths(self, p: PlannedStep) -> tuple[str, str | None]:
         record = StepRecord(p.output_path)
@@ -490,6 +583,55 @@ class StepRunner:
             "output_bytes": manifest["total_bytes"],
             "output_files": len(manifest["files"]),
         }
+
+
+class _DoneJob:
+    """The handle of a call that already ran (see :class:`_InProcessClient`)."""
+
+    def __init__(self, value: Any = None, error: BaseException | None = None):
+        self._value = value
+        self._error = error
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> None:
+        pass
+
+
+class _InProcessClient:
+    """Runs each step at once in the runner's own process (for ``memory://`` prefixes only).
+
+    The step's Python-level output goes to its log; the process's own descriptors are left alone.
+    """
+
+    def submit(self, fn: Any, payload: StepPayload, *, name: str | None = None, env: Any = None,
+               **kwargs: Any) -> _DoneJob:
+        import contextlib
+        import dataclasses
+
+        log_path = payload.log_path
+        inner = dataclasses.replace(payload, log_path=None)
+        try:
+            with contextlib.ExitStack() as stack:
+                if log_path:
+                    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+                    log = stack.enter_context(open(log_path, "a", encoding="utf-8"))
+                    stack.enter_context(contextlib.redirect_stdout(log))
+                    stack.enter_context(contextlib.redirect_stderr(log))
+                try:
+                    return _DoneJob(fn(inner, **kwargs))
+                except Exception as e:  # noqa: BLE001 - the step's failure, reported through its handle
+                    traceback.print_exc()
+                    e.remote_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+                    return _DoneJob(error=e)
+        except OSError as e:
+            return _DoneJob(error=e)
 
 
 def _success_body(p: PlannedStep, manifest: dict) -> str:

@@ -226,8 +226,9 @@ def discover_config(
         data = _read_yaml(project_path)
         prefix = data.get("prefix")
         # A relative prefix in a project file is relative to the project, not the working folder.
-        if isinstance(prefix, str) and "://" not in prefix and not os.path.isabs(prefix):
-            data = {**data, "prefix": str(project_path.parent.parent / prefix)}
+        # A blank one is left alone so that validation rejects it instead of it becoming the project.
+        if isinstance(prefix, str) and prefix.strip() and "://" not in prefix and not os.path.isabs(prefix):
+            data = {**data, "prefix": str(project_path.parent.parent / prefix.strip())}
         apply(data, str(project_path))
     env_values = {}
     for name, raw in env.items():

@@ -1,0 +1,118 @@
+"""Small importable jobs and actors that exercise a ``DistributedClient`` (used by contract tests).
+
+They live in the package, not in a test module, so that any worker (a spawned process, a Ray
+worker on another host) can import them by name.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+__all__ = [
+    "Counter",
+    "FailingActor",
+    "add",
+    "die_hard",
+    "echo_env",
+    "kill_parent_once",
+    "print_lines",
+    "raise_value_error",
+    "sleep_then_return",
+    "spawn_grandchild_and_wait",
+    "square",
+]
+
+
+def add(a: int, b: int, *, scale: int = 1) -> int:
+    """Return ``(a + b) * scale``."""
+    return (a + b) * scale
+
+
+def square(x: int) -> int:
+    """Return ``x * x``."""
+    return x * x
+
+
+def raise_value_error(message: str) -> None:
+    """Raise ``ValueError(message)``."""
+    raise ValueError(message)
+
+
+def die_hard(code: int) -> None:
+    """Leave the process at once with exit code ``code``, reporting nothing."""
+    os._exit(code)
+
+
+def echo_env(name: str) -> str | None:
+    """Return the environment variable ``name`` as the job sees it."""
+    return os.environ.get(name)
+
+
+def sleep_then_return(seconds: float, value: object) -> object:
+    """Sleep, then return ``value``."""
+    time.sleep(seconds)
+    return value
+
+
+def print_lines(n: int, delay: float = 0.0) -> int:
+    """Print ``line i`` for i < n to stdout and one line to stderr, then return n."""
+    for i in range(n):
+        print(f"line {i}")
+        time.sleep(delay)
+    print("to stderr", file=sys.stderr)
+    # A grandchild's output is part of the job's output too.
+    subprocess.run([sys.executable, "-c", "print('from grandchild')"], check=True)
+    return n
+
+
+def spawn_grandchild_and_wait(pid_file: str) -> None:
+    """Start a long-sleeping grandchild, write its pid to ``pid_file``, then wait forever."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    tmp = pid_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(child.pid))
+    os.replace(tmp, pid_file)
+    time.sleep(600)
+
+
+def kill_parent_once(marker: str) -> str:
+    """On the first attempt, kill the worker that runs this job (as a lost host would); then succeed.
+
+    ``marker`` is a file recording that the first attempt happened.
+    """
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("attempt 1")
+        os.kill(os.getppid(), 9)
+        time.sleep(60)
+    return "survived"
+
+
+class Counter:
+    """A counter actor."""
+
+    def __init__(self, start: int = 0):
+        self.value = start
+
+    def incr(self, by: int = 1) -> int:
+        self.value += by
+        return self.value
+
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def fail(self) -> None:
+        raise RuntimeError(f"counter at {self.value} refuses")
+
+
+class FailingActor:
+    """An actor whose constructor raises."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("cannot construct")
+
+    def ping(self) -> str:
+        return "pong"

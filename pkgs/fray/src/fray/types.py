@@ -1,0 +1,206 @@
+"""The interfaces every backend implements: futures, job handles, actors and the client."""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "ActorHandle",
+    "DistributedClient",
+    "Future",
+    "JobCancelled",
+    "JobFailed",
+    "JobHandle",
+    "RayOptionsLike",
+    "RemoteError",
+    "ResourcesLike",
+    "ray_options_of",
+]
+
+
+class JobFailed(RuntimeError):
+    """A submitted call raised, or the process running it died.
+
+    Attributes:
+        remote_traceback: the traceback printed where the call ran, when there was one.
+        exitcode: the exit code (negative: the signal) of a process that died without a word.
+    """
+
+    def __init__(self, message: str, remote_traceback: str | None = None, exitcode: int | None = None):
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+        self.exitcode = exitcode
+
+    def __reduce__(self):
+        # Keep the extra fields when the error crosses a process boundary (Ray pickles it).
+        return (type(self), (self.args[0], self.remote_traceback, self.exitcode))
+
+
+RemoteError = JobFailed
+
+
+class JobCancelled(RuntimeError):
+    """The call was cancelled before it finished."""
+
+
+@runtime_checkable
+class RayOptionsLike(Protocol):
+    """Anything that can say which Ray options it needs (iris's ``ResourceConfig`` does)."""
+
+    def to_ray_options(self) -> dict[str, Any]:
+        """Return keyword arguments for Ray's ``.options(...)``."""
+        ...
+
+
+ResourcesLike = RayOptionsLike | Mapping[str, Any] | None
+
+
+def ray_options_of(resources: ResourcesLike) -> dict[str, Any]:
+    """Translate what a caller passed as ``resources`` into a dict of Ray options.
+
+    fray knows nothing of iris: it accepts any object with ``to_ray_options()``, a mapping of Ray
+    options (``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``max_retries``,
+    ``scheduling_strategy`` ...), or None.
+
+    Raises:
+        TypeError: ``resources`` is none of those.
+    """
+    if resources is None:
+        return {}
+    if isinstance(resources, RayOptionsLike):
+        return dict(resources.to_ray_options())
+    if isinstance(resources, Mapping):
+        return dict(resources)
+    raise TypeError(
+        f"resources must have to_ray_options() or be a mapping of Ray options, got {type(resources).__name__}"
+    )
+
+
+class Future(abc.ABC):
+    """The eventual value of one call."""
+
+    @abc.abstractmethod
+    def done(self) -> bool:
+        """True once the call finished (returned, raised, died or was cancelled)."""
+
+    @abc.abstractmethod
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for and return the value.
+
+        Raises:
+            JobFailed: the call raised or its process died.
+            JobCancelled: the call was cancelled.
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop the call; a no-op once it is done."""
+
+
+class JobHandle(Future):
+    """A handle to one submitted function call, with its captured output."""
+
+    name: str
+
+    @abc.abstractmethod
+    def logs(self) -> str:
+        """Everything the job wrote to stdout and stderr so far (one interleaved stream)."""
+
+    def iter_logs(self, poll_interval: float = 0.2) -> Iterator[str]:
+        """Yield the job's output in chunks as it is written, until the job is done."""
+        sent = 0
+        while True:
+            finished = self.done()
+            text = self.logs()
+            if len(text) > sent:
+                yield text[sent:]
+                sent = len(text)
+            if finished:
+                return
+            time.sleep(poll_interval)
+
+
+class ActorHandle(abc.ABC):
+    """A live object in another process; ``actor.method(*args)`` returns a :class:`Future`."""
+
+    @abc.abstractmethod
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future:
+        """Call ``method`` on the remote object; calls run one at a time, in submission order."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """End the actor's process; pending calls fail."""
+
+    def __getattr__(self, method: str) -> Callable[..., Future]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+
+
+class DistributedClient(abc.ABC):
+    """Submits functions to run elsewhere and returns handles to them."""
+
+    @abc.abstractmethod
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        resources: ResourcesLike = None,
+        **kwargs: Any,
+    ) -> JobHandle:
+        """Run ``fn(*args, **kwargs)`` elsewhere and return a handle at once.
+
+        Args:
+            fn: the function; it and its arguments are sent with cloudpickle.
+            name: a name for logs and dashboards (default: the function's name).
+            env: environment variables set for the call before ``fn`` is unpickled.
+            resources: what the call needs (see :func:`ray_options_of`).
+        """
+
+    @abc.abstractmethod
+    def create_actor(
+        self,
+        cls: type,
+        *args: Any,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        resources: ResourcesLike = None,
+        **kwargs: Any,
+    ) -> ActorHandle:
+        """Construct ``cls(*args, **kwargs)`` in a process of its own and return a handle to it."""
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        resources: ResourcesLike = None,
+    ) -> list[Any]:
+        """Run ``fn`` over ``items`` in parallel; return the results in order.
+
+        If one call fails, the others are cancelled and its :class:`JobFailed` is raised.
+        """
+        handles = [self.submit(fn, item, env=env, resources=resources) for item in items]
+        try:
+            return [h.result() for h in handles]
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Cancel what is still running and release what the client holds."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

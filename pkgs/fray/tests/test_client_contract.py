@@ -1,0 +1,137 @@
+"""One contract suite for DistributedClient, run against LocalClient and a real Ray head."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from fray import testjobs
+from fray.cluster import DistributedClient, JobCancelled, JobFailed, LocalClient
+
+
+@pytest.fixture(scope="module")
+def local_client():
+    client = LocalClient()
+    yield client
+    client.shutdown()
+
+
+@pytest.fixture(params=["local", "ray"])
+def client(request) -> DistributedClient:
+    return request.getfixturevalue(f"{request.param}_client")
+
+
+def test_submit_returns_the_value(client):
+    handle = client.submit(testjobs.add, 2, 3, scale=10, name="add")
+    assert handle.result(timeout=60) == 50
+    assert handle.done()
+    assert handle.name == "add"
+
+
+def test_an_exception_reaches_the_caller_with_its_traceback(client):
+    handle = client.submit(testjobs.raise_value_error, "bad input 42")
+    with pytest.raises(JobFailed, match="ValueError: bad input 42") as info:
+        handle.result(timeout=60)
+    assert "raise_value_error" in info.value.remote_traceback
+
+
+def test_a_process_that_dies_is_a_failure(client):
+    handle = client.submit(testjobs.die_hard, 3)
+    with pytest.raises(JobFailed):
+        handle.result(timeout=60)
+
+
+def test_result_times_out(client):
+    handle = client.submit(testjobs.sleep_then_return, 30, "late")
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=0.5)
+    assert not handle.done()
+    handle.cancel()
+
+
+def test_env_is_set_for_the_call(client):
+    handle = client.submit(testjobs.echo_env, "FRAY_CONTRACT_VAR", env={"FRAY_CONTRACT_VAR": "hello"})
+    assert handle.result(timeout=60) == "hello"
+    assert client.submit(testjobs.echo_env, "FRAY_CONTRACT_VAR").result(timeout=60) is None
+
+
+def test_logs_capture_stdout_stderr_and_grandchildren(client):
+    handle = client.submit(testjobs.print_lines, 3)
+    assert handle.result(timeout=60) == 3
+    deadline = time.monotonic() + 10
+    while "from grandchild" not in handle.logs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    logs = handle.logs()
+    for expected in ("line 0", "line 2", "to stderr", "from grandchild"):
+        assert expected in logs
+
+
+def test_logs_stream_while_the_job_runs(client):
+    handle = client.submit(testjobs.print_lines, 30, 0.1)
+    chunks = list(handle.iter_logs(poll_interval=0.05))
+    assert len(chunks) > 1, "output arrived only at the end, not streamed"
+    assert "line 29" in "".join(chunks)
+    assert handle.result(timeout=10) == 30
+
+
+def test_cancel_ends_the_job_and_its_grandchildren(client, tmp_path):
+    pid_file = str(tmp_path / "grandchild.pid")
+    handle = client.submit(testjobs.spawn_grandchild_and_wait, pid_file)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file):
+        assert time.monotonic() < deadline, "grandchild never started"
+        time.sleep(0.1)
+    grandchild = psutil.Process(int(open(pid_file).read()))
+    assert grandchild.is_running()
+    handle.cancel()
+    with pytest.raises(JobCancelled):
+        handle.result(timeout=30)
+    gone, alive = psutil.wait_procs([grandchild], timeout=15)
+    assert not alive, f"grandchild {grandchild.pid} outlived the cancelled job"
+
+
+def test_map_returns_results_in_order(client):
+    assert client.map(testjobs.square, [3, 1, 4, 1, 5]) == [9, 1, 16, 1, 25]
+
+
+def test_map_fails_when_one_item_fails(client):
+    with pytest.raises(JobFailed, match="boom"):
+        client.map(testjobs.raise_value_error, ["boom"])
+
+
+def test_actor_keeps_state_and_returns_futures(client):
+    counter = client.create_actor(testjobs.Counter, 10, env={"FRAY_ACTOR_VAR": "set"})
+    try:
+        futures = [counter.incr(i) for i in range(1, 5)]
+        assert [f.result(timeout=60) for f in futures] == [11, 13, 16, 20]
+        assert counter.call("incr", by=0).result(timeout=30) == 20
+        assert counter.env("FRAY_ACTOR_VAR").result(timeout=30) == "set"
+        with pytest.raises(JobFailed, match="counter at 20 refuses"):
+            counter.fail().result(timeout=30)
+        assert counter.incr().result(timeout=30) == 21, "the actor survives a failed call"
+    finally:
+        counter.kill()
+
+
+def test_an_actor_whose_constructor_fails_fails_its_calls(client):
+    actor = client.create_actor(testjobs.FailingActor)
+    with pytest.raises(JobFailed, match="cannot construct"):
+        actor.ping().result(timeout=60)
+    actor.kill()
+
+
+def test_resources_must_be_ray_options(client):
+    with pytest.raises(TypeError, match="to_ray_options"):
+        client.submit(testjobs.add, 1, 2, resources=42)
+
+
+class _Duck:
+    def to_ray_options(self):
+        return {"num_cpus": 1}
+
+
+def test_resources_with_to_ray_options_are_accepted(client):
+    assert client.submit(testjobs.add, 1, 2, resources=_Duck()).result(timeout=60) == 3

@@ -1,0 +1,236 @@
+"""Admission: running jobs never ask for more CPUs, memory or accelerators together than a host has."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from iris.cluster import ResourceConfig
+
+__all__ = [
+    "Admission",
+    "AdmissionController",
+    "Demand",
+    "Ledger",
+    "MachineCapacity",
+    "ResourcesTooLarge",
+    "check_fits",
+]
+
+
+class ResourcesTooLarge(ValueError):
+    """A job needs more than the machine (or any host of the cluster) has at all."""
+
+
+@dataclass(frozen=True)
+class MachineCapacity:
+    """What one host offers.
+
+    Attributes:
+        cpus: CPU cores.
+        memory: bytes of memory.
+        gpus: GPUs.
+        tpu_chips: TPU chips.
+    """
+
+    cpus: float
+    memory: int
+    gpus: int = 0
+    tpu_chips: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.cpus > 0:
+            raise ValueError(f"cpus must be > 0, got {self.cpus!r}")
+        if self.memory < 0:
+            raise ValueError(f"memory must be >= 0, got {self.memory!r}")
+        if self.gpus < 0:
+            raise ValueError(f"gpus must be >= 0, got {self.gpus!r}")
+        if self.tpu_chips < 0:
+            raise ValueError(f"tpu_chips must be >= 0, got {self.tpu_chips!r}")
+
+    @classmethod
+    def detect(cls) -> MachineCapacity:
+        """This machine: the CPUs this process may use and its total memory (no accelerators)."""
+        return cls(cpus=float(len(os.sched_getaffinity(0))), memory=int(psutil.virtual_memory().total))
+
+    def as_demand(self) -> Demand:
+        return Demand(cpus=self.cpus, memory=self.memory, gpus=self.gpus, tpu_chips=self.tpu_chips)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """An amount of each resource (what a job asks of one host, or what a host has in use).
+
+    Attributes:
+        cpus: CPU cores.
+        memory: bytes.
+        gpus: GPUs.
+        tpu_chips: TPU chips.
+    """
+
+    cpus: float = 0.0
+    memory: int = 0
+    gpus: int = 0
+    tpu_chips: int = 0
+
+    @classmethod
+    def per_host(cls, resources: ResourceConfig) -> Demand:
+        """What ``resources`` asks of each of its hosts."""
+        return cls(cpus=float(resources.cpus), memory=resources.memory or 0,
+                   gpus=resources.gpus_per_host, tpu_chips=resources.tpu_chips_per_host)
+
+    @classmethod
+    def total(cls, resources: ResourceConfig) -> Demand:
+        """What ``resources`` asks when all its hosts' processes run on one machine (local runs)."""
+        return cls.per_host(resources).scaled(resources.num_hosts)
+
+    def scaled(self, n: int) -> Demand:
+        return Demand(self.cpus * n, self.memory * n, self.gpus * n, self.tpu_chips * n)
+
+    def __add__(self, other: Demand) -> Demand:
+        return Demand(self.cpus + other.cpus, self.memory + other.memory,
+                      self.gpus + other.gpus, self.tpu_chips + other.tpu_chips)
+
+    def __sub__(self, other: Demand) -> Demand:
+        return Demand(self.cpus - other.cpus, self.memory - other.memory,
+                      self.gpus - other.gpus, self.tpu_chips - other.tpu_chips)
+
+    def shortfalls(self, capacity: Demand) -> list[str]:
+        """Each resource where this exceeds ``capacity``, as ``"cpus: 64 > 2"``."""
+        out = []
+        for field in ("cpus", "memory", "gpus", "tpu_chips"):
+            want, have = getattr(self, field), getattr(capacity, field)
+            if want > have + 1e-9:
+                out.append(f"{field}: {want:g} > {have:g}")
+        return out
+
+    def fits_in(self, capacity: Demand) -> bool:
+        return not self.shortfalls(capacity)
+
+
+class Ledger:
+    """The book of one host: its capacity and what admitted jobs use (not thread-safe)."""
+
+    def __init__(self, capacity: MachineCapacity):
+        self.capacity = capacity
+        self.used = Demand()
+
+    @property
+    def free(self) -> Demand:
+        return self.capacity.as_demand() - self.used
+
+    def can_take(self, demand: Demand) -> bool:
+        return (self.used + demand).fits_in(self.capacity.as_demand())
+
+    def take(self, demand: Demand) -> None:
+        if not self.can_take(demand):
+            raise RuntimeError(f"over capacity: {', '.join((self.used + demand).shortfalls(self.capacity.as_demand()))}")
+        self.used = self.used + demand
+
+    def give_back(self, demand: Demand) -> None:
+        self.used = self.used - demand
+
+
+def check_fits(resources: ResourceConfig, capacity: MachineCapacity, *, what: str = "this machine",
+               demand: Demand | None = None) -> None:
+    """Raise :class:`ResourcesTooLarge` if ``resources`` can never run on ``capacity``.
+
+    Args:
+        demand: the amount to check (default: everything the job asks, all hosts on one machine).
+    """
+    demand = demand if demand is not None else Demand.total(resources)
+    shortfalls = demand.shortfalls(capacity.as_demand())
+    if shortfalls:
+        raise ResourcesTooLarge(
+            f"the job needs more than {what} has ({'; '.join(shortfalls)}); "
+            f"ask for less, or run it on a cluster (--backend ray)"
+        )
+
+
+class Admission:
+    """Resources held by one admitted job; release them with :meth:`release` or ``with``."""
+
+    def __init__(self, controller: AdmissionController, demand: Demand):
+        self._controller = controller
+        self.demand = demand
+        self._released = False
+
+    def release(self) -> None:
+        """Give the resources back (idempotent)."""
+        if not self._released:
+            self._released = True
+            self._controller._release(self.demand)
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class AdmissionController:
+    """Thread-safe admission of jobs on one machine.
+
+    A job is admitted only while everything admitted and not yet released fits the machine's
+    capacity together. A job that could never fit is rejected by :meth:`check_fits` (call it when
+    planning, before anything runs) instead of waiting forever.
+
+    Args:
+        capacity: the machine; default: :meth:`MachineCapacity.detect`.
+    """
+
+    def __init__(self, capacity: MachineCapacity | None = None):
+        self.capacity = capacity if capacity is not None else MachineCapacity.detect()
+        self._ledger = Ledger(self.capacity)
+        self._changed = threading.Condition()
+
+    @property
+    def in_use(self) -> Demand:
+        with self._changed:
+            return self._ledger.used
+
+    def check_fits(self, resources: ResourceConfig) -> None:
+        """Raise :class:`ResourcesTooLarge` if ``resources`` exceeds the whole machine."""
+        check_fits(resources, self.capacity)
+
+    def try_admit(self, resources: ResourceConfig) -> Admission | None:
+        """Admit the job now if it fits next to what runs; else None.
+
+        Raises:
+            ResourcesTooLarge: it would never fit.
+        """
+        self.check_fits(resources)
+        demand = Demand.total(resources)
+        with self._changed:
+            if not self._ledger.can_take(demand):
+                return None
+            self._ledger.take(demand)
+        return Admission(self, demand)
+
+    def admit(self, resources: ResourceConfig, timeout: float | None = None) -> Admission:
+        """Wait until the job fits next to what runs, then admit it.
+
+        Raises:
+            ResourcesTooLarge: it would never fit.
+            TimeoutError: it did not fit within ``timeout`` seconds.
+        """
+        self.check_fits(resources)
+        demand = Demand.total(resources)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not self._ledger.can_take(demand):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no room for {demand} within {timeout}s (in use: {self._ledger.used})")
+                self._changed.wait(remaining)
+            self._ledger.take(demand)
+        return Admission(self, demand)
+
+    def _release(self, demand: Demand) -> None:
+        with self._changed:
+            self._ledger.give_back(demand)
+            self._changed.notify_all()

@@ -1,0 +1,138 @@
+"""Training checkpoints with Orbax (TensorStore-backed), local or gs://.
+
+A checkpoint is one Orbax step folder holding two items: ``state`` (params, optimizer state, step,
+PRNG key; a PyTree) and ``data`` (the input iterator's position, JSON). Orbax only lists a step
+once its save committed, so a save killed half-way is never seen; a committed step that fails to
+restore (corrupt files) is skipped for the previous one with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from rigging import filesystem as fs
+
+__all__ = ["CheckpointConfig", "Checkpointer", "RestoredCheckpoint"]
+
+logger = logging.getLogger(__name__)
+
+# What a committed-but-broken checkpoint raises on restore: missing files (OSError), unreadable
+# TensorStore or JSON data (ValueError), a tree missing entries (KeyError), and Orbax's own
+# wrapping of TensorStore failures (RuntimeError).
+_RESTORE_ERRORS = (OSError, ValueError, KeyError, RuntimeError)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """When checkpoints are written and which are kept."""
+
+    save_every: int = 100
+    """Save after every this many steps (and always after the last step)."""
+    keep_last: int = 2
+    """Keep this many most recent checkpoints."""
+    keep_every: int | None = None
+    """Also keep, permanently, every checkpoint whose step is a multiple of this (None: none)."""
+    async_save: bool = True
+    """Write in the background while training continues (only the device-to-host copy blocks)."""
+
+    def __post_init__(self) -> None:
+        if self.save_every <= 0:
+            raise ValueError(f"save_every must be > 0, got {self.save_every}")
+        if self.keep_last <= 0:
+            raise ValueError(f"keep_last must be > 0, got {self.keep_last}")
+        if self.keep_every is not None and self.keep_every <= 0:
+            raise ValueError(f"keep_every must be > 0 or None, got {self.keep_every}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredCheckpoint:
+    """What a resume reads back."""
+
+    step: int
+    """The step the checkpoint was taken after (number of completed steps)."""
+    state: Any
+    """The training state PyTree, with the structure and shardings of the restore target."""
+    data_state: dict
+    """The input iterator state to pass to ``set_state``."""
+
+
+class Checkpointer:
+    """Saves and restores training checkpoints under ``directory``."""
+
+    def __init__(self, directory: str, config: CheckpointConfig):
+        self.directory = directory
+        self.config = config
+        self.blocked_seconds = 0.0
+        if fs.is_local(directory):
+            fs.makedirs(directory)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=config.keep_last,
+            keep_period=config.keep_every,
+            enable_async_checkpointing=config.async_save,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+
+    def should_save(self, step: int, final_step: int) -> bool:
+        """True when the checkpoint after ``step`` completed steps is due."""
+        return step % self.config.save_every == 0 or step == final_step
+
+    def steps(self) -> list[int]:
+        """Committed checkpoint steps, oldest first."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: Any, data_state: dict, *, wait: bool = False) -> None:
+        """Start saving ``state`` and ``data_state`` as checkpoint ``step``.
+
+        Only copying the arrays to host memory blocks (timed in ``blocked_seconds``); the writes
+        finish in the background unless ``wait``.
+        """
+        start = time.perf_counter()
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
+            force=True,
+        )
+        if wait:
+            self._manager.wait_until_finished()
+        self.blocked_seconds += time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Block until every save started so far is committed."""
+        start = time.perf_counter()
+        self._manager.wait_until_finished()
+        self.blocked_seconds += time.perf_counter() - start
+
+    def restore_latest(self, target: Any) -> RestoredCheckpoint | None:
+        """Restore the newest checkpoint that reads back, or None when there is none.
+
+        ``target`` is a PyTree of arrays or ``jax.ShapeDtypeStruct`` (with shardings) giving the
+        structure to restore into. A checkpoint that fails to restore is deleted after a warning,
+        so that training can save that step again.
+        """
+        for step in reversed(self.steps()):
+            try:
+                restored = self._manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
+            except _RESTORE_ERRORS as e:
+                logger.warning("checkpoint %s/%s is unreadable (%s: %s); falling back to the previous one",
+                               self.directory, step, type(e).__name__, str(e).splitlines()[0][:300])
+                self._discard(step)
+                continue
+            return RestoredCheckpoint(step=step, state=restored.state, data_state=restored.data)
+        return None
+
+    def _discard(self, step: int) -> None:
+        self._manager.delete(step)
+        self._manager.reload()
+
+    def close(self) -> None:
+        """Wait for pending saves and release Orbax's threads."""
+        self.wait()
+        self._manager.close()

@@ -1,0 +1,111 @@
+"""The training input pipeline: mixture of packed datasets → batches → thread prefetch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import grain.python as grain
+import numpy as np
+
+from levanter.data.packing import MixtureIterDataset, PackedIterDataset
+from levanter.data.tokenized import TokenizedSplit, open_split
+
+__all__ = ["DatasetSpec", "data_vocab_size", "eval_batches", "train_dataset"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """One tokenized dataset in a training mixture."""
+
+    path: str
+    """Folder written by the tokenize step (holds ``index.json``), local or gs://."""
+    weight: float = 1.0
+    """Relative sampling weight (normalised over the mixture)."""
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError(f"path must be non-empty, got {self.path!r}")
+        if not self.weight >= 0:
+            raise ValueError(f"weight must be >= 0, got {self.weight}")
+
+
+def _open_all(specs: Sequence[DatasetSpec], split: str, cache_dir: str | None) -> list[TokenizedSplit]:
+    return [open_split(s.path, split, cache_dir) for s in specs]
+
+
+def data_vocab_size(specs: Sequence[DatasetSpec]) -> int:
+    """The vocabulary size shared by every dataset of the mixture.
+
+    Raises:
+        ValueError: datasets were tokenized with different vocabularies (ids would not agree).
+    """
+    from levanter.data.tokenized import read_index
+
+    sizes = {s.path: int(read_index(s.path)["vocab_size"]) for s in specs}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"datasets of one mixture must share a vocabulary, got vocab sizes {sizes}")
+    return next(iter(sizes.values()))
+
+
+def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, seed: int,
+                  prefetch: int = 4, cache_dir: str | None = None) -> grain.IterDataset:
+    """Endless batches ``[batch_size, seq_len + 1]`` (int32) of packed, shuffled, mixed training data.
+
+    Iterate it with ``iter(...)``; the iterator's ``get_state()`` / ``set_state()`` save and restore
+    the position of the batches already consumed (prefetched ones are not counted).
+
+    Args:
+        specs: the datasets and their weights.
+        seq_len: model context; windows hold one more token so inputs and targets both have seq_len.
+        batch_size: windows per batch.
+        seed: drives document order and mixture draws.
+        prefetch: batches prepared ahead in a background thread (0 disables prefetch).
+        cache_dir: where remote shards are copied before reading.
+    """
+    if not specs:
+        raise ValueError("need at least one dataset")
+    splits = _open_all(specs, "train", cache_dir)
+    packed = [PackedIterDataset(s, seq_len + 1, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
+              for i, s in enumerate(splits)]
+    mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed)
+    batched = mixed.batch(batch_size, drop_remainder=True)
+    if prefetch > 0:
+        batched = grain.experimental.ThreadPrefetchIterDataset(batched, prefetch_buffer_size=prefetch)
+    return batched
+
+
+def eval_batches(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, max_batches: int,
+                 cache_dir: str | None = None) -> list[np.ndarray]:
+    """Up to ``max_batches`` fixed validation batches: each dataset's ``validation`` split in order.
+
+    Every dataset contributes windows in proportion to its weight, so the validation loss
+    measures the same mixture as training. Datasets without a validation split are left out.
+    Returns [] when no dataset has validation data.
+    """
+    specs = [s for s in specs if s.weight > 0]
+    opened = []
+    for spec in specs:
+        try:
+            opened.append((spec, open_split(spec.path, "validation", cache_dir)))
+        except KeyError:
+            continue
+    if not opened:
+        return []
+    total_w = sum(spec.weight for spec, _ in opened)
+    want = max_batches * batch_size
+    windows: list[np.ndarray] = []
+    for spec, split in opened:
+        quota = max(1, int(round(want * spec.weight / total_w)))
+        it = iter(PackedIterDataset(split, seq_len + 1, seed=0, shuffle=False, repeat=False))
+        for _ in range(quota):
+            try:
+                windows.append(next(it))
+            except StopIteration:
+                break
+    if 0 < len(windows) < batch_size:
+        # A validation split smaller than one batch still gives a loss: repeat its windows (each
+        # window's loss is unchanged; the mean just weights them evenly).
+        windows = [windows[i % len(windows)] for i in range(batch_size)]
+    n = (len(windows) // batch_size) * batch_size
+    return [np.stack(windows[i:i + batch_size]) for i in range(0, min(n, want), batch_size)]

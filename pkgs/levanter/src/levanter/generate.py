@@ -1,0 +1,80 @@
+"""Sampling token ids from a trained model's final parameters."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from levanter.models.llama import LlamaConfig, transformed_llama
+from rigging import filesystem as fs
+
+__all__ = ["generate", "load_final_model"]
+
+
+def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
+    """Read ``<output_path>/config.json`` and ``<output_path>/final/params.npz`` of a training run.
+
+    Raises:
+        FileNotFoundError: the run has not finished (no final parameters).
+    """
+    params_path = fs.join(output_path, "final", "params.npz")
+    if not fs.exists(params_path):
+        raise FileNotFoundError(f"{params_path} not found: training under {output_path} has not finished")
+    config = LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
+    with np.load(io.BytesIO(fs.read_bytes(params_path))) as flat:
+        params: dict[str, dict[str, Any]] = {}
+        for key in flat.files:
+            module, name = key.rsplit("/", 1)
+            params.setdefault(module, {})[name] = jnp.asarray(flat[key])
+    return config, params
+
+
+def generate(config: LlamaConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
+             temperature: float = 0.0, seed: int = 0, eos_id: int | None = None) -> list[int]:
+    """Continue ``prompt`` by up to ``max_new_tokens`` ids; returns only the new ids.
+
+    ``temperature == 0`` is greedy; otherwise ids are sampled from ``softmax(logits / temperature)``.
+    Generation stops after ``eos_id`` (included) or at ``config.max_seq_len`` total tokens.
+    The whole context is recomputed per token in a fixed-size buffer (one compilation), which is
+    cheap at the sizes sampled from the command line.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    ids = [int(t) for t in prompt]
+    if not ids:
+        raise ValueError("prompt must hold at least one token id")
+    if any(t < 0 or t >= config.vocab_size for t in ids):
+        raise ValueError(f"prompt ids must be in [0, {config.vocab_size}), got {ids}")
+    length = min(len(ids) + max_new_tokens, config.max_seq_len)
+    if len(ids) >= length:
+        return []
+    model = transformed_llama(config)
+
+    @jax.jit
+    def next_token(params: Any, buffer: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:
+        # Causal attention means the padding after ``position`` cannot change its logits.
+        logits = model.apply(params, None, buffer[None, :])[0, position]
+        if temperature == 0:
+            return jnp.argmax(logits)
+        return jax.random.categorical(key, logits / temperature)
+
+    buffer = np.zeros(length, dtype=np.int32)
+    buffer[:len(ids)] = ids
+    key = jax.random.PRNGKey(seed)
+    out: list[int] = []
+    for position in range(len(ids) - 1, length - 1):
+        key, sub = jax.random.split(key)
+        token = int(next_token(params, jnp.asarray(buffer), jnp.int32(position), sub))
+        buffer[position + 1] = token
+        out.append(token)
+        if eos_id is not None and token == eos_id:
+            break
+    return out

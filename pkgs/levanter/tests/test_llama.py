@@ -1,0 +1,79 @@
+"""LlamaConfig validation and the Haiku model's shapes, causality and parameter count."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from levanter.models.llama import LlamaConfig, transformed_llama
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hidden_dim": 30, "num_heads": 4}, "hidden_dim must be divisible by num_heads, got hidden_dim=30"),
+    ({"num_heads": 4, "num_kv_heads": 3}, "num_heads must be divisible by num_kv_heads, got num_heads=4"),
+    ({"num_layers": 0}, "num_layers must be a positive int, got 0"),
+    ({"norm_eps": 0.0}, "norm_eps must be > 0, got 0.0"),
+])
+def test_validation_names_the_bad_value(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        LlamaConfig(**kwargs)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_param_count_and_shapes(tie):
+    cfg = LlamaConfig(vocab_size=50, hidden_dim=16, intermediate_dim=24, num_heads=4, num_kv_heads=2,
+                      num_layers=2, tie_embeddings=tie)
+    model = transformed_llama(cfg)
+    tokens = jnp.zeros((2, 7), jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), tokens)
+    assert sum(p.size for p in jax.tree.leaves(params)) == cfg.num_params()
+    assert params["layer_0/attn/k_proj"]["w"].shape == (16, 8)  # 2 kv heads of width 4
+    assert model.apply(params, None, tokens).shape == (2, 7, 50)
+
+
+def test_attention_is_causal():
+    cfg = LlamaConfig(vocab_size=50, hidden_dim=16, intermediate_dim=24, num_heads=4, num_kv_heads=1)
+    model = transformed_llama(cfg)
+    a = jnp.array([[1, 2, 3, 4, 5, 6]])
+    b = a.at[0, 4:].set(jnp.array([40, 41]))
+    params = model.init(jax.random.PRNGKey(1), a)
+    la, lb = model.apply(params, None, a), model.apply(params, None, b)
+    np.testing.assert_allclose(la[0, :4], lb[0, :4], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(la[0, 4:], lb[0, 4:])
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    from levanter.models.llama import _rotary
+
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
+
+    def score(m: int, n: int) -> float:
+        rq = _rotary(q, jnp.array([m]), 10000.0)
+        rk = _rotary(k, jnp.array([n]), 10000.0)
+        return float(jnp.sum(rq * rk))
+
+    assert score(5, 2) == pytest.approx(score(13, 10), rel=1e-4)
+    assert score(5, 2) != pytest.approx(score(5, 4), rel=1e-3)
+    assert score(3, 3) == pytest.approx(float(jnp.sum(q * k)), rel=1e-5)
+
+
+def test_presets():
+    import importlib.util
+    import os
+
+    # experiments/ is a top-level folder of the project, not an installed package.
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments", "llama.py")
+    spec = importlib.util.spec_from_file_location("_experiments_llama", path)
+    presets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(presets)
+    llama_nano, llama_150m = presets.llama_nano, presets.llama_150m
+
+    assert (llama_nano.hidden_dim, llama_nano.intermediate_dim, llama_nano.num_heads, llama_nano.num_kv_heads,
+            llama_nano.num_layers, llama_nano.max_seq_len) == (32, 128, 2, 2, 2, 512)
+    assert 135e6 <= llama_150m.num_params() <= 165e6
+    assert llama_150m.flops_per_token(1024) > 6 * llama_150m.num_params() * 0.8

@@ -1,0 +1,115 @@
+"""Kill, preempt and corrupt: training resumes from the right checkpoint with identical results."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import numpy as np
+from levanter_testlib import final_params, start_trainer, tiny_config
+
+from levanter.checkpoint import CheckpointConfig
+from levanter.trainer import PREEMPTED_EXIT_CODE, main
+
+STEPS = 16
+
+
+def _committed_steps(ckpt_dir: str) -> list[int]:
+    if not os.path.isdir(ckpt_dir):
+        return []
+    return sorted(int(name) for name in os.listdir(ckpt_dir) if name.isdigit())
+
+
+def _wait_for_checkpoint(proc, ckpt_dir: str, at_least: int, timeout: float = 120.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = _committed_steps(ckpt_dir)
+        if steps and steps[-1] >= at_least:
+            return steps[-1]
+        assert proc.poll() is None, f"trainer exited early ({proc.returncode}): {proc.stderr.read()[-3000:]}"
+        time.sleep(0.02)
+    raise AssertionError(f"no checkpoint >= {at_least} under {ckpt_dir} within {timeout}s")
+
+
+def _config(data: str, out: str, **kw):
+    # A checkpoint every step paces the run (a step alone takes under a millisecond here), so a
+    # signal reliably lands mid-run.
+    return tiny_config(data, out, num_train_steps=STEPS, checkpoint=CheckpointConfig(save_every=1, keep_last=3),
+                       eval_batches=0, **kw)
+
+
+def _assert_bitwise_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == b[key].dtype
+        assert np.array_equal(a[key], b[key]), f"{key} differs"
+
+
+def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
+    reference_out = str(tmp_path / "reference")
+    main(_config(tiny_dataset, reference_out))
+
+    out = str(tmp_path / "killed")
+    cfg = _config(tiny_dataset, out)
+    proc = start_trainer(cfg, str(tmp_path / "cfg.json"))
+    seen = _wait_for_checkpoint(proc, cfg.resolved_checkpoint_path, at_least=4)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not os.path.exists(os.path.join(out, "final")), "the run finished before it was killed"
+    assert seen < STEPS
+
+    result = main(cfg)
+    assert 4 <= result["start_step"] < STEPS
+    assert result["steps"] == STEPS
+    _assert_bitwise_equal(final_params(out), final_params(reference_out))
+
+
+def test_sigterm_saves_and_exits_resumable(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    cfg = _config(tiny_dataset, out)
+    proc = start_trainer(cfg, str(tmp_path / "cfg.json"))
+    _wait_for_checkpoint(proc, cfg.resolved_checkpoint_path, at_least=3)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    assert "preempted by SIGTERM after step" in stderr
+    stopped_at = int(stderr.split("preempted by SIGTERM after step ")[1].split(";")[0])
+    assert 3 <= stopped_at < STEPS
+    assert _committed_steps(cfg.resolved_checkpoint_path)[-1] == stopped_at
+    assert not os.path.exists(os.path.join(out, "final"))
+
+    result = main(cfg)
+    assert result["start_step"] == stopped_at
+    assert result["steps"] == STEPS
+    reference_out = str(tmp_path / "reference")
+    main(_config(tiny_dataset, reference_out))
+    _assert_bitwise_equal(final_params(out), final_params(reference_out))
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path, caplog):
+    out = str(tmp_path / "run")
+    cfg = tiny_config(tiny_dataset, out, num_train_steps=6, eval_batches=0,
+                      checkpoint=CheckpointConfig(save_every=2, keep_last=3))
+    main(cfg)
+    ckpt = cfg.resolved_checkpoint_path
+    assert _committed_steps(ckpt) == [2, 4, 6]
+    # Overwrite every array file of the newest checkpoint with garbage.
+    damaged = 0
+    for dirpath, _dirs, files in os.walk(os.path.join(ckpt, "6", "state")):
+        for name in files:
+            with open(os.path.join(dirpath, name), "wb") as f:
+                f.write(b"\x00garbage")
+            damaged += 1
+    assert damaged
+
+    with caplog.at_level(logging.WARNING, logger="levanter.checkpoint"):
+        result = main(cfg)
+    assert result["start_step"] == 4 and result["steps"] == 6
+    assert any("unreadable" in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records)
+    reference_out = str(tmp_path / "reference")
+    main(tiny_config(tiny_dataset, reference_out, num_train_steps=6, eval_batches=0,
+                     checkpoint=CheckpointConfig(save_every=2, keep_last=3)))
+    _assert_bitwise_equal(final_params(out), final_params(reference_out))

@@ -1,0 +1,66 @@
+"""Two-step CPU pulse test of ``levanter.trainer.main``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from levanter_testlib import tiny_config
+
+from levanter.generate import generate, load_final_model
+from levanter.trainer import NonFiniteLossError, TrainerConfig, config_from_dict, config_to_dict, main
+
+
+def test_pulse_two_steps(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    result = main(tiny_config(tiny_dataset, out))
+    assert result["steps"] == 2 and result["start_step"] == 0
+    assert math.isfinite(result["final_loss"]) and math.isfinite(result["val_loss"])
+    # Untrained on a 64-token vocabulary the loss is near ln(64).
+    assert abs(result["final_loss"] - math.log(64)) < 1.0
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    train_rows = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in train_rows] == [1, 2]
+    for key in ("loss", "lr", "grad_norm"):
+        assert all(math.isfinite(r[key]) for r in train_rows), key
+    assert {"tokens_per_s", "mfu", "input_wait_frac"} <= set(train_rows[-1])
+    assert any("val_loss" in r for r in rows)
+    assert os.listdir(os.path.join(out, "tensorboard"))
+    saved = json.load(open(os.path.join(out, "config.json")))
+    assert saved["model"]["vocab_size"] == 64
+    assert config_from_dict(saved) == TrainerConfig(**{**config_from_dict(saved).__dict__})
+    config, params = load_final_model(out)
+    assert config.vocab_size == 64
+    new = generate(config, params, [1, 2, 3], max_new_tokens=5)
+    assert len(new) == 5 and all(0 <= t < 64 for t in new)
+
+
+def test_vocab_size_comes_from_data(tiny_dataset, tmp_path):
+    cfg = tiny_config(tiny_dataset, str(tmp_path / "run"), num_train_steps=1)
+    cfg = TrainerConfig(**{**cfg.__dict__, "model": type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 4096})})
+    result = main(cfg)
+    assert result["model"]["vocab_size"] == 64
+    _, params = load_final_model(str(tmp_path / "run"))
+    assert params["embed"]["embeddings"].shape == (64, 32)
+
+
+def test_config_roundtrip(tiny_dataset, tmp_path):
+    cfg = tiny_config(tiny_dataset, str(tmp_path / "x"), compute_dtype="bfloat16")
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+
+
+def test_nan_loss_names_the_step(tiny_dataset, tmp_path):
+    from levanter.optim import AdamConfig
+
+    # A huge learning rate without clipping overflows float32 within a few steps.
+    cfg = tiny_config(tiny_dataset, str(tmp_path / "run"), num_train_steps=30,
+                      optimizer=AdamConfig(learning_rate=1e30, warmup=0, max_grad_norm=None),
+                      checkpoint=tiny_config(tiny_dataset, "x").checkpoint.__class__(save_every=100))
+    with pytest.raises(NonFiniteLossError) as err:
+        main(cfg)
+    assert f"at step {err.value.step}" in str(err.value)
+    assert err.value.step >= 2
+    assert not np.isfinite(err.value.loss)

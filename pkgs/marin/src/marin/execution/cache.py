@@ -1,0 +1,124 @@
+"""Binary caches in the manner of Nix substituters: read-only prefixes looked up by hash.
+
+A cache is another prefix (local folder, ``gs://``, ``memory://``) holding finished step
+outputs at the same ``<name>-<hash16>`` paths. A hit is copied into the local prefix, verified
+against its manifest, and only then marked done; a partial or corrupt entry is refused.
+Publishing (:func:`push`) copies every file first and the success record last, so a half-pushed
+entry never looks finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marin.execution.store import META_DIR, StepRecord, verify_manifest
+from rigging import filesystem as fs
+
+__all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
+
+logger = logging.getLogger(__name__)
+
+# Records that describe one attempt in one place; they never travel between prefixes.
+_LOCAL_ONLY = ("lease-", "status.json")
+
+
+class CacheMiss(Exception):
+    """A cache entry exists but cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """A finished output found in a cache."""
+
+    cache: str
+    path: str
+
+
+def find_in_caches(output_name: str, caches: Sequence[str]) -> CacheHit | None:
+    """The first cache holding a finished ``output_name``, or None."""
+    for cache in caches:
+        path = fs.join(cache.rstrip("/"), output_name)
+        if StepRecord(path).is_done():
+            return CacheHit(cache, path)
+    return None
+
+
+def _travels(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return not (rel.startswith(META_DIR + "/") and name.startswith(_LOCAL_ONLY))
+
+
+def copy_tree(src: str, dst: str, *, skip_success: bool = True) -> int:
+    """Copy every file of ``src`` into ``dst`` (streamed); returns bytes copied.
+
+    The success record is left out unless asked for: callers write it last.
+    """
+    copied = 0
+    for rel, _size in fs.walk_files(src):
+        if not _travels(rel):
+            continue
+        if skip_success and rel == f"{META_DIR}/success.json":
+            continue
+        with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, rel), "wb") as fout:
+            while chunk := fin.read(1 << 22):
+                fout.write(chunk)
+                copied += len(chunk)
+    return copied
+
+
+def _clear(dst: str) -> None:
+    for name in fs.listdir(dst):
+        if name == META_DIR:
+            for meta in fs.listdir(fs.join(dst, META_DIR)):
+                if not meta.startswith("lease-"):
+                    fs.rm_tree(fs.join(dst, META_DIR, meta))
+        else:
+            fs.rm_tree(fs.join(dst, name))
+
+
+def substitute(hit: CacheHit, dst: str) -> None:
+    """Copy a cache hit into ``dst`` and verify it; raise :class:`CacheMiss` (and clean up) if bad.
+
+    The caller holds ``dst``'s lease and writes the success record afterwards.
+    """
+    src_record = StepRecord(hit.path)
+    manifest = src_record.read_json(src_record.manifest)
+    success = src_record.read_json(src_record.success)
+    if manifest is None or success is None:
+        raise CacheMiss(f"cache entry {hit.path} has no readable manifest or success record")
+    try:
+        copy_tree(hit.path, dst)
+    except (OSError, ValueError) as e:
+        _clear(dst)
+        raise CacheMiss(f"copying cache entry {hit.path} failed: {e}") from e
+    problems = verify_manifest(dst, manifest)
+    if problems:
+        _clear(dst)
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise CacheMiss(f"cache entry {hit.path} does not match its manifest ({shown})")
+
+
+def push_output(src: str, cache: str, output_name: str) -> bool:
+    """Publish a finished output to ``cache``; False when the cache already has it.
+
+    Files first, the manifest and provenance with them, the success record last.
+    """
+    src_record = StepRecord(src)
+    if not src_record.is_done():
+        raise CacheMiss(f"{src} is not a finished step output")
+    dst = fs.join(cache.rstrip("/"), output_name)
+    dst_record = StepRecord(dst)
+    if dst_record.is_done():
+        return False
+    manifest = src_record.read_json(src_record.manifest)
+    if manifest is not None:
+        problems = verify_manifest(src, manifest)
+        if problems:
+            raise CacheMiss(f"{src} changed since it was built ({problems[0]}); not pushing")
+    copy_tree(src, dst)
+    success = src_record.read_json(src_record.success) or {}
+    fs.create_if_absent(dst_record.success, json.dumps(success))
+    return True

@@ -1,0 +1,312 @@
+"""Gather everything a report shows from a plan (or a run's result) and the step store."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.hashing import config_to_json, fn_identity
+from marin.execution.plan import Action, Plan, PlannedStep
+from marin.execution.step_runner import Outcome, RunResult, StepOutcome
+from marin.execution.store import StepRecord
+from marin.report.outputs import read_log_tail, read_metrics, read_tokenized
+
+__all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
+
+
+class StepState(enum.Enum):
+    """How a step stands in the report (the node's colour)."""
+
+    CACHED = "cached"
+    RAN = "ran"
+    FAILED = "failed"
+    UPSTREAM_FAILED = "upstream failed"
+    WOULD_RUN = "would run"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    UNNEEDED = "unneeded"
+
+
+_FROM_OUTCOME = {
+    Outcome.CACHED: StepState.CACHED,
+    Outcome.RAN: StepState.RAN,
+    Outcome.FAILED: StepState.FAILED,
+    Outcome.UPSTREAM_FAILED: StepState.UPSTREAM_FAILED,
+    Outcome.WOULD_RUN: StepState.WOULD_RUN,
+    Outcome.INTERRUPTED: StepState.INTERRUPTED,
+    Outcome.UNNEEDED: StepState.UNNEEDED,
+}
+
+# States whose log tail is worth embedding (the log explains them).
+_LOG_STATES = (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING)
+
+
+@dataclass
+class ReportStep:
+    """One step as the report shows it.
+
+    Attributes:
+        name: the step's name.
+        hash: its full hash.
+        output_path: its output folder.
+        state: how it stands.
+        deps: indexes (into ``ReportData.steps``) of the steps it reads.
+        reasons: why it ran, runs or would run (from the plan), one line each.
+        built_because: for a step built earlier, the reasons recorded when it was built.
+        fn: ``module:qualname`` of its function.
+        version: its version string.
+        config: the resolved config (placeholders as paths, secrets redacted).
+        environment: the environment it was built in (None until it finished once).
+        started_at, finished_at, duration_s: timings of the build (seconds since the epoch / seconds).
+        attempts: how many attempts the build took.
+        host: where it was built.
+        output_bytes, output_files: the size of its output (from the manifest).
+        error, traceback: why the last attempt failed.
+        log_path, log_tail: its log, and the end of it for failed or running steps.
+        note: a remark from the runner ("built by another runner", "built in a different environment").
+        metrics: the series of its ``metrics.jsonl`` (training steps).
+        tokenized: the summary of its ``index.json`` (tokenize steps).
+    """
+
+    name: str
+    hash: str
+    output_path: str
+    state: StepState
+    deps: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    built_because: list[str] = field(default_factory=list)
+    fn: str | None = None
+    version: str | None = None
+    config: Any = None
+    environment: dict[str, Any] | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration_s: float | None = None
+    attempts: int | None = None
+    host: str | None = None
+    output_bytes: int | None = None
+    output_files: int | None = None
+    error: str | None = None
+    traceback: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    note: str | None = None
+    metrics: dict[str, Any] | None = None
+    tokenized: dict[str, Any] | None = None
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:8]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "hash": self.hash,
+            "short_hash": self.short_hash,
+            "output_path": self.output_path,
+            "state": self.state.value,
+            "deps": self.deps,
+            "reasons": self.reasons,
+            "built_because": self.built_because,
+            "fn": self.fn,
+            "version": self.version,
+            "config": self.config,
+            "environment": self.environment,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": self.duration_s,
+            "attempts": self.attempts,
+            "host": self.host,
+            "output_bytes": self.output_bytes,
+            "output_files": self.output_files,
+            "error": self.error,
+            "traceback": self.traceback,
+            "log_path": self.log_path,
+            "log_tail": self.log_tail,
+            "note": self.note,
+            "metrics": self.metrics,
+            "tokenized": self.tokenized,
+        }
+
+
+@dataclass
+class ReportData:
+    """Everything one report shows; :meth:`to_json` is what the page embeds."""
+
+    title: str
+    prefix: str
+    source: str  # "run" (the outcome of a run) or "plan" (the store as it stands)
+    steps: list[ReportStep]
+    generated_at: float = field(default_factory=time.time)
+    environment: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, int]:
+        """How many steps are in each state (states with none left out)."""
+        counts = {state.value: 0 for state in StepState}
+        for step in self.steps:
+            counts[step.state.value] += 1
+        return {k: v for k, v in counts.items() if v}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "marin.report/v1",
+            "title": self.title,
+            "prefix": self.prefix,
+            "source": self.source,
+            "generated_at": self.generated_at,
+            "environment": self.environment,
+            "summary": self.summary(),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+def _reason_lines(reasons: Any) -> list[str]:
+    """Provenance reasons (``{"kind", "detail"}`` records) as one line each."""
+    lines = []
+    for r in reasons or []:
+        if isinstance(r, dict):
+            kind = str(r.get("kind", "")).replace("_", " ")
+            detail = r.get("detail")
+            lines.append(f"{kind}: {detail}" if detail else kind)
+        else:
+            lines.append(str(r))
+    return lines
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _state_from_store(planned: PlannedStep, status: dict[str, Any] | None) -> StepState:
+    """The state of a planned step judged from the store alone (no run in hand)."""
+    if planned.action is Action.CACHED:
+        return StepState.CACHED
+    if planned.action is Action.UNNEEDED:
+        return StepState.UNNEEDED
+    state = (status or {}).get("state")
+    if state == "failed":
+        return StepState.FAILED
+    if state == "running":
+        from rigging.lease import current_lease, holder_is_dead
+
+        lease = current_lease(StepRecord(planned.output_path).meta)
+        if lease is not None and lease.live() and not holder_is_dead(lease.holder):
+            return StepState.RUNNING
+    return StepState.WOULD_RUN
+
+
+def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths: dict[int, str]) -> ReportStep:
+    if planned is not None:
+        name, digest, output_path = planned.name, planned.hash, planned.output_path
+    else:
+        assert outcome is not None
+        name, digest, output_path = outcome.name, outcome.hash, outcome.output_path
+    record = StepRecord(output_path)
+    provenance = record.read_json(record.provenance) or {}
+    status = record.read_json(record.status)
+    if outcome is not None:
+        state = _FROM_OUTCOME[outcome.outcome]
+    elif planned is not None:
+        state = _state_from_store(planned, status)
+    else:
+        state = StepState.WOULD_RUN
+    done = state in (StepState.CACHED, StepState.RAN)
+    step = ReportStep(name=name, hash=digest, output_path=output_path, state=state)
+    if planned is not None:
+        step.deps = list(planned.deps)
+        step.reasons = [str(r) for r in planned.reasons]
+        step.fn = fn_identity(planned.step.fn)
+        step.version = planned.step.version
+        step.config = config_to_json(planned.step.config, paths)
+        step.note = planned.env_note
+    if outcome is not None:
+        step.reasons = step.reasons or list(outcome.reasons)
+        step.note = outcome.note or step.note
+        step.log_path = outcome.log_path
+    if done and provenance:
+        step.fn = step.fn or provenance.get("fn")
+        step.version = step.version or provenance.get("version")
+        if step.config is None:
+            step.config = provenance.get("config")
+        step.environment = provenance.get("environment")
+        step.started_at = _number(provenance.get("started_at"))
+        step.finished_at = _number(provenance.get("finished_at"))
+        step.duration_s = _number(provenance.get("duration_s"))
+        attempts = provenance.get("attempts")
+        step.attempts = attempts if isinstance(attempts, int) else None
+        step.host = provenance.get("host")
+        step.built_because = _reason_lines(provenance.get("reasons"))
+        output_bytes = provenance.get("output_bytes")
+        step.output_bytes = output_bytes if isinstance(output_bytes, int) else None
+        output_files = provenance.get("output_files")
+        step.output_files = output_files if isinstance(output_files, int) else None
+    if done and step.output_bytes is None:
+        manifest = record.read_json(record.manifest)
+        if manifest is not None and isinstance(manifest.get("total_bytes"), int):
+            step.output_bytes = manifest["total_bytes"]
+            step.output_files = len(manifest.get("files") or [])
+    if state is StepState.RAN and outcome is not None and outcome.duration is not None and step.duration_s is None:
+        step.duration_s = outcome.duration
+    if state in (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING):
+        status = status or {}
+        step.error = (outcome.error if outcome is not None else None) or status.get("error")
+        step.traceback = (outcome.traceback if outcome is not None else None) or status.get("traceback")
+        attempt = status.get("attempt")
+        step.attempts = attempt if isinstance(attempt, int) and attempt > 0 else step.attempts
+        step.finished_at = _number(status.get("time")) if state is not StepState.RUNNING else None
+        if outcome is not None and outcome.duration is not None:
+            step.duration_s = outcome.duration
+    elif state is StepState.UPSTREAM_FAILED and outcome is not None:
+        step.error = outcome.error
+    if state in _LOG_STATES:
+        step.log_path = step.log_path or record.log
+        step.log_tail = read_log_tail(step.log_path)
+    metrics = read_metrics(output_path)
+    step.metrics = metrics.to_json() if metrics is not None else None
+    tokenized = read_tokenized(output_path)
+    step.tokenized = tokenized.to_json() if tokenized is not None else None
+    return step
+
+
+def _deps_from_provenance(steps: list[ReportStep]) -> None:
+    """Without a plan, link steps through the dependency hashes their provenance records."""
+    by_hash = {s.hash: i for i, s in enumerate(steps)}
+    for s in steps:
+        record = StepRecord(s.output_path)
+        provenance = record.read_json(record.provenance) or {}
+        deps = [by_hash.get(d.get("hash")) for d in provenance.get("dependencies") or [] if isinstance(d, dict)]
+        s.deps = sorted({d for d in deps if d is not None})
+
+
+def _current_environment() -> dict[str, Any]:
+    from marin.execution.environment import environment_fingerprint
+    from marin.execution.hashing import workspace_root
+
+    return environment_fingerprint(workspace_root())
+
+
+def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
+    """The report of a plan: each step's state as the store shows it now.
+
+    A step the plan would run is shown as failed when its last attempt failed (with the error),
+    as running when a live runner holds it, and as would-run otherwise.
+    """
+    paths = plan.paths()
+    steps = [_build_step(p, None, paths) for p in plan.steps]
+    return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
+                      environment=_current_environment())
+
+
+def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
+    """The report of a run: each step's outcome in that run, with what the store holds for it."""
+    plan = result.plan
+    if plan is not None and len(plan.steps) == len(result.steps):
+        paths = plan.paths()
+        steps = [_build_step(p, o, paths) for p, o in zip(plan.steps, result.steps, strict=True)]
+    else:
+        steps = [_build_step(None, o, {}) for o in result.steps]
+        _deps_from_provenance(steps)
+    return ReportData(title=title, prefix=result.prefix, source="run", steps=steps,
+                      environment=_current_environment())

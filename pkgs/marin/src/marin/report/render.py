@@ -1,0 +1,115 @@
+"""Turn :class:`ReportData` into one self-contained HTML page, and write reports to disk or the store."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from importlib import resources
+from typing import Any
+
+from marin.execution.step_runner import RunResult
+from marin.execution.store import StepStore
+from marin.report.collect import ReportData, collect_run
+from rigging import filesystem as fs
+
+__all__ = ["REPORTS_DIR", "embed_json", "render_html", "write_report", "write_run_report"]
+
+# Reports of runs live under the prefix here; never a step output folder (no ``.marin/`` inside).
+REPORTS_DIR = "reports"
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="marin report">
+<title>{title}</title>
+<style>
+{css}
+</style>
+</head>
+<body>
+<header class="top">
+  <div class="top-line">
+    <h1>{title}</h1>
+    <div id="summary" class="summary" aria-label="steps by state"></div>
+  </div>
+  <div class="meta">prefix <code>{prefix}</code> &middot; {count} steps &middot; generated {generated}</div>
+</header>
+<main>
+  <section class="graph-card card" aria-label="step graph">
+    <h2>Step graph</h2>
+    <div id="graph" class="graph-scroll"></div>
+  </section>
+  <aside id="panel" class="panel card" aria-live="polite">
+    <p class="hint">Click a step in the graph or the table to see its provenance.</p>
+  </aside>
+  <section id="training" class="card wide" hidden>
+    <h2>Training curves</h2>
+    <div id="training-list" class="training-list"></div>
+  </section>
+  <section class="card wide" aria-label="all steps">
+    <h2>Steps</h2>
+    <div class="table-scroll"><table id="steps-table" class="steps"></table></div>
+  </section>
+</main>
+<noscript><p class="hint">This report draws its graph and charts with JavaScript; the data is in the
+<code>report-data</code> script element of this file.</p></noscript>
+<script type="application/json" id="report-data">{data}</script>
+<script>
+{js}
+</script>
+</body>
+</html>
+"""
+
+
+def embed_json(data: Any) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element (no ``<``, ``>`` or ``&``)."""
+    text = json.dumps(data, sort_keys=False, allow_nan=False, default=str)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _static(name: str) -> str:
+    return resources.files("marin.report").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def render_html(report: ReportData) -> str:
+    """The report as one HTML page with every script, style and datum inline."""
+    generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.generated_at))
+    return _PAGE.format(
+        title=html.escape(report.title),
+        prefix=html.escape(report.prefix),
+        count=len(report.steps),
+        generated=html.escape(generated),
+        css=_static("report.css"),
+        js=_static("report.js"),
+        data=embed_json(report.to_json()),
+    )
+
+
+def write_report(report: ReportData, path: str) -> str:
+    """Write ``report`` to ``path`` (a local file or a store URL) atomically; returns the path."""
+    if fs.is_local(path):
+        path = os.path.abspath(fs.strip_protocol(path))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    fs.atomic_write(path, render_html(report))
+    return path
+
+
+def write_run_report(result: RunResult, store: StepStore) -> str:
+    """Write the report of ``result`` into the store and return its path.
+
+    The report goes to ``<prefix>/reports/run-<time>.html``, and a copy to
+    ``<prefix>/reports/latest.html`` so the newest is always at one place.
+    """
+    report = collect_run(result)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(report.generated_at))
+    name = f"run-{stamp}-{os.getpid()}.html"
+    page = render_html(report)
+    path = fs.join(store.prefix, REPORTS_DIR, name)
+    fs.atomic_write(path, page)
+    fs.atomic_write(fs.join(store.prefix, REPORTS_DIR, "latest.html"), page)
+    return path

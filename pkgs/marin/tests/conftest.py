@@ -1,0 +1,48 @@
+"""Fixtures of the marin engine tests.
+
+* the tests folder goes on ``sys.path`` so ``steps_for_tests`` imports under that one name here,
+  in spawned step workers (which inherit ``sys.path``) and in subprocess runners (``PYTHONPATH``);
+* ``counter``: a folder where step functions count their calls across processes;
+* ``store``: a (prefix, client) pair parametrized over the local, ``memory://`` and ``gs://``
+  stores. ``memory://`` lives inside one process, so its steps run in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+import steps_for_tests  # noqa: E402
+from steps_for_tests import TESTS_DIR, WORKSPACE  # noqa: E402
+
+
+@pytest.fixture
+def counter(tmp_path: Path) -> str:
+    path = tmp_path / "counter"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for runner subprocesses: steps_for_tests importable, no stray MARIN_* config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, WORKSPACE, env.get("PYTHONPATH")) if p)
+    return env
+
+
+@pytest.fixture(params=["local", "memory", "gcs"])
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    """(prefix, client) for a runner: the default local processes, or in-process for memory://."""
+    if request.param == "local":
+        return str(tmp_path / "store"), None
+    if request.param == "memory":
+        return request.getfixturevalue("memory_prefix"), steps_for_tests.InProcessClient()
+    return request.getfixturevalue("gcs_bucket") + "/store", None

@@ -1,0 +1,244 @@
+"""Module-level step functions, configs and small helpers shared by the marin engine tests.
+
+Workers import step functions by module name, so everything a step runs lives here (the tests
+folder is put on ``sys.path`` by ``conftest.py``; spawned workers inherit it, and the runner falls
+back to loading this file by path).
+
+Calls are counted across processes by appending one line per call to ``calls.txt`` in the
+config's ``counter_dir`` (an unhashed field, so counting does not change any hash).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.step import Step, output_path_of, unhashed_field
+from marin.execution.worker import StepPayload, run_step
+from rigging import filesystem as fs
+from rigging.secrets import Secret
+
+__all__ = [
+    "InProcessClient",
+    "NodeConfig",
+    "calls",
+    "chain",
+    "diamond",
+    "node",
+    "record",
+]
+
+CALLS_FILE = "calls.txt"
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(TESTS_DIR)))
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Config of :func:`record`.
+
+    Attributes:
+        label: what the step writes (and the name it counts under).
+        value: any number; changing it changes the hash.
+        inputs: placeholders of upstream outputs; each upstream ``out.txt`` is read.
+        sleep: seconds to sleep before writing, on the first call of this label only (so a
+            step killed mid-sleep finishes at once when run again).
+        fail: raise instead of writing.
+        counter_dir: where calls are counted (not hashed).
+        log_every: a field marked as not affecting the result.
+        token: an optional secret (enters the hash by name only).
+        extra: free-form hashed data.
+    """
+
+    label: str
+    value: int = 0
+    inputs: tuple[Any, ...] = ()
+    sleep: float = 0.0
+    fail: bool = False
+    counter_dir: str = unhashed_field(default="")
+    log_every: int = unhashed_field(default=10)
+    token: Secret | None = None
+    extra: Any = None
+
+
+def _count(counter_dir: str, label: str) -> int:
+    """Count this call; return how many calls of ``label`` there have been, this one included."""
+    if not counter_dir:
+        return 1
+    os.makedirs(counter_dir, exist_ok=True)
+    # One small O_APPEND write per call: atomic between processes on a local file system.
+    fd = os.open(os.path.join(counter_dir, CALLS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{label} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return calls(counter_dir)[label]
+
+
+def record(config: NodeConfig, output_path: str) -> None:
+    """Count the call, read every input, then write ``out.txt`` (or fail, or sleep first)."""
+    n = _count(config.counter_dir, config.label)
+    print(f"running {config.label} into {output_path}", flush=True)
+    upstream = [fs.read_text(fs.join(p, "out.txt")) for p in config.inputs]
+    if config.sleep and n == 1:
+        fs.atomic_write(fs.join(output_path, "partial.txt"), "started")
+        time.sleep(config.sleep)
+    if config.fail:
+        raise RuntimeError(f"step {config.label} failed on purpose")
+    body = json.dumps({"label": config.label, "value": config.value, "inputs": upstream})
+    fs.atomic_write(fs.join(output_path, "out.txt"), body)
+
+
+def steal_lease(config: NodeConfig, output_path: str) -> None:
+    """On its first call, let a (fake) runner on another host take this step's lease over.
+
+    The lease it creates expires after ``config.sleep`` seconds; until then the runner that
+    started this call has lost its lease and must not publish.
+    """
+    from rigging.lease import current_lease
+
+    n = _count(config.counter_dir, config.label)
+    meta = fs.join(output_path, ".marin")
+    if n == 1:
+        held = current_lease(meta)
+        assert held is not None, "the runner holds no lease while its step runs"
+        body = json.dumps({"holder": "elsewhere:1:thief", "expires_at": time.time() + config.sleep,
+                           "token": held.token + 1})
+        assert fs.create_if_absent(fs.join(meta, f"lease-{held.token + 1:08d}.json"), body)
+    published = fs.exists(fs.join(meta, "success.json"))
+    fs.atomic_write(fs.join(output_path, "out.txt"), json.dumps({"call": n, "published_before": published}))
+
+
+def calls(counter_dir: str) -> collections.Counter[str]:
+    """How many times each label's function ran, counted across processes."""
+    path = os.path.join(counter_dir, CALLS_FILE)
+    if not os.path.exists(path):
+        return collections.Counter()
+    with open(path) as f:
+        return collections.Counter(line.split()[0] for line in f if line.strip())
+
+
+def node(name: str, counter_dir: str = "", *deps: Step, **kwargs: Any) -> Step:
+    """A :func:`record` step named ``name`` reading the outputs of ``deps``."""
+    version = kwargs.pop("version", "v1")
+    resources = kwargs.pop("resources", None)
+    cfg = NodeConfig(label=name.replace("/", "."), inputs=tuple(output_path_of(d) for d in deps),
+                     counter_dir=counter_dir, **kwargs)
+    return Step(name=name, fn=record, config=cfg, version=version, resources=resources)
+
+
+def diamond(counter_dir: str = "", **overrides: Mapping[str, Any]) -> dict[str, Step]:
+    """``a -> b, a -> c, (b, c) -> d`` plus an independent ``e``; ``overrides[name]`` = kwargs."""
+    def kw(name: str) -> dict[str, Any]:
+        return dict(overrides.get(name, {}))
+
+    a = node("g/a", counter_dir, **kw("a"))
+    b = node("g/b", counter_dir, a, **kw("b"))
+    c = node("g/c", counter_dir, a, **kw("c"))
+    d = node("g/d", counter_dir, b, c, **kw("d"))
+    e = node("g/e", counter_dir, **kw("e"))
+    return {"a": a, "b": b, "c": c, "d": d, "e": e}
+
+
+class Color(enum.Enum):
+    """An enum for configs (enums hash by class and value)."""
+
+    RED = "red"
+    BLUE = "blue"
+
+
+def noop(config: Any, output_path: str) -> None:
+    """A step that does nothing (for large synthetic graphs)."""
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """One link of a synthetic chain."""
+
+    i: int
+    prev: Any = None
+
+
+def chain(n: int) -> list[Step]:
+    """``n`` steps, each depending on the one before."""
+    steps: list[Step] = []
+    prev = None
+    for i in range(n):
+        prev = Step(name=f"chain/s{i}", fn=noop, config=LinkConfig(i, output_path_of(prev) if prev else None))
+        steps.append(prev)
+    return steps
+
+
+# -- an in-process execution client (memory:// lives inside one process) ---------------------
+
+
+@dataclass
+class _DoneHandle:
+    name: str
+    value: Any = None
+    error: BaseException | None = None
+    log_path: str | None = None
+    _extra: dict = field(default_factory=dict)
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def cancel(self, grace_s: float = 0.0) -> None:
+        pass
+
+    def logs(self) -> str:
+        return ""
+
+
+class InProcessClient:
+    """Runs each submitted call at once in this process (for ``memory://`` stores).
+
+    A worker redirects the process's stdout/stderr into the step log; that must not happen
+    inside the test process, so the payload's log path is dropped.
+    """
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, fn: Any, *args: Any, name: str | None = None, env: Any = None, resources: Any = None,
+               **kwargs: Any) -> _DoneHandle:
+        label = name or getattr(fn, "__name__", "job")
+        self.submitted.append(label)
+        if fn is run_step and args and isinstance(args[0], StepPayload):
+            from dataclasses import replace
+
+            args = (replace(args[0], log_path=None), *args[1:])
+        try:
+            return _DoneHandle(label, value=fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - handed to the runner as the job's failure
+            return _DoneHandle(label, error=e)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def print_hashes(module_name: str) -> None:
+    """Print ``name hash`` for every step of ``module_name``'s graph (run in a subprocess)."""
+    import importlib
+
+    from marin.execution.hashing import collect_graph
+
+    module = importlib.import_module(module_name)
+    for step in collect_graph(module.steps):
+        print(step.name, step.hash)
+
+
+if __name__ == "__main__":
+    print_hashes(sys.argv[1])
