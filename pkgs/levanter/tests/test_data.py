@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 import pytest
+from levanter_testlib import write_tokenized
 
-from conftest import write_tokenized
 from levanter.data import DatasetSpec, PackedIterDataset, eval_batches, open_split, train_dataset
 
 EOS = 999

@@ -46,7 +46,7 @@ def test_attention_is_causal():
 
 
 def test_rotary_scores_depend_on_relative_position_only():
-    from levanter.models.llama import _rotary
+    from levanter.models._llama_haiku import _rotary
 
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)

@@ -1,11 +1,12 @@
-"""levanter: JAX training with Haiku models, Optax optimizers, Grain input and Orbax checkpoints."""
+"""levanter: JAX training with Haiku models, Optax optimizers, Grain input and Orbax checkpoints.
 
-from levanter.checkpoint import CheckpointConfig
-from levanter.data import DatasetSpec
-from levanter.generate import generate, load_final_model
-from levanter.models.llama import LlamaConfig
-from levanter.optim import AdamConfig, Schedule
-from levanter.trainer import ComputeDtype, NonFiniteLossError, TrainerConfig, TrainingPreempted, main
+Names are loaded on first use, so ``from levanter import AdamConfig`` does not import JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "AdamConfig",
@@ -21,3 +22,24 @@ __all__ = [
     "load_final_model",
     "main",
 ]
+
+_WHERE = {
+    "AdamConfig": "levanter.optim",
+    "Schedule": "levanter.optim",
+    "CheckpointConfig": "levanter.checkpoint",
+    "DatasetSpec": "levanter.data.spec",
+    "LlamaConfig": "levanter.models.llama",
+    "generate": "levanter.generate",
+    "load_final_model": "levanter.generate",
+    "ComputeDtype": "levanter.trainer",
+    "NonFiniteLossError": "levanter.trainer",
+    "TrainerConfig": "levanter.trainer",
+    "TrainingPreempted": "levanter.trainer",
+    "main": "levanter.trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'levanter' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -13,8 +13,6 @@ import logging
 import time
 from typing import Any
 
-import orbax.checkpoint as ocp
-
 from rigging import filesystem as fs
 
 __all__ = ["CheckpointConfig", "Checkpointer", "RestoredCheckpoint"]
@@ -65,18 +63,21 @@ class Checkpointer:
     """Saves and restores training checkpoints under ``directory``."""
 
     def __init__(self, directory: str, config: CheckpointConfig):
+        import orbax.checkpoint as ocp  # deferred: CheckpointConfig is named by experiment files
+
+        self._ocp = ocp
         self.directory = directory
         self.config = config
         self.blocked_seconds = 0.0
         if fs.is_local(directory):
             fs.makedirs(directory)
-        options = ocp.CheckpointManagerOptions(
+        options = self._ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_last,
             keep_period=config.keep_every,
             enable_async_checkpointing=config.async_save,
             create=True,
         )
-        self._manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+        self._manager = self._ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
 
     def should_save(self, step: int, final_step: int) -> bool:
         """True when the checkpoint after ``step`` completed steps is due."""
@@ -96,7 +97,7 @@ class Checkpointer:
         start = time.perf_counter()
         self._manager.save(
             step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
+            args=self._ocp.args.Composite(state=self._ocp.args.StandardSave(state), data=self._ocp.args.JsonSave(data_state)),
             force=True,
         )
         if wait:
@@ -118,8 +119,8 @@ class Checkpointer:
         """
         for step in reversed(self.steps()):
             try:
-                restored = self._manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
+                restored = self._manager.restore(step, args=self._ocp.args.Composite(
+                    state=self._ocp.args.StandardRestore(target), data=self._ocp.args.JsonRestore()))
             except _RESTORE_ERRORS as e:
                 logger.warning("checkpoint %s/%s is unreadable (%s: %s); falling back to the previous one",
                                self.directory, step, type(e).__name__, str(e).splitlines()[0][:300])

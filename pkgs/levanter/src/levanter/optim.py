@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-
-import jax
-import jax.numpy as jnp
-import optax
+from typing import Any
 
 __all__ = ["AdamConfig", "Schedule"]
 
@@ -73,18 +70,21 @@ class AdamConfig:
             return int(round(self.warmup * num_train_steps))
         return int(self.warmup)
 
-    def lr_schedule(self, num_train_steps: int) -> optax.Schedule:
+    def lr_schedule(self, num_train_steps: int) -> Any:
         """Learning rate as a function of the (0-based) step.
 
         (Named ``lr_schedule`` because ``schedule`` is the field choosing its shape.)
         """
+        import jax.numpy as jnp  # deferred: naming an optimizer must not load JAX
+
+
         if num_train_steps <= 0:
             raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
         warmup = min(self.warmup_steps(num_train_steps), num_train_steps)
         peak, floor = self.learning_rate, self.learning_rate * self.min_lr_ratio
         decay_steps = max(num_train_steps - warmup, 1)
 
-        def lr(step: jax.Array) -> jax.Array:
+        def lr(step: Any) -> Any:
             step = jnp.asarray(step, jnp.float32)
             # Warmup reaches the peak at step == warmup, so step 0 trains with a small, non-zero rate.
             warm = peak * jnp.minimum((step + 1) / max(warmup, 1), 1.0)
@@ -99,8 +99,12 @@ class AdamConfig:
 
         return lr
 
-    def build(self, num_train_steps: int) -> optax.GradientTransformation:
+    def build(self, num_train_steps: int) -> Any:
         """The Optax transformation: clip, AdamW with the schedule, decay on matrices only."""
+        import jax
+        import optax
+
+
         parts = []
         if self.max_grad_norm is not None:
             parts.append(optax.clip_by_global_norm(self.max_grad_norm))

@@ -16,6 +16,7 @@ from zephyr.readers import (
     expand_paths,
     read_documents,
     reader_for_path,
+    verify_shard_index,
 )
 from zephyr.worker_context import Counters, WorkerContext, current_context, worker_context
 from zephyr.writers import ArrayRecordSink, CollectSink, JsonlSink, Sink, shard_name
@@ -50,5 +51,6 @@ __all__ = [
     "reader_for_path",
     "run",
     "shard_name",
+    "verify_shard_index",
     "worker_context",
 ]

@@ -1,8 +1,12 @@
-"""Grain input pipelines over tokenized shards (``marin.tokenized/v1``)."""
+"""Grain input pipelines over tokenized shards (``marin.tokenized/v1``).
 
-from levanter.data.loader import DatasetSpec, data_vocab_size, eval_batches, train_dataset
-from levanter.data.packing import MixtureIterDataset, PackedIterDataset
-from levanter.data.tokenized import FORMAT, TokenizedSplit, decode_document, open_split, read_index
+Names load on first use, so naming a ``DatasetSpec`` does not import Grain.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "FORMAT",
@@ -17,3 +21,23 @@ __all__ = [
     "read_index",
     "train_dataset",
 ]
+
+_WHERE = {
+    "DatasetSpec": "levanter.data.spec",
+    "data_vocab_size": "levanter.data.loader",
+    "eval_batches": "levanter.data.loader",
+    "train_dataset": "levanter.data.loader",
+    "MixtureIterDataset": "levanter.data.packing",
+    "PackedIterDataset": "levanter.data.packing",
+    "FORMAT": "levanter.data.tokenized",
+    "TokenizedSplit": "levanter.data.tokenized",
+    "decode_document": "levanter.data.tokenized",
+    "open_split": "levanter.data.tokenized",
+    "read_index": "levanter.data.tokenized",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'levanter.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

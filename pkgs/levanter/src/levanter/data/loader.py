@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import grain.python as grain
 import numpy as np
 
 from levanter.data.packing import MixtureIterDataset, PackedIterDataset
+from levanter.data.spec import DatasetSpec
 from levanter.data.tokenized import TokenizedSplit, open_split
 
 __all__ = ["DatasetSpec", "data_vocab_size", "eval_batches", "train_dataset"]
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSpec:
-    """One tokenized dataset in a training mixture."""
-
-    path: str
-    """Folder written by the tokenize step (holds ``index.json``), local or gs://."""
-    weight: float = 1.0
-    """Relative sampling weight (normalised over the mixture)."""
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise ValueError(f"path must be non-empty, got {self.path!r}")
-        if not self.weight >= 0:
-            raise ValueError(f"weight must be >= 0, got {self.weight}")
 
 
 def _open_all(specs: Sequence[DatasetSpec], split: str, cache_dir: str | None) -> list[TokenizedSplit]:

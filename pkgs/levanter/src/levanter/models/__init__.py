@@ -1,4 +1,4 @@
-"""Model definitions (Haiku)."""
+"""Model definitions (configs import no JAX; the Haiku modules load when a model is built)."""
 
 from levanter.models.llama import LlamaConfig, llama_forward, transformed_llama
 

@@ -1,0 +1,175 @@
+"""End-to-end tokenization (read, tokenize, write ArrayRecord) beside bare ``encode_batch``.
+
+Every number comes from this one run, on the bundled corpus (default size) and on one
+``SCALE`` times larger, with the same number of cores for both sides:
+
+* bare: all documents already in memory, one ``Tokenizer.encode_batch`` call using every core
+  (Rayon threads) on a freshly loaded tokenizer, timed alone.
+* end to end: ``tokenize_to_shards`` from JSON-lines files to train/validation ArrayRecord
+  shards, index and checksums, one shard per input file, one worker process per core
+  (process start-up included).
+* each side runs ``REPEATS`` times, interleaved, and the best time of each is reported.
+* peak memory: the largest resident set of any worker process, sampled five times a second
+  while the run goes. Both corpora have files of the same size, the larger ten times as many, so
+  shards are the same size; workers stream documents in batches, and an ArrayRecord writer
+  holds only its index of record offsets (about 80 bytes a record) until its shard closes, so
+  memory follows the shard size, not the corpus size.
+
+Goal (issue 3): end to end at least 80% of the bare throughput; flat worker memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+SCALE = 10
+REPEATS = 2
+# Sampling /proc costs CPU the run needs; five times a second is plenty for a peak.
+_SAMPLE_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class _Measure:
+    """One corpus size measured both ways."""
+
+    label: str
+    megabytes: float
+    documents: int
+    tokens: int
+    bare_seconds: float
+    e2e_seconds: float
+    worker_peak_rss_mb: float
+    workers_seen: int
+
+    @property
+    def ratio(self) -> float:
+        return self.bare_seconds / self.e2e_seconds
+
+
+class _RssSampler:
+    """Samples the resident memory of this process's descendants on a thread."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._me = psutil.Process()
+        self._stop = threading.Event()
+        self.peak_bytes = 0
+        self.pids: set[int] = set()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for child in self._me.children(recursive=True):
+                try:
+                    rss = child.memory_info().rss
+                except psutil.Error:
+                    continue  # it exited between listing and reading
+                self.pids.add(child.pid)
+                self.peak_bytes = max(self.peak_bytes, rss)
+            time.sleep(_SAMPLE_SECONDS)
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _load_texts(folder: str) -> list[str]:
+    from zephyr import read_documents
+
+    return list(read_documents(folder))
+
+
+def _bare_once(tokenizer_path: str, texts: list[str]) -> tuple[float, int]:
+    from tokenizers import Tokenizer
+
+    # A fresh tokenizer each time: workers start with a cold word cache too.
+    tok = Tokenizer.from_file(tokenizer_path)
+    start = time.perf_counter()
+    encodings = tok.encode_batch(texts, add_special_tokens=False)
+    seconds = time.perf_counter() - start
+    return seconds, sum(len(e.ids) for e in encodings)
+
+
+def _e2e_once(corpus: str, tokenizer_path: str, out: str, cores: int) -> tuple[float, int, _RssSampler]:
+    from marin.experiment.tokenize_impl import tokenize_to_shards
+
+    with _RssSampler() as sampler:
+        start = time.perf_counter()
+        summary = tokenize_to_shards(corpus, tokenizer_path, out, max_parallel=cores, validation_fraction=0.01)
+        seconds = time.perf_counter() - start
+    shutil.rmtree(out)  # else the next repeat would find every shard committed
+    return seconds, summary["train_tokens"] + summary["validation_tokens"], sampler
+
+
+def _measure(label: str, corpus: str, tokenizer_path: str, work: str, cores: int) -> _Measure:
+    texts = _load_texts(corpus)
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    bare = e2e = float("inf")
+    peak = 0
+    workers: set[int] = set()
+    # Interleaved repeats, best of each: other load on the machine hits both sides alike.
+    for _ in range(REPEATS):
+        seconds, tokens = _bare_once(tokenizer_path, texts)
+        bare = min(bare, seconds)
+        seconds, written, sampler = _e2e_once(corpus, tokenizer_path, os.path.join(work, f"tokens-{label}"), cores)
+        e2e = min(e2e, seconds)
+        peak = max(peak, sampler.peak_bytes)
+        workers |= sampler.pids
+        if written != tokens:
+            raise RuntimeError(f"end to end wrote {written} tokens, bare encode_batch made {tokens}")
+    return _Measure(label, megabytes, len(texts), tokens, bare, e2e, peak / 2**20, len(workers))
+
+
+def run(work: str) -> list[_Measure]:
+    """Generate both corpora and a tokenizer under ``work``; measure both sizes."""
+    from marin.experiment.corpus import DEFAULT_NUM_STORIES, generate_corpus
+    from marin.experiment.tokenizer_train import train_bpe_tokenizer
+
+    cores = os.cpu_count() or 1
+    small = os.path.join(work, "corpus-default")
+    large = os.path.join(work, f"corpus-x{SCALE}")
+    generate_corpus(small, num_stories=DEFAULT_NUM_STORIES, seed=0, num_shards=8)
+    generate_corpus(large, num_stories=DEFAULT_NUM_STORIES * SCALE, seed=1, num_shards=8 * SCALE)
+    tokenizer_path = train_bpe_tokenizer(small, os.path.join(work, "tokenizer"), vocab_size=8192)
+    return [_measure("default", small, tokenizer_path, work, cores),
+            _measure(f"x{SCALE}", large, tokenizer_path, work, cores)]
+
+
+def main() -> None:
+    """Print the side-by-side report (and its JSON on the last line)."""
+    cores = os.cpu_count() or 1
+    work = tempfile.mkdtemp(prefix="bench-tokenize-")
+    try:
+        started = time.perf_counter()
+        results = run(work)
+        total = time.perf_counter() - started
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"tokenize: end to end (read, tokenize, write ArrayRecord) vs bare encode_batch, {cores} cores")
+    print(f"{'corpus':>8} {'MB':>7} {'docs':>8} {'tokens':>10} {'bare MB/s':>10} {'e2e MB/s':>9} "
+          f"{'e2e/bare':>8} {'worker peak RSS':>16}")
+    for m in results:
+        print(f"{m.label:>8} {m.megabytes:7.1f} {m.documents:8d} {m.tokens:10d} {m.megabytes / m.bare_seconds:10.2f} "
+              f"{m.megabytes / m.e2e_seconds:9.2f} {m.ratio:8.0%} {m.worker_peak_rss_mb:13.0f} MB")
+    growth = results[1].worker_peak_rss_mb / results[0].worker_peak_rss_mb
+    print(f"worker memory x{SCALE} corpus / default: {growth:.2f}  (goal: flat); e2e/bare goal >= 80%; "
+          f"bench took {total:.0f} s")
+    print(json.dumps({"cores": cores, "results": [{**m.__dict__, "ratio": m.ratio} for m in results],
+                      "rss_growth": growth}))
+
+
+if __name__ == "__main__":
+    main()

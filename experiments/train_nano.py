@@ -1,0 +1,69 @@
+"""The default graph: bundled corpus -> trained tokenizer -> tokenized shards -> nano Llama.
+
+``make train-nano`` (or ``python -m experiments.train_nano``) runs it, then prints where the
+outputs are, the final training and validation loss beside the unigram baseline, and a sample.
+A second run finds every step cached and does no work.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from experiments.llama import llama_nano
+from experiments.marin_tokenizer import corpus, marin_tokenizer
+from levanter.checkpoint import CheckpointConfig
+from levanter.optim import AdamConfig
+from marin.experiment.data import tokenized
+from marin.experiment.train import train_lm
+
+tinystories = tokenized(name="tokenized/tinystories-synthetic", source=corpus, tokenizer=marin_tokenizer)
+
+nano_model = train_lm(
+    name="checkpoints/marin-nano",
+    version="v1",
+    model=llama_nano,
+    optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=20, min_lr_ratio=0.1),
+    datasets={tinystories: 1.0},
+    batch_size=16,
+    seq_len=256,
+    num_train_steps=400,
+    eval_every=100,
+    checkpoint=CheckpointConfig(save_every=100),
+)
+
+steps = [nano_model]
+
+PROMPT = "Once upon a time"
+
+
+def main() -> int:
+    """Run the graph and report what it made."""
+    from marin.cli.display import make_reporter, summary_table
+    from marin.execution.step_runner import StepRunner
+    from marin.experiment.sampling import sample_text
+    from marin.experiment.train import unigram_entropy
+    from rigging import filesystem as fs
+
+    result = StepRunner(reporter=make_reporter()).run(steps)
+    print(summary_table(result))
+    if not result.ok:
+        for failed in result.failed:
+            print(f"failed: {failed.name}: {failed.error}\n  log: {failed.log_path}", file=sys.stderr)
+        return 1
+    model_out = result.by_name(nano_model.name).output_path
+    data_out = result.by_name(tinystories.name).output_path
+    summary = json.loads(fs.read_text(fs.join(model_out, "train_summary.json")))
+    baseline = unigram_entropy(data_out, "validation")
+    print(f"\noutputs under {result.prefix}")
+    for outcome in result.steps:
+        print(f"  {outcome.name:34s} {outcome.output_path}")
+    print(f"final training loss   {summary['final_loss']:.3f} nats/token")
+    print(f"final validation loss {summary['val_loss']:.3f} nats/token")
+    print(f"unigram baseline      {baseline:.3f} nats/token (validation split)")
+    print(f"sample> {PROMPT}{sample_text(model_out, PROMPT, max_new_tokens=48)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

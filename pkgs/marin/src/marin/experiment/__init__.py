@@ -1,0 +1,1 @@
+"""Experiment helpers: lazy handles for corpora, tokenizers, tokenized data and training."""

@@ -1,0 +1,201 @@
+"""The driver: run a dataset's shards on a fray client, at most ``max_parallel`` jobs at a time.
+
+Each job runs a group of neighbouring shards one after another (one group per worker slot), so
+a worker process starts once per slot rather than once per shard, while every shard is still
+written and committed on its own.
+
+``memory://`` file systems exist only inside the process that made them, so a pipeline that
+reads or writes ``memory://`` runs its shards one after another in the calling process, whatever
+client is given.
+
+Shards already committed to the sink are not submitted again, so a run that was killed or
+failed resumes where it stopped. When a shard fails, the shards still running are cancelled and
+:class:`~zephyr.errors.ShardFailed` names the shard and carries the worker's one-line error.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fray import DistributedClient, JobFailed, LocalClient
+from zephyr.errors import ShardFailed
+from zephyr.worker_context import Counters, WorkerContext, worker_context
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+    from zephyr.writers import Sink
+
+__all__ = ["RunResult", "run"]
+
+logger = logging.getLogger(__name__)
+
+# How often the driver looks at running shards; small next to a shard's seconds of work.
+_POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did.
+
+    Attributes:
+        shard_records: per shard, in shard order, the record its sink returned (stats, counters).
+        written: indices of the shards this run computed.
+        reused: indices of the shards found committed and skipped.
+        counters: counters summed over every shard (reused ones included).
+        index: the index the sink wrote last (None for sinks without one).
+    """
+
+    shard_records: list[dict[str, Any]]
+    written: tuple[int, ...]
+    reused: tuple[int, ...]
+    counters: Counters = field(default_factory=Counters)
+    index: dict[str, Any] | None = None
+
+
+def _run_shard(dataset: Dataset, shard_index: int, sink: Sink) -> dict[str, Any]:
+    ctx = WorkerContext(shard_index=shard_index, num_shards=dataset.num_shards, output_path=sink.output_path)
+    inputs = dataset.shards[shard_index].describe()
+    with worker_context(ctx):
+        return sink.write_shard(ctx, dataset.iter_shard(ctx), inputs)
+
+
+def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink) -> dict[str, Any]:
+    """Worker entry point: run shards one after another, each committed on its own.
+
+    A group amortises the start of a worker process over several shards. A failing shard ends
+    the group; the shards before it stay committed and the failure is returned, not raised, so
+    the driver learns which shard it was.
+    """
+    done: dict[int, dict[str, Any]] = {}
+    for i in indices:
+        try:
+            done[i] = _run_shard(dataset, i, sink)
+        except Exception as e:  # noqa: BLE001 - handed to the driver, which raises ShardFailed
+            return {"records": done, "failed": i, "message": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()}
+    return {"records": done, "failed": None}
+
+
+def _in_process_only(dataset: Dataset, sink: Sink) -> bool:
+    from rigging import filesystem as fs
+
+    paths = [piece.path for shard in dataset.shards for _reader, piece in getattr(shard, "pieces", ())]
+    if sink.output_path:
+        paths.append(sink.output_path)
+    return any(fs.protocol_of(p) == "memory" for p in paths)
+
+
+def _take_outcome(outcome: dict[str, Any], records: list[dict[str, Any] | None], num_shards: int) -> None:
+    for i, record in outcome["records"].items():
+        records[int(i)] = record
+    failed = outcome["failed"]
+    if failed is not None:
+        raise ShardFailed(f"shard {failed} of {num_shards} failed: {outcome['message']}", failed,
+                          outcome["traceback"])
+
+
+def _remote_message(error: JobFailed) -> str:
+    text = str(error)
+    # fray prefixes "job <name> failed: "; the message names the shards already.
+    return text.split(" failed: ", 1)[1] if " failed: " in text else text
+
+
+def _groups(pending: list[int], max_parallel: int) -> collections.deque[list[int]]:
+    # One group of neighbouring shards per worker slot: a process start costs about as much as
+    # tokenizing a megabyte, so each slot starts once. Shards of about equal size (one per input
+    # file, or equal byte ranges) keep the slots evenly loaded.
+    size = max(1, math.ceil(len(pending) / max_parallel))
+    return collections.deque(pending[k:k + size] for k in range(0, len(pending), size))
+
+
+def _run_on_client(
+    dataset: Dataset,
+    sink: Sink,
+    pending: list[int],
+    records: list[dict[str, Any] | None],
+    client: DistributedClient | None,
+    max_parallel: int,
+    env: dict[str, str] | None,
+) -> None:
+    num_shards = dataset.num_shards
+    groups = _groups(pending, max_parallel)
+    own_client = client is None
+    client = client or LocalClient()
+    running: dict[int, tuple[list[int], Any]] = {}
+    try:
+        while groups or running:
+            while groups and len(running) < max_parallel:
+                group = groups.popleft()
+                name = f"zephyr-shards-{group[0]:05d}-{group[-1]:05d}"
+                running[group[0]] = (group, client.submit(_run_shard_group, dataset, group, sink, name=name, env=env))
+            finished = [key for key, (_group, handle) in running.items() if handle.done()]
+            if not finished:
+                time.sleep(_POLL_SECONDS)
+                continue
+            for key in finished:
+                group, handle = running.pop(key)
+                try:
+                    outcome = handle.result()
+                except JobFailed as e:
+                    # The worker died (killed, out of memory): which shard it was on is unknown.
+                    unfinished = [i for i in group if records[i] is None]
+                    first = unfinished[0] if unfinished else group[0]
+                    raise ShardFailed(f"shards {group[0]}-{group[-1]} of {num_shards} failed: {_remote_message(e)}",
+                                      first, e.remote_traceback) from None
+                _take_outcome(outcome, records, num_shards)
+                logger.debug("shards %d-%d of %d done", group[0], group[-1], num_shards)
+    finally:
+        # On failure (or interrupt) stop the others: their output would be redone anyway.
+        for _group, handle in running.values():
+            handle.cancel()
+        if own_client:
+            client.shutdown()
+
+
+def run(
+    dataset: Dataset,
+    sink: Sink,
+    *,
+    client: DistributedClient | None = None,
+    max_parallel: int | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run the shards of ``dataset`` not yet committed to ``sink``; see :meth:`Dataset.write`."""
+    if max_parallel is None:
+        max_parallel = os.cpu_count() or 1
+    if max_parallel <= 0:
+        raise ValueError(f"max_parallel must be > 0, got {max_parallel}")
+    num_shards = dataset.num_shards
+    sink.prepare(num_shards)
+    records: list[dict[str, Any] | None] = [None] * num_shards
+    reused = []
+    for i in range(num_shards):
+        found = sink.committed(i, num_shards, dataset.shards[i].describe())
+        if found is not None:
+            records[i] = found
+            reused.append(i)
+    pending = [i for i in range(num_shards) if records[i] is None]
+    written = tuple(pending)
+    if reused:
+        logger.info("%d of %d shards already committed; running %d", len(reused), num_shards, len(pending))
+
+    if _in_process_only(dataset, sink):
+        logger.debug("memory:// paths: running %d shards in this process", len(pending))
+        _take_outcome(_run_shard_group(dataset, pending, sink), records, num_shards)
+    else:
+        _run_on_client(dataset, sink, pending, records, client, max_parallel, env)
+
+    done = [r for r in records if r is not None]
+    counters = Counters.total(r.get("counters", {}) for r in done)
+    index = sink.finalize(done, counters)
+    if counters.get("skipped_records") or counters.get("skipped_files"):
+        logger.warning("skipped bad input: %d records, %d files (see warnings above)",
+                       counters.get("skipped_records", 0), counters.get("skipped_files", 0))
+    return RunResult(shard_records=done, written=written, reused=tuple(reused), counters=counters, index=index)

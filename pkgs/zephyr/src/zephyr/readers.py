@@ -1,0 +1,598 @@
+"""Readers that turn files into documents (strings), and a reader of written token shards.
+
+Formats, chosen by extension (after removing a compression suffix ``.gz``, ``.zst``/``.zstd``):
+
+* ``.jsonl``/``.json``/``.ndjson``: one JSON object per line; the document is a string field
+  (``text`` by default, see :class:`JsonlReader`).
+* ``.parquet``: a string column (``text`` by default, see :class:`ParquetReader`).
+* anything else: plain UTF-8 text, one document per line or documents separated by blank lines
+  (:class:`TextReader`).
+
+Paths are fsspec URLs (local, ``gs://``, ``memory://``, ``hf://`` when online). A source may be a
+list of paths, globs or folders; :func:`expand_paths` turns it into files in sorted order.
+
+Bad input is never silently dropped: by default it raises :class:`~zephyr.errors.DataError` whose
+one-line message names the file and line (or record). With ``on_error="skip"`` each bad line is
+skipped and counted in the shard's counters (``skipped_records``; a corrupt compressed stream
+ends its file and counts in ``skipped_files``), and the driver reports the totals.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import gzip
+import io
+import json
+import logging
+import os
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from rigging import filesystem as fs
+from zephyr.errors import DataError
+from zephyr.worker_context import Counters
+
+__all__ = [
+    "Compression",
+    "FileSlice",
+    "JsonlReader",
+    "OnError",
+    "ParquetReader",
+    "Reader",
+    "TextMode",
+    "TextReader",
+    "TokenShardReader",
+    "expand_paths",
+    "read_documents",
+    "verify_shard_index",
+    "reader_for_path",
+]
+
+logger = logging.getLogger(__name__)
+
+_GLOB_CHARS = frozenset("*?[")
+_JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
+_PARQUET_EXTENSIONS = (".parquet",)
+
+
+class OnError(enum.Enum):
+    """What a reader does with a bad line or record."""
+
+    RAISE = "raise"
+    SKIP = "skip"
+
+    @classmethod
+    def coerce(cls, value: OnError | str) -> OnError:
+        """Accept the enum or its string value; anything else names the bad value."""
+        if isinstance(value, OnError):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"on_error must be one of 'raise', 'skip', got {value!r}") from None
+
+
+class Compression(enum.Enum):
+    """Whole-file compression, detected from the file name."""
+
+    NONE = ""
+    GZIP = ".gz"
+    ZSTD = ".zst"
+
+    @classmethod
+    def of(cls, path: str) -> Compression:
+        """The compression of ``path`` judged by its last extension."""
+        lower = path.lower()
+        if lower.endswith(".gz"):
+            return cls.GZIP
+        if lower.endswith((".zst", ".zstd")):
+            return cls.ZSTD
+        return cls.NONE
+
+    def strip(self, path: str) -> str:
+        """``path`` without its compression suffix."""
+        if self is Compression.NONE:
+            return path
+        return path[: path.rfind(".")]
+
+
+class TextMode(enum.Enum):
+    """How a plain text file is cut into documents."""
+
+    LINES = "lines"
+    PARAGRAPHS = "paragraphs"
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A file, or the byte range ``[start, end)`` of it (lines belong to the range they start in).
+
+    Attributes:
+        path: the file's URL.
+        start: first byte of the range.
+        end: end of the range (exclusive); None means the end of the file.
+    """
+
+    path: str
+    start: int = 0
+    end: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            raise ValueError(f"start must be >= 0, got {self.start}")
+        if self.end is not None and self.end < self.start:
+            raise ValueError(f"end must be >= start ({self.start}), got {self.end}")
+
+    @property
+    def whole(self) -> bool:
+        """True when the slice is the whole file."""
+        return self.start == 0 and self.end is None
+
+
+def _open_decompressed(path: str, raw: IO[bytes]) -> IO[bytes]:
+    compression = Compression.of(path)
+    if compression is Compression.GZIP:
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression is Compression.ZSTD:
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        return io.BufferedReader(reader, buffer_size=1 << 20)
+    return raw
+
+
+def _decompression_errors() -> tuple[type[BaseException], ...]:
+    import zstandard
+
+    # EOFError: a gzip stream cut short; zlib.error / BadGzipFile: damaged bytes.
+    return (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError)
+
+
+def _open_raw(path: str) -> IO[bytes]:
+    try:
+        if fs.is_local(path):
+            # The builtin file is markedly faster per line than fsspec's wrapper around it.
+            return open(fs.strip_protocol(path), "rb")  # noqa: SIM115 - returned to a with
+        return fs.open_file(path, "rb")
+    except FileNotFoundError:
+        raise DataError(path, "", "file not found") from None
+
+
+def _line_number_at(path: str, offset: int) -> int:
+    """1-based number of the line that starts at byte ``offset`` of an uncompressed file."""
+    count = 0
+    with _open_raw(path) as f:
+        remaining = offset
+        while remaining > 0:
+            block = f.read(min(remaining, 1 << 22))
+            if not block:
+                break
+            count += block.count(b"\n")
+            remaining -= len(block)
+    return count + 1
+
+
+class Reader(abc.ABC):
+    """Reads documents (strings) from one file or byte range of a file."""
+
+    on_error: OnError
+
+    @abc.abstractmethod
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+        """Yield the documents of ``piece`` in file order."""
+
+    def splittable(self, path: str) -> bool:
+        """True when byte ranges of ``path`` can be read independently."""
+        return False
+
+    def _bad(self, counters: Counters | None, error: DataError, counter: str = "skipped_records") -> None:
+        if self.on_error is OnError.RAISE:
+            raise error
+        if counters is not None:
+            counters.increment(counter)
+        logger.warning("skipped: %s", error)
+
+
+class _LineReader(Reader):
+    """Shared line iteration with byte ranges, line numbers and decoding errors."""
+
+    def splittable(self, path: str) -> bool:
+        return Compression.of(path) is Compression.NONE
+
+    def _lines(self, piece: FileSlice, counters: Counters | None) -> Iterator[tuple[int, str]]:
+        """Yield ``(number, text_without_newline)`` for each line of ``piece``.
+
+        ``number`` is the 1-based line number in the file, or, inside a byte range that does not
+        start the file, ``-k`` for the k-th line of the range: counting the lines before a range
+        means reading them, so only an error pays for it (see :meth:`_resolve`).
+        """
+        path = piece.path
+        with _open_raw(path) as raw:
+            stream = _open_decompressed(path, raw)
+            in_range = piece.start > 0
+            pos = 0
+            if not piece.whole and Compression.of(path) is not Compression.NONE:
+                raise ValueError(f"byte ranges of compressed files cannot be read: {path}")
+            if in_range:
+                # The line in progress at ``start`` belongs to the previous range.
+                raw.seek(piece.start - 1)
+                pos = piece.start - 1 + len(raw.readline())
+            end = piece.end
+            index = 0
+            try:
+                for raw_line in stream:
+                    if end is not None and pos >= end:
+                        break
+                    pos += len(raw_line)
+                    index += 1
+                    number = -index if in_range else index
+                    try:
+                        text = raw_line.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        self._bad(counters, DataError(
+                            path, f"line {self._resolve(piece, number)}",
+                            f"not valid UTF-8 (byte 0x{raw_line[e.start]:02x} at column {e.start + 1})"))
+                        continue
+                    yield number, text.rstrip("\r\n")
+            except _decompression_errors() as e:
+                kind = Compression.of(path).name.lower()
+                self._bad(counters, DataError(path, f"line {index + 1}",
+                                              f"corrupt {kind} stream: {type(e).__name__}: {e}"),
+                          counter="skipped_files")
+
+    @staticmethod
+    def _resolve(piece: FileSlice, number: int) -> int:
+        """The file line number of a line numbered by :meth:`_lines`."""
+        if number > 0:
+            return number
+        with _open_raw(piece.path) as f:
+            f.seek(piece.start - 1)
+            first = piece.start - 1 + len(f.readline())
+        return _line_number_at(piece.path, first) + (-number) - 1
+
+
+@dataclass(frozen=True)
+class TextReader(_LineReader):
+    """Plain UTF-8 text: one document per line, or documents separated by blank lines.
+
+    Attributes:
+        mode: ``LINES`` (each non-empty line is a document) or ``PARAGRAPHS`` (runs of
+            non-blank lines separated by blank lines are documents, joined by ``\\n``).
+        on_error: ``raise`` (default) or ``skip`` lines that are not valid UTF-8.
+    """
+
+    mode: TextMode = TextMode.LINES
+    on_error: OnError = OnError.RAISE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, TextMode):
+            try:
+                object.__setattr__(self, "mode", TextMode(self.mode))
+            except ValueError:
+                raise ValueError(f"mode must be one of 'lines', 'paragraphs', got {self.mode!r}") from None
+        object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
+
+    def splittable(self, path: str) -> bool:
+        return self.mode is TextMode.LINES and super().splittable(path)
+
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+        if self.mode is TextMode.LINES:
+            for _number, text in self._lines(piece, counters):
+                if text.strip():
+                    yield text
+            return
+        if not piece.whole:
+            raise ValueError(f"paragraph mode reads whole files only, got a byte range of {piece.path}")
+        paragraph: list[str] = []
+        for _number, text in self._lines(piece, counters):
+            if text.strip():
+                paragraph.append(text)
+            elif paragraph:
+                yield "\n".join(paragraph)
+                paragraph = []
+        if paragraph:
+            yield "\n".join(paragraph)
+
+
+@dataclass(frozen=True)
+class JsonlReader(_LineReader):
+    """JSON lines: one object per line, the document is the string field ``text_field``.
+
+    Attributes:
+        text_field: name of the field holding the document text.
+        on_error: ``raise`` (default) or ``skip`` lines that are not JSON objects with a string
+            ``text_field`` (or not UTF-8).
+    """
+
+    text_field: str = "text"
+    on_error: OnError = OnError.RAISE
+
+    def __post_init__(self) -> None:
+        if not self.text_field:
+            raise ValueError(f"text_field must be a non-empty string, got {self.text_field!r}")
+        object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
+
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+        loads = json.loads
+        field = self.text_field
+        for number, line in self._lines(piece, counters):
+            if not line.strip():
+                continue
+            try:
+                obj = loads(line)
+            except json.JSONDecodeError as e:
+                self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}",
+                                              f"invalid JSON ({e.msg} at column {e.colno})"))
+                continue
+            value = obj.get(field) if isinstance(obj, dict) else None
+            if not isinstance(value, str):
+                if not isinstance(obj, dict):
+                    problem = f"expected a JSON object, got {type(obj).__name__}"
+                elif field not in obj:
+                    keys = ", ".join(sorted(obj)[:10]) or "none"
+                    problem = f"no {field!r} field (fields: {keys})"
+                else:
+                    problem = f"field {field!r} is {type(value).__name__}, not a string"
+                self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}",
+                                              problem))
+                continue
+            yield value
+
+
+@dataclass(frozen=True)
+class ParquetReader(Reader):
+    """Parquet files (optionally whole-file gzip/zstd compressed); documents are a string column.
+
+    Attributes:
+        text_field: name of the column holding the document text.
+        batch_size: rows read at a time (bounds memory).
+        on_error: ``raise`` (default) or ``skip`` rows whose text is null.
+    """
+
+    text_field: str = "text"
+    batch_size: int = 4096
+    on_error: OnError = OnError.RAISE
+
+    def __post_init__(self) -> None:
+        if not self.text_field:
+            raise ValueError(f"text_field must be a non-empty string, got {self.text_field!r}")
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
+        object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
+
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = piece.path
+        if not piece.whole:
+            raise ValueError(f"parquet files are read whole, got a byte range of {path}")
+        with _open_raw(path) as raw:
+            source: Any = raw
+            if Compression.of(path) is not Compression.NONE:
+                # Parquet needs random access, which a compressed stream cannot give.
+                try:
+                    source = io.BytesIO(_open_decompressed(path, raw).read())
+                except _decompression_errors() as e:
+                    self._bad(counters, DataError(path, "", f"corrupt compressed stream: {e}"), "skipped_files")
+                    return
+            try:
+                parquet = pq.ParquetFile(source)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise DataError(path, "", f"not a readable parquet file: {e}") from None
+            names = parquet.schema_arrow.names
+            if self.text_field not in names:
+                raise DataError(path, "", f"no {self.text_field!r} column (columns: {', '.join(names)})")
+            row = 0
+            try:
+                for batch in parquet.iter_batches(batch_size=self.batch_size, columns=[self.text_field]):
+                    column = batch.column(0)
+                    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                        raise DataError(path, "", f"column {self.text_field!r} is {column.type}, not a string")
+                    for value in column.to_pylist():
+                        row += 1
+                        if value is None:
+                            self._bad(counters, DataError(path, f"record {row - 1}",
+                                                          f"column {self.text_field!r} is null"))
+                            continue
+                        yield value
+            except (pa.ArrowInvalid, OSError) as e:
+                raise DataError(path, f"record {row}", f"unreadable parquet data: {e}") from None
+
+
+def reader_for_path(
+    path: str,
+    *,
+    text_field: str = "text",
+    text_mode: TextMode | str = TextMode.LINES,
+    on_error: OnError | str = OnError.RAISE,
+) -> Reader:
+    """The reader for ``path`` judged by its extension (see the module docstring)."""
+    name = Compression.of(path).strip(path).lower()
+    if name.endswith(_JSONL_EXTENSIONS):
+        return JsonlReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+    if name.endswith(_PARQUET_EXTENSIONS):
+        return ParquetReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+    return TextReader(mode=text_mode, on_error=on_error)  # type: ignore[arg-type]
+
+
+def _is_dir(path: str) -> bool:
+    if fs.is_local(path):
+        return os.path.isdir(fs.strip_protocol(path))
+    return bool(fs.filesystem(path).isdir(path))
+
+
+def _hidden(relative: str) -> bool:
+    # Bookkeeping files of writers and tools (.tmp-*, _SUCCESS, .commits/) are not data.
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+def _hf_hint(entry: str) -> str:
+    if not entry.startswith("hf://"):
+        return ""
+    return " (hf:// needs network access to the Hugging Face Hub; offline, point at a local copy instead)"
+
+
+def expand_paths(source: str | Iterable[str]) -> list[str]:
+    """Expand a path, glob, folder, or a list of them, into files (sorted within each entry).
+
+    Raises:
+        DataError: an entry names nothing (a missing file, a glob matching nothing, an empty folder).
+    """
+    entries = [source] if isinstance(source, str) else list(source)
+    if not entries:
+        raise DataError("<source>", "", "no input paths given")
+    files: list[str] = []
+    for entry in entries:
+        try:
+            if any(c in entry for c in _GLOB_CHARS):
+                # A pattern matches hidden files only when it asks for them (".tmp-*").
+                wants_hidden = entry.rstrip("/").rsplit("/", 1)[-1].startswith((".", "_"))
+                matched = [p for p in fs.glob(entry)
+                           if (wants_hidden or not _hidden(p.rsplit("/", 1)[-1])) and not _is_dir(p)]
+                if not matched:
+                    raise DataError(entry, "", "no files match this pattern")
+                files.extend(matched)
+            elif not fs.exists(entry):
+                raise DataError(entry, "", "file not found" + _hf_hint(entry))
+            elif _is_dir(entry):
+                found = [fs.join(entry, rel) for rel, _size in fs.walk_files(entry) if not _hidden(rel)]
+                if not found:
+                    raise DataError(entry, "", "folder holds no data files")
+                files.extend(found)
+            else:
+                files.append(entry)
+        except DataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - re-raised as one clear error naming the path
+            # hf:// offline (httpx errors are not OSErrors), an unreachable bucket, a protocol
+            # whose package is missing: all mean "this source cannot be listed".
+            raise DataError(entry, "", f"cannot be listed: {type(e).__name__}: {e}{_hf_hint(entry)}") from e
+    return files
+
+
+def read_documents(
+    source: str | Iterable[str],
+    *,
+    text_field: str = "text",
+    text_mode: TextMode | str = TextMode.LINES,
+    on_error: OnError | str = OnError.RAISE,
+    counters: Counters | None = None,
+) -> Iterator[str]:
+    """Yield every document of ``source`` in this process, in file order."""
+    for path in expand_paths(source):
+        reader = reader_for_path(path, text_field=text_field, text_mode=text_mode, on_error=on_error)
+        yield from reader.read(FileSlice(path), counters)
+
+
+class TokenShardReader:
+    """Random access to one ArrayRecord token shard (records of little-endian uint32 token ids).
+
+    Remote shards are first copied to a local temporary file, because array_record cannot be
+    pointed at object stores reliably. A truncated or damaged shard raises :class:`DataError`
+    naming the file and, where it can be known, the record.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._local_copy: str | None = None
+        local = fs.strip_protocol(path) if fs.is_local(path) else self._copy_local(path)
+        if not os.path.exists(local):
+            raise DataError(path, "", "file not found")
+        from array_record.python.array_record_module import ArrayRecordReader
+
+        problem = ""
+        try:
+            self._reader = ArrayRecordReader(local)
+            # A damaged footer does not fail the constructor: the reader reports zero records
+            # and ok() is False, which would read as a silently empty shard.
+            if not self._reader.ok():
+                self._reader.read()
+                problem = "reader not ok"
+        except RuntimeError as e:
+            problem = str(e)
+        if problem:
+            if self._local_copy is not None:
+                os.unlink(self._local_copy)
+            raise DataError(path, "", f"truncated or corrupt ArrayRecord shard (its footer is unreadable, "
+                                      f"so no record can be located): {problem}")
+        self._len = int(self._reader.num_records())
+
+    def _copy_local(self, path: str) -> str:
+        handle, local = tempfile.mkstemp(suffix=".array_record", prefix="zephyr-")
+        with os.fdopen(handle, "wb") as out, fs.open_file(path, "rb") as src:
+            while block := src.read(1 << 22):
+                out.write(block)
+        self._local_copy = local
+        return local
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not 0 <= index < self._len:
+            raise IndexError(f"{self.path}: record {index} out of range (shard has {self._len})")
+        try:
+            data = self._reader.read([index])[0]
+        except RuntimeError as e:
+            raise DataError(self.path, f"record {index}", f"unreadable (truncated or corrupt shard): {e}") from None
+        if len(data) % 4:
+            raise DataError(self.path, f"record {index}", f"{len(data)} bytes is not a whole number of uint32 tokens")
+        return np.frombuffer(data, dtype="<u4")
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(self._len):
+            yield self[i]
+
+    def close(self) -> None:
+        """Release the file (and remove a local copy of a remote shard)."""
+        self._reader.close()
+        if self._local_copy is not None:
+            os.unlink(self._local_copy)
+            self._local_copy = None
+
+    def __enter__(self) -> TokenShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def verify_shard_index(folder: str) -> dict[str, Any]:
+    """Check every shard listed in ``<folder>/index.json`` against its recorded size and sha256.
+
+    Returns:
+        The index.
+
+    Raises:
+        DataError: the index is missing, or a shard is missing, has another size or checksum.
+    """
+    import hashlib
+
+    index_path = fs.join(folder, "index.json")
+    if not fs.exists(index_path):
+        raise DataError(index_path, "", "no shard index (the output is incomplete: was the run interrupted?)")
+    index = json.loads(fs.read_text(index_path))
+    groups = index["splits"].values() if "splits" in index else [index]
+    for group in groups:
+        for shard in group["shards"]:
+            path = fs.join(folder, shard["path"])
+            if not fs.exists(path):
+                raise DataError(path, "", "shard listed in index.json is missing")
+            digest = hashlib.sha256()
+            size = 0
+            with _open_raw(path) as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+                    size += len(block)
+            if size != shard["bytes"]:
+                raise DataError(path, "", f"shard is {size} bytes, index.json says {shard['bytes']} (truncated?)")
+            if digest.hexdigest() != shard["sha256"]:
+                raise DataError(path, "", "shard content does not match its sha256 in index.json")
+    return index
