@@ -312,7 +312,13 @@ def walk_files(path: str) -> Iterator[tuple[str, int]]:
         for dirpath, _dirs, files in os.walk(root):
             for name in files:
                 full = os.path.join(dirpath, name)
-                found.append((os.path.relpath(full, root).replace(os.sep, "/"), os.path.getsize(full)))
+                try:
+                    size = os.path.getsize(full)
+                except FileNotFoundError:
+                    if not os.path.islink(full):
+                        continue  # removed while we walked
+                    size = os.lstat(full).st_size  # a dangling link is listed; reading it will fail
+                found.append((os.path.relpath(full, root).replace(os.sep, "/"), size))
         yield from sorted(found)
         return
     try:

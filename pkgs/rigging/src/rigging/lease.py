@@ -69,19 +69,25 @@ def _tokens(folder: str) -> list[int]:
 
 
 def _read(folder: str, token: int) -> LeaseInfo | None:
+    # A lease file is written whole (atomic write / create-if-absent); an unreadable one is
+    # treated as expired so it can never wedge the step.
+    unreadable = LeaseInfo(token=token, holder="<unreadable>", expires_at=0.0)
     try:
-        data = json.loads(fs.read_text(fs.join(folder, _lease_name(token))))
+        data = json.loads(fs.read_bytes(fs.join(folder, _lease_name(token))))
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError):
-        # A lease file is written whole (atomic write / create-if-absent); an unreadable one is
-        # treated as expired so it can never wedge the step.
-        return LeaseInfo(token=token, holder="<unreadable>", expires_at=0.0)
+    except (ValueError, UnicodeDecodeError):
+        return unreadable
+    if not isinstance(data, dict):
+        return unreadable
+    expires_at = data.get("expires_at", 0.0)
+    if type(expires_at) not in (int, float) or expires_at != expires_at:  # not a number, or NaN
+        return unreadable
     return LeaseInfo(
         token=token,
         holder=str(data.get("holder", "?")),
-        expires_at=float(data.get("expires_at", 0.0)),
-        released=bool(data.get("released", False)),
+        expires_at=float(expires_at),
+        released=data.get("released", False) is True,
     )
 
 

@@ -138,13 +138,89 @@ class FileSlice:
 def _open_decompressed(path: str, raw: IO[bytes]) -> IO[bytes]:
     compression = Compression.of(path)
     if compression is Compression.GZIP:
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return gzip.GzipFile(fileobj=_NotEmpty(raw), mode="rb")
     if compression is Compression.ZSTD:
+        return io.BufferedReader(_ZstdFrames(raw), buffer_size=1 << 20)
+    return raw
+
+
+class _NotEmpty:
+    """A file whose first read must give bytes: an empty compressed file is a cut one, not no data.
+
+    (A compressed stream of nothing still holds a header; a zero-byte ``.gz`` is typically what a
+    killed writer leaves, and ``gzip`` would read it as a silently empty file.)
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._started = False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        if not self._started and size != 0:
+            if not data:
+                raise EOFError("empty file: a compressed stream holds at least a header")
+            self._started = True
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Decompresses a stream of concatenated zstd frames, refusing one that ends inside a frame.
+
+    ``zstandard``'s own ``stream_reader`` reports a truncated file as a clean end of stream, which
+    would read as a silently short corpus; here it raises ``ZstdError`` like a damaged frame.
+    """
+
+    _CHUNK = 1 << 16  # raw bytes per decompress call: bounds what one call can expand to
+
+    def __init__(self, raw: IO[bytes]):
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return raw
+        self._zstd = zstandard
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame: Any = None  # decompressor of the frame in progress (None between frames)
+        self._out = b""
+        self._pos = 0
+        self._done = False
+        self._started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._pos >= len(self._out) and not self._done:
+            self._fill()
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def _fill(self) -> None:
+        data = self._raw.read(self._CHUNK)
+        if not data:
+            self._done = True
+            if self._frame is not None:
+                raise self._zstd.ZstdError("stream ends inside a frame (truncated file?)")
+            if not self._started:
+                raise self._zstd.ZstdError("empty file: a compressed stream holds at least a header")
+            return
+        self._started = True
+        pieces = []
+        while data:
+            if self._frame is None:
+                self._frame = self._dctx.decompressobj()
+            pieces.append(self._frame.decompress(data))
+            if self._frame.eof:
+                data = self._frame.unused_data
+                self._frame = None
+            else:
+                data = b""
+        self._out = b"".join(pieces)
+        self._pos = 0
 
 
 def _decompression_errors() -> tuple[type[BaseException], ...]:
@@ -382,10 +458,13 @@ class ParquetReader(Reader):
                 except _decompression_errors() as e:
                     self._bad(counters, DataError(path, "", f"corrupt compressed stream: {e}"), "skipped_files")
                     return
+            # Damaged files fail in many ways: pyarrow's own errors (any ArrowException), OSError,
+            # and, for string data that is no longer UTF-8, UnicodeDecodeError.
+            unreadable = (pa.ArrowException, OSError, ValueError)
             try:
                 parquet = pq.ParquetFile(source)
-            except (pa.ArrowInvalid, OSError) as e:
-                raise DataError(path, "", f"not a readable parquet file: {e}") from None
+            except unreadable as e:
+                raise DataError(path, "", f"not a readable parquet file: {type(e).__name__}: {e}") from None
             names = parquet.schema_arrow.names
             if self.text_field not in names:
                 raise DataError(path, "", f"no {self.text_field!r} column (columns: {', '.join(names)})")
@@ -402,8 +481,10 @@ class ParquetReader(Reader):
                                                           f"column {self.text_field!r} is null"))
                             continue
                         yield value
-            except (pa.ArrowInvalid, OSError) as e:
-                raise DataError(path, f"record {row}", f"unreadable parquet data: {e}") from None
+            except DataError:
+                raise
+            except unreadable as e:
+                raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
 
 
 def reader_for_path(
@@ -578,7 +659,7 @@ def verify_shard_index(folder: str) -> dict[str, Any]:
     index_path = fs.join(folder, "index.json")
     if not fs.exists(index_path):
         raise DataError(index_path, "", "no shard index (the output is incomplete: was the run interrupted?)")
-    index = json.loads(fs.read_text(index_path))
+    index = _parse_index(index_path)
     groups = index["splits"].values() if "splits" in index else [index]
     for group in groups:
         for shard in group["shards"]:
@@ -595,4 +676,30 @@ def verify_shard_index(folder: str) -> dict[str, Any]:
                 raise DataError(path, "", f"shard is {size} bytes, index.json says {shard['bytes']} (truncated?)")
             if digest.hexdigest() != shard["sha256"]:
                 raise DataError(path, "", "shard content does not match its sha256 in index.json")
+    return index
+
+
+def _parse_index(index_path: str) -> dict[str, Any]:
+    """``index.json`` parsed and checked for the shape :func:`verify_shard_index` walks."""
+    try:
+        index = json.loads(fs.read_bytes(index_path))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(index_path, "", f"not valid JSON: {e}") from None
+    if not isinstance(index, dict):
+        raise DataError(index_path, "", f"expected a JSON object, got {type(index).__name__}")
+    splits = index.get("splits")
+    if "splits" in index and not (isinstance(splits, dict) and splits):
+        raise DataError(index_path, "", "'splits' must be a non-empty object of split name -> shards")
+    groups = splits.items() if "splits" in index else [("", index)]
+    for name, group in groups:
+        where = f"split {name!r}" if name else "index"
+        shards = group.get("shards") if isinstance(group, dict) else None
+        if not isinstance(shards, list):
+            raise DataError(index_path, "", f"{where} has no list of shards")
+        for i, shard in enumerate(shards):
+            ok = (isinstance(shard, dict) and isinstance(shard.get("path"), str) and shard["path"]
+                  and not shard["path"].startswith("/") and ".." not in shard["path"].split("/")
+                  and type(shard.get("bytes")) is int and isinstance(shard.get("sha256"), str))
+            if not ok:
+                raise DataError(index_path, "", f"{where}: shard {i} is not {{path (relative), bytes, sha256}}")
     return index

@@ -219,11 +219,21 @@ class _FileSink(Sink):
         path = self._commit_record_path(shard_index)
         if not fs.exists(path):
             return None
-        record = json.loads(fs.read_text(path))
-        if record.get("num_shards") != num_shards or record.get("inputs") != inputs:
+        try:
+            record = json.loads(fs.read_bytes(path))
+        except (ValueError, UnicodeDecodeError):
+            return None  # a damaged record commits nothing: the shard is redone
+        if not isinstance(record, dict) or record.get("num_shards") != num_shards or record.get("inputs") != inputs:
             return None
-        for info in record["files"].values():
-            final = fs.join(self.output_path, info["path"])
+        files = record.get("files")
+        if not isinstance(files, dict) or set(files) != (set(self.splits) if self.splits else {""}):
+            return None
+        for info in files.values():
+            rel = info.get("path") if isinstance(info, dict) else None
+            if (not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/")
+                    or type(info.get("bytes")) is not int):
+                return None
+            final = fs.join(self.output_path, rel)
             if not fs.exists(final) or fs.size(final) != info["bytes"]:
                 return None
         return record

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import fnmatch
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,8 @@ def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set
         reasons.append(Reason(ReasonKind.FN_CHANGED, f"{old_fn} → {fn_identity(step.fn)}"))
     old_flat = prov.get("config_flat")
     if isinstance(old_flat, dict):
+        # A damaged record of an old build explains less; it must never stop the plan.
+        old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
         new_flat = flatten_config(step.config, hashes)
         for key in sorted(set(old_flat) | set(new_flat)):
             before, after = old_flat.get(key), new_flat.get(key)
@@ -221,6 +224,24 @@ def _holder_dead(holder: str) -> bool:
     return holder_is_dead(holder)
 
 
+def _refuse_escape(store: StepStore, output: str) -> None:
+    """Raise :class:`InvalidStep` when a local output folder resolves outside the prefix.
+
+    A name cannot climb out (``validate_step_name``), but a symlink inside the prefix can: a step
+    would then write, and ``--force`` wipe, a folder elsewhere on the machine.
+    """
+    from rigging import filesystem as fs
+
+    if not fs.is_local(output):
+        return
+    local = fs.strip_protocol(output)
+    root = os.path.realpath(fs.strip_protocol(store.prefix))
+    real = os.path.realpath(local)
+    if real != local and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise InvalidStep(f"output folder {local} resolves to {real}, outside the prefix {root} "
+                          "(a symlink?); remove the link or choose another prefix")
+
+
 def make_plan(
     targets: Iterable[Step | Lazy],
     store: StepStore,
@@ -262,6 +283,7 @@ def make_plan(
             steps_at[index[digest]].append(step)
             continue
         output = store.output_path(f"{step.name}-{digest[:16]}")
+        _refuse_escape(store, output)
         pos = len(planned)
         index[digest] = pos
         pos_of[id(step)] = pos

@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from rigging import filesystem as fs
 
-__all__ = ["META_DIR", "StepRecord", "StepStore", "compute_manifest", "verify_manifest"]
+__all__ = [
+    "META_DIR",
+    "StepRecord",
+    "StepStore",
+    "compute_manifest",
+    "remove_orphan_temporaries",
+    "verify_manifest",
+]
 
 META_DIR = ".marin"
 
@@ -106,7 +115,10 @@ class StepStore:
             if success is None:
                 continue
             provenance = record.read_json(record.provenance) or {}
-            found.append((record.output_path, provenance, float(success.get("finished_at", 0.0))))
+            finished = success.get("finished_at")
+            # A damaged record of an old build must not stop every later plan of this name.
+            when = float(finished) if type(finished) in (int, float) and math.isfinite(finished) else 0.0
+            found.append((record.output_path, provenance, when))
         found.sort(key=lambda row: row[2], reverse=True)
         return [(path, prov) for path, prov, _ in found]
 
@@ -119,8 +131,35 @@ def _sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+# What rigging.filesystem.atomic_write / create_if_absent and zephyr's shard writers name their
+# temporary files: ``.tmp-<uuid4 hex>-<final name>``.
+_ORPHAN_TMP = re.compile(r"^\.tmp-[0-9a-f]{32}-")
+
+
+def remove_orphan_temporaries(output_path: str) -> list[str]:
+    """Delete temporary files that killed writes left in a finished output; returns their paths.
+
+    A write killed by SIGKILL cannot clean up after itself. Once the step has finished (its
+    process is gone, the caller holds the lease) no write is in flight, so every such file is an
+    orphan: it must never be published as part of the output.
+    """
+    removed = []
+    for rel, _size in list(fs.walk_files(output_path)):
+        if rel.startswith(META_DIR + "/"):
+            continue
+        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
+            fs.delete(fs.join(output_path, rel))
+            removed.append(rel)
+    return removed
+
+
 def compute_manifest(output_path: str) -> dict[str, Any]:
-    """Every file of the output (outside ``.marin/``) with its size and SHA-256."""
+    """Every file of the output (outside ``.marin/``) with its size and SHA-256.
+
+    Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
+    the manifest is computed when a step has finished, and they are never part of its output.
+    """
+    remove_orphan_temporaries(output_path)
     files = []
     total = 0
     for rel, size in fs.walk_files(output_path):
@@ -131,16 +170,41 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     return {"files": files, "total_bytes": total, "created_at": time.time()}
 
 
+def _manifest_shape_problem(manifest: Any) -> str | None:
+    """Why ``manifest`` is not ``{"files": [{"path": str, "size": int, "sha256": str}, ...]}``, or None."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, list):
+        return "manifest malformed: no list of files"
+    for i, entry in enumerate(files):
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and type(entry.get("size")) is int and isinstance(entry.get("sha256"), str)):
+            return f"manifest malformed: entry {i} is not {{path, size, sha256}}"
+    return None
+
+
 def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
-    """Problems found when re-checking ``manifest`` against the files now present ([] if none)."""
+    """Problems found when re-checking ``manifest`` against the files now present ([] if none).
+
+    A manifest that is not the shape :func:`compute_manifest` writes is one problem starting with
+    ``"manifest malformed"``: a damaged record must never read as "nothing to check".
+    """
+    shape = _manifest_shape_problem(manifest)
+    if shape is not None:
+        return [shape]
     problems = []
     present = {rel: size for rel, size in fs.walk_files(output_path) if not rel.startswith(META_DIR + "/")}
-    for entry in manifest.get("files", []):
+    for entry in manifest["files"]:
         rel = entry["path"]
         if rel not in present:
             problems.append(f"{rel}: missing")
         elif present[rel] != entry["size"]:
             problems.append(f"{rel}: size {present[rel]} != {entry['size']}")
-        elif _sha256_of(fs.join(output_path, rel)) != entry["sha256"]:
-            problems.append(f"{rel}: checksum changed")
+        else:
+            try:
+                digest = _sha256_of(fs.join(output_path, rel))
+            except OSError as e:
+                problems.append(f"{rel}: unreadable ({type(e).__name__})")
+                continue
+            if digest != entry["sha256"]:
+                problems.append(f"{rel}: checksum changed")
     return problems

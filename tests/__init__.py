@@ -1,0 +1,1 @@
+"""Cross-package and end-to-end tests (a package so `python -m tests.soak` works)."""

@@ -1,0 +1,505 @@
+"""Seeded soak test: build the nano graph again and again while killing and racing its runners.
+
+``make soak`` (``python -m tests.soak``) runs a small corpus -> tokenizer -> tokenized -> nano
+Llama graph as real ``marin run`` subprocesses on one prefix, round after round. Each round does
+one seeded, logged thing to it: SIGKILL the runner, SIGKILL a step process (or its whole process
+group), at a random moment or just after a new checkpoint appears, or start two or three runners
+at once on the same prefix (sometimes killing one of them). Then it runs the graph to the end and
+checks what a researcher relies on:
+
+* every step eventually succeeds, and a second run finds all of them cached;
+* the final parameters equal those of a clean run (separate prefix) bit for bit, and the data
+  steps' files equal the clean run's byte for byte;
+* no lease file is left under the prefix;
+* every step that claims success has all files of its manifest with matching checksums
+  (and ``marin verify`` agrees);
+* no temporary file is left visible as a shard or a checkpoint;
+* no runner ended in a way the round does not explain (a traceback, a hang, a step process that
+  outlived its killed runner).
+
+It prints how many kills and races it survived and exits 1 when any check fails. Options:
+``--seed``, ``--rounds``, ``--workdir`` (kept for inspection), ``--train-steps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPH_FILE = Path(__file__).resolve()
+TRAIN_STEPS = 48
+SAVE_EVERY = 4
+
+
+def steps() -> list:
+    """The soak graph (``marin run tests/soak.py:steps``): small enough for CI, every stage real."""
+    from levanter.checkpoint import CheckpointConfig
+    from levanter.models.llama import LlamaConfig
+    from levanter.optim import AdamConfig
+    from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
+    from marin.experiment.train import train_lm
+
+    corpus = bundled_corpus(name="soak/raw", num_stories=300, seed=0, num_shards=3)
+    tokenizer = trained_tokenizer(name="soak/tokenizer", source=corpus, vocab_size=320)
+    data = tokenized(name="soak/tokenized", source=corpus, tokenizer=tokenizer, num_shards=3)
+    model = train_lm(
+        name="soak/model", version="v1",
+        model=LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=2,
+                          num_layers=2, max_seq_len=64),
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=4),
+        datasets={data: 1.0}, batch_size=8, seq_len=64, num_train_steps=TRAIN_STEPS, eval_every=0,
+        eval_batches=1,
+        # Checkpoints every few steps, so kills land between checkpoints and resumes skip work.
+        checkpoint=CheckpointConfig(save_every=SAVE_EVERY, keep_last=2),
+    )
+    return [model]
+
+
+# -- bookkeeping ----------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    """What the soak did and what it saw."""
+
+    rounds: int = 0
+    kills: Counter = field(default_factory=Counter)  # "runner", "step", "step-group" -> count
+    races: int = 0
+    racers: int = 0
+    resumed_from_checkpoint: int = 0
+    unexpected: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def total_kills(self) -> int:
+        return sum(self.kills.values())
+
+
+class Log:
+    """Every action, timestamped from the start, to stdout and ``<workdir>/soak.log``."""
+
+    def __init__(self, path: Path):
+        self.start = time.monotonic()
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def __call__(self, message: str) -> None:
+        line = f"[{time.monotonic() - self.start:7.2f}s] {message}"
+        print(line, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@dataclass
+class Runner:
+    """One ``marin run`` subprocess of a round."""
+
+    tag: str
+    proc: subprocess.Popen
+    output: Path
+    killed: bool = False  # we SIGKILLed the runner itself
+    step_killed: bool = False  # we SIGKILLed one of its step processes
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_runner(prefix: Path, output: Path, tag: str) -> Runner:
+    """``marin run tests/soak.py:steps --prefix P`` in the workspace, output to a file."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    out = open(output, "wb")  # noqa: SIM115 - the child holds it; closed below
+    command = [sys.executable, "-m", "marin.cli.main", "run", f"{GRAPH_FILE}:steps", "--prefix", str(prefix)]
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    out.close()
+    return Runner(tag, proc, output)
+
+
+def step_processes(runner: Runner) -> list:
+    """The step worker processes under ``runner`` (spawned children, not the resource tracker)."""
+    import psutil
+
+    try:
+        children = psutil.Process(runner.proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            cmdline = " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        if "spawn_main" in cmdline and "resource_tracker" not in cmdline:
+            found.append(child)
+    return found
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float, runners: list[Runner]) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if all(r.proc.poll() is not None for r in runners):
+            return False
+        time.sleep(0.01)
+    return False
+
+
+def _output_folder(prefix: Path, name: str) -> Path | None:
+    parent = prefix / os.path.dirname(name)
+    base = os.path.basename(name)
+    if not parent.is_dir():
+        return None
+    found = [p for p in parent.iterdir() if p.name.rsplit("-", 1)[0] == base]
+    return found[0] if found else None
+
+
+def _checkpoint_entries(prefix: Path) -> set[str]:
+    model = _output_folder(prefix, "soak/model")
+    ckpt = model / "checkpoints" if model else None
+    try:
+        return set(os.listdir(ckpt)) if ckpt else set()
+    except FileNotFoundError:
+        return set()
+
+
+class Soak:
+    """The rounds, the final run and the checks."""
+
+    def __init__(self, workdir: Path, seed: int, log: Log):
+        self.workdir = workdir
+        self.prefix = workdir / "soak-prefix"
+        self.clean_prefix = workdir / "clean-prefix"
+        self.rng = random.Random(seed)
+        self.log = log
+        self.tally = Tally()
+        self._n = 0
+
+    def _runner(self, round_no: int, tag: str, prefix: Path | None = None) -> Runner:
+        self._n += 1
+        runner = start_runner(prefix or self.prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag)
+        self.log(f"  start runner {tag} (pid {runner.proc.pid})")
+        return runner
+
+    # -- killing ---------------------------------------------------------------------------------
+    def _trigger(self, runners: list[Runner]) -> str:
+        """Wait for a seeded moment; returns what it waited for (for the log)."""
+        kind = self.rng.choice(["time", "time", "step-start", "checkpoint"])
+        if kind == "time":
+            delay = self.rng.uniform(0.3, 12.0)
+            _wait_until(lambda: False, delay, runners)
+            return f"after {delay:.2f}s"
+        if kind == "step-start":
+            delay = self.rng.uniform(0.0, 4.0)
+            if not _wait_until(lambda: any(step_processes(r) for r in runners), 60, runners):
+                return "runners ended before any step started"
+            _wait_until(lambda: False, delay, runners)
+            return f"{delay:.2f}s after a step process started"
+        before = _checkpoint_entries(self.prefix)
+        delay = self.rng.uniform(0.0, 0.25)
+        if not _wait_until(lambda: bool(_checkpoint_entries(self.prefix) - before), 90, runners):
+            return "runners ended before a new checkpoint appeared"
+        _wait_until(lambda: False, delay, runners)
+        return f"{delay:.3f}s after a new checkpoint entry appeared"
+
+    def _kill(self, runners: list[Runner], victim: Runner) -> None:
+        import psutil
+
+        what = self.rng.choice(["runner", "step", "step", "step-group"])
+        when = self._trigger(runners)
+        if victim.proc.poll() is not None:
+            self.log(f"  no kill: runner {victim.tag} already exited ({victim.proc.returncode}) [{when}]")
+            return
+        workers = step_processes(victim)
+        if what != "runner" and not workers:
+            what = "runner"  # between steps: nothing else to kill
+        if what == "runner":
+            descendants = []
+            try:
+                descendants = psutil.Process(victim.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.killed = True
+            self.tally.kills["runner"] += 1
+            self.log(f"  KILL runner {victim.tag} (pid {victim.proc.pid}) {when}")
+            # Its step processes must not outlive it: they would write into an output that the
+            # next runner takes over (fray's watchdog ends them within a fraction of a second).
+            _, alive = psutil.wait_procs(descendants, timeout=5)
+            alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            if alive:
+                self.tally.unexpected.append(f"processes {[p.pid for p in alive]} outlived killed runner {victim.tag}")
+                for p in alive:
+                    p.kill()
+            return
+        worker = self.rng.choice(workers)
+        victim.step_killed = True
+        try:
+            if what == "step-group":
+                os.killpg(worker.pid, signal.SIGKILL)
+            else:
+                worker.send_signal(signal.SIGKILL)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            self.log(f"  no kill: step process {worker.pid} of {victim.tag} already gone [{when}]")
+            victim.step_killed = False
+            return
+        self.tally.kills[what] += 1
+        self.log(f"  KILL {what} {worker.pid} of runner {victim.tag} {when}")
+
+    # -- rounds ----------------------------------------------------------------------------------
+    def _finish_round(self, runners: list[Runner], timeout: float = 240.0) -> None:
+        for r in runners:
+            try:
+                r.proc.wait(timeout=max(1.0, timeout))
+            except subprocess.TimeoutExpired:
+                self.tally.unexpected.append(f"runner {r.tag} hung for {timeout:.0f}s (see {r.output})")
+                r.proc.kill()
+                r.proc.wait()
+            self._judge(r)
+
+    def _judge(self, r: Runner) -> None:
+        rc = r.proc.returncode
+        text = r.output.read_text(errors="replace")
+        verdict = "ok"
+        if r.killed:
+            verdict = "killed"
+        elif "Traceback" in text:
+            verdict = "UNEXPECTED traceback"
+        elif rc == 0:
+            verdict = "ok"
+        elif rc == 1 and r.step_killed and "failed: soak/" in text:
+            verdict = "step failed as killed"
+        else:
+            verdict = f"UNEXPECTED exit {rc}"
+        if verdict.startswith("UNEXPECTED"):
+            tail = " | ".join(text.strip().splitlines()[-4:])
+            self.tally.unexpected.append(f"runner {r.tag}: {verdict}: {tail} (see {r.output})")
+        if "resuming from checkpoint" in text.lower() or "restored checkpoint" in text.lower():
+            self.tally.resumed_from_checkpoint += 1
+        self.log(f"  runner {r.tag} exit {rc}: {verdict}")
+
+    def _make_work(self) -> None:
+        """When the graph is already built, remove the newest outputs so the round has work."""
+        import shutil
+
+        from marin.execution.plan import make_plan
+        from marin.execution.store import StepRecord, StepStore
+
+        plan = make_plan(steps(), StepStore(str(self.prefix)), explain=False)
+        if not all(StepRecord(p.output_path).is_done() for p in plan.steps):
+            return
+        k = self.rng.choice([1, 1, 2, len(plan.steps)])
+        removed = [p.output_name for p in plan.steps[-k:]]
+        for p in plan.steps[-k:]:
+            shutil.rmtree(p.output_path)
+        self.log(f"  graph already built: removed {', '.join(removed)}")
+
+    def round(self, n: int) -> None:
+        self.tally.rounds += 1
+        self._make_work()
+        kind = self.rng.choice(["kill", "kill", "race"])
+        if kind == "kill":
+            self.log(f"round {n}: one runner, one kill")
+            runner = self._runner(n, "a")
+            self._kill([runner], runner)
+            self._finish_round([runner])
+            return
+        k = self.rng.choice([2, 3])
+        kill_one = self.rng.random() < 0.6
+        self.log(f"round {n}: race of {k} runners{' with a kill' if kill_one else ''}")
+        self.tally.races += 1
+        self.tally.racers += k
+        runners = []
+        for i in range(k):
+            runners.append(self._runner(n, "abc"[i]))
+            time.sleep(self.rng.uniform(0.0, 0.3))
+        if kill_one:
+            self._kill(runners, self.rng.choice(runners))
+        self._finish_round(runners)
+
+    def run_to_completion(self, prefix: Path, label: str) -> bool:
+        for attempt in range(1, 4):
+            self.log(f"{label}: run to completion, attempt {attempt}")
+            runner = self._runner(0, f"{label}-{attempt}", prefix)
+            self._finish_round([runner], timeout=300)
+            if runner.proc.returncode == 0:
+                return True
+        self.tally.failures.append(f"{label}: the graph did not complete in 3 runs without kills")
+        return False
+
+    # -- checks ----------------------------------------------------------------------------------
+    def check(self) -> None:
+        from marin.execution.gc import find_outputs
+        from marin.execution.plan import make_plan
+        from marin.execution.store import StepRecord, StepStore
+        from marin.execution.verify import verify_output
+        from rigging.lease import current_lease
+
+        fail = self.tally.failures.append
+        store = StepStore(str(self.prefix))
+        clean = StepStore(str(self.clean_prefix))
+        plan = make_plan(steps(), store, explain=False)
+        clean_plan = make_plan(steps(), clean, explain=False)
+        # 1. Every step succeeded, and a rerun is a no-op.
+        for p in plan.steps:
+            if not StepRecord(p.output_path).is_done():
+                fail(f"{p.output_name}: not done at the end")
+        cached = self._runner(0, "rerun")
+        self._finish_round([cached])
+        text = cached.output.read_text(errors="replace")
+        if cached.proc.returncode != 0 or f"{len(plan.steps)} cached" not in text:
+            fail(f"a rerun after the soak was not all cached (see {cached.output})")
+        # 2. Bit-for-bit equal to the clean run.
+        for p, q in zip(plan.steps, clean_plan.steps, strict=True):
+            if p.name == "soak/model":
+                self._compare_params(Path(p.output_path), Path(q.output_path))
+            else:
+                ours = _manifest_digests(p.output_path)
+                theirs = _manifest_digests(q.output_path)
+                differ = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+                # Shard commit records name their input files, which live under each prefix.
+                differ = [k for k in differ if k not in ours or k not in theirs or not _same_but_prefix(
+                    Path(p.output_path) / k, Path(q.output_path) / k, self.prefix, self.clean_prefix)]
+                if differ:
+                    fail(f"{p.name}: files differ from the clean run: {differ[:5]}")
+        # 3. No lease left, 4. manifests hold, 5. no temporary file visible.
+        leftover_meta_tmp = 0
+        outputs = find_outputs(store)
+        for folder in sorted(outputs):
+            path = os.path.join(store.prefix, folder)
+            meta = os.path.join(path, ".marin")
+            leases = [n for n in os.listdir(meta) if n.startswith("lease-")]
+            if leases:
+                info = current_lease(meta)
+                fail(f"{folder}: lease files left: {leases} (newest: {info})")
+            check = verify_output(folder, path)
+            if check.verdict.is_problem or check.verdict.value == "not built":
+                fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
+            for dirpath, dirnames, filenames in os.walk(path):
+                rel_dir = os.path.relpath(dirpath, path)
+                for name in dirnames + filenames:
+                    if ".tmp-" in name or "orbax-checkpoint-tmp" in name or name.endswith((".tmp", ".partial")):
+                        if rel_dir.split(os.sep)[0] == ".marin":
+                            leftover_meta_tmp += 1
+                        else:
+                            fail(f"{folder}: temporary file left visible: {os.path.join(rel_dir, name)}")
+            self._check_listings(folder, Path(path))
+        if leftover_meta_tmp:
+            self.log(f"note: {leftover_meta_tmp} temporary record file(s) left inside .marin/ folders")
+        verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:steps",
+                                 "--prefix", str(self.prefix)], cwd=ROOT, env=_env(), capture_output=True,
+                                text=True, timeout=120)
+        self.log("marin verify: " + " | ".join(verify.stdout.strip().splitlines()))
+        if verify.returncode != 0:
+            fail(f"marin verify exit {verify.returncode}: {verify.stderr.strip()}")
+
+    def _check_listings(self, folder: str, path: Path) -> None:
+        fail = self.tally.failures.append
+        index = path / "index.json"
+        if index.exists():
+            data = json.loads(index.read_text())
+            groups = data["splits"] if "splits" in data else {"": data}
+            for split, group in groups.items():
+                listed = {s["path"] for s in group["shards"]}
+                shard_dir = path / split if split else path
+                present = {f"{split}/{n}" if split else n for n in os.listdir(shard_dir)
+                           if (shard_dir / n).is_file() and n != "index.json" and n.endswith(".array_record")}
+                hidden = [n for n in os.listdir(shard_dir) if n.startswith(".")]
+                if present != listed or hidden:
+                    fail(f"{folder}/{split}: shard files {sorted(present)} (hidden {hidden}) != index {sorted(listed)}")
+        ckpt = path / "checkpoints"
+        if ckpt.is_dir():
+            odd = [n for n in os.listdir(ckpt) if not n.isdigit()]
+            if odd:
+                fail(f"{folder}/checkpoints: entries that are not committed steps: {odd}")
+            for step in os.listdir(ckpt):
+                if step.isdigit() and not (ckpt / step / "_CHECKPOINT_METADATA").exists():
+                    fail(f"{folder}/checkpoints/{step}: no _CHECKPOINT_METADATA (uncommitted)")
+
+    def _compare_params(self, ours: Path, theirs: Path) -> None:
+        import numpy as np
+
+        fail = self.tally.failures.append
+        a_path, b_path = ours / "final" / "params.npz", theirs / "final" / "params.npz"
+        if not a_path.exists() or not b_path.exists():
+            fail(f"final params missing: {a_path if not a_path.exists() else b_path}")
+            return
+        with np.load(a_path) as a, np.load(b_path) as b:
+            if sorted(a.files) != sorted(b.files):
+                fail(f"final params have other arrays: {sorted(a.files)} vs {sorted(b.files)}")
+                return
+            for key in a.files:
+                x, y = a[key], b[key]
+                if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                    fail(f"final params differ from the clean run in {key}")
+            self.log(f"final params: {len(a.files)} arrays, bit for bit equal to the clean run"
+                     if not any("final params differ" in f for f in self.tally.failures) else "final params DIFFER")
+
+
+def _same_but_prefix(a: Path, b: Path, prefix_a: Path, prefix_b: Path) -> bool:
+    return a.read_bytes().replace(str(prefix_a).encode(), b"<prefix>") == \
+        b.read_bytes().replace(str(prefix_b).encode(), b"<prefix>")
+
+
+def _manifest_digests(output_path: str) -> dict[str, str]:
+    from marin.execution.store import StepRecord
+
+    record = StepRecord(output_path)
+    manifest = record.read_json(record.manifest) or {}
+    return {e["path"]: e["sha256"] for e in manifest.get("files", [])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    parser.add_argument("--rounds", type=int, default=12, help="kill/race rounds before the final run")
+    parser.add_argument("--workdir", default=None, help="where prefixes and logs go (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    if args.rounds < 0:
+        parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marin-soak-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = Log(workdir / "soak.log")
+    soak = Soak(workdir, args.seed, log)
+    started = time.monotonic()
+    log(f"soak: seed {args.seed}, {args.rounds} rounds, workdir {workdir}")
+    try:
+        if not soak.run_to_completion(soak.clean_prefix, "clean"):
+            log("the clean reference run failed; nothing to compare against")
+            return 1
+        for n in range(1, args.rounds + 1):
+            soak.round(n)
+        if soak.run_to_completion(soak.prefix, "final"):
+            soak.check()
+    finally:
+        log.close()
+    t = soak.tally
+    problems = t.unexpected + t.failures
+    kills = ", ".join(f"{n} {k}" for k, n in sorted(t.kills.items())) or "none"
+    print(f"\nsoak seed {args.seed}: {t.rounds} rounds in {time.monotonic() - started:.0f}s; "
+          f"survived {t.total_kills} kills ({kills}) and {t.races} races ({t.racers} runners)")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    print("soak: OK" if not problems else f"soak: FAILED ({len(problems)} problems); logs in {workdir}")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""The soak test with a small count: kills and races on the nano graph, then every check of ``make soak``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_soak_small_count_survives_kills_and_races(tmp_path):
+    # Seed 3 draws both kinds of round (kills of runners and steps, and a race) in four rounds.
+    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--seed", "3", "--rounds", "4",
+                           "--workdir", str(tmp_path / "soak")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=280)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "soak: OK" in out
+    assert "survived" in out and "bit for bit equal to the clean run" in out
+    assert "KILL" in out, "the seed must draw at least one kill"
+
+
+def test_soak_rejects_bad_options():
+    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--rounds", "-1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
