@@ -24,6 +24,7 @@ _COMMANDS = {
     "sample": ("marin.cli.cmd_sample", "sample"),
     "report": ("marin.cli.cmd_report", "report"),
     "plot": ("marin.cli.cmd_plot", "plot"),
+    "verify": ("marin.cli.cmd_verify", "verify"),
 }
 
 
