@@ -7,10 +7,9 @@ With network access, point ``source`` at the Hugging Face dataset instead::
 Offline (as on CI machines) it reads the bundled corpus, so it runs with nothing downloaded.
 """
 
-from levanter.optim import AdamConfig
-
 from experiments.llama import llama_nano
 from experiments.marin_tokenizer import corpus, marin_tokenizer
+from levanter.optim import AdamConfig
 from marin.execution.lazy import lower
 from marin.execution.step_runner import StepRunner
 from marin.experiment.data import tokenized

@@ -95,10 +95,14 @@ def _translate_error(e: BaseException, label: str, cancelled: bool) -> BaseExcep
     if isinstance(e, rex.RayTaskError):
         cause = e.cause
         if isinstance(cause, JobFailed):
-            return JobFailed(str(cause), remote_traceback=cause.remote_traceback, exitcode=cause.exitcode)
+            return JobFailed(str(cause), remote_traceback=cause.remote_traceback, exitcode=cause.exitcode,
+                             worker_lost=cause.worker_lost)
         return JobFailed(f"{label} failed: {type(cause).__name__}: {cause}", remote_traceback=str(e))
     if isinstance(e, rex.RayError):
-        return JobFailed(f"{label} failed: {type(e).__name__}: {e}")
+        # Not raised by the call: its worker, node or result was lost (killed, crashed, preempted).
+        lost = isinstance(e, rex.WorkerCrashedError | rex.NodeDiedError | rex.ObjectLostError
+                          | rex.LocalRayletDiedError | rex.OutOfMemoryError)
+        return JobFailed(f"{label} failed: {type(e).__name__}: {e}", worker_lost=lost)
     return e
 
 

@@ -46,6 +46,10 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
     Every fixed port Ray would otherwise use is replaced by a free one and the temporary folder is
     private, so concurrent sessions on one machine do not collide. The head is stopped (its whole
     process group) on exit; ``ray stop`` is never used since it would stop other users' clusters.
+
+    Token authentication is off for the head and, while it runs, for clients in this process
+    (``RAY_AUTH_MODE=disabled``): otherwise a token left in ``~/.ray/auth_token`` by some earlier
+    local ``ray.init()`` turns it on for one side only and the client cannot connect.
     """
     port = free_port(host)
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray puts unix sockets in it
@@ -61,8 +65,10 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
         f"--metrics-export-port={free_port(host)}",
     ]
     log = open(os.path.join(temp_dir, "ray-start.log"), "w+b")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
+    previous_auth_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -75,6 +81,10 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
             time.sleep(0.2)
         yield f"{host}:{port}"
     finally:
+        if previous_auth_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous_auth_mode
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

@@ -27,16 +27,25 @@ class JobFailed(RuntimeError):
     Attributes:
         remote_traceback: the traceback printed where the call ran, when there was one.
         exitcode: the exit code (negative: the signal) of a process that died without a word.
+        worker_lost: the worker or node running the call was lost (crashed, killed, preempted),
+            as opposed to the call raising.
     """
 
-    def __init__(self, message: str, remote_traceback: str | None = None, exitcode: int | None = None):
+    def __init__(self, message: str, remote_traceback: str | None = None, exitcode: int | None = None,
+                 worker_lost: bool = False):
         super().__init__(message)
         self.remote_traceback = remote_traceback
         self.exitcode = exitcode
+        self.worker_lost = worker_lost
+
+    @property
+    def process_died(self) -> bool:
+        """True when the call did not raise: its process died or its worker was lost."""
+        return self.exitcode is not None or self.worker_lost
 
     def __reduce__(self):
         # Keep the extra fields when the error crosses a process boundary (Ray pickles it).
-        return (type(self), (self.args[0], self.remote_traceback, self.exitcode))
+        return (type(self), (self.args[0], self.remote_traceback, self.exitcode, self.worker_lost))
 
 
 RemoteError = JobFailed

@@ -125,7 +125,8 @@ class MultihostJob:
                         except JobFailed as e:
                             self.cancel()
                             raise JobFailed(f"{self.name}: process {i} failed: {e}",
-                                            remote_traceback=e.remote_traceback, exitcode=e.exitcode) from None
+                                            remote_traceback=e.remote_traceback, exitcode=e.exitcode,
+                                            worker_lost=e.worker_lost) from None
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"{self.name} did not finish within {timeout}s")
                 time.sleep(poll_interval)
@@ -135,7 +136,8 @@ class MultihostJob:
                     values.append(h.result(timeout=0))
                 except JobFailed as e:
                     raise JobFailed(f"{self.name}: process {i} failed: {e}",
-                                    remote_traceback=e.remote_traceback, exitcode=e.exitcode) from None
+                                    remote_traceback=e.remote_traceback, exitcode=e.exitcode,
+                                    worker_lost=e.worker_lost) from None
             return values
         finally:
             if self.done():

@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from marin.cli.common import cache_options, prefix_option, runner_from_options, targets_argument
+from marin.cli.common import (
+    backend_options,
+    cache_options,
+    prefix_option,
+    runner_from_options,
+    targets_argument,
+)
 from marin.cli.errors import MarinError
 
 
@@ -20,10 +26,11 @@ from marin.cli.errors import MarinError
 @click.option("--require-cached", is_flag=True,
               help="Fail, naming the steps, if anything would have to be built (cache hits are fine).")
 @cache_options
+@backend_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool,
-        caches: tuple[str, ...], strict_env: bool | None) -> None:
+        caches: tuple[str, ...], strict_env: bool | None, backend: str | None, ray_address: str | None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -32,7 +39,8 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     reporter = make_reporter()
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
-                                 require_cached=require_cached)
+                                 require_cached=require_cached, backend=backend, ray_address=ray_address)
+    from iris.admission import ResourcesTooLarge
     from marin.execution.step_runner import NotCached
 
     try:
@@ -40,6 +48,10 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     except NotCached as e:
         raise MarinError(str(e), hint="build them where accelerator time is allowed, then `marin push` to the cache",
                          exit_code=1) from None
+    except ResourcesTooLarge as e:
+        raise MarinError(str(e)) from None  # the message names the step, the resource and what to do
+    finally:
+        runner.close()
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")
     if not dry_run:

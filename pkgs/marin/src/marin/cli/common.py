@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-__all__ = ["cache_options", "load_config", "prefix_option", "runner_from_options", "targets_argument"]
+__all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "runner_from_options",
+           "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,11 +38,21 @@ def cache_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Read-only cache (another prefix) to fetch finished steps from; repeatable.")(fn)
 
 
+def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--backend local|ray and --ray-address ADDR (default: the configuration's)."""
+    fn = click.option("--ray-address", default=None, metavar="ADDR",
+                      help="Ray cluster to run on (host:port or auto); unset: start a private local one.")(fn)
+    return click.option("--backend", type=click.Choice(["local", "ray"]), default=None,
+                        help="Where steps run: local processes, or a Ray cluster.")(fn)
+
+
 def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None,
-                        caches: tuple[str, ...] = (), strict_env: bool | None = None, **kwargs: Any):
+                        caches: tuple[str, ...] = (), strict_env: bool | None = None,
+                        backend: str | None = None, ray_address: str | None = None, **kwargs: Any):
     from marin.execution.step_runner import StepRunner
 
     config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None),
-                         caches=list(caches) or None, strict_env=strict_env)
+                         caches=list(caches) or None, strict_env=strict_env, backend=backend,
+                         ray_address=ray_address)
     return StepRunner(prefix=config.resolved_prefix(), max_parallel=config.max_parallel, config=config,
-                      reporter=reporter, **kwargs)
+                      reporter=reporter, backend=config.backend, ray_address=config.ray_address, **kwargs)

@@ -43,6 +43,9 @@ def find_in_caches(output_name: str, caches: Sequence[str]) -> CacheHit | None:
         path = fs.join(cache.rstrip("/"), output_name)
         if StepRecord(path).is_done():
             return CacheHit(cache, path)
+        if fs.exists(path):
+            # Files without a success record: a push that was cut off, or one still under way.
+            logger.warning("cache entry %s has no success record (interrupted or ongoing push); not using it", path)
     return None
 
 

@@ -168,6 +168,65 @@ def _resolve(value: Any, paths: dict[int, str]) -> Any:
     return value
 
 
+def _resources_of(step: Step) -> Any:
+    """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
+    from iris.cluster import ResourceConfig
+
+    resources = step.resources if step.resources is not None else ResourceConfig()
+    if not isinstance(resources, ResourceConfig):
+        raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
+                        f"got {type(resources).__name__}")
+    return resources
+
+
+def _is_lost_process(error: BaseException) -> bool:
+    """True when a step did not raise but its process died or its worker or host was lost."""
+    from fray.cluster import JobFailed
+
+    return isinstance(error, JobFailed) and error.process_died
+
+
+class _MultihostHandle:
+    """The processes of a multi-host step as one job: done when all are, or as soon as one failed."""
+
+    def __init__(self, job: Any):
+        self._job = job
+        self.handles = job.handles
+        self.name = job.name
+        self._outcome: tuple[bool, Any] | None = None
+
+    def _one_failed(self) -> bool:
+        for h in self.handles:
+            if h.done():
+                try:
+                    h.result(timeout=0)
+                except BaseException:  # noqa: BLE001 - a failure of any kind ends the whole job
+                    return True
+        return False
+
+    def done(self) -> bool:
+        return self._outcome is not None or self._job.done() or self._one_failed()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._outcome is None:
+            try:
+                self._outcome = (True, self._job.result(timeout=timeout))
+            except TimeoutError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - kept, so a second call raises the same
+                self._outcome = (False, e)
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+    def logs(self) -> str:
+        return "".join(self._job.logs())
+
+
 @dataclass
 class _Running:
     planned: PlannedStep
@@ -177,10 +236,27 @@ class _Running:
     attempt: int
     local_log: str
     remote_log: str | None
+    admission: Any = None  # iris Admission held while the step runs on this machine
+    resubmit: Any = None  # starts the step again (a retry after its process died); returns a handle
+    retries_left: int = 0
+    retries: int = 0  # retries so far in this run
+    stream_logs: bool = False  # the worker cannot write the log file: copy the handle's logs() into it
+    log_offsets: dict[int, int] = field(default_factory=dict)
+    logs_polled: float = 0.0
 
 
 class StepRunner:
     """Evaluates a graph of steps Make-style.
+
+    Each step runs where its ``resources`` (an iris ``ResourceConfig``; None means one CPU) say:
+    on the local backend, once this machine has room for it next to the steps already running
+    (a step that could never fit is refused when planning); on Ray, as a task asking for those
+    resources. A step spanning several hosts runs one process per host (``iris.multihost``) and
+    counts as one step. A step whose process died or whose worker or host was lost (as opposed
+    to ``fn`` raising; levanter's ``TrainingPreempted`` counts as lost: exit code 75) is run
+    again, keeping its output folder so a resumable step continues from what it committed, up
+    to ``resources.max_retries`` times (0 unless the step asks; TPU resources default to 3).
+    Attempts are counted in the step's status and provenance.
 
     Args:
         prefix: where outputs live; default from the configuration (``rigging``).
@@ -192,7 +268,15 @@ class StepRunner:
         lease_ttl: seconds a lease lives without a heartbeat before another runner may take over.
         strict_env: make the environment fingerprint part of every hash.
         reporter: receives progress (the CLI's display); default: log lines.
-        client: the ``fray`` client that runs each step in its own process.
+        client: the ``fray`` client that runs each step in its own process; default: made from
+            ``backend``.
+        backend: where steps run: ``Backend.LOCAL`` (processes on this machine, admitted so that
+            running steps never ask for more CPUs or memory together than it has) or
+            ``Backend.RAY`` (tasks on the Ray cluster at ``ray_address``); default from the
+            configuration.
+        ray_address: the Ray cluster (``host:port`` or ``auto``); None starts a private local one.
+        capacity: what this machine offers to local steps (an iris ``MachineCapacity``); default:
+            detected.
         poll_interval: seconds between checks of running and awaited steps.
         caches: read-only caches (other prefixes) to fetch finished steps from before building;
             default from the configuration.
@@ -215,6 +299,9 @@ class StepRunner:
         config: Any = None,
         caches: Sequence[str] | None = None,
         require_cached: bool = False,
+        backend: Any = None,
+        ray_address: str | None = None,
+        capacity: Any = None,
     ):
         if config is None and (prefix is None or max_parallel is None or strict_env is None):
             from rigging.config.discovery import discover_config
@@ -236,6 +323,12 @@ class StepRunner:
         self.holder = default_holder()
         self.caches = tuple(caches if caches is not None else (config.caches if config else ()))
         self.require_cached = require_cached
+        self._config = config
+        self._backend_arg = backend
+        self.ray_address = ray_address if ray_address is not None else (config.ray_address if config else None)
+        self._capacity = capacity
+        self._admission: Any = None
+        self._owns_client = False
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
@@ -268,6 +361,8 @@ class StepRunner:
         plan = self.plan(steps, explain=True)
         if self.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
+        if plan.to_run():
+            self.check_resources(plan)
         self.reporter.planned(plan)
         outcomes: dict[int, StepOutcome] = {}
         for pos, p in enumerate(plan.steps):
@@ -286,8 +381,72 @@ class StepRunner:
         result = RunResult([outcomes[i] for i in range(len(plan.steps))], self.store.prefix, plan)
         return result
 
+    @property
+    def backend(self) -> Any:
+        """Where steps run (a ``rigging.config.discovery.Backend``), from the argument or the config."""
+        from rigging.config.discovery import Backend, discover_config
+
+        if self._backend_arg is None:
+            if self._config is None:
+                self._config = discover_config()
+            self._backend_arg = self._config.backend
+            if self.ray_address is None:
+                self.ray_address = self._config.ray_address
+        return self._backend_arg if isinstance(self._backend_arg, Backend) else Backend(str(self._backend_arg).lower())
+
+    def _runs_on_this_machine(self) -> bool:
+        """True when steps run as processes here (admitted against this machine's capacity)."""
+        from fray.cluster import LocalClient
+
+        if self._client is not None:
+            return isinstance(self._client, LocalClient | _InProcessClient)
+        from rigging.config.discovery import Backend
+
+        return self.backend is Backend.LOCAL or fs.protocol_of(self.prefix) == "memory"
+
+    def _admission_controller(self) -> Any:
+        if self._admission is None:
+            from iris.admission import AdmissionController
+
+            self._admission = AdmissionController(self._capacity)
+        return self._admission
+
+    def check_resources(self, plan: Plan) -> None:
+        """Refuse, before anything runs, a step that needs more than this machine has at all.
+
+        Only for steps that run here (the local backend); on Ray the cluster's scheduler decides.
+
+        Raises:
+            iris.admission.ResourcesTooLarge: naming the step and the resource it lacks.
+        """
+        if not self._runs_on_this_machine():
+            return
+        from iris.admission import ResourcesTooLarge
+
+        controller = self._admission_controller()
+        for p in plan.to_run():
+            try:
+                controller.check_fits(_resources_of(p.step))
+            except ResourcesTooLarge as e:
+                raise ResourcesTooLarge(f"step {p.name}: {e}") from None
+
+    def close(self) -> None:
+        """Shut down the client this runner made (a Ray connection, local log folders)."""
+        if self._client is not None and self._owns_client:
+            self._client.shutdown()
+            self._client = None
+            self._owns_client = False
+
     def _client_or_default(self) -> Any:
         if self._client is None:
+            from rigging.config.discovery import Backend
+
+            if fs.protocol_of(self.prefix) != "memory" and self.backend is Backend.RAY:
+                from fray.cluster import RayClient
+
+                self._client = RayClient(address=self.ray_address)
+                self._owns_client = True
+                return self._client
             if fs.protocol_of(self.prefix) == "memory":
                 # memory:// exists only inside this process: a step run in a process of its own
                 # would write into a store nobody else sees, and its empty output would be
@@ -297,6 +456,7 @@ class StepRunner:
                 from fray.cluster import LocalClient
 
                 self._client = LocalClient()
+                self._owns_client = True
         return self._client
 
     def _execute(self, plan: Plan, outcomes: dict[int, StepOutcome]) -> None:
@@ -327,21 +487,39 @@ class StepRunner:
                         continue
                     if len(running) >= self.max_parallel:
                         break
+                    admission = self._try_admit(p, outcomes, pos)
+                    if admission is None:
+                        if pos in outcomes:
+                            pending.remove(pos)
+                            progressed = True
+                        continue  # no room now: a smaller step may still fit
                     before = len(pending)
                     started = self._try_start(plan, pos, paths, outcomes, waiting_on, pending)
                     if len(pending) != before:
                         progressed = True  # a refused cache entry brought its inputs into the run
                     if started is not None:
+                        started.admission = admission
                         running[pos] = started
                         pending.remove(pos)
                         progressed = True
-                    elif pos in outcomes:
-                        pending.remove(pos)
-                        progressed = True
+                    else:
+                        admission.release()
+                        if pos in outcomes:
+                            pending.remove(pos)
+                            progressed = True
                 for pos in list(running):
                     r = running[pos]
+                    if r.stream_logs:
+                        self._pull_logs(r)
+                    if r.handle.done() and not r.lease.lost and self._retry(r):
+                        progressed = True
+                        continue
                     if r.handle.done() or r.lease.lost:
-                        outcome = self._finish(plan, pos, r)
+                        try:
+                            outcome = self._finish(plan, pos, r)
+                        finally:
+                            if r.admission is not None:
+                                r.admission.release()
                         del running[pos]
                         progressed = True
                         if outcome is None:
@@ -358,6 +536,8 @@ class StepRunner:
         except BaseException:
             for pos, r in running.items():
                 r.handle.cancel()
+                if r.admission is not None:
+                    r.admission.release()
                 self._record_status(r.planned, "interrupted", r.attempt, error="interrupted by the runner")
                 r.lease.release()
                 outcomes[pos] = StepOutcome(r.planned.name, r.planned.hash, r.planned.output_path,
@@ -420,18 +600,24 @@ class StepRunner:
                 raise UnserializableConfig(f"{p.name}: config cannot be sent to a worker: {e}") from e
             local_log, remote_log = self._log_paths(p)
             root = workspace_root()
+            client = self._client_or_default()
+            # A worker elsewhere (Ray) cannot write the runner's log file: its output is copied
+            # from the handle instead.
+            stream_logs = not self._runs_on_this_machine()
             payload = StepPayload(
                 step_name=p.name,
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=p.output_path,
-                log_path=local_log,
+                log_path=None if stream_logs else local_log,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
+                exit_on_preemption=not isinstance(client, _InProcessClient),
             )
             if fs.is_local(p.output_path):
                 os.makedirs(fs.strip_protocol(p.output_path), exist_ok=True)
-            handle = self._client_or_default().submit(run_step, payload, name=p.output_name,
-                                                      env={"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)})
+            resources = _resources_of(p.step)
+            submit = self._submitter(client, payload, p, resources, on_this_machine=not stream_logs)
+            handle = submit()
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             self._record_status(p, "failed", 0, error=f"{type(e).__name__}: {e}", tb=traceback.format_exc())
             lease.release()
@@ -441,7 +627,98 @@ class StepRunner:
             self.reporter.finished(outcomes[pos])
             return None
         self.reporter.started(p)
-        return _Running(p, lease, handle, time.time(), attempt, local_log, remote_log)
+        return _Running(p, lease, handle, time.time(), attempt, local_log, remote_log, resubmit=submit,
+                        retries_left=resources.max_retries, stream_logs=stream_logs)
+
+    def _submitter(self, client: Any, payload: StepPayload, p: PlannedStep, resources: Any, *,
+                   on_this_machine: bool) -> Any:
+        """A function that starts the step (again, for a retry) and returns its handle."""
+        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
+        if resources.num_hosts > 1:
+            from iris.multihost import launch
+
+            def start_multihost() -> Any:
+                job = launch(client, run_step, payload, resources=resources, name=p.output_name, env=env)
+                return _MultihostHandle(job)
+
+            return start_multihost
+        # Ray never retries on its own: the runner does, so that it counts and records attempts.
+        extra = {} if on_this_machine else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
+
+        def start() -> Any:
+            return client.submit(run_step, payload, name=p.output_name, env=env, **extra)
+
+        return start
+
+    def _try_admit(self, p: PlannedStep, outcomes: dict[int, StepOutcome], pos: int) -> Any:
+        """Room on this machine for ``p`` (an iris ``Admission`` to release when it ends), or None.
+
+        A step that needs nothing admitted here (a fetch, or any step on Ray) gets a no-op token.
+        A step that can never fit fails (it was checked at plan time unless a refused cache entry
+        brought it into the run later).
+        """
+        if p.action is not Action.RUN or not self._runs_on_this_machine():
+            return _NoAdmission()
+        from iris.admission import ResourcesTooLarge
+
+        try:
+            return self._admission_controller().try_admit(_resources_of(p.step))
+        except (ResourcesTooLarge, TypeError) as e:
+            outcomes[pos] = StepOutcome(p.name, p.hash, p.output_path, Outcome.FAILED,
+                                        reasons=[str(r) for r in p.reasons],
+                                        error=f"step {p.name}: {e}" if isinstance(e, ResourcesTooLarge) else str(e))
+            self.reporter.finished(outcomes[pos])
+            return None
+
+    def _retry(self, r: _Running) -> bool:
+        """Start ``r`` again if its process died (rather than raising) and it has retries left."""
+        if r.resubmit is None or r.retries_left <= 0:
+            return False
+        try:
+            r.handle.result(timeout=0)
+            return False
+        except BaseException as e:  # noqa: BLE001 - only inspected here; _finish reports it
+            if not _is_lost_process(e):
+                return False
+            error = str(e)
+        if r.stream_logs:
+            self._pull_logs(r, final=True)
+        p = r.planned
+        r.retries_left -= 1
+        r.retries += 1
+        r.attempt += 1
+        logger.warning("%s: %s; retrying (attempt %d)", p.output_name, error, r.attempt)
+        self._append_log(r, f"\n[marin] attempt {r.attempt - 1} of {p.name} lost its process ({error}); "
+                            f"starting attempt {r.attempt}\n")
+        self._record_status(p, "running", r.attempt, error=f"attempt {r.attempt - 1}: {error}")
+        r.log_offsets = {}
+        try:
+            r.handle = r.resubmit()
+        except Exception as e:  # noqa: BLE001 - a step that cannot restart fails like any other
+            e.remote_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+            r.handle = _DoneJob(error=e)
+        return True
+
+    def _append_log(self, r: _Running, text: str) -> None:
+        os.makedirs(os.path.dirname(r.local_log), exist_ok=True)
+        with open(r.local_log, "a", encoding="utf-8") as f:
+            f.write(text)
+
+    def _pull_logs(self, r: _Running, *, final: bool = False) -> None:
+        """Append what the step printed since the last pull to its log file (workers elsewhere)."""
+        now = time.monotonic()
+        if not final and now - r.logs_polled < _LOG_PULL_INTERVAL_S:
+            return
+        r.logs_polled = now
+        chunks = []
+        for i, h in enumerate(getattr(r.handle, "handles", None) or [r.handle]):
+            text = h.logs()
+            sent = r.log_offsets.get(i, 0)
+            if len(text) > sent:
+                chunks.append(text[sent:])
+                r.log_offsets[i] = len(text)
+        if chunks:
+            self._append_log(r, "".join(chunks))
 
     def _fetch(self, p: PlannedStep, lease: Lease) -> bool:
         """Copy ``p`` from its cache and publish it; False (with a warning) if the entry is bad."""
@@ -525,6 +802,9 @@ class StepRunner:
             message = str(e)
             if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
                 message = message[len(f"job {p.output_name} failed: "):]
+            if _is_lost_process(e):
+                message += (f" (the step's process was lost on attempt {r.attempt}; "
+                            f"{r.retries} retr{'y' if r.retries == 1 else 'ies'} used of resources.max_retries)")
             self._upload_log(r)
             try:
                 self._record_status(p, "failed", r.attempt, error=message, tb=tb)
@@ -550,6 +830,8 @@ class StepRunner:
                            log_path=r.remote_log or r.local_log, duration=duration)
 
     def _upload_log(self, r: _Running) -> None:
+        if r.stream_logs:
+            self._pull_logs(r, final=True)
         if r.remote_log and os.path.exists(r.local_log):
             with open(r.local_log, "rb") as f:
                 fs.atomic_write(r.remote_log, f.read())
@@ -578,11 +860,24 @@ class StepRunner:
             "finished_at": time.time(),
             "duration_s": time.time() - r.started,
             "attempts": r.attempt,
+            "retries": r.retries,
+            "client": type(self._client).__name__,
+            "resources": repr(p.step.resources) if p.step.resources is not None else None,
             "reasons": [x.to_json() for x in p.reasons],
             "worker": timing,
             "output_bytes": manifest["total_bytes"],
             "output_files": len(manifest["files"]),
         }
+
+
+_LOG_PULL_INTERVAL_S = 1.0
+
+
+class _NoAdmission:
+    """The admission of a step that takes nothing from this machine's ledger."""
+
+    def release(self) -> None:
+        pass
 
 
 class _DoneJob:
@@ -602,6 +897,9 @@ class _DoneJob:
 
     def cancel(self) -> None:
         pass
+
+    def logs(self) -> str:
+        return ""
 
 
 class _InProcessClient:

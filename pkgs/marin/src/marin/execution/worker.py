@@ -11,7 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FnRef", "StepPayload", "import_fn", "run_step"]
+__all__ = ["PREEMPTED_EXIT_CODE", "FnRef", "StepPayload", "import_fn", "run_step"]
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit status of a step process whose training was preempted (levanter's ``TrainingPreempted``,
+EX_TEMPFAIL): the runner treats it like a lost worker and retries the step if it may."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class StepPayload:
     output_path: str
     log_path: str | None
     sys_path: tuple[str, ...] = ()
+    exit_on_preemption: bool = True
+    """Leave the process with :data:`PREEMPTED_EXIT_CODE` when ``fn`` reports a preemption (only
+    when the step has a process of its own)."""
 
 
 def _load_module(ref: FnRef):
@@ -89,7 +96,17 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
-    fn(config, payload.output_path)
+    try:
+        fn(config, payload.output_path)
+    except BaseException as e:
+        trainer = sys.modules.get("levanter.trainer")
+        if payload.exit_on_preemption and trainer is not None and isinstance(e, trainer.TrainingPreempted):
+            # A preemption is not a bug in fn: say so by how the process ends, as a lost host would.
+            log.warning("step %s preempted: %s", payload.step_name, e)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(PREEMPTED_EXIT_CODE)
+        raise
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()

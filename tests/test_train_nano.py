@@ -1,0 +1,72 @@
+"""``make train-nano`` (``python -m experiments.train_nano``) end to end, then again with no work (issue 4).
+
+The first run (from an empty prefix) is shared with ``test_ci_cache`` through
+``experiment_fixtures.nano_prefix``; it trains 400 steps of the nano Llama (about 40 s on 2 CPU
+cores). Quality bar: the validation loss must be below half the unigram-entropy baseline of the
+same validation tokens (on the bundled corpus it ends near 0.6 against about 5.3 nats/token).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment_fixtures import clean_env, events, nano_prefix, run, success_records  # noqa: E402
+
+from marin.execution.store import StepRecord  # noqa: E402
+
+STEPS = ("raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",
+         "checkpoints/marin-nano")
+MARGIN = 0.5  # validation loss < MARGIN x unigram baseline
+
+
+def _number(label: str, stdout: str) -> float:
+    found = re.search(rf"^{label}\s+([0-9.]+) nats/token", stdout, re.M)
+    assert found, f"no {label!r} line in:\n{stdout}"
+    return float(found.group(1))
+
+
+@pytest.mark.slow
+def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.TempPathFactory) -> None:
+    prefix, first = nano_prefix(tmp_path_factory)
+    assert first.returncode == 0, first.describe()
+    out = first.stdout
+
+    # Every stage ran (the prefix was empty) and finished.
+    assert sorted(events(out, "ran")) == sorted(STEPS), first.describe()
+    # Where the outputs are.
+    assert f"outputs under {prefix}" in out, out
+    for step in STEPS:
+        line = next((li for li in out.splitlines() if li.strip().startswith(step + " ")), None)
+        assert line is not None, f"no output line for {step}:\n{out}"
+        path = line.split()[-1]
+        assert path.startswith(str(prefix / step) + "-") and StepRecord(path).is_done(), line
+    # Losses against the baseline.
+    train = _number("final training loss", out)
+    val = _number("final validation loss", out)
+    baseline = _number("unigram baseline", out)
+    assert all(math.isfinite(x) and x > 0 for x in (train, val, baseline)), (train, val, baseline)
+    assert val < MARGIN * baseline, f"validation loss {val} is not below {MARGIN} x unigram baseline {baseline}"
+    # A short sample that continues the prompt.
+    sample = re.search(r"^sample> Once upon a time(.*)$", out, re.M)
+    assert sample and len(sample.group(1).split()) >= 5, out
+    print(f"nano: train {train:.3f}, validation {val:.3f}, unigram baseline {baseline:.3f} nats/token; "
+          f"first run {first.seconds:.1f}s")
+
+    before = success_records(prefix)
+    second = run([sys.executable, "-m", "experiments.train_nano"], env=clean_env(MARIN_PREFIX=str(prefix)))
+
+    assert events(second.stdout, "start") == [] and events(second.stdout, "ran") == [], second.describe()
+    assert re.search(r"^plan: 4 steps: 4 cached$", second.stdout, re.M), second.describe()
+    assert success_records(prefix) == before
+    # Same numbers, read back from the cached outputs.
+    assert _number("final validation loss", second.stdout) == val
+    assert _number("unigram baseline", second.stdout) == baseline
+    assert second.seconds < 30 and second.seconds < first.seconds / 2, \
+        f"no-op run took {second.seconds:.1f}s (first run {first.seconds:.1f}s)"
