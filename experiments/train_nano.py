@@ -59,7 +59,8 @@ def main() -> int:
     for outcome in result.steps:
         print(f"  {outcome.name:34s} {outcome.output_path}")
     print(f"final training loss   {summary['final_loss']:.3f} nats/token")
-    print(f"final validation loss {summary['val_loss']:.3f} nats/token")
+    val = summary.get("val_loss")
+    print(f"final validation loss {val:.3f} nats/token" if val is not None else "final validation loss: none (validation split too small)")
     print(f"unigram baseline      {baseline:.3f} nats/token (validation split)")
     print(f"sample> {PROMPT}{sample_text(model_out, PROMPT, max_new_tokens=48)}")
     return 0

@@ -344,6 +344,9 @@ def main(config: TrainerConfig) -> dict[str, Any]:
                                 max_batches=config.eval_batches, cache_dir=config.shard_cache_dir)
                    if config.eval_batches else [])
     val_batches = [b for b in val_batches if b.shape[0] % n_dev == 0]
+    if config.eval_batches and not val_batches:
+        logger.warning("no validation loss: the validation split cannot fill one batch of %d x %d tokens",
+                       config.batch_size, config.seq_len + 1)
 
     def validate(params: Any) -> float | None:
         if not val_batches:

@@ -32,7 +32,12 @@ def read_index(path: str) -> dict:
     index_path = fs.join(path, "index.json")
     if not fs.exists(index_path):
         raise FileNotFoundError(f"{index_path} not found: {path} is not a tokenized dataset folder")
-    index = json.loads(fs.read_text(index_path))
+    try:
+        index = json.loads(fs.read_text(index_path))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{index_path}: not valid JSON ({e})") from None
+    if not isinstance(index, dict):
+        raise ValueError(f"{index_path}: expected a JSON object, got {type(index).__name__}")
     if index.get("format") != FORMAT:
         raise ValueError(f"{index_path}: format must be {FORMAT!r}, got {index.get('format')!r}")
     for key in ("vocab_size", "eos_id", "splits"):

@@ -51,7 +51,7 @@ def _user_error(e: BaseException) -> tuple[str, str | None, int] | None:
     if isinstance(e, MarinError):
         return str(e), e.hint, e.exit_code
     if isinstance(e, InvalidStep):
-        return str(e), "fix the step definition named above", 2
+        return str(e), "fix the step, config or path named above", 2
     if isinstance(e, ConfigError):
         return str(e), "fix the configuration source named above (see `marin config`)", 2
     if isinstance(e, FileNotFoundError):

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from marin.execution.store import META_DIR, StepRecord, verify_manifest
+from marin.execution.store import META_DIR, StepRecord, clear_output, verify_manifest
 from rigging import filesystem as fs
 
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
@@ -72,16 +72,6 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True) -> int:
     return copied
 
 
-def _clear(dst: str) -> None:
-    for name in fs.listdir(dst):
-        if name == META_DIR:
-            for meta in fs.listdir(fs.join(dst, META_DIR)):
-                if not meta.startswith("lease-"):
-                    fs.rm_tree(fs.join(dst, META_DIR, meta))
-        else:
-            fs.rm_tree(fs.join(dst, name))
-
-
 def substitute(hit: CacheHit, dst: str) -> None:
     """Copy a cache hit into ``dst`` and verify it; raise :class:`CacheMiss` (and clean up) if bad.
 
@@ -95,11 +85,11 @@ def substitute(hit: CacheHit, dst: str) -> None:
     try:
         copy_tree(hit.path, dst)
     except (OSError, ValueError) as e:
-        _clear(dst)
+        clear_output(dst)
         raise CacheMiss(f"copying cache entry {hit.path} failed: {e}") from e
     problems = verify_manifest(dst, manifest)
     if problems:
-        _clear(dst)
+        clear_output(dst)
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise CacheMiss(f"cache entry {hit.path} does not match its manifest ({shown})")
 

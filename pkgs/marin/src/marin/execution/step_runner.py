@@ -7,6 +7,8 @@ import logging
 import os
 import pickle
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 import time
@@ -25,7 +27,13 @@ from marin.execution.hashing import (
 from marin.execution.lazy import Lazy
 from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
 from marin.execution.step import OutputPath, Step
-from marin.execution.store import META_DIR, StepRecord, StepStore, compute_manifest
+from marin.execution.store import (
+    StepRecord,
+    StepStore,
+    clear_output,
+    compute_manifest,
+    remove_orphan_temporaries,
+)
 from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases, default_holder
@@ -589,8 +597,11 @@ class StepRunner:
         lease.start_heartbeat()
         try:
             if forced and pos not in waiting_on:
-                _wipe_output(p.output_path)
+                clear_output(p.output_path)
             status = record.read_json(record.status) or {}
+            _end_orphaned_worker(status)
+            # A killed attempt may have left a half-written temporary; the new one starts clean.
+            remove_orphan_temporaries(p.output_path)
             attempt = int(status.get("attempt", 0)) + 1
             self._record_status(p, "running", attempt)
             config = _resolve(p.step.config, paths)
@@ -618,6 +629,9 @@ class StepRunner:
             resources = _resources_of(p.step)
             submit = self._submitter(client, payload, p, resources, on_this_machine=not stream_logs)
             handle = submit()
+            worker_pid = getattr(handle, "pid", None)
+            if isinstance(worker_pid, int) and not stream_logs:
+                self._record_status(p, "running", attempt, worker_pid=worker_pid)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             self._record_status(p, "failed", 0, error=f"{type(e).__name__}: {e}", tb=traceback.format_exc())
             lease.release()
@@ -773,9 +787,12 @@ class StepRunner:
         return os.path.join(folder, "log.txt"), record.log
 
     def _record_status(self, p: PlannedStep, state: str, attempt: int, *, error: str | None = None,
-                       tb: str | None = None) -> None:
+                       tb: str | None = None, worker_pid: int | None = None) -> None:
         record = StepRecord(p.output_path)
         data: dict[str, Any] = {"state": state, "attempt": attempt, "holder": self.holder, "time": time.time()}
+        if worker_pid is not None:
+            # Host, pid and the process's start time: a reused pid is never mistaken for it.
+            data["worker"] = f"{socket.gethostname()}:{worker_pid}:{_proc_start(worker_pid)}"
         if error:
             data["error"] = error
         if tb:
@@ -940,12 +957,51 @@ def _success_body(p: PlannedStep, manifest: dict) -> str:
     return json.dumps({"hash": p.hash, "name": p.name, "finished_at": time.time(), "manifest_sha256": digest})
 
 
-def _wipe_output(output_path: str) -> None:
-    """Remove a step's previous output (for --force), keeping its lease files."""
-    for name in fs.listdir(output_path):
-        if name == META_DIR:
-            for meta in fs.listdir(fs.join(output_path, META_DIR)):
-                if not meta.startswith("lease-"):
-                    fs.rm_tree(fs.join(output_path, META_DIR, meta))
-        else:
-            fs.rm_tree(fs.join(output_path, name))
+def _end_orphaned_worker(status: dict[str, Any]) -> None:
+    """End the step process of an earlier attempt whose runner died, before a new attempt starts.
+
+    Its runner's lease was taken over because the runner is gone, but the step process notices
+    that only within its watchdog's interval; two writers must never share an output folder.
+    """
+    worker = status.get("worker")
+    if not isinstance(worker, str) or status.get("state") != "running":
+        return
+    host, pid_text, started = (worker.split(":") + ["", ""])[:3]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return
+    pid = int(pid_text)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        if not _alive(pid) or _proc_start(pid) != started:
+            return
+        time.sleep(0.1)
+    logger.warning("ending the step process %d left by a dead runner", pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    while _alive(pid) and time.monotonic() < deadline + 5.0:
+        time.sleep(0.05)
+
+
+def _proc_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot ("" if unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -208,3 +208,14 @@ def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
             if digest != entry["sha256"]:
                 problems.append(f"{rel}: checksum changed")
     return problems
+
+
+def clear_output(output_path: str) -> None:
+    """Remove everything of a step's output except its lease files (for --force, refused caches)."""
+    for name in fs.listdir(output_path):
+        if name == META_DIR:
+            for meta in fs.listdir(fs.join(output_path, META_DIR)):
+                if not meta.startswith("lease-"):
+                    fs.rm_tree(fs.join(output_path, META_DIR, meta))
+        else:
+            fs.rm_tree(fs.join(output_path, name))
