@@ -3,7 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
-RUN := $(UV) run --frozen --no-sync
+# The environment's own executables, not `uv run`: tools that start workers (Ray) must see this
+# interpreter, not a `uv run` they would try to repeat from another folder.
+RUN := $(VENV)/bin/
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: help setup test test-fast lint bench train-nano experiments nix-check soak clean
@@ -26,17 +28,17 @@ $(VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV
 setup: $(VENV)/.synced
 
 lint: setup
-	$(RUN) ruff check .
-	$(RUN) lint-imports
+	$(RUN)ruff check .
+	$(RUN)lint-imports
 
 test: lint
-	$(RUN) pytest -q
+	$(RUN)pytest -q
 
 test-fast: setup
-	$(RUN) pytest -q -m "not slow"
+	$(RUN)pytest -q -m "not slow"
 
 bench: setup
-	$(RUN) python -m benchmarks
+	$(RUN)python -m benchmarks
 
 clean:
 	rm -rf .marin/store .pytest_cache
@@ -45,10 +47,10 @@ nix-check: setup
 	bash nix/check.sh
 
 train-nano: setup
-	$(RUN) python -m experiments.train_nano
+	$(RUN)python -m experiments.train_nano
 
 experiments: setup
-	$(RUN) marin run experiments/
+	$(RUN)marin run experiments/
 
 soak: setup
-	$(RUN) python -m tests.soak
+	$(RUN)python -m tests.soak

@@ -66,3 +66,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "memory":
         return request.getfixturevalue("memory_prefix")
     return request.getfixturevalue("gcs_bucket")
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    """A headless Chromium (Debian's, installed when missing) driven by Selenium."""
+    from marin.report.browser import headless_chromium
+
+    with headless_chromium(str(tmp_path_factory.mktemp("chromium-profile"))) as driver:
+        yield driver

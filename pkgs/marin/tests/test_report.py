@@ -16,10 +16,7 @@ import json
 import math
 import os
 import re
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -139,46 +136,6 @@ def _runner(prefix: str) -> StepRunner:
 
 
 # -- the browser ---------------------------------------------------------------------------------
-
-_CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                   "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1440,1600")
-
-
-def _ensure_chromium() -> tuple[str, str]:
-    """Paths of Debian's chromium and chromedriver, installing them with apt-get when missing."""
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    if not (os.path.exists(chromium) and os.path.exists(driver)):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]):
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-2000:]}")
-        chromium, driver = "/usr/bin/chromium", "/usr/bin/chromedriver"
-    return chromium, driver
-
-
-@pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A headless Chromium driven by Selenium through Debian's chromedriver."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver_path = _ensure_chromium()
-    options = Options()
-    options.binary_location = chromium
-    for flag in _CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
 
 def _open(driver: Any, path: str) -> None:
     driver.get(Path(path).resolve().as_uri())

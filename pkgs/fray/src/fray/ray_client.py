@@ -196,6 +196,10 @@ class RayClient(DistributedClient):
     """
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, namespace: str | None = None):
+        # Under `uv run`, Ray would start workers through `uv run` again, from their own working
+        # folder, re-resolving a different environment (and failing to import ray). Workers must
+        # use this interpreter's environment as it is.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         import ray
 
         self._owns_connection = not ray.is_initialized()

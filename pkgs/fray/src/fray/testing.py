@@ -65,7 +65,8 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
         f"--metrics-export-port={free_port(host)}",
     ]
     log = open(os.path.join(temp_dir, "ray-start.log"), "w+b")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+           "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     env.pop("RAY_ADDRESS", None)
     previous_auth_mode = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"

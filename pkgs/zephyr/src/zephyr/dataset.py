@@ -248,6 +248,7 @@ class Dataset:
         client: DistributedClient | None = None,
         max_parallel: int | None = None,
         env: dict[str, str] | None = None,
+        in_process: bool = False,
     ) -> RunResult:
         """Run every shard not yet committed to ``sink``, then write the sink's index.
 
@@ -256,10 +257,12 @@ class Dataset:
             client: the fray client to run shards on (default: a ``fray.LocalClient``).
             max_parallel: most shards running at once (default: ``os.cpu_count()``).
             env: environment variables for the workers.
+            in_process: run the shards one after another in this process (for inputs so small
+                that starting workers would cost more than the work); commits stay per shard.
         """
         from zephyr.execution import run
 
-        return run(self, sink, client=client, max_parallel=max_parallel, env=env)
+        return run(self, sink, client=client, max_parallel=max_parallel, env=env, in_process=in_process)
 
     def collect(
         self,

@@ -166,6 +166,7 @@ def run(
     client: DistributedClient | None = None,
     max_parallel: int | None = None,
     env: dict[str, str] | None = None,
+    in_process: bool = False,
 ) -> RunResult:
     """Run the shards of ``dataset`` not yet committed to ``sink``; see :meth:`Dataset.write`."""
     if max_parallel is None:
@@ -186,8 +187,8 @@ def run(
     if reused:
         logger.info("%d of %d shards already committed; running %d", len(reused), num_shards, len(pending))
 
-    if _in_process_only(dataset, sink):
-        logger.debug("memory:// paths: running %d shards in this process", len(pending))
+    if in_process or _in_process_only(dataset, sink):
+        logger.debug("running %d shards in this process", len(pending))
         _take_outcome(_run_shard_group(dataset, pending, sink), records, num_shards)
     else:
         _run_on_client(dataset, sink, pending, records, client, max_parallel, env)

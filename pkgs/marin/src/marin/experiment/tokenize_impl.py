@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "assign_split", "tokenize_to_shards"]
 
 TOKENIZED_FORMAT = "marin.tokenized/v1"
+# Below this much input, shards run in the calling process (about two seconds of tokenizing).
+IN_PROCESS_BELOW_BYTES = 16 << 20
 SPLITS = ("train", "validation")
 _HASH_SCALE = float(1 << 64)
 
@@ -134,6 +136,16 @@ class _TokenizedSink(ArrayRecordSink):
         return super().finalize(shard_records, counters)
 
 
+def _input_bytes(source: str | Sequence[str]) -> int:
+    """Total size of the input files (expanded like the readers do); unknown sizes count as large."""
+    from zephyr.readers import expand_paths
+
+    try:
+        return sum(fs.size(p) for p in expand_paths(source))
+    except (OSError, ValueError, DataError):
+        return IN_PROCESS_BELOW_BYTES
+
+
 def tokenize_to_shards(
     source: str | Sequence[str],
     tokenizer_path: str,
@@ -199,9 +211,15 @@ def tokenize_to_shards(
 
     cpus = os.cpu_count() or 1
     parallel = min(config.max_parallel or cpus, dataset.num_shards)
-    # Each worker's encode_batch gets its share of the cores; more threads would only contend.
-    env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
-    result = dataset.write(sink, client=client, max_parallel=parallel, env=env)
+    # A small corpus tokenizes faster than worker processes start: then encode_batch's own threads
+    # use the cores here. (Only when no client was asked for: a given client is always used.)
+    small = client is None and _input_bytes(source) < IN_PROCESS_BELOW_BYTES
+    if small:
+        result = dataset.write(sink, in_process=True)
+    else:
+        # Each worker's encode_batch gets its share of the cores; more threads would only contend.
+        env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
+        result = dataset.write(sink, client=client, max_parallel=parallel, env=env)
     index = result.index or {}
     splits = index.get("splits", {})
     return {

@@ -1,0 +1,72 @@
+"""The report of the real nano and hello-world graphs, opened in headless Chromium (issue 7).
+
+The nano graph is the one ``make train-nano`` builds; its first run is shared with
+``test_train_nano`` and ``test_ci_cache`` through ``experiment_fixtures.nano_prefix``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment_fixtures import clean_env, marin, nano_prefix  # noqa: E402
+
+
+def _open(driver: Any, path: Path) -> None:
+    driver.get(path.resolve().as_uri())
+    deadline = time.time() + 30
+    while driver.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
+        assert time.time() < deadline, "the report page never finished drawing"
+        time.sleep(0.05)
+
+
+def _distinct_colours(png: bytes) -> int:
+    from PIL import Image
+
+    return len(Image.open(io.BytesIO(png)).convert("RGB").getcolors(maxcolors=1 << 24) or [])
+
+
+def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factory: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    prefix, first = nano_prefix(tmp_path_factory)
+    assert first.returncode == 0, first.describe()
+    env = clean_env(MARIN_PREFIX=str(prefix))
+    marin("run", "experiments/tutorials/hello_world.py", env=env)
+    page = tmp_path / "report.html"
+    marin("report", "experiments/train_nano.py", "experiments/tutorials/hello_world.py", "-o", str(page), env=env)
+    html = page.read_text()
+    assert "<script src=" not in html and "<link " not in html  # self-contained
+
+    _open(browser, page)
+    nodes = {n.get_attribute("data-name"): n for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert set(nodes) == {"raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",
+                          "checkpoints/marin-nano", "hello/numbers", "hello/stats"}
+    assert {n.get_attribute("data-state") for n in nodes.values()} == {"cached"}
+
+    nodes["checkpoints/marin-nano"].click()
+    panel = browser.find_element(By.ID, "panel")
+    assert panel.get_attribute("data-step") == "checkpoints/marin-nano"
+    config = json.loads(panel.find_element(By.CSS_SELECTOR, "pre[data-role=config]").text)
+    assert config["num_train_steps"] == 400 and config["seq_len"] == 256
+    metrics = next(prefix.glob("checkpoints/marin-nano-*/metrics.jsonl")).read_text().splitlines()
+    logged = sum(1 for line in metrics if '"loss"' in line)
+    assert logged >= 100
+    loss = panel.find_element(By.CSS_SELECTOR, 'path.series[data-series="loss"]')
+    assert int(loss.get_attribute("data-points")) >= logged
+    assert len(re.findall(r"[ML]\s*-?[\d.]+,-?[\d.]+", loss.get_attribute("d"))) >= logged
+    assert loss.size["width"] > 100
+
+    nodes["tokenized/tinystories-synthetic"].click()
+    assert panel.find_element(By.CSS_SELECTOR, "table[data-role=tokenized]").text.count("train") >= 1
+
+    png = browser.get_screenshot_as_png()
+    (tmp_path / "report.png").write_bytes(png)
+    assert _distinct_colours(png) > 50
