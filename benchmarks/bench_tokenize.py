@@ -69,9 +69,13 @@ class _RssSampler:
     def _loop(self) -> None:
         import psutil
 
+        own_cmdline = self._me.cmdline()
         while not self._stop.is_set():
             for child in self._me.children(recursive=True):
                 try:
+                    # A child caught between fork and exec still counts this process's pages.
+                    if child.cmdline() == own_cmdline:
+                        continue
                     rss = child.memory_info().rss
                 except psutil.Error:
                     continue  # it exited between listing and reading
@@ -120,9 +124,11 @@ def _e2e_once(corpus: str, tokenizer_path: str, out: str, cores: int) -> tuple[f
     import sys
 
     # The step's own process is measured too: small corpora are tokenized in it, not in workers.
+    # As a user's shell runs it: bytecode caching on (some sandboxes turn it off).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with _RssSampler() as sampler:
         done = subprocess.run([sys.executable, "-m", "benchmarks.bench_tokenize", "--e2e", corpus, tokenizer_path,
-                               out, str(cores)], capture_output=True, text=True, check=True)
+                               out, str(cores)], capture_output=True, text=True, check=True, env=env)
     shutil.rmtree(out)  # else the next repeat would find every shard committed
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     return facts["seconds"], facts["tokens"], sampler

@@ -31,7 +31,7 @@ from levanter.optim import AdamConfig
 from levanter.trainer import TrainerConfig, loss_fn
 
 REPS = 3
-STEPS = 40
+STEPS = 100
 VOCAB = 512
 MODEL = LlamaConfig(vocab_size=VOCAB, hidden_dim=64, intermediate_dim=256, num_heads=4, num_kv_heads=2,
                     num_layers=2, max_seq_len=128)
@@ -60,7 +60,7 @@ def _config(data: str, out: str, steps: int, peak: float) -> TrainerConfig:
     return TrainerConfig(model=MODEL, optimizer=AdamConfig(learning_rate=1e-3, warmup=5),
                          datasets=(DatasetSpec(data),), output_path=out, batch_size=BATCH, seq_len=SEQ,
                          num_train_steps=steps, eval_batches=0, peak_flops_per_device=peak,
-                         checkpoint=CheckpointConfig(save_every=10, keep_last=2))
+                         checkpoint=CheckpointConfig(save_every=25, keep_last=2))
 
 
 def _rows(out: str) -> list[dict]:

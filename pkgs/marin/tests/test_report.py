@@ -29,7 +29,8 @@ from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import RunResult, StepRunner
 from marin.report import collect_plan, collect_run, read_metrics, read_tokenized, render_html, write_report
 from marin.report.outputs import parse_metrics
-from marin.report.render import embed_json, write_run_report
+from marin.report.render import embed_json
+from marin.report.run_report import write_run_report
 from rigging import filesystem as fs
 
 HELLO_WORLD = Path(__file__).resolve().parents[3] / "experiments" / "tutorials" / "hello_world.py"

@@ -114,6 +114,8 @@ def join(base: str, *parts: str) -> str:
 
 def exists(path: str) -> bool:
     """True when a file or folder exists at ``path``."""
+    if is_local(path):
+        return os.path.exists(strip_protocol(path))  # no fsspec import on the hot local path
     fs, p = _fs_path(path)
     return bool(fs.exists(p))
 

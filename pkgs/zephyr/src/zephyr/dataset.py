@@ -13,9 +13,12 @@ time. Transforms are applied to each shard independently and in order, so functi
 from __future__ import annotations
 
 import abc
+import contextvars
 import hashlib
 import itertools
 import math
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,6 +134,52 @@ class _Batch(_Op):
             yield batch
 
 
+@dataclass(frozen=True)
+class _Prefetch(_Op):
+    size: int
+
+    def apply(self, records):
+        # Upstream work (reading, and native code that releases the GIL such as a tokenizer's
+        # encode_batch) runs in a thread while the consumer handles earlier records.
+        buffer: queue.Queue = queue.Queue(self.size)
+        stop = threading.Event()
+
+        def put(item: tuple[str, Any]) -> bool:
+            while not stop.is_set():
+                try:
+                    buffer.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
+            try:
+                for record in records:
+                    if not put(("item", record)):
+                        return
+                put(("done", None))
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+                put(("error", e))
+
+        # The thread sees the same worker context (shard index, counters) as this one.
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(produce,), name="zephyr-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                kind, value = buffer.get()
+                if kind == "item":
+                    yield value
+                elif kind == "done":
+                    return
+                else:
+                    raise value
+        finally:
+            stop.set()
+            thread.join()
+
+
 def plan_file_shards(files: Sequence[str], readers: Sequence[Reader], num_shards: int | None) -> list[FileShard]:
     """Cut files into shards with a stable plan.
 
@@ -233,6 +282,12 @@ class Dataset:
         if size <= 0:
             raise ValueError(f"batch size must be > 0, got {size}")
         return self._then(_Batch(size))
+
+    def prefetch(self, size: int = 2) -> Dataset:
+        """Compute up to ``size`` records ahead in a background thread (order and errors kept)."""
+        if size <= 0:
+            raise ValueError(f"prefetch size must be > 0, got {size}")
+        return self._then(_Prefetch(size))
 
     def iter_shard(self, ctx: WorkerContext) -> Iterator[Any]:
         """Run shard ``ctx.shard_index`` in this process and yield its records."""

@@ -40,7 +40,6 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address)
-    from iris.admission import ResourcesTooLarge
     from marin.execution.step_runner import NotCached
 
     try:
@@ -48,14 +47,18 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     except NotCached as e:
         raise MarinError(str(e), hint="build them where accelerator time is allowed, then `marin push` to the cache",
                          exit_code=1) from None
-    except ResourcesTooLarge as e:
-        raise MarinError(str(e)) from None  # the message names the step, the resource and what to do
+    except ValueError as e:
+        from iris.admission import ResourcesTooLarge
+
+        if isinstance(e, ResourcesTooLarge):
+            raise MarinError(str(e)) from None  # the message names the step, the resource and what to do
+        raise
     finally:
         runner.close()
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")
     if not dry_run:
-        from marin.report import write_run_report
+        from marin.report.run_report import write_run_report
 
         click.echo(f"report: {write_run_report(result, runner.store)}")
     if not result.ok:

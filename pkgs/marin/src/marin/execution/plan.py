@@ -224,19 +224,27 @@ def _holder_dead(holder: str) -> bool:
     return holder_is_dead(holder)
 
 
-def _refuse_escape(store: StepStore, output: str) -> None:
+def _refuse_escape(store: StepStore, output: str, real_parents: dict[str, str]) -> None:
     """Raise :class:`InvalidStep` when a local output folder resolves outside the prefix.
 
     A name cannot climb out (``validate_step_name``), but a symlink inside the prefix can: a step
-    would then write, and ``--force`` wipe, a folder elsewhere on the machine.
+    would then write, and ``--force`` wipe, a folder elsewhere on the machine. ``real_parents``
+    caches resolved parent folders: siblings share them, so a large graph costs one lstat a step.
     """
     from rigging import filesystem as fs
 
     if not fs.is_local(output):
         return
     local = fs.strip_protocol(output)
-    root = os.path.realpath(fs.strip_protocol(store.prefix))
-    real = os.path.realpath(local)
+    parent, base = os.path.split(local)
+    if "" not in real_parents:
+        real_parents[""] = os.path.realpath(fs.strip_protocol(store.prefix))
+    root = real_parents[""]
+    if parent not in real_parents:
+        real_parents[parent] = os.path.realpath(parent)
+    real = os.path.join(real_parents[parent], base)
+    if os.path.islink(local):
+        real = os.path.realpath(local)
     if real != local and not real.startswith(root.rstrip(os.sep) + os.sep):
         raise InvalidStep(f"output folder {local} resolves to {real}, outside the prefix {root} "
                           "(a symlink?); remove the link or choose another prefix")
@@ -276,6 +284,7 @@ def make_plan(
     planned: list[PlannedStep] = []
     pos_of: dict[int, int] = {}
     steps_at: list[list[Step]] = []
+    real_parents: dict[str, str] = {}
     for step in graph:
         digest = hashes[id(step)]
         if digest in index:
@@ -283,7 +292,7 @@ def make_plan(
             steps_at[index[digest]].append(step)
             continue
         output = store.output_path(f"{step.name}-{digest[:16]}")
-        _refuse_escape(store, output)
+        _refuse_escape(store, output, real_parents)
         pos = len(planned)
         index[digest] = pos
         pos_of[id(step)] = pos

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -109,16 +109,18 @@ class _TokenizeBatch:
 
         return Tokenizer.from_str(fs.read_text(self.tokenizer_path))
 
-    def __call__(self, texts: list[str]) -> Iterator[tuple[str, list[int]]]:
+    def __call__(self, texts: list[str]) -> list[tuple[str, list[int]]]:
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
         ctx = current_context()
+        out = []
         for text, encoding in zip(texts, encodings, strict=True):
             ids = encoding.ids
             if not ids:
                 # A document with no tokens carries nothing to train on; it is counted, not hidden.
                 ctx.increment("empty_documents")
                 continue
-            yield assign_split(text, self.seed, self.validation_fraction), ids
+            out.append((assign_split(text, self.seed, self.validation_fraction), ids))
+        return out
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,10 @@ class _TokenizedSink(ArrayRecordSink):
             extra = f" ({skipped} bad records or files were skipped)" if skipped else ""
             raise DataError(self.source_description, "", f"empty corpus: no documents to tokenize{extra}")
         return super().finalize(shard_records, counters)
+
+
+def _identity(items: list[Any]) -> list[Any]:
+    return items
 
 
 def _input_bytes(source: str | Sequence[str]) -> int:
@@ -199,8 +205,11 @@ def tokenize_to_shards(
                                  on_error=config.on_error)
     if config.sample_count is not None:
         dataset = dataset.take_per_shard(config.sample_count)
-    dataset = dataset.batch(config.batch_size).flat_map(
-        _TokenizeBatch(tokenizer_path, config.seed, config.validation_fraction))
+    # Tokenizing the next batch overlaps writing this one (encode_batch releases the GIL).
+    dataset = (dataset.batch(config.batch_size)
+               .map(_TokenizeBatch(tokenizer_path, config.seed, config.validation_fraction))
+               .prefetch(2)
+               .flat_map(_identity))
 
     description = source if isinstance(source, str) else ", ".join(source)
     sink = _TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT,

@@ -3,12 +3,13 @@
 ``collect_plan`` / ``collect_run`` gather a :class:`ReportData` from a plan or a run's result and
 the step store; ``render_html`` turns it into a self-contained page; ``write_run_report`` writes
 the report of a run under the prefix; ``plot_metrics`` draws a step's training curves as a PNG.
+Names load on first use (the report after a no-op run must not pay for the renderer).
 """
 
-from marin.report.collect import ReportData, ReportStep, StepState, collect_plan, collect_run
-from marin.report.outputs import Metrics, TokenizedSummary, read_metrics, read_tokenized
-from marin.report.plot import plot_metrics
-from marin.report.render import REPORTS_DIR, render_html, write_report, write_run_report
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "REPORTS_DIR",
@@ -26,3 +27,26 @@ __all__ = [
     "write_report",
     "write_run_report",
 ]
+
+_WHERE = {
+    "ReportData": "marin.report.collect",
+    "ReportStep": "marin.report.collect",
+    "StepState": "marin.report.collect",
+    "collect_plan": "marin.report.collect",
+    "collect_run": "marin.report.collect",
+    "Metrics": "marin.report.outputs",
+    "TokenizedSummary": "marin.report.outputs",
+    "read_metrics": "marin.report.outputs",
+    "read_tokenized": "marin.report.outputs",
+    "plot_metrics": "marin.report.plot",
+    "render_html": "marin.report.render",
+    "write_report": "marin.report.render",
+    "REPORTS_DIR": "marin.report.run_report",
+    "write_run_report": "marin.report.run_report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'marin.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

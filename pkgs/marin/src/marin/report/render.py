@@ -9,15 +9,12 @@ import time
 from importlib import resources
 from typing import Any
 
-from marin.execution.step_runner import RunResult
-from marin.execution.store import StepStore
-from marin.report.collect import ReportData, collect_run
+from marin.report.collect import ReportData
 from rigging import filesystem as fs
 
-__all__ = ["REPORTS_DIR", "embed_json", "render_html", "write_report", "write_run_report"]
+__all__ = ["embed_json", "render_html", "write_report"]
 
 # Reports of runs live under the prefix here; never a step output folder (no ``.marin/`` inside).
-REPORTS_DIR = "reports"
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -96,20 +93,4 @@ def write_report(report: ReportData, path: str) -> str:
         path = os.path.abspath(fs.strip_protocol(path))
         os.makedirs(os.path.dirname(path), exist_ok=True)
     fs.atomic_write(path, render_html(report))
-    return path
-
-
-def write_run_report(result: RunResult, store: StepStore) -> str:
-    """Write the report of ``result`` into the store and return its path.
-
-    The report goes to ``<prefix>/reports/run-<time>.html``, and a copy to
-    ``<prefix>/reports/latest.html`` so the newest is always at one place.
-    """
-    report = collect_run(result)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(report.generated_at))
-    name = f"run-{stamp}-{os.getpid()}.html"
-    page = render_html(report)
-    path = fs.join(store.prefix, REPORTS_DIR, name)
-    fs.atomic_write(path, page)
-    fs.atomic_write(fs.join(store.prefix, REPORTS_DIR, "latest.html"), page)
     return path
