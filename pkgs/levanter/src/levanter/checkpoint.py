@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from typing import Any
 
@@ -78,6 +79,10 @@ class Checkpointer:
             create=True,
         )
         self._manager = self._ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+        # Orbax's own "async" save still does its directory and metadata work on the caller's
+        # thread; with async_save, the whole save runs on this thread instead, one at a time.
+        self._pending: threading.Thread | None = None
+        self._pending_error: BaseException | None = None
 
     def should_save(self, step: int, final_step: int) -> bool:
         """True when the checkpoint after ``step`` completed steps is due."""
@@ -85,28 +90,55 @@ class Checkpointer:
 
     def steps(self) -> list[int]:
         """Committed checkpoint steps, oldest first."""
+        self._join_pending()
         self._manager.reload()
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: Any, data_state: dict, *, wait: bool = False) -> None:
         """Start saving ``state`` and ``data_state`` as checkpoint ``step``.
 
-        Only copying the arrays to host memory blocks (timed in ``blocked_seconds``); the writes
-        finish in the background unless ``wait``.
+        Only copying the arrays to host memory (and waiting for the previous save, if it is
+        still writing) blocks, timed in ``blocked_seconds``; the writes finish in the background
+        unless ``wait`` or ``async_save`` is off.
         """
+        import jax
+
         start = time.perf_counter()
-        self._manager.save(
-            step,
-            args=self._ocp.args.Composite(state=self._ocp.args.StandardSave(state), data=self._ocp.args.JsonSave(data_state)),
-            force=True,
-        )
-        if wait:
-            self._manager.wait_until_finished()
+        self._join_pending()
+        host_state = jax.device_get(state)
+        args = self._ocp.args.Composite(state=self._ocp.args.StandardSave(host_state),
+                                        data=self._ocp.args.JsonSave(data_state))
+
+        def write() -> None:
+            try:
+                self._manager.save(step, args=args, force=True)
+                self._manager.wait_until_finished()
+            except BaseException as e:  # noqa: BLE001 - raised on the training thread at the next join
+                self._pending_error = e
+
+        if self.config.async_save and not wait:
+            self._pending = threading.Thread(target=write, name=f"checkpoint-{step}", daemon=False)
+            self._pending.start()
+        else:
+            write()
+            self._raise_pending_error()
         self.blocked_seconds += time.perf_counter() - start
+
+    def _join_pending(self) -> None:
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        self._raise_pending_error()
+
+    def _raise_pending_error(self) -> None:
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
 
     def wait(self) -> None:
         """Block until every save started so far is committed."""
         start = time.perf_counter()
+        self._join_pending()
         self._manager.wait_until_finished()
         self.blocked_seconds += time.perf_counter() - start
 
