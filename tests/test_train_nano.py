@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_fixtures import clean_env, events, nano_prefix, run, success_records  # noqa: E402
+from experiment_fixtures import clean_env, events, marin, nano_prefix, run, success_records  # noqa: E402
 
 from marin.execution.store import StepRecord  # noqa: E402
 
@@ -70,3 +70,19 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
     assert _number("unigram baseline", second.stdout) == baseline
     assert second.seconds < 30 and second.seconds < first.seconds / 2, \
         f"no-op run took {second.seconds:.1f}s (first run {first.seconds:.1f}s)"
+
+
+@pytest.mark.slow
+def test_marin_sample_continues_a_prompt_with_the_trained_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    prefix, first = nano_prefix(tmp_path_factory)
+    assert first.returncode == 0, first.describe()
+    env = clean_env(MARIN_PREFIX=str(prefix))
+    by_name = marin("sample", "checkpoints/marin-nano", "--prompt", "Once upon a time", "-n", "24", env=env)
+    text = by_name.stdout.strip()
+    assert text.startswith("Once upon a time") and len(text.split()) >= 8, by_name.describe()
+    model_dir = next(prefix.glob("checkpoints/marin-nano-*"))
+    by_path = marin("sample", str(model_dir), "--prompt", "Once upon a time", "-n", "24", env=env)
+    assert by_path.stdout.strip() == text  # greedy decoding: the same model gives the same text
+    missing = marin("sample", "checkpoints/no-such-model", "--prompt", "x", env=env, check=False)
+    assert missing.returncode == 2 and "checkpoints/no-such-model" in missing.stderr
+    assert "Traceback" not in missing.stderr
