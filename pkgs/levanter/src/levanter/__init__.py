@@ -5,8 +5,7 @@ Names are loaded on first use, so ``from levanter import AdamConfig`` does not i
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rigging.lazy import lazy_getattr
 
 __all__ = [
     "AdamConfig",
@@ -39,7 +38,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'levanter' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

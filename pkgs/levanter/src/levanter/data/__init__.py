@@ -5,8 +5,7 @@ Names load on first use, so naming a ``DatasetSpec`` does not import Grain.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rigging.lazy import lazy_getattr
 
 __all__ = [
     "FORMAT",
@@ -37,7 +36,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'levanter.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -8,8 +8,7 @@ Names load on first use (the report after a no-op run must not pay for the rende
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rigging.lazy import lazy_getattr
 
 __all__ = [
     "REPORTS_DIR",
@@ -46,7 +45,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'marin.report' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)
