@@ -9,7 +9,9 @@ Layout of an output folder ``<out>`` (``<ext>`` is ``array_record`` or ``jsonl``
 
 ArrayRecord record format (the contract token readers rely on): one record per document, the
 document's token ids as little-endian ``uint32`` (``np.asarray(ids, "<u4").tobytes()``), written by
-``ArrayRecordWriter(path, "group_size:1")`` so every record can be read on its own; nothing is
+``ArrayRecordWriter(path, "group_size:1,uncompressed")`` so every record can be read on its own
+(uncompressed: token ids compress by about a third at best, while compression made writing five
+times and reading twice as slow, measured on 130-token records); nothing is
 appended (an end-of-sequence token is the loader's business). The files open directly with
 ``grain.ArrayRecordDataSource``.
 
@@ -321,14 +323,15 @@ class ArrayRecordSink(_FileSink):
         splits: split folder names; empty for one flat set of shards.
         metadata: extra top-level index entries (e.g. ``vocab_size``, ``eos_id``).
         format_name: the index's ``format`` value.
-        options: array_record writer options; ``group_size:1`` keeps records individually readable.
+        options: array_record writer options; ``group_size:1`` keeps records individually readable,
+            ``uncompressed`` trades about 1.5x the bytes for 5x faster writes and 2x faster reads.
     """
 
     output_path: str
     splits: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
     format_name: str = "zephyr.array_record/v1"
-    options: str = "group_size:1"
+    options: str = "group_size:1,uncompressed"
     extension: str = field(default="array_record", init=False)
 
     def __post_init__(self) -> None:
