@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
 
-__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "holder_is_dead"]
+__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "held", "holder_is_dead", "process_alive"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,23 +108,30 @@ def holder_is_dead(holder: str) -> bool:
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
-    if pid == os.getpid():
-        return False
+    return pid != os.getpid() and not process_alive(pid)
+
+
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` of this host exists and is not a zombie (unknown counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:
         return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
+    except PermissionError:
+        return True
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
-        return False
+        return True
+
+
+def held(folder: str) -> LeaseInfo | None:
+    """The lease on ``folder`` if someone holds it now (live, and its holder not known dead)."""
+    info = current_lease(folder)
+    if info is not None and info.live() and not holder_is_dead(info.holder):
+        return info
+    return None
 
 
 def default_holder() -> str:
@@ -159,7 +166,7 @@ class Lease:
         if tokens:
             info = _read(folder, tokens[-1])
             if info is not None and info.live() and not holder_is_dead(info.holder):
-                return None
+                return None  # held (the same test as held(), on the listing already read)
             next_token = tokens[-1] + 1
         else:
             next_token = 1

@@ -12,7 +12,7 @@ from marin.cli.common import prefix_option, runner_from_options, targets_argumen
 def step_state(output_path: str) -> tuple[str, dict]:
     """(state, provenance) of one output folder: done, failed, running, killed or missing."""
     from marin.execution.store import StepRecord
-    from rigging.lease import current_lease, holder_is_dead
+    from rigging.lease import held
 
     record = StepRecord(output_path)
     if record.is_done():
@@ -23,8 +23,7 @@ def step_state(output_path: str) -> tuple[str, dict]:
     state = status.get("state")
     if state == "failed":
         return "failed", status
-    lease = current_lease(record.meta)
-    if lease is not None and lease.live() and not holder_is_dead(lease.holder):
+    if held(record.meta) is not None:
         return "running", status
     return "killed", status
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from marin.execution.store import META_DIR, StepRecord, StepStore
 from rigging import filesystem as fs
-from rigging.lease import current_lease, holder_is_dead
+from rigging.lease import held
 
 __all__ = ["GcReport", "collect_garbage", "find_outputs"]
 
@@ -66,8 +66,7 @@ def collect_garbage(store: StepStore, keep: set[str], *, dry_run: bool = False) 
         path = store.output_path(folder)
         if not _inside(store.prefix, path):
             continue
-        lease = current_lease(StepRecord(path).meta)
-        if lease is not None and lease.live() and not holder_is_dead(lease.holder):
+        if held(StepRecord(path).meta) is not None:
             report.kept_live.append(folder)
             continue
         report.removed.append(folder)

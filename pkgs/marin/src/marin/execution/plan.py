@@ -209,19 +209,14 @@ def _earlier_attempt(record: StepRecord) -> Reason | None:
         error = str(status.get("error", "")).splitlines()[0] if status.get("error") else ""
         return Reason(ReasonKind.EARLIER_FAILED, error[:200])
     if state in ("running", "interrupted"):
-        from rigging.lease import current_lease
+        from rigging.lease import held
 
-        lease = current_lease(record.meta)
-        if lease is not None and lease.live() and not _holder_dead(lease.holder):
+        lease = held(record.meta)
+        if lease is not None:
             return Reason(ReasonKind.RESUMING, f"another runner holds it ({lease.holder})")
         return Reason(ReasonKind.EARLIER_KILLED, f"attempt {status.get('attempt', '?')} by {status.get('holder', '?')}")
     return None
 
-
-def _holder_dead(holder: str) -> bool:
-    from rigging.lease import holder_is_dead
-
-    return holder_is_dead(holder)
 
 
 def _refuse_escape(store: StepStore, output: str, real_parents: dict[str, str]) -> None:

@@ -36,7 +36,7 @@ from marin.execution.store import (
 )
 from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
-from rigging.lease import Lease, LeaseLost, clear_leases, default_holder
+from rigging.lease import Lease, LeaseLost, clear_leases, default_holder, process_alive
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
@@ -972,7 +972,7 @@ def _end_orphaned_worker(status: dict[str, Any]) -> None:
     pid = int(pid_text)
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
-        if not _alive(pid) or _proc_start(pid) != started:
+        if not process_alive(pid) or _proc_start(pid) != started:
             return
         time.sleep(0.1)
     logger.warning("ending the step process %d left by a dead runner", pid)
@@ -980,7 +980,7 @@ def _end_orphaned_worker(status: dict[str, Any]) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         return
-    while _alive(pid) and time.monotonic() < deadline + 5.0:
+    while process_alive(pid) and time.monotonic() < deadline + 5.0:
         time.sleep(0.05)
 
 
@@ -991,17 +991,3 @@ def _proc_start(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

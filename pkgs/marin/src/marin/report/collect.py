@@ -189,10 +189,9 @@ def _state_from_store(planned: PlannedStep, status: dict[str, Any] | None) -> St
     if state == "failed":
         return StepState.FAILED
     if state == "running":
-        from rigging.lease import current_lease, holder_is_dead
+        from rigging.lease import held
 
-        lease = current_lease(StepRecord(planned.output_path).meta)
-        if lease is not None and lease.live() and not holder_is_dead(lease.holder):
+        if held(StepRecord(planned.output_path).meta) is not None:
             return StepState.RUNNING
     return StepState.WOULD_RUN
 
