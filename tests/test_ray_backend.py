@@ -48,6 +48,16 @@ def _runner(prefix: str, backend: Backend, ray_address: str | None = None, **kwa
                       poll_interval=0.05, **kwargs)
 
 
+def _run_locally_and_on_ray(graph, tmp_path, ray_address: str):
+    """The same graph run into two fresh prefixes: with local processes, then on the Ray cluster."""
+    local = _runner(str(tmp_path / "local"), Backend.LOCAL).run(graph)
+    remote_runner = _runner(str(tmp_path / "ray"), Backend.RAY, ray_address)
+    try:
+        return local, remote_runner.run(graph)
+    finally:
+        remote_runner.close()
+
+
 def _relative_outputs(result) -> dict[str, str]:
     return {s.name: os.path.relpath(s.output_path, result.prefix) for s in result.steps}
 
@@ -73,12 +83,7 @@ def test_hello_world_on_ray_matches_local(tmp_path, ray_cluster):  # noqa: F811
     from experiments.tutorials import hello_world
 
     graph = [lower(hello_world.stats)]
-    local = _runner(str(tmp_path / "local"), Backend.LOCAL).run(graph)
-    remote_runner = _runner(str(tmp_path / "ray"), Backend.RAY, ray_cluster)
-    try:
-        remote = remote_runner.run(graph)
-    finally:
-        remote_runner.close()
+    local, remote = _run_locally_and_on_ray(graph, tmp_path, ray_cluster)
     assert local.ok and remote.ok, (local.failed, remote.failed)
     assert [s.outcome for s in remote.steps] == [Outcome.RAN, Outcome.RAN]
     assert _relative_outputs(local) == _relative_outputs(remote)
@@ -117,12 +122,7 @@ def _params(output_path: str) -> dict[str, np.ndarray]:
 
 def test_tokenize_and_train_on_ray_matches_local(tmp_path, ray_cluster):  # noqa: F811
     graph = [_train_graph()]
-    local = _runner(str(tmp_path / "local"), Backend.LOCAL).run(graph)
-    remote_runner = _runner(str(tmp_path / "ray"), Backend.RAY, ray_cluster)
-    try:
-        remote = remote_runner.run(graph)
-    finally:
-        remote_runner.close()
+    local, remote = _run_locally_and_on_ray(graph, tmp_path, ray_cluster)
     assert local.ok and remote.ok, (local.failed, remote.failed)
     assert all(s.outcome is Outcome.RAN for s in remote.steps)
     assert _relative_outputs(local) == _relative_outputs(remote)
