@@ -54,8 +54,10 @@ def test_a_rerun_skips_committed_shards_and_redoes_the_rest(tmp_path: Path) -> N
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*.array_record")}
     index_bytes = (out / "index.json").read_bytes()
 
-    # Simulate a run killed inside shard 1: its commit record is gone, a temporary file is left.
+    # Simulate a run killed inside shard 1: its commit record is gone (cut while being written),
+    # temporary files are left.
     (out / ".commits/part-00001.json").unlink()
+    (out / ".commits/.tmp-dead-part-00001.json").write_bytes(b'{"shard": ')
     (out / "train/.tmp-dead-part-00001.array_record").write_bytes(b"partial")
     (out / "validation/part-00001.array_record").write_bytes(b"half-written by a killed run")
     second = _token_dataset().write(sink, max_parallel=2)
@@ -65,6 +67,7 @@ def test_a_rerun_skips_committed_shards_and_redoes_the_rest(tmp_path: Path) -> N
             assert (path.stat().st_ino, path.stat().st_mtime_ns) == stamp
     assert (out / "index.json").read_bytes() == index_bytes
     assert not (out / "train/.tmp-dead-part-00001.array_record").exists()
+    assert not (out / ".commits/.tmp-dead-part-00001.json").exists()
 
     # A committed shard whose file was damaged afterwards (size differs) is redone too.
     with open(out / "train/part-00000.array_record", "ab") as f:

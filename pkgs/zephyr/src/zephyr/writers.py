@@ -210,7 +210,9 @@ class _FileSink(Sink):
                 if name.startswith("part-") and number.isdigit() and int(number) >= num_shards:
                     fs.delete(fs.join(folder, name))
         if fs.is_local(self.output_path):
-            for folder in [self.output_path, *(fs.join(self.output_path, s) for s in self.splits)]:
+            # Temporary files of a killed writer: shard files, and commit records cut mid-write.
+            for folder in [self.output_path, *(fs.join(self.output_path, s) for s in self.splits),
+                           fs.join(self.output_path, _COMMITS)]:
                 local = fs.strip_protocol(folder)
                 if os.path.isdir(local):
                     for name in os.listdir(local):
