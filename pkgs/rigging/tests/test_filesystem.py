@@ -385,3 +385,28 @@ def test_file_urls_keep_their_protocol(tmp_path):
     assert rfs.read_bytes(rfs.join(root, "a.txt")) == b"1"
     assert rfs.glob(rfs.join(root, "*.txt")) == [rfs.join(root, "a.txt")]
     assert list(rfs.walk_files(root)) == [("a.txt", 1)]
+
+
+def test_local_file_operations_never_import_fsspec(tmp_path):
+    # Local paths go straight to the OS: a small local job (tokenizing the bundled corpus,
+    # reading a cached step) does not pay for importing fsspec.
+    script = """
+import sys
+from rigging import filesystem as fs
+root = sys.argv[1]
+for name in ("local-path", "file-url"):
+    base = fs.join(root if name == "local-path" else "file://" + root, name)
+    fs.makedirs(fs.join(base, "sub"))
+    fs.atomic_write(fs.join(base, "sub/a.txt"), b"12")
+    assert fs.create_if_absent(fs.join(base, "b.txt"), b"3")
+    assert fs.read_bytes(fs.join(base, "sub/a.txt")) == b"12" and fs.read_text(fs.join(base, "b.txt")) == "3"
+    assert fs.size(fs.join(base, "sub/a.txt")) == 2 and fs.exists(base)
+    assert fs.listdir(base) == ["b.txt", "sub"] and fs.listdir(fs.join(base, "missing")) == []
+    assert list(fs.walk_files(base)) == [("b.txt", 1), ("sub/a.txt", 2)]
+    fs.delete(fs.join(base, "b.txt")); fs.delete(fs.join(base, "b.txt"))
+    assert list(fs.walk_files(base)) == [("sub/a.txt", 2)]
+    fs.rm_tree(base)
+    assert not fs.exists(base)
+assert "fsspec" not in sys.modules, "fsspec was imported"
+"""
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True)
