@@ -24,6 +24,11 @@ def tag_with_context(x: int) -> tuple[int, int, int, str | None]:
     return (x, ctx.shard_index, ctx.num_shards, ctx.output_path)
 
 
+def tag_second(record: tuple) -> tuple:
+    current_context().increment("second")
+    return record
+
+
 def fail_on_seven(x: int) -> int:
     if x == 7:
         raise ValueError("seven is not allowed")

@@ -2,7 +2,9 @@
 
 Each job runs a group of neighbouring shards one after another (one group per worker slot), so
 a worker process starts once per slot rather than once per shard, while every shard is still
-written and committed on its own.
+written and committed on its own. A group's shards share one pipeline (``Dataset.run_shards``):
+the background stages of ``prefetch`` read and transform the next shard while this one is being
+written and committed.
 
 ``memory://`` file systems exist only inside the process that made them, so a pipeline that
 reads or writes ``memory://`` runs its shards one after another in the calling process, whatever
@@ -21,12 +23,13 @@ import math
 import os
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fray import DistributedClient, JobFailed, LocalClient
 from zephyr.errors import ShardFailed
-from zephyr.worker_context import Counters, WorkerContext, worker_context
+from zephyr.worker_context import Counters, WorkerContext
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -59,27 +62,31 @@ class RunResult:
     index: dict[str, Any] | None = None
 
 
-def _run_shard(dataset: Dataset, shard_index: int, sink: Sink) -> dict[str, Any]:
-    ctx = WorkerContext(shard_index=shard_index, num_shards=dataset.num_shards, output_path=sink.output_path)
-    inputs = dataset.shards[shard_index].describe()
-    with worker_context(ctx):
-        return sink.write_shard(ctx, dataset.iter_shard(ctx), inputs)
-
-
 def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink) -> dict[str, Any]:
     """Worker entry point: run shards one after another, each committed on its own.
 
-    A group amortises the start of a worker process over several shards. A failing shard ends
-    the group; the shards before it stay committed and the failure is returned, not raised, so
-    the driver learns which shard it was.
+    A group amortises the start of a worker process over several shards, and its shards share
+    one pipeline (``Dataset.run_shards``): the next shard is read and transformed while this
+    one is being written. A failing shard ends the group; the shards before it stay committed
+    and the failure is returned, not raised, so the driver learns which shard it was.
     """
     done: dict[int, dict[str, Any]] = {}
-    for i in indices:
-        try:
-            done[i] = _run_shard(dataset, i, sink)
-        except Exception as e:  # noqa: BLE001 - handed to the driver, which raises ShardFailed
-            return {"records": done, "failed": i, "message": f"{type(e).__name__}: {e}",
-                    "traceback": traceback.format_exc()}
+    ctxs = [WorkerContext(shard_index=i, num_shards=dataset.num_shards, output_path=sink.output_path)
+            for i in indices]
+
+    def write(ctx: WorkerContext, records: Iterator[Any]) -> dict[str, Any]:
+        return sink.write_shard(ctx, records, dataset.shards[ctx.shard_index].describe())
+
+    results = dataset.run_shards(ctxs, write)
+    try:
+        for ctx in ctxs:
+            try:
+                done[ctx.shard_index] = next(results)
+            except Exception as e:  # noqa: BLE001 - handed to the driver, which raises ShardFailed
+                return {"records": done, "failed": ctx.shard_index, "message": f"{type(e).__name__}: {e}",
+                        "traceback": traceback.format_exc()}
+    finally:
+        results.close()
     return {"records": done, "failed": None}
 
 
