@@ -155,36 +155,56 @@ def test_sample_count_caps_each_shard(corpus: str, tokenizer_path: str, memory_p
     assert set(train) <= set(stories) and len(train) == summary["train_records"]
 
 
-def test_killed_run_resumes_with_only_the_missing_shards(corpus: str, tokenizer_path: str,
-                                                         reference: tuple[str, dict], tmp_path: Path) -> None:
-    out = str(tmp_path / "killed")
+def _stamp(path: str) -> object:
+    """What changes when a file is written again: inode and mtime locally, the object's generation on GCS."""
+    if fs.is_local(path):
+        st = os.stat(path)
+        return st.st_ino, st.st_mtime_ns
+    return fs.filesystem(path).info(path)["generation"]
+
+
+@pytest.mark.parametrize("store", ["local", "gcs"])
+def test_killed_run_resumes_with_only_the_missing_shards(store: str, corpus: str, tokenizer_path: str,
+                                                         reference: tuple[str, dict], tmp_path: Path,
+                                                         request: pytest.FixtureRequest) -> None:
+    if store == "local":
+        root, source, tokenizer = str(tmp_path), corpus, tokenizer_path
+    else:  # everything on the emulator: input, tokenizer and output
+        root = request.getfixturevalue("gcs_bucket")
+        for rel, _size in fs.walk_files(corpus):
+            fs.atomic_write(fs.join(root, "corpus", rel), fs.read_bytes(fs.join(corpus, rel)))
+        fs.atomic_write(fs.join(root, "tok/tokenizer.json"), fs.read_bytes(tokenizer_path))
+        source, tokenizer = fs.join(root, "corpus"), fs.join(root, "tok/tokenizer.json")
+    out = fs.join(root, "killed")
     script = (
         "import sys; from marin.experiment.tokenize_impl import tokenize_to_shards; "
         "tokenize_to_shards(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, seed=3, "
         "max_parallel=1)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script, corpus, tokenizer_path, out], start_new_session=True)
-    commits = Path(out, ".commits")
+    # The child inherits STORAGE_EMULATOR_HOST from the emulator fixture.
+    proc = subprocess.Popen([sys.executable, "-c", script, source, tokenizer, out], start_new_session=True)
+    commits = fs.join(out, ".commits")
     deadline = time.monotonic() + 120
-    while len(list(commits.glob("part-*.json"))) < 2:
+    while len(fs.glob(fs.join(commits, "part-*.json"))) < 2:
         assert proc.poll() is None, "the run finished before it could be killed"
         assert time.monotonic() < deadline
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(1.5)  # an orphaned worker notices its parent is gone within 0.5 s and exits
-    assert not Path(out, "index.json").exists()
-    committed = sorted(int(p.stem.split("-")[1]) for p in commits.glob("part-*.json"))
+    assert not fs.exists(fs.join(out, "index.json"))
+    committed = sorted(int(name.split("-")[1].split(".")[0]) for name in fs.listdir(commits)
+                       if name.startswith("part-"))
     assert 2 <= len(committed) < NUM_FILES
-    stamps = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in Path(out).glob("*/part-*.array_record")
-              if int(p.stem.split("-")[1]) in committed}
+    stamps = {path: _stamp(path) for split in ("train", "validation")
+              for path in (fs.join(out, split, f"part-{i:05d}.array_record") for i in committed)}
 
-    summary = tokenize_to_shards(corpus, tokenizer_path, out, **SHARD_OPTIONS)
+    summary = tokenize_to_shards(source, tokenizer, out, **SHARD_OPTIONS)
     assert summary["shards_reused"] == committed
     assert summary["shards_written"] == [i for i in range(NUM_FILES) if i not in committed]
     for path, stamp in stamps.items():
-        assert (path.stat().st_ino, path.stat().st_mtime_ns) == stamp, f"{path} was rewritten"
-    assert not list(Path(out).glob("*/.tmp-*"))
+        assert _stamp(path) == stamp, f"{path} was rewritten"
+    assert not [rel for rel, _size in fs.walk_files(out) if rel.rsplit("/", 1)[-1].startswith(".tmp-")]
     assert _payload(out) == _payload(reference[0])
 
 
