@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import grain.python as grain
@@ -90,6 +93,13 @@ def test_jsonl_sink_on_memory_round_trips(memory_prefix: str) -> None:
 
 def test_array_record_sink_on_gcs_round_trips(gcs_bucket: str) -> None:
     out = fs.join(gcs_bucket, "tokens")
+    # Scratch folders: one a killed writer left (its process is gone), one of a live process.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    left = Path(tempfile.gettempdir(), f"zephyr-shard-{dead}-killed")
+    live = Path(tempfile.mkdtemp(prefix=f"zephyr-shard-{os.getpid()}-"))
+    left.mkdir()
+    (left / ".tmp-x-part-00000.array_record").write_bytes(b"partial")
     result = _token_dataset().write(ArrayRecordSink(out, splits=("train", "validation")), max_parallel=2)
     for split in ("train", "validation"):
         got = []
@@ -99,6 +109,8 @@ def test_array_record_sink_on_gcs_round_trips(gcs_bucket: str) -> None:
             assert hashlib.sha256(fs.read_bytes(fs.join(out, shard["path"]))).hexdigest() == shard["sha256"]
         assert got == _expected(split)
     assert _token_dataset().write(ArrayRecordSink(out, splits=("train", "validation"))).reused == (0, 1)
+    assert not left.exists() and live.is_dir()
+    live.rmdir()
 
 
 def test_sink_configs_are_validated(tmp_path: Path) -> None:

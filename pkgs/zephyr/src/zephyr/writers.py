@@ -155,6 +155,25 @@ def _sha256_and_size(path: str) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+_SCRATCH_PREFIX = "zephyr-shard-"
+
+
+def _scratch_folder() -> str:
+    """A local folder for the files of a shard bound for an object store.
+
+    Its name carries this process's id; the folders of processes that are gone (a killed run
+    leaves its folder behind) are removed first, so they do not pile up in the temp folder.
+    """
+    from rigging.lease import process_alive
+
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name.removeprefix(_SCRATCH_PREFIX).split("-", 1)[0]
+        if name.startswith(_SCRATCH_PREFIX) and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
+
+
 def _commit(local_tmp: str, final: str) -> None:
     if fs.is_local(final):
         os.replace(local_tmp, fs.strip_protocol(final))
@@ -245,7 +264,7 @@ class _FileSink(Sink):
     def write_shard(self, ctx: WorkerContext, records: Iterator[Any], inputs: list[str]) -> dict[str, Any]:
         keys: list[str | None] = list(self.splits) if self.splits else [None]
         local_out = fs.is_local(self.output_path)
-        scratch = None if local_out else tempfile.mkdtemp(prefix="zephyr-shard-")
+        scratch = None if local_out else _scratch_folder()
         tmp_paths: dict[str | None, str] = {}
         finals: dict[str | None, str] = {}
         for key in keys:
