@@ -32,6 +32,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +40,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "GcsEmulator",
@@ -101,6 +103,7 @@ class GcsEmulator:
     host: str
     port: int
     process: subprocess.Popen = field(repr=False)
+    log: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -124,6 +127,13 @@ class GcsEmulator:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def stderr(self) -> str:
+        """What the emulator has written to its stderr so far."""
+        if self.log is None or self.log.closed:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
     def stop(self) -> None:
         """Stop the emulator (SIGTERM, then SIGKILL after 5 s)."""
         if self.process.poll() is None:
@@ -133,6 +143,8 @@ class GcsEmulator:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        if self.log is not None:
+            self.log.close()
 
 
 def _healthy(url: str) -> bool:
@@ -153,15 +165,18 @@ def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: in
     for _ in range(attempts):
         port = free_port(host)
         cmd = [*_emulator_command(), "start", "--host", host, "--port", str(port), "--in-memory", "-q"]
-        process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        emulator = GcsEmulator(host=host, port=port, process=process)
+        # Its stderr goes to a file, never to a pipe: the server prints a traceback for every
+        # connection a client drops mid-request (a killed writer), and once a pipe nobody reads
+        # is full, the single-threaded server blocks on that print and answers no one again.
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by GcsEmulator.stop()
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        emulator = GcsEmulator(host=host, port=port, process=process, log=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not emulator.alive():
                 # Most likely another process took the port between free_port() and bind().
-                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                stderr = emulator.stderr()
+                emulator.stop()
                 errors.append(f"port {port}: exited with {process.returncode}: {stderr.strip()[-500:]}")
                 break
             if _healthy(emulator.url):
