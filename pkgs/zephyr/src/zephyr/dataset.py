@@ -18,7 +18,6 @@ pipeline fills and drains once per worker, not once per shard.
 from __future__ import annotations
 
 import abc
-import contextvars
 import functools
 import hashlib
 import itertools
@@ -143,49 +142,10 @@ class _Batch(_Op):
 
 
 @dataclass(frozen=True)
-class _Prefetch(_Op):
+class _Prefetch:
+    """A stage boundary: what comes before it runs on a background thread (see _Stage)."""
+
     size: int
-
-    def apply(self, records):
-        # Upstream work (reading, and native code that releases the GIL such as a tokenizer's
-        # encode_batch) runs in a thread while the consumer handles earlier records.
-        buffer: queue.Queue = queue.Queue(self.size)
-        stop = threading.Event()
-
-        def put(item: tuple[str, Any]) -> bool:
-            while not stop.is_set():
-                try:
-                    buffer.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def produce() -> None:
-            try:
-                for record in records:
-                    if not put(("item", record)):
-                        return
-                put(("done", None))
-            except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
-                put(("error", e))
-
-        # The thread sees the same worker context (shard index, counters) as this one.
-        context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(produce,), name="zephyr-prefetch", daemon=True)
-        thread.start()
-        try:
-            while True:
-                kind, value = buffer.get()
-                if kind == "item":
-                    yield value
-                elif kind == "done":
-                    return
-                else:
-                    raise value
-        finally:
-            stop.set()
-            thread.join()
 
 
 # Events of a multi-shard stream (see Dataset.run_shards): a shard's records sit between its
@@ -378,7 +338,7 @@ def plan_file_shards(files: Sequence[str], readers: Sequence[Reader], num_shards
 class Dataset:
     """A lazy sharded pipeline; every method returns a new dataset and runs nothing."""
 
-    def __init__(self, shards: Sequence[ShardSource], ops: Sequence[_Op] = ()):
+    def __init__(self, shards: Sequence[ShardSource], ops: Sequence[_Op | _Prefetch] = ()):
         if not shards:
             raise ValueError("a dataset needs at least one shard, got 0")
         self._shards = tuple(shards)
@@ -419,7 +379,7 @@ class Dataset:
         """The shard sources, in order."""
         return self._shards
 
-    def _then(self, op: _Op) -> Dataset:
+    def _then(self, op: _Op | _Prefetch) -> Dataset:
         return Dataset(self._shards, self._ops + (op,))
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
@@ -454,10 +414,12 @@ class Dataset:
 
     def iter_shard(self, ctx: WorkerContext) -> Iterator[Any]:
         """Run shard ``ctx.shard_index`` in this process and yield its records."""
-        records: Iterator[Any] = self._shards[ctx.shard_index].records(ctx)
-        for op in self._ops:
-            records = op.apply(records)
-        return records
+        streams = self._shard_streams([ctx])
+        try:
+            for _ctx, records in streams:
+                yield from records
+        finally:
+            streams.close()
 
     def run_shards(self, ctxs: Sequence[WorkerContext],
                    consume: Callable[[WorkerContext, Iterator[Any]], T]) -> Iterator[T]:
@@ -472,7 +434,18 @@ class Dataset:
         An error in a shard's pipeline is raised from its ``records`` (so from ``consume``); the
         generator then ends, as it does when ``consume`` raises, stopping the background threads.
         """
-        ctxs = list(ctxs)
+        streams = self._shard_streams(ctxs)
+        try:
+            for ctx, records in streams:
+                with worker_context(ctx):
+                    result = consume(ctx, records)
+                yield result
+        finally:
+            streams.close()
+
+    def _shard_streams(self, ctxs: Sequence[WorkerContext]) -> Iterator[tuple[WorkerContext, Iterator[Any]]]:
+        """``(ctx, records)`` for each shard in order, the steps before each ``prefetch`` on a
+        stage thread shared by all the shards; closing the generator stops the threads."""
         segments: list[list[_Op]] = [[]]
         sizes: list[int] = []
         for op in self._ops:
@@ -483,9 +456,7 @@ class Dataset:
                 segments[-1].append(op)
         if not sizes:
             for ctx in ctxs:
-                with worker_context(ctx):
-                    result = consume(ctx, self.iter_shard(ctx))
-                yield result
+                yield ctx, _apply(segments[0], self._shards[ctx.shard_index].records(ctx))
             return
         by_index = {ctx.shard_index: ctx for ctx in ctxs}
         stop = threading.Event()
@@ -496,10 +467,7 @@ class Dataset:
                 stages.append(_Stage(upstream, ops, by_index, size, stop))
                 upstream = stages[-1].shards
             for shard, body in upstream():
-                ctx = by_index[shard]
-                with worker_context(ctx):
-                    result = consume(ctx, _apply(segments[-1], body))
-                yield result
+                yield by_index[shard], _apply(segments[-1], body)
         finally:
             stop.set()
             for stage in stages:
