@@ -125,25 +125,16 @@ class _ToRecords:
 
     def __call__(self, encoded: tuple[list[str], list[Any]]) -> list[tuple[str, bytes]]:
         texts, encodings = encoded
-        # assign_split, inlined: this loop runs once per document on the writing thread.
-        fraction = self.validation_fraction
-        key = str(self.seed).encode()
-        blake2b, from_bytes, make_ids = hashlib.blake2b, int.from_bytes, array.array
         out = []
         empty = 0
         for text, encoding in zip(texts, encodings, strict=True):
-            ids = make_ids("I", encoding.ids)
+            ids = array.array("I", encoding.ids)
             if not ids:
                 empty += 1
                 continue
             if _BIG_ENDIAN:
                 ids.byteswap()
-            split = "train"
-            if fraction > 0.0:
-                digest = blake2b(text.encode("utf-8"), digest_size=8, key=key).digest()
-                if from_bytes(digest, "little") / _HASH_SCALE < fraction:
-                    split = "validation"
-            out.append((split, ids.tobytes()))
+            out.append((assign_split(text, self.seed, self.validation_fraction), ids.tobytes()))
         if empty:
             # A document with no tokens carries nothing to train on; it is counted, not hidden.
             current_context().increment("empty_documents", empty)
