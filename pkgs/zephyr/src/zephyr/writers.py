@@ -38,6 +38,7 @@ Without splits, ``records``, ``tokens`` and ``shards`` sit at the top level inst
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import json
 import os
@@ -158,12 +159,9 @@ def _sha256_and_size(path: str) -> tuple[str, int]:
 _SCRATCH_PREFIX = "zephyr-shard-"
 
 
-def _scratch_folder() -> str:
-    """A local folder for the files of a shard bound for an object store.
-
-    Its name carries this process's id; the folders of processes that are gone (a killed run
-    leaves its folder behind) are removed first, so they do not pile up in the temp folder.
-    """
+@functools.cache
+def _sweep_dead_scratch() -> None:
+    """Once per process: remove the scratch folders of processes that are gone (killed runs)."""
     from rigging.lease import process_alive
 
     root = tempfile.gettempdir()
@@ -171,6 +169,15 @@ def _scratch_folder() -> str:
         pid = name.removeprefix(_SCRATCH_PREFIX).split("-", 1)[0]
         if name.startswith(_SCRATCH_PREFIX) and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _scratch_folder() -> str:
+    """A local folder for the files of a shard bound for an object store.
+
+    Its name carries this process's id, so that a later process can tell a killed run's folder
+    (left behind) from a live one and remove it (see :func:`_sweep_dead_scratch`).
+    """
+    _sweep_dead_scratch()
     return tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
 
 
