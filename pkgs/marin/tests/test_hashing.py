@@ -197,3 +197,12 @@ def test_a_chain_of_10000_steps_hashes_and_plans_without_recursion(tmp_path):
     assert len(plan.steps) == 10_000
     assert all(p.action is Action.RUN for p in plan.steps)
     assert plan.steps[-1].reasons[0].kind.name == "UPSTREAM_CHANGED"
+
+
+def test_unhashed_field_lives_in_rigging_and_marin_re_exports_it():
+    import rigging
+    import rigging.fields
+    from marin.execution import step
+
+    assert step.unhashed_field is rigging.fields.unhashed_field is rigging.unhashed_field
+    assert step.UNHASHED == rigging.fields.UNHASHED

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
+from rigging.fields import UNHASHED, unhashed_field
+
 __all__ = [
+    "UNHASHED",
     "InvalidStep",
     "OutputPath",
     "Step",
@@ -16,8 +19,6 @@ __all__ = [
     "unhashed_field",
     "validate_step_name",
 ]
-
-UNHASHED = "marin.unhashed"
 
 _NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
 
@@ -46,18 +47,6 @@ def validate_step_name(name: str) -> str:
                 "(and may not start with '.' or '-')"
             )
     return name
-
-
-def unhashed_field(**kwargs: Any) -> Any:
-    """A dataclass field that does not affect the step's result and so stays out of its hash.
-
-    Use for logging frequency, progress display and the like::
-
-        log_every: int = unhashed_field(default=10)
-    """
-    metadata = dict(kwargs.pop("metadata", None) or {})
-    metadata[UNHASHED] = True
-    return dataclasses.field(metadata=metadata, **kwargs)
 
 
 @dataclass(frozen=True, eq=False)
