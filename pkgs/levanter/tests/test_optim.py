@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from levanter.optim import AdamConfig, Schedule
+from levanter.optim import AdamConfig, DecayShape, Schedule, learning_rate
 
 
 def _lrs(cfg: AdamConfig, steps: int) -> np.ndarray:
     fn = cfg.lr_schedule(steps)
-    return np.array([float(fn(s)) for s in range(steps)])
+    lrs = np.array([float(fn(s)) for s in range(steps)])
+    np.testing.assert_allclose(cfg.learning_rates(steps), lrs, rtol=1e-6, atol=1e-6 * cfg.learning_rate)
+    return lrs
 
 
 def test_warmup_then_cosine_to_floor():
@@ -38,6 +42,11 @@ def test_linear_and_constant_and_warmup_fraction():
     ({"schedule": "step"}, "got 'step'"),
     ({"min_lr_ratio": 2}, "min_lr_ratio must be in [0, 1], got 2"),
     ({"max_grad_norm": -1.0}, "got -1.0"),
+    ({"schedule": "wsd"}, "decay must be a fraction in (0, 1) or a whole number of steps for schedule='wsd', got None"),
+    ({"schedule": "wsd", "decay": 2.5}, "got 2.5"),
+    ({"schedule": "wsd", "decay": 0.2, "decay_shape": "exp"}, "decay_shape must be one of"),
+    ({"decay": 0.2}, "decay applies to schedule='wsd' only, got decay=0.2 with schedule='cosine'"),
+    ({"schedule": "linear", "decay_shape": "cosine"}, "decay_shape applies to schedule='wsd' only"),
 ])
 def test_validation_names_the_bad_value(kwargs, message):
     with pytest.raises(ValueError) as err:
@@ -59,3 +68,76 @@ def test_build_clips_and_decays_matrices_only():
     clipped, _ = optax.clip_by_global_norm(1.0).update(huge, state)
     assert float(optax.tree.norm(clipped)) == pytest.approx(1.0, rel=1e-5)
     tx.update(huge, tx.init(params), params)  # the chain accepts huge gradients without overflow
+
+
+# WSD over 10 steps: 2 warmup steps, stable to step 5, decay over the last 4 (t = 0, 1/4, 1/2, 3/4).
+_WSD_TABLE = {
+    "linear": [0.5, 1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25],
+    "1-sqrt": [0.5, 1, 1, 1, 1, 1, 1, 0.5, 1 - 0.5 ** 0.5, 1 - 0.75 ** 0.5],
+    "cosine": [0.5, 1, 1, 1, 1, 1, 1, (1 + 0.5 ** 0.5) / 2, 0.5, (1 - 0.5 ** 0.5) / 2],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_WSD_TABLE))
+def test_wsd_matches_a_hand_computed_table(shape):
+    cfg = AdamConfig(learning_rate=1.0, warmup=2, schedule="wsd", decay=4, decay_shape=shape, min_lr_ratio=0.0)
+    assert cfg.decay_shape is DecayShape(shape)
+    np.testing.assert_allclose(_lrs(cfg, 10), _WSD_TABLE[shape], rtol=1e-6, atol=1e-7)
+    assert cfg.decay_start(10) == 6
+
+
+def test_wsd_floor_and_decay_as_a_fraction():
+    # 50 steps, decay = 20% = 10 steps from step 40, floor 0.1 x peak 2.0, no warmup.
+    lrs = _lrs(AdamConfig(learning_rate=2.0, warmup=0, schedule="wsd", decay=0.2, min_lr_ratio=0.1), 50)
+    np.testing.assert_allclose(lrs[:41], 2.0, rtol=1e-6)
+    assert lrs[45] == pytest.approx(0.2 + 1.8 * 0.5, rel=1e-6)
+    assert lrs[49] == pytest.approx(0.2 + 1.8 * 0.1, rel=1e-6)
+    assert AdamConfig(schedule="wsd", decay=0.2).decay_start(50) == 40
+
+
+def test_decay_start_of_every_schedule():
+    assert AdamConfig(warmup=10, schedule="cosine").decay_start(100) == 10
+    assert AdamConfig(warmup=0.05, schedule="linear").decay_start(100) == 5
+    assert AdamConfig(warmup=10, schedule="constant").decay_start(100) == 100
+    assert AdamConfig(warmup=10, schedule="wsd", decay=30).decay_start(100) == 70
+    with pytest.raises(ValueError, match="num_train_steps must be a positive int, got 0"):
+        AdamConfig().decay_start(0)
+
+
+def test_wsd_that_does_not_fit_names_both_phases():
+    cfg = AdamConfig(warmup=30, schedule="wsd", decay=80)
+    with pytest.raises(ValueError) as err:
+        cfg.lr_schedule(100)
+    assert str(err.value) == ("decay (80 steps) and warmup (30 steps) of schedule='wsd' do not fit in "
+                              "num_train_steps=100")
+    cfg.check(110)
+
+
+def test_a_longer_wsd_run_agrees_with_a_shorter_one_until_its_decay():
+    short = AdamConfig(learning_rate=1e-3, warmup=10, schedule="wsd", decay=0.2)
+    start = short.decay_start(100)
+    assert start == 80
+    assert short.same_first_steps(100, short, 200, start)
+    assert not short.same_first_steps(100, short, 200, start + 1)
+    # A warmup given as a fraction grows with the run, so the two differ from step 0.
+    by_fraction = dataclasses.replace(short, warmup=0.1)
+    assert not by_fraction.same_first_steps(100, by_fraction, 200, 1)
+    # Other hyperparameters must match too, and a run has no steps past its end.
+    assert not short.same_first_steps(100, dataclasses.replace(short, beta2=0.99), 200, 10)
+    assert not short.same_first_steps(100, short, 200, 101)
+    cosine = AdamConfig(learning_rate=1e-3, warmup=10)
+    assert cosine.same_first_steps(100, short, 200, 10) and not cosine.same_first_steps(100, short, 200, 12)
+
+
+def test_the_optimizer_state_holds_the_rate_just_applied():
+    cfg = AdamConfig(learning_rate=1.0, warmup=4, schedule="linear", min_lr_ratio=0.0)
+    tx = cfg.build(8)
+    params = {"w": jnp.ones((2, 2))}
+    state = tx.init(params)
+    grads = {"w": jnp.full((2, 2), 0.1)}
+    applied = []
+    for _ in range(6):
+        _, state = tx.update(grads, state, params)
+        applied.append(float(learning_rate(state)))
+    np.testing.assert_allclose(applied, cfg.learning_rates(8)[:6], rtol=1e-6)
+    np.testing.assert_allclose(applied, [0.25, 0.5, 0.75, 1.0, 1.0, 0.75], rtol=1e-6)

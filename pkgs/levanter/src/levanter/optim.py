@@ -1,4 +1,11 @@
-"""Optimizer configs that build Optax transformations."""
+"""Optimizer configs that build Optax transformations; the learning-rate schedule from optax's combinators.
+
+Every schedule has up to three phases over a run of ``num_train_steps`` optimizer steps (0-based):
+a linear warmup that reaches the peak on its last step, a phase at the peak (``wsd`` only), and a
+decay from the peak to ``min_lr_ratio * peak`` that would reach its floor at step
+``num_train_steps`` (one past the last step). The rate in use is kept in the optimizer state
+(``optax.inject_hyperparams``), so what is logged is what was applied: see :func:`learning_rate`.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,41 @@ import dataclasses
 import enum
 from typing import Any
 
-__all__ = ["AdamConfig", "Schedule"]
+__all__ = ["AdamConfig", "DecayShape", "Schedule", "learning_rate"]
 
 
 class Schedule(enum.Enum):
     """Shape of the learning rate after warmup."""
 
     COSINE = "cosine"
+    """Cosine decay over every step after warmup."""
     LINEAR = "linear"
+    """Linear decay over every step after warmup."""
     CONSTANT = "constant"
+    """The peak rate until the end."""
+    WSD = "wsd"
+    """Warmup, stable at the peak, then decay over the last ``decay`` steps (``decay_shape``)."""
+
+
+class DecayShape(enum.Enum):
+    """How a ``wsd`` schedule falls from the peak to the floor; ``t`` runs from 0 to 1 over the decay."""
+
+    LINEAR = "linear"
+    """``1 - t``."""
+    ONE_MINUS_SQRT = "1-sqrt"
+    """``1 - sqrt(t)``: falls fast, then flattens near the floor."""
+    COSINE = "cosine"
+    """``(1 + cos(pi t)) / 2``."""
+
+
+def _steps(value: float, num_train_steps: int) -> int:
+    """A length given as a fraction of training (< 1) or a whole number of steps."""
+    return int(round(value * num_train_steps)) if value < 1 else int(value)
+
+
+def _is_length(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+            and (value < 1 or value == int(value)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +55,7 @@ class AdamConfig:
     """AdamW with linear warmup, a decay schedule and global-norm gradient clipping."""
 
     learning_rate: float = 6e-4
-    """Peak learning rate, reached at the end of warmup."""
+    """Peak learning rate, reached on the last warmup step."""
     weight_decay: float = 0.0
     """Decoupled weight decay (AdamW), applied to matrices only (not norms scales)."""
     beta1: float = 0.9
@@ -34,19 +67,24 @@ class AdamConfig:
     warmup: float = 0.01
     """Warmup length: a fraction of training if < 1, else a number of steps (an integer)."""
     schedule: Schedule = Schedule.COSINE
-    """Decay after warmup: cosine, linear or constant (a ``Schedule`` or its string value)."""
+    """After warmup: cosine, linear, constant or wsd (a ``Schedule`` or its string value)."""
     min_lr_ratio: float = 0.1
-    """Final learning rate as a fraction of the peak (cosine and linear)."""
+    """Final learning rate as a fraction of the peak (every schedule but constant)."""
     max_grad_norm: float | None = 1.0
     """Clip gradients to this global norm; None disables clipping."""
+    decay: float | None = None
+    """``wsd`` only: length of the final decay, a fraction of training if < 1, else a number of steps."""
+    decay_shape: DecayShape | None = None
+    """``wsd`` only: linear (the default), 1-sqrt or cosine (a ``DecayShape`` or its string value)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.schedule, str):
-            try:
-                object.__setattr__(self, "schedule", Schedule(self.schedule))
-            except ValueError:
-                raise ValueError(
-                    f"schedule must be one of {[s.value for s in Schedule]}, got {self.schedule!r}") from None
+        for name, kind in (("schedule", Schedule), ("decay_shape", DecayShape)):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    object.__setattr__(self, name, kind(value))
+                except ValueError:
+                    raise ValueError(f"{name} must be one of {[s.value for s in kind]}, got {value!r}") from None
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.weight_decay < 0:
@@ -57,64 +95,159 @@ class AdamConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if not self.epsilon > 0:
             raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
-        if self.warmup < 0 or (self.warmup >= 1 and self.warmup != int(self.warmup)):
+        if not _is_length(self.warmup):
             raise ValueError(f"warmup must be a fraction in [0, 1) or a whole number of steps, got {self.warmup}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        if self.schedule is Schedule.WSD:
+            if self.decay is None or not _is_length(self.decay) or self.decay == 0:
+                raise ValueError("decay must be a fraction in (0, 1) or a whole number of steps for "
+                                 f"schedule='wsd', got {self.decay!r}")
+        else:
+            for name in ("decay", "decay_shape"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} applies to schedule='wsd' only, got {name}={getattr(self, name)!r} "
+                                     f"with schedule={self.schedule.value!r}")
+
+    # ------------------------------------------------------------------ phases, in steps
 
     def warmup_steps(self, num_train_steps: int) -> int:
-        """Number of warmup steps for a run of ``num_train_steps``."""
-        if self.warmup < 1:
-            return int(round(self.warmup * num_train_steps))
-        return int(self.warmup)
+        """Number of warmup steps for a run of ``num_train_steps`` (at most the whole run)."""
+        return min(_steps(self.warmup, num_train_steps), num_train_steps)
+
+    def decay_start(self, num_train_steps: int) -> int:
+        """The first step whose rate is below the peak by design (``num_train_steps``: never).
+
+        For ``wsd`` this is where a longer run of the same schedule stops agreeing with a shorter
+        one; cosine and linear decay right after warmup; constant never decays.
+        """
+        _check_steps(num_train_steps)
+        if self.schedule is Schedule.CONSTANT:
+            return num_train_steps
+        if self.schedule is Schedule.WSD:
+            return num_train_steps - _steps(self.decay, num_train_steps)
+        return self.warmup_steps(num_train_steps)
+
+    def check(self, num_train_steps: int) -> None:
+        """Raise ``ValueError`` if the schedule's phases do not fit in ``num_train_steps``."""
+        start = self.decay_start(num_train_steps)
+        if self.schedule is Schedule.WSD and start < self.warmup_steps(num_train_steps):
+            raise ValueError(
+                f"decay ({num_train_steps - start} steps) and warmup ({self.warmup_steps(num_train_steps)} steps) "
+                f"of schedule='wsd' do not fit in num_train_steps={num_train_steps}")
+
+    # ------------------------------------------------------------------ the schedule
 
     def lr_schedule(self, num_train_steps: int) -> Any:
-        """Learning rate as a function of the (0-based) step.
+        """The ``optax.Schedule``: learning rate as a function of the (0-based) step.
 
         (Named ``lr_schedule`` because ``schedule`` is the field choosing its shape.)
         """
-        import jax.numpy as jnp  # deferred: naming an optimizer must not load JAX
+        import optax  # deferred: naming an optimizer must not load JAX
 
-
-        if num_train_steps <= 0:
-            raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
-        warmup = min(self.warmup_steps(num_train_steps), num_train_steps)
+        self.check(num_train_steps)
         peak, floor = self.learning_rate, self.learning_rate * self.min_lr_ratio
-        decay_steps = max(num_train_steps - warmup, 1)
+        warmup = self.warmup_steps(num_train_steps)
+        start = self.decay_start(num_train_steps)
+        phases: list[tuple[int, Any]] = []
+        if warmup:
+            # Reaches the peak on the last warmup step, so step 0 trains with peak / warmup, not 0.
+            phases.append((warmup, optax.linear_schedule(peak / warmup, peak, warmup - 1)))
+        if start > warmup:
+            phases.append((start - warmup, optax.constant_schedule(peak)))
+        length = max(num_train_steps - start, 1)
+        shape = self._decay_shape()
+        if shape is None:
+            tail = optax.constant_schedule(peak)
+        elif shape is DecayShape.LINEAR:
+            tail = optax.linear_schedule(peak, floor, length)
+        elif shape is DecayShape.COSINE:
+            tail = optax.cosine_decay_schedule(peak, length, alpha=self.min_lr_ratio)
+        else:
+            tail = _one_minus_sqrt(peak, floor, length)
+        schedules = [fn for _, fn in phases] + [tail]
+        boundaries = [sum(n for n, _ in phases[:i + 1]) for i in range(len(phases))]
+        return optax.join_schedules(schedules, boundaries) if boundaries else tail
 
-        def lr(step: Any) -> Any:
-            step = jnp.asarray(step, jnp.float32)
-            # Warmup reaches the peak at step == warmup, so step 0 trains with a small, non-zero rate.
-            warm = peak * jnp.minimum((step + 1) / max(warmup, 1), 1.0)
-            frac = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-            if self.schedule is Schedule.COSINE:
-                decayed = floor + (peak - floor) * 0.5 * (1 + jnp.cos(jnp.pi * frac))
-            elif self.schedule is Schedule.LINEAR:
-                decayed = peak + (floor - peak) * frac
-            else:
-                decayed = jnp.asarray(peak, jnp.float32)
-            return jnp.where(step < warmup, warm, decayed)
+    def _decay_shape(self) -> DecayShape | None:
+        """The shape of the final phase (None: no decay)."""
+        if self.schedule is Schedule.WSD:
+            return self.decay_shape or DecayShape.LINEAR
+        return {Schedule.COSINE: DecayShape.COSINE, Schedule.LINEAR: DecayShape.LINEAR}.get(self.schedule)
 
-        return lr
+    def learning_rates(self, num_train_steps: int, steps: int | None = None) -> Any:
+        """The rates of steps ``0 .. steps - 1`` (default: the whole run) as a float32 numpy array."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        count = num_train_steps if steps is None else steps
+        return np.asarray(jax.vmap(self.lr_schedule(num_train_steps))(jnp.arange(count)), np.float32)
+
+    def same_first_steps(self, num_train_steps: int, other: AdamConfig, other_num_train_steps: int,
+                         steps: int) -> bool:
+        """Whether this optimizer over ``num_train_steps`` and ``other`` over ``other_num_train_steps``
+        apply identical updates (same hyperparameters, same rates) on steps ``0 .. steps - 1``.
+
+        What "extend instead of retrain" asks: a ``wsd`` run can continue from a checkpoint of a
+        shorter one taken before the shorter one's :meth:`decay_start`.
+        """
+        import numpy as np
+
+        schedule_fields = {"warmup", "schedule", "min_lr_ratio", "decay", "decay_shape"}
+        for f in dataclasses.fields(self):
+            if f.name not in schedule_fields and getattr(self, f.name) != getattr(other, f.name):
+                return False
+        if steps > min(num_train_steps, other_num_train_steps):
+            return False
+        return bool(np.array_equal(self.learning_rates(num_train_steps, steps),
+                                   other.learning_rates(other_num_train_steps, steps)))
 
     def build(self, num_train_steps: int) -> Any:
-        """The Optax transformation: clip, AdamW with the schedule, decay on matrices only."""
+        """The Optax transformation: clip, AdamW with the schedule, decay on matrices only.
+
+        The learning rate is an injected hyperparameter: :func:`learning_rate` reads the rate of
+        the latest update from the optimizer state.
+        """
         import jax
         import optax
 
+        def adamw(learning_rate: Any) -> Any:
+            parts = []
+            if self.max_grad_norm is not None:
+                parts.append(optax.clip_by_global_norm(self.max_grad_norm))
+            parts.append(optax.adamw(
+                learning_rate=learning_rate,
+                b1=self.beta1,
+                b2=self.beta2,
+                eps=self.epsilon,
+                weight_decay=self.weight_decay,
+                # Norm scales are vectors; decaying them towards zero only hurts.
+                mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
+            ))
+            return optax.chain(*parts)
 
-        parts = []
-        if self.max_grad_norm is not None:
-            parts.append(optax.clip_by_global_norm(self.max_grad_norm))
-        parts.append(optax.adamw(
-            learning_rate=self.lr_schedule(num_train_steps),
-            b1=self.beta1,
-            b2=self.beta2,
-            eps=self.epsilon,
-            weight_decay=self.weight_decay,
-            # Norm scales are vectors; decaying them towards zero only hurts.
-            mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
-        ))
-        return optax.chain(*parts)
+        return optax.inject_hyperparams(adamw)(learning_rate=self.lr_schedule(num_train_steps))
+
+
+def learning_rate(opt_state: Any) -> Any:
+    """The learning rate of the latest update, read from the state of :meth:`AdamConfig.build`."""
+    return opt_state.hyperparams["learning_rate"]
+
+
+def _check_steps(num_train_steps: int) -> None:
+    if not isinstance(num_train_steps, int) or num_train_steps <= 0:
+        raise ValueError(f"num_train_steps must be a positive int, got {num_train_steps!r}")
+
+
+def _one_minus_sqrt(peak: float, floor: float, length: int) -> Any:
+    """``floor + (peak - floor) * (1 - sqrt(t))`` with ``t = step / length`` clipped to [0, 1]."""
+    import jax.numpy as jnp
+
+    def schedule(step: Any) -> Any:
+        t = jnp.clip(jnp.asarray(step, jnp.float32) / length, 0.0, 1.0)
+        return floor + (peak - floor) * (1.0 - jnp.sqrt(t))
+
+    return schedule
