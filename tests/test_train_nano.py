@@ -80,6 +80,9 @@ def test_marin_sample_continues_a_prompt_with_the_trained_model(tmp_path_factory
     by_name = marin("sample", "checkpoints/marin-nano", "--prompt", "Once upon a time", "-n", "24", env=env)
     text = by_name.stdout.strip()
     assert text.startswith("Once upon a time") and len(text.split()) >= 8, by_name.describe()
+    # JAX's INFO lines about accelerator backends it did not find are not shown.
+    assert "xla_bridge" not in by_name.stderr and "Unable to initialize backend" not in by_name.stderr, \
+        by_name.describe()
     # Exactly this step's folder (other experiments in a shared prefix start with the same name).
     model_dir = next(d for d in prefix.glob("checkpoints/marin-nano-*") if re.fullmatch(r"marin-nano-[0-9a-f]{16}", d.name))
     by_path = marin("sample", str(model_dir), "--prompt", "Once upon a time", "-n", "24", env=env)

@@ -7,6 +7,8 @@ import click
 from marin.cli.common import load_config, prefix_option
 from marin.cli.errors import MarinError
 
+_JAX_BACKEND_PROBE_LOGGER = "jax._src.xla_bridge"
+
 
 @click.command("sample")
 @click.argument("path", metavar="PATH|NAME")
@@ -20,6 +22,8 @@ from marin.cli.errors import MarinError
 def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temperature: float, seed: int,
            prefix: str | None) -> None:
     """Continue PROMPT with the model of a finished training step (output folder or step name)."""
+    import logging
+
     from marin.execution.store import StepRecord, StepStore
     from marin.experiment.sampling import sample_text
     from rigging import filesystem as fs
@@ -36,4 +40,7 @@ def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temp
         raise MarinError(f"{output} is not a finished step", hint="run the training step to completion first")
     if not prompt.strip():
         raise MarinError("--prompt must not be empty")
+    if not (ctx.obj and ctx.obj.get("verbose")):
+        # JAX reports each accelerator backend it probes and does not find (INFO); not news here.
+        logging.getLogger(_JAX_BACKEND_PROBE_LOGGER).setLevel(logging.WARNING)
     click.echo(prompt + sample_text(output, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
