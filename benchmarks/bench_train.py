@@ -28,7 +28,7 @@ from levanter.data import DatasetSpec
 from levanter.flops import device_peak_flops
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import AdamConfig
-from levanter.trainer import TrainerConfig, loss_fn
+from levanter.trainer import TrainLmConfig, loss_fn
 
 REPS = 3
 STEPS = 100
@@ -56,11 +56,11 @@ def _write_dataset(root: str) -> str:
     return root
 
 
-def _config(data: str, out: str, steps: int, peak: float) -> TrainerConfig:
-    return TrainerConfig(model=MODEL, optimizer=AdamConfig(learning_rate=1e-3, warmup=5),
-                         datasets=(DatasetSpec(data),), output_path=out, batch_size=BATCH, seq_len=SEQ,
-                         num_train_steps=steps, eval_batches=0, peak_flops_per_device=peak,
-                         checkpoint=CheckpointConfig(save_every=25, keep_last=2))
+def _config(data: str, steps: int, peak: float) -> TrainLmConfig:
+    return TrainLmConfig.from_settings((DatasetSpec(data),), MODEL, AdamConfig(learning_rate=1e-3, warmup=5),
+                                       batch_size=BATCH, seq_len=SEQ, num_train_steps=steps, eval_batches=0,
+                                       peak_flops_per_device=peak,
+                                       checkpoint=CheckpointConfig(save_every=25, keep_last=2))
 
 
 def _rows(out: str) -> list[dict]:
@@ -104,7 +104,7 @@ def main() -> dict[str, float]:
     tok_s, mfu, fresh_first, resume_first = [], [], [], []
     for rep in range(REPS):
         out = os.path.join(tmp, f"run-{rep}")
-        result = trainer.main(_config(data, out, STEPS, peak))
+        result = trainer.main(_config(data, STEPS, peak), out)
         rows = [r for r in _rows(out) if "step_time" in r]
         steady = [r for r in rows if r["step"] > 3]
         trainer_step.append(statistics.median(r["step_time"] for r in steady))
@@ -118,9 +118,9 @@ def main() -> dict[str, float]:
         bare_step.append(_bare_step_time(fixed_batch))
         # Fresh start: one step from nothing. Resume: one step after the STEPS-step checkpoint.
         fresh_out = os.path.join(tmp, f"fresh-{rep}")
-        trainer.main(_config(data, fresh_out, 1, peak))
+        trainer.main(_config(data, 1, peak), fresh_out)
         fresh_first.append(next(r for r in _rows(fresh_out) if "time_to_first_step_s" in r)["time_to_first_step_s"])
-        trainer.main(_config(data, out, STEPS + 1, peak))
+        trainer.main(_config(data, STEPS + 1, peak), out)
         resumed = [r for r in _rows(out) if r["step"] == STEPS + 1 and "time_to_first_step_s" in r]
         resume_first.append(resumed[0]["time_to_first_step_s"])
 

@@ -55,7 +55,7 @@ def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factor
     panel = browser.find_element(By.ID, "panel")
     assert panel.get_attribute("data-step") == "checkpoints/marin-nano"
     config = json.loads(panel.find_element(By.CSS_SELECTOR, "pre[data-role=config]").text)
-    assert config["num_train_steps"] == 400 and config["seq_len"] == 256
+    assert config["trainer"]["num_train_steps"] == 400 and config["trainer"]["seq_len"] == 256
     metrics = next(p for p in prefix.glob("checkpoints/marin-nano-*/metrics.jsonl")
                    if re.fullmatch(r"marin-nano-[0-9a-f]{16}", p.parent.name)).read_text().splitlines()
     logged = sum(1 for line in metrics if '"loss"' in line)

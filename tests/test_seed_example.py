@@ -114,7 +114,8 @@ def test_the_seed_example_runs_on_a_local_corpus(tmp_path: Path) -> None:
 
     # The model trained with the example's shape.
     config = json.loads((model / "config.json").read_text())
-    assert (config["batch_size"], config["seq_len"], config["num_train_steps"]) == (4, 2048, TEST_STEPS)
+    trainer = config["trainer"]
+    assert (trainer["batch_size"], trainer["seq_len"], trainer["num_train_steps"]) == (4, 2048, TEST_STEPS)
     assert (config["model"]["hidden_dim"], config["model"]["num_layers"]) == (32, 2)
     assert config["optimizer"]["learning_rate"] == 6e-4 and config["optimizer"]["weight_decay"] == 0.1
     summary = json.loads((model / "train_summary.json").read_text())

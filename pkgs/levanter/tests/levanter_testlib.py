@@ -13,20 +13,21 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from levanter.checkpoint import CheckpointConfig
+from levanter.config import TrainLmConfig, config_to_dict
 from levanter.data import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from levanter.trainer import TrainerConfig, config_to_dict
 
 
-def tiny_config(data: str, out: str, **overrides) -> TrainerConfig:
-    """Nano-sized model, 8 x 32 batches, float32, checkpoints every 2 steps."""
+def tiny_config(data: str, **overrides) -> TrainLmConfig:
+    """Nano-sized model, 8 x 32 batches, float32, checkpoints every 2 steps.
+
+    ``overrides`` are ``model=``, ``optimizer=`` or any flat training setting (``num_train_steps=``).
+    """
     base = dict(
         model=LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
                           num_layers=2, max_seq_len=64),
         optimizer=AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
-        datasets=(DatasetSpec(data),),
-        output_path=out,
         batch_size=8,
         seq_len=32,
         num_train_steps=2,
@@ -35,17 +36,17 @@ def tiny_config(data: str, out: str, **overrides) -> TrainerConfig:
         peak_flops_per_device=1e11,
     )
     base.update(overrides)
-    return TrainerConfig(**base)
+    return TrainLmConfig.from_settings((DatasetSpec(data),), **base)
 
 
-def start_trainer(config: TrainerConfig, config_path: str, *, devices: int = 1) -> subprocess.Popen:
-    """Start ``python -m levanter.trainer`` on ``config`` in a new process (``devices`` CPU devices)."""
+def start_trainer(config: TrainLmConfig, out: str, config_path: str, *, devices: int = 1) -> subprocess.Popen:
+    """Start ``python -m levanter.trainer`` on ``config`` writing to ``out`` in a new process (``devices`` CPU devices)."""
     with open(config_path, "w") as f:
         json.dump(config_to_dict(config), f)
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.Popen([sys.executable, "-m", "levanter.trainer", config_path], env=env,
+    return subprocess.Popen([sys.executable, "-m", "levanter.trainer", config_path, out], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

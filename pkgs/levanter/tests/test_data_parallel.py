@@ -22,12 +22,12 @@ def _losses(out: str) -> list[float]:
 
 def test_two_devices_match_one(tiny_dataset, tmp_path):
     one = str(tmp_path / "one")
-    main(tiny_config(tiny_dataset, one, num_train_steps=3, eval_batches=0))
+    main(tiny_config(tiny_dataset, num_train_steps=3, eval_batches=0), one)
 
     two = str(tmp_path / "two")
     # The 2-device run also accumulates over 2 micro-batches: the step's loss and update are
     # still those of the whole global batch.
-    proc = start_trainer(tiny_config(tiny_dataset, two, num_train_steps=3, eval_batches=0, grad_accum=2),
+    proc = start_trainer(tiny_config(tiny_dataset, num_train_steps=3, eval_batches=0, grad_accum=2), two,
                          str(tmp_path / "cfg.json"), devices=2)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
@@ -48,6 +48,6 @@ def test_two_devices_match_one(tiny_dataset, tmp_path):
 
 def test_grad_accumulation_matches_full_batch(tiny_dataset, tmp_path):
     full, accum = str(tmp_path / "full"), str(tmp_path / "accum")
-    main(tiny_config(tiny_dataset, full, num_train_steps=2, eval_batches=0))
-    main(tiny_config(tiny_dataset, accum, num_train_steps=2, eval_batches=0, grad_accum=4))
+    main(tiny_config(tiny_dataset, num_train_steps=2, eval_batches=0), full)
+    main(tiny_config(tiny_dataset, num_train_steps=2, eval_batches=0, grad_accum=4), accum)
     np.testing.assert_allclose(_losses(accum), _losses(full), rtol=RTOL)

@@ -11,7 +11,7 @@ import numpy as np
 from levanter_testlib import final_params, start_trainer, tiny_config
 
 from levanter.checkpoint import CheckpointConfig
-from levanter.trainer import PREEMPTED_EXIT_CODE, main
+from levanter.trainer import PREEMPTED_EXIT_CODE, checkpoint_dir, main
 
 STEPS = 16
 
@@ -33,10 +33,10 @@ def _wait_for_checkpoint(proc, ckpt_dir: str, at_least: int, timeout: float = 12
     raise AssertionError(f"no checkpoint >= {at_least} under {ckpt_dir} within {timeout}s")
 
 
-def _config(data: str, out: str, **kw):
+def _config(data: str, **kw):
     # A checkpoint every step paces the run (a step alone takes under a millisecond here), so a
     # signal reliably lands mid-run.
-    return tiny_config(data, out, num_train_steps=STEPS, checkpoint=CheckpointConfig(save_every=1, keep_last=3),
+    return tiny_config(data, num_train_steps=STEPS, checkpoint=CheckpointConfig(save_every=1, keep_last=3),
                        eval_batches=0, **kw)
 
 
@@ -49,19 +49,19 @@ def _assert_bitwise_equal(a: dict, b: dict) -> None:
 
 def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
     reference_out = str(tmp_path / "reference")
-    main(_config(tiny_dataset, reference_out))
+    main(_config(tiny_dataset), reference_out)
 
     out = str(tmp_path / "killed")
-    cfg = _config(tiny_dataset, out)
-    proc = start_trainer(cfg, str(tmp_path / "cfg.json"))
-    seen = _wait_for_checkpoint(proc, cfg.resolved_checkpoint_path, at_least=4)
+    cfg = _config(tiny_dataset)
+    proc = start_trainer(cfg, out, str(tmp_path / "cfg.json"))
+    seen = _wait_for_checkpoint(proc, checkpoint_dir(out), at_least=4)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(out, "final")), "the run finished before it was killed"
     assert seen < STEPS
 
-    result = main(cfg)
+    result = main(cfg, out)
     assert 4 <= result["start_step"] < STEPS
     assert result["steps"] == STEPS
     _assert_bitwise_equal(final_params(out), final_params(reference_out))
@@ -69,32 +69,32 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
 
 def test_sigterm_saves_and_exits_resumable(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
-    cfg = _config(tiny_dataset, out)
-    proc = start_trainer(cfg, str(tmp_path / "cfg.json"))
-    _wait_for_checkpoint(proc, cfg.resolved_checkpoint_path, at_least=3)
+    cfg = _config(tiny_dataset)
+    proc = start_trainer(cfg, out, str(tmp_path / "cfg.json"))
+    _wait_for_checkpoint(proc, checkpoint_dir(out), at_least=3)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
     assert "preempted by SIGTERM after step" in stderr
     stopped_at = int(stderr.split("preempted by SIGTERM after step ")[1].split(";")[0])
     assert 3 <= stopped_at < STEPS
-    assert _committed_steps(cfg.resolved_checkpoint_path)[-1] == stopped_at
+    assert _committed_steps(checkpoint_dir(out))[-1] == stopped_at
     assert not os.path.exists(os.path.join(out, "final"))
 
-    result = main(cfg)
+    result = main(cfg, out)
     assert result["start_step"] == stopped_at
     assert result["steps"] == STEPS
     reference_out = str(tmp_path / "reference")
-    main(_config(tiny_dataset, reference_out))
+    main(_config(tiny_dataset), reference_out)
     _assert_bitwise_equal(final_params(out), final_params(reference_out))
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path, caplog):
     out = str(tmp_path / "run")
-    cfg = tiny_config(tiny_dataset, out, num_train_steps=6, eval_batches=0,
+    cfg = tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,
                       checkpoint=CheckpointConfig(save_every=2, keep_last=3))
-    main(cfg)
-    ckpt = cfg.resolved_checkpoint_path
+    main(cfg, out)
+    ckpt = checkpoint_dir(out)
     assert _committed_steps(ckpt) == [2, 4, 6]
     # Overwrite every array file of the newest checkpoint with garbage.
     damaged = 0
@@ -106,10 +106,10 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path
     assert damaged
 
     with caplog.at_level(logging.WARNING, logger="levanter.checkpoint"):
-        result = main(cfg)
+        result = main(cfg, out)
     assert result["start_step"] == 4 and result["steps"] == 6
     assert any("unreadable" in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records)
     reference_out = str(tmp_path / "reference")
-    main(tiny_config(tiny_dataset, reference_out, num_train_steps=6, eval_batches=0,
-                     checkpoint=CheckpointConfig(save_every=2, keep_last=3)))
+    main(tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,
+                     checkpoint=CheckpointConfig(save_every=2, keep_last=3)), reference_out)
     _assert_bitwise_equal(final_params(out), final_params(reference_out))

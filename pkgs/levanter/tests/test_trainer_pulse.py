@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -10,13 +11,15 @@ import numpy as np
 import pytest
 from levanter_testlib import tiny_config
 
+from levanter.checkpoint import CheckpointConfig
+from levanter.config import WandbConfig
 from levanter.generate import generate, load_final_model
-from levanter.trainer import NonFiniteLossError, TrainerConfig, config_from_dict, config_to_dict, main
+from levanter.trainer import NonFiniteLossError, config_from_dict, config_to_dict, main
 
 
 def test_pulse_two_steps(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
-    result = main(tiny_config(tiny_dataset, out))
+    result = main(tiny_config(tiny_dataset), out)
     assert result["steps"] == 2 and result["start_step"] == 0
     assert math.isfinite(result["final_loss"]) and math.isfinite(result["val_loss"])
     # Untrained on a 64-token vocabulary the loss is near ln(64).
@@ -31,7 +34,7 @@ def test_pulse_two_steps(tiny_dataset, tmp_path):
     assert os.listdir(os.path.join(out, "tensorboard"))
     saved = json.load(open(os.path.join(out, "config.json")))
     assert saved["model"]["vocab_size"] == 64
-    assert config_from_dict(saved) == TrainerConfig(**{**config_from_dict(saved).__dict__})
+    assert config_from_dict(saved) == dataclasses.replace(tiny_config(tiny_dataset), model=config_from_dict(saved).model)
     config, params = load_final_model(out)
     assert config.vocab_size == 64
     new = generate(config, params, [1, 2, 3], max_new_tokens=5)
@@ -39,16 +42,17 @@ def test_pulse_two_steps(tiny_dataset, tmp_path):
 
 
 def test_vocab_size_comes_from_data(tiny_dataset, tmp_path):
-    cfg = tiny_config(tiny_dataset, str(tmp_path / "run"), num_train_steps=1)
-    cfg = TrainerConfig(**{**cfg.__dict__, "model": type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 4096})})
-    result = main(cfg)
+    cfg = tiny_config(tiny_dataset, num_train_steps=1)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=4096))
+    result = main(cfg, str(tmp_path / "run"))
     assert result["model"]["vocab_size"] == 64
     _, params = load_final_model(str(tmp_path / "run"))
     assert params["embed"]["embeddings"].shape == (64, 32)
 
 
 def test_config_roundtrip(tiny_dataset, tmp_path):
-    cfg = tiny_config(tiny_dataset, str(tmp_path / "x"), compute_dtype="bfloat16")
+    cfg = tiny_config(tiny_dataset, compute_dtype="bfloat16", tags=("a", "b"), run_id="r1", z_loss_weight=1e-4,
+                      wandb=WandbConfig(project="p", mode="offline"))
     assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
 
 
@@ -56,11 +60,11 @@ def test_nan_loss_names_the_step(tiny_dataset, tmp_path):
     from levanter.optim import AdamConfig
 
     # A huge learning rate without clipping overflows float32 within a few steps.
-    cfg = tiny_config(tiny_dataset, str(tmp_path / "run"), num_train_steps=30,
+    cfg = tiny_config(tiny_dataset, num_train_steps=30,
                       optimizer=AdamConfig(learning_rate=1e30, warmup=0, max_grad_norm=None),
-                      checkpoint=tiny_config(tiny_dataset, "x").checkpoint.__class__(save_every=100))
+                      checkpoint=CheckpointConfig(save_every=100))
     with pytest.raises(NonFiniteLossError) as err:
-        main(cfg)
+        main(cfg, str(tmp_path / "run"))
     assert f"at step {err.value.step}" in str(err.value)
     assert err.value.step >= 2
     assert not np.isfinite(err.value.loss)

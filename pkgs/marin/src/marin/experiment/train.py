@@ -1,4 +1,9 @@
-"""``train_lm()``: a lazy handle to a training step on levanter (JAX, Haiku, Optax, Grain, Orbax)."""
+"""``train_lm()``: a lazy handle to a training step on levanter (JAX, Haiku, Optax, Grain, Orbax).
+
+The step's config *is* levanter's :class:`~levanter.config.TrainLmConfig`: the datasets in it are
+tokenize steps (or handles) until the runner resolves them to their output folders, and the
+output folder is given to ``levanter.trainer.main`` at run time, never hashed.
+"""
 
 from __future__ import annotations
 
@@ -7,86 +12,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from levanter.checkpoint import CheckpointConfig
+from levanter.config import TrainLmConfig
+from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from marin.execution.lazy import Lazy
-from marin.execution.step import Step, unhashed_field
+from marin.execution.step import InvalidStep, Step
 
-__all__ = ["TrainLm", "TrainLmConfig", "WeightedDataset", "train_lm", "train_lm_step", "unigram_entropy"]
-
-
-@dataclass(frozen=True)
-class WeightedDataset:
-    """One tokenized dataset of the mixture and its sampling weight."""
-
-    data: Any
-    """A tokenize step or handle (or the path of a tokenized folder)."""
-    weight: float = 1.0
-    """Relative weight in the mixture."""
-
-
-@dataclass(frozen=True)
-class TrainLmConfig:
-    """Everything a training step needs; its hashed fields define the trained model."""
-
-    model: LlamaConfig
-    """Model shape (its vocabulary size is taken from the data)."""
-    optimizer: AdamConfig
-    """AdamW with its schedule."""
-    datasets: tuple[WeightedDataset, ...]
-    """The training mixture."""
-    batch_size: int
-    """Sequences per step (global, over all devices)."""
-    seq_len: int
-    """Tokens per sequence."""
-    num_train_steps: int
-    """Optimizer steps."""
-    seed: int = 0
-    """Seed of initialisation and data order."""
-    grad_accum: int = 1
-    """Micro-batches accumulated per step."""
-    compute_dtype: str = "float32"
-    """float32 or bfloat16 compute."""
-    eval_every: int = 50
-    """Validation loss every this many steps (0: only at the end)."""
-    eval_batches: int = 4
-    """Validation batches per evaluation."""
-    checkpoint: CheckpointConfig = CheckpointConfig(save_every=100)
-    """When checkpoints are written and kept (resuming relies on them)."""
-    log_every: int = unhashed_field(default=1)
-    """Metrics logging frequency (does not change the result)."""
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "num_train_steps", "grad_accum"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not self.datasets:
-            raise ValueError("datasets must name at least one tokenized dataset")
-        if self.compute_dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}")
+__all__ = ["TrainLm", "TrainLmConfig", "train_lm", "train_lm_step", "unigram_entropy"]
 
 
 def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     """Step function: train (resuming from the newest checkpoint in ``output_path``)."""
-    from levanter.data.spec import DatasetSpec
-    from levanter.trainer import ComputeDtype, TrainerConfig, main
+    from levanter.trainer import main
     from rigging import filesystem as fs
 
-    datasets = tuple(DatasetSpec(path=str(d.data), weight=d.weight) for d in config.datasets)
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
-    first = fs.join(datasets[0].path, "tokenizer.json")
+    first = fs.join(str(config.data.datasets[0].path), "tokenizer.json")
     if fs.exists(first):
         fs.atomic_write(fs.join(output_path, "tokenizer.json"), fs.read_bytes(first))
-    trainer_config = TrainerConfig(
-        model=config.model, optimizer=config.optimizer, datasets=datasets, output_path=output_path,
-        batch_size=config.batch_size, seq_len=config.seq_len, num_train_steps=config.num_train_steps,
-        seed=config.seed, grad_accum=config.grad_accum, compute_dtype=ComputeDtype(config.compute_dtype),
-        eval_every=config.eval_every, eval_batches=config.eval_batches, checkpoint=config.checkpoint,
-        log_every=config.log_every,
-    )
-    result = main(trainer_config)
+    result = main(config, output_path)
     summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
     fs.atomic_write(fs.join(output_path, "train_summary.json"), json.dumps(summary, indent=2, default=str))
     print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
@@ -108,10 +53,11 @@ class TrainLm(Lazy):
 
 def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
              datasets: Mapping[Any, float], batch_size: int, seq_len: int, num_train_steps: int, *,
-             seed: int = 0, grad_accum: int = 1, compute_dtype: str = "float32", eval_every: int = 50,
-             eval_batches: int = 4, checkpoint: CheckpointConfig | None = None, log_every: int = 1,
-             resources: Any = None) -> TrainLm:
+             evals: Any = None, resources: Any = None, **settings: Any) -> TrainLm:
     """A language-model training step over a weighted mixture of tokenized datasets.
+
+    Every setting is checked here, so a bad value fails now, naming its field, not after the
+    step was planned and started.
 
     Args:
         name: the step's name (its output folder is ``<prefix>/<name>-<hash>``).
@@ -120,20 +66,34 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         optimizer: ``AdamConfig``.
         datasets: ``{tokenized handle: weight}``.
         batch_size, seq_len, num_train_steps: the usual.
+        evals: evaluations to run during training; not supported yet (None or empty).
         resources: an ``iris`` ResourceConfig saying where the step runs (never hashed).
+        **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
+            ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
+            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
+            (``vocab_from_data``, ``prefetch``, ``shard_cache_dir``), or ``z_loss_weight``.
+            ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir`` and
+            ``peak_flops_per_device`` do not change the step's hash.
+
+    Raises:
+        InvalidStep: a bad setting, naming the step and the field.
     """
+    if evals:
+        # The hook for evaluation during training (issue 12): until then, say so rather than ignore it.
+        raise InvalidStep(f"train_lm {name!r}: evals is not supported yet; pass evals=None and evaluate "
+                          "the trained model in a step of its own")
     if not isinstance(datasets, Mapping) or not datasets:
-        raise ValueError("datasets must be a non-empty mapping of tokenized data to weights")
-    mixture = []
-    for data, weight in datasets.items():
-        if not isinstance(weight, int | float) or not weight > 0:
-            raise ValueError(f"dataset weight must be a number > 0, got {weight!r}")
-        mixture.append(WeightedDataset(data=data, weight=float(weight)))
-    config = TrainLmConfig(
-        model=model, optimizer=optimizer, datasets=tuple(mixture), batch_size=batch_size, seq_len=seq_len,
-        num_train_steps=num_train_steps, seed=seed, grad_accum=grad_accum, compute_dtype=compute_dtype,
-        eval_every=eval_every, eval_batches=eval_batches,
-        checkpoint=checkpoint if checkpoint is not None else CheckpointConfig(save_every=100), log_every=log_every)
+        raise InvalidStep(f"train_lm {name!r}: datasets must be a non-empty mapping of tokenized data to weights")
+    try:
+        mixture = []
+        for data, weight in datasets.items():
+            if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight > 0:
+                raise ValueError(f"dataset weight must be a number > 0, got {weight!r}")
+            mixture.append(DatasetSpec(path=data, weight=float(weight)))
+        config = TrainLmConfig.from_settings(tuple(mixture), model, optimizer, batch_size=batch_size,
+                                             seq_len=seq_len, num_train_steps=num_train_steps, **settings)
+    except (ValueError, TypeError) as e:
+        raise InvalidStep(f"train_lm {name!r}: {e}") from None
     return TrainLm(name=name, version=version, config=config, resources=resources)
 
 

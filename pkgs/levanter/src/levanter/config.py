@@ -1,0 +1,261 @@
+"""The config of a language-model training run: one tree of frozen dataclasses.
+
+Shaped as levanter's own ``train_lm`` nests it::
+
+    TrainLmConfig
+      data:      DataConfig     the tokenized mixture and how it is read
+      model:     LlamaConfig    the network's shape
+      optimizer: AdamConfig     AdamW and its learning-rate schedule
+      trainer:   TrainerConfig  the loop: steps, batch, precision, evaluation, checkpoints, logging
+      z_loss_weight
+
+Every setting is written once, here, and validated when its dataclass is made. Fields that do not
+change the trained model (logging frequency, prefetch depth, local caches, a run's name and tags,
+where metrics are sent) are ``unhashed_field``s, so a content-hashed step over this config is not
+rebuilt when they change. Where the run writes is not part of the config: ``main(config,
+output_path)`` is given it. Importing this module does not import JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from levanter.checkpoint import CheckpointConfig
+from levanter.data.spec import DatasetSpec
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
+from rigging.fields import unhashed_field
+
+__all__ = [
+    "ComputeDtype",
+    "DataConfig",
+    "TrainLmConfig",
+    "TrainerConfig",
+    "WandbConfig",
+    "config_from_dict",
+    "config_to_dict",
+]
+
+TRAINER_REVISION = 2
+"""Bumped when the same config trains a different model (2: optax schedules, rates in the state)."""
+
+
+def _positive_or_zero(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+class ComputeDtype(enum.Enum):
+    """Precision of activations and matmuls; parameters and optimizer state stay float32."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+    @property
+    def jnp(self) -> Any:
+        """The JAX dtype."""
+        import jax.numpy as jnp
+
+        return jnp.float32 if self is ComputeDtype.FLOAT32 else jnp.bfloat16
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbConfig:
+    """Send metrics to Weights & Biases too (``pip install levanter[wandb]``); TensorBoard is always written.
+
+    The run is named by the trainer's ``run_id`` and tagged with its ``tags``; ``WANDB_*``
+    environment variables (``WANDB_API_KEY``, ``WANDB_MODE=offline`` ...) apply as usual.
+    """
+
+    project: str = "marin"
+    """W&B project."""
+    entity: str | None = None
+    """W&B team or user (None: the account's default)."""
+    group: str | None = None
+    """Group runs together in the W&B interface."""
+    mode: str | None = None
+    """'online', 'offline' or 'disabled' (None: ``WANDB_MODE``, else online)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.project, str) or not self.project:
+            raise ValueError(f"wandb project must be a non-empty string, got {self.project!r}")
+        if self.mode not in (None, "online", "offline", "disabled"):
+            raise ValueError(f"wandb mode must be 'online', 'offline', 'disabled' or None, got {self.mode!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The training mixture and how it is read."""
+
+    datasets: tuple[DatasetSpec, ...]
+    """Tokenized datasets (``index.json`` folders) and their mixture weights."""
+    vocab_from_data: bool = True
+    """Replace model.vocab_size by the tokenized data's vocabulary size."""
+    prefetch: int = unhashed_field(default=4)
+    """Batches prepared ahead by a background thread (does not change the result)."""
+    shard_cache_dir: str | None = unhashed_field(default=None)
+    """Local folder for copies of remote shards (default: a temp folder; does not change the result)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.datasets, list):
+            object.__setattr__(self, "datasets", tuple(self.datasets))
+        if not isinstance(self.datasets, tuple) or not self.datasets:
+            raise ValueError(f"datasets must name at least one dataset, got {self.datasets!r}")
+        for spec in self.datasets:
+            if not isinstance(spec, DatasetSpec):
+                raise ValueError(f"datasets must hold DatasetSpec values, got {type(spec).__name__}")
+        _positive_or_zero(self, "prefetch")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """The training loop: how long, how big, how precise, and what it records."""
+
+    num_train_steps: int = 100
+    """Optimizer steps."""
+    batch_size: int = 8
+    """Sequences per optimizer step (global, over all devices and accumulation steps)."""
+    seq_len: int = 128
+    """Tokens per sequence (each window holds seq_len + 1 tokens: inputs and shifted targets)."""
+    seed: int = 0
+    """Seeds parameter init and the data order."""
+    grad_accum: int = 1
+    """Micro-batches per step; batch_size must be divisible by grad_accum (and the micro-batch by the devices)."""
+    compute_dtype: ComputeDtype = ComputeDtype.FLOAT32
+    """float32 or bfloat16 activations (a ``ComputeDtype`` or its string value)."""
+    eval_every: int = 50
+    """Validation loss every this many steps and at the end (0: only at the end)."""
+    eval_batches: int = 4
+    """Validation batches per evaluation (0 disables validation)."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpoint frequency and retention (resuming relies on them)."""
+    log_every: int = unhashed_field(default=1)
+    """Write metrics every this many steps (does not change the result)."""
+    peak_flops_per_device: float | None = unhashed_field(default=None)
+    """Peak FLOP/s for MFU; None: datasheet value for known accelerators, measured on CPU."""
+    run_id: str | None = unhashed_field(default=None)
+    """The run's name in metrics and trackers (None: the output folder's name)."""
+    tags: tuple[str, ...] = unhashed_field(default=())
+    """Labels recorded with the metrics and sent to trackers."""
+    wandb: WandbConfig | None = unhashed_field(default=None)
+    """Also log to Weights & Biases (None: TensorBoard and metrics.jsonl only)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.compute_dtype, str):
+            try:
+                object.__setattr__(self, "compute_dtype", ComputeDtype(self.compute_dtype))
+            except ValueError:
+                raise ValueError(f"compute_dtype must be one of {[d.value for d in ComputeDtype]}, "
+                                 f"got {self.compute_dtype!r}") from None
+        for name in ("num_train_steps", "batch_size", "seq_len", "grad_accum", "log_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("seed", "eval_every", "eval_batches"):
+            _positive_or_zero(self, name)
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size must be divisible by grad_accum, got batch_size={self.batch_size} "
+                             f"and grad_accum={self.grad_accum}")
+        if not isinstance(self.checkpoint, CheckpointConfig):
+            raise ValueError(f"checkpoint must be a CheckpointConfig, got {type(self.checkpoint).__name__}")
+        if self.peak_flops_per_device is not None and not self.peak_flops_per_device > 0:
+            raise ValueError(f"peak_flops_per_device must be > 0, got {self.peak_flops_per_device}")
+        if self.run_id is not None and (not isinstance(self.run_id, str) or not self.run_id.strip()):
+            raise ValueError(f"run_id must be a non-empty string or None, got {self.run_id!r}")
+        if isinstance(self.tags, list):
+            object.__setattr__(self, "tags", tuple(self.tags))
+        if not isinstance(self.tags, tuple) or not all(isinstance(t, str) and t for t in self.tags):
+            raise ValueError(f"tags must be a sequence of non-empty strings, got {self.tags!r}")
+        if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
+            raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainLmConfig:
+    """Everything one language-model training run needs (but where it writes)."""
+
+    data: DataConfig
+    """The tokenized mixture."""
+    model: LlamaConfig = LlamaConfig()
+    """Model shape; its vocab_size is replaced by the data's when ``data.vocab_from_data``."""
+    optimizer: AdamConfig = AdamConfig()
+    """Optimizer and learning-rate schedule."""
+    trainer: TrainerConfig = TrainerConfig()
+    """The training loop."""
+    z_loss_weight: float = 0.0
+    """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
+    revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
+    """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
+
+    def __post_init__(self) -> None:
+        for name, kind in (("data", DataConfig), ("model", LlamaConfig), ("optimizer", AdamConfig),
+                           ("trainer", TrainerConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.z_loss_weight is None:
+            object.__setattr__(self, "z_loss_weight", 0.0)
+        weight = self.z_loss_weight
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"z_loss_weight must be a finite number >= 0 or None, got {weight!r}")
+        object.__setattr__(self, "z_loss_weight", float(weight))
+        self.optimizer.check(self.trainer.num_train_steps)
+
+    @classmethod
+    def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: LlamaConfig, optimizer: AdamConfig,
+                      **settings: Any) -> TrainLmConfig:
+        """Build the tree from flat keywords, each naming a field of one section (``batch_size=``,
+        ``prefetch=``, ``z_loss_weight=`` ...).
+
+        Raises:
+            ValueError: a keyword names no field, or a value is bad (the message names the field).
+        """
+        sections: dict[str, dict[str, Any]] = {"data": {}, "trainer": {}, "top": {}}
+        owners = _setting_owners()
+        for key, value in settings.items():
+            if key not in owners:
+                raise ValueError(f"unknown training setting {key!r}; settings are: {', '.join(sorted(owners))}")
+            sections[owners[key]][key] = value
+        return cls(data=DataConfig(datasets=datasets, **sections["data"]), model=model, optimizer=optimizer,
+                   trainer=TrainerConfig(**sections["trainer"]), **sections["top"])
+
+
+def _setting_owners() -> dict[str, str]:
+    """``{keyword: section}`` for :meth:`TrainLmConfig.from_settings` (every field name is unique)."""
+    owners = {f.name: "data" for f in dataclasses.fields(DataConfig) if f.name != "datasets"}
+    owners.update({f.name: "trainer" for f in dataclasses.fields(TrainerConfig)})
+    owners.update({f.name: "top" for f in dataclasses.fields(TrainLmConfig)
+                   if f.init and f.name not in ("data", "model", "optimizer", "trainer")})
+    return owners
+
+
+# --------------------------------------------------------------------------- (de)serialisation
+
+def config_to_dict(config: TrainLmConfig) -> dict[str, Any]:
+    """JSON-ready form of ``config`` (enums as their values)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+    return plain(dataclasses.asdict(config))
+
+
+def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
+    """Inverse of :func:`config_to_dict` (``revision`` is the trainer's own, not read back)."""
+    d = dict(data["data"])
+    t = dict(data["trainer"])
+    d["datasets"] = tuple(DatasetSpec(**spec) for spec in d["datasets"])
+    t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
+    t["tags"] = tuple(t.get("tags", ()))
+    t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
+    return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
+                         optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
+                         z_loss_weight=data.get("z_loss_weight", 0.0))

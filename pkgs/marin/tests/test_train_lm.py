@@ -1,0 +1,85 @@
+"""``train_lm``: its step config is levanter's TrainLmConfig, checked when the handle is made."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import steps_for_tests as t
+
+from iris.cluster import ResourceConfig
+from levanter.checkpoint import CheckpointConfig
+from levanter.config import TrainLmConfig, WandbConfig
+from levanter.data.spec import DatasetSpec
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
+from marin.execution.hashing import dependencies_of
+from marin.execution.lazy import lower
+from marin.execution.step import InvalidStep
+from marin.experiment.data import tokenized
+from marin.experiment.train import train_lm, train_lm_step
+
+DATA = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.json")
+
+
+def _handle(**settings):
+    return train_lm(name="checkpoints/x", version="v1", model=LlamaConfig(), optimizer=AdamConfig(),
+                    datasets={DATA: 1.0}, batch_size=8, seq_len=64, num_train_steps=20, **settings)
+
+
+def test_the_step_config_is_levanters_config_with_the_data_as_a_dependency():
+    step = lower(_handle(seed=3, eval_every=10, checkpoint=CheckpointConfig(save_every=5)))
+    assert step.fn is train_lm_step and isinstance(step.config, TrainLmConfig)
+    assert step.config.data.datasets == (DatasetSpec(path=DATA, weight=1.0),)
+    assert (step.config.trainer.batch_size, step.config.trainer.seq_len, step.config.trainer.num_train_steps,
+            step.config.trainer.seed, step.config.trainer.eval_every) == (8, 64, 20, 3, 10)
+    assert dependencies_of(step) == [lower(DATA)]
+
+
+def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
+    base = lower(_handle()).hash
+    for settings in ({"run_id": "mine"}, {"tags": ["a", "b"]}, {"log_every": 10}, {"prefetch": 1},
+                     {"shard_cache_dir": "/tmp/x"}, {"peak_flops_per_device": 1e12},
+                     {"wandb": WandbConfig(project="p")}, {"z_loss_weight": None}, {"evals": None},
+                     {"resources": ResourceConfig.with_cpu()}):
+        assert lower(_handle(**settings)).hash == base, settings
+    for settings in ({"seed": 1}, {"z_loss_weight": 1e-4}, {"grad_accum": 2}, {"eval_every": 7},
+                     {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)}):
+        assert lower(_handle(**settings)).hash != base, settings
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"grad_accum": 3}, "train_lm 'checkpoints/x': batch_size must be divisible by grad_accum, got batch_size=8 "
+                        "and grad_accum=3"),
+    ({"z_loss_weight": -1}, "train_lm 'checkpoints/x': z_loss_weight must be a finite number >= 0 or None, got -1"),
+    ({"learning_rate": 1e-3}, "train_lm 'checkpoints/x': unknown training setting 'learning_rate'; settings are: "),
+    ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': evals is not supported yet; pass evals=None"),
+])
+def test_a_bad_setting_fails_when_the_handle_is_made(settings, message):
+    with pytest.raises(InvalidStep) as err:
+        _handle(**settings)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_marin_plan_reports_a_bad_setting_in_one_line_without_touching_the_store(tmp_path):
+    exp = tmp_path / "bad_train.py"
+    exp.write_text(textwrap.dedent("""
+        from levanter.models.llama import LlamaConfig
+        from levanter.optim import AdamConfig
+        from marin.experiment.data import tokenized
+        from marin.experiment.train import train_lm
+
+        data = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.json")
+        model = train_lm(name="checkpoints/x", version="v1", model=LlamaConfig(), optimizer=AdamConfig(),
+                         datasets={data: 1.0}, batch_size=6, seq_len=64, num_train_steps=20, grad_accum=4)
+        steps = [model]
+    """))
+    prefix = tmp_path / "store"
+    proc = subprocess.run([sys.executable, "-m", "marin.cli.main", "plan", str(exp), "--prefix", str(prefix)],
+                          capture_output=True, text=True, cwd=t.WORKSPACE, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[0] == ("error: train_lm 'checkpoints/x': batch_size must be divisible by "
+                                           "grad_accum, got batch_size=6 and grad_accum=4")
+    assert "Traceback" not in proc.stderr and not prefix.exists()
