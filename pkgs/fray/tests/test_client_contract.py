@@ -10,6 +10,7 @@ import pytest
 
 from fray import testjobs
 from fray.cluster import DistributedClient, JobCancelled, JobFailed, LocalClient
+from fray.inprocess import InProcessClient
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +20,19 @@ def local_client():
     client.shutdown()
 
 
-@pytest.fixture(params=["local", "ray"])
+@pytest.fixture
+def inprocess_client():
+    return InProcessClient()
+
+
+@pytest.fixture(params=["local", "ray", "inprocess"])
 def client(request) -> DistributedClient:
+    return request.getfixturevalue(f"{request.param}_client")
+
+
+@pytest.fixture(params=["local", "ray"])
+def process_client(request) -> DistributedClient:
+    """The clients that run each call in a process of its own (it can die, time out, be cancelled)."""
     return request.getfixturevalue(f"{request.param}_client")
 
 
@@ -38,14 +50,14 @@ def test_an_exception_reaches_the_caller_with_its_traceback(client):
     assert "raise_value_error" in info.value.remote_traceback
 
 
-def test_a_process_that_dies_is_a_failure(client):
-    handle = client.submit(testjobs.die_hard, 3)
+def test_a_process_that_dies_is_a_failure(process_client):
+    handle = process_client.submit(testjobs.die_hard, 3)
     with pytest.raises(JobFailed):
         handle.result(timeout=60)
 
 
-def test_result_times_out(client):
-    handle = client.submit(testjobs.sleep_then_return, 30, "late")
+def test_result_times_out(process_client):
+    handle = process_client.submit(testjobs.sleep_then_return, 30, "late")
     with pytest.raises(TimeoutError):
         handle.result(timeout=0.5)
     assert not handle.done()
@@ -58,8 +70,8 @@ def test_env_is_set_for_the_call(client):
     assert client.submit(testjobs.echo_env, "FRAY_CONTRACT_VAR").result(timeout=60) is None
 
 
-def test_logs_capture_stdout_stderr_and_grandchildren(client):
-    handle = client.submit(testjobs.print_lines, 3)
+def test_logs_capture_stdout_stderr_and_grandchildren(process_client):
+    handle = process_client.submit(testjobs.print_lines, 3)
     assert handle.result(timeout=60) == 3
     deadline = time.monotonic() + 10
     while "from grandchild" not in handle.logs() and time.monotonic() < deadline:
@@ -69,17 +81,17 @@ def test_logs_capture_stdout_stderr_and_grandchildren(client):
         assert expected in logs
 
 
-def test_logs_stream_while_the_job_runs(client):
-    handle = client.submit(testjobs.print_lines, 30, 0.1)
+def test_logs_stream_while_the_job_runs(process_client):
+    handle = process_client.submit(testjobs.print_lines, 30, 0.1)
     chunks = list(handle.iter_logs(poll_interval=0.05))
     assert len(chunks) > 1, "output arrived only at the end, not streamed"
     assert "line 29" in "".join(chunks)
     assert handle.result(timeout=10) == 30
 
 
-def test_cancel_ends_the_job_and_its_grandchildren(client, tmp_path):
+def test_cancel_ends_the_job_and_its_grandchildren(process_client, tmp_path):
     pid_file = str(tmp_path / "grandchild.pid")
-    handle = client.submit(testjobs.spawn_grandchild_and_wait, pid_file)
+    handle = process_client.submit(testjobs.spawn_grandchild_and_wait, pid_file)
     deadline = time.monotonic() + 60
     while not os.path.exists(pid_file):
         assert time.monotonic() < deadline, "grandchild never started"
@@ -135,3 +147,12 @@ class _Duck:
 
 def test_resources_with_to_ray_options_are_accepted(client):
     assert client.submit(testjobs.add, 1, 2, resources=_Duck()).result(timeout=60) == 3
+
+
+def test_inprocess_logs_hold_what_the_call_printed_and_its_traceback(inprocess_client):
+    handle = inprocess_client.submit(testjobs.print_lines, 2)
+    assert handle.result() == 2
+    assert "line 0" in handle.logs() and "line 1" in handle.logs()
+    failed = inprocess_client.submit(testjobs.raise_value_error, "shown in the log")
+    assert failed.done()
+    assert "ValueError: shown in the log" in failed.logs()

@@ -1,6 +1,7 @@
 """fray: run functions elsewhere (local processes, Ray): futures, job handles with logs, actors."""
 
 from fray.cluster import (
+    PREEMPTED_EXIT_CODE,
     ActorHandle,
     DistributedClient,
     Future,
@@ -9,6 +10,7 @@ from fray.cluster import (
     JobHandle,
     LocalClient,
     LocalJobHandle,
+    Preempted,
     RayClient,
     RayJobHandle,
     RemoteError,
@@ -23,6 +25,8 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobHandle",
+    "PREEMPTED_EXIT_CODE",
+    "Preempted",
     "LocalClient",
     "LocalJobHandle",
     "RayClient",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from fray.local import LocalClient, LocalJobHandle
 from fray.ray_client import RayClient, RayJobHandle
 from fray.types import (
+    PREEMPTED_EXIT_CODE,
     ActorHandle,
     DistributedClient,
     Future,
     JobCancelled,
     JobFailed,
     JobHandle,
+    Preempted,
     RayOptionsLike,
     RemoteError,
     ResourcesLike,
@@ -25,6 +27,8 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobHandle",
+    "PREEMPTED_EXIT_CODE",
+    "Preempted",
     "LocalClient",
     "LocalJobHandle",
     "RayClient",

@@ -14,6 +14,8 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobHandle",
+    "PREEMPTED_EXIT_CODE",
+    "Preempted",
     "RayOptionsLike",
     "RemoteError",
     "ResourcesLike",
@@ -49,6 +51,20 @@ class JobFailed(RuntimeError):
 
 
 RemoteError = JobFailed
+
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit status of a process whose work was preempted and can be resumed (EX_TEMPFAIL: run it again)."""
+
+
+class Preempted(Exception):
+    """The work was preempted (SIGTERM, a host reclaimed) after saving what it had; run it again.
+
+    A worker that catches it ends its process with :attr:`exit_code`, as a lost host would end it,
+    so whoever started the call retries it rather than reporting a failure.
+    """
+
+    exit_code = PREEMPTED_EXIT_CODE
 
 
 class JobCancelled(RuntimeError):

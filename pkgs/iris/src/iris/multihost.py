@@ -25,6 +25,7 @@ __all__ = [
     "PROCESS_ID_ENV",
     "MultihostEnv",
     "MultihostJob",
+    "MultihostJobHandle",
     "PlacementStrategy",
     "initialize_jax",
     "launch",
@@ -156,6 +157,49 @@ class MultihostJob:
         if self._on_finish is not None:
             on_finish, self._on_finish = self._on_finish, None
             on_finish()
+
+
+class MultihostJobHandle(JobHandle):
+    """A :class:`MultihostJob` behind the one-job handle interface: done when every process is, or
+    as soon as one has failed (the rest would wait forever); ``logs`` joins the processes' output.
+    """
+
+    def __init__(self, job: MultihostJob):
+        self._job = job
+        self.handles = job.handles
+        self.name = job.name
+        self._outcome: tuple[bool, Any] | None = None
+
+    def _one_failed(self) -> bool:
+        for h in self.handles:
+            if h.done():
+                try:
+                    h.result(timeout=0)
+                except BaseException:  # noqa: BLE001 - a failure of any kind ends the whole job
+                    return True
+        return False
+
+    def done(self) -> bool:
+        return self._outcome is not None or self._job.done() or self._one_failed()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._outcome is None:
+            try:
+                self._outcome = (True, self._job.result(timeout=timeout))
+            except TimeoutError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - kept, so a second call raises the same
+                self._outcome = (False, e)
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+    def logs(self) -> str:
+        return "".join(self._job.logs())
 
 
 def _free_port(host: str) -> int:

@@ -28,6 +28,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fray.types import PREEMPTED_EXIT_CODE, Preempted
 from levanter.checkpoint import Checkpointer
 from levanter.config import (
     ComputeDtype,
@@ -64,17 +65,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PREEMPTED_EXIT_CODE = 75
-"""Exit status of ``python -m levanter.trainer`` after a SIGTERM (EX_TEMPFAIL: run it again)."""
 
-
-class TrainingPreempted(Exception):
+class TrainingPreempted(Preempted):
     """SIGTERM arrived: a checkpoint of ``step`` was committed and the run can be resumed.
 
     ``exit_code`` is what a command-line wrapper should exit with (:data:`PREEMPTED_EXIT_CODE`).
     """
-
-    exit_code = PREEMPTED_EXIT_CODE
 
     def __init__(self, step: int, checkpoint_path: str):
         super().__init__(f"preempted by SIGTERM after step {step}; checkpoint saved under {checkpoint_path}; "

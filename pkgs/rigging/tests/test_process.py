@@ -1,0 +1,41 @@
+"""Ending a process left behind by a dead parent, and never a stranger that reuses its pid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rigging.process import end_orphaned_process, process_identity
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_process_left_behind_is_ended_with_its_group(sleeper):
+    end_orphaned_process(process_identity(sleeper.pid), wait_s=0.3)
+    assert sleeper.wait(timeout=10) == -9
+
+
+def test_a_process_that_ends_on_its_own_is_not_killed():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"], start_new_session=True)
+    end_orphaned_process(process_identity(proc.pid), wait_s=10)
+    assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("forge", [lambda i: i.rsplit(":", 1)[0] + ":12.5", lambda i: "elsewhere:" + i.split(":", 1)[1]])
+def test_a_reused_pid_or_another_hosts_process_is_left_alone(sleeper, forge):
+    end_orphaned_process(forge(process_identity(sleeper.pid)), wait_s=0.3)
+    assert sleeper.poll() is None
+
+
+def test_the_identity_names_host_pid_and_start_time(sleeper):
+    host, pid, started = process_identity(sleeper.pid).split(":")
+    assert int(pid) == sleeper.pid and float(started) > 0 and host
+    assert process_identity(sleeper.pid) == process_identity(sleeper.pid)
