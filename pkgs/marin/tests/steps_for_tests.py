@@ -17,11 +17,11 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it
 from marin.execution.step import Step, output_path_of, unhashed_field
-from marin.execution.worker import StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.secrets import Secret
 
@@ -174,59 +174,6 @@ def chain(n: int) -> list[Step]:
         prev = Step(name=f"chain/s{i}", fn=noop, config=LinkConfig(i, output_path_of(prev) if prev else None))
         steps.append(prev)
     return steps
-
-
-# -- an in-process execution client (memory:// lives inside one process) ---------------------
-
-
-@dataclass
-class _DoneHandle:
-    name: str
-    value: Any = None
-    error: BaseException | None = None
-    log_path: str | None = None
-    _extra: dict = field(default_factory=dict)
-
-    def done(self) -> bool:
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-    def cancel(self, grace_s: float = 0.0) -> None:
-        pass
-
-    def logs(self) -> str:
-        return ""
-
-
-class InProcessClient:
-    """Runs each submitted call at once in this process (for ``memory://`` stores).
-
-    A worker redirects the process's stdout/stderr into the step log; that must not happen
-    inside the test process, so the payload's log path is dropped.
-    """
-
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit(self, fn: Any, *args: Any, name: str | None = None, env: Any = None, resources: Any = None,
-               **kwargs: Any) -> _DoneHandle:
-        label = name or getattr(fn, "__name__", "job")
-        self.submitted.append(label)
-        if fn is run_step and args and isinstance(args[0], StepPayload):
-            from dataclasses import replace
-
-            args = (replace(args[0], log_path=None), *args[1:])
-        try:
-            return _DoneHandle(label, value=fn(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - handed to the runner as the job's failure
-            return _DoneHandle(label, error=e)
-
-    def shutdown(self) -> None:
-        pass
 
 
 def print_hashes(module_name: str) -> None:

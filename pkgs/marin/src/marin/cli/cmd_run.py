@@ -40,7 +40,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address)
-    from marin.execution.step_runner import NotCached
+    from marin.execution.outcome import NotCached
 
     try:
         result = runner.run(steps)

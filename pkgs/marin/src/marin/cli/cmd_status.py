@@ -11,21 +11,15 @@ from marin.cli.common import prefix_option, runner_from_options, targets_argumen
 
 def step_state(output_path: str) -> tuple[str, dict]:
     """(state, provenance) of one output folder: done, failed, running, killed or missing."""
-    from marin.execution.store import StepRecord
-    from rigging.lease import held
+    from marin.execution.store import BuildState, StepRecord
 
     record = StepRecord(output_path)
     if record.is_done():
         return "done", record.read_json(record.provenance) or {}
-    status = record.read_json(record.status)
-    if not status:
+    status = record.read_status()
+    if status.state is BuildState.MISSING and not status.fields:
         return "missing", {}
-    state = status.get("state")
-    if state == "failed":
-        return "failed", status
-    if held(record.meta) is not None:
-        return "running", status
-    return "killed", status
+    return status.state.value, status.fields
 
 
 def _age(ts: float | None) -> str:

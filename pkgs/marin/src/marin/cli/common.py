@@ -54,5 +54,4 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
     config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None),
                          caches=list(caches) or None, strict_env=strict_env, backend=backend,
                          ray_address=ray_address)
-    return StepRunner(prefix=config.resolved_prefix(), max_parallel=config.max_parallel, config=config,
-                      reporter=reporter, backend=config.backend, ray_address=config.ray_address, **kwargs)
+    return StepRunner(config, reporter=reporter, **kwargs)

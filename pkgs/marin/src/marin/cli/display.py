@@ -9,8 +9,8 @@ from typing import TextIO
 
 import click
 
+from marin.execution.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.plan import Plan, PlannedStep
-from marin.execution.step_runner import Outcome, RunResult, StepOutcome
 
 __all__ = ["LiveReporter", "PlainReporter", "make_reporter", "summary_table"]
 

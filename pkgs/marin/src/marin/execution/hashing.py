@@ -7,7 +7,6 @@ values, unhashed fields, hosts and absolute workspace paths stay out.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import hashlib
 import json
@@ -20,6 +19,7 @@ from typing import Any
 
 from marin.execution.lazy import Lazy
 from marin.execution.step import UNHASHED, InvalidStep, OutputPath, Step
+from marin.execution.walk import Kind, items_of, iter_placeholders, kind_of, placeholder_step
 
 __all__ = [
     "KEY_SCHEMA",
@@ -110,11 +110,7 @@ def _tag_path(value: str) -> list[Any]:
     return ["str", value]
 
 
-def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
-    """The canonical, type-tagged encoding of ``value`` as JSON-ready lists.
-
-    ``hashes`` maps ``id(step)`` to the hash of every step the value refers to.
-    """
+def _encode_leaf(value: Any, hashes: Mapping[int, str], where: str) -> Any:
     from rigging.secrets import Secret
 
     if value is None:
@@ -136,37 +132,8 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
         return ["bytes", value.hex()]
     if isinstance(value, Secret):
         return ["secret", value.name]
-    if isinstance(value, OutputPath):
-        step = _as_step(value.step, where)
-        return ["dep", hashes[id(step)], value.sub_path]
-    if isinstance(value, Step | Lazy):
-        step = _as_step(value, where)
-        return ["dep", hashes[id(step)], ""]
     if isinstance(value, PurePath):
         return ["path", _tag_path(str(value))[1]]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = type(value)
-        fields = [
-            [f.name, encode(getattr(value, f.name), hashes, f"{where}.{f.name}")]
-            for f in dataclasses.fields(value)
-            if not f.metadata.get(UNHASHED)
-        ]
-        return ["dc", qualified_name(cls), fields]
-    if isinstance(value, Mapping):
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
-                raise UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed")
-            items.append([encode(k, hashes, where), encode(v, hashes, f"{where}[{k!r}]")])
-        items.sort(key=lambda kv: json.dumps(kv[0]))
-        return ["dict", items]
-    if isinstance(value, list | tuple):
-        tag = "list" if isinstance(value, list) else "tuple"
-        return [tag, [encode(v, hashes, f"{where}[{i}]") for i, v in enumerate(value)]]
-    if isinstance(value, set | frozenset):
-        encoded = [encode(v, hashes, where) for v in value]
-        encoded.sort(key=json.dumps)
-        return ["set", encoded]
     if callable(value) and hasattr(value, "__qualname__") and "<" not in value.__qualname__:
         return ["fn", fn_identity(value)]
     item = getattr(value, "item", None)  # numpy scalars
@@ -178,24 +145,40 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
     )
 
 
+def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
+    """The canonical, type-tagged encoding of ``value`` as JSON-ready lists.
+
+    ``hashes`` maps ``id(step)`` to the hash of every step the value refers to.
+    """
+    kind = kind_of(value)
+    if kind is Kind.LEAF:
+        return _encode_leaf(value, hashes, where)
+    if kind is Kind.PLACEHOLDER:
+        step, sub_path = placeholder_step(value, where)
+        return ["dep", hashes[id(step)], sub_path]
+    items = items_of(value, kind)
+    if kind is Kind.DATACLASS:
+        fields = [[f.name, encode(v, hashes, f"{where}.{f.name}")] for f, v in items if not f.metadata.get(UNHASHED)]
+        return ["dc", qualified_name(type(value)), fields]
+    if kind is Kind.MAPPING:
+        pairs = []
+        for k, v in items:
+            if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
+                raise UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed")
+            pairs.append([encode(k, hashes, where), encode(v, hashes, f"{where}[{k!r}]")])
+        pairs.sort(key=lambda kv: json.dumps(kv[0]))
+        return ["dict", pairs]
+    if kind is Kind.SET:
+        encoded = [encode(v, hashes, where) for _, v in items]
+        encoded.sort(key=json.dumps)
+        return ["set", encoded]
+    return ["list" if kind is Kind.LIST else "tuple", [encode(v, hashes, f"{where}[{i}]") for i, v in items]]
+
+
 def _as_step(value: Any, where: str) -> Step:
-    if isinstance(value, Step):
-        return value
-    if isinstance(value, Lazy):
-        return value.lower()
+    if isinstance(value, Step | Lazy):
+        return placeholder_step(value, where)[0]
     raise UnserializableConfig(f"{where}: output_path_of needs a Step or a lazy handle, got {type(value).__name__}")
-
-
-def _children(value: Any) -> Iterator[Any]:
-    if isinstance(value, str | bytes | int | float | bool | enum.Enum) or value is None:
-        return
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield getattr(value, f.name)
-    elif isinstance(value, Mapping):
-        yield from value.values()
-    elif isinstance(value, list | tuple | set | frozenset):
-        yield from value
 
 
 def dependencies_of(step: Step) -> list[Step]:
@@ -205,22 +188,10 @@ def dependencies_of(step: Step) -> list[Step]:
         return cached
     deps: list[Step] = []
     seen: set[int] = set()
-    stack = [step.config]
-    # Explicit stack: configs are shallow, but nothing here should depend on recursion limits.
-    while stack:
-        value = stack.pop()
-        target = None
-        if isinstance(value, OutputPath):
-            target = _as_step(value.step, f"{step.name}.config")
-        elif isinstance(value, Step | Lazy):
-            target = _as_step(value, f"{step.name}.config")
-        if target is not None:
-            if id(target) not in seen:
-                seen.add(id(target))
-                deps.append(target)
-            continue
-        children = list(_children(value))
-        stack.extend(reversed(children))
+    for target, _ in iter_placeholders(step.config, f"{step.name}.config"):
+        if id(target) not in seen:
+            seen.add(id(target))
+            deps.append(target)
     object.__setattr__(step, "_deps", deps)
     return deps
 
@@ -288,54 +259,66 @@ def hash_graph(roots: Iterable[Step | Lazy], salt: str | None = None) -> dict[in
     return hashes
 
 
-def config_to_json(value: Any, paths: Mapping[int, str] | None = None) -> Any:
-    """A readable JSON form of a config for provenance: secrets redacted, placeholders as paths."""
+def _leaf_to_json(value: Any) -> Any:
     from rigging.secrets import Secret
 
-    paths = paths or {}
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, enum.Enum):
-        return config_to_json(value.value, paths)
+        return config_to_json(value.value)
     if isinstance(value, Secret):
         return f"<secret:{value.name}>"
-    if isinstance(value, OutputPath):
-        step = _as_step(value.step, "config")
-        base = paths.get(id(step), f"<output of {step.name}>")
-        return base.rstrip("/") + ("/" + value.sub_path if value.sub_path else "")
-    if isinstance(value, Step | Lazy):
-        step = _as_step(value, "config")
-        return paths.get(id(step), f"<output of {step.name}>")
     if isinstance(value, PurePath | bytes):
         return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: config_to_json(getattr(value, f.name), paths) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): config_to_json(v, paths) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [config_to_json(v, paths) for v in value]
     if callable(value) and hasattr(value, "__qualname__"):
         return fn_identity(value)
     return repr(value)
 
 
-def flatten_config(value: Any, hashes: Mapping[int, str], prefix: str = "") -> dict[str, str]:
-    """Hashed config fields as ``{"dotted.path": canonical text}``, for "what changed" diffs."""
+def config_to_json(value: Any, paths: Mapping[int, str] | None = None) -> Any:
+    """A readable JSON form of a config for provenance: secrets redacted, placeholders as paths."""
+    paths = paths or {}
+    kind = kind_of(value)
+    if kind is Kind.LEAF:
+        return _leaf_to_json(value)
+    if kind is Kind.PLACEHOLDER:
+        step, sub_path = placeholder_step(value)
+        base = paths.get(id(step), f"<output of {step.name}>")
+        if not isinstance(value, OutputPath):
+            return base
+        return base.rstrip("/") + ("/" + sub_path if sub_path else "")
+    items = items_of(value, kind)
+    if kind is Kind.DATACLASS:
+        return {f.name: config_to_json(v, paths) for f, v in items}
+    if kind is Kind.MAPPING:
+        return {str(k): config_to_json(v, paths) for k, v in items}
+    return [config_to_json(v, paths) for _, v in items]
+
+
+def flatten_config(value: Any, hashes: Mapping[int, str], prefix: str = "",
+                   dependency_keys: set[str] | None = None) -> dict[str, str]:
+    """Hashed config fields as ``{"dotted.path": canonical text}``, for "what changed" diffs.
+
+    Dataclasses and string-keyed mappings are descended; anything else is one entry. The keys of
+    entries holding a placeholder (a dependency) are added to ``dependency_keys`` when given.
+    """
     out: dict[str, str] = {}
     stack: list[tuple[str, Any]] = [(prefix, value)]
     while stack:
         path, v = stack.pop()
-        if isinstance(v, OutputPath | Step | Lazy):
-            out[path or "<config>"] = json.dumps(encode(v, hashes, path or "config"), separators=(",", ":"))
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            for f in dataclasses.fields(v):
+        kind = kind_of(v)
+        if kind is Kind.DATACLASS:
+            for f, child in items_of(v, kind):
                 if not f.metadata.get(UNHASHED):
-                    stack.append((f"{path}.{f.name}" if path else f.name, getattr(v, f.name)))
-        elif isinstance(v, Mapping) and v and all(isinstance(k, str) for k in v):
-            for k, item in v.items():
-                stack.append((f"{path}.{k}" if path else k, item))
+                    stack.append((f"{path}.{f.name}" if path else f.name, child))
+        elif kind is Kind.MAPPING and v and all(isinstance(k, str) for k in v):
+            for k, child in items_of(v, kind):
+                stack.append((f"{path}.{k}" if path else k, child))
         else:
-            out[path or "<config>"] = json.dumps(encode(v, hashes, path or "config"), separators=(",", ":"))
+            key = path or "<config>"
+            out[key] = json.dumps(encode(v, hashes, path or "config"), separators=(",", ":"))
+            if dependency_keys is not None and next(iter_placeholders(v), None) is not None:
+                dependency_keys.add(key)
     return out

@@ -13,7 +13,7 @@ from typing import Any
 from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
 from marin.execution.lazy import Lazy
 from marin.execution.step import InvalidStep, Step
-from marin.execution.store import StepRecord, StepStore
+from marin.execution.store import BuildState, StepRecord, StepStore
 
 __all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select"]
 
@@ -201,20 +201,14 @@ def _show(encoded: str | None) -> str:
 
 
 def _earlier_attempt(record: StepRecord) -> Reason | None:
-    status = record.read_json(record.status)
-    if not status:
-        return None
-    state = status.get("state")
-    if state == "failed":
-        error = str(status.get("error", "")).splitlines()[0] if status.get("error") else ""
+    status = record.read_status()
+    if status.state is BuildState.FAILED:
+        error = status.error.splitlines()[0] if status.error else ""
         return Reason(ReasonKind.EARLIER_FAILED, error[:200])
-    if state in ("running", "interrupted"):
-        from rigging.lease import held
-
-        lease = held(record.meta)
-        if lease is not None:
-            return Reason(ReasonKind.RESUMING, f"another runner holds it ({lease.holder})")
-        return Reason(ReasonKind.EARLIER_KILLED, f"attempt {status.get('attempt', '?')} by {status.get('holder', '?')}")
+    if status.state is BuildState.RUNNING:
+        return Reason(ReasonKind.RESUMING, f"another runner holds it ({status.holder})")
+    if status.state is BuildState.KILLED:
+        return Reason(ReasonKind.EARLIER_KILLED, f"attempt {status.attempt or '?'} by {status.holder or '?'}")
     return None
 
 

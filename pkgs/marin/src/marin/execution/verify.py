@@ -8,12 +8,10 @@ lifecycle rule); ``marin verify`` finds that out before a downstream step trusts
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin.execution.store import META_DIR, StepRecord, verify_manifest
+from marin.execution.store import META_DIR, StepRecord, manifest_digest, verify_manifest
 from rigging import filesystem as fs
 
 __all__ = ["StepCheck", "Verdict", "verify_output", "verify_outputs"]
@@ -43,11 +41,6 @@ class StepCheck:
     files: int = 0
 
 
-def _manifest_digest(manifest: dict) -> str:
-    # The runner's success record carries this digest of the manifest's file list (step_runner).
-    return hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest()
-
-
 def verify_output(name: str, output_path: str) -> StepCheck:
     """Check one output folder: every manifest file present with its size and SHA-256, no new files.
 
@@ -69,7 +62,7 @@ def verify_output(name: str, output_path: str) -> StepCheck:
     if problems and problems[0].startswith("manifest malformed"):
         return StepCheck(name, output_path, Verdict.BROKEN, [f"{record.manifest}: {problems[0]}"])
     expected = success.get("manifest_sha256")
-    if isinstance(expected, str) and expected != _manifest_digest(manifest):
+    if isinstance(expected, str) and expected != manifest_digest(manifest):
         problems.insert(0, f"{META_DIR}/manifest.json: changed after the success record was written")
     listed = {entry["path"] for entry in manifest["files"]}
     try:

@@ -11,11 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PREEMPTED_EXIT_CODE", "FnRef", "StepPayload", "import_fn", "run_step"]
+from fray.types import PREEMPTED_EXIT_CODE, Preempted
 
-PREEMPTED_EXIT_CODE = 75
-"""Exit status of a step process whose training was preempted (levanter's ``TrainingPreempted``,
-EX_TEMPFAIL): the runner treats it like a lost worker and retries the step if it may."""
+__all__ = ["PREEMPTED_EXIT_CODE", "FnRef", "StepPayload", "import_fn", "run_step"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +36,9 @@ class StepPayload:
     log_path: str | None
     sys_path: tuple[str, ...] = ()
     exit_on_preemption: bool = True
-    """Leave the process with :data:`PREEMPTED_EXIT_CODE` when ``fn`` reports a preemption (only
-    when the step has a process of its own)."""
+    """Leave the process with :data:`fray.types.PREEMPTED_EXIT_CODE` when ``fn`` raises
+    :class:`fray.types.Preempted` (only when the step has a process of its own): the runner then
+    treats it like a lost worker and retries the step if it may."""
 
 
 def _load_module(ref: FnRef):
@@ -98,15 +97,14 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
     try:
         fn(config, payload.output_path)
-    except BaseException as e:
-        trainer = sys.modules.get("levanter.trainer")
-        if payload.exit_on_preemption and trainer is not None and isinstance(e, trainer.TrainingPreempted):
-            # A preemption is not a bug in fn: say so by how the process ends, as a lost host would.
-            log.warning("step %s preempted: %s", payload.step_name, e)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(PREEMPTED_EXIT_CODE)
-        raise
+    except Preempted as e:
+        if not payload.exit_on_preemption:
+            raise
+        # A preemption is not a bug in fn: say so by how the process ends, as a lost host would.
+        log.warning("step %s preempted: %s", payload.step_name, e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.exit_code)
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.hashing import config_to_json, fn_identity
+from marin.execution.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep
-from marin.execution.step_runner import Outcome, RunResult, StepOutcome
-from marin.execution.store import StepRecord
+from marin.execution.store import BuildState, StepRecord
 from marin.report.outputs import read_log_tail, read_metrics, read_tokenized
 
 __all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
@@ -179,20 +179,17 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _state_from_store(planned: PlannedStep, status: dict[str, Any] | None) -> StepState:
+def _state_from_store(planned: PlannedStep) -> StepState:
     """The state of a planned step judged from the store alone (no run in hand)."""
     if planned.action is Action.CACHED:
         return StepState.CACHED
     if planned.action is Action.UNNEEDED:
         return StepState.UNNEEDED
-    state = (status or {}).get("state")
-    if state == "failed":
+    stored = StepRecord(planned.output_path).read_status().state
+    if stored is BuildState.FAILED:
         return StepState.FAILED
-    if state == "running":
-        from rigging.lease import held
-
-        if held(StepRecord(planned.output_path).meta) is not None:
-            return StepState.RUNNING
+    if stored is BuildState.RUNNING:
+        return StepState.RUNNING
     return StepState.WOULD_RUN
 
 
@@ -208,7 +205,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     if outcome is not None:
         state = _FROM_OUTCOME[outcome.outcome]
     elif planned is not None:
-        state = _state_from_store(planned, status)
+        state = _state_from_store(planned)
     else:
         state = StepState.WOULD_RUN
     done = state in (StepState.CACHED, StepState.RAN)

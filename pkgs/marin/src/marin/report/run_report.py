@@ -6,7 +6,7 @@ import hashlib
 import os
 import time
 
-from marin.execution.step_runner import Outcome, RunResult
+from marin.execution.outcome import Outcome, RunResult
 from marin.execution.store import StepStore
 from rigging import filesystem as fs
 

@@ -1,0 +1,379 @@
+"""One attempt at building one step: start its process, poll it, retry it, finish or cancel it.
+
+The attempt owns what belongs to it alone: its lease (held while it runs), its log (written by
+the worker here, or copied from the job's handle when the worker is elsewhere), its status
+record, and at the end its manifest, provenance and success record.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.hashing import (
+    UnserializableConfig,
+    config_to_json,
+    flatten_config,
+    fn_identity,
+    workspace_root,
+)
+from marin.execution.outcome import Outcome, StepOutcome
+from marin.execution.plan import Plan, PlannedStep
+from marin.execution.secrets import SecretMask
+from marin.execution.step import Step
+from marin.execution.store import (
+    BuildState,
+    StepRecord,
+    clear_output,
+    compute_manifest,
+    remove_orphan_temporaries,
+)
+from marin.execution.walk import with_real_paths
+from marin.execution.worker import FnRef, StepPayload, run_step
+from rigging import filesystem as fs
+from rigging.lease import Lease, LeaseLost, clear_leases
+from rigging.process import end_orphaned_process, process_identity
+
+__all__ = ["AttemptContext", "StepAttempt", "WorkerKind", "fetch_from_cache", "resources_of"]
+
+logger = logging.getLogger("marin.execution.step_runner")
+
+_LOG_PULL_INTERVAL_S = 1.0
+
+
+def resources_of(step: Step) -> Any:
+    """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
+    from iris.cluster import ResourceConfig
+
+    resources = step.resources if step.resources is not None else ResourceConfig()
+    if not isinstance(resources, ResourceConfig):
+        raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
+                        f"got {type(resources).__name__}")
+    return resources
+
+
+def _is_lost_process(error: BaseException) -> bool:
+    """True when a step did not raise but its process died or its worker or host was lost."""
+    from fray.cluster import JobFailed
+
+    return isinstance(error, JobFailed) and error.process_died
+
+
+def _fn_ref(fn: Any) -> FnRef:
+    module, qualname = fn_identity(fn).split(":", 1)
+    source = sys.modules.get(fn.__module__)
+    file = getattr(source, "__file__", None)
+    return FnRef(module=module, qualname=qualname, file=os.path.abspath(file) if file else None)
+
+
+class WorkerKind(enum.Enum):
+    """Where a step's ``fn`` runs, which decides who writes its log and how a preemption ends it."""
+
+    IN_PROCESS = "in-process"  # in the runner's process (memory://): its output comes from the handle
+    LOCAL_PROCESS = "local-process"  # a process of its own on this machine: it writes the log itself
+    REMOTE = "remote"  # elsewhere (Ray): its output is copied from the handle
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What every attempt of one run shares with the runner that started it."""
+
+    holder: str
+    client: Any
+    worker: WorkerKind
+    strict_env: bool
+    environment: Callable[[], tuple[dict[str, Any], str]]
+    """The environment fingerprint and its digest (for provenance)."""
+
+
+def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
+    """Copy ``p`` from its cache and publish it; False (with a warning) if the entry is bad."""
+    from marin.execution.cache import CacheMiss, substitute
+
+    record = StepRecord(p.output_path)
+    try:
+        substitute(p.cache_hit, p.output_path)
+        lease.check()
+        record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path))
+    except CacheMiss as e:
+        logger.warning("%s; rebuilding %s", e, p.output_name)
+        return False
+    except LeaseLost as e:
+        logger.warning("%s: %s", p.output_name, e)
+        return False
+    lease.release()
+    clear_leases(record.meta)
+    return True
+
+
+@dataclass
+class StepAttempt:
+    """A step running under this runner's lease, from start to its outcome."""
+
+    planned: PlannedStep
+    lease: Lease
+    ctx: AttemptContext
+    handle: Any = None
+    attempt: int = 1
+    started: float = field(default_factory=time.time)
+    local_log: str = ""
+    remote_log: str | None = None
+    admission: Any = None  # iris Admission held while the step runs on this machine
+    resubmit: Callable[[], Any] | None = None
+    retries_left: int = 0
+    retries: int = 0  # retries so far in this run
+    mask: SecretMask = field(default_factory=SecretMask)
+    log_offsets: dict[int, int] = field(default_factory=dict)
+    logs_polled: float = 0.0
+
+    # -- start ----------------------------------------------------------------------------
+    @classmethod
+    def start(cls, p: PlannedStep, lease: Lease, ctx: AttemptContext, paths: dict[int, str], *,
+              clear: bool) -> StepAttempt | StepOutcome:
+        """Start ``p`` under ``lease`` (already taken); a step that cannot start is a failed outcome.
+
+        Args:
+            clear: empty the output folder first (a forced rebuild).
+        """
+        record = StepRecord(p.output_path)
+        self = cls(p, lease, ctx, mask=SecretMask.of(p.step.config))
+        lease.start_heartbeat()
+        try:
+            if clear:
+                clear_output(p.output_path)
+            earlier = record.read_status()
+            if earlier.written is BuildState.RUNNING and isinstance(earlier.fields.get("worker"), str):
+                # Its runner is gone, but its process may not have noticed yet: two writers must
+                # never share an output folder.
+                end_orphaned_process(earlier.fields["worker"])
+            # A killed attempt may have left a half-written temporary; the new one starts clean.
+            remove_orphan_temporaries(p.output_path)
+            self.attempt = earlier.attempt + 1
+            self._record(BuildState.RUNNING)
+            config = with_real_paths(p.step.config, paths)
+            try:
+                config_bytes = pickle.dumps(config)
+            except Exception as e:  # noqa: BLE001 - reported as the step's failure
+                raise UnserializableConfig(f"{p.name}: config cannot be sent to a worker: {e}") from e
+            self.local_log, self.remote_log = self._log_paths()
+            root = workspace_root()
+            payload = StepPayload(
+                step_name=p.name,
+                fn=_fn_ref(p.step.fn),
+                config_pickle=config_bytes,
+                output_path=p.output_path,
+                log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
+                sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
+                exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
+            )
+            if fs.is_local(p.output_path):
+                os.makedirs(fs.strip_protocol(p.output_path), exist_ok=True)
+            resources = resources_of(p.step)
+            self.retries_left = resources.max_retries
+            self.resubmit = self._submitter(payload, resources)
+            self.handle = self.resubmit()
+            worker_pid = getattr(self.handle, "pid", None)
+            if isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS:
+                self._record(BuildState.RUNNING, worker=process_identity(worker_pid))
+        except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
+            error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
+            record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb)
+            lease.release()
+            return StepOutcome.of(p, Outcome.FAILED, reasons=[str(r) for r in p.reasons], error=error, traceback=tb)
+        return self
+
+    def _submitter(self, payload: StepPayload, resources: Any) -> Callable[[], Any]:
+        """A function that starts the step (again, for a retry) and returns its handle."""
+        p, client = self.planned, self.ctx.client
+        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
+        if resources.num_hosts > 1:
+            from iris.multihost import MultihostJobHandle, launch
+
+            return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources,
+                                                     name=p.output_name, env=env))
+        # Ray never retries on its own: the runner does, so that it counts and records attempts.
+        remote = self.ctx.worker is WorkerKind.REMOTE
+        extra = {} if not remote else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
+        return lambda: client.submit(run_step, payload, name=p.output_name, env=env, **extra)
+
+    def _log_paths(self) -> tuple[str, str | None]:
+        record = StepRecord(self.planned.output_path)
+        if fs.is_local(self.planned.output_path):
+            return fs.strip_protocol(record.log), None
+        folder = tempfile.mkdtemp(prefix="marin-log-")
+        return os.path.join(folder, "log.txt"), record.log
+
+    def _record(self, state: BuildState, *, error: str | None = None, tb: str | None = None,
+                worker: str | None = None) -> None:
+        StepRecord(self.planned.output_path).write_status(state, self.attempt, self.ctx.holder, error=error,
+                                                          traceback=tb, worker=worker)
+
+    # -- while it runs -------------------------------------------------------------------
+    def done(self) -> bool:
+        """True once the job ended or the lease was lost (either way: retry or finish it now)."""
+        return self.handle.done() or bool(self.lease.lost)
+
+    def poll(self) -> None:
+        """Copy what a worker elsewhere printed since the last poll into the log (at most once a second)."""
+        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
+            self._pull_logs()
+
+    def _append_log(self, text: str) -> None:
+        os.makedirs(os.path.dirname(self.local_log), exist_ok=True)
+        with open(self.local_log, "a", encoding="utf-8") as f:
+            f.write(self.mask(text))
+
+    def _pull_logs(self, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.logs_polled < _LOG_PULL_INTERVAL_S:
+            return
+        self.logs_polled = now
+        chunks = []
+        for i, h in enumerate(getattr(self.handle, "handles", None) or [self.handle]):
+            text = h.logs()
+            sent = self.log_offsets.get(i, 0)
+            if len(text) > sent:
+                chunks.append(text[sent:])
+                self.log_offsets[i] = len(text)
+        if chunks:
+            self._append_log("".join(chunks))
+
+    def retry(self) -> bool:
+        """Start the step again if its process died (rather than raising) and it has retries left."""
+        if self.lease.lost or self.retries_left <= 0 or self.resubmit is None:
+            return False
+        try:
+            self.handle.result(timeout=0)
+            return False
+        except BaseException as e:  # noqa: BLE001 - only inspected here; finish reports it
+            if not _is_lost_process(e):
+                return False
+            error = self.mask(str(e))
+        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
+            self._pull_logs(final=True)
+        p = self.planned
+        self.retries_left -= 1
+        self.retries += 1
+        self.attempt += 1
+        logger.warning("%s: %s; retrying (attempt %d)", p.output_name, error, self.attempt)
+        self._append_log(f"\n[marin] attempt {self.attempt - 1} of {p.name} lost its process ({error}); "
+                         f"starting attempt {self.attempt}\n")
+        self._record(BuildState.RUNNING, error=f"attempt {self.attempt - 1}: {error}")
+        self.log_offsets = {}
+        try:
+            self.handle = self.resubmit()
+        except Exception as e:  # noqa: BLE001 - a step that cannot restart fails like any other
+            from fray.inprocess import DoneJob
+
+            e.remote_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+            self.handle = DoneJob(p.output_name, error=e)
+        return True
+
+    # -- the end -------------------------------------------------------------------------
+    def finish(self, plan: Plan) -> StepOutcome | None:
+        """Publish a step that returned, record one that failed; None if the lease was lost."""
+        from fray.cluster import JobFailed
+
+        p = self.planned
+        record = StepRecord(p.output_path)
+        duration = time.time() - self.started
+        reasons = [str(x) for x in p.reasons]
+        try:
+            timing = self.handle.result(timeout=0) if not self.lease.lost else None
+            if self.lease.lost:
+                raise LeaseLost(self.lease.lost)
+        except LeaseLost as e:
+            self.handle.cancel()
+            logger.warning("%s: %s; waiting for the new holder", p.output_name, e)
+            return None
+        except BaseException as e:  # noqa: BLE001 - a step's failure is data, not a crash of the runner
+            tb = self.mask(getattr(e, "remote_traceback", None) or traceback.format_exc())
+            message = str(e)
+            if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
+                message = message[len(f"job {p.output_name} failed: "):]
+            if _is_lost_process(e):
+                message += (f" (the step's process was lost on attempt {self.attempt}; "
+                            f"{self.retries} retr{'y' if self.retries == 1 else 'ies'} used of resources.max_retries)")
+            message = self.mask(message)
+            self._close_log()
+            try:
+                self._record(BuildState.FAILED, error=message, tb=tb)
+            finally:
+                self.lease.release()
+            return StepOutcome.of(p, Outcome.FAILED, reasons=reasons, error=message, traceback=tb,
+                                  log_path=self.remote_log or self.local_log, duration=duration)
+        try:
+            self._close_log()
+            self.lease.check()
+            manifest = compute_manifest(p.output_path)
+            record.write_json(record.manifest, manifest)
+            record.write_json(record.provenance, self._provenance(plan, timing, manifest))
+            self.lease.check()  # fencing: a runner that lost its lease never publishes
+            record.publish(p.name, p.hash, manifest)
+        except LeaseLost as e:
+            logger.warning("%s: %s; not publishing", p.output_name, e)
+            self.lease.stop_heartbeat()
+            return None
+        self.lease.stop_heartbeat()
+        clear_leases(record.meta)
+        return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
+                              duration=duration)
+
+    def cancel(self) -> StepOutcome:
+        """Stop the job (the runner is interrupted); the step is left for the next run."""
+        self.handle.cancel()
+        self._record(BuildState.INTERRUPTED, error="interrupted by the runner")
+        self.lease.release()
+        return StepOutcome.of(self.planned, Outcome.INTERRUPTED, error="interrupted")
+
+    def _close_log(self) -> None:
+        """The whole log, masked, where it belongs (uploaded beside a remote output)."""
+        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
+            self._pull_logs(final=True)
+        elif self.mask and os.path.exists(self.local_log):
+            self.mask.rewrite(self.local_log)
+        if self.remote_log and os.path.exists(self.local_log):
+            with open(self.local_log, "rb") as f:
+                fs.atomic_write(self.remote_log, f.read())
+            shutil.rmtree(os.path.dirname(self.local_log), ignore_errors=True)
+            self.local_log = self.remote_log
+
+    def _provenance(self, plan: Plan, timing: Any, manifest: dict) -> dict[str, Any]:
+        p = self.planned
+        fingerprint, digest = self.ctx.environment()
+        return {
+            "name": p.name,
+            "hash": p.hash,
+            "version": p.step.version,
+            "fn": fn_identity(p.step.fn),
+            "config": config_to_json(p.step.config, plan.paths()),
+            "config_flat": flatten_config(p.step.config, plan.hashes()),
+            "dependencies": [{"name": plan.steps[d].name, "hash": plan.steps[d].hash,
+                              "path": plan.steps[d].output_path} for d in p.deps],
+            "environment": fingerprint,
+            "env_digest": digest,
+            "strict_env": self.ctx.strict_env,
+            "host": fingerprint.get("host"),
+            "runner": self.ctx.holder,
+            "started_at": self.started,
+            "finished_at": time.time(),
+            "duration_s": time.time() - self.started,
+            "attempts": self.attempt,
+            "retries": self.retries,
+            "client": type(self.ctx.client).__name__,
+            "resources": repr(p.step.resources) if p.step.resources is not None else None,
+            "reasons": [x.to_json() for x in p.reasons],
+            "worker": timing,
+            "output_bytes": manifest["total_bytes"],
+            "output_files": len(manifest["files"]),
+        }
