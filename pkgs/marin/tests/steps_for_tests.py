@@ -189,3 +189,45 @@ def print_hashes(module_name: str) -> None:
 
 if __name__ == "__main__":
     print_hashes(sys.argv[1])
+
+
+@dataclass(frozen=True)
+class Inner:
+    """A dataclass nested in a config."""
+
+    path: Any
+
+
+@dataclass(frozen=True)
+class EveryContainer:
+    """One placeholder in each container kind a config may hold."""
+
+    in_list: list
+    in_tuple: tuple
+    in_dict: dict
+    in_set: set
+    in_frozenset: frozenset
+    in_dataclass: Inner
+
+
+def every_container(upstream: Mapping[str, Step]) -> EveryContainer:
+    """An :class:`EveryContainer` whose field ``in_<kind>`` refers to ``upstream[<kind>]``."""
+    p = {kind: output_path_of(step) for kind, step in upstream.items()}
+    return EveryContainer(in_list=[p["list"]], in_tuple=(p["tuple"],), in_dict={"k": p["dict"]},
+                          in_set={p["set"]}, in_frozenset=frozenset({p["frozenset"]}),
+                          in_dataclass=Inner(p["dataclass"]))
+
+
+def describe_containers(config: EveryContainer, output_path: str) -> None:
+    """Write what ``fn`` received: for each field, its container type and the values inside."""
+    found = {
+        "in_list": (type(config.in_list).__name__, list(config.in_list)),
+        "in_tuple": (type(config.in_tuple).__name__, list(config.in_tuple)),
+        "in_dict": (type(config.in_dict).__name__, list(config.in_dict.values())),
+        "in_set": (type(config.in_set).__name__, sorted(config.in_set, key=repr)),
+        "in_frozenset": (type(config.in_frozenset).__name__, sorted(config.in_frozenset, key=repr)),
+        "in_dataclass": (type(config.in_dataclass).__name__, [config.in_dataclass.path]),
+    }
+    described = {k: [kind, [v if isinstance(v, str) else f"<{type(v).__name__}>" for v in values]]
+                 for k, (kind, values) in found.items()}
+    fs.atomic_write(fs.join(output_path, "received.json"), json.dumps(described))

@@ -194,9 +194,9 @@ def test_plan_json(tmp_path, counter):
     rows = {s["name"]: s for s in data["steps"]}
     assert rows["g/a"]["action"] == "cached"
     assert rows["g/b"]["action"] == "run"
-    # g/a is cached, so g/b is new (nothing upstream changed); g/d waits on two new steps.
+    # g/a is cached, so g/b is new; g/d waits on two new steps but was never built itself: new too.
     assert rows["g/b"]["reasons"] == [{"kind": "new", "detail": "no earlier build of this name"}]
-    assert rows["g/d"]["reasons"] == [{"kind": "upstream_changed", "detail": "g/b, g/c"}]
+    assert rows["g/d"]["reasons"] == [{"kind": "new", "detail": "no earlier build of this name"}]
     assert rows["g/e"]["reasons"][0]["kind"] == "new"
     assert all(len(s["hash"]) == 64 for s in data["steps"])
     text = _invoke(["plan", exp, "--prefix", prefix], counter)

@@ -196,7 +196,7 @@ def test_a_chain_of_10000_steps_hashes_and_plans_without_recursion(tmp_path):
     assert len(set(hashes.values())) == 10_000
     assert len(plan.steps) == 10_000
     assert all(p.action is Action.RUN for p in plan.steps)
-    assert plan.steps[-1].reasons[0].kind.name == "UPSTREAM_CHANGED"
+    assert plan.steps[-1].reasons[0].kind.name == "NEW"
 
 
 def test_unhashed_field_lives_in_rigging_and_marin_re_exports_it():

@@ -152,9 +152,8 @@ def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set
         reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, names))
     earlier = store.earlier_builds(step.name)
     if not earlier:
-        if not reasons:
-            reasons.append(Reason(ReasonKind.NEW, "no earlier build of this name"))
-        return reasons
+        # Nothing of this name was built before: it is new, whatever its inputs did.
+        return [Reason(ReasonKind.NEW, "no earlier build of this name")]
     _, prov = earlier[0]
     old_version = prov.get("version")
     if old_version is not None and old_version != step.version:
@@ -166,12 +165,13 @@ def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set
     if isinstance(old_flat, dict):
         # A damaged record of an old build explains less; it must never stop the plan.
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
-        new_flat = flatten_config(step.config, hashes)
+        dependency_keys: set[str] = set()
+        new_flat = flatten_config(step.config, hashes, dependency_keys=dependency_keys)
         for key in sorted(set(old_flat) | set(new_flat)):
             before, after = old_flat.get(key), new_flat.get(key)
             if before == after:
                 continue
-            if before is not None and after is not None and '"dep"' in before and '"dep"' in after:
+            if key in dependency_keys and before is not None and _holds_dependency(before):
                 if changed_deps:
                     continue  # already explained by the upstream change
                 reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, f"{key} now points at another build"))
@@ -183,6 +183,21 @@ def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set
         else:
             reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))
     return reasons
+
+
+def _holds_dependency(encoded: str) -> bool:
+    """True when a recorded field's encoding holds a placeholder (``["dep", hash, sub_path]``)."""
+    try:
+        stack = [json.loads(encoded)]
+    except ValueError:
+        return False
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            if len(value) == 3 and value[0] == "dep" and isinstance(value[1], str):
+                return True
+            stack.extend(value)
+    return False
 
 
 def _show(encoded: str | None) -> str:
