@@ -286,7 +286,7 @@ class _LineReader(Reader):
 
         ``number`` is the 1-based line number in the file, or, inside a byte range that does not
         start the file, ``-k`` for the k-th line of the range: counting the lines before a range
-        means reading them, so only an error pays for it (see :meth:`_resolve`).
+        means reading them, so only an error pays for it (see :meth:`_file_line_number`).
         """
         path = piece.path
         with _open_raw(path) as raw:
@@ -312,7 +312,7 @@ class _LineReader(Reader):
                         text = raw_line.decode("utf-8")
                     except UnicodeDecodeError as e:
                         self._bad(counters, DataError(
-                            path, f"line {self._resolve(piece, number)}",
+                            path, f"line {self._file_line_number(piece, number)}",
                             f"not valid UTF-8 (byte 0x{raw_line[e.start]:02x} at column {e.start + 1})"))
                         continue
                     yield number, text.rstrip("\r\n")
@@ -323,7 +323,7 @@ class _LineReader(Reader):
                           counter="skipped_files")
 
     @staticmethod
-    def _resolve(piece: FileSlice, number: int) -> int:
+    def _file_line_number(piece: FileSlice, number: int) -> int:
         """The file line number of a line numbered by :meth:`_lines`."""
         if number > 0:
             return number
@@ -403,7 +403,7 @@ class JsonlReader(_LineReader):
             try:
                 obj = loads(line)
             except json.JSONDecodeError as e:
-                self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}",
+                self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
                                               f"invalid JSON ({e.msg} at column {e.colno})"))
                 continue
             value = obj.get(field) if isinstance(obj, dict) else None
@@ -415,7 +415,7 @@ class JsonlReader(_LineReader):
                     problem = f"no {field!r} field (fields: {keys})"
                 else:
                     problem = f"field {field!r} is {type(value).__name__}, not a string"
-                self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}",
+                self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
                                               problem))
                 continue
             yield value

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-__all__ = ["KEY_PACKAGES", "environment_fingerprint", "fingerprint_digest"]
+__all__ = ["KEY_PACKAGES", "current_environment", "environment_fingerprint", "environment_root", "fingerprint_digest"]
 
 KEY_PACKAGES = (
     "jax", "jaxlib", "dm-haiku", "optax", "orbax-checkpoint", "grain", "array-record", "tensorstore",
@@ -73,3 +73,28 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     keep = {k: fingerprint.get(k) for k in ("python", "implementation", "platform", "packages",
                                             "uv_lock_sha256", "flake_lock_sha256")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
+
+
+@cache
+def environment_root() -> str | None:
+    """The workspace the running ``marin`` comes from (its ``uv.lock`` and git checkout).
+
+    Found from where the ``marin`` package lives, not from the working folder: the same
+    environment planned from another folder has the same fingerprint. A ``marin`` installed
+    outside any workspace falls back to the workspace of the working folder.
+    """
+    import marin
+    from rigging.config.discovery import find_workspace_root
+
+    found = find_workspace_root(os.path.dirname(os.path.abspath(marin.__file__)))
+    if found is not None and (found / "uv.lock").is_file():
+        return str(found)
+    from marin.execution.hashing import workspace_root
+
+    return workspace_root()
+
+
+def current_environment() -> tuple[dict[str, Any], str]:
+    """The fingerprint of the environment this process runs in, and its digest."""
+    fingerprint = environment_fingerprint(environment_root())
+    return fingerprint, fingerprint_digest(fingerprint)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin.execution.attempt import AttemptContext, StepAttempt, WorkerKind, fetch_from_cache, resources_of
-from marin.execution.hashing import workspace_root
 from marin.execution.lazy import Lazy
 from marin.execution.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
@@ -136,10 +135,9 @@ class StepRunner:
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
-        from marin.execution.environment import environment_fingerprint, fingerprint_digest
+        from marin.execution.environment import current_environment
 
-        fingerprint = environment_fingerprint(workspace_root())
-        return fingerprint, fingerprint_digest(fingerprint)
+        return current_environment()
 
     def plan(self, steps: Iterable[Step | Lazy], *, explain: bool = True, note_env: bool = False) -> Plan:
         """The plan for ``steps``: cached, or the reason each would run.

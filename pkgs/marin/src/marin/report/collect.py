@@ -277,10 +277,9 @@ def _deps_from_provenance(steps: list[ReportStep]) -> None:
 
 
 def _current_environment() -> dict[str, Any]:
-    from marin.execution.environment import environment_fingerprint
-    from marin.execution.hashing import workspace_root
+    from marin.execution.environment import current_environment
 
-    return environment_fingerprint(workspace_root())
+    return current_environment()[0]
 
 
 def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
