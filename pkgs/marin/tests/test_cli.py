@@ -292,3 +292,14 @@ def test_folder_target_collects_every_experiment_module(tmp_path):
     bad = _invoke(["plan", str(empty), "--prefix", str(tmp_path / "s")])
     assert bad.exit_code == 2
     _check_user_error(bad.stderr, str(empty))
+
+
+def test_errors_of_the_users_to_fix_are_one_line_without_traceback(tmp_path):
+    body = ("from rigging.secrets import Secret\n"
+            "TOKEN = Secret('TEST_CLI_SECRET_NEVER_SET').get()\n"
+            "steps = []\n")
+    exp = _exp(tmp_path, "secret_missing", body)
+    result = _invoke(["plan", exp, "--prefix", str(tmp_path / "store")])
+    assert result.exit_code == 2, result.output
+    _check_user_error(result.stderr, "secret 'TEST_CLI_SECRET_NEVER_SET' is not set")
+    assert "internal error" not in result.stderr

@@ -40,19 +40,8 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address)
-    from marin.execution.outcome import NotCached
-
     try:
-        result = runner.run(steps)
-    except NotCached as e:
-        raise MarinError(str(e), hint="build them where accelerator time is allowed, then `marin push` to the cache",
-                         exit_code=1) from None
-    except ValueError as e:
-        from iris.admission import ResourcesTooLarge
-
-        if isinstance(e, ResourcesTooLarge):
-            raise MarinError(str(e)) from None  # the message names the step, the resource and what to do
-        raise
+        result = runner.run(steps)  # NotCached, ResourcesTooLarge ...: the CLI's one error funnel
     finally:
         runner.close()
     click.echo(summary_table(result))

@@ -43,17 +43,34 @@ class _UserFacingError(click.ClickException):
             click.echo(f"hint: {self.hint}", file=file)
 
 
+def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
+    """Every exception that is the user's to fix: (type, hint, exit code), first match wins."""
+    from iris.admission import ResourcesTooLarge
+    from marin.execution.cache import CacheMiss
+    from marin.execution.outcome import NotCached
+    from marin.execution.step import InvalidStep
+    from marin.experiment.sources import DataSourceError
+    from rigging.config.discovery import ConfigError
+    from rigging.secrets import SecretNotFound
+
+    return [
+        (InvalidStep, "fix the step, config or path named above", 2),
+        (ConfigError, "fix the configuration source named above (see `marin config`)", 2),
+        (ResourcesTooLarge, None, 2),  # the message names the step, the resource and what to do
+        (NotCached, "build them where accelerator time is allowed, then `marin push` to the cache", 1),
+        (CacheMiss, "run `marin verify` and rebuild the step", 2),
+        (SecretNotFound, None, 2),  # the message says what to export
+        (DataSourceError, "check the data source named above", 2),
+    ]
+
+
 def _user_error(e: BaseException) -> tuple[str, str | None, int] | None:
     """(message, hint, exit code) when ``e`` is the user's error rather than ours."""
-    from marin.execution.step import InvalidStep
-    from rigging.config.discovery import ConfigError
-
     if isinstance(e, MarinError):
         return str(e), e.hint, e.exit_code
-    if isinstance(e, InvalidStep):
-        return str(e), "fix the step, config or path named above", 2
-    if isinstance(e, ConfigError):
-        return str(e), "fix the configuration source named above (see `marin config`)", 2
+    for kind, hint, code in _user_errors():
+        if isinstance(e, kind):
+            return str(e), hint, code
     if isinstance(e, FileNotFoundError):
         return f"file not found: {e.filename or e}", None, 2
     if isinstance(e, SyntaxError):
