@@ -231,3 +231,12 @@ def describe_containers(config: EveryContainer, output_path: str) -> None:
     described = {k: [kind, [v if isinstance(v, str) else f"<{type(v).__name__}>" for v in values]]
                  for k, (kind, values) in found.items()}
     fs.atomic_write(fs.join(output_path, "received.json"), json.dumps(described))
+
+
+def leak_token(config: NodeConfig, output_path: str) -> None:
+    """Print the secret's value, as a careless step would; fail naming it too if ``config.fail``."""
+    value = config.token.get()
+    print(f"using token {value}", flush=True)
+    if config.fail:
+        raise RuntimeError(f"the server refused token {value}")
+    fs.atomic_write(fs.join(output_path, "out.txt"), "ok")
