@@ -1,0 +1,40 @@
+"""StepRunner takes one resolved configuration; keyword arguments override single fields of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from marin.execution.step_runner import StepRunner
+from rigging.config.discovery import Backend, MarinConfig, discover_config
+
+
+def test_the_runner_reads_everything_from_the_one_config(tmp_path):
+    config = MarinConfig(prefix=str(tmp_path / "p"), backend=Backend.RAY, max_parallel=3, ray_address="auto",
+                         caches=(str(tmp_path / "c"),), strict_env=True)
+    runner = StepRunner(config)
+    assert runner.config is config
+    assert (runner.prefix, runner.max_parallel, runner.backend, runner.ray_address, runner.caches,
+            runner.strict_env) == (str(tmp_path / "p"), 3, Backend.RAY, "auto", (str(tmp_path / "c"),), True)
+    assert runner.store.prefix == str(tmp_path / "p")
+
+
+def test_keywords_override_fields_and_are_recorded_as_overrides(tmp_path):
+    config = MarinConfig(prefix=str(tmp_path / "p"), max_parallel=3)
+    runner = StepRunner(config, prefix=str(tmp_path / "q"), max_parallel=1, backend="local")
+    assert (runner.prefix, runner.max_parallel, runner.backend) == (str(tmp_path / "q"), 1, Backend.LOCAL)
+    assert runner.config.sources["prefix"] == "override" and config.prefix == str(tmp_path / "p")
+
+
+def test_no_arguments_discovers_the_configuration(monkeypatch, tmp_path):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "from-env"))
+    monkeypatch.setenv("MARIN_MAX_PARALLEL", "2")
+    runner = StepRunner()
+    assert runner.config == discover_config()
+    assert (runner.prefix, runner.max_parallel) == (str(tmp_path / "from-env"), 2)
+
+
+def test_bad_arguments_name_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="max_parallel must be >= 1, got 0"):
+        StepRunner(prefix=str(tmp_path), max_parallel=0)
+    with pytest.raises(TypeError, match="config must be a rigging MarinConfig, got str"):
+        StepRunner(str(tmp_path))
