@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fray.inprocess import InProcessClient
 from fray.local import LocalClient, LocalJobHandle
 from fray.ray_client import RayClient, RayJobHandle
 from fray.types import (
@@ -24,6 +25,7 @@ __all__ = [
     "ActorHandle",
     "DistributedClient",
     "Future",
+    "InProcessClient",
     "JobCancelled",
     "JobFailed",
     "JobHandle",
