@@ -42,7 +42,6 @@ from marin.execution.walk import with_real_paths
 from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases
-from rigging.process import end_orphaned_process, process_identity
 
 __all__ = ["AttemptContext", "StepAttempt", "WorkerKind", "fetch_from_cache", "resources_of"]
 
@@ -145,6 +144,8 @@ class StepAttempt:
         Args:
             clear: empty the output folder first (a forced rebuild).
         """
+        from rigging.process import end_orphaned_process, process_identity  # psutil: only when building
+
         record = StepRecord(p.output_path)
         self = cls(p, lease, ctx, mask=SecretMask.of(p.step.config))
         lease.start_heartbeat()

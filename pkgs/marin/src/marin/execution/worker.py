@@ -11,9 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fray.types import PREEMPTED_EXIT_CODE, Preempted
-
-__all__ = ["PREEMPTED_EXIT_CODE", "FnRef", "StepPayload", "import_fn", "run_step"]
+__all__ = ["FnRef", "StepPayload", "import_fn", "run_step"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,8 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
 
     setup_logging(os.environ.get("MARIN_LOG_LEVEL", "INFO"))
     log = logging.getLogger("marin.step")
+    from fray.types import Preempted
+
     started = time.time()
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
