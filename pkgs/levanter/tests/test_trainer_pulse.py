@@ -15,6 +15,7 @@ from levanter.checkpoint import CheckpointConfig
 from levanter.config import WandbConfig
 from levanter.generate import generate, load_final_model
 from levanter.trainer import NonFiniteLossError, config_from_dict, config_to_dict, main
+from rigging.progress import read_progress
 
 
 def test_pulse_two_steps(tiny_dataset, tmp_path):
@@ -31,6 +32,9 @@ def test_pulse_two_steps(tiny_dataset, tmp_path):
         assert all(math.isfinite(r[key]) for r in train_rows), key
     assert {"tokens_per_s", "mfu", "input_wait_frac"} <= set(train_rows[-1])
     assert any("val_loss" in r for r in rows)
+    progress = read_progress(out)  # what a watching runner reads beside the output
+    assert (progress.unit, progress.done, progress.total) == ("step", 2, 2)
+    assert progress.metrics["loss"] == pytest.approx(train_rows[-1]["loss"])
     assert os.listdir(os.path.join(out, "tensorboard"))
     saved = json.load(open(os.path.join(out, "config.json")))
     assert saved["model"]["vocab_size"] == 64

@@ -48,7 +48,7 @@ def reference(corpus: str, tokenizer_path: str, tmp_path_factory: pytest.TempPat
 def _payload(folder: str) -> dict[str, bytes]:
     """Every file of a tokenized output that the contract covers, by relative path."""
     return {rel: fs.read_bytes(fs.join(folder, rel)) for rel, _size in fs.walk_files(folder)
-            if not rel.startswith(".commits/")}
+            if not rel.startswith((".commits/", ".marin/"))}
 
 
 def _read_split(folder: str, index: dict, split: str) -> list[list[int]]:
@@ -140,6 +140,13 @@ def test_same_inputs_give_byte_identical_shards_and_index(corpus: str, tokenizer
     out = str(tmp_path / "again")
     tokenize_to_shards(corpus, tokenizer_path, out, **SHARD_OPTIONS)
     assert _payload(out) == _payload(reference[0])
+
+
+def test_tokenize_reports_shards_done_beside_its_output(reference: tuple[str, dict]) -> None:
+    from rigging.progress import read_progress
+
+    progress = read_progress(reference[0])
+    assert (progress.unit, progress.done, progress.total) == ("shard", NUM_FILES, NUM_FILES)
 
 
 def test_sample_count_caps_each_shard(corpus: str, tokenizer_path: str, memory_prefix: str) -> None:

@@ -191,3 +191,18 @@ def test_a_failing_shard_in_process_leaves_the_earlier_shards_committed(tmp_path
     assert info.value.shard_index == 2
     assert sorted(p.name for p in (tmp_path / "out/.commits").glob("part-*")) == ["part-00000.json", "part-00001.json"]
     assert not _stage_threads()
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_write_reports_shards_done_as_they_finish(tmp_path: Path, in_process: bool) -> None:
+    from zephyr import JsonlSink
+
+    ds = Dataset.from_items([[1], [2], [3], [4]])
+    seen: list[tuple[int, int]] = []
+    out = str(tmp_path / "out")
+    ds.write(JsonlSink(out), in_process=in_process, max_parallel=2, progress=lambda d, t: seen.append((d, t)))
+    # In process every shard counts on its own; on workers each worker's group of two at once.
+    assert seen == ([(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)] if in_process else [(0, 4), (2, 4), (4, 4)])
+    seen.clear()
+    ds.write(JsonlSink(out), in_process=in_process, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(4, 4)]  # a rerun finds every shard committed

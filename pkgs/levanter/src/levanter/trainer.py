@@ -45,6 +45,7 @@ from levanter.metrics import MetricsWriter
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import learning_rate
 from rigging import filesystem as fs
+from rigging.progress import ProgressWriter
 
 __all__ = [
     "PREEMPTED_EXIT_CODE",
@@ -292,6 +293,9 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
     writer = MetricsWriter(output_path, resume_step=start_step, run_id=run_id, tags=trainer.tags,
                            wandb=trainer.wandb, run_config=config_json)
+    # How far the run has got, beside its output, for whoever watches it (marin's runner display).
+    reported = (ProgressWriter(output_path, total=trainer.num_train_steps, unit="step")
+                if jax.process_index() == 0 else None)
     progress = None
     if sys.stderr.isatty():
         from tqdm import tqdm
@@ -329,6 +333,8 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
             if (step_no % trainer.log_every == 0 or step_no == trainer.num_train_steps
                     or step_no == start_step + 1):
                 writer.write(step_no, values)
+            if reported is not None:
+                reported.update(step_no, loss=values["loss"], tokens_per_s=last["tokens_per_s"])
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{values['loss']:.3f}")

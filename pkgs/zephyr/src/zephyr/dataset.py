@@ -481,6 +481,7 @@ class Dataset:
         max_parallel: int | None = None,
         env: dict[str, str] | None = None,
         in_process: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> RunResult:
         """Run every shard not yet committed to ``sink``, then write the sink's index.
 
@@ -491,10 +492,13 @@ class Dataset:
             env: environment variables for the workers.
             in_process: run the shards one after another in this process (for inputs so small
                 that starting workers would cost more than the work); commits stay per shard.
+            progress: called with ``(shards done, shards in all)`` at the start and as shards
+                finish (each shard in this process; each worker's group of shards on a client).
         """
         from zephyr.execution import run
 
-        return run(self, sink, client=client, max_parallel=max_parallel, env=env, in_process=in_process)
+        return run(self, sink, client=client, max_parallel=max_parallel, env=env, in_process=in_process,
+                   progress=progress)
 
     def collect(
         self,

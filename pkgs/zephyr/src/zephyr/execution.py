@@ -18,12 +18,13 @@ failed resumes where it stopped. When a shard fails, the shards still running ar
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import math
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,8 @@ class RunResult:
     index: dict[str, Any] | None = None
 
 
-def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink) -> dict[str, Any]:
+def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink,
+                     on_shard: Callable[[], None] | None = None) -> dict[str, Any]:
     """Worker entry point: run shards one after another, each committed on its own.
 
     A group amortises the start of a worker process over several shards, and its shards share
@@ -82,6 +84,8 @@ def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink) -> dict[s
         for ctx in ctxs:
             try:
                 done[ctx.shard_index] = next(results)
+                if on_shard is not None:
+                    on_shard()
             except Exception as e:  # noqa: BLE001 - handed to the driver, which raises ShardFailed
                 return {"records": done, "failed": ctx.shard_index, "message": f"{type(e).__name__}: {e}",
                         "traceback": traceback.format_exc()}
@@ -130,6 +134,7 @@ def _run_on_client(
     client: DistributedClient | None,
     max_parallel: int,
     env: dict[str, str] | None,
+    progress: Callable[[int, int], None] | None,
 ) -> None:
     num_shards = dataset.num_shards
     groups = _groups(pending, max_parallel)
@@ -157,6 +162,8 @@ def _run_on_client(
                     raise ShardFailed(f"shards {group[0]}-{group[-1]} of {num_shards} failed: {_remote_message(e)}",
                                       first, e.remote_traceback) from None
                 _take_outcome(outcome, records, num_shards)
+                if progress is not None:
+                    progress(sum(r is not None for r in records), num_shards)
                 logger.debug("shards %d-%d of %d done", group[0], group[-1], num_shards)
     finally:
         # On failure (or interrupt) stop the others: their output would be redone anyway.
@@ -174,6 +181,7 @@ def run(
     max_parallel: int | None = None,
     env: dict[str, str] | None = None,
     in_process: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Run the shards of ``dataset`` not yet committed to ``sink``; see :meth:`Dataset.write`."""
     if max_parallel is None:
@@ -194,11 +202,15 @@ def run(
     if reused:
         logger.info("%d of %d shards already committed; running %d", len(reused), num_shards, len(pending))
 
+    if progress is not None:
+        progress(len(reused), num_shards)
     if in_process or _in_process_only(dataset, sink):
         logger.debug("running %d shards in this process", len(pending))
-        _take_outcome(_run_shard_group(dataset, pending, sink), records, num_shards)
+        count = itertools.count(len(reused) + 1)
+        on_shard = (lambda: progress(next(count), num_shards)) if progress is not None else None
+        _take_outcome(_run_shard_group(dataset, pending, sink, on_shard), records, num_shards)
     else:
-        _run_on_client(dataset, sink, pending, records, client, max_parallel, env)
+        _run_on_client(dataset, sink, pending, records, client, max_parallel, env, progress)
 
     done = [r for r in records if r is not None]
     counters = Counters.total(r.get("counters", {}) for r in done)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rigging import filesystem as fs
+from rigging.progress import ProgressWriter
 from zephyr import ArrayRecordSink, Counters, DataError, Dataset, OnError, current_context
 
 if TYPE_CHECKING:
@@ -236,17 +237,23 @@ def tokenize_to_shards(
     # A copy of the tokenizer travels with the shards, so the output is self-describing.
     fs.atomic_write(fs.join(output_path, "tokenizer.json"), tokenizer_json)
 
+    # Shards done of all, beside the output, for whoever watches the step (marin's runner display).
+    reported = ProgressWriter(output_path, total=dataset.num_shards, unit="shard")
+
+    def progress(done: int, total: int) -> None:
+        reported.update(done)
+
     cpus = os.cpu_count() or 1
     parallel = min(config.max_parallel or cpus, dataset.num_shards)
     # A small corpus tokenizes faster than worker processes start: then the tokenizer's own threads
     # use the cores here. (Only when no client was asked for: a given client is always used.)
     small = client is None and _input_bytes(source) < IN_PROCESS_BELOW_BYTES
     if small:
-        result = dataset.write(sink, in_process=True)
+        result = dataset.write(sink, in_process=True, progress=progress)
     else:
         # Each worker's tokenizer gets its share of the cores; more threads would only contend.
         env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
-        result = dataset.write(sink, client=client, max_parallel=parallel, env=env)
+        result = dataset.write(sink, client=client, max_parallel=parallel, env=env, progress=progress)
     index = result.index or {}
     splits = index.get("splits", {})
     return {
