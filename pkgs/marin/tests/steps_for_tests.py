@@ -240,3 +240,39 @@ def leak_token(config: NodeConfig, output_path: str) -> None:
     if config.fail:
         raise RuntimeError(f"the server refused token {value}")
     fs.atomic_write(fs.join(output_path, "out.txt"), "ok")
+
+
+# -- steps whose duration is known (estimates) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimedConfig:
+    """Config of :func:`timed`: ``startup + num_train_steps * seconds_per_step`` seconds of work.
+
+    Attributes:
+        num_train_steps: the work; named in ``SCALE_FIELDS`` so estimates scale by it.
+        seconds_per_step: seconds each unit of work takes.
+        startup: seconds before the first unit.
+        inputs: placeholders of upstream outputs.
+        payload: what ``out.txt`` holds (so two configs can make the same output).
+    """
+
+    SCALE_FIELDS = ("num_train_steps",)
+
+    num_train_steps: int = 1
+    seconds_per_step: float = 0.0
+    startup: float = 0.0
+    inputs: tuple[Any, ...] = ()
+    payload: str = "same"
+
+
+def timed(config: TimedConfig, output_path: str) -> None:
+    """Sleep as long as the config says, then write ``out.txt``."""
+    time.sleep(config.startup + config.num_train_steps * config.seconds_per_step)
+    fs.atomic_write(fs.join(output_path, "out.txt"), config.payload)
+
+
+def timed_step(name: str, *deps: Step, version: str = "v1", resources: Any = None, **kwargs: Any) -> Step:
+    """A :func:`timed` step named ``name`` reading ``deps``."""
+    return Step(name=name, fn=timed, config=TimedConfig(inputs=tuple(output_path_of(d) for d in deps), **kwargs),
+                version=version, resources=resources)

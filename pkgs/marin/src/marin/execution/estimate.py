@@ -1,0 +1,358 @@
+"""How long a plan will take and how many accelerator-hours it will use, from earlier builds.
+
+A step's estimate comes from the durations recorded in the provenance of earlier successful
+builds of the same name, the nearest configs first (fewest hashed fields that differ, not
+counting inputs). A config says how its work scales by naming fields whose product is that
+work (a ``SCALE_FIELDS`` class attribute; ``TrainLmConfig`` names steps, batch size and sequence
+length, so its work is tokens): with builds at two or more scales the estimate is a fitted
+``start-up + per-unit × work``, with one it is that build's duration scaled by the ratio of the
+work. A step never built before has no estimate; nothing is guessed.
+
+The plan's total is the sum of the steps' estimates; its wall time is the greedy schedule the
+runner would follow with ``max_parallel`` slots; its critical path is the longest chain of
+dependent steps; accelerator-hours are added up per type from each step's ``ResourceConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.hashing import flatten_config
+from marin.execution.plan import Action, Plan, PlannedStep
+
+__all__ = [
+    "PlanEstimate",
+    "StepEstimate",
+    "estimate_plan",
+    "estimate_step",
+    "format_duration",
+    "parse_duration",
+    "schedule",
+    "work_of",
+]
+
+SCALE_ATTRIBUTE = "SCALE_FIELDS"
+"""The config class attribute naming the (top-level) fields whose product is the step's work."""
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """The estimate of one step that would run."""
+
+    name: str
+    seconds: float | None
+    """Predicted wall time (None: no estimate)."""
+    basis: str
+    """Where the number comes from, in words ("2 earlier builds, fitted over num_train_steps")."""
+    resource: str | None = None
+    """The accelerator type it holds (``TPU v4-32``, ``GPU H100``), None for CPU only."""
+    accelerator_hours: float | None = None
+    """Slice-hours (TPU) or device-hours (GPU) it would use; None without an estimate or accelerator."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": self.seconds, "basis": self.basis, "resource": self.resource,
+                "accelerator_hours": self.accelerator_hours}
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """The estimate of a whole plan: per step (by plan position), total, wall time, critical path."""
+
+    steps: dict[int, StepEstimate]
+    total_s: float
+    """Sum of the known estimates."""
+    wall_s: float
+    """The runner's schedule with ``max_parallel`` slots (steps without an estimate count as 0)."""
+    max_parallel: int
+    critical_path: list[int]
+    """Plan positions of the longest chain of dependent steps, first to last."""
+    critical_path_s: float
+    accelerator_hours: dict[str, float] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def unknown(self) -> list[int]:
+        """Positions of the steps without an estimate."""
+        return [pos for pos, e in self.steps.items() if e.seconds is None]
+
+    def dominating(self, limit: int = 3, *, by_accelerator: bool = False) -> list[StepEstimate]:
+        """The steps that cost the most (seconds, or accelerator-hours), largest first."""
+        key = (lambda e: e.accelerator_hours or 0.0) if by_accelerator else (lambda e: e.seconds or 0.0)
+        ranked = sorted((e for e in self.steps.values() if key(e) > 0), key=key, reverse=True)
+        return ranked[:limit]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": [{"position": pos, **e.to_json()} for pos, e in sorted(self.steps.items())],
+            "total_s": self.total_s,
+            "wall_s": self.wall_s,
+            "max_parallel": self.max_parallel,
+            "critical_path": [self.names[pos] for pos in self.critical_path],
+            "critical_path_s": self.critical_path_s,
+            "accelerator_hours": dict(self.accelerator_hours),
+            "no_estimate": [self.names[pos] for pos in self.unknown],
+        }
+
+
+# -- work and scale ---------------------------------------------------------------------------
+
+def _decode_number(encoded: str | None) -> float | None:
+    """The number a flattened config value holds (``["int", "100"]``, ``["float", hex]``), or None."""
+    if encoded is None:
+        return None
+    try:
+        value = json.loads(encoded)
+    except ValueError:
+        return None
+    if isinstance(value, list) and len(value) == 2:
+        tag, payload = value
+        try:
+            if tag == "int":
+                return float(int(payload))
+            if tag == "float" and payload != "nan":
+                return float.fromhex(payload)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def scale_fields_of(config: Any) -> tuple[str, ...]:
+    """The fields the config names as its work (``SCALE_FIELDS``), or () when it names none."""
+    fields = getattr(type(config), SCALE_ATTRIBUTE, ())
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise TypeError(f"{type(config).__qualname__}.{SCALE_ATTRIBUTE} must be a tuple of field names, got {fields!r}")
+    return tuple(fields)
+
+
+def work_of(flat: Mapping[str, str], fields: Sequence[str]) -> float | None:
+    """The product of the ``fields`` of a flattened config (None if one is missing or not a number)."""
+    if not fields:
+        return None
+    work = 1.0
+    for name in fields:
+        value = _decode_number(flat.get(name))
+        if value is None or value <= 0:
+            return None
+        work *= value
+    return work
+
+
+def _distance(old: Mapping[str, str], new: Mapping[str, str], ignore: set[str]) -> int:
+    """How many hashed fields differ, not counting the scale fields or inputs (other builds' outputs)."""
+    count = 0
+    for key in set(old) | set(new):
+        if key in ignore:
+            continue
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if a is not None and b is not None and '"dep"' in a and '"dep"' in b:
+            continue
+        count += 1
+    return count
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares ``seconds = start + per_unit * work`` over (work, seconds); None if degenerate."""
+    n = len(points)
+    mean_w = sum(w for w, _ in points) / n
+    mean_t = sum(t for _, t in points) / n
+    var = sum((w - mean_w) ** 2 for w, _ in points)
+    if var == 0:
+        return None
+    slope = sum((w - mean_w) * (t - mean_t) for w, t in points) / var
+    if slope <= 0:
+        return None  # noise, not a scale: fall back to the ratio
+    start = mean_t - slope * mean_w
+    if start < 0:
+        # A negative start-up cost is an artefact of noise: go through the origin instead.
+        slope = sum(w * t for w, t in points) / sum(w * w for w, _ in points)
+        start = 0.0
+    return start, slope
+
+
+def _resource_of(step: Any) -> tuple[str | None, float]:
+    """(accelerator type, units held per second of wall time): slices for TPU, devices for GPU."""
+    from iris.cluster import GpuConfig, ResourceConfig, TpuConfig
+
+    resources = step.resources
+    if not isinstance(resources, ResourceConfig):
+        return None, 0.0
+    match resources.accelerator:
+        case TpuConfig(type=tpu_type):
+            return f"TPU {tpu_type}", 1.0
+        case GpuConfig(type=gpu_type, count=count):
+            return f"GPU {gpu_type}", float(count * resources.num_hosts)
+    return None, 0.0
+
+
+def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str, Any]]],
+                  hashes: Mapping[int, str]) -> StepEstimate:
+    """The estimate of one step from ``earlier`` builds of its name: (output path, provenance) pairs."""
+    step = planned.step
+    resource, units = _resource_of(step)
+    fields = scale_fields_of(step.config)
+    new_flat = flatten_config(step.config, hashes)
+    new_work = work_of(new_flat, fields)
+    rows: list[tuple[int, float | None, float]] = []  # (distance, work, seconds)
+    for _path, prov in earlier:
+        seconds = prov.get("duration_s")
+        old_flat = prov.get("config_flat")
+        if type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds < 0:
+            continue
+        if not isinstance(old_flat, dict):
+            continue
+        old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
+        rows.append((_distance(old_flat, new_flat, set(fields)), work_of(old_flat, fields), float(seconds)))
+    if not rows:
+        return StepEstimate(step.name, None, "no estimate: never built before", resource)
+    nearest = min(d for d, _, _ in rows)
+    near = [(w, t) for d, w, t in rows if d == nearest]
+    differ = "same config" if nearest == 0 else f"nearest config, {nearest} field(s) differ"
+    scaled = [(w, t) for w, t in near if w is not None]
+    seconds: float
+    if new_work is not None and len({w for w, _ in scaled}) >= 2:
+        fit = _fit(scaled)
+        if fit is not None:
+            seconds = fit[0] + fit[1] * new_work
+            basis = f"{len(near)} earlier build(s), {differ}, fitted over {' x '.join(fields)}"
+        else:
+            seconds = sum(t * new_work / w for w, t in scaled) / len(scaled)
+            basis = f"{len(near)} earlier build(s), {differ}, scaled by {' x '.join(fields)}"
+    elif new_work is not None and scaled:
+        seconds = sum(t * new_work / w for w, t in scaled) / len(scaled)
+        basis = f"{len(near)} earlier build(s), {differ}, scaled by {' x '.join(fields)}"
+    else:
+        seconds = sum(t for _, t in near) / len(near)
+        basis = f"{len(near)} earlier build(s), {differ}"
+    hours = seconds / 3600.0 * units if resource is not None else None
+    return StepEstimate(step.name, seconds, basis, resource, hours)
+
+
+# -- the schedule ------------------------------------------------------------------------------
+
+def schedule(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]], max_parallel: int,
+             *, running: Mapping[int, float] | None = None) -> float:
+    """Wall time of the runner's greedy schedule: at most ``max_parallel`` steps at once, each
+    started (in position order) as soon as its inputs in ``durations`` are done.
+
+    Args:
+        durations: seconds of each step still to run, by position (others count as done).
+        deps: the inputs of each step, by position.
+        max_parallel: slots.
+        running: steps already running and the seconds they have left (they hold slots at 0).
+    """
+    if max_parallel < 1:
+        raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+    running = dict(running or {})
+    ends: dict[int, float] = {}
+    slots: list[tuple[float, int]] = sorted((left, pos) for pos, left in running.items())
+    pending = sorted(pos for pos in durations if pos not in running)
+    waiting_on = {pos: {d for d in deps.get(pos, ()) if d in durations or d in running} for pos in pending}
+    now = 0.0
+    while pending or slots:
+        started = True
+        while started and len(slots) < max_parallel:
+            started = False
+            for pos in pending:
+                if all(d in ends and ends[d] <= now for d in waiting_on[pos]):
+                    slots.append((now + durations[pos], pos))
+                    slots.sort()
+                    pending.remove(pos)
+                    started = True
+                    break
+        if not slots:
+            raise ValueError("steps wait on inputs that never finish (a cycle in deps?)")
+        end, pos = slots.pop(0)
+        now = max(now, end)
+        ends[pos] = end
+    return now
+
+
+def _critical_path(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]]) -> tuple[list[int], float]:
+    """The longest chain of dependent steps by duration (positions are in dependency order)."""
+    best: dict[int, tuple[float, int | None]] = {}
+    for pos in sorted(durations):
+        before = [(best[d][0], d) for d in deps.get(pos, ()) if d in best]
+        length, prev = max(before) if before else (0.0, None)
+        best[pos] = (length + durations[pos], prev)
+    if not best:
+        return [], 0.0
+    last = max(best, key=lambda p: (best[p][0], -p))
+    total = best[last][0]
+    path = []
+    cursor: int | None = last
+    while cursor is not None:
+        path.append(cursor)
+        cursor = best[cursor][1]
+    return path[::-1], total
+
+
+def estimate_plan(plan: Plan, max_parallel: int) -> PlanEstimate:
+    """Estimates of every step the plan would build (cached, fetched and reused steps cost nothing
+    to estimate: they are not rebuilt), its total, wall time, critical path and accelerator-hours."""
+    hashes = plan.hashes()
+    steps: dict[int, StepEstimate] = {}
+    for pos, p in enumerate(plan.steps):
+        if p.action is Action.RUN:
+            steps[pos] = estimate_step(p, plan.store.earlier_builds(p.name), hashes)
+    durations = {pos: e.seconds or 0.0 for pos, e in steps.items()}
+    deps = {pos: plan.steps[pos].deps for pos in steps}
+    path, path_s = _critical_path(durations, deps)
+    hours: dict[str, float] = {}
+    for e in steps.values():
+        if e.resource is not None and e.accelerator_hours is not None:
+            hours[e.resource] = hours.get(e.resource, 0.0) + e.accelerator_hours
+    return PlanEstimate(
+        steps=steps,
+        total_s=sum(durations.values()),
+        wall_s=schedule(durations, deps, max_parallel),
+        max_parallel=max_parallel,
+        critical_path=path,
+        critical_path_s=path_s,
+        accelerator_hours=hours,
+        names={pos: plan.steps[pos].name for pos in steps},
+    )
+
+
+# -- durations as people write them ------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
+_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"2h"``, ``"1h30m"``, ``"90m"``, ``"45s"``, ``"1.5h"`` or a plain number of seconds.
+
+    Raises:
+        ValueError: naming the text when it is none of those or not positive.
+    """
+    cleaned = text.strip().lower().replace(" ", "")
+    try:
+        seconds = float(cleaned)
+    except ValueError:
+        parts = _DURATION.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ValueError(f"duration must look like 2h, 1h30m, 90m, 45s or seconds, got {text!r}") from None
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ValueError(f"duration must be > 0, got {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    """``"3h 10m"``, ``"4m 05s"``, ``"12.3s"``; ``"no estimate"`` for None."""
+    if seconds is None:
+        return "no estimate"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
