@@ -20,6 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
 from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it
 from marin.execution.step import Step, output_path_of, unhashed_field
 from rigging import filesystem as fs
@@ -257,7 +261,7 @@ class TimedConfig:
         payload: what ``out.txt`` holds (so two configs can make the same output).
     """
 
-    SCALE_FIELDS = ("num_train_steps",)
+    SCALE_FIELDS: ClassVar[tuple[str, ...]] = ("num_train_steps",)
 
     num_train_steps: int = 1
     seconds_per_step: float = 0.0
@@ -276,3 +280,22 @@ def timed_step(name: str, *deps: Step, version: str = "v1", resources: Any = Non
     """A :func:`timed` step named ``name`` reading ``deps``."""
     return Step(name=name, fn=timed, config=TimedConfig(inputs=tuple(output_path_of(d) for d in deps), **kwargs),
                 version=version, resources=resources)
+
+
+@dataclass(frozen=True)
+class ProgressingConfig:
+    """Config of :func:`progressing`: ``units`` units of ``seconds_per_unit`` each."""
+
+    units: int = 10
+    seconds_per_unit: float = 0.1
+
+
+def progressing(config: ProgressingConfig, output_path: str) -> None:
+    """Work through the units, writing a progress record as it goes (as a training loop does)."""
+    from rigging.progress import ProgressWriter
+
+    writer = ProgressWriter(output_path, total=config.units, unit="step", interval=0.0)
+    for i in range(config.units):
+        time.sleep(config.seconds_per_unit)
+        writer.update(i + 1, loss=10.0 / (i + 1), tokens_per_s=2048.0)
+    fs.atomic_write(fs.join(output_path, "out.txt"), "done")

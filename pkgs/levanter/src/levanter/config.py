@@ -22,7 +22,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.data.spec import DatasetSpec
@@ -178,6 +178,9 @@ class TrainerConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainLmConfig:
     """Everything one language-model training run needs (but where it writes)."""
+
+    SCALE_FIELDS: ClassVar[tuple[str, ...]] = ("trainer.num_train_steps", "trainer.batch_size", "trainer.seq_len")
+    """Their product (tokens trained on) is a run's work: marin's estimates scale earlier runs by it."""
 
     data: DataConfig
     """The tokenized mixture."""

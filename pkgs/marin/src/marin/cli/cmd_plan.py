@@ -18,20 +18,27 @@ from marin.cli.common import cache_options, prefix_option, runner_from_options, 
 def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force: tuple[str, ...],
          only: tuple[str, ...], as_json: bool, caches: tuple[str, ...], strict_env: bool | None) -> None:
     """Say what `marin run` would do for TARGET..., and why."""
-    from marin.cli.display import table
+    from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
+    from marin.execution.estimate import estimate_plan, format_duration
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env)
     the_plan = runner.plan(steps, note_env=True)
+    if the_plan.to_run():
+        the_plan.estimate = estimate_plan(the_plan, runner.max_parallel)
     if as_json:
         click.echo(the_plan.dumps())
         return
+    estimates = the_plan.estimate.steps if the_plan.estimate is not None else {}
     rows = []
-    for p in the_plan.steps:
+    for pos, p in enumerate(the_plan.steps):
         why = "; ".join(str(r) for r in p.reasons) if p.reasons else (p.env_note or "")
-        rows.append([p.action.value, p.name, p.hash[:16], why])
-    click.echo(table(rows, ["action", "step", "hash", "why"]))
+        guess = format_duration(estimates[pos].seconds) if pos in estimates else ""
+        rows.append([p.action.value, p.name, p.hash[:16], guess, why])
+    click.echo(table(rows, ["action", "step", "hash", "estimate", "why"]))
     n_run = len(the_plan.to_run())
     n_fetch = len(the_plan.to_do()) - n_run
     click.echo(f"{n_run} to run, {n_fetch} to fetch from caches, {len(the_plan.steps) - n_run - n_fetch} cached or unneeded")
+    for line in estimate_lines(the_plan):
+        click.echo(line)

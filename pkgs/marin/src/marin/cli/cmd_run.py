@@ -43,6 +43,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     try:
         result = runner.run(steps)  # NotCached, ResourcesTooLarge ...: the CLI's one error funnel
     finally:
+        reporter.close()
         runner.close()
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")

@@ -97,6 +97,7 @@ class Plan:
     store: StepStore
     steps: list[PlannedStep]
     pos_of: dict[int, int] = field(default_factory=dict)  # id(step object) -> index in steps
+    estimate: Any = None  # marin.execution.estimate.PlanEstimate, when the runner made one
 
     def paths(self) -> dict[int, str]:
         """``{id(step): output path}`` for every step object of the graph (for placeholders)."""
@@ -119,6 +120,7 @@ class Plan:
             "prefix": self.store.prefix,
             "steps": [p.to_json() for p in self.steps],
             "summary": {a.value: sum(1 for p in self.steps if p.action is a) for a in Action},
+            "estimate": self.estimate.to_json() if self.estimate is not None else None,
         }
 
     def dumps(self) -> str:

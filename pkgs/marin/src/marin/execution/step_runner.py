@@ -164,6 +164,9 @@ class StepRunner:
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():
             self.check_resources(plan)
+            from marin.execution.estimate import estimate_plan
+
+            plan.estimate = estimate_plan(plan, self.max_parallel)
         self.reporter.planned(plan)
         outcomes: dict[int, StepOutcome] = {}
         for pos, p in enumerate(plan.steps):

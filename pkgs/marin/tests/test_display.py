@@ -1,0 +1,68 @@
+"""The runner's display: progress records of running steps, the run's remaining estimate, bars."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from steps_for_tests import ProgressingConfig, progressing
+
+from marin.cli.display import LiveReporter, PlainReporter, summary_table
+from marin.execution.step import Step
+from marin.execution.step_runner import StepRunner
+
+
+def _step(version: str = "v1", units: int = 16) -> Step:
+    return Step(name="work/p", fn=progressing, config=ProgressingConfig(units=units, seconds_per_unit=0.15),
+                version=version)
+
+
+def _lines_before_finish(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith(f"[ran] {name}"))
+    return lines[:end]
+
+
+def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down(tmp_path):
+    prefix = str(tmp_path / "store")
+    out = io.StringIO()
+    runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False,
+                        reporter=PlainReporter(out, progress_interval=0.3))
+    assert runner.run([_step()]).ok
+    before = _lines_before_finish(out.getvalue(), "work/p")
+    counts = [int(m.group(1)) for line in before
+              for m in [re.match(r"\[progress\] work/p: step (\d+)/16 \(\d+%\), loss [0-9.]+, 2\.0k tokens/s", line)] if m]
+    # Seen from the runner's process, while the step's own process was still working.
+    assert counts and min(counts) < 16, out.getvalue()
+    assert counts == sorted(counts)
+    # Never built before: no estimate in the plan; the remaining time comes from the step's own ETA.
+    assert "no estimate (never built before): work/p" in out.getvalue()
+    assert not re.search(r"^estimate:", out.getvalue(), re.M)
+
+    out2 = io.StringIO()
+    runner.reporter = PlainReporter(out2, progress_interval=0.3)
+    result = runner.run([_step("v2")])  # a version bump: runs again, estimated from the first build
+    text = out2.getvalue()
+    assert re.search(r"^estimate: [0-9.]+s with -j 1 \(steps add up to [0-9.]+s; critical path work/p: ", text, re.M), text
+    left = [m.group(1) for m in re.finditer(r"^\[progress\] run: about ([0-9.]+)s left$", text, re.M)]
+    assert left, text
+    table = summary_table(result)
+    assert re.search(r"^ran\s+work/p\s+[0-9a-f]{16}\s+[0-9.]+s\s+[0-9.]+s$", table, re.M), table
+    assert table.splitlines()[0].split() == ["outcome", "step", "hash", "estimate", "time"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_bars_show_the_step_count_on_a_terminal(tmp_path):
+    out = _Terminal()
+    reporter = LiveReporter(out)
+    reporter._READ_S = 0.0
+    runner = StepRunner(prefix=str(tmp_path / "store"), max_parallel=1, strict_env=False, reporter=reporter)
+    assert runner.run([_step(units=12)]).ok
+    reporter.close()
+    text = out.getvalue()
+    assert re.search(r"work/p .*step \d+/12 \(\d+%\), loss", text), text
+    assert re.search(r"ran.* work/p in [0-9.]+s", text), text
