@@ -14,25 +14,31 @@ Layout of one step's output folder ``<prefix>/<name>-<hash16>``::
 from __future__ import annotations
 
 import enum
+import fnmatch
 import hashlib
 import json
 import math
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rigging import filesystem as fs
 
 __all__ = [
+    "ALWAYS_VOLATILE",
     "META_DIR",
     "BuildState",
     "StepRecord",
     "StepStatus",
     "StepStore",
     "compute_manifest",
+    "differing_files",
+    "finished_builds",
     "manifest_digest",
+    "output_digest",
     "remove_orphan_temporaries",
     "verify_manifest",
 ]
@@ -162,6 +168,22 @@ class StepRecord:
         return fs.create_if_absent(self.success, json.dumps(body))
 
 
+def finished_builds(prefix: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Finished builds of the step ``name`` (any hash) under ``prefix``: (output path, success record)."""
+    parent, _, base = name.rpartition("/")
+    folder = fs.join(prefix, parent) if parent else prefix
+    found = []
+    for entry in fs.listdir(folder):
+        stem, dash, digest = entry.rpartition("-")
+        if not dash or stem != base or len(digest) != 16:
+            continue
+        record = StepRecord(fs.join(folder, entry))
+        success = record.read_json(record.success)
+        if success is not None:
+            found.append((record.output_path, success))
+    return found
+
+
 class StepStore:
     """Maps steps to folders under a prefix (local path, ``gs://`` or ``memory://``)."""
 
@@ -180,17 +202,9 @@ class StepStore:
 
     def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
         """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first."""
-        parent, _, base = name.rpartition("/")
-        folder = fs.join(self.prefix, parent) if parent else self.prefix
         found = []
-        for entry in fs.listdir(folder):
-            stem, dash, digest = entry.rpartition("-")
-            if not dash or stem != base or len(digest) != 16:
-                continue
-            record = StepRecord(fs.join(folder, entry))
-            success = record.read_json(record.success)
-            if success is None:
-                continue
+        for output_path, success in finished_builds(self.prefix, name):
+            record = StepRecord(output_path)
             provenance = record.read_json(record.provenance) or {}
             finished = success.get("finished_at")
             # A damaged record of an old build must not stop every later plan of this name.
@@ -245,6 +259,34 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
         files.append({"path": rel, "size": size, "sha256": _sha256_of(fs.join(output_path, rel))})
         total += size
     return {"files": files, "total_bytes": total, "created_at": time.time()}
+
+
+ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
+"""Output files that differ between two builds of the same inputs, whatever the step: zephyr's
+shard commit records name the absolute paths of the input files they were made from (found by
+building the same graph under two prefixes and comparing manifests). A step adds its own in its
+config's ``VOLATILE_FILES`` (``marin.execution.realise.volatile_patterns``)."""
+
+
+def _is_volatile(rel: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+
+def output_digest(manifest: dict[str, Any], volatile: Sequence[str] = ALWAYS_VOLATILE) -> str:
+    """One SHA-256 over the output's content: every file's path and digest, in path order, except
+    the files matching ``volatile`` (glob patterns on paths relative to the output; ``*`` spans
+    folders). Two outputs with the same digest hold the same files with the same bytes.
+    """
+    kept = sorted((e["path"], e["sha256"]) for e in manifest["files"] if not _is_volatile(e["path"], volatile))
+    return hashlib.sha256(json.dumps(kept, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def differing_files(first: dict[str, Any], second: dict[str, Any],
+                    volatile: Sequence[str] = ALWAYS_VOLATILE) -> list[str]:
+    """Paths (sorted) whose content differs between two manifests, or that only one has, less ``volatile``."""
+    a = {e["path"]: e["sha256"] for e in first["files"] if not _is_volatile(e["path"], volatile)}
+    b = {e["path"]: e["sha256"] for e in second["files"] if not _is_volatile(e["path"], volatile)}
+    return sorted(rel for rel in set(a) | set(b) if a.get(rel) != b.get(rel))
 
 
 def _manifest_shape_problem(manifest: Any) -> str | None:
