@@ -299,3 +299,9 @@ def progressing(config: ProgressingConfig, output_path: str) -> None:
         time.sleep(config.seconds_per_unit)
         writer.update(i + 1, loss=10.0 / (i + 1), tokens_per_s=2048.0)
     fs.atomic_write(fs.join(output_path, "out.txt"), "done")
+
+
+def noisy(config: NodeConfig, output_path: str) -> None:
+    """A nondeterministic step: ``data.txt`` is the same every time, ``noise.bin`` never is."""
+    fs.atomic_write(fs.join(output_path, "data.txt"), config.label)
+    fs.atomic_write(fs.join(output_path, "noise.bin"), os.urandom(16))

@@ -24,6 +24,7 @@ __all__ = ["LiveReporter", "PlainReporter", "describe_progress", "estimate_lines
 _COLORS = {
     Outcome.CACHED: "blue",
     Outcome.RAN: "green",
+    Outcome.REUSED: "magenta",
     Outcome.FAILED: "red",
     Outcome.UPSTREAM_FAILED: "yellow",
     Outcome.WOULD_RUN: "cyan",

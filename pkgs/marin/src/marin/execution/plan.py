@@ -25,6 +25,7 @@ class UnknownStep(InvalidStep):
 class Action(enum.Enum):
     CACHED = "cached"
     FETCH = "fetch"  # built elsewhere: copied from a cache, verified, not rebuilt
+    REUSE = "reuse"  # an earlier build over the same input content stands in (marin.execution.realise)
     RUN = "run"
     UNNEEDED = "unneeded"  # not done, but nothing asked for it: a done dependent already covers it
 
@@ -41,6 +42,7 @@ class ReasonKind(enum.Enum):
     EARLIER_KILLED = "earlier attempt was killed"
     RESUMING = "resuming"
     IN_CACHE = "in cache"
+    REUSE = "reuse"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class PlannedStep:
     deps: list[int] = field(default_factory=list)  # indexes into Plan.steps
     env_note: str | None = None  # cached, but built in a different environment
     cache_hit: Any = None  # marin.execution.cache.CacheHit when the action is FETCH
+    realised: Any = None  # marin.execution.realise.Realised when the action is REUSE
 
     @property
     def name(self) -> str:
@@ -87,6 +90,7 @@ class PlannedStep:
             "reasons": [r.to_json() for r in self.reasons],
             "env_note": self.env_note,
             "cache": self.cache_hit.cache if self.cache_hit is not None else None,
+            "reuse": self.realised.output_path if self.realised is not None else None,
         }
 
 
@@ -98,6 +102,7 @@ class Plan:
     steps: list[PlannedStep]
     pos_of: dict[int, int] = field(default_factory=dict)  # id(step object) -> index in steps
     estimate: Any = None  # marin.execution.estimate.PlanEstimate, when the runner made one
+    salt: str | None = None  # the environment digest in every hash (--strict-env)
 
     def paths(self) -> dict[int, str]:
         """``{id(step): output path}`` for every step object of the graph (for placeholders)."""
@@ -112,8 +117,8 @@ class Plan:
         return [p for p in self.steps if p.action is Action.RUN]
 
     def to_do(self) -> list[PlannedStep]:
-        """Steps the run must act on: build or fetch."""
-        return [p for p in self.steps if p.action in (Action.RUN, Action.FETCH)]
+        """Steps the run must act on: build, fetch or reuse."""
+        return [p for p in self.steps if p.action in (Action.RUN, Action.FETCH, Action.REUSE)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -353,4 +358,9 @@ def make_plan(
             built = prov.get("env_digest")
             if built and built != env_digest:
                 p.env_note = "built in a different environment"
-    return Plan(store, planned, pos_of)
+    plan = Plan(store, planned, pos_of, salt=salt)
+    if any(p.action is Action.RUN for p in planned):
+        from marin.execution.realise import plan_reuse
+
+        plan_reuse(plan, [store.prefix, *caches])
+    return plan

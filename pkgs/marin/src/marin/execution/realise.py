@@ -164,3 +164,128 @@ def find_nondeterminism(name: str, key: str, digest: str, manifest: Mapping[str,
             if found is not None:
                 return found
     return None
+
+
+# -- the plan and the runner ------------------------------------------------------------------
+
+def _inputs_in_plan(plan: Any, planned: Any, digest_at: Any) -> tuple[dict[int, str], list[dict[str, Any]]] | None:
+    outputs = {}
+    for dep in dependencies_of(planned.step):
+        q = plan.steps[plan.pos_of[id(dep)]]
+        outputs[id(dep)] = (q.name, q.hash, digest_at(plan.pos_of[id(dep)]))
+    return inputs_of(planned.step, outputs)
+
+
+def _finished_digest(plan: Any, pos: int) -> str | None:
+    q = plan.steps[pos]
+    return digest_of_build(q.output_path, q.step.config)
+
+
+def plan_reuse(plan: Any, places: Sequence[str]) -> None:
+    """Turn the plan's steps that would run into reuses where an earlier build of the same step over
+    the same input content exists (here or in a cache): action ``REUSE``, and a reason naming the
+    inputs that were rebuilt with identical output. Forced steps always run."""
+    from marin.execution.plan import Action, Reason, ReasonKind
+
+    known: dict[int, str | None] = {}
+
+    def digest_at(pos: int) -> str | None:
+        if pos not in known:
+            q = plan.steps[pos]
+            known[pos] = _finished_digest(plan, pos) if q.action is Action.CACHED else None
+        return known[pos]
+
+    for pos, p in enumerate(plan.steps):
+        if p.action is not Action.RUN or not p.deps or any(r.kind is ReasonKind.FORCED for r in p.reasons):
+            continue
+        inputs = _inputs_in_plan(plan, p, digest_at)
+        if inputs is None:
+            continue
+        found = find_realisation(p.name, realisation_key(p.step, inputs[0], plan.salt), places, exclude=p.output_path)
+        if found is None:
+            continue
+        p.action = Action.REUSE
+        p.realised = found
+        p.reasons = [Reason(ReasonKind.REUSE, found.reason(inputs[1]))]
+        known[pos] = found.output_digest
+
+
+def realisation_fields(plan: Any, planned: Any, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a finished build's success record says of its content: its output digest, its
+    realisation key and inputs (absent when an input's digest is not known)."""
+    digest = output_digest(dict(manifest), volatile_patterns(planned.step.config))
+    fields: dict[str, Any] = {"output_digest": digest}
+    inputs = _inputs_in_plan(plan, planned, lambda pos: _finished_digest(plan, pos))
+    if inputs is not None:
+        fields["realisation_key"] = realisation_key(planned.step, inputs[0], plan.salt)
+        fields["inputs"] = inputs[1]
+    return fields
+
+
+def realisable(plan: Any, planned: Any, places: Sequence[str]) -> Realised | None:
+    """For a step about to run whose inputs are now all built: an earlier build of the same step
+    over the same input content, found by its realisation key; None to run it."""
+    inputs = _inputs_in_plan(plan, planned, lambda pos: _finished_digest(plan, pos))
+    if not planned.deps or inputs is None:
+        return None
+    found = find_realisation(planned.name, realisation_key(planned.step, inputs[0], plan.salt), places,
+                             exclude=planned.output_path)
+    if found is not None:
+        from marin.execution.plan import Reason, ReasonKind
+
+        planned.reasons = [Reason(ReasonKind.REUSE, found.reason(inputs[1]))]
+        planned.realised = found
+    return found
+
+
+def copy_realisation(plan: Any, planned: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Copy ``planned.realised`` into the step's own folder, verified against its manifest, and
+    record where it came from; returns (manifest, success-record fields) for the caller to publish.
+
+    Raises:
+        marin.execution.cache.CacheMiss: the earlier build cannot be used (the folder is cleaned).
+    """
+    import time
+
+    from marin.execution.cache import CacheHit, CacheMiss, substitute
+    from marin.execution.store import clear_output
+
+    found: Realised = planned.realised
+    record = StepRecord(planned.output_path)
+    started = time.time()
+    substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path)
+    manifest = record.read_json(record.manifest) or {"files": []}
+    fields = {**realisation_fields(plan, planned, manifest), "realised_from": found.output_path}
+    if fields["output_digest"] != found.output_digest:
+        clear_output(planned.output_path)
+        raise CacheMiss(f"{found.output_path} no longer has the output digest it recorded")
+    provenance = record.read_json(record.provenance) or {}
+    provenance.update({
+        "hash": planned.hash,
+        "dependencies": [{"name": plan.steps[d].name, "hash": plan.steps[d].hash,
+                          "path": plan.steps[d].output_path} for d in planned.deps],
+        "reasons": [r.to_json() for r in planned.reasons],
+        "realised_from": {"path": found.output_path, "hash": found.hash, "output_digest": found.output_digest,
+                          "copied_in_s": time.time() - started},
+    })
+    record.write_json(record.provenance, provenance)
+    return manifest, fields
+
+
+def nondeterminism_of(planned: Any, manifest: Mapping[str, Any], fields: Mapping[str, Any], places: Sequence[str],
+                      previous: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Nondeterminism | None:
+    """Whether a build that just finished came out different from another build of the same inputs:
+    the one it replaced (``previous``: that build's success record and manifest, for a forced
+    rebuild), or one with the same realisation key here or in a cache."""
+    key = fields.get("realisation_key")
+    if key is None:
+        return None
+    if previous is not None:
+        success, old_manifest = previous
+        if success.get("realisation_key") == key and success.get("output_digest") != fields["output_digest"]:
+            found = compare_builds(f"the build it replaced ({planned.output_name})", old_manifest, manifest,
+                                   planned.step.config)
+            if found is not None:
+                return found
+    return find_nondeterminism(planned.name, key, fields["output_digest"], manifest, planned.step.config, places,
+                               exclude=planned.output_path)

@@ -16,15 +16,17 @@ from marin.execution.attempt import AttemptContext, StepAttempt, WorkerKind, fet
 from marin.execution.lazy import Lazy
 from marin.execution.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
+from marin.execution.realise import copy_realisation, realisable, snapshot_build
 from marin.execution.step import Step
 from marin.execution.store import StepRecord, StepStore
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig
-from rigging.lease import Lease, clear_leases, current_lease, default_holder
+from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, default_holder
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
 _FAILED = (Outcome.FAILED, Outcome.UPSTREAM_FAILED)
+_BUILT = (Outcome.CACHED, Outcome.RAN, Outcome.REUSED)
 
 
 class _NoAdmission:
@@ -175,7 +177,7 @@ class StepRunner:
             elif p.action is Action.UNNEEDED:
                 outcomes[pos] = StepOutcome.of(p, Outcome.UNNEEDED)
             elif self.dry_run:
-                note = "would fetch from cache" if p.action is Action.FETCH else None
+                note = f"would {p.action.value}" if p.action in (Action.FETCH, Action.REUSE) else None
                 outcomes[pos] = StepOutcome.of(p, Outcome.WOULD_RUN, reasons=[str(r) for r in p.reasons], note=note)
         if not self.dry_run and plan.to_do():
             self._execute(plan, outcomes)
@@ -253,10 +255,11 @@ class StepRunner:
         return self._client
 
     def _attempt_context(self) -> AttemptContext:
-        return AttemptContext(self.holder, self._client_or_default(), self._worker_kind(), self.strict_env, self._env)
+        return AttemptContext(self.holder, self._client_or_default(), self._worker_kind(), self.strict_env, self._env,
+                              places=tuple(self._places()))
 
     def _execute(self, plan: Plan, outcomes: dict[int, StepOutcome]) -> None:
-        pending = [pos for pos, p in enumerate(plan.steps) if p.action in (Action.RUN, Action.FETCH)]
+        pending = [pos for pos, p in enumerate(plan.steps) if p.action in (Action.RUN, Action.FETCH, Action.REUSE)]
         running: dict[int, StepAttempt] = {}
         waiting_on: dict[int, str] = {}
         paths = plan.paths()
@@ -281,7 +284,7 @@ class StepRunner:
                         continue
                     # A fetch copies a finished output whole: it waits for no inputs.
                     if p.action is not Action.FETCH and not all(
-                        o is not None and o.outcome in (Outcome.CACHED, Outcome.RAN) for o in dep_outcomes
+                        o is not None and o.outcome in _BUILT for o in dep_outcomes
                     ):
                         continue
                     if len(running) >= self.max_parallel:
@@ -387,13 +390,43 @@ class StepRunner:
             if self._activate_inputs(plan, pos, outcomes, pending):
                 lease.release()
                 return None
-        started = StepAttempt.start(p, lease, self._attempt_context(), paths,
-                                    clear=forced and pos not in waiting_on)
+        if not forced and (p.action is Action.REUSE
+                           or realisable(plan, p, self._places())):
+            if self._realise(plan, p, lease):
+                settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=[str(r) for r in p.reasons]))
+                return None
+            p.action = Action.RUN
+            p.reasons = [Reason(ReasonKind.NEW, "the earlier build it could reuse was refused; building")]
+        clear = forced and pos not in waiting_on
+        # What a forced rebuild replaces, to compare the new build with (nondeterminism).
+        replaced = snapshot_build(record) if clear else None
+        started = StepAttempt.start(p, lease, self._attempt_context(), paths, clear=clear)
         if isinstance(started, StepOutcome):
             settle(pos, started)
             return None
+        started.replaced = replaced
         self.reporter.started(p)
         return started
+
+    def _places(self) -> list[str]:
+        """Where earlier builds may be found: this prefix, then the caches."""
+        return [self.store.prefix, *self.caches]
+
+    def _realise(self, plan: Plan, p: PlannedStep, lease: Lease) -> bool:
+        """Copy in the earlier build ``p.realised`` and publish it; False (with a warning) if refused."""
+        from marin.execution.cache import CacheMiss
+
+        record = StepRecord(p.output_path)
+        try:
+            manifest, fields = copy_realisation(plan, p)
+            lease.check()
+            record.publish(p.name, p.hash, manifest, extra=fields)
+        except (CacheMiss, LeaseLost) as e:
+            logger.warning("%s; building %s instead", e, p.output_name)
+            return False
+        lease.release()
+        clear_leases(record.meta)
+        return True
 
     def _activate_inputs(self, plan: Plan, pos: int, outcomes: dict[int, StepOutcome], pending: list[int]) -> bool:
         """Bring the inputs of a step that must now be built into the run; True if any were added."""

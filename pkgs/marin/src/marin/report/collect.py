@@ -32,6 +32,7 @@ class StepState(enum.Enum):
 _FROM_OUTCOME = {
     Outcome.CACHED: StepState.CACHED,
     Outcome.RAN: StepState.RAN,
+    Outcome.REUSED: StepState.CACHED,  # an earlier build over the same input content, copied in
     Outcome.FAILED: StepState.FAILED,
     Outcome.UPSTREAM_FAILED: StepState.UPSTREAM_FAILED,
     Outcome.WOULD_RUN: StepState.WOULD_RUN,

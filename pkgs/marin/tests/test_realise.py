@@ -1,0 +1,127 @@
+"""Early cutoff: downstream steps of an upstream rebuilt with identical output are not rebuilt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from steps_for_tests import NodeConfig, calls, node, noisy, timed_step
+
+from marin.execution.plan import Action
+from marin.execution.realise import volatile_patterns
+from marin.execution.step import Step
+from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.store import StepRecord, differing_files, output_digest
+from rigging import filesystem as fs
+
+
+def _runner(prefix: str, **kwargs) -> StepRunner:
+    return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, **kwargs)
+
+
+def _graph(counter: str, version: str = "v1", payload: str = "same") -> tuple[Step, Step]:
+    up = timed_step("cut/up", version=version, payload=payload)
+    down = node("cut/down", counter, up)
+    return up, down
+
+
+def test_version_bump_with_identical_output_does_not_rebuild_downstream(tmp_path, counter):
+    prefix = str(tmp_path / "store")
+    first = _runner(prefix).run([_graph(counter)[1]])
+    assert first.ok and calls(counter)["cut.down"] == 1
+    up, down = _graph(counter, version="v2")  # a refactor: same function output, new identity
+    second = _runner(prefix).run([down])
+    assert second.by_name("cut/up").outcome is Outcome.RAN
+    reused = second.by_name("cut/down")
+    assert reused.outcome is Outcome.REUSED, reused
+    assert calls(counter)["cut.down"] == 1  # never ran again
+    why = "; ".join(reused.reasons)
+    assert "cut/up (digest " in why and "rebuilt with identical output" in why, why
+    # The new identity is satisfied by a verified copy of the earlier output.
+    old = first.by_name("cut/down").output_path
+    assert reused.output_path != old and StepRecord(reused.output_path).is_done()
+    assert fs.read_text(fs.join(reused.output_path, "out.txt")) == fs.read_text(fs.join(old, "out.txt"))
+    provenance = StepRecord(reused.output_path).read_json(StepRecord(reused.output_path).provenance)
+    assert provenance["realised_from"]["path"] == old and provenance["hash"] == reused.hash
+    # And from now on it is simply cached.
+    third = _runner(prefix).run([down])
+    assert third.by_name("cut/down").outcome is Outcome.CACHED
+
+
+def test_plan_says_why_a_downstream_step_is_reused(tmp_path, counter):
+    prefix = str(tmp_path / "store")
+    assert _runner(prefix).run([_graph(counter)[1]]).ok
+    up, down = _graph(counter, version="v2")
+    assert _runner(prefix, only=["cut/up"]).run([down]).ok  # the upstream alone, rebuilt
+    plan = _runner(prefix).plan([down])
+    planned = {p.name: p for p in plan.steps}
+    assert planned["cut/up"].action is Action.CACHED
+    assert planned["cut/down"].action is Action.REUSE
+    (reason,) = planned["cut/down"].reasons
+    up_digest = StepRecord(planned["cut/up"].output_path).read_json(StepRecord(planned["cut/up"].output_path).success)["output_digest"]
+    assert str(reason).startswith(f"reuse: cut/up (digest {up_digest[:12]}…) was rebuilt with identical output"), reason
+    assert json.loads(plan.dumps())["steps"][1]["action"] == "reuse"
+    result = _runner(prefix).run([down])
+    assert result.by_name("cut/down").outcome is Outcome.REUSED and calls(counter)["cut.down"] == 1
+
+
+def test_one_byte_of_difference_upstream_rebuilds_downstream(tmp_path, counter):
+    prefix = str(tmp_path / "store")
+    assert _runner(prefix).run([_graph(counter)[1]]).ok
+    up, down = _graph(counter, version="v2", payload="samf")
+    plan = _runner(prefix).plan([down])
+    assert [p.action for p in plan.steps] == [Action.RUN, Action.RUN]
+    result = _runner(prefix).run([down])
+    assert result.by_name("cut/down").outcome is Outcome.RAN and calls(counter)["cut.down"] == 2
+    assert any("upstream changed: cut/up" in r for r in result.by_name("cut/down").reasons)
+
+
+def test_a_nondeterministic_step_built_twice_names_the_file_that_differs(tmp_path):
+    prefix = str(tmp_path / "store")
+    step = Step(name="nd/noisy", fn=noisy, config=NodeConfig(label="x"))
+    assert _runner(prefix).run([step]).ok
+    again = _runner(prefix, force=["nd/noisy"]).run([step]).by_name("nd/noisy")
+    assert again.outcome is Outcome.RAN
+    assert again.note is not None and "nondeterministic" in again.note and "noise.bin" in again.note, again
+    assert "data.txt" not in again.note
+    provenance = StepRecord(again.output_path).read_json(StepRecord(again.output_path).provenance)
+    assert provenance["nondeterminism"]["files"] == ["noise.bin"]
+
+
+def test_reuse_survives_a_second_checkout_with_the_first_prefix_as_a_cache(tmp_path, counter):
+    first_prefix = str(tmp_path / "first")
+    assert _runner(first_prefix).run([_graph(counter)[1]]).ok
+    # Another checkout, its own empty prefix, the first one as a read-only cache, the refactor in.
+    up, down = _graph(counter, version="v2")
+    result = _runner(str(tmp_path / "second"), caches=[first_prefix]).run([down])
+    assert result.by_name("cut/up").outcome is Outcome.RAN  # not in the cache: a new identity
+    reused = result.by_name("cut/down")
+    assert reused.outcome is Outcome.REUSED and calls(counter)["cut.down"] == 1
+    assert reused.output_path.startswith(str(tmp_path / "second"))
+    assert StepRecord(reused.output_path).is_done()
+
+
+def test_output_digest_leaves_out_named_volatile_files_only():
+    def manifest(**files: str) -> dict:
+        return {"files": [{"path": p.replace("__", "/"), "size": 1, "sha256": h} for p, h in files.items()]}
+
+    a = manifest(**{"final__params.npz": "1", "metrics.jsonl": "2", ".commits__part-00000.json": "3"})
+    b = manifest(**{"final__params.npz": "1", "metrics.jsonl": "9", ".commits__part-00000.json": "8"})
+
+    class Train:
+        VOLATILE_FILES = ("metrics.jsonl",)
+
+    volatile = volatile_patterns(Train())
+    assert output_digest(a, volatile) == output_digest(b, volatile)
+    assert output_digest(a) != output_digest(b)  # metrics.jsonl counts unless the step names it
+    assert differing_files(a, b, volatile) == []
+    c = manifest(**{"final__params.npz": "7", "metrics.jsonl": "2"})
+    assert differing_files(a, c, volatile) == ["final/params.npz"]
+
+
+def test_volatile_files_must_be_a_tuple_of_patterns():
+    class Bad:
+        VOLATILE_FILES = "metrics.jsonl"
+
+    with pytest.raises(TypeError, match=r"Bad.VOLATILE_FILES must be a tuple of glob patterns, got 'metrics.jsonl'"):
+        volatile_patterns(Bad())
