@@ -303,3 +303,24 @@ def test_errors_of_the_users_to_fix_are_one_line_without_traceback(tmp_path):
     assert result.exit_code == 2, result.output
     _check_user_error(result.stderr, "secret 'TEST_CLI_SECRET_NEVER_SET' is not set")
     assert "internal error" not in result.stderr
+
+
+def test_run_budget_refuses_an_estimate_over_it(tmp_path, counter):
+    body = """
+        import steps_for_tests as t
+
+        steps = [t.timed_step("slow/train", version="VERSION", num_train_steps=STEPS, seconds_per_step=0.05)]
+    """
+    first = _exp(tmp_path, "exp_timed_v1", body.replace("VERSION", "v1").replace("STEPS", "10"))
+    prefix = str(tmp_path / "store")
+    assert _invoke(["run", first, "--prefix", prefix], counter).exit_code == 0
+    # A version bump and 100 times the work: about 50 s, estimated from the 0.5 s build.
+    bigger = _exp(tmp_path, "exp_timed_v2", body.replace("VERSION", "v2").replace("STEPS", "1000"))
+    refused = _invoke(["run", bigger, "--prefix", prefix, "--budget", "5s"], counter)
+    assert refused.exit_code == 1, refused.output
+    assert re.search(r"exceeds the budget of 5\.0s; most of it: slow/train \(", refused.output), refused.output
+    plan = _invoke(["plan", bigger, "--prefix", prefix], counter)
+    assert re.search(r"^run\s+slow/train\s+[0-9a-f]{16}\s+\d+m \d\ds\s+version bumped", plan.output, re.M), plan.output
+    assert re.search(r"^estimate: \d+m \d\ds with -j \d+ .*critical path slow/train", plan.output, re.M), plan.output
+    bad = _invoke(["run", bigger, "--prefix", prefix, "--budget", "soon"], counter)
+    assert bad.exit_code == 2 and "--budget: duration must look like 2h" in bad.output, bad.output

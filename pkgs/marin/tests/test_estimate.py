@@ -128,3 +128,28 @@ def test_format_duration():
     assert format_duration(12.34) == "12.3s"
     assert format_duration(245) == "4m 05s"
     assert format_duration(3 * 3600 + 600) == "3h 10m"
+
+
+def test_budget_refuses_a_plan_whose_estimate_exceeds_it_naming_the_dominating_step(memory_prefix):
+    from marin.execution.estimate import OverBudget
+
+    runner = _runner(memory_prefix, max_parallel=2)
+    assert runner.run([_diamond("v1")]).ok
+    tight = _runner(memory_prefix, max_parallel=2, budget_s=0.3)
+    with pytest.raises(OverBudget, match=r"exceeds the budget of 0\.3s; most of it: d/b \(") as info:
+        tight.run([_diamond("v2")])
+    assert "with -j 2" in str(info.value)
+    # Nothing ran: every v2 step is still to build.
+    assert [p.action.value for p in runner.plan([_diamond("v2")]).steps] == ["run"] * 4
+    roomy = _runner(memory_prefix, max_parallel=2, budget_s=60)
+    assert roomy.run([_diamond("v2")]).ok
+
+
+def test_accelerator_hour_budget_names_the_accelerator_steps(memory_prefix):
+    from marin.execution.estimate import OverBudget
+
+    assert _runner(memory_prefix).run([timed_step("acc/t", seconds_per_step=0.05)]).ok
+    tpu = timed_step("acc/t", version="v2", seconds_per_step=0.05, resources=ResourceConfig.with_tpu("v4-32"))
+    with pytest.raises(OverBudget, match=r"accelerator-hours \(TPU v4-32 0\.00 h\), over the budget of 1e-06; "
+                                         r"most of it: acc/t \(0\.00 h TPU v4-32\)"):
+        _runner(memory_prefix, budget_accelerator_hours=1e-6).run([tpu])

@@ -25,23 +25,34 @@ from marin.cli.errors import MarinError
 @click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
 @click.option("--require-cached", is_flag=True,
               help="Fail, naming the steps, if anything would have to be built (cache hits are fine).")
+@click.option("--budget", metavar="DURATION", default=None,
+              help="Refuse to start if the plan's estimated wall time exceeds this (2h, 1h30m, 45m, seconds).")
+@click.option("--budget-accelerator-hours", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="HOURS", help="Refuse to start if the plan is estimated to use more accelerator-hours.")
 @cache_options
 @backend_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
-        force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool,
-        caches: tuple[str, ...], strict_env: bool | None, backend: str | None, ray_address: str | None) -> None:
+        force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
+        budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
+        backend: str | None, ray_address: str | None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
+    from marin.execution.estimate import parse_duration
 
+    try:
+        budget_s = parse_duration(budget) if budget is not None else None
+    except ValueError as e:
+        raise MarinError(f"--budget: {e}") from None
     steps = load_targets(list(targets))
     reporter = make_reporter()
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
-                                 require_cached=require_cached, backend=backend, ray_address=ray_address)
+                                 require_cached=require_cached, backend=backend, ray_address=ray_address,
+                                 budget_s=budget_s, budget_accelerator_hours=budget_accelerator_hours)
     try:
-        result = runner.run(steps)  # NotCached, ResourcesTooLarge ...: the CLI's one error funnel
+        result = runner.run(steps)  # NotCached, OverBudget, ResourcesTooLarge ...: the CLI's one error funnel
     finally:
         reporter.close()
         runner.close()

@@ -26,10 +26,12 @@ from marin.execution.hashing import flatten_config
 from marin.execution.plan import Action, Plan, PlannedStep
 
 __all__ = [
+    "OverBudget",
     "PlanEstimate",
     "StepEstimate",
     "estimate_plan",
     "estimate_step",
+    "over_budget",
     "format_duration",
     "parse_duration",
     "schedule",
@@ -318,6 +320,38 @@ def estimate_plan(plan: Plan, max_parallel: int) -> PlanEstimate:
         accelerator_hours=hours,
         names={pos: plan.steps[pos].name for pos in steps},
     )
+
+
+# -- budgets ----------------------------------------------------------------------------------
+
+class OverBudget(RuntimeError):
+    """The plan's estimate exceeds the budget it was given; the message names the steps that dominate."""
+
+
+def over_budget(estimate: PlanEstimate, *, seconds: float | None = None,
+                accelerator_hours: float | None = None) -> str | None:
+    """Why the plan does not fit the budget (wall time under its parallelism, or accelerator-hours
+    of every type together), naming the steps that cost the most; None when it fits.
+
+    Steps without an estimate count as nothing: a budget can refuse a plan, never pass one on a
+    guess (the plan says which steps it could not estimate).
+    """
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"budget must be > 0 seconds, got {seconds}")
+    if accelerator_hours is not None and not accelerator_hours > 0:
+        raise ValueError(f"accelerator-hour budget must be > 0, got {accelerator_hours}")
+    if seconds is not None and estimate.wall_s > seconds:
+        top = ", ".join(f"{e.name} ({format_duration(e.seconds)})" for e in estimate.dominating())
+        return (f"the plan's estimate, {format_duration(estimate.wall_s)} with -j {estimate.max_parallel}, "
+                f"exceeds the budget of {format_duration(seconds)}; most of it: {top}")
+    used = sum(estimate.accelerator_hours.values())
+    if accelerator_hours is not None and used > accelerator_hours:
+        kinds = ", ".join(f"{kind} {hours:.2f} h" for kind, hours in sorted(estimate.accelerator_hours.items()))
+        top = ", ".join(f"{e.name} ({e.accelerator_hours:.2f} h {e.resource})"
+                        for e in estimate.dominating(by_accelerator=True))
+        return (f"the plan would use {used:.2f} accelerator-hours ({kinds}), over the budget of "
+                f"{accelerator_hours:g}; most of it: {top}")
+    return None
 
 
 # -- durations as people write them ------------------------------------------------------------

@@ -75,6 +75,9 @@ class StepRunner:
         caches: read-only caches (other prefixes) to fetch finished steps from before building;
             default from the configuration.
         require_cached: refuse to build anything (raise :class:`NotCached` naming the steps).
+        budget_s: refuse a plan whose estimated wall time exceeds this many seconds
+            (``marin.execution.estimate.OverBudget`` naming the steps that dominate).
+        budget_accelerator_hours: refuse a plan estimated to use more accelerator-hours (all types).
     """
 
     def __init__(
@@ -96,6 +99,8 @@ class StepRunner:
         poll_interval: float = 0.1,
         require_cached: bool = False,
         capacity: Any = None,
+        budget_s: float | None = None,
+        budget_accelerator_hours: float | None = None,
     ):
         from rigging.config.discovery import discover_config, replace
 
@@ -129,6 +134,8 @@ class StepRunner:
         self._capacity = capacity
         self._admission: Any = None
         self._owns_client = False
+        self.budget_s = budget_s
+        self.budget_accelerator_hours = budget_accelerator_hours
 
     @property
     def backend(self) -> Backend:
@@ -165,10 +172,11 @@ class StepRunner:
         if self.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():
-            self.check_resources(plan)
             from marin.execution.estimate import estimate_plan
 
             plan.estimate = estimate_plan(plan, self.max_parallel)
+            self._check_budget(plan.estimate)
+            self.check_resources(plan)
         self.reporter.planned(plan)
         outcomes: dict[int, StepOutcome] = {}
         for pos, p in enumerate(plan.steps):
@@ -205,6 +213,19 @@ class StepRunner:
 
             self._admission = AdmissionController(self._capacity)
         return self._admission
+
+    def _check_budget(self, estimate: Any) -> None:
+        """Raise ``OverBudget`` when the estimate exceeds a budget this runner was given."""
+        if self.budget_s is None and self.budget_accelerator_hours is None:
+            return
+        from marin.execution.estimate import OverBudget, over_budget
+
+        why = over_budget(estimate, seconds=self.budget_s, accelerator_hours=self.budget_accelerator_hours)
+        if why is not None:
+            raise OverBudget(why)
+        if estimate.unknown:
+            logger.warning("the budget covers only the steps with an estimate; never built before: %s",
+                           ", ".join(estimate.names[pos] for pos in estimate.unknown))
 
     def check_resources(self, plan: Plan) -> None:
         """Refuse, before anything runs, a step that needs more than this machine has at all.
