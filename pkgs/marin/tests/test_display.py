@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 from steps_for_tests import ProgressingConfig, progressing
 
 from marin.cli.display import LiveReporter, PlainReporter, summary_table
@@ -66,3 +67,51 @@ def test_live_bars_show_the_step_count_on_a_terminal(tmp_path):
     text = out.getvalue()
     assert re.search(r"work/p .*step \d+/12 \(\d+%\), loss", text), text
     assert re.search(r"ran.* work/p in [0-9.]+s", text), text
+
+
+@pytest.mark.slow
+def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_steps(tmp_path):
+    """The real data and training steps: progress lines during training; a tokenize refactor
+    reuses the trained model; a forced retrain on CPU reports no nondeterminism (the volatile
+    files named for training are all that differ between two builds)."""
+    import dataclasses
+
+    from levanter.checkpoint import CheckpointConfig
+    from levanter.models.llama import LlamaConfig
+    from levanter.optim import AdamConfig
+    from marin.execution.lazy import lower
+    from marin.execution.step_runner import Outcome
+    from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
+    from marin.experiment.train import train_lm
+
+    def graph(version: str) -> Step:
+        corpus = bundled_corpus(name="raw/p", num_stories=400, num_shards=2)
+        tok = trained_tokenizer(name="tokenizers/p", source=corpus, vocab_size=300)
+        data = dataclasses.replace(lower(tokenized(name="tokenized/p", source=corpus, tokenizer=tok)), version=version)
+        model = LlamaConfig(vocab_size=300, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2,
+                            num_layers=1, max_seq_len=32)
+        return lower(train_lm(name="checkpoints/p", version="v1", model=model,
+                              optimizer=AdamConfig(learning_rate=3e-3, warmup=2), datasets={data: 1.0},
+                              batch_size=4, seq_len=32, num_train_steps=300, eval_every=0,
+                              checkpoint=CheckpointConfig(save_every=150)))
+
+    prefix = str(tmp_path / "store")
+    out = io.StringIO()
+    runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False,
+                        reporter=PlainReporter(out, progress_interval=0.2))
+    first = runner.run([graph("v1")])
+    assert first.ok, out.getvalue()
+    before = _lines_before_finish(out.getvalue(), "checkpoints/p")
+    steps = [int(m.group(1)) for line in before
+             for m in [re.match(r"\[progress\] checkpoints/p: step (\d+)/300 \(\d+%\), loss [0-9.]+, ", line)] if m]
+    assert steps and min(steps) < 300, out.getvalue()
+
+    # The tokenize code "refactored": a version bump, the same shards. Training is not repeated.
+    second = StepRunner(prefix=prefix, max_parallel=1, strict_env=False).run([graph("v2")])
+    assert second.by_name("tokenized/p").outcome is Outcome.RAN
+    assert second.by_name("checkpoints/p").outcome is Outcome.REUSED, second.by_name("checkpoints/p")
+
+    # Training twice from the same inputs on CPU gives the same model: no nondeterminism reported.
+    third = StepRunner(prefix=prefix, max_parallel=1, strict_env=False, force=["checkpoints/p"]).run([graph("v2")])
+    retrained = third.by_name("checkpoints/p")
+    assert retrained.outcome is Outcome.RAN and retrained.note is None, retrained.note

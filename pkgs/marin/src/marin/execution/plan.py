@@ -271,6 +271,7 @@ def make_plan(
     explain: bool = True,
     env_digest: str | None = None,
     caches: Sequence[str] = (),
+    early_cutoff: bool = True,
 ) -> Plan:
     """Plan ``targets``: which steps are cached, which run and why.
 
@@ -283,6 +284,8 @@ def make_plan(
         explain: compute the reasons (reads earlier builds); off for the fast no-op path.
         env_digest: the current environment's digest, to note cached steps built elsewhere.
         caches: read-only caches (other prefixes) to fetch finished steps from.
+        early_cutoff: reuse an earlier build of a step whose inputs' content is unchanged
+            (``marin.execution.realise``); off, every step downstream of a rebuilt one runs.
     """
     roots = select(targets, only)
     graph = collect_graph(roots)
@@ -359,7 +362,7 @@ def make_plan(
             if built and built != env_digest:
                 p.env_note = "built in a different environment"
     plan = Plan(store, planned, pos_of, salt=salt)
-    if any(p.action is Action.RUN for p in planned):
+    if early_cutoff and any(p.action is Action.RUN for p in planned):
         from marin.execution.realise import plan_reuse
 
         plan_reuse(plan, [store.prefix, *caches])

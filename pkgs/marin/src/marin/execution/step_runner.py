@@ -78,6 +78,8 @@ class StepRunner:
         budget_s: refuse a plan whose estimated wall time exceeds this many seconds
             (``marin.execution.estimate.OverBudget`` naming the steps that dominate).
         budget_accelerator_hours: refuse a plan estimated to use more accelerator-hours (all types).
+        early_cutoff: reuse an earlier build of a step whose inputs were rebuilt with identical
+            output (``marin.execution.realise``); off, everything downstream of a rebuild runs.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class StepRunner:
         capacity: Any = None,
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
+        early_cutoff: bool = True,
     ):
         from rigging.config.discovery import discover_config, replace
 
@@ -136,6 +139,7 @@ class StepRunner:
         self._owns_client = False
         self.budget_s = budget_s
         self.budget_accelerator_hours = budget_accelerator_hours
+        self.early_cutoff = early_cutoff
 
     @property
     def backend(self) -> Backend:
@@ -163,7 +167,8 @@ class StepRunner:
         elif note_env:
             _, env_digest = self._env()
         return make_plan(steps, self.store, force=self.force, only=self.only, salt=salt,
-                         explain=explain, env_digest=env_digest if note_env else None, caches=self.caches)
+                         explain=explain, env_digest=env_digest if note_env else None, caches=self.caches,
+                         early_cutoff=self.early_cutoff)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, steps: Iterable[Step | Lazy]) -> RunResult:
@@ -412,7 +417,7 @@ class StepRunner:
                 lease.release()
                 return None
         if not forced and (p.action is Action.REUSE
-                           or realisable(plan, p, self._places())):
+                           or (self.early_cutoff and realisable(plan, p, self._places()))):
             if self._realise(plan, p, lease):
                 settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=[str(r) for r in p.reasons]))
                 return None
