@@ -262,3 +262,36 @@ def test_a_preempted_step_exits_75_and_is_retried(tmp_path):
     assert result.ok, result.failed
     log = fs.read_text(StepRecord(result.steps[0].output_path).log)
     assert "exit code 75" in log and "preempted by SIGTERM after step 7" in log
+
+
+# -- progress of a step on a Ray worker -------------------------------------------------------
+
+def count_slowly(config: dict, output_path: str) -> None:
+    """Work through ``config["units"]`` units, writing a progress record beside the output as it goes."""
+    from rigging.progress import ProgressWriter
+
+    writer = ProgressWriter(output_path, total=config["units"], unit="step", interval=0.0)
+    for i in range(config["units"]):
+        time.sleep(0.15)
+        writer.update(i + 1, loss=1.0 / (i + 1))
+    fs.atomic_write(fs.join(output_path, "done.txt"), "ok")
+
+
+def test_progress_of_a_step_on_a_ray_worker_shows_while_it_runs(tmp_path, ray_cluster):  # noqa: F811
+    import re
+
+    from marin.cli.display import PlainReporter
+
+    out = io.StringIO()
+    step = Step(name="ray/progress", fn=count_slowly, config={"units": 20})
+    runner = _runner(str(tmp_path / "store"), Backend.RAY, ray_cluster, reporter=PlainReporter(out, progress_interval=0.2))
+    try:
+        result = runner.run([step])
+    finally:
+        runner.close()
+    assert result.ok, result.failed
+    lines = out.getvalue().splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith("[ran] ray/progress"))
+    counts = [int(m.group(1)) for line in lines[:end]
+              for m in [re.match(r"\[progress\] ray/progress: step (\d+)/20 \(\d+%\), loss", line)] if m]
+    assert counts and min(counts) < 20, out.getvalue()
