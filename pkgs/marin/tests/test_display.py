@@ -47,6 +47,13 @@ def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down
     assert re.search(r"^estimate: [0-9.]+s with -j 1 \(steps add up to [0-9.]+s; critical path work/p: ", text, re.M), text
     left = [m.group(1) for m in re.finditer(r"^\[progress\] run: about ([0-9.]+)s left$", text, re.M)]
     assert left, text
+    # The run's HTML report carries the same estimate beside the actual time.
+    from marin.report.collect import collect_run
+
+    (reported,) = collect_run(result).steps
+    (estimated,) = result.plan.estimate.steps.values()
+    assert reported.estimate_s == estimated.seconds and "1 earlier build(s)" in reported.estimate_basis
+    assert reported.duration_s is not None
     table = summary_table(result)
     assert re.search(r"^ran\s+work/p\s+[0-9a-f]{16}\s+[0-9.]+s\s+[0-9.]+s$", table, re.M), table
     assert table.splitlines()[0].split() == ["outcome", "step", "hash", "estimate", "time"]

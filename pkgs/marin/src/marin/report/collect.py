@@ -61,6 +61,8 @@ class ReportStep:
         config: the resolved config (placeholders as paths, secrets redacted).
         environment: the environment it was built in (None until it finished once).
         started_at, finished_at, duration_s: timings of the build (seconds since the epoch / seconds).
+        estimate_s, estimate_basis: the run's estimate of the build, and where it came from
+            ("no estimate: never built before"); None when the step was not estimated.
         attempts: how many attempts the build took.
         host: where it was built.
         output_bytes, output_files: the size of its output (from the manifest).
@@ -85,6 +87,8 @@ class ReportStep:
     started_at: float | None = None
     finished_at: float | None = None
     duration_s: float | None = None
+    estimate_s: float | None = None
+    estimate_basis: str | None = None
     attempts: int | None = None
     host: str | None = None
     output_bytes: int | None = None
@@ -118,6 +122,8 @@ class ReportStep:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_s": self.duration_s,
+            "estimate_s": self.estimate_s,
+            "estimate_basis": self.estimate_basis,
             "attempts": self.attempts,
             "host": self.host,
             "output_bytes": self.output_bytes,
@@ -301,6 +307,10 @@ def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
     if plan is not None and len(plan.steps) == len(result.steps):
         paths = plan.paths()
         steps = [_build_step(p, o, paths) for p, o in zip(plan.steps, result.steps, strict=True)]
+        if plan.estimate is not None:
+            for pos, estimate in plan.estimate.steps.items():
+                steps[pos].estimate_s = estimate.seconds
+                steps[pos].estimate_basis = estimate.basis
     else:
         steps = [_build_step(None, o, {}) for o in result.steps]
         _deps_from_provenance(steps)

@@ -387,6 +387,7 @@
       ["started", st.started_at ? fmtTime(st.started_at) : null],
       ["finished", st.finished_at ? fmtTime(st.finished_at) : null],
       ["duration", st.duration_s !== null ? fmtDuration(st.duration_s) : null],
+      ["estimate", st.estimate_basis ? (st.estimate_s !== null ? fmtDuration(st.estimate_s) + " (" + st.estimate_basis + ")" : st.estimate_basis) : null],
       ["attempts", st.attempts],
       ["host", st.host],
       ["output size", st.output_bytes !== null ? fmtBytes(st.output_bytes) + (st.output_files !== null ? " in " + st.output_files + " files" : "") : null]
@@ -486,7 +487,7 @@
 
   function drawTable() {
     var table = document.getElementById("steps-table");
-    table.appendChild(h("thead", null, h("tr", null, ["step", "state", "hash", "duration", "output size", "details", "why"]
+    table.appendChild(h("thead", null, h("tr", null, ["step", "state", "hash", "estimate", "duration", "output size", "details", "why"]
       .map(function (c) { return h("th", { text: c }); }))));
     var body = h("tbody");
     STEPS.forEach(function (st, i) {
@@ -495,6 +496,7 @@
         h("td", { "class": "name" }, stepButton(i)),
         h("td", null, badge(st.state)),
         h("td", { "class": "mono", text: st.short_hash }),
+        h("td", { "class": "num", title: st.estimate_basis || "", text: st.estimate_s !== null ? fmtDuration(st.estimate_s) : st.estimate_basis ? "none" : "" }),
         h("td", { "class": "num", text: fmtDuration(st.duration_s) }),
         h("td", { "class": "num", text: fmtBytes(st.output_bytes) }),
         h("td", { text: stepSummary(st) }),
