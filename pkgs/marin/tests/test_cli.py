@@ -322,5 +322,8 @@ def test_run_budget_refuses_an_estimate_over_it(tmp_path, counter):
     plan = _invoke(["plan", bigger, "--prefix", prefix], counter)
     assert re.search(r"^run\s+slow/train\s+[0-9a-f]{16}\s+\d+m \d\ds\s+version bumped", plan.output, re.M), plan.output
     assert re.search(r"^estimate: \d+m \d\ds with -j \d+ .*critical path slow/train", plan.output, re.M), plan.output
+    machine = json.loads(_invoke(["plan", bigger, "--prefix", prefix, "--json"], counter).output)["estimate"]
+    assert machine["critical_path"] == ["slow/train"] and machine["no_estimate"] == []
+    assert machine["steps"][0]["seconds"] > 5 and "scaled by num_train_steps" in machine["steps"][0]["basis"]
     bad = _invoke(["run", bigger, "--prefix", prefix, "--budget", "soon"], counter)
     assert bad.exit_code == 2 and "--budget: duration must look like 2h" in bad.output, bad.output
