@@ -13,17 +13,21 @@ from marin.cli.common import cache_options, prefix_option, runner_from_options, 
 @click.option("--force", multiple=True, metavar="GLOB", help="Plan as if these steps were forced.")
 @click.option("--only", multiple=True, metavar="GLOB", help="Plan only matching steps (and dependencies).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("-j", "--max-parallel", type=click.IntRange(min=1), default=None,
+              help="Steps `marin run` would run at once (for the estimate's wall time).")
 @cache_options
 @click.pass_context
 def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force: tuple[str, ...],
-         only: tuple[str, ...], as_json: bool, caches: tuple[str, ...], strict_env: bool | None) -> None:
+         only: tuple[str, ...], as_json: bool, max_parallel: int | None, caches: tuple[str, ...],
+         strict_env: bool | None) -> None:
     """Say what `marin run` would do for TARGET..., and why."""
     from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
     from marin.execution.estimate import estimate_plan, format_duration
 
     steps = load_targets(list(targets))
-    runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env)
+    runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env,
+                                 max_parallel=max_parallel)
     the_plan = runner.plan(steps, note_env=True)
     if the_plan.to_run():
         the_plan.estimate = estimate_plan(the_plan, runner.max_parallel)
