@@ -24,6 +24,7 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
     from marin.execution.estimate import estimate_plan, format_duration
+    from marin.execution.plan import Action
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env,
@@ -42,7 +43,10 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         rows.append([p.action.value, p.name, p.hash[:16], guess, why])
     click.echo(table(rows, ["action", "step", "hash", "estimate", "why"]))
     n_run = len(the_plan.to_run())
-    n_fetch = len(the_plan.to_do()) - n_run
-    click.echo(f"{n_run} to run, {n_fetch} to fetch from caches, {len(the_plan.steps) - n_run - n_fetch} cached or unneeded")
+    n_reuse = sum(1 for p in the_plan.steps if p.action is Action.REUSE)
+    n_fetch = len(the_plan.to_do()) - n_run - n_reuse
+    reused = f", {n_reuse} to reuse (inputs rebuilt with identical output)" if n_reuse else ""
+    click.echo(f"{n_run} to run, {n_fetch} to fetch from caches{reused}, "
+               f"{len(the_plan.steps) - n_run - n_fetch - n_reuse} cached or unneeded")
     for line in estimate_lines(the_plan):
         click.echo(line)
