@@ -17,13 +17,16 @@ giving different outputs: that is reported as nondeterminism, naming the files t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.hashing import dependencies_of, step_key
 from marin.execution.step import Step
 from marin.execution.store import ALWAYS_VOLATILE, StepRecord, differing_files, finished_builds, output_digest
+
+if TYPE_CHECKING:
+    from marin.execution.plan import Plan, PlannedStep
 
 __all__ = [
     "REALISATION_SCHEMA",
@@ -32,6 +35,11 @@ __all__ = [
     "digest_of_build",
     "find_nondeterminism",
     "find_realisation",
+    "copy_realisation",
+    "nondeterminism_of",
+    "plan_reuse",
+    "realisable",
+    "realisation_fields",
     "realisation_key",
     "volatile_patterns",
 ]
@@ -168,7 +176,7 @@ def find_nondeterminism(name: str, key: str, digest: str, manifest: Mapping[str,
 
 # -- the plan and the runner ------------------------------------------------------------------
 
-def _inputs_in_plan(plan: Any, planned: Any, digest_at: Any) -> tuple[dict[int, str], list[dict[str, Any]]] | None:
+def _inputs_in_plan(plan: Plan, planned: PlannedStep, digest_at: Callable[[int], str | None]) -> tuple[dict[int, str], list[dict[str, Any]]] | None:
     outputs = {}
     for dep in dependencies_of(planned.step):
         q = plan.steps[plan.pos_of[id(dep)]]
@@ -176,12 +184,12 @@ def _inputs_in_plan(plan: Any, planned: Any, digest_at: Any) -> tuple[dict[int, 
     return inputs_of(planned.step, outputs)
 
 
-def _finished_digest(plan: Any, pos: int) -> str | None:
+def _finished_digest(plan: Plan, pos: int) -> str | None:
     q = plan.steps[pos]
     return digest_of_build(q.output_path, q.step.config)
 
 
-def plan_reuse(plan: Any, places: Sequence[str]) -> None:
+def plan_reuse(plan: Plan, places: Sequence[str]) -> None:
     """Turn the plan's steps that would run into reuses where an earlier build of the same step over
     the same input content exists (here or in a cache): action ``REUSE``, and a reason naming the
     inputs that were rebuilt with identical output. Forced steps always run."""
@@ -210,7 +218,7 @@ def plan_reuse(plan: Any, places: Sequence[str]) -> None:
         known[pos] = found.output_digest
 
 
-def realisation_fields(plan: Any, planned: Any, manifest: Mapping[str, Any]) -> dict[str, Any]:
+def realisation_fields(plan: Plan, planned: PlannedStep, manifest: Mapping[str, Any]) -> dict[str, Any]:
     """What a finished build's success record says of its content: its output digest, its
     realisation key and inputs (absent when an input's digest is not known)."""
     digest = output_digest(dict(manifest), volatile_patterns(planned.step.config))
@@ -222,7 +230,7 @@ def realisation_fields(plan: Any, planned: Any, manifest: Mapping[str, Any]) -> 
     return fields
 
 
-def realisable(plan: Any, planned: Any, places: Sequence[str]) -> Realised | None:
+def realisable(plan: Plan, planned: PlannedStep, places: Sequence[str]) -> Realised | None:
     """For a step about to run whose inputs are now all built: an earlier build of the same step
     over the same input content, found by its realisation key; None to run it."""
     inputs = _inputs_in_plan(plan, planned, lambda pos: _finished_digest(plan, pos))
@@ -238,7 +246,7 @@ def realisable(plan: Any, planned: Any, places: Sequence[str]) -> Realised | Non
     return found
 
 
-def copy_realisation(plan: Any, planned: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def copy_realisation(plan: Plan, planned: PlannedStep) -> tuple[dict[str, Any], dict[str, Any]]:
     """Copy ``planned.realised`` into the step's own folder, verified against its manifest, and
     record where it came from; returns (manifest, success-record fields) for the caller to publish.
 
@@ -272,7 +280,7 @@ def copy_realisation(plan: Any, planned: Any) -> tuple[dict[str, Any], dict[str,
     return manifest, fields
 
 
-def nondeterminism_of(planned: Any, manifest: Mapping[str, Any], fields: Mapping[str, Any], places: Sequence[str],
+def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields: Mapping[str, Any], places: Sequence[str],
                       previous: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Nondeterminism | None:
     """Whether a build that just finished came out different from another build of the same inputs:
     the one it replaced (``previous``: that build's success record and manifest, for a forced
