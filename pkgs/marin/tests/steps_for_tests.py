@@ -18,10 +18,6 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it

@@ -125,3 +125,13 @@ def test_volatile_files_must_be_a_tuple_of_patterns():
 
     with pytest.raises(TypeError, match=r"Bad.VOLATILE_FILES must be a tuple of glob patterns, got 'metrics.jsonl'"):
         volatile_patterns(Bad())
+
+
+def test_a_build_fetched_from_a_cache_keeps_its_realisation_record(tmp_path, counter):
+    first_prefix = str(tmp_path / "first")
+    built = _runner(first_prefix).run([_graph(counter)[1]]).by_name("cut/down")
+    fetched = _runner(str(tmp_path / "second"), caches=[first_prefix]).run([_graph(counter)[1]]).by_name("cut/down")
+    assert fetched.outcome is Outcome.CACHED and "fetched from" in (fetched.note or "")
+    original, copy = (StepRecord(s.output_path).read_json(StepRecord(s.output_path).success) for s in (built, fetched))
+    for key in ("output_digest", "realisation_key", "inputs"):
+        assert copy[key] == original[key], key

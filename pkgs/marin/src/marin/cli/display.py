@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from marin.execution.estimate import format_duration, schedule
-from marin.execution.plan import Action, Plan, PlannedStep
 from marin.execution.outcome import Outcome, RunResult, StepOutcome
+from marin.execution.plan import Action, Plan, PlannedStep
 from rigging.progress import ProgressRecord, read_progress
 
 __all__ = ["LiveReporter", "PlainReporter", "describe_progress", "estimate_lines", "make_reporter", "summary_table"]

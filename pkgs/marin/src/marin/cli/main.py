@@ -47,6 +47,7 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     """Every exception that is the user's to fix: (type, hint, exit code), first match wins."""
     from iris.admission import ResourcesTooLarge
     from marin.execution.cache import CacheMiss
+    from marin.execution.estimate import OverBudget
     from marin.execution.outcome import NotCached
     from marin.execution.step import InvalidStep
     from marin.experiment.sources import DataSourceError
@@ -58,6 +59,8 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
         (ConfigError, "fix the configuration source named above (see `marin config`)", 2),
         (ResourcesTooLarge, None, 2),  # the message names the step, the resource and what to do
         (NotCached, "build them where accelerator time is allowed, then `marin push` to the cache", 1),
+        (OverBudget, "raise the budget, or plan less (--only, fewer training steps); `marin plan` shows "
+                     "every step's estimate", 1),
         (CacheMiss, "run `marin verify` and rebuild the step", 2),
         (SecretNotFound, None, 2),  # the message says what to export
         (DataSourceError, "check the data source named above", 2),

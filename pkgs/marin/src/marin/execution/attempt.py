@@ -29,6 +29,7 @@ from marin.execution.hashing import (
 )
 from marin.execution.outcome import Outcome, StepOutcome
 from marin.execution.plan import Plan, PlannedStep
+from marin.execution.realise import carried_fields, nondeterminism_of, realisation_fields
 from marin.execution.secrets import SecretMask
 from marin.execution.step import Step
 from marin.execution.store import (
@@ -93,6 +94,9 @@ class AttemptContext:
     strict_env: bool
     environment: Callable[[], tuple[dict[str, Any], str]]
     """The environment fingerprint and its digest (for provenance)."""
+    places: tuple[str, ...] = ()
+    """Where other builds of a step may be found (the prefix, then caches): a build that differs
+    from another of the same inputs is reported as nondeterministic."""
 
 
 def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
@@ -103,7 +107,9 @@ def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
     try:
         substitute(p.cache_hit, p.output_path)
         lease.check()
-        record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path))
+        cached = StepRecord(p.cache_hit.path).read_json(StepRecord(p.cache_hit.path).success) or {}
+        record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path),
+                       extra=carried_fields(cached))
     except CacheMiss as e:
         logger.warning("%s; rebuilding %s", e, p.output_name)
         return False
@@ -134,6 +140,8 @@ class StepAttempt:
     mask: SecretMask = field(default_factory=SecretMask)
     log_offsets: dict[int, int] = field(default_factory=dict)
     logs_polled: float = 0.0
+    replaced: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """A forced rebuild: the success record and manifest of the build it replaces."""
 
     # -- start ----------------------------------------------------------------------------
     @classmethod
@@ -317,10 +325,17 @@ class StepAttempt:
             self._close_log()
             self.lease.check()
             manifest = compute_manifest(p.output_path)
+            fields = realisation_fields(plan, p, manifest)
+            odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
+            if odd is not None:
+                logger.warning("%s: %s", p.output_name, odd)
             record.write_json(record.manifest, manifest)
-            record.write_json(record.provenance, self._provenance(plan, timing, manifest))
+            provenance = self._provenance(plan, timing, manifest)
+            if odd is not None:
+                provenance["nondeterminism"] = odd.to_json()
+            record.write_json(record.provenance, provenance)
             self.lease.check()  # fencing: a runner that lost its lease never publishes
-            record.publish(p.name, p.hash, manifest)
+            record.publish(p.name, p.hash, manifest, extra=fields)
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
@@ -328,7 +343,7 @@ class StepAttempt:
         self.lease.stop_heartbeat()
         clear_leases(record.meta)
         return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
-                              duration=duration)
+                              duration=duration, note=str(odd) if odd is not None else None)
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""

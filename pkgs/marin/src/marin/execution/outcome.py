@@ -27,6 +27,7 @@ class NotCached(RuntimeError):
 class Outcome(enum.Enum):
     CACHED = "cached"
     RAN = "ran"
+    REUSED = "reused"  # an earlier build over the same input content was copied in (early cutoff)
     FAILED = "failed"
     UPSTREAM_FAILED = "not run: upstream failed"
     WOULD_RUN = "would run"

@@ -29,18 +29,21 @@ if TYPE_CHECKING:
     from marin.execution.plan import Plan, PlannedStep
 
 __all__ = [
+    "CARRIED",
     "REALISATION_SCHEMA",
     "Nondeterminism",
     "Realised",
     "digest_of_build",
     "find_nondeterminism",
     "find_realisation",
+    "carried_fields",
     "copy_realisation",
     "nondeterminism_of",
     "plan_reuse",
     "realisable",
     "realisation_fields",
     "realisation_key",
+    "snapshot_build",
     "volatile_patterns",
 ]
 
@@ -278,6 +281,22 @@ def copy_realisation(plan: Plan, planned: PlannedStep) -> tuple[dict[str, Any], 
     })
     record.write_json(record.provenance, provenance)
     return manifest, fields
+
+
+CARRIED = ("output_digest", "realisation_key", "inputs")
+"""The fields of a success record that describe the content, and travel with a copy of the output."""
+
+
+def carried_fields(success: Mapping[str, Any]) -> dict[str, Any]:
+    """What a copy of a build (fetched from a cache) keeps of the original's success record."""
+    return {k: success[k] for k in CARRIED if k in success}
+
+
+def snapshot_build(record: StepRecord) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The success record and manifest of a finished build about to be replaced (a forced rebuild)."""
+    success = record.read_json(record.success)
+    manifest = record.read_json(record.manifest)
+    return (success, manifest) if success is not None and manifest is not None else None
 
 
 def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields: Mapping[str, Any], places: Sequence[str],

@@ -7,6 +7,7 @@ This module schedules; one step's attempt (start, poll, retry, publish) is
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,8 @@ from rigging.config.discovery import Backend, MarinConfig
 from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, default_holder
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
+
+logger = logging.getLogger(__name__)
 
 _FAILED = (Outcome.FAILED, Outcome.UPSTREAM_FAILED)
 _BUILT = (Outcome.CACHED, Outcome.RAN, Outcome.REUSED)

@@ -162,9 +162,14 @@ class StepRecord:
             return StepStatus(BuildState.RUNNING, attempt, lease.holder, error, data, written)
         return StepStatus(BuildState.KILLED, attempt, holder, error, data, written)
 
-    def publish(self, name: str, digest: str, manifest: dict[str, Any]) -> bool:
-        """Write the success record (the step is done from now on); False if one already exists."""
-        body = {"hash": digest, "name": name, "finished_at": time.time(), "manifest_sha256": manifest_digest(manifest)}
+    def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None) -> bool:
+        """Write the success record (the step is done from now on); False if one already exists.
+
+        ``extra``: more fields for the record (the output digest and realisation of
+        ``marin.execution.realise``).
+        """
+        body = {"hash": digest, "name": name, "finished_at": time.time(), "manifest_sha256": manifest_digest(manifest),
+                **(extra or {})}
         return fs.create_if_absent(self.success, json.dumps(body))
 
 
