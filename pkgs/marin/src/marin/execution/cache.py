@@ -54,17 +54,30 @@ def _travels(rel: str) -> bool:
     return not (rel.startswith(META_DIR + "/") and name.startswith(_LOCAL_ONLY))
 
 
-def copy_tree(src: str, dst: str, *, skip_success: bool = True) -> int:
+def copy_tree(src: str, dst: str, *, skip_success: bool = True, link: bool = False) -> int:
     """Copy every file of ``src`` into ``dst`` (streamed); returns bytes copied.
 
-    The success record is left out unless asked for: callers write it last.
+    The success record is left out unless asked for: callers write it last. With ``link``, files
+    of a local ``src`` are hard-linked into a local ``dst`` where the file system allows (finished
+    outputs are never written in place: records are replaced by renames), else copied.
     """
+    import os
+
     copied = 0
+    linking = link and fs.is_local(src) and fs.is_local(dst)
     for rel, _size in fs.walk_files(src):
         if not _travels(rel):
             continue
         if skip_success and rel == f"{META_DIR}/success.json":
             continue
+        if linking:
+            target = fs.strip_protocol(fs.join(dst, rel))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            try:
+                os.link(fs.strip_protocol(fs.join(src, rel)), target)
+                continue
+            except OSError:
+                linking = False  # another file system, or links not allowed: copy from here on
         with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, rel), "wb") as fout:
             while chunk := fin.read(1 << 22):
                 fout.write(chunk)
@@ -72,10 +85,11 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True) -> int:
     return copied
 
 
-def substitute(hit: CacheHit, dst: str) -> None:
+def substitute(hit: CacheHit, dst: str, *, link: bool = False) -> None:
     """Copy a cache hit into ``dst`` and verify it; raise :class:`CacheMiss` (and clean up) if bad.
 
-    The caller holds ``dst``'s lease and writes the success record afterwards.
+    The caller holds ``dst``'s lease and writes the success record afterwards. ``link``: hard-link
+    local files instead of copying them (see :func:`copy_tree`).
     """
     src_record = StepRecord(hit.path)
     manifest = src_record.read_json(src_record.manifest)
@@ -83,7 +97,7 @@ def substitute(hit: CacheHit, dst: str) -> None:
     if manifest is None or success is None:
         raise CacheMiss(f"cache entry {hit.path} has no readable manifest or success record")
     try:
-        copy_tree(hit.path, dst)
+        copy_tree(hit.path, dst, link=link)
     except (OSError, ValueError) as e:
         clear_output(dst)
         raise CacheMiss(f"copying cache entry {hit.path} failed: {e}") from e

@@ -264,7 +264,8 @@ def copy_realisation(plan: Plan, planned: PlannedStep) -> tuple[dict[str, Any], 
     found: Realised = planned.realised
     record = StepRecord(planned.output_path)
     started = time.time()
-    substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path)
+    # A finished output is never written in place, so on one local file system links stand in for copies.
+    substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path, link=True)
     manifest = record.read_json(record.manifest) or {"files": []}
     fields = {**realisation_fields(plan, planned, manifest), "realised_from": found.output_path}
     if fields["output_digest"] != found.output_digest:
