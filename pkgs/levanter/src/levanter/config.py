@@ -191,6 +191,7 @@ class TrainLmConfig:
         "checkpoints/*/state/manifest.ocdbt",  # OCDBT: lists its data files, which are named at random
         "checkpoints/*/state/d/*",  # OCDBT data files, named at random
         "checkpoints/*/state/ocdbt.process_*",  # the same, per process
+        "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
     )
     """Output files that differ between two runs of the same config and data (found by training
     twice and comparing the outputs' manifests); marin leaves them out of a run's output digest.
