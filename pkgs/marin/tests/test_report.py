@@ -219,7 +219,7 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     assert json.loads(config) == {"numbers_path": numbers_path + "/numbers.txt"}
     assert result.by_name("hello/stats").hash in panel.text
     assert "hello_world:compute_stats" in panel.text
-    assert panel.find_element(By.CSS_SELECTOR, "[data-role=reasons]").text == "upstream changed: hello/numbers"
+    assert panel.find_element(By.CSS_SELECTOR, "[data-role=reasons]").text == "new: no earlier build of this name"
     assert "hello/numbers" in panel.find_element(By.CSS_SELECTOR, "ul.deps").text
     assert "python" in panel.text and "uv_lock_sha256" in panel.text
 
