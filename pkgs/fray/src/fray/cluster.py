@@ -6,6 +6,7 @@ from fray.inprocess import InProcessClient
 from fray.local import LocalClient, LocalJobHandle
 from fray.ray_client import RayClient, RayJobHandle
 from fray.types import (
+    ANY_REGION,
     PREEMPTED_EXIT_CODE,
     ActorHandle,
     DistributedClient,
@@ -16,12 +17,14 @@ from fray.types import (
     Preempted,
     RayOptionsLike,
     RemoteError,
+    ResourceConfig,
     ResourcesLike,
     ray_options_of,
 )
 from rigging.config.discovery import Backend, MarinConfig, discover_config
 
 __all__ = [
+    "ANY_REGION",
     "ActorHandle",
     "DistributedClient",
     "Future",
@@ -37,6 +40,7 @@ __all__ = [
     "RayJobHandle",
     "RayOptionsLike",
     "RemoteError",
+    "ResourceConfig",
     "ResourcesLike",
     "current_client",
     "ray_options_of",

@@ -1,4 +1,5 @@
-"""The interfaces every backend implements: futures, job handles, actors and the client."""
+"""The interfaces every backend implements: futures, job handles, actors and the client; and
+``ResourceConfig`` (from :mod:`fray.resources`), the request type every backend reads."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from fray.resources import ANY_REGION, ResourceConfig
+
 __all__ = [
+    "ANY_REGION",
     "ActorHandle",
     "DistributedClient",
     "Future",
@@ -18,6 +22,7 @@ __all__ = [
     "Preempted",
     "RayOptionsLike",
     "RemoteError",
+    "ResourceConfig",
     "ResourcesLike",
     "ray_options_of",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "listdir",
     "makedirs",
     "open_file",
+    "open_url",
     "protocol_of",
     "read_bytes",
     "read_text",
@@ -162,6 +163,10 @@ def open_file(path: str, mode: str = "rb", **kwargs: Any):
             return data
         return io.TextIOWrapper(data, encoding=kwargs.get("encoding") or "utf-8", newline=kwargs.get("newline"))
     return fs.open(p, mode, **kwargs)
+
+
+open_url = open_file
+"""Marin's name for :func:`open_file` (``open_url(path, "w")`` in its experiment files)."""
 
 
 def size(path: str) -> int:
