@@ -16,6 +16,7 @@ from rigging.config.discovery import (
     Backend,
     ConfigError,
     MarinConfig,
+    UnknownEnvVariable,
     discover_config,
     find_workspace_root,
 )
@@ -203,8 +204,14 @@ def test_bad_env_values_name_the_variable(ws, user_file):
         discover(ws, user_file, env={"MARIN_MAX_PARALLEL": "-1"})
     with pytest.raises(ConfigError, match=r"^environment variable MARIN_BACKEND: bad value"):
         discover(ws, user_file, env={"MARIN_BACKEND": "slurm"})
-    with pytest.raises(ConfigError, match=r"^environment variable MARIN_PREFX: unknown key"):
-        discover(ws, user_file, env={"MARIN_PREFX": "/x"})
+
+
+@pytest.mark.parametrize("name", ["MARIN_PREFX", "MARIN_ROOT", "MARIN_CI_S3_PREFIX"])
+def test_unknown_env_variables_warn_and_are_ignored(ws, user_file, name):
+    with pytest.warns(UnknownEnvVariable, match=rf"^environment variable {name} is not a marin-build setting"):
+        config = discover(ws, user_file, env={name: "/x", "MARIN_MAX_PARALLEL": "3"})
+    assert config.max_parallel == 3
+    assert config.sources["max_parallel"] == "environment variable MARIN_MAX_PARALLEL"
 
 
 def test_bad_override_names_the_key(ws, user_file):

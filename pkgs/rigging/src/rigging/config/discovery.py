@@ -10,14 +10,23 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Backend", "ConfigError", "MarinConfig", "discover_config", "find_workspace_root"]
+__all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "discover_config", "find_workspace_root"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class UnknownEnvVariable(UserWarning):
+    """A ``MARIN_*`` environment variable that this configuration does not know (ignored)."""
+
+
+class UnknownEnvVariable(UserWarning):
+    """A ``MARIN_*`` environment variable that this configuration does not know (ignored)."""
 
 
 class ConfigError(ValueError):
@@ -236,12 +245,13 @@ def discover_config(
             continue
         key = name[len("MARIN_"):].lower()
         if key not in _SETTABLE:
-            # Only keys this config owns are checked; other tools may use MARIN_* too.
-            if key in _RESERVED_ENV:
-                continue
-            raise ConfigError(
-                f"environment variable {name}: unknown key (known: {', '.join('MARIN_' + k.upper() for k in _SETTABLE)})"
-            )
+            # Other tools (Marin's own scripts and CI: MARIN_ROOT, MARIN_CI_S3_PREFIX ...) set
+            # MARIN_* variables too: say that this config ignores them, never fail on them.
+            if key not in _RESERVED_ENV:
+                warnings.warn(
+                    f"environment variable {name} is not a marin-build setting and is ignored "
+                    f"(known: {', '.join('MARIN_' + k.upper() for k in _SETTABLE)})", UnknownEnvVariable, stacklevel=2)
+            continue
         env_values[key] = raw
     for key, raw in sorted(env_values.items()):
         apply({key: raw}, f"environment variable MARIN_{key.upper()}", key_name=lambda k: "MARIN_" + k.upper())
