@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -55,6 +58,10 @@ def load_module(path: str) -> ModuleType:
 
 def _steps_from(obj: Any, where: str) -> list[Step]:
     if callable(obj) and not isinstance(obj, Step | Lazy):
+        required = _required_params(obj)
+        if required:
+            raise MarinError(f"{where} needs arguments ({', '.join(required)}); a target function must take none",
+                             hint="give defaults to its parameters, or wrap it in a function without parameters")
         obj = obj()
     if isinstance(obj, Step | Lazy):
         obj = [obj]
@@ -71,17 +78,124 @@ def _steps_from(obj: Any, where: str) -> list[Step]:
     return out
 
 
+def _required_params(fn: Any) -> list[str]:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in signature.parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
 def _module_steps(module: ModuleType, attr: str | None, label: str) -> list[Step]:
     if attr:
         if not hasattr(module, attr):
             raise MarinError(f"{label} has no attribute {attr!r}")
         return _steps_from(getattr(module, attr), f"{label}:{attr}")
-    if not hasattr(module, "steps"):
-        raise MarinError(f"{label} defines no steps", hint="add a module-level `steps = [...]` list (or a function returning one)")
-    steps = _steps_from(module.steps, f"{label}:steps")
-    if not steps:
-        raise MarinError(f"{label} defines an empty steps list")
-    return steps
+    if hasattr(module, "steps"):
+        steps = _steps_from(module.steps, f"{label}:steps")
+        if not steps:
+            raise MarinError(f"{label} defines an empty steps list")
+        return steps
+    shape = _file_shape(getattr(module, "__file__", None))
+    if shape.runs_in_main:
+        captured = _capture_main(module, shape, label)
+        if captured is not None:
+            return _steps_from(captured, f"{label} (__main__)")
+    handles = [getattr(module, name) for name in shape.assigned if isinstance(getattr(module, name, None), Step | Lazy)]
+    if handles:
+        return _steps_from(handles, label)
+    raise MarinError(f"{label} defines no steps",
+                     hint="add a module-level `steps = [...]` list, build steps at module level, or run them "
+                          "under __main__ with executor_main(steps=[...]) or StepRunner().run([...])")
+
+
+@dataclass(frozen=True)
+class _FileShape:
+    """What an experiment file does at its top level, read with ``ast`` (nothing executed)."""
+
+    defines_steps: bool = False
+    """It assigns or defines a module-level ``steps``."""
+    runs_in_main: bool = False
+    """Its ``if __name__ == "__main__":`` block calls ``executor_main(...)`` or ``<runner>.run(...)``."""
+    assigned: tuple[str, ...] = ()
+    """Names it assigns at module level, in order (candidates for module-level steps and handles)."""
+    main_blocks: tuple[ast.If, ...] = ()
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
+
+
+def _runs_steps(block: ast.If) -> bool:
+    for node in ast.walk(block):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "executor_main":
+                return True
+            if isinstance(f, ast.Attribute) and (f.attr == "executor_main" or (
+                    f.attr == "run" and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name | ast.Attribute)
+                    and getattr(f.value.func, "id", getattr(f.value.func, "attr", None)) == "StepRunner")):
+                return True
+    return False
+
+
+def _file_shape(path: str | None) -> _FileShape:
+    if not path or not path.endswith(".py"):
+        return _FileShape()
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return _FileShape()
+    assigned: list[str] = []
+    defines_steps = False
+    mains: list[ast.If] = []
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "steps":
+            defines_steps = True
+        elif isinstance(node, ast.If) and _is_main_test(node.test):
+            mains.append(node)
+        for t in targets:
+            for name in ast.walk(t):
+                if isinstance(name, ast.Name):
+                    if name.id == "steps":
+                        defines_steps = True
+                    elif name.id not in assigned:
+                        assigned.append(name.id)
+    runs = any(_runs_steps(m) for m in mains)
+    return _FileShape(defines_steps, runs, tuple(assigned), tuple(mains) if runs else ())
+
+
+def _capture_main(module: ModuleType, shape: _FileShape, label: str) -> list[Any] | None:
+    """Run the file's ``__main__`` block in the module's namespace, taking the steps it would run.
+
+    The block sees its own file as ``sys.argv`` (so its command-line parsing takes defaults).
+    """
+    from marin.execution.capture import Captured, capturing
+
+    code = compile(ast.Module(body=[stmt for m in shape.main_blocks for stmt in m.body], type_ignores=[]),
+                   module.__file__ or label, "exec")
+    saved_argv = sys.argv
+    sys.argv = [module.__file__ or label]
+    try:
+        with capturing():
+            exec(code, module.__dict__)  # noqa: S102 - the user's own experiment file, as `python FILE` would
+    except Captured as c:
+        return c.steps
+    except SystemExit as e:
+        raise MarinError(f"{label}: its __main__ block exited ({e.code}) before running any steps",
+                         hint="run it with python to see its own message") from None
+    finally:
+        sys.argv = saved_argv
+    return None
 
 
 def _folder_modules(folder: str) -> list[str]:
@@ -95,12 +209,9 @@ def _folder_modules(folder: str) -> list[str]:
 
 
 def _is_experiment_file(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return False
-    return "\nsteps" in text or text.startswith("steps") or "def steps" in text
+    """A module-level ``steps``, or a ``__main__`` block that runs steps (read with ``ast``)."""
+    shape = _file_shape(path)
+    return shape.defines_steps or shape.runs_in_main
 
 
 def load_targets(targets: list[str], importer: Callable[[str], ModuleType] = load_module) -> list[Step]:

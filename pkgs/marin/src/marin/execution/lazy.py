@@ -6,15 +6,19 @@ Building a handle never runs anything and never touches storage.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from marin.execution.step import InvalidStep, Step
 
-__all__ = ["Lazy", "lower"]
+__all__ = ["ArtifactStep", "Lazy", "lower"]
+
+T = TypeVar("T")
 
 
-class Lazy(abc.ABC):
+class Lazy(abc.ABC, Generic[T]):
     """Base of typed step recipes (``tokenized(...)``, ``train_lm(...)``).
+
+    ``Lazy[X]`` (or Marin's name, ``ArtifactStep[X]``) says what the step's output holds.
 
     Subclasses implement :meth:`_build`; :meth:`lower` memoises it so a handle used by several
     steps lowers to one :class:`Step`.
@@ -32,6 +36,10 @@ class Lazy(abc.ABC):
                 raise InvalidStep(f"{type(self).__name__}._build must return a Step, got {type(cached).__name__}")
             object.__setattr__(self, "_lowered", cached)
         return cached
+
+
+ArtifactStep = Lazy
+"""Marin's name for a lazy handle (``ArtifactStep[TokenizedCache]``)."""
 
 
 def lower(item: Any) -> Step:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from marin.execution import capture
 from marin.execution.attempt import AttemptContext, StepAttempt, WorkerKind, fetch_from_cache, resources_of
 from marin.execution.lazy import Lazy
 from marin.execution.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
@@ -176,7 +177,9 @@ class StepRunner:
     # -- running ----------------------------------------------------------------------------
     def run(self, steps: Iterable[Step | Lazy]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
-        plan = self.plan(list(steps), explain=True)
+        steps = list(steps)
+        capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
+        plan = self.plan(steps, explain=True)
         if self.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():

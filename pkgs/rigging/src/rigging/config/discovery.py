@@ -25,10 +25,6 @@ class UnknownEnvVariable(UserWarning):
     """A ``MARIN_*`` environment variable that this configuration does not know (ignored)."""
 
 
-class UnknownEnvVariable(UserWarning):
-    """A ``MARIN_*`` environment variable that this configuration does not know (ignored)."""
-
-
 class ConfigError(ValueError):
     """A configuration source holds an unknown key or a bad value; the message names both."""
 

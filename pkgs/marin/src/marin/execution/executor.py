@@ -1,0 +1,423 @@
+"""Marin's executor API (``ExecutorStep``, ``this_output_path``, ``versioned``, ``executor_main``)
+over this project's steps.
+
+An :class:`ExecutorStep` is a lazy handle: it lowers to a :class:`~marin.execution.step.Step`
+whose function calls ``fn(config)`` with the config's placeholders resolved. Semantics are this
+project's, not Marin's:
+
+- every config field is hashed, not only the ``versioned`` ones; ``versioned(x)`` hashes
+  exactly as ``x`` does;
+- a step's output folder is ``<prefix>/<name>-<hash>``; ``override_output_path`` is refused;
+- failures: :func:`executor_main` raises an error naming the failed steps after the run, and a
+  step that failed in an earlier run is reported, not retried, unless ``--force_run_failed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from marin.execution.lazy import Lazy, lower
+from marin.execution.step import InvalidStep, OutputPath, Step
+
+__all__ = [
+    "THIS_OUTPUT_PATH",
+    "ExecutorMainConfig",
+    "ExecutorStep",
+    "ExecutorStepFailed",
+    "InputName",
+    "OutputName",
+    "VersionedValue",
+    "ensure_versioned",
+    "executor_main",
+    "output_path_of",
+    "this_output_path",
+    "unwrap_versioned_value",
+    "versioned",
+]
+
+log = logging.getLogger("marin.executor")
+
+ConfigT = TypeVar("ConfigT")
+T = TypeVar("T")
+
+
+class ExecutorStepFailed(RuntimeError):
+    """Steps failed (now, or in an earlier run and not retried); the message names them."""
+
+
+@dataclass(frozen=True)
+class OutputName:
+    """In a config: this step's own output folder, joined with ``name`` (Marin's ``this_output_path``)."""
+
+    name: str | None = None
+
+
+def this_output_path(name: str | None = None) -> OutputName:
+    """A placeholder for the step's own output folder (or ``name`` inside it)."""
+    return OutputName(name=name or None)
+
+
+THIS_OUTPUT_PATH = OutputName(None)
+
+
+@dataclass(frozen=True)
+class VersionedValue(Generic[T]):
+    """Marin's marker for "this value is part of the version". Here every value is: it hashes as ``value``."""
+
+    value: T
+
+
+def versioned(value: T) -> VersionedValue[T]:
+    """Mark ``value`` as versioned; it hashes exactly as ``value`` itself (every field is hashed here)."""
+    if isinstance(value, VersionedValue):
+        raise ValueError(f"versioned(): {value!r} is already versioned")
+    if isinstance(value, InputName):
+        raise ValueError("versioned(): an InputName cannot be versioned (its step's hash is already part of the key)")
+    return VersionedValue(value)
+
+
+def ensure_versioned(value: Any) -> VersionedValue[Any]:
+    """``value`` wrapped in :class:`VersionedValue` unless it already is."""
+    return value if isinstance(value, VersionedValue) else VersionedValue(value)
+
+
+def unwrap_versioned_value(value: Any) -> Any:
+    """The value inside a :class:`VersionedValue`, or ``value`` itself."""
+    return value.value if isinstance(value, VersionedValue) else value
+
+
+@dataclass(frozen=True)
+class InputName:
+    """In a config: another step's output folder joined with ``name`` (Marin's ``output_path_of``).
+
+    ``step=None`` (``InputName.hardcoded(path)``) is ``path`` under the prefix.
+    """
+
+    step: Any
+    name: str | None = None
+    block_on_step: bool = True
+
+    def cd(self, name: str) -> InputName:
+        return InputName(self.step, name=f"{self.name.rstrip('/')}/{name}" if self.name else name,
+                         block_on_step=self.block_on_step)
+
+    def __truediv__(self, other: str) -> InputName:
+        return self.cd(other)
+
+    @staticmethod
+    def hardcoded(path: str) -> InputName:
+        """``path`` relative to the prefix, outside the graph."""
+        return InputName(None, name=path)
+
+    def nonblocking(self) -> InputName:
+        """Marin's pseudo-dependency; refused when the step is lowered (every input here is built first)."""
+        return dataclasses.replace(self, block_on_step=False)
+
+
+def output_path_of(step: Any, name: str | None = None) -> InputName:
+    """A placeholder for ``name`` inside ``step``'s output folder (an ExecutorStep, Step or handle)."""
+    return InputName(step=step, name=name)
+
+
+@dataclass(frozen=True)
+class _PrefixPath:
+    """``InputName.hardcoded(path)`` once lowered: ``path`` under the prefix, resolved when the step runs."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class ExecutorCall:
+    """The config of a lowered :class:`ExecutorStep`: Marin's ``fn`` and its config (both hashed)."""
+
+    fn: Callable[[Any], Any]
+    """The user's ``fn(config)``; hashed by its module and qualified name."""
+    config: Any
+    """The user's config, with ``versioned`` values unwrapped and placeholders in this project's form."""
+    step_name: str
+    """The step's name, to find the prefix from its output folder (for ``InputName.hardcoded``)."""
+    env_vars: tuple[tuple[str, str], ...] = ()
+    """Environment variables set while ``fn`` runs."""
+
+
+def _rebuild(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``value`` with ``convert`` applied to every node, containers and dataclasses rebuilt as needed.
+
+    ``convert`` returns a replacement, or the node itself to descend into it.
+    """
+    new = convert(value)
+    if new is not value:
+        return new
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            item = _rebuild(old, convert)
+            if item is not old:
+                changes[f.name] = item
+        if not changes:
+            return value
+        init = {f.name for f in dataclasses.fields(value) if f.init}
+        out = dataclasses.replace(value, **{k: v for k, v in changes.items() if k in init})
+        for k, v in changes.items():
+            if k not in init:
+                object.__setattr__(out, k, v)
+        return out
+    if isinstance(value, Mapping) and type(value) in (dict,):
+        items = {k: _rebuild(v, convert) for k, v in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        items = [_rebuild(v, convert) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def _to_project_form(value: Any, where: str) -> Any:
+    """Marin's placeholders as this project's: versioned values unwrapped, inputs as ``OutputPath``."""
+    if isinstance(value, VersionedValue):
+        return _rebuild(value.value, lambda v: _to_project_form(v, where))
+    if isinstance(value, InputName):
+        if not value.block_on_step:
+            raise InvalidStep(f"{where}: InputName.nonblocking() is not supported: every input is built before "
+                              "the step that reads it (drop .nonblocking())")
+        if value.step is None:
+            return _PrefixPath(value.name or "")
+        if not isinstance(value.step, Step | Lazy):
+            raise InvalidStep(f"{where}: output_path_of needs a step, got {type(value.step).__name__}")
+        return OutputPath(value.step, (value.name or "").strip("/"))
+    return value
+
+
+def _resolve_own_paths(value: Any, output_path: str, prefix: str) -> Any:
+    from rigging import filesystem as fs
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, OutputName):
+            return fs.join(output_path, v.name) if v.name else output_path
+        if isinstance(v, _PrefixPath):
+            return fs.join(prefix, v.path) if v.path else prefix
+        return v
+
+    return _rebuild(value, convert)
+
+
+def run_executor_step(call: ExecutorCall, output_path: str) -> None:
+    """Step function of every lowered :class:`ExecutorStep`: ``call.fn(config)`` with its own paths filled in."""
+    base = output_path.rstrip("/")
+    tail = base.rsplit("/", call.step_name.count("/") + 1)
+    prefix = tail[0] if len(tail) == call.step_name.count("/") + 2 else ""
+    config = _resolve_own_paths(call.config, base, prefix)
+    saved = {k: os.environ.get(k) for k, _ in call.env_vars}
+    os.environ.update(dict(call.env_vars))
+    try:
+        call.fn(config)
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
+
+
+@dataclass(frozen=True, eq=False)
+class ExecutorStep(Lazy[Any], Generic[ConfigT]):
+    """Marin's step: ``fn(config)`` where ``config`` may hold ``this_output_path()``,
+    ``output_path_of(step)``, other steps and ``versioned(...)`` values.
+
+    Attributes:
+        name: the step's name; its output folder is ``<prefix>/<name>-<hash>``.
+        fn: a module-level function taking only the config.
+        config: a dataclass (or JSON-like data); every field is hashed.
+        description: shown nowhere in the hash.
+        override_output_path: not supported (refused when lowered): outputs live at ``<name>-<hash>``.
+        pip_dependency_groups: accepted for Marin's files; the environment here is the lockfile.
+        resources: a ``ResourceConfig`` saying what the step needs (never hashed).
+        env_vars: environment variables set while ``fn`` runs (hashed: they may change the result).
+    """
+
+    name: str
+    fn: Callable[[Any], Any]
+    config: ConfigT = None  # type: ignore[assignment]
+    description: str | None = None
+    override_output_path: str | None = None
+    pip_dependency_groups: Sequence[str] | None = None
+    resources: Any = None
+    env_vars: Mapping[str, str] | None = None
+
+    def cd(self, name: str) -> InputName:
+        """``name`` inside this step's output folder."""
+        return InputName(self, name=name)
+
+    def __truediv__(self, other: str) -> InputName:
+        return self.cd(other)
+
+    def as_input_name(self) -> InputName:
+        return InputName(self, name=None)
+
+    def with_output_path(self, output_path: str) -> ExecutorStep[ConfigT]:
+        return dataclasses.replace(self, override_output_path=output_path)
+
+    def _build(self) -> Step:
+        if self.override_output_path is not None:
+            raise InvalidStep(
+                f"step {self.name!r}: override_output_path={self.override_output_path!r} is not supported: outputs "
+                "live at <prefix>/<name>-<hash>, so that a changed config never overwrites another build")
+        if not callable(self.fn):
+            raise InvalidStep(f"step {self.name!r}: fn must be a function taking the config, got {self.fn!r}")
+        where = f"{self.name}.config"
+        config = _rebuild(self.config, lambda v: _to_project_form(v, where))
+        env = tuple(sorted((str(k), str(v)) for k, v in (self.env_vars or {}).items()))
+        return Step(name=self.name, fn=run_executor_step,
+                    config=ExecutorCall(fn=self.fn, config=config, step_name=self.name, env_vars=env),
+                    resources=self.resources)
+
+
+@dataclass(frozen=True)
+class ExecutorMainConfig:
+    """Marin's ``executor_main`` command-line flags."""
+
+    prefix: str | None = None
+    """Where outputs live (default: this project's configuration, e.g. ``MARIN_PREFIX``)."""
+    dry_run: bool = False
+    """Print what would run; run nothing."""
+    force_run_failed: bool = False
+    """Retry steps that failed in an earlier run (otherwise they are reported, not retried)."""
+    run_only: tuple[str, ...] | None = None
+    """Regular expressions: run only steps whose names match (``re.search``), with their dependencies."""
+    max_concurrent: int | None = None
+    """Steps run at once (default: the configuration's ``max_parallel``)."""
+
+
+def _bool_flag(text: str | None) -> bool:
+    if text is None:
+        return True
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _list_flag(values: list[str]) -> tuple[str, ...]:
+    if len(values) == 1 and values[0].strip().startswith("["):
+        parsed = json.loads(values[0])
+        return tuple(str(v) for v in parsed)
+    return tuple(values)
+
+
+def parse_executor_args(argv: Sequence[str]) -> ExecutorMainConfig:
+    """Marin's flags (``--prefix P --dry_run [true] --force_run_failed [true] --run_only A [B ...]``).
+
+    Raises:
+        SystemExit: an unknown or malformed flag (argparse names it).
+    """
+    parser = argparse.ArgumentParser(prog=os.path.basename(sys.argv[0]) if sys.argv else "experiment",
+                                     description="Run the experiment's steps (Marin's executor flags).")
+    parser.add_argument("--prefix", default=None)
+    parser.add_argument("--dry_run", "--dry-run", nargs="?", const=None, default=False, type=_bool_flag)
+    parser.add_argument("--force_run_failed", "--force-run-failed", nargs="?", const=None, default=False,
+                        type=_bool_flag)
+    parser.add_argument("--run_only", "--run-only", nargs="+", default=None)
+    parser.add_argument("--max_concurrent", "--max-concurrent", type=int, default=None)
+    args = parser.parse_args(list(argv))
+    # argparse hands `const` (None) for a bare flag; a bare boolean flag means true.
+    dry_run = True if args.dry_run is None else args.dry_run
+    force = True if args.force_run_failed is None else args.force_run_failed
+    return ExecutorMainConfig(prefix=args.prefix, dry_run=dry_run, force_run_failed=force,
+                              run_only=_list_flag(args.run_only) if args.run_only else None,
+                              max_concurrent=args.max_concurrent)
+
+
+def _select(steps: list[Step], patterns: Sequence[str]) -> list[Step]:
+    from marin.execution.hashing import collect_graph
+
+    compiled = [re.compile(p) for p in patterns]
+    chosen = [s for s in collect_graph(steps) if any(c.search(s.name) for c in compiled)]
+    if not chosen:
+        raise InvalidStep(f"--run_only {list(patterns)!r} matches no step")
+    return chosen
+
+
+def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, steps: Sequence[Any] | None = None,
+                  description: str | None = None, max_concurrent: int | None = None) -> Any:
+    """Run ``steps`` (and what they read) as Marin's ``executor_main`` does, on this project's runner.
+
+    Flags come from ``config`` or, when it is None, from the command line (see
+    :func:`parse_executor_args`). Under ``marin run FILE`` / ``marin plan FILE`` the steps are
+    handed to the command instead of run.
+
+    Returns:
+        the :class:`~marin.execution.step_runner.RunResult`.
+
+    Raises:
+        ExecutorStepFailed: steps failed, or failed in an earlier run and were not retried; the
+            message names them (after everything else that could run has run).
+    """
+    if steps is None and config is not None and not isinstance(config, ExecutorMainConfig):
+        config, steps = None, config
+    if steps is None:
+        raise TypeError("executor_main() needs steps=[...]")
+    from marin.execution import capture
+
+    capture.offer(list(steps))
+    if config is None:
+        config = parse_executor_args(sys.argv[1:])
+    from marin.execution.plan import Action, ReasonKind
+    from marin.execution.step_runner import StepRunner
+
+    lowered = [lower(s) for s in steps]
+    if config.run_only:
+        lowered = _select(lowered, config.run_only)
+    if description:
+        log.info("%s", description)
+    runner = StepRunner(prefix=config.prefix, max_parallel=config.max_concurrent or max_concurrent,
+                        dry_run=config.dry_run)
+    try:
+        skipped: list[str] = []
+        if not config.force_run_failed:
+            lowered, skipped = _without_earlier_failures(runner, lowered, Action, ReasonKind)
+        result = runner.run(lowered)
+    finally:
+        runner.close()
+    for outcome in result.steps:
+        reasons = f" ({'; '.join(outcome.reasons)})" if outcome.reasons else ""
+        print(f"{outcome.outcome.value:10s} {outcome.name} -> {outcome.output_path}{reasons}")
+    problems = [f"{s.name} failed: {(s.error or '').strip().splitlines()[-1] if s.error else 'no error text'}"
+                for s in result.failed]
+    problems += [f"{name} failed in an earlier run and was not retried (pass --force_run_failed true)"
+                 for name in skipped]
+    if problems:
+        raise ExecutorStepFailed(f"{len(problems)} step(s) did not finish: " + "; ".join(problems))
+    return result
+
+
+def _without_earlier_failures(runner: Any, steps: list[Step], action: Any, reason_kind: Any) -> tuple[list[Step], list[str]]:
+    """The steps that do not depend on a step that failed in an earlier run, and those failed steps' names."""
+    from marin.execution.hashing import collect_graph, dependencies_of
+
+    plan = runner.plan(steps, explain=True)
+    failed = {id(p.step) for p in plan.steps if p.action is action.RUN
+              and any(r.kind is reason_kind.EARLIER_FAILED for r in p.reasons)}
+    if not failed:
+        return steps, []
+    blocked: set[int] = set()
+    names = []
+    for s in collect_graph(steps):
+        if id(s) in failed or any(id(d) in blocked for d in dependencies_of(s)):
+            blocked.add(id(s))
+            if id(s) in failed:
+                names.append(s.name)
+    keep = [s for s in collect_graph(steps) if id(s) not in blocked]
+    return keep, names
