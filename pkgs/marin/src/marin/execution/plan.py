@@ -15,7 +15,11 @@ from marin.execution.lazy import Lazy
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
 
-__all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select"]
+__all__ = ["DEV_VERSION", "Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select"]
+
+
+DEV_VERSION = "dev"
+"""A step with this version rebuilds on every run (Marin's meaning): for iterating on code."""
 
 
 class UnknownStep(InvalidStep):
@@ -38,6 +42,7 @@ class ReasonKind(enum.Enum):
     FN_CHANGED = "function changed"
     ENV_CHANGED = "environment changed"
     FORCED = "forced"
+    DEV_VERSION = "dev version"
     EARLIER_FAILED = "earlier attempt failed"
     EARLIER_KILLED = "earlier attempt was killed"
     RESUMING = "resuming"
@@ -319,7 +324,7 @@ def make_plan(
     root_pos = {pos_of[id(r)] for r in roots}
     # Which steps are needed: targets, and dependencies of needed steps that must run.
     done = [StepRecord(p.output_path).is_done() for p in planned]
-    forced = [_match_any(p.name, force) for p in planned]
+    forced = [_match_any(p.name, force) or p.step.version == DEV_VERSION for p in planned]
     needed = [False] * len(planned)
     for pos in range(len(planned) - 1, -1, -1):
         # A forced step is rebuilt even when a done dependent would otherwise cover it.
@@ -339,7 +344,8 @@ def make_plan(
     for pos, p in enumerate(planned):
         if forced[pos] and needed[pos]:
             p.action = Action.RUN
-            p.reasons = [Reason(ReasonKind.FORCED, "--force")]
+            p.reasons = [Reason(ReasonKind.FORCED, "--force") if _match_any(p.name, force)
+                         else Reason(ReasonKind.DEV_VERSION, "version \"dev\" rebuilds on every run")]
         elif done[pos]:
             p.action = Action.CACHED
         elif not needed[pos]:
