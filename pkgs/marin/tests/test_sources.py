@@ -15,12 +15,16 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def test_a_hugging_face_dataset_id_offline_names_the_id_and_the_local_alternative(offline: None) -> None:
+def test_a_hugging_face_dataset_id_offline_names_the_id_and_the_local_alternative(
+        offline: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     with pytest.raises(DataSourceError) as info:
         resolve_source("roneneldan/TinyStories")
     message = str(info.value)
-    assert "'roneneldan/TinyStories' is a Hugging Face dataset id" in message
-    assert "point source= at the local folder" in message and "bundled_corpus()" in message
+    assert "'roneneldan/TinyStories' is a Hugging Face dataset id that is not in the hub cache" in message
+    assert str(tmp_path / "hf" / "hub" / "datasets--roneneldan--TinyStories") in message
+    assert "point source= at a local folder" in message and "bundled_corpus()" in message
     assert "\n" not in message
 
 

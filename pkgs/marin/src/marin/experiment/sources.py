@@ -45,20 +45,25 @@ def hf_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
-def resolve_source(source: str) -> str:
-    """The fsspec path or URL to read a corpus from; raises :class:`DataSourceError` if unusable."""
+def resolve_source(source: str) -> str | list[str]:
+    """The fsspec path, URL or files to read a corpus from; raises :class:`DataSourceError` if unusable.
+
+    A Hugging Face dataset id resolves to the train split's files in the hub cache (downloaded
+    into it first when the Hub can be reached and ``HF_HUB_OFFLINE`` is not set); see
+    :mod:`marin.experiment.hf_hub`. The held-out validation share is then chosen by content
+    hash, as for every source.
+    """
     if "://" in source or os.path.isabs(source) or os.path.exists(source):
         if not fs.is_local(source) or os.path.exists(fs.strip_protocol(source)) or any(c in source for c in "*?["):
             return source
         raise DataSourceError(f"source {source!r} does not exist")
     if is_hf_id(source):
-        if not hf_reachable():
-            raise DataSourceError(
-                f"source {source!r} is a Hugging Face dataset id, but the Hub cannot be reached (offline?); "
-                "download it elsewhere and point source= at the local folder of .jsonl/.txt/.parquet files, "
-                "or use marin.experiment.data.bundled_corpus()"
-            )
-        return f"hf://datasets/{source}"
+        from marin.experiment.hf_hub import HfDatasetUnavailable, resolve_hf_dataset
+
+        try:
+            return list(resolve_hf_dataset(source, online=hf_reachable()).train)
+        except HfDatasetUnavailable as e:
+            raise DataSourceError(f"{e}, or use marin.experiment.data.bundled_corpus()") from None
     raise DataSourceError(f"source {source!r} is neither an existing path, a URL, nor a Hugging Face id")
 
 

@@ -1,0 +1,73 @@
+"""Hugging Face dataset ids resolve through the hub cache offline (HF_HOME, HF_HUB_OFFLINE=1)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hub_cache import jsonl_bytes, stories, tinystories_like, write_hub_dataset  # noqa: E402
+
+from marin.experiment.hf_hub import choose_split_files  # noqa: E402
+from marin.experiment.sources import DataSourceError, resolve_source  # noqa: E402
+
+
+@pytest.fixture
+def hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+def test_a_cached_dataset_resolves_to_its_train_parquet_files(hf_home: Path) -> None:
+    snapshot = tinystories_like(hf_home)
+    files = resolve_source("roneneldan/TinyStories")
+    assert files == [str(snapshot / "data/train-00000-of-00002.parquet"),
+                     str(snapshot / "data/train-00001-of-00002.parquet")]
+
+
+def test_offline_without_a_cache_names_the_id_the_folder_and_what_to_do(hf_home: Path) -> None:
+    with pytest.raises(DataSourceError) as info:
+        resolve_source("someone/absent-dataset")
+    message = str(info.value)
+    assert "'someone/absent-dataset'" in message
+    assert str(hf_home / "hub" / "datasets--someone--absent-dataset") in message
+    assert "hf download someone/absent-dataset --repo-type dataset" in message
+    assert "point source= at a local folder" in message and "\n" not in message
+
+
+def test_a_snapshot_without_readable_files_is_named(hf_home: Path) -> None:
+    write_hub_dataset(hf_home, "org/images", {"images.tar.gz": b"\0" * 10, "README.md": b"# x"})
+    with pytest.raises(DataSourceError, match=r"'org/images': its snapshot .* holds no Parquet, JSON-lines or text"):
+        resolve_source("org/images")
+
+
+def test_jsonl_in_split_folders_and_files_without_split_names(hf_home: Path) -> None:
+    snap = write_hub_dataset(hf_home, "org/folders", {
+        "train/part-0.jsonl": jsonl_bytes(stories(3, 0)),
+        "validation/part-0.jsonl": jsonl_bytes(stories(3, 1)),
+    })
+    assert resolve_source("org/folders") == [str(snap / "train/part-0.jsonl")]
+    plain = write_hub_dataset(hf_home, "org/plain", {"a.txt": b"one\n", "b.txt": b"two\n"})
+    assert resolve_source("org/plain") == [str(plain / "a.txt"), str(plain / "b.txt")]
+
+
+@pytest.mark.parametrize(
+    ("paths", "train", "validation"),
+    [
+        (["data/train-0.parquet", "data/validation-0.parquet", "x-train.txt"], ["data/train-0.parquet"],
+         ["data/validation-0.parquet"]),
+        (["TinyStories-train.txt", "TinyStories-valid.txt"], ["TinyStories-train.txt"], ["TinyStories-valid.txt"]),
+        (["train.jsonl.gz", "dev.jsonl.gz", "test.jsonl.gz"], ["train.jsonl.gz"], ["dev.jsonl.gz"]),
+        (["constraint.parquet", "retrain/x.txt"], ["constraint.parquet"], []),
+    ],
+)
+def test_split_files_are_chosen_by_hub_naming(paths: list[str], train: list[str], validation: list[str]) -> None:
+    chosen = choose_split_files(paths)
+    assert chosen is not None
+    assert list(chosen.train) == train and list(chosen.validation) == validation
