@@ -71,9 +71,21 @@ def test_presets():
     spec = importlib.util.spec_from_file_location("_experiments_llama", path)
     presets = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(presets)
-    llama_nano, llama_150m = presets.llama_nano, presets.llama_150m
-
-    assert (llama_nano.hidden_dim, llama_nano.intermediate_dim, llama_nano.num_heads, llama_nano.num_kv_heads,
-            llama_nano.num_layers, llama_nano.max_seq_len) == (32, 128, 2, 2, 2, 512)
-    assert 135e6 <= llama_150m.num_params() <= 165e6
-    assert llama_150m.flops_per_token(1024) > 6 * llama_150m.num_params() * 0.8
+    # Marin's shapes under Marin's names: (hidden, intermediate, heads, kv heads, layers, max_seq_len).
+    marin_shapes = {
+        "llama_nano": (32, 128, 2, 2, 2, 512),
+        "llama_30m": (128, 448, 2, 2, 4, 1024),
+        "llama_50m": (192, 448, 2, 2, 4, 1024),
+        "llama_75m": (256, 896, 4, 4, 8, 1024),
+        "llama_150m": (512, 1792, 8, 8, 6, 1024),
+        "llama_300m": (768, 2688, 12, 12, 12, 1024),
+        "llama_600m": (1024, 3584, 16, 8, 24, 1024),
+        "llama_1_4b": (2048, 7168, 16, 8, 16, 4096),
+    }
+    for name, shape in marin_shapes.items():
+        c = getattr(presets, name)
+        assert (c.hidden_dim, c.intermediate_dim, c.num_heads, c.num_kv_heads, c.num_layers, c.max_seq_len) == shape, name
+    # With the Llama 3 vocabulary the counts match the names, as Marin counts them.
+    assert 140e6 <= presets.llama_150m.num_params() <= 165e6
+    assert 28e6 <= presets.llama_30m.num_params() <= 40e6
+    assert presets.llama_150m.flops_per_token(1024) > 6 * presets.llama_150m.num_params() * 0.2

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.lazy import Lazy
 from marin.execution.step import Step
 from marin.experiment.sources import normalize_path
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "BundledCorpus",
     "Tokenized",
     "TrainedTokenizer",
     "bundled_corpus",
+    "pretokenized",
     "tokenized",
     "trained_tokenizer",
 ]
@@ -163,21 +167,36 @@ def tokenize_step(config: TokenizeStepConfig, output_path: str) -> None:
 
 
 @dataclass(frozen=True, eq=False)
-class Tokenized(Lazy):
+class Tokenized(Lazy["TokenizedCache"]):
     """Handle to a tokenize step; its output holds ``train/`` and ``validation/`` shards."""
 
     name: str
     config: TokenizeStepConfig
+    version: str = "v1"
 
     def _build(self) -> Step:
-        return Step(name=self.name, fn=tokenize_step, config=self.config)
+        return Step(name=self.name, fn=tokenize_step, config=self.config, version=self.version)
 
 
 def tokenized(name: str, source: Any, tokenizer: Any, sample_count: int | None = None, *,
               validation_fraction: float = 0.02, num_shards: int | None = None, seed: int = 0,
-              on_error: str = "raise", text_field: str = "text") -> Tokenized:
-    """Tokenized train/validation shards of ``source`` (see :class:`TokenizeStepConfig`)."""
+              on_error: str = "raise", text_field: str = "text", version: str = "v1") -> Tokenized:
+    """Tokenized train/validation shards of ``source`` (see :class:`TokenizeStepConfig`).
+
+    ``version`` works as for every step (``"dev"`` rebuilds on every run).
+    """
     return Tokenized(name, TokenizeStepConfig(
         source=normalize_path(source), tokenizer=normalize_path(tokenizer), sample_count=sample_count,
         validation_fraction=validation_fraction, num_shards=num_shards, seed=seed, on_error=on_error,
-        text_field=text_field))
+        text_field=text_field), version=version)
+
+
+def pretokenized(name: str, repo_id: str, tokenizer: Any = None, version: str = "v1", **_: Any) -> Tokenized:
+    """Marin's prebuilt Levanter token caches: not supported here.
+
+    Raises:
+        ValueError: always, naming the repository and what to use instead.
+    """
+    raise ValueError(
+        f"pretokenized({name!r}, repo_id={repo_id!r}): prebuilt Levanter token caches are not supported; "
+        "tokenize the raw text instead with tokenized(name, source=<dataset id or path>, tokenizer=...)")

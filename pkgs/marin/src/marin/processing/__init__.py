@@ -1,0 +1,1 @@
+"""Marin's ``marin.processing`` names, for experiment files written for Marin."""

@@ -1,0 +1,1 @@
+"""Marin's ``marin.processing.tokenize`` names (see :mod:`marin.processing.tokenize.tokenize`)."""

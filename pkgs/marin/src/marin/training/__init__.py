@@ -1,0 +1,1 @@
+"""Marin's ``marin.training`` names (see :mod:`marin.training.training`)."""
