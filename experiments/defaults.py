@@ -107,6 +107,12 @@ def _optimizer(config: SimpleTrainConfig) -> AdamConfig:
     return AdamConfig(**{k: unwrap_versioned_value(v) for k, v in fields.items()})
 
 
+def _train_lm_takes(keyword: str) -> bool:
+    """Whether ``train_lm`` accepts ``keyword`` (by name, or through ``**settings`` it validates itself)."""
+    params = inspect.signature(train_lm).parameters
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def default_train(name: str, tokenized: Any, model_config: Any, train_config: SimpleTrainConfig,
                   tags: Sequence[str] = (), use_default_validation: bool = True,
                   eval_harness_tasks: Any = CORE_TASKS, wandb_name: str | None = None,
@@ -152,13 +158,12 @@ def default_train(name: str, tokenized: Any, model_config: Any, train_config: Si
         from levanter.checkpoint import CheckpointConfig
 
         options["checkpoint"] = CheckpointConfig(save_every=unwrap_versioned_value(train_config.steps_per_export))
-    accepted = inspect.signature(train_lm).parameters
-    if "z_loss_weight" in accepted:
+    if _train_lm_takes("z_loss_weight"):
         options["z_loss_weight"] = unwrap_versioned_value(train_config.z_loss_weight)
     elif train_config.z_loss_weight is not None:
         raise UnsupportedSetting(f"SimpleTrainConfig.z_loss_weight={train_config.z_loss_weight!r} is not supported")
     if tags:
-        if "tags" in accepted:
+        if _train_lm_takes("tags"):
             options["tags"] = list(tags)
         else:
             log.warning("default_train(tags=%r): this trainer records no tags; they are not used", list(tags))
