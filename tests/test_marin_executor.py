@@ -1,0 +1,181 @@
+"""Experiment files written for Marin's executor run here unchanged (issue 19).
+
+The files below are written in the style of Marin's tutorials (``ExecutorStep`` with
+``this_output_path()`` and ``output_path_of``, ``executor_main`` under ``__main__``), run with
+``python FILE --prefix P`` and with ``marin run FILE``, each as a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment_fixtures import clean_env, entry, marin, run  # noqa: E402
+
+TWO_STEPS = '''\
+"""Two steps: count to n, then add the numbers up."""
+
+import json
+import os
+from dataclasses import dataclass
+
+from iris.marin_fs import open_url
+from marin.execution.executor import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+
+
+@dataclass(frozen=True)
+class CountConfig:
+    n: int
+    output_path: str
+
+
+def count(config: CountConfig):
+    with open_url(os.path.join(config.output_path, "numbers.json"), "w") as f:
+        json.dump(list(range(config.n)), f)
+
+
+@dataclass(frozen=True)
+class AddConfig:
+    numbers: str
+    output_path: str
+
+
+def add_up(config: AddConfig):
+    with open(os.environ["CALLS_LOG"], "a") as log:
+        log.write("add_up\\n")
+    if os.environ.get("FAIL_ADD"):
+        raise RuntimeError("add_up was told to fail")
+    with open_url(config.numbers) as f:
+        numbers = json.load(f)
+    with open_url(os.path.join(config.output_path, "total.json"), "w") as f:
+        json.dump({"sum": sum(numbers), "count": len(numbers)}, f)
+
+
+numbers = ExecutorStep(
+    name="demo/numbers",
+    description="Count to n.",
+    fn=count,
+    config=CountConfig(n=versioned(N), output_path=this_output_path()),
+)
+
+total = ExecutorStep(
+    name="demo/total",
+    description="Add them up.",
+    fn=add_up,
+    config=AddConfig(numbers=output_path_of(numbers, "numbers.json"), output_path=this_output_path()),
+)
+
+if __name__ == "__main__":
+    executor_main(steps=[numbers, total], description="count and add")
+'''
+
+
+def write(tmp_path: Path, n: int = 10, name: str = "two_steps.py") -> Path:
+    path = tmp_path / name
+    path.write_text(TWO_STEPS.replace("N)", f"{n})"))
+    return path
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return clean_env(CALLS_LOG=str(tmp_path / "calls.log"), **extra)
+
+
+def calls(tmp_path: Path) -> int:
+    log = tmp_path / "calls.log"
+    return log.read_text().count("add_up") if log.exists() else 0
+
+
+def test_python_file_and_marin_run_build_the_same_outputs(tmp_path: Path) -> None:
+    experiment = write(tmp_path)
+    direct, via_cli = tmp_path / "direct", tmp_path / "cli"
+    run([sys.executable, str(experiment), "--prefix", str(direct)], cwd=tmp_path, env=env_for(tmp_path))
+    total = entry(direct, "demo/total")
+    assert json.loads((total / "total.json").read_text()) == {"sum": 45, "count": 10}
+    assert (total / ".marin" / "success.json").exists()
+
+    marin("run", str(experiment), "--prefix", str(via_cli), cwd=tmp_path, env=env_for(tmp_path))
+    # Same file, same module name, same hashes, whichever way it was started.
+    assert entry(via_cli, "demo/total").name == total.name
+    assert entry(via_cli, "demo/numbers").name == entry(direct, "demo/numbers").name
+    assert calls(tmp_path) == 2
+
+    again = run([sys.executable, str(experiment), "--prefix", str(direct)], cwd=tmp_path, env=env_for(tmp_path))
+    assert "cached     demo/total" in again.stdout and calls(tmp_path) == 2
+
+
+def test_versioned_values_hash_as_the_plain_value_and_every_field_counts(tmp_path: Path) -> None:
+    from marin.execution.executor import ExecutorStep, this_output_path, versioned
+    from marin.execution.step import output_path_of
+
+    a = ExecutorStep(name="x", fn=json.dumps, config={"n": versioned(3), "out": this_output_path()})
+    b = ExecutorStep(name="x", fn=json.dumps, config={"n": 3, "out": this_output_path()})
+    c = ExecutorStep(name="x", fn=json.dumps, config={"n": 4, "out": this_output_path()})
+    assert a.lower().hash == b.lower().hash != c.lower().hash
+    d = ExecutorStep(name="y", fn=json.dumps, config={"in": output_path_of(a, "f")})
+    e = ExecutorStep(name="y", fn=json.dumps, config={"in": output_path_of(c, "f")})
+    assert d.lower().hash != e.lower().hash
+
+
+def test_dry_run_and_run_only(tmp_path: Path) -> None:
+    experiment = write(tmp_path)
+    prefix = tmp_path / "store"
+    dry = run([sys.executable, str(experiment), "--prefix", str(prefix), "--dry_run", "true"], cwd=tmp_path,
+              env=env_for(tmp_path))
+    assert "would run  demo/numbers" in dry.stdout and "would run  demo/total" in dry.stdout
+    assert not list(prefix.rglob("success.json"))
+    run([sys.executable, str(experiment), "--prefix", str(prefix), "--run_only", "numbers$"], cwd=tmp_path,
+        env=env_for(tmp_path))
+    assert entry(prefix, "demo/numbers").joinpath(".marin/success.json").exists()
+    assert not list((prefix / "demo").glob("total-*")) and calls(tmp_path) == 0
+
+
+def test_a_failed_step_is_named_and_not_retried_without_force_run_failed(tmp_path: Path) -> None:
+    experiment = write(tmp_path)
+    prefix = tmp_path / "store"
+    argv = [sys.executable, str(experiment), "--prefix", str(prefix)]
+    first = run(argv, cwd=tmp_path, env=env_for(tmp_path, FAIL_ADD="1"), check=False)
+    assert first.returncode != 0
+    assert "demo/total failed: RuntimeError: add_up was told to fail" in first.stderr
+    assert calls(tmp_path) == 1
+    second = run(argv, cwd=tmp_path, env=env_for(tmp_path), check=False)
+    assert second.returncode != 0 and calls(tmp_path) == 1
+    assert "demo/total failed in an earlier run and was not retried (pass --force_run_failed true)" in second.stderr
+    run([*argv, "--force_run_failed", "true"], cwd=tmp_path, env=env_for(tmp_path))
+    assert calls(tmp_path) == 2
+    assert json.loads((entry(prefix, "demo/total") / "total.json").read_text())["sum"] == 45
+
+
+def test_marin_run_retries_a_failed_step(tmp_path: Path) -> None:
+    experiment = write(tmp_path)
+    prefix = tmp_path / "store"
+    failed = marin("run", str(experiment), "--prefix", str(prefix), cwd=tmp_path,
+                   env=env_for(tmp_path, FAIL_ADD="1"), check=False)
+    assert failed.returncode == 1 and calls(tmp_path) == 1
+    marin("run", str(experiment), "--prefix", str(prefix), cwd=tmp_path, env=env_for(tmp_path))
+    assert calls(tmp_path) == 2
+
+
+def test_unknown_marin_variables_warn_and_do_not_fail(tmp_path: Path) -> None:
+    experiment = write(tmp_path)
+    ran = marin("plan", str(experiment), "--prefix", str(tmp_path / "store"), cwd=tmp_path,
+                env=env_for(tmp_path, MARIN_ROOT="/somewhere", MARIN_CI_S3_PREFIX="s3://bucket/ci"))
+    assert "environment variable MARIN_ROOT is not a marin-build setting and is ignored" in ran.stderr
+    assert "environment variable MARIN_CI_S3_PREFIX is not a marin-build setting" in ran.stderr
+    assert "demo/total" in ran.stdout
+
+
+def test_what_marin_does_and_this_project_does_not_is_refused_by_name() -> None:
+    from marin.execution.executor import ExecutorStep, InputName
+    from marin.execution.step import InvalidStep
+
+    pseudo = ExecutorStep(name="z", fn=json.dumps, config={"in": InputName.hardcoded("raw/x").nonblocking()})
+    with pytest.raises(InvalidStep, match=r"^z.config: InputName.nonblocking\(\) is not supported"):
+        pseudo.lower()
+    moved = ExecutorStep(name="z", fn=json.dumps, config={}).with_output_path("/elsewhere")
+    with pytest.raises(InvalidStep, match=r"^step 'z': override_output_path='/elsewhere' is not supported"):
+        moved.lower()
