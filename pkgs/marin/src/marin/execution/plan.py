@@ -345,7 +345,7 @@ def make_plan(
         if forced[pos] and needed[pos]:
             p.action = Action.RUN
             p.reasons = [Reason(ReasonKind.FORCED, "--force") if _match_any(p.name, force)
-                         else Reason(ReasonKind.DEV_VERSION, "version \"dev\" rebuilds on every run")]
+                         else Reason(ReasonKind.DEV_VERSION, "rebuilds on every run")]
         elif done[pos]:
             p.action = Action.CACHED
         elif not needed[pos]:
