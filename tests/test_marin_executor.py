@@ -179,3 +179,29 @@ def test_what_marin_does_and_this_project_does_not_is_refused_by_name() -> None:
     moved = ExecutorStep(name="z", fn=json.dumps, config={}).with_output_path("/elsewhere")
     with pytest.raises(InvalidStep, match=r"^step 'z': override_output_path='/elsewhere' is not supported"):
         moved.lower()
+
+
+SEEN: list = []
+
+
+def _record(config) -> None:
+    import os
+
+    SEEN.append((config, os.environ.get("STEP_COLOUR")))
+
+
+def test_own_paths_prefix_paths_and_env_vars_are_filled_in_when_the_step_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from marin.execution.executor import ExecutorStep, InputName, run_executor_step, this_output_path
+
+    monkeypatch.delenv("STEP_COLOUR", raising=False)
+    step = ExecutorStep(name="a/b", fn=_record, env_vars={"STEP_COLOUR": "blue"},
+                        config={"out": this_output_path(), "log": this_output_path("logs/x.txt"),
+                                "raw": InputName.hardcoded("raw/data"), "keep": [1, (2, "3")]})
+    lowered = step.lower()
+    SEEN.clear()
+    run_executor_step(lowered.config, "/p/q/a/b-0123456789abcdef")
+    assert SEEN == [({"out": "/p/q/a/b-0123456789abcdef", "log": "/p/q/a/b-0123456789abcdef/logs/x.txt",
+                      "raw": "/p/q/raw/data", "keep": [1, (2, "3")]}, "blue")]
+    assert "STEP_COLOUR" not in os.environ
