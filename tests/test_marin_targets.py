@@ -80,9 +80,9 @@ def test_dev_version_rebuilds_on_every_run_and_the_plan_says_so(tmp_path: Path) 
     plan = plan_json(str(experiment), "--prefix", store, cwd=tmp_path, env=env_for(tmp_path))
     (step,) = plan["steps"]
     assert step["action"] == "run"
-    assert step["reasons"] == [{"kind": "dev_version", "detail": "rebuilds on every run"}]
+    assert step["reasons"] == [{"kind": "forced", "detail": 'version "dev" rebuilds on every run'}]
     text = marin("plan", str(experiment), "--prefix", store, cwd=tmp_path, env=env_for(tmp_path)).stdout
-    assert "dev version: rebuilds on every run" in text
+    assert 'forced: version "dev" rebuilds on every run' in text
     run([sys.executable, str(experiment), "--word", "hello"], cwd=tmp_path,
         env={**env_for(tmp_path), "MARIN_PREFIX": store})
     assert (tmp_path / "calls.log").read_text().split() == ["hello", "hello"]

@@ -15,7 +15,9 @@ from marin.execution.lazy import Lazy
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
 
-__all__ = ["DEV_VERSION", "Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select"]
+__all__ = [
+    "DEV_VERSION", "Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select",
+]
 
 
 DEV_VERSION = "dev"
@@ -42,7 +44,6 @@ class ReasonKind(enum.Enum):
     FN_CHANGED = "function changed"
     ENV_CHANGED = "environment changed"
     FORCED = "forced"
-    DEV_VERSION = "dev version"
     EARLIER_FAILED = "earlier attempt failed"
     EARLIER_KILLED = "earlier attempt was killed"
     RESUMING = "resuming"
@@ -344,8 +345,9 @@ def make_plan(
     for pos, p in enumerate(planned):
         if forced[pos] and needed[pos]:
             p.action = Action.RUN
-            p.reasons = [Reason(ReasonKind.FORCED, "--force") if _match_any(p.name, force)
-                         else Reason(ReasonKind.DEV_VERSION, "rebuilds on every run")]
+            # A "dev" version is forced on every run: the runner rebuilds it like a --force match.
+            p.reasons = [Reason(ReasonKind.FORCED, "--force" if _match_any(p.name, force)
+                                else 'version "dev" rebuilds on every run')]
         elif done[pos]:
             p.action = Action.CACHED
         elif not needed[pos]:
