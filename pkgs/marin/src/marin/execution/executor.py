@@ -359,7 +359,8 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
     handed to the command instead of run.
 
     Returns:
-        the :class:`~marin.execution.step_runner.RunResult`.
+        the :class:`~marin.execution.step_runner.RunResult` (None when every step was held back
+        by an earlier failure, which then raises).
 
     Raises:
         ExecutorStepFailed: steps failed, or failed in an earlier run and were not retried; the
@@ -388,14 +389,14 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
         skipped: list[str] = []
         if not config.force_run_failed:
             lowered, skipped = _without_earlier_failures(runner, lowered, Action, ReasonKind)
-        result = runner.run(lowered)
+        result = runner.run(lowered) if lowered else None
     finally:
         runner.close()
-    for outcome in result.steps:
+    for outcome in result.steps if result is not None else ():
         reasons = f" ({'; '.join(outcome.reasons)})" if outcome.reasons else ""
         print(f"{outcome.outcome.value:10s} {outcome.name} -> {outcome.output_path}{reasons}")
     problems = [f"{s.name} failed: {(s.error or '').strip().splitlines()[-1] if s.error else 'no error text'}"
-                for s in result.failed]
+                for s in (result.failed if result is not None else ())]
     problems += [f"{name} failed in an earlier run and was not retried (pass --force_run_failed true)"
                  for name in skipped]
     if problems:
