@@ -9,11 +9,13 @@ from fray.resources import TPU_TYPES, GpuConfig, TpuConfig
 
 
 def test_one_class_under_every_name():
+    import fray
     import fray.types
     import iris
     import iris.cluster
 
-    assert ResourceConfig is fray.types.ResourceConfig is iris.cluster.ResourceConfig is iris.ResourceConfig
+    assert ResourceConfig is fray.ResourceConfig is fray.types.ResourceConfig is iris.cluster.ResourceConfig
+    assert ResourceConfig is iris.ResourceConfig
     assert ANY_REGION == fray.types.ANY_REGION == iris.cluster.ANY_REGION
 
 
@@ -32,6 +34,8 @@ def test_gpu_and_tpu_as_marin_writes_them():
     assert gpu.accelerator == GpuConfig("H100", 8) and gpu.cpus == 32 and gpu.memory == 128 * 2**30
     assert ResourceConfig.with_gpu("A100", count=4, replicas=2).num_hosts == 2
     assert "accelerator_type" not in ResourceConfig.with_gpu().to_ray_options()
+    auto = ResourceConfig.with_gpu("auto", count=2, cpu=16, disk="64G", ram="60G")
+    assert (auto.gpus_per_host, auto.cpus, auto.disk, auto.memory) == (2, 16, 64 * 2**30, 60 * 2**30)
     tpu = ResourceConfig.with_tpu("v5litepod-16", slice_count=1, cpu=32, ram="128g", disk="50g")
     assert tpu.accelerator == TpuConfig("v5litepod-16") and (tpu.num_hosts, tpu.tpu_chips_per_host) == (4, 4)
     assert TPU_TYPES["v5litepod-16"] is TPU_TYPES["v5e-16"]

@@ -1,6 +1,8 @@
-"""fray: run functions elsewhere (local processes, Ray): futures, job handles with logs, actors."""
+"""fray: run functions elsewhere (local processes, Ray): futures, job handles with logs, actors; and
+the resource request type, ``ResourceConfig``."""
 
 from fray.cluster import (
+    ANY_REGION,
     PREEMPTED_EXIT_CODE,
     ActorHandle,
     DistributedClient,
@@ -15,11 +17,13 @@ from fray.cluster import (
     RayClient,
     RayJobHandle,
     RemoteError,
+    ResourceConfig,
     current_client,
     ray_options_of,
 )
 
 __all__ = [
+    "ANY_REGION",
     "ActorHandle",
     "DistributedClient",
     "Future",
@@ -34,6 +38,7 @@ __all__ = [
     "RayClient",
     "RayJobHandle",
     "RemoteError",
+    "ResourceConfig",
     "current_client",
     "ray_options_of",
 ]
