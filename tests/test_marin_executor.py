@@ -205,3 +205,70 @@ def test_own_paths_prefix_paths_and_env_vars_are_filled_in_when_the_step_runs(mo
     assert SEEN == [({"out": "/p/q/a/b-0123456789abcdef", "log": "/p/q/a/b-0123456789abcdef/logs/x.txt",
                       "raw": "/p/q/raw/data", "keep": [1, (2, "3")]}, "blue")]
     assert "STEP_COLOUR" not in os.environ
+
+
+ARTIFACT_STEPS = '''\
+"""Two artifact steps, in the form of Marin's newest hello world."""
+
+import json
+import os
+from dataclasses import dataclass
+
+from iris.marin_fs import open_url
+from marin.execution.artifact import Artifact
+from marin.execution.lazy import ArtifactStep, lower
+from marin.execution.step_runner import StepRunner
+
+
+@dataclass(frozen=True)
+class Count:
+    n: int
+    output_path: str
+
+
+@dataclass(frozen=True)
+class Add:
+    numbers: str
+    output_path: str
+
+
+def count(config: Count) -> None:
+    with open_url(os.path.join(config.output_path, "numbers.json"), "w") as f:
+        json.dump(list(range(config.n)), f)
+
+
+def add(config: Add) -> None:
+    with open_url(config.numbers) as f:
+        numbers = json.load(f)
+    with open_url(os.path.join(config.output_path, "total.json"), "w") as f:
+        json.dump({"sum": sum(numbers)}, f)
+
+
+numbers = ArtifactStep(name="art/numbers", version="v1", artifact_type=Artifact, run=count,
+                       build_config=lambda ctx: Count(n=N, output_path=ctx.output_path))
+total = ArtifactStep(name="art/total", version="v1", artifact_type=Artifact, run=add, deps=(numbers,),
+                     build_config=lambda ctx: Add(numbers=os.path.join(ctx.artifact_path(numbers), "numbers.json"),
+                                                  output_path=ctx.output_path))
+
+
+def build() -> ArtifactStep[Artifact]:
+    return total
+
+
+if __name__ == "__main__":
+    StepRunner().run([lower(build())])
+'''
+
+
+def test_marin_artifact_steps_run_and_their_configs_are_hashed(tmp_path: Path) -> None:
+    experiment = tmp_path / "artifacts.py"
+    experiment.write_text(ARTIFACT_STEPS.replace("n=N", "n=10"))
+    store = tmp_path / "store"
+    run([sys.executable, str(experiment)], cwd=tmp_path, env=clean_env(MARIN_PREFIX=str(store)))
+    first = entry(store, "art/total")
+    assert json.loads((first / "total.json").read_text()) == {"sum": 45}
+    experiment.write_text(ARTIFACT_STEPS.replace("n=N", "n=5"))
+    marin("run", str(experiment), "--prefix", str(store), cwd=tmp_path, env=clean_env())
+    totals = sorted((store / "art").glob("total-*"))
+    assert len(totals) == 2
+    assert {json.loads((t / "total.json").read_text())["sum"] for t in totals} == {45, 10}

@@ -147,6 +147,8 @@ class ExecutorCall:
     """The step's name, to find the prefix from its output folder (for ``InputName.hardcoded``)."""
     env_vars: tuple[tuple[str, str], ...] = ()
     """Environment variables set while ``fn`` runs."""
+    deps: tuple[OutputPath, ...] = ()
+    """Dependencies named in the config by placeholder text (``ArtifactStep``'s ``ctx.artifact_path``)."""
 
 
 def _rebuild(value: Any, convert: Callable[[Any], Any]) -> Any:
@@ -199,7 +201,8 @@ def _to_project_form(value: Any, where: str) -> Any:
     return value
 
 
-def _resolve_own_paths(value: Any, output_path: str, prefix: str) -> Any:
+def _resolve_own_paths(value: Any, output_path: str, prefix: str, deps: Sequence[str] = ()) -> Any:
+    from marin.execution.artifact_step import OUTPUT_TOKEN, PREFIX_TOKEN, dep_token
     from rigging import filesystem as fs
 
     def convert(v: Any) -> Any:
@@ -207,6 +210,10 @@ def _resolve_own_paths(value: Any, output_path: str, prefix: str) -> Any:
             return fs.join(output_path, v.name) if v.name else output_path
         if isinstance(v, _PrefixPath):
             return fs.join(prefix, v.path) if v.path else prefix
+        if isinstance(v, str) and "\x00marin:" in v:
+            v = v.replace(OUTPUT_TOKEN, output_path).replace(PREFIX_TOKEN, prefix)
+            for i, path in enumerate(deps):
+                v = v.replace(dep_token(i), str(path))
         return v
 
     return _rebuild(value, convert)
@@ -217,7 +224,7 @@ def run_executor_step(call: ExecutorCall, output_path: str) -> None:
     base = output_path.rstrip("/")
     tail = base.rsplit("/", call.step_name.count("/") + 1)
     prefix = tail[0] if len(tail) == call.step_name.count("/") + 2 else ""
-    config = _resolve_own_paths(call.config, base, prefix)
+    config = _resolve_own_paths(call.config, base, prefix, call.deps)
     saved = {k: os.environ.get(k) for k, _ in call.env_vars}
     os.environ.update(dict(call.env_vars))
     try:

@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from marin.execution.step import InvalidStep, Step
 
-__all__ = ["ArtifactStep", "Lazy", "lower"]
+__all__ = ["ArtifactStep", "Lazy", "StepContext", "lower"]  # noqa: F822 - the first and third load on use
 
 T = TypeVar("T")
 
@@ -18,7 +18,8 @@ T = TypeVar("T")
 class Lazy(abc.ABC, Generic[T]):
     """Base of typed step recipes (``tokenized(...)``, ``train_lm(...)``).
 
-    ``Lazy[X]`` (or Marin's name, ``ArtifactStep[X]``) says what the step's output holds.
+    ``Lazy[X]`` says what the step's output holds. Marin's handle class, ``ArtifactStep``, is one
+    (:mod:`marin.execution.artifact_step`).
 
     Subclasses implement :meth:`_build`; :meth:`lower` memoises it so a handle used by several
     steps lowers to one :class:`Step`.
@@ -38,8 +39,13 @@ class Lazy(abc.ABC, Generic[T]):
         return cached
 
 
-ArtifactStep = Lazy
-"""Marin's name for a lazy handle (``ArtifactStep[TokenizedCache]``)."""
+def __getattr__(name: str) -> Any:
+    # Marin's handle class lives beside the executor adapter it lowers through.
+    if name in ("ArtifactStep", "StepContext"):
+        from marin.execution import artifact_step
+
+        return getattr(artifact_step, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def lower(item: Any) -> Step:
