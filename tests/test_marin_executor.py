@@ -176,6 +176,8 @@ def test_what_marin_does_and_this_project_does_not_is_refused_by_name() -> None:
     pseudo = ExecutorStep(name="z", fn=json.dumps, config={"in": InputName.hardcoded("raw/x").nonblocking()})
     with pytest.raises(InvalidStep, match=r"^z.config: InputName.nonblocking\(\) is not supported"):
         pseudo.lower()
+    with pytest.raises(InvalidStep, match=r"^step 'z': fn must be a module-level function taking the config"):
+        ExecutorStep(name="z", fn=lambda config: None, config={}).lower()
     moved = ExecutorStep(name="z", fn=json.dumps, config={}).with_output_path("/elsewhere")
     with pytest.raises(InvalidStep, match=r"^step 'z': override_output_path='/elsewhere' is not supported"):
         moved.lower()

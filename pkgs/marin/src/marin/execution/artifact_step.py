@@ -87,8 +87,9 @@ class ArtifactStep(Lazy[T], Generic[T]):
     runtime_args: Mapping[str, Any] = field(default_factory=dict)
 
     def _build(self) -> Step:
-        from marin.execution.executor import ExecutorCall, run_executor_step
+        from marin.execution.executor import ExecutorCall, check_module_level, run_executor_step
 
+        check_module_level(self.name, "run", self.run)
         if self.runtime_args:
             raise InvalidStep(f"step {self.name!r}: runtime_args={dict(self.runtime_args)!r} are not supported: "
                               "every value a step reads is part of its config (and its hash)")

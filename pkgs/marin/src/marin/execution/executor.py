@@ -151,6 +151,13 @@ class ExecutorCall:
     """Dependencies named in the config by placeholder text (``ArtifactStep``'s ``ctx.artifact_path``)."""
 
 
+def check_module_level(step_name: str, what: str, fn: Any) -> None:
+    """Raise :class:`InvalidStep` unless ``fn`` is a module-level function (workers import it by name)."""
+    qualname = getattr(fn, "__qualname__", "")
+    if not callable(fn) or not qualname or "<lambda>" in qualname or "<locals>" in qualname:
+        raise InvalidStep(f"step {step_name!r}: {what} must be a module-level function taking the config, got {fn!r}")
+
+
 def _rebuild(value: Any, convert: Callable[[Any], Any]) -> Any:
     """``value`` with ``convert`` applied to every node, containers and dataclasses rebuilt as needed.
 
@@ -280,8 +287,7 @@ class ExecutorStep(Lazy[Any], Generic[ConfigT]):
             raise InvalidStep(
                 f"step {self.name!r}: override_output_path={self.override_output_path!r} is not supported: outputs "
                 "live at <prefix>/<name>-<hash>, so that a changed config never overwrites another build")
-        if not callable(self.fn):
-            raise InvalidStep(f"step {self.name!r}: fn must be a function taking the config, got {self.fn!r}")
+        check_module_level(self.name, "fn", self.fn)
         where = f"{self.name}.config"
         config = _rebuild(self.config, lambda v: _to_project_form(v, where))
         env = tuple(sorted((str(k), str(v)) for k, v in (self.env_vars or {}).items()))
