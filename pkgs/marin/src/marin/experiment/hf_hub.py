@@ -132,7 +132,7 @@ def resolve_hf_dataset(repo_id: str, *, online: bool, revision: str | None = Non
             the message names the id, the cache folder looked in and what to do.
     """
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     cache = hub_cache_dir()
     folder = os.path.join(cache, "datasets--" + repo_id.replace("/", "--"))
@@ -142,7 +142,7 @@ def resolve_hf_dataset(repo_id: str, *, online: bool, revision: str | None = Non
             from huggingface_hub import HfApi
 
             files = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
-        except (HfHubHTTPError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - any failure of the Hub (httpx, HTTP, OS) is reported by name
             raise HfDatasetUnavailable(
                 f"source {repo_id!r}: the Hugging Face Hub did not list the dataset ({type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}); check the id, or set HF_HUB_OFFLINE=1 to read "
@@ -161,6 +161,13 @@ def resolve_hf_dataset(repo_id: str, *, online: bool, revision: str | None = Non
             f"snapshot) and the Hub is not used (offline or HF_HUB_OFFLINE=1); download it where there is "
             f"network (`hf download {repo_id} --repo-type dataset` with the same HF_HOME) or point "
             "source= at a local folder of .parquet/.jsonl/.txt files") from None
+    except Exception as e:  # noqa: BLE001 - a download that failed midway: name it, keep the cache as it is
+        if not online:
+            raise
+        raise HfDatasetUnavailable(
+            f"source {repo_id!r}: downloading into the hub cache {folder} failed ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); try again, or set HF_HUB_OFFLINE=1 to use what is "
+            "cached") from None
     relative = []
     for dirpath, _dirs, names in os.walk(snapshot, followlinks=True):
         for name in names:
