@@ -116,6 +116,9 @@ def test_versioned_values_hash_as_the_plain_value_and_every_field_counts(tmp_pat
     b = ExecutorStep(name="x", fn=json.dumps, config={"n": 3, "out": this_output_path()})
     c = ExecutorStep(name="x", fn=json.dumps, config={"n": 4, "out": this_output_path()})
     assert a.lower().hash == b.lower().hash != c.lower().hash
+    # Pinned: a change to how executor steps are encoded (and so every Marin file's outputs) is caught.
+    pinned = ExecutorStep(name="pinned", fn=json.dumps, config={"n": versioned(3), "out": this_output_path("x")})
+    assert pinned.lower().hash[:16] == "2b02e592e6619ddd"
     d = ExecutorStep(name="y", fn=json.dumps, config={"in": output_path_of(a, "f")})
     e = ExecutorStep(name="y", fn=json.dumps, config={"in": output_path_of(c, "f")})
     assert d.lower().hash != e.lower().hash
