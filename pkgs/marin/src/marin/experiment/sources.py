@@ -36,7 +36,9 @@ def normalize_path(value: Any) -> Any:
 
 def hf_reachable(timeout: float = 2.0) -> bool:
     """Whether the Hugging Face Hub answers (False when offline or told to stay offline)."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+    from marin.experiment.hf_hub import hub_offline
+
+    if hub_offline():
         return False
     try:
         with socket.create_connection(("huggingface.co", 443), timeout=timeout):
