@@ -1,6 +1,6 @@
 """Build a Hugging Face hub cache folder in the hub's own layout, from generated files (no network).
 
-    <HF_HOME>/hub/datasets--<org>--<name>/
+    <HF_HOME>/hub/datasets--<org>--<name>/          (models--<org>--<name>/ for a model)
         blobs/<sha256 of the content>
         refs/main                      (the revision, a 40-hex commit id)
         snapshots/<revision>/<path>    (relative symlinks into blobs/)
@@ -39,12 +39,14 @@ def jsonl_bytes(texts: list[str]) -> bytes:
     return "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
 
 
-def write_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, bytes], revision: str | None = None) -> Path:
-    """Write ``files`` (relative path -> content) as the cached snapshot of dataset ``repo_id``.
+def write_hub_dataset(hf_home: Path, repo_id: str, files: dict[str, bytes], revision: str | None = None,
+                      kind: str = "datasets") -> Path:
+    """Write ``files`` (relative path -> content) as the cached snapshot of dataset ``repo_id``
+    (``kind="models"``: of model ``repo_id``).
 
     Returns the snapshot folder.
     """
-    repo = Path(hf_home) / "hub" / ("datasets--" + repo_id.replace("/", "--"))
+    repo = Path(hf_home) / "hub" / (f"{kind}--" + repo_id.replace("/", "--"))
     revision = revision or hashlib.sha1(repo_id.encode()).hexdigest()
     snapshot = repo / "snapshots" / revision
     (repo / "blobs").mkdir(parents=True, exist_ok=True)

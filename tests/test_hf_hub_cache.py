@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hub_cache import jsonl_bytes, stories, tinystories_like, write_hub_dataset  # noqa: E402
 
 from marin.experiment.hf_hub import choose_split_files  # noqa: E402
-from marin.experiment.sources import DataSourceError, resolve_source  # noqa: E402
+from marin.experiment.sources import DataSourceError, resolve_source, resolve_tokenizer  # noqa: E402
 
 
 @pytest.fixture
@@ -71,3 +71,19 @@ def test_split_files_are_chosen_by_hub_naming(paths: list[str], train: list[str]
     chosen = choose_split_files(paths)
     assert chosen is not None
     assert list(chosen.train) == train and list(chosen.validation) == validation
+
+
+def test_a_tokenizer_id_resolves_from_the_hub_cache_offline(hf_home: Path, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({"<unk>": 0, "<|endoftext|>": 1, "story": 2}, unk_token="<unk>"))
+    snapshot = write_hub_dataset(hf_home, "org/tiny-tok", {"tokenizer.json": tokenizer.to_str().encode()},
+                                 kind="models")
+    path = resolve_tokenizer("org/tiny-tok", str(tmp_path))
+    assert Path(path) == snapshot / "tokenizer.json"
+    assert Tokenizer.from_file(path).token_to_id("story") == 2
+    with pytest.raises(DataSourceError) as info:
+        resolve_tokenizer("org/absent-tok", str(tmp_path))
+    message = str(info.value)
+    assert "tokenizer 'org/absent-tok' is a Hugging Face id" in message
+    assert str(hf_home / "hub" / "models--org--absent-tok") in message and "\n" not in message

@@ -20,7 +20,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HfDatasetFiles", "HfDatasetUnavailable", "Split", "choose_split_files", "hub_cache_dir", "hub_offline", "resolve_hf_dataset"]
+__all__ = [
+    "HfDatasetFiles", "HfDatasetUnavailable", "Split", "resolve_hf_tokenizer", "choose_split_files", "hub_cache_dir", "hub_offline", "resolve_hf_dataset",
+]
 
 
 class Split(enum.Enum):
@@ -183,3 +185,27 @@ def resolve_hf_dataset(repo_id: str, *, online: bool, revision: str | None = Non
             "download the dataset again")
     return HfDatasetFiles(train=tuple(os.path.join(snapshot, p) for p in chosen.train),
                           validation=tuple(os.path.join(snapshot, p) for p in chosen.validation))
+
+
+def resolve_hf_tokenizer(repo_id: str, *, online: bool) -> str:
+    """The local path of model ``repo_id``'s ``tokenizer.json`` in the hub cache (downloaded first when online).
+
+    Raises:
+        HfDatasetUnavailable: not cached (offline) or not downloadable; the message names the cache folder.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    folder = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
+    try:
+        return hf_hub_download(repo_id, "tokenizer.json", cache_dir=cache, local_files_only=not online)
+    except LocalEntryNotFoundError:
+        raise HfDatasetUnavailable(
+            f"its tokenizer.json is not in the hub cache ({folder}) and the Hub is not used (offline or "
+            f"HF_HUB_OFFLINE=1); download it where there is network (`hf download {repo_id} tokenizer.json` "
+            "with the same HF_HOME)") from None
+    except Exception as e:  # noqa: BLE001 - any failure of the Hub (httpx, HTTP, OS) is reported by name
+        raise HfDatasetUnavailable(
+            f"fetching its tokenizer.json into the hub cache {folder} failed ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''})") from None

@@ -85,15 +85,13 @@ def resolve_tokenizer(spec: str, scratch: str) -> str:
     if os.path.isfile(local_spec):
         return local_spec
     if is_hf_id(spec) or re.match(r"^[A-Za-z0-9_.-]+$", spec):
-        if not hf_reachable():
-            raise DataSourceError(
-                f"tokenizer {spec!r} is a Hugging Face id, but the Hub cannot be reached (offline?); "
-                "alternatives: a path to a tokenizer.json, or a trained tokenizer step "
-                "(trained_tokenizer(...), e.g. experiments.marin_tokenizer.marin_tokenizer)"
-            )
-        from tokenizers import Tokenizer
+        from marin.experiment.hf_hub import HfDatasetUnavailable, resolve_hf_tokenizer
 
-        local = os.path.join(scratch, "tokenizer.json")
-        Tokenizer.from_pretrained(spec).save(local)
-        return local
+        try:
+            return resolve_hf_tokenizer(spec, online=hf_reachable())
+        except HfDatasetUnavailable as e:
+            raise DataSourceError(
+                f"tokenizer {spec!r} is a Hugging Face id: {e}; alternatives: a path to a tokenizer.json, or a "
+                "trained tokenizer step (trained_tokenizer(...), e.g. experiments.marin_tokenizer.marin_tokenizer)"
+            ) from None
     raise DataSourceError(f"tokenizer {spec!r} does not exist (expected a tokenizer.json, a folder holding one, or an HF id)")
