@@ -356,7 +356,10 @@ def parse_executor_args(argv: Sequence[str]) -> ExecutorMainConfig:
 def _select(steps: list[Step], patterns: Sequence[str]) -> list[Step]:
     from marin.execution.hashing import collect_graph
 
-    compiled = [re.compile(p) for p in patterns]
+    try:
+        compiled = [re.compile(p) for p in patterns]
+    except re.error as e:
+        raise InvalidStep(f"--run_only: {e.pattern!r} is not a regular expression ({e})") from None
     chosen = [s for s in collect_graph(steps) if any(c.search(s.name) for c in compiled)]
     if not chosen:
         raise InvalidStep(f"--run_only {list(patterns)!r} matches no step")
@@ -388,7 +391,6 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
     capture.offer(list(steps))
     if config is None:
         config = parse_executor_args(sys.argv[1:])
-    from marin.execution.plan import Action, ReasonKind
     from marin.execution.step_runner import StepRunner
 
     lowered = [lower(s) for s in steps]
@@ -401,7 +403,7 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
     try:
         skipped: list[str] = []
         if not config.force_run_failed:
-            lowered, skipped = _without_earlier_failures(runner, lowered, Action, ReasonKind)
+            lowered, skipped = _without_earlier_failures(runner, lowered)
         result = runner.run(lowered) if lowered else None
     finally:
         runner.close()
@@ -417,13 +419,14 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
     return result
 
 
-def _without_earlier_failures(runner: Any, steps: list[Step], action: Any, reason_kind: Any) -> tuple[list[Step], list[str]]:
+def _without_earlier_failures(runner: Any, steps: list[Step]) -> tuple[list[Step], list[str]]:
     """The steps that do not depend on a step that failed in an earlier run, and those failed steps' names."""
     from marin.execution.hashing import collect_graph, dependencies_of
+    from marin.execution.plan import Action, ReasonKind
 
     plan = runner.plan(steps, explain=True)
-    failed = {id(p.step) for p in plan.steps if p.action is action.RUN
-              and any(r.kind is reason_kind.EARLIER_FAILED for r in p.reasons)}
+    failed = {id(p.step) for p in plan.steps if p.action is Action.RUN
+              and any(r.kind is ReasonKind.EARLIER_FAILED for r in p.reasons)}
     if not failed:
         return steps, []
     blocked: set[int] = set()
