@@ -72,6 +72,16 @@ def test_steps_run_only_under_main_are_captured_not_run(tmp_path: Path) -> None:
     assert not (tmp_path / "calls.log").exists()  # planning ran nothing
 
 
+def test_steps_run_by_a_function_the_main_block_calls_are_captured(tmp_path: Path) -> None:
+    experiment = tmp_path / "via_function.py"
+    experiment.write_text(MAIN_ONLY.replace(
+        "    StepRunner().run([lower(build(args.word))])",
+        "    go(args.word)\n\n\ndef go(word):\n    runner = StepRunner()\n    runner.run([lower(build(word, 'v1'))])"))
+    plan = plan_json(str(experiment), "--prefix", str(tmp_path / "store"), cwd=tmp_path, env=env_for(tmp_path))
+    assert [(s["name"], s["action"]) for s in plan["steps"]] == [("notes/hello", "run")]
+    assert not (tmp_path / "calls.log").exists()
+
+
 def test_dev_version_rebuilds_on_every_run_and_the_plan_says_so(tmp_path: Path) -> None:
     experiment = tmp_path / "main_only.py"
     experiment.write_text(MAIN_ONLY)

@@ -129,17 +129,25 @@ def _is_main_test(test: ast.expr) -> bool:
             and test.comparators[0].value == "__main__")
 
 
-def _runs_steps(block: ast.If) -> bool:
-    for node in ast.walk(block):
-        if isinstance(node, ast.Call):
-            f = node.func
-            if isinstance(f, ast.Name) and f.id == "executor_main":
+def _calls_a_runner(node: ast.AST) -> bool:
+    """``executor_main(...)``, or ``StepRunner(...)`` together with a ``.run(...)`` call, inside ``node``."""
+    makes_runner = calls_run = False
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call):
+            name = getattr(child.func, "id", getattr(child.func, "attr", None))
+            if name == "executor_main":
                 return True
-            if isinstance(f, ast.Attribute) and (f.attr == "executor_main" or (
-                    f.attr == "run" and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name | ast.Attribute)
-                    and getattr(f.value.func, "id", getattr(f.value.func, "attr", None)) == "StepRunner")):
-                return True
-    return False
+            makes_runner = makes_runner or name == "StepRunner"
+            calls_run = calls_run or (isinstance(child.func, ast.Attribute) and child.func.attr == "run")
+    return makes_runner and calls_run
+
+
+def _runs_steps(block: ast.If, functions: dict[str, ast.AST]) -> bool:
+    """The block runs steps itself, or calls a module-level function of the file that does."""
+    if _calls_a_runner(block):
+        return True
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in functions
+               and _calls_a_runner(functions[c.func.id]) for c in ast.walk(block))
 
 
 def _file_shape(path: str | None) -> _FileShape:
@@ -153,14 +161,16 @@ def _file_shape(path: str | None) -> _FileShape:
     assigned: list[str] = []
     defines_steps = False
     mains: list[ast.If] = []
+    functions: dict[str, ast.AST] = {}
     for node in tree.body:
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
         elif isinstance(node, ast.AnnAssign | ast.AugAssign):
             targets = [node.target]
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "steps":
-            defines_steps = True
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions[node.name] = node
+            defines_steps = defines_steps or node.name == "steps"
         elif isinstance(node, ast.If) and _is_main_test(node.test):
             mains.append(node)
         for t in targets:
@@ -170,7 +180,7 @@ def _file_shape(path: str | None) -> _FileShape:
                         defines_steps = True
                     elif name.id not in assigned:
                         assigned.append(name.id)
-    runs = any(_runs_steps(m) for m in mains)
+    runs = any(_runs_steps(m, functions) for m in mains)
     return _FileShape(defines_steps, runs, tuple(assigned), tuple(mains) if runs else ())
 
 
