@@ -87,3 +87,26 @@ def test_a_tokenizer_id_resolves_from_the_hub_cache_offline(hf_home: Path, tmp_p
     message = str(info.value)
     assert "tokenizer 'org/absent-tok' is a Hugging Face id" in message
     assert str(hf_home / "hub" / "models--org--absent-tok") in message and "\n" not in message
+
+
+def test_a_dataset_with_a_validation_split_keeps_it_as_the_validation_split(hf_home: Path, tmp_path: Path) -> None:
+    from hub_cache import WORDS
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from marin.experiment.sources import resolve_corpus
+    from marin.experiment.tokenize_impl import tokenize_to_shards
+
+    vocab = {"<unk>": 0, "<|endoftext|>": 1, **{w: i + 2 for i, w in enumerate(sorted({*WORDS, "Once", "upon", "a", "time"}))}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    tinystories_like(hf_home, n_train=300, n_validation=40)
+    train, validation = resolve_corpus("roneneldan/TinyStories")
+    assert len(train) == 2 and [Path(v).name for v in validation] == ["validation-00000-of-00001.parquet"]
+    summary = tokenize_to_shards(train, str(tmp_path / "tokenizer.json"), str(tmp_path / "out"),
+                                 validation_source=validation)
+    # Every train document is train and every validation document validation, whatever their hashes.
+    assert (summary["train_records"], summary["validation_records"]) == (300, 40)
+    plain = tokenize_to_shards(train, str(tmp_path / "tokenizer.json"), str(tmp_path / "plain"),
+                               validation_fraction=0.2)
+    assert plain["validation_records"] > 0 and plain["train_records"] + plain["validation_records"] == 300

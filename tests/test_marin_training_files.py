@@ -131,8 +131,8 @@ def test_executor_form_trains_from_the_hub_cache(tmp_path: Path, hub_env: dict[s
     store = tmp_path / "store"
     data = entry(store, "tokenized/roneneldan/TinyStories")
     index = json.loads((data / "index.json").read_text())
-    # 150 documents from each of the two cached train shards (the validation shard is not read).
-    assert sum(s["records"] for s in index["splits"].values()) == 300
+    # 150 documents from each of the two cached train shards; the dataset's own validation split.
+    assert (index["splits"]["train"]["records"], index["splits"]["validation"]["records"]) == (300, 60)
     summary = json.loads((entry(store, "checkpoints/nano-stories") / "train_summary.json").read_text())
     assert summary["steps"] == 4 and summary["final_loss"] > 0
 

@@ -130,7 +130,8 @@ class TokenizeStepConfig:
     sample_count: int | None = None
     """At most this many documents from each shard (None: all)."""
     validation_fraction: float = 0.02
-    """Share of documents (by content hash) held out for validation."""
+    """Share of documents (by content hash) held out for validation (a Hugging Face dataset with a
+    validation split uses that split instead)."""
     num_shards: int | None = None
     """Output shards per split (None: one per input file)."""
     seed: int = 0
@@ -151,16 +152,16 @@ class TokenizeStepConfig:
 
 def tokenize_step(config: TokenizeStepConfig, output_path: str) -> None:
     """Step function: tokenize the corpus into train/validation ArrayRecord shards (resumable)."""
-    from marin.experiment.sources import resolve_source, resolve_tokenizer
+    from marin.experiment.sources import resolve_corpus, resolve_tokenizer
     from marin.experiment.tokenize_impl import tokenize_to_shards
 
-    source = resolve_source(config.source) if isinstance(config.source, str) else config.source
+    source, validation = resolve_corpus(config.source) if isinstance(config.source, str) else (config.source, [])
     with tempfile.TemporaryDirectory(prefix="marin-tok-") as scratch:
         tokenizer_path = resolve_tokenizer(config.tokenizer, scratch)
         summary = tokenize_to_shards(
             source, tokenizer_path, output_path, validation_fraction=config.validation_fraction,
             sample_count=config.sample_count, num_shards=config.num_shards, seed=config.seed,
-            on_error=config.on_error, text_field=config.text_field)
+            on_error=config.on_error, text_field=config.text_field, validation_source=validation)
     splits = summary.get("index", {}).get("splits", {})
     print("tokenized: " + ", ".join(f"{k}: {v.get('records')} documents, {v.get('tokens')} tokens"
                                     for k, v in splits.items()))

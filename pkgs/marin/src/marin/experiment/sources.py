@@ -9,7 +9,10 @@ from typing import Any
 
 from rigging import filesystem as fs
 
-__all__ = ["DataSourceError", "hf_reachable", "is_hf_id", "normalize_path", "resolve_source", "resolve_tokenizer"]
+__all__ = [
+    "DataSourceError", "hf_reachable", "is_hf_id", "normalize_path", "resolve_corpus", "resolve_source",
+    "resolve_tokenizer",
+]
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -47,13 +50,26 @@ def hf_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+def resolve_corpus(source: str) -> tuple[str | list[str], list[str]]:
+    """Like :func:`resolve_source`, with the corpus's own validation files: a Hugging Face dataset's
+    validation split (empty for every other source)."""
+    if "://" not in source and not os.path.isabs(source) and not os.path.exists(source) and is_hf_id(source):
+        from marin.experiment.hf_hub import HfDatasetUnavailable, resolve_hf_dataset
+
+        try:
+            files = resolve_hf_dataset(source, online=hf_reachable())
+        except HfDatasetUnavailable as e:
+            raise DataSourceError(f"{e}, or use marin.experiment.data.bundled_corpus()") from None
+        return list(files.train), list(files.validation)
+    return resolve_source(source), []
+
+
 def resolve_source(source: str) -> str | list[str]:
     """The fsspec path, URL or files to read a corpus from; raises :class:`DataSourceError` if unusable.
 
     A Hugging Face dataset id resolves to the train split's files in the hub cache (downloaded
     into it first when the Hub can be reached and ``HF_HUB_OFFLINE`` is not set); see
-    :mod:`marin.experiment.hf_hub`. The held-out validation share is then chosen by content
-    hash, as for every source.
+    :mod:`marin.experiment.hf_hub` (and :func:`resolve_corpus` for its validation files).
     """
     if "://" in source or os.path.isabs(source) or os.path.exists(source):
         if not fs.is_local(source) or os.path.exists(fs.strip_protocol(source)) or any(c in source for c in "*?["):

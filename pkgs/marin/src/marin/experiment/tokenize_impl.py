@@ -34,7 +34,19 @@ from typing import TYPE_CHECKING, Any
 
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
-from zephyr import ArrayRecordSink, Counters, DataError, Dataset, OnError, current_context
+from zephyr import (
+    ArrayRecordSink,
+    Counters,
+    DataError,
+    Dataset,
+    FileSlice,
+    OnError,
+    Reader,
+    current_context,
+    expand_paths,
+    plan_file_shards,
+    reader_for_path,
+)
 
 if TYPE_CHECKING:
     from fray import DistributedClient
@@ -117,12 +129,38 @@ class _EncodeBatch:
         return texts, self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
 
 
+class _HeldOut(str):
+    """A document of the corpus's own validation files: it goes to ``validation``, whatever its hash."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class _ValidationReader(Reader):
+    """Reads a validation file with ``inner``, marking each document as held out."""
+
+    inner: Reader
+
+    @property
+    def on_error(self) -> OnError:  # type: ignore[override]
+        return self.inner.on_error
+
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Any:
+        for text in self.inner.read(piece, counters):
+            yield _HeldOut(text)
+
+    def splittable(self, path: str) -> bool:
+        return self.inner.splittable(path)
+
+
 @dataclass(frozen=True)
 class _ToRecords:
     """Worker-side: encoded documents to ``(split, record bytes)`` pairs (format in zephyr.writers)."""
 
     seed: int
     validation_fraction: float
+    own_validation: bool = False
+    """The corpus brings its own validation files: their documents are validation, all others train."""
 
     def __call__(self, encoded: tuple[list[str], list[Any]]) -> list[tuple[str, bytes]]:
         texts, encodings = encoded
@@ -135,7 +173,11 @@ class _ToRecords:
                 continue
             if _BIG_ENDIAN:
                 ids.byteswap()
-            out.append((assign_split(text, self.seed, self.validation_fraction), ids.tobytes()))
+            if self.own_validation:
+                split = "validation" if isinstance(text, _HeldOut) else "train"
+            else:
+                split = assign_split(text, self.seed, self.validation_fraction)
+            out.append((split, ids.tobytes()))
         if empty:
             # A document with no tokens carries nothing to train on; it is counted, not hidden.
             current_context().increment("empty_documents", empty)
@@ -182,11 +224,15 @@ def tokenize_to_shards(
     batch_size: int = 512,
     eos_token: str = "<|endoftext|>",
     max_parallel: int | None = None,
+    validation_source: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Tokenize ``source`` with the tokenizer at ``tokenizer_path`` into shards under ``output_path``.
 
     Args:
         source: files, globs or folders (any fsspec URL) of text, JSON lines or Parquet.
+        validation_source: the corpus's own validation files (a Hugging Face dataset's validation
+            split): their documents form the validation split, and every document of ``source``
+            is train (``validation_fraction`` is then not used).
         tokenizer_path: path or URL of a Hugging Face ``tokenizer.json``.
         output_path: the output folder (layout in the module docstring).
         client: fray client to run shards on (default: local processes).
@@ -216,8 +262,17 @@ def tokenize_to_shards(
         raise ValueError(f"tokenizer {tokenizer_path} has no end-of-document token {config.eos_token!r}; "
                          "pass eos_token= the one it uses")
 
-    dataset = Dataset.from_files(source, num_shards=config.num_shards, text_field=config.text_field,
-                                 on_error=config.on_error)
+    if validation_source:
+        held_out = set(expand_paths(list(validation_source)))
+        files = expand_paths([*([source] if isinstance(source, str) else source), *validation_source])
+        readers: list[Reader] = []
+        for f in files:
+            reader = reader_for_path(f, text_field=config.text_field, on_error=config.on_error)
+            readers.append(_ValidationReader(reader) if f in held_out else reader)
+        dataset = Dataset(plan_file_shards(files, readers, config.num_shards))
+    else:
+        dataset = Dataset.from_files(source, num_shards=config.num_shards, text_field=config.text_field,
+                                     on_error=config.on_error)
     if config.sample_count is not None:
         dataset = dataset.take_per_shard(config.sample_count)
     # Three stages on three threads, so that encoding (which releases the GIL) runs back to back:
@@ -228,9 +283,9 @@ def tokenize_to_shards(
                .prefetch(2)
                .map(_EncodeBatch(tokenizer_path))
                .prefetch(2)
-               .flat_map(_ToRecords(config.seed, config.validation_fraction)))
+               .flat_map(_ToRecords(config.seed, config.validation_fraction, bool(validation_source))))
 
-    description = source if isinstance(source, str) else ", ".join(source)
+    description = source if isinstance(source, str) else ", ".join([*source, *validation_source])
     sink = _TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT,
                           metadata={"vocab_size": tokenizer.get_vocab_size(), "eos_id": eos_id},
                           source_description=description)
@@ -247,7 +302,8 @@ def tokenize_to_shards(
     parallel = min(config.max_parallel or cpus, dataset.num_shards)
     # A small corpus tokenizes faster than worker processes start: then the tokenizer's own threads
     # use the cores here. (Only when no client was asked for: a given client is always used.)
-    small = client is None and _input_bytes(source) < IN_PROCESS_BELOW_BYTES
+    inputs = [*([source] if isinstance(source, str) else source), *validation_source]
+    small = client is None and _input_bytes(inputs) < IN_PROCESS_BELOW_BYTES
     if small:
         result = dataset.write(sink, in_process=True, progress=progress)
     else:
