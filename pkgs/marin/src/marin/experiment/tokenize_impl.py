@@ -166,6 +166,7 @@ class _ToRecords:
         texts, encodings = encoded
         out = []
         empty = 0
+        own_validation = self.own_validation
         for text, encoding in zip(texts, encodings, strict=True):
             ids = array.array("I", encoding.ids)
             if not ids:
@@ -173,7 +174,7 @@ class _ToRecords:
                 continue
             if _BIG_ENDIAN:
                 ids.byteswap()
-            if self.own_validation:
+            if own_validation:
                 split = "validation" if isinstance(text, _HeldOut) else "train"
             else:
                 split = assign_split(text, self.seed, self.validation_fraction)
