@@ -8,8 +8,6 @@ project does not support is refused with an error naming it, never ignored.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -24,9 +22,6 @@ from marin.experiment.data import Tokenized, tokenized
 from marin.experiment.train import TrainLm, train_lm
 
 __all__ = ["CORE_TASKS", "UnsupportedSetting", "default_tokenize", "default_train"]
-
-log = logging.getLogger("experiments.defaults")
-
 
 class UnsupportedSetting(ValueError):
     """A Marin argument or field this project does not support; the message names it."""
@@ -98,19 +93,25 @@ def _optimizer(config: SimpleTrainConfig) -> AdamConfig:
         value = unwrap_versioned_value(getattr(config, name))
         if value is not None:
             fields[name] = value
-    if config.lr_schedule is not None:
-        schedule = unwrap_versioned_value(config.lr_schedule)
-        if schedule not in {s.value for s in Schedule}:
-            raise UnsupportedSetting(f"SimpleTrainConfig.lr_schedule={schedule!r} is not supported "
-                                     f"(supported: {', '.join(s.value for s in Schedule)})")
+    schedule = unwrap_versioned_value(config.lr_schedule)
+    if schedule is not None and schedule not in {s.value for s in Schedule}:
+        raise UnsupportedSetting(f"SimpleTrainConfig.lr_schedule={schedule!r} is not supported "
+                                 f"(supported: {', '.join(s.value for s in Schedule)})")
+    decay = unwrap_versioned_value(config.decay)
+    if decay is not None:
+        # Marin's `decay`: stay at the peak, then decay over the last `decay` of training in the
+        # schedule's shape: this project's warmup-stable-decay schedule.
+        shapes = {None: "linear", "linear": "linear", "cosine": "cosine", "wsd": None}
+        if schedule not in shapes:
+            raise UnsupportedSetting(f"SimpleTrainConfig.decay={decay!r} with lr_schedule={schedule!r} is not "
+                                     "supported (use lr_schedule 'linear' or 'cosine' with decay)")
+        fields["decay"] = decay
+        if shapes[schedule] is not None:
+            fields["decay_shape"] = shapes[schedule]
+        schedule = "wsd"
+    if schedule is not None:
         fields["schedule"] = schedule
     return AdamConfig(**{k: unwrap_versioned_value(v) for k, v in fields.items()})
-
-
-def _train_lm_takes(keyword: str) -> bool:
-    """Whether ``train_lm`` accepts ``keyword`` (by name, or through ``**settings`` it validates itself)."""
-    params = inspect.signature(train_lm).parameters
-    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def default_train(name: str, tokenized: Any, model_config: Any, train_config: SimpleTrainConfig,
@@ -120,11 +121,14 @@ def default_train(name: str, tokenized: Any, model_config: Any, train_config: Si
                   trainer_mesh: Any = None) -> TrainLm:
     """Train ``model_config`` on ``tokenized`` into ``checkpoints/<name>`` with ``train_config``.
 
+    ``tags`` and ``wandb_name`` (the run's name) are recorded with the run; ``wandb_group`` turns
+    on Weights & Biases logging in that group (install ``levanter[wandb]``).
+
     Raises:
         UnsupportedSetting: naming the argument or ``SimpleTrainConfig`` field not supported:
             Marin's default validation sets (pass ``use_default_validation=False``), evaluation
-            tasks (pass ``eval_harness_tasks=[]``), W&B names and groups, mixtures, output
-            path overrides, meshes, and fields outside ``SUPPORTED``.
+            tasks (pass ``eval_harness_tasks=[]``), mixtures, output path overrides, meshes, and
+            fields outside ``SUPPORTED``.
     """
     if use_default_validation:
         raise UnsupportedSetting("default_train(use_default_validation=True): Marin's default validation sets "
@@ -133,8 +137,7 @@ def default_train(name: str, tokenized: Any, model_config: Any, train_config: Si
     if isinstance(eval_harness_tasks, _MarinDefault) or eval_harness_tasks:
         raise UnsupportedSetting(f"default_train(eval_harness_tasks={eval_harness_tasks!r}): lm-eval-harness tasks "
                                  "are not supported; pass eval_harness_tasks=[]")
-    for arg, value in (("wandb_name", wandb_name), ("wandb_group", wandb_group),
-                       ("override_output_path", override_output_path), ("trainer_mesh", trainer_mesh)):
+    for arg, value in (("override_output_path", override_output_path), ("trainer_mesh", trainer_mesh)):
         if value is not None:
             raise UnsupportedSetting(f"default_train({arg}={value!r}) is not supported")
     if not isinstance(train_config, SimpleTrainConfig):
@@ -158,15 +161,17 @@ def default_train(name: str, tokenized: Any, model_config: Any, train_config: Si
         from levanter.checkpoint import CheckpointConfig
 
         options["checkpoint"] = CheckpointConfig(save_every=unwrap_versioned_value(train_config.steps_per_export))
-    if _train_lm_takes("z_loss_weight"):
-        options["z_loss_weight"] = unwrap_versioned_value(train_config.z_loss_weight)
-    elif train_config.z_loss_weight is not None:
-        raise UnsupportedSetting(f"SimpleTrainConfig.z_loss_weight={train_config.z_loss_weight!r} is not supported")
+    # Marin's z-loss default is none; so is it here when the config says None.
+    options["z_loss_weight"] = unwrap_versioned_value(train_config.z_loss_weight)
     if tags:
-        if _train_lm_takes("tags"):
-            options["tags"] = list(tags)
-        else:
-            log.warning("default_train(tags=%r): this trainer records no tags; they are not used", list(tags))
+        options["tags"] = tuple(tags)
+    if wandb_name is not None:
+        options["run_id"] = wandb_name
+    if wandb_group is not None:
+        # Marin always logs to Weights & Biases; here it is opt-in, and naming a group opts in.
+        from levanter.config import WandbConfig
+
+        options["wandb"] = WandbConfig(group=wandb_group)
     return train_lm(name=os.path.join("checkpoints", name), version="v1", model=model,
                     optimizer=_optimizer(train_config), datasets={data: 1.0},
                     batch_size=unwrap_versioned_value(train_config.train_batch_size), seq_len=seq_len,

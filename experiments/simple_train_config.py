@@ -63,7 +63,7 @@ class SimpleTrainConfig:
 
 SUPPORTED = frozenset({
     "resources", "train_batch_size", "num_train_steps", "learning_rate", "weight_decay", "beta1", "beta2",
-    "epsilon", "max_grad_norm", "warmup", "lr_schedule", "min_lr_ratio", "z_loss_weight", "steps_per_eval",
+    "epsilon", "max_grad_norm", "warmup", "decay", "lr_schedule", "min_lr_ratio", "z_loss_weight", "steps_per_eval",
     "steps_per_export", "max_eval_batches", "train_seq_len", "optimizer_config",
 })
 """Fields ``default_train`` uses; any other field must stay at its default."""

@@ -176,7 +176,8 @@ def _train(**overrides: object):
     [
         ({"ema_beta": 0.995}, r"^SimpleTrainConfig.ema_beta=0.995 is not supported by this project"),
         ({"int8": True}, r"^SimpleTrainConfig.int8=True is not supported"),
-        ({"decay": 0.2}, r"^SimpleTrainConfig.decay=0.2 is not supported"),
+        ({"rewarmup": 0.1}, r"^SimpleTrainConfig.rewarmup=0.1 is not supported"),
+        ({"decay": 0.2, "lr_schedule": "constant"}, r"^SimpleTrainConfig.decay=0.2 with lr_schedule='constant'"),
         ({"data_seed": 7}, r"^SimpleTrainConfig.data_seed=7 is not supported"),
         ({"initialize_from_hf": "org/model"}, r"^SimpleTrainConfig.initialize_from_hf='org/model' is not supported"),
         ({"lr_schedule": "bogus"}, r"^SimpleTrainConfig.lr_schedule='bogus' is not supported \(supported: "),
@@ -184,7 +185,7 @@ def _train(**overrides: object):
         ({"train_seq_len": 4096}, r"^SimpleTrainConfig.train_seq_len=4096 exceeds the model's max_seq_len 512"),
         ({"arg_use_default_validation": True}, r"^default_train\(use_default_validation=True\): Marin's default"),
         ({"arg_eval_harness_tasks": ["hellaswag"]}, r"^default_train\(eval_harness_tasks=\['hellaswag'\]\)"),
-        ({"arg_wandb_group": "sweep"}, r"^default_train\(wandb_group='sweep'\) is not supported"),
+        ({"arg_trainer_mesh": "data"}, r"^default_train\(trainer_mesh='data'\) is not supported"),
         ({"arg_override_output_path": "gs://b/x"}, r"^default_train\(override_output_path='gs://b/x'\)"),
     ],
 )
@@ -196,16 +197,26 @@ def test_each_unsupported_field_is_named(overrides: dict[str, object], message: 
 
 
 def test_supported_fields_reach_the_training_step() -> None:
+    from levanter.config import WandbConfig
     from levanter.optim import AdamConfig
 
     handle = _train(weight_decay=0.05, beta2=0.98, warmup=0.1, lr_schedule="linear", min_lr_ratio=0.0,
-                    steps_per_eval=2, max_eval_batches=3, train_seq_len=256)
+                    steps_per_eval=2, max_eval_batches=3, train_seq_len=256, z_loss_weight=1e-4,
+                    arg_tags=["a", "b"], arg_wandb_name="run-7", arg_wandb_group="sweep")
     config = handle.config
     assert handle.name == "checkpoints/x"
     assert config.optimizer == AdamConfig(learning_rate=1e-3, weight_decay=0.05, beta2=0.98, warmup=0.1,
                                           schedule="linear", min_lr_ratio=0.0)
-    assert (config.batch_size, config.seq_len, config.num_train_steps) == (2, 256, 3)
-    assert (config.eval_every, config.eval_batches) == (2, 3)
+    trainer = config.trainer
+    assert (trainer.batch_size, trainer.seq_len, trainer.num_train_steps) == (2, 256, 3)
+    assert (trainer.eval_every, trainer.eval_batches) == (2, 3)
+    assert (trainer.tags, trainer.run_id, trainer.wandb) == (("a", "b"), "run-7", WandbConfig(group="sweep"))
+    assert config.z_loss_weight == 1e-4
+    # Marin's `decay`: the last 20% of training decays in the schedule's shape (warmup-stable-decay).
+    decayed = _train(decay=0.2, lr_schedule="cosine").config.optimizer
+    assert (decayed.schedule.value, decayed.decay, decayed.decay_shape.value) == ("wsd", 0.2, "cosine")
+    assert _train(decay=0.2).config.optimizer.decay_shape.value == "linear"
+    assert _train().config.z_loss_weight == 0.0
 
 
 def test_default_tokenize_refuses_what_it_cannot_do() -> None:
