@@ -23,6 +23,7 @@ __all__ = [
     "WandbConfig",
     "generate",
     "load_final_model",
+    "load_model",
     "main",
 ]
 
@@ -35,6 +36,7 @@ _WHERE = {
     "LlamaConfig": "levanter.models.llama",
     "generate": "levanter.generate",
     "load_final_model": "levanter.generate",
+    "load_model": "levanter.generate",
     "ComputeDtype": "levanter.config",
     "DataConfig": "levanter.config",
     "TrainLmConfig": "levanter.config",

@@ -14,7 +14,7 @@ import numpy as np
 from levanter.models.llama import LlamaConfig, transformed_llama
 from rigging import filesystem as fs
 
-__all__ = ["generate", "load_final_model"]
+__all__ = ["generate", "load_final_model", "load_model"]
 
 
 def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
@@ -23,10 +23,28 @@ def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     Raises:
         FileNotFoundError: the run has not finished (no final parameters).
     """
+    return load_model(output_path)
+
+
+def load_model(output_path: str, step: int | None = None) -> tuple[LlamaConfig, dict[str, Any]]:
+    """The model config and parameters of a training run: final (``step`` None) or checkpoint ``step``.
+
+    Raises:
+        FileNotFoundError: the run has not finished, or checkpoint ``step`` is not (or no longer) kept.
+    """
+    from levanter.checkpoint import checkpoint_dir, read_checkpoint_params
+
+    config_path = fs.join(output_path, "config.json")
+    if not fs.exists(config_path):
+        raise FileNotFoundError(f"{config_path} not found: {output_path} is not a training run's output")
+    run_config = json.loads(fs.read_text(config_path))
+    config = LlamaConfig(**run_config["model"])
+    if step is not None:
+        params = jax.tree.map(jnp.asarray, read_checkpoint_params(checkpoint_dir(output_path), step))
+        return config, params
     params_path = fs.join(output_path, "final", "params.npz")
     if not fs.exists(params_path):
         raise FileNotFoundError(f"{params_path} not found: training under {output_path} has not finished")
-    config = LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
     with np.load(io.BytesIO(fs.read_bytes(params_path))) as flat:
         params: dict[str, dict[str, Any]] = {}
         for key in flat.files:

@@ -1,0 +1,103 @@
+"""Evaluation steps: keyed on the exact checkpoint, tokenized and raw text data, results as JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from lm_graph import build_data, copy_prefix, data, held_out, runner, tiny_model
+
+from marin.execution.step_runner import Outcome
+from marin.experiment.eval import EVAL_RESULTS_FILE, evaluate
+from rigging import filesystem as fs
+
+
+@pytest.fixture(scope="module")
+def data_prefix(tmp_path_factory):
+    return build_data(tmp_path_factory.mktemp("lm") / "store")
+
+
+def _results(result, name):
+    return json.loads(fs.read_text(fs.join(result.by_name(name).output_path, EVAL_RESULTS_FILE)))
+
+
+def test_eval_is_keyed_on_the_checkpoint_it_reads(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    model = tiny_model(steps=20)
+    at_10 = evaluate("evals/tiny-10", model, {"tiny": data}, checkpoint=10)
+    at_20 = evaluate("evals/tiny-20", model, {"tiny": data}, checkpoint=20)
+    final = evaluate("evals/tiny-final", model, {"tiny": data})
+    first = runner(prefix).run([at_10, at_20, final])
+    assert first.ok, [(s.name, s.error) for s in first.failed]
+
+    # The key holds the checkpoint: another checkpoint of the same model is another eval step,
+    # and the last checkpoint is the final parameters, so one key serves both.
+    assert at_10.lower().hash != evaluate("evals/tiny-10", model, {"tiny": data}).lower().hash
+    assert at_20.lower().hash == evaluate("evals/tiny-20", model, {"tiny": data}).lower().hash
+    r10, rfinal = _results(first, "evals/tiny-10"), _results(first, "evals/tiny-final")
+    assert (r10["checkpoint"], r10["step"]) == (10, 10)
+    assert (rfinal["checkpoint"], rfinal["step"]) == ("final", 20)
+    # Training for longer lowered the loss; the scores agree with one another.
+    assert rfinal["results"]["tiny"]["loss"] < r10["results"]["tiny"]["loss"]
+    for scores in (r10["results"]["tiny"], rfinal["results"]["tiny"]):
+        assert scores["kind"] == "tokenized"
+        assert math.isclose(scores["perplexity"], math.exp(scores["loss"]), rel_tol=1e-9)
+        assert math.isclose(scores["bits_per_byte"], scores["loss"] * scores["tokens"] / math.log(2) / scores["bytes"],
+                            rel_tol=1e-9)
+        assert scores["bytes"] > scores["tokens"] > 0
+
+    # The same checkpoint again: cached. A model trained longer: its final eval is a new step.
+    again = runner(prefix).run([at_10, final])
+    assert {s.outcome for s in again.steps if s.name.startswith("evals/")} == {Outcome.CACHED}
+    longer_final = evaluate("evals/tiny-final", tiny_model(steps=30), {"tiny": data})
+    assert longer_final.lower().hash != final.lower().hash
+    plan = runner(prefix).plan([longer_final])
+    assert {p.name: p.action.value for p in plan.steps}["evals/tiny-final"] == "run"
+
+
+def test_eval_of_raw_text_uses_the_models_tokenizer(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    model = tiny_model(steps=10)
+    ev = evaluate("evals/raw", model, {"held-out": held_out, "tiny": data})
+    result = runner(prefix).run([ev])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    scores = _results(result, "evals/raw")["results"]
+    raw = scores["held-out"]
+    assert raw["kind"] == "raw text"
+    # The held-out stories: about 0.58 KB each, all of them scored (40 stories, 1 window per 32 tokens).
+    text_bytes = sum(len(json.loads(line)["text"].encode()) for path, _ in fs.walk_files(result.by_name("raw/tiny-held-out").output_path)
+                     if path.endswith(".jsonl")
+                     for line in fs.read_text(fs.join(result.by_name("raw/tiny-held-out").output_path, path)).splitlines())
+    assert 0.9 * text_bytes < raw["bytes"] <= text_bytes
+    assert 0 < raw["bits_per_byte"] < 8 and math.isfinite(raw["loss"])
+
+
+def test_eval_refuses_a_checkpoint_the_run_does_not_keep():
+    model = tiny_model(steps=40, save_every=10, keep_every=None)
+    with pytest.raises(ValueError, match="checkpoint 15 is never written"):
+        evaluate("evals/x", model, {"tiny": data}, checkpoint=15)
+    with pytest.raises(ValueError, match="checkpoint 10 is deleted by the run"):
+        evaluate("evals/x", model, {"tiny": data}, checkpoint=10)
+    with pytest.raises(ValueError, match="past the end of training"):
+        evaluate("evals/x", model, {"tiny": data}, checkpoint=50)
+    evaluate("evals/x", model, {"tiny": data}, checkpoint=30)  # among the last two: kept
+
+
+def test_train_lm_evals_add_an_eval_step_of_the_final_model(tmp_path):
+    model = tiny_model(steps=10, evals=[data, held_out])
+    labelled = tiny_model("checkpoints/other", steps=10, evals={"stories": held_out})
+    plan = runner(tmp_path / "store").plan([model, labelled])
+    by_name = {p.name: p for p in plan.steps}
+    ev = by_name["evals/checkpoints/tiny"].step
+    assert [(d.label, d.kind.value) for d in ev.config.datasets] == [("tokenized/tiny", "tokenized"),
+                                                                    ("raw/tiny-held-out", "raw text")]
+    assert ev.config.checkpoint == "final" and ev.config.seq_len == 32
+    assert [d.label for d in by_name["evals/checkpoints/other"].step.config.datasets] == ["stories"]
+    # The eval step reads this model: it is a dependency, so it runs after it and follows its hash.
+    deps = [plan.steps[d].name for d in by_name["evals/checkpoints/tiny"].deps]
+    assert "checkpoints/tiny" in deps
+    # Adding evals does not change the model's own identity.
+    assert model.lower().hash == tiny_model(steps=10).lower().hash
+    with pytest.raises(ValueError, match="evals must be a list of datasets or a mapping"):
+        tiny_model(steps=10, evals="tokenized/tiny")
