@@ -25,6 +25,7 @@ _COMMANDS = {
     "report": ("marin.cli.cmd_report", "report"),
     "plot": ("marin.cli.cmd_plot", "plot"),
     "verify": ("marin.cli.cmd_verify", "verify"),
+    "compare": ("marin.cli.cmd_compare", "compare"),
 }
 
 

@@ -148,6 +148,7 @@ class ReportData:
     steps: list[ReportStep]
     generated_at: float = field(default_factory=time.time)
     environment: dict[str, Any] | None = None
+    comparison: dict[str, Any] | None = None  # marin.report.compare.Comparison.to_json(), with training steps
 
     def summary(self) -> dict[str, int]:
         """How many steps are in each state (states with none left out)."""
@@ -166,6 +167,7 @@ class ReportData:
             "environment": self.environment,
             "summary": self.summary(),
             "steps": [s.to_json() for s in self.steps],
+            "comparison": self.comparison,
         }
 
 
@@ -289,6 +291,16 @@ def _current_environment() -> dict[str, Any]:
     return current_environment()[0]
 
 
+def _comparison(plan: Plan | None) -> dict[str, Any] | None:
+    """The comparison of the plan's training steps, or None when it has none."""
+    if plan is None:
+        return None
+    from marin.report.compare import compare_plan
+
+    comparison = compare_plan(plan)
+    return comparison.to_json() if comparison.rows else None
+
+
 def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     """The report of a plan: each step's state as the store shows it now.
 
@@ -298,7 +310,7 @@ def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     paths = plan.paths()
     steps = [_build_step(p, None, paths) for p in plan.steps]
     return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
-                      environment=_current_environment())
+                      environment=_current_environment(), comparison=_comparison(plan))
 
 
 def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
@@ -315,4 +327,4 @@ def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
         steps = [_build_step(None, o, {}) for o in result.steps]
         _deps_from_provenance(steps)
     return ReportData(title=title, prefix=result.prefix, source="run", steps=steps,
-                      environment=_current_environment())
+                      environment=_current_environment(), comparison=_comparison(plan))

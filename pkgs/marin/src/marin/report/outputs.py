@@ -20,9 +20,11 @@ __all__ = [
     "Metrics",
     "SplitSummary",
     "TokenizedSummary",
+    "read_eval_results",
     "read_log_tail",
     "read_metrics",
     "read_tokenized",
+    "read_train_summary",
 ]
 
 METRICS_FILE = "metrics.jsonl"
@@ -174,6 +176,32 @@ def read_tokenized(output_path: str) -> TokenizedSummary | None:
         splits.append(SplitSummary(name=str(name), documents=documents, tokens=_count(split.get("tokens")),
                                    shards=_count(split.get("shards"))))
     return TokenizedSummary(vocab_size=_count(index.get("vocab_size")), splits=tuple(splits))
+
+
+def _read_json_object(path: str) -> dict[str, Any] | None:
+    text = _read_text(path)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_train_summary(output_path: str) -> dict[str, Any] | None:
+    """The ``train_summary.json`` a training step wrote, or None."""
+    from marin.experiment.train import TRAIN_SUMMARY_FILE
+
+    return _read_json_object(fs.join(output_path, TRAIN_SUMMARY_FILE))
+
+
+def read_eval_results(output_path: str) -> dict[str, Any] | None:
+    """The ``eval_results.json`` an eval step wrote (format ``marin.eval/v1``), or None."""
+    from marin.experiment.eval import EVAL_FORMAT, EVAL_RESULTS_FILE
+
+    results = _read_json_object(fs.join(output_path, EVAL_RESULTS_FILE))
+    return results if results is not None and results.get("format") == EVAL_FORMAT else None
 
 
 def read_log_tail(log_path: str, max_lines: int = 60, max_chars: int = 20_000) -> str | None:

@@ -47,6 +47,15 @@ _PAGE = """<!DOCTYPE html>
     <h2>Training curves</h2>
     <div id="training-list" class="training-list"></div>
   </section>
+  <section id="compare" class="card wide" aria-label="compared runs" hidden>
+    <h2>Compared runs</h2>
+    <div id="compare-curves" class="charts"></div>
+    <div class="table-scroll"><table id="compare-table" class="steps"></table></div>
+    <div id="evals" hidden>
+      <h3>Evaluations (bits per byte; loss in the tooltip)</h3>
+      <div class="table-scroll"><table id="eval-table" class="steps"></table></div>
+    </div>
+  </section>
   <section class="card wide" aria-label="all steps">
     <h2>Steps</h2>
     <div class="table-scroll"><table id="steps-table" class="steps"></table></div>

@@ -485,6 +485,86 @@
     document.getElementById("training").hidden = false;
   }
 
+  // -- compared runs: differing config fields, results, overlaid curves, evaluations ---------------
+  var RUN_COLORS = ["#2f5fd0", "#e0662f", "#1f9d55", "#8a5cd6", "#b8860b", "#0f9fb5", "#d0417e", "#5d6d7e"];
+
+  function drawCompare() {
+    var cmp = DATA.comparison;
+    if (!cmp || !cmp.rows.length) return;
+    var byHash = {};
+    STEPS.forEach(function (st, i) { byHash[st.hash] = i; });
+    var curves = document.getElementById("compare-curves");
+    [["loss", "Training loss"], ["val_loss", "Validation loss"]].forEach(function (pair) {
+      var series = [];
+      cmp.rows.forEach(function (row, k) {
+        var st = STEPS[byHash[row.hash]];
+        var pts = st && st.metrics && st.metrics.series[pair[0]];
+        if (pts && pts.length) series.push({ key: row.label, label: row.label, points: pts, color: RUN_COLORS[k % RUN_COLORS.length] });
+      });
+      if (series.length) curves.appendChild(lineChart(pair[1], series, { key: "compare-" + pair[0] }));
+    });
+    var table = document.getElementById("compare-table");
+    var order = cmp.rows.map(function (_, k) { return k; });
+    var sortKey = null, descending = false;
+    function cell(row, col) {
+      if (col.kind === "field") return row.fields[col.name] || "";
+      var v = row.metrics[col.name];
+      return v === null || v === undefined ? "–" : fmtNum(v);
+    }
+    var cols = [{ kind: "step", name: "step" }]
+      .concat(cmp.fields.map(function (f) { return { kind: "field", name: f }; }))
+      .concat(cmp.metrics.map(function (m) { return { kind: "metric", name: m }; }));
+    function render() {
+      while (table.firstChild) table.removeChild(table.firstChild);
+      table.appendChild(h("thead", null, h("tr", null, cols.map(function (col) {
+        if (col.kind !== "metric") return h("th", { text: col.name, "class": col.kind === "field" ? "field" : null });
+        var mark = sortKey === col.name ? (descending ? " ▼" : " ▲") : "";
+        return h("th", { "class": "num sortable", "data-metric": col.name, title: "sort by " + col.name },
+          h("button", { "class": "link", type: "button", text: col.name + mark, onclick: function () {
+            descending = sortKey === col.name ? !descending : false;
+            sortKey = col.name;
+            order.sort(function (a, b) {
+              var va = cmp.rows[a].metrics[col.name], vb = cmp.rows[b].metrics[col.name];
+              if (va === null || va === undefined) return (vb === null || vb === undefined) ? a - b : 1;
+              if (vb === null || vb === undefined) return -1;
+              return descending ? vb - va : va - vb;
+            });
+            render();
+          } }));
+      }))));
+      var body = h("tbody");
+      order.forEach(function (k) {
+        var row = cmp.rows[k], i = byHash[row.hash];
+        body.appendChild(h("tr", { "data-run": row.label }, cols.map(function (col) {
+          if (col.kind === "step") {
+            return h("td", { "class": "name" }, h("i", { "class": "swatch", style: "background:" + RUN_COLORS[k % RUN_COLORS.length] }),
+              i === undefined ? row.label : stepButton(i), " ", h("span", { "class": "mono", text: row.hash.slice(0, 8) }));
+          }
+          return h("td", { "class": col.kind === "metric" ? "num" : "mono", text: cell(row, col) });
+        })));
+      });
+      table.appendChild(body);
+    }
+    render();
+    if (cmp.eval_sets.length) {
+      var evalTable = document.getElementById("eval-table");
+      evalTable.appendChild(h("thead", null, h("tr", null, [h("th", { text: "model" })].concat(
+        cmp.eval_sets.map(function (e) { return h("th", { "class": "num", text: e }); })))));
+      var ebody = h("tbody");
+      cmp.rows.forEach(function (row) {
+        ebody.appendChild(h("tr", { "data-run": row.label }, [h("td", { "class": "name", text: row.label })].concat(
+          cmp.eval_sets.map(function (e) {
+            var bpb = row.metrics[e + ".bpb"], loss = row.metrics[e + ".loss"];
+            return h("td", { "class": "num", "data-eval": e, text: bpb === null || bpb === undefined ? "–" : fmtNum(bpb),
+                             title: loss === null || loss === undefined ? null : "loss " + fmtNum(loss) });
+          }))));
+      });
+      evalTable.appendChild(ebody);
+      document.getElementById("evals").hidden = false;
+    }
+    document.getElementById("compare").hidden = false;
+  }
+
   function drawTable() {
     var table = document.getElementById("steps-table");
     table.appendChild(h("thead", null, h("tr", null, ["step", "state", "hash", "estimate", "duration", "output size", "details", "why"]
@@ -517,6 +597,7 @@
   drawSummary();
   drawGraph();
   drawTraining();
+  drawCompare();
   drawTable();
   if (STEPS.length) select(initialSelection(), false);
   document.body.setAttribute("data-ready", "true");

@@ -1,0 +1,161 @@
+"""Compare training runs: one row per training step, the config fields in which they differ as
+columns, beside their training and evaluation results (``marin compare`` and the HTML report).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.hashing import dependencies_of, flatten_config
+from marin.execution.plan import Plan
+from marin.execution.store import StepRecord
+from marin.report.outputs import read_eval_results, read_metrics, read_train_summary
+
+__all__ = ["Comparison", "CompareRow", "compare_plan"]
+
+# Training results every row gets, in this order; evaluation results follow.
+TRAIN_METRICS = ("loss", "val_loss", "steps_trained")
+
+
+@dataclass
+class CompareRow:
+    """One training step: what sets it apart and how it did."""
+
+    name: str
+    hash: str
+    output_path: str
+    done: bool
+    fields: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.hash[:8]}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "hash": self.hash, "label": self.label, "output_path": self.output_path,
+                "done": self.done, "fields": self.fields, "metrics": self.metrics}
+
+
+@dataclass
+class Comparison:
+    """Rows of training steps; ``fields`` are the differing config fields, ``metrics`` the results."""
+
+    rows: list[CompareRow]
+    fields: list[str]
+    metrics: list[str]
+    eval_sets: list[str] = field(default_factory=list)
+
+    def sorted_by(self, metric: str, *, descending: bool = False) -> Comparison:
+        """The rows ordered by ``metric`` (rows without it last); raises ValueError for an unknown metric."""
+        if metric not in self.metrics:
+            raise ValueError(f"no metric {metric!r} to sort by; metrics: {', '.join(self.metrics) or 'none'}")
+
+        def key(row: CompareRow) -> tuple[bool, float]:
+            value = row.metrics.get(metric)
+            if value is None:
+                return True, 0.0
+            return False, -value if descending else value
+
+        return Comparison(sorted(self.rows, key=key), self.fields, self.metrics, self.eval_sets)
+
+    def header(self) -> list[str]:
+        return ["step", *self.fields, *self.metrics]
+
+    def cells(self) -> list[list[str]]:
+        """Every row as display strings, in :meth:`header` order."""
+        return [[row.label, *(row.fields.get(f, "") for f in self.fields),
+                 *(_fmt(row.metrics.get(m)) for m in self.metrics)] for row in self.rows]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fields": self.fields, "metrics": self.metrics, "eval_sets": self.eval_sets,
+                "rows": [r.to_json() for r in self.rows]}
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.header())
+        for row in self.rows:
+            writer.writerow([row.label, *(row.fields.get(f, "") for f in self.fields),
+                             *("" if row.metrics.get(m) is None else repr(row.metrics[m]) for m in self.metrics)])
+        return out.getvalue()
+
+    def to_markdown(self) -> str:
+        header = self.header()
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in self.cells()]
+        return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _show(encoded: str) -> str:
+    """A field's canonical encoding (``[tag, payload]``) as a short readable value."""
+    from marin.execution.plan import _show as show
+
+    return show(encoded)
+
+
+def compare_plan(plan: Plan) -> Comparison:
+    """The comparison of every training step in ``plan``, with the eval steps that read them."""
+    from marin.experiment.eval import EvalConfig
+    from marin.experiment.train import TrainLmConfig
+
+    hashes = plan.hashes()
+    training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig)]
+    row_of = {p.hash: i for i, p in enumerate(training)}
+    flat = [flatten_config(p.step.config, hashes) for p in training]
+    keys = sorted({k for f in flat for k in f})
+    differing = [k for k in keys if len({f.get(k) for f in flat}) > 1]
+    rows = []
+    for p, f in zip(training, flat, strict=True):
+        record = StepRecord(p.output_path)
+        row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path, done=record.is_done(),
+                         fields={k: _show(f[k]) if k in f else "(absent)" for k in differing})
+        metrics = read_metrics(p.output_path)
+        summary = read_train_summary(p.output_path) or {}
+        last = {k: metrics.last(k) if metrics is not None else None for k in ("loss", "val_loss")}
+        row.metrics["loss"] = last["loss"][1] if last["loss"] else _number(summary.get("final_loss"))
+        row.metrics["val_loss"] = last["val_loss"][1] if last["val_loss"] else _number(summary.get("val_loss"))
+        steps, start = _number(summary.get("steps")), _number(summary.get("start_step")) or 0.0
+        row.metrics["steps_trained"] = steps - start if steps is not None else None
+        rows.append(row)
+    eval_metrics: list[str] = []
+    eval_sets: list[str] = []
+    for p in plan.steps:
+        if not isinstance(p.step.config, EvalConfig):
+            continue
+        models = [row_of[hashes[id(d)]] for d in dependencies_of(p.step) if hashes[id(d)] in row_of]
+        results = read_eval_results(p.output_path)
+        if not models or results is None:
+            continue
+        checkpoint = results.get("checkpoint")
+        suffix = "" if checkpoint == "final" else f"@{checkpoint}"
+        for label, scores in (results.get("results") or {}).items():
+            if not isinstance(scores, dict):
+                continue
+            eval_set = f"{label}{suffix}"
+            if eval_set not in eval_sets:
+                eval_sets.append(eval_set)
+            for short, key in (("loss", "loss"), ("bpb", "bits_per_byte")):
+                name = f"{eval_set}.{short}"
+                if name not in eval_metrics:
+                    eval_metrics.append(name)
+                rows[models[0]].metrics[name] = _number(scores.get(key))
+    return Comparison(rows=rows, fields=differing, metrics=[*TRAIN_METRICS, *eval_metrics], eval_sets=eval_sets)

@@ -1,0 +1,126 @@
+"""``marin compare`` and the report's comparison: differing config fields as columns beside results."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from lm_graph import build_data, runner, tiny_model
+
+from levanter.optim import AdamConfig
+from marin.cli.main import cli
+from marin.report import collect_plan, write_report
+from marin.report.compare import compare_plan
+
+EXPERIMENT = '''\
+from levanter.optim import AdamConfig
+from lm_graph import data, held_out, tiny_model
+from marin.experiment.eval import evaluate
+
+slow = tiny_model("checkpoints/slow", steps=10, optimizer=AdamConfig(learning_rate=1e-3, warmup=2, schedule="constant"))
+fast = tiny_model("checkpoints/fast", steps=20, optimizer=AdamConfig(learning_rate=1e-2, warmup=2, schedule="constant"))
+steps = [evaluate("evals/" + m.name.split("/")[1], m, {"held-out": held_out, "tiny": data}) for m in (slow, fast)]
+'''
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("compare")
+    prefix = build_data(root / "store")
+    experiment = root / "sweep.py"
+    experiment.write_text(EXPERIMENT)
+    from marin.cli.targets import load_targets
+
+    result = runner(prefix).run(load_targets([str(experiment)]))
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    return prefix, experiment
+
+
+def _compare(built: tuple[Path, Path], *args: str) -> str:
+    prefix, experiment = built
+    result = CliRunner().invoke(cli, ["compare", str(experiment), "--prefix", str(prefix), *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_compare_shows_the_differing_fields_as_columns_beside_results(built):
+    rows = list(csv.reader(io.StringIO(_compare(built, "--format", "csv", "--sort", "held-out.bpb"))))
+    header, body = rows[0], rows[1:]
+    # Only what differs between the two runs becomes a column (not batch size, model, data ...).
+    assert header[:3] == ["step", "optimizer.learning_rate", "trainer.num_train_steps"]
+    assert header[3:] == ["loss", "val_loss", "steps_trained", "held-out.loss", "held-out.bpb", "tiny.loss", "tiny.bpb"]
+    by_name = {r[0].rsplit("-", 1)[0]: dict(zip(header, r, strict=True)) for r in body}
+    assert by_name["checkpoints/slow"]["trainer.num_train_steps"] == "10"
+    assert by_name["checkpoints/fast"]["trainer.num_train_steps"] == "20"
+    assert float(by_name["checkpoints/fast"]["optimizer.learning_rate"]) == 1e-2
+    assert by_name["checkpoints/fast"]["steps_trained"] == "20.0"
+    bpb = [float(r[header.index("held-out.bpb")]) for r in body]
+    assert bpb == sorted(bpb) and all(0 < b < 8 for b in bpb)
+    # Sorted the other way round, the rows swap.
+    desc = list(csv.reader(io.StringIO(_compare(built, "--format", "csv", "--sort", "held-out.bpb", "--descending"))))
+    assert [r[0] for r in desc[1:]] == [r[0] for r in reversed(body)]
+
+    document = json.loads(_compare(built, "--format", "json"))
+    assert document["fields"] == ["optimizer.learning_rate", "trainer.num_train_steps"]
+    assert document["eval_sets"] == ["held-out", "tiny"]
+    markdown = _compare(built, "--format", "markdown").splitlines()
+    assert markdown[0].startswith("| step | optimizer.learning_rate | trainer.num_train_steps | loss |")
+    assert markdown[1].startswith("|---|") and len(markdown) == 4
+
+
+def test_compare_refuses_an_unknown_metric(built):
+    prefix, experiment = built
+    result = CliRunner().invoke(cli, ["compare", str(experiment), "--prefix", str(prefix), "--sort", "accuracy"])
+    assert result.exit_code == 2
+    assert "no metric 'accuracy' to sort by" in result.output and "held-out.bpb" in result.output
+
+
+def test_report_shows_the_comparison_and_overlaid_curves(built, browser: Any, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from marin.cli.targets import load_targets
+
+    prefix, experiment = built
+    plan = runner(prefix).plan(load_targets([str(experiment)]))
+    assert len(compare_plan(plan).rows) == 2
+    path = write_report(collect_plan(plan, title="compare"), str(tmp_path / "report.html"))
+    browser.get(Path(path).resolve().as_uri())
+    deadline = time.time() + 20
+    while browser.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
+        assert time.time() < deadline, "the report never finished drawing"
+        time.sleep(0.05)
+    section = browser.find_element(By.ID, "compare")
+    assert section.is_displayed()
+    loss_chart = section.find_element(By.CSS_SELECTOR, 'svg[data-chart="compare-loss"]')
+    curves = loss_chart.find_elements(By.CSS_SELECTOR, "path.series")
+    assert len(curves) == 2 and sorted(int(c.get_attribute("data-points")) for c in curves) == [10, 20]
+    header = [th.text for th in section.find_elements(By.CSS_SELECTOR, "#compare-table th")]
+    assert header[:3] == ["step", "optimizer.learning_rate", "trainer.num_train_steps"]
+    # Sorting by a metric in the page reorders the rows.
+    def order() -> list[str]:
+        return [r.get_attribute("data-run") for r in section.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr")]
+
+    section.find_element(By.CSS_SELECTOR, 'th[data-metric="loss"] button').click()
+    ascending = order()
+    section.find_element(By.CSS_SELECTOR, 'th[data-metric="loss"] button').click()
+    assert order() == list(reversed(ascending))
+    # The model x eval-set table: one row per model, one column per eval set, bits per byte.
+    evals = section.find_element(By.ID, "eval-table")
+    assert [th.text for th in evals.find_elements(By.TAG_NAME, "th")] == ["model", "held-out", "tiny"]
+    cells = evals.find_elements(By.CSS_SELECTOR, "td[data-eval]")
+    assert len(cells) == 4 and all(0 < float(c.text) < 8 for c in cells)
+
+
+def test_a_single_run_has_no_differing_fields(built):
+    prefix, _ = built
+    plan = runner(prefix).plan([tiny_model("checkpoints/slow", steps=10,
+                                           optimizer=AdamConfig(learning_rate=1e-3, warmup=2, schedule="constant"))])
+    comparison = compare_plan(plan)
+    assert comparison.fields == [] and len(comparison.rows) == 1
+    assert comparison.rows[0].metrics["steps_trained"] == 10
