@@ -16,7 +16,16 @@ from typing import Any
 
 from rigging import filesystem as fs
 
-__all__ = ["CheckpointConfig", "Checkpointer", "RestoredCheckpoint"]
+__all__ = [
+    "CheckpointConfig",
+    "CheckpointStart",
+    "Checkpointer",
+    "RestoredCheckpoint",
+    "checkpoint_dir",
+    "committed_steps",
+    "read_checkpoint_params",
+    "restore_checkpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +33,14 @@ logger = logging.getLogger(__name__)
 # TensorStore or JSON data (ValueError), a tree missing entries (KeyError), and Orbax's own
 # wrapping of TensorStore failures (RuntimeError).
 _RESTORE_ERRORS = (OSError, ValueError, KeyError, RuntimeError)
+
+# What Orbax writes into a step folder once its save has committed.
+_COMMIT_MARKER = "commit_success.txt"
+
+
+def checkpoint_dir(output_path: str) -> str:
+    """Where a run writing to ``output_path`` keeps its checkpoints (and finds them to resume)."""
+    return fs.join(output_path, "checkpoints")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +63,31 @@ class CheckpointConfig:
             raise ValueError(f"keep_last must be > 0, got {self.keep_last}")
         if self.keep_every is not None and self.keep_every <= 0:
             raise ValueError(f"keep_every must be > 0 or None, got {self.keep_every}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointStart:
+    """Start a run from a checkpoint of another run (a branch, or an extension of a shorter run).
+
+    The run continues from ``step``: parameters, optimizer state, step counter and PRNG key come
+    from the checkpoint, and so does the data position unless ``reset_data_loader``. A run that
+    has checkpoints of its own resumes from those instead.
+    """
+
+    checkpoint_path: str
+    """The other run's checkpoint folder (:func:`checkpoint_dir` of its output)."""
+    step: int
+    """Which of its committed checkpoints."""
+    reset_data_loader: bool = False
+    """Read the data from the start instead of where the other run was."""
+    metrics_path: str | None = None
+    """The other run's ``metrics.jsonl``: its rows up to ``step`` begin this run's (curves start at 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_path:
+            raise ValueError(f"checkpoint_path must be non-empty, got {self.checkpoint_path!r}")
+        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step <= 0:
+            raise ValueError(f"step must be a positive int, got {self.step!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,3 +211,54 @@ class Checkpointer:
         """Wait for pending saves and release Orbax's threads."""
         self.wait()
         self._manager.close()
+
+
+def committed_steps(directory: str) -> list[int]:
+    """Committed checkpoint steps under ``directory``, oldest first, read without loading Orbax.
+
+    For planning (which must stay cheap): a step folder counts once Orbax's commit marker is in
+    it. Training itself asks Orbax (:meth:`Checkpointer.steps`).
+    """
+    if not fs.exists(directory):
+        return []
+    return sorted(int(name) for name in fs.listdir(directory)
+                  if name.isdigit() and fs.exists(fs.join(directory, name, _COMMIT_MARKER)))
+
+
+def _read_only_manager(directory: str, step: int) -> Any:
+    """An Orbax manager that can only read ``directory``; raises FileNotFoundError unless ``step`` is there."""
+    import orbax.checkpoint as ocp
+
+    kept = committed_steps(directory)
+    if step not in kept:
+        raise FileNotFoundError(f"no checkpoint of step {step} under {directory} (kept: {kept or 'none'}); "
+                                "keep it with CheckpointConfig(keep_every=...)")
+    options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+    return ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+
+
+def read_checkpoint_params(directory: str, step: int) -> Any:
+    """The model parameters of checkpoint ``step`` under ``directory`` (numpy arrays).
+
+    Raises:
+        FileNotFoundError: there is no committed checkpoint ``step`` (the message lists those kept).
+    """
+    import orbax.checkpoint as ocp
+
+    with _read_only_manager(directory, step) as manager:
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return restored.state["params"]
+
+
+def restore_checkpoint(directory: str, step: int, target: Any) -> RestoredCheckpoint:
+    """Read checkpoint ``step`` of another run into the structure of ``target``, changing nothing there.
+
+    Raises:
+        FileNotFoundError: there is no committed checkpoint ``step`` (the message lists those kept).
+    """
+    import orbax.checkpoint as ocp
+
+    with _read_only_manager(directory, step) as manager:
+        restored = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
+    return RestoredCheckpoint(step=step, state=restored.state, data_state=restored.data)

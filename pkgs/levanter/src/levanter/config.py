@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from levanter.checkpoint import CheckpointConfig
+from levanter.checkpoint import CheckpointConfig, CheckpointStart
 from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
@@ -208,6 +208,8 @@ class TrainLmConfig:
     """The training loop."""
     z_loss_weight: float = 0.0
     """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
+    initialize_from: CheckpointStart | None = None
+    """Start from a checkpoint of another run (when this run has none of its own yet)."""
     revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
@@ -223,6 +225,13 @@ class TrainLmConfig:
             raise ValueError(f"z_loss_weight must be a finite number >= 0 or None, got {weight!r}")
         object.__setattr__(self, "z_loss_weight", float(weight))
         self.optimizer.check(self.trainer.num_train_steps)
+        start = self.initialize_from
+        if start is not None:
+            if not isinstance(start, CheckpointStart):
+                raise ValueError(f"initialize_from must be a CheckpointStart, got {type(start).__name__}")
+            if start.step >= self.trainer.num_train_steps:
+                raise ValueError(f"initialize_from starts at step {start.step}, not before the end of training "
+                                 f"(num_train_steps={self.trainer.num_train_steps})")
 
     @classmethod
     def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: LlamaConfig, optimizer: AdamConfig,
@@ -275,6 +284,8 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
     t["tags"] = tuple(t.get("tags", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
+    start = data.get("initialize_from")
     return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
-                         z_loss_weight=data.get("z_loss_weight", 0.0))
+                         z_loss_weight=data.get("z_loss_weight", 0.0),
+                         initialize_from=CheckpointStart(**start) if start else None)

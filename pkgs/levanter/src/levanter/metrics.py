@@ -37,18 +37,20 @@ class MetricsWriter:
         tags: labels recorded with the run id and sent to W&B.
         wandb: where to send metrics in W&B, or None.
         run_config: the run's config, sent to W&B.
+        earlier_rows: another run's ``metrics.jsonl`` whose rows up to ``resume_step`` begin this
+            one when it has none yet (a run started from that run's checkpoint).
     """
 
     def __init__(self, output_path: str, resume_step: int = 0, *, run_id: str | None = None,
                  tags: Sequence[str] = (), wandb: WandbConfig | None = None,
-                 run_config: dict[str, Any] | None = None):
+                 run_config: dict[str, Any] | None = None, earlier_rows: str | None = None):
         self.output_path = output_path
         self._remote = not fs.is_local(output_path)
         self._local_root = tempfile.mkdtemp(prefix="levanter-metrics-") if self._remote else output_path
         os.makedirs(self._local_root, exist_ok=True)
         self.jsonl_path = os.path.join(self._local_root, "metrics.jsonl")
         self._resume_step = resume_step
-        kept = self._keep_rows_up_to(resume_step)
+        kept = self._keep_rows_up_to(resume_step, earlier_rows)
         self._logged_at_resume = {key for row in kept if row.get("step") == resume_step for key in row} - {"step"}
         self._file = open(self.jsonl_path, "a", encoding="utf-8")
         self._tb = SummaryWriter(os.path.join(self._local_root, "tensorboard"))
@@ -59,14 +61,17 @@ class MetricsWriter:
             self.write(resume_step, run)
             self._tb.add_text("run", f"{run_id} {' '.join(tags)}".strip(), resume_step)
 
-    def _keep_rows_up_to(self, step: int) -> list[dict[str, Any]]:
+    def _keep_rows_up_to(self, step: int, earlier_rows: str | None = None) -> list[dict[str, Any]]:
         """Drop rows logged after ``step`` by an earlier attempt (the resumed run redoes those steps).
 
+        Without rows of its own, the run starts from ``earlier_rows`` (another run's) up to ``step``.
         Returns the rows kept.
         """
         source = fs.join(self.output_path, "metrics.jsonl")
         if not fs.exists(source):
-            return []
+            if earlier_rows is None or not fs.exists(earlier_rows):
+                return []
+            source = earlier_rows
         kept = []
         for line in fs.read_text(source).splitlines():
             if line.strip() and json.loads(line).get("step", 0) <= step:

@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fray.types import PREEMPTED_EXIT_CODE, Preempted
-from levanter.checkpoint import Checkpointer
+from levanter.checkpoint import Checkpointer, checkpoint_dir, restore_checkpoint
 from levanter.config import (
     ComputeDtype,
     DataConfig,
@@ -187,11 +187,6 @@ def _flatten_params(params: Any) -> dict[str, np.ndarray]:
             for module, names in params.items() for name, value in names.items()}
 
 
-def checkpoint_dir(output_path: str) -> str:
-    """Where a run writing to ``output_path`` keeps its checkpoints (and finds them to resume)."""
-    return fs.join(output_path, "checkpoints")
-
-
 def _save_final(output_path: str, params: Any) -> str:
     buffer = io.BytesIO()
     np.savez(buffer, **_flatten_params(jax.device_get(params)))
@@ -262,6 +257,10 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     checkpoints = checkpoint_dir(output_path)
     checkpointer = Checkpointer(checkpoints, trainer.checkpoint)
     restored = checkpointer.restore_latest(state)
+    start = config.initialize_from if restored is None else None
+    if start is not None:
+        restored = restore_checkpoint(str(start.checkpoint_path), start.step, state)
+        logger.info("starting from step %d of %s", start.step, start.checkpoint_path)
     start_step = 0
     if restored is not None:
         state, start_step = restored.state, restored.step
@@ -292,7 +291,8 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     config_json = config_to_dict(config)
     fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
     writer = MetricsWriter(output_path, resume_step=start_step, run_id=run_id, tags=trainer.tags,
-                           wandb=trainer.wandb, run_config=config_json)
+                           wandb=trainer.wandb, run_config=config_json,
+                           earlier_rows=str(start.metrics_path) if start is not None and start.metrics_path else None)
     # How far the run has got, beside its output, for whoever watches it (marin's runner display).
     reported = (ProgressWriter(output_path, total=trainer.num_train_steps, unit="step")
                 if jax.process_index() == 0 else None)
@@ -304,7 +304,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
 
     iterator = iter(train_dataset(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
                                   seed=trainer.seed, prefetch=data.prefetch, cache_dir=data.shard_cache_dir))
-    if restored is not None:
+    if restored is not None and not (start is not None and start.reset_data_loader):
         iterator.set_state(restored.data_state)
 
     # Metrics of a step are read one step late so the host never waits on the device mid-loop.

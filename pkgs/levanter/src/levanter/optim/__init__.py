@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["AdamConfig", "DecayShape", "Schedule", "learning_rate"]
 
@@ -76,6 +76,10 @@ class AdamConfig:
     """``wsd`` only: length of the final decay, a fraction of training if < 1, else a number of steps."""
     decay_shape: DecayShape | None = None
     """``wsd`` only: linear (the default), 1-sqrt or cosine (a ``DecayShape`` or its string value)."""
+
+    SCHEDULE_FIELDS: ClassVar[tuple[str, ...]] = ("warmup", "schedule", "min_lr_ratio", "decay", "decay_shape")
+    """Fields that only shape the learning-rate schedule: runs differing in them (or in length) may
+    still apply the same updates for a while (:meth:`first_step_apart`)."""
 
     def __post_init__(self) -> None:
         for name, kind in (("schedule", Schedule), ("decay_shape", DecayShape)):
@@ -194,16 +198,21 @@ class AdamConfig:
         What "extend instead of retrain" asks: a ``wsd`` run can continue from a checkpoint of a
         shorter one taken before the shorter one's :meth:`decay_start`.
         """
+        return steps <= self.first_step_apart(num_train_steps, other, other_num_train_steps)
+
+    def first_step_apart(self, num_train_steps: int, other: AdamConfig, other_num_train_steps: int) -> int:
+        """How many leading steps this optimizer over ``num_train_steps`` and ``other`` over
+        ``other_num_train_steps`` apply identical updates on (at most the shorter run; 0 when a
+        setting other than the schedule's shape differs)."""
         import numpy as np
 
-        schedule_fields = {"warmup", "schedule", "min_lr_ratio", "decay", "decay_shape"}
         for f in dataclasses.fields(self):
-            if f.name not in schedule_fields and getattr(self, f.name) != getattr(other, f.name):
-                return False
-        if steps > min(num_train_steps, other_num_train_steps):
-            return False
-        return bool(np.array_equal(self.learning_rates(num_train_steps, steps),
-                                   other.learning_rates(other_num_train_steps, steps)))
+            if f.name not in self.SCHEDULE_FIELDS and getattr(self, f.name) != getattr(other, f.name):
+                return 0
+        horizon = min(num_train_steps, other_num_train_steps)
+        apart = np.flatnonzero(self.learning_rates(num_train_steps, horizon)
+                               != other.learning_rates(other_num_train_steps, horizon))
+        return int(apart[0]) if len(apart) else horizon
 
     def build(self, num_train_steps: int) -> Any:
         """The Optax transformation: clip, AdamW with the schedule, decay on matrices only.

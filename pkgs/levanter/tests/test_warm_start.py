@@ -1,0 +1,73 @@
+"""Starting a run from another run's checkpoint: the same trajectory as training it in one go."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from levanter_testlib import tiny_config
+
+from levanter.checkpoint import CheckpointConfig, CheckpointStart
+from levanter.optim import AdamConfig
+from levanter.trainer import main
+
+CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1, schedule="constant")
+
+
+def _config(data: str, steps: int, **kw):
+    return tiny_config(data, num_train_steps=steps, optimizer=kw.pop("optimizer", CONSTANT), eval_batches=0,
+                       checkpoint=CheckpointConfig(save_every=4, keep_last=1, keep_every=4, async_save=False), **kw)
+
+
+def checkpoint_state(out: str, step: int) -> list[np.ndarray]:
+    """Every array of a run's checkpoint ``step`` (params, optimizer state, step, key), in tree order."""
+    with ocp.CheckpointManager(os.path.join(out, "checkpoints"), item_names=("state", "data"),
+                               options=ocp.CheckpointManagerOptions(read_only=True)) as manager:
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(restored.state)]
+
+
+def assert_same_state(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
+
+
+def test_a_run_started_from_a_checkpoint_continues_the_trajectory(tiny_dataset, tmp_path):
+    short, long_out, fresh = (str(tmp_path / n) for n in ("short", "long", "fresh"))
+    main(_config(tiny_dataset, 4), short)
+    start = CheckpointStart(os.path.join(short, "checkpoints"), 4, metrics_path=os.path.join(short, "metrics.jsonl"))
+    result = main(_config(tiny_dataset, 8, initialize_from=start), long_out)
+    assert (result["start_step"], result["steps"]) == (4, 8)
+    main(_config(tiny_dataset, 8), fresh)
+    # Parameters, optimizer state, step counter and key: bit for bit.
+    assert_same_state(checkpoint_state(long_out, 8), checkpoint_state(fresh, 8))
+    # The curve starts at step 1: the first run's rows, then this run's.
+    with open(os.path.join(long_out, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f if "loss" in json.loads(line)]
+    assert steps == list(range(1, 9))
+
+
+def test_reset_data_loader_reads_the_data_from_the_start(tiny_dataset, tmp_path):
+    short, reset, fresh = (str(tmp_path / n) for n in ("short", "reset", "fresh"))
+    main(_config(tiny_dataset, 4), short)
+    main(_config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 4,
+                                                                  reset_data_loader=True)), reset)
+    main(_config(tiny_dataset, 8), fresh)
+    ours, theirs = checkpoint_state(reset, 8), checkpoint_state(fresh, 8)
+    # Same start, other batches: the parameters part (the counter and key do not).
+    assert any(not np.array_equal(x, y) for x, y in zip(ours, theirs, strict=True))
+
+
+def test_a_missing_checkpoint_is_named(tiny_dataset, tmp_path):
+    short = str(tmp_path / "short")
+    main(_config(tiny_dataset, 4), short)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 2 under .*short/checkpoints \(kept: \[4\]\)"):
+        main(_config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 2)),
+             str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="initialize_from starts at step 8, not before the end of training"):
+        _config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 8))
