@@ -15,7 +15,7 @@ from typing import Any
 
 from marin.cli.errors import MarinError
 from marin.execution.hashing import module_name_for_path
-from marin.execution.lazy import Lazy
+from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import Step
 
 __all__ = ["load_module", "load_targets"]
@@ -68,14 +68,10 @@ def _steps_from(obj: Any, where: str) -> list[Step]:
     if not isinstance(obj, list | tuple):
         raise MarinError(f"{where} is not a list of steps (got {type(obj).__name__})",
                          hint="expose `steps = [...]` or a function returning a list of steps")
-    out = []
     for i, item in enumerate(obj):
-        if isinstance(item, Lazy):
-            item = item.lower()
-        if not isinstance(item, Step):
+        if not isinstance(item, Step | Lazy):
             raise MarinError(f"{where}[{i}] is not a step (got {type(item).__name__})")
-        out.append(item)
-    return out
+    return lower_targets(obj)
 
 
 def _required_params(fn: Any) -> list[str]:

@@ -178,6 +178,7 @@ class StepAttempt:
             root = workspace_root()
             payload = StepPayload(
                 step_name=p.name,
+                step_version=p.step.version,
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=p.output_path,

@@ -6,11 +6,12 @@ Building a handle never runs anything and never touches storage.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from marin.execution.step import InvalidStep, Step
 
-__all__ = ["ArtifactStep", "Lazy", "StepContext", "lower"]  # noqa: F822 - the first and third load on use
+__all__ = ["ArtifactStep", "Lazy", "StepContext", "lower", "lower_targets"]  # noqa: F822 - the first and third load on use
 
 T = TypeVar("T")
 
@@ -28,6 +29,10 @@ class Lazy(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def _build(self) -> Step:
         """Construct the step this handle describes."""
+
+    def companions(self) -> Sequence[Lazy]:
+        """Handles built whenever this one is a target (a model's evaluations); none by default."""
+        return ()
 
     def lower(self) -> Step:
         cached = self.__dict__.get("_lowered")
@@ -55,3 +60,13 @@ def lower(item: Any) -> Step:
     if isinstance(item, Lazy):
         return item.lower()
     raise InvalidStep(f"expected a Step or a lazy handle, got {type(item).__name__}: {item!r}")
+
+
+def lower_targets(items: Iterable[Any]) -> list[Step]:
+    """The steps of ``items`` (handles or steps), each followed by the steps of its companions."""
+    out: list[Step] = []
+    for item in items:
+        out.append(lower(item))
+        if isinstance(item, Lazy):
+            out.extend(lower(c) for c in item.companions())
+    return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
-from marin.execution.lazy import Lazy
+from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
 
@@ -49,6 +49,7 @@ class ReasonKind(enum.Enum):
     RESUMING = "resuming"
     IN_CACHE = "in cache"
     REUSE = "reuse"
+    STARTS_FROM = "start"  # not a cause: where the build would start (a branch, an extension)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _match_any(name: str, patterns: Sequence[str]) -> bool:
 
 def select(targets: Iterable[Step | Lazy], only: Sequence[str] = ()) -> list[Step]:
     """The target steps, narrowed to those matching ``only`` (their dependencies come along)."""
-    roots = [t.lower() if isinstance(t, Lazy) else t for t in targets]
+    roots = lower_targets(targets)
     if not only:
         return roots
     graph = collect_graph(roots)
@@ -226,6 +227,17 @@ def _show(encoded: str | None) -> str:
     if isinstance(value, list) and len(value) == 2 and value[0] == "float":
         return repr(float.fromhex(value[1])) if value[1] != "nan" else "nan"
     return encoded if len(encoded) <= 80 else encoded[:77] + "..."
+
+
+def _start_note(step: Step, hashes: dict[int, str], store: StepStore) -> str | None:
+    """Where a build of ``step`` would start, when its function can tell (``fn.describe_start``).
+
+    A training step may start from a checkpoint of another build (a branch, or an extension of
+    an earlier build of itself); its function says so with a ``describe_start(step, hashes,
+    store)`` attribute returning one line, or None for "from scratch".
+    """
+    describe = getattr(step.fn, "describe_start", None)
+    return describe(step, hashes, store) if callable(describe) else None
 
 
 def _earlier_attempt(record: StepRecord) -> Reason | None:
@@ -361,6 +373,9 @@ def make_plan(
                 record = StepRecord(p.output_path)
                 earlier = _earlier_attempt(record)
                 p.reasons = [earlier] if earlier else _why_changed(p.step, hashes, store, runs)
+                start = _start_note(p.step, hashes, store)
+                if start:
+                    p.reasons.append(Reason(ReasonKind.STARTS_FROM, start))
         if p.action is Action.RUN:
             # Every step object with this hash counts as running for its dependents' reasons.
             runs.update(id(s) for s in steps_at[pos])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import importlib.util
 import os
@@ -11,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FnRef", "StepPayload", "import_fn", "run_step"]
+__all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,33 @@ class StepPayload:
     output_path: str
     log_path: str | None
     sys_path: tuple[str, ...] = ()
+    step_version: str = "v1"
+    """The step's version (its name and version are what a running ``fn`` may ask of :func:`current_step`)."""
     exit_on_preemption: bool = True
     """Leave the process with :data:`fray.types.PREEMPTED_EXIT_CODE` when ``fn`` raises
     :class:`fray.types.Preempted` (only when the step has a process of its own): the runner then
     treats it like a lost worker and retries the step if it may."""
+
+
+@dataclass(frozen=True)
+class RunningStep:
+    """The step whose ``fn`` is running (see :func:`current_step`)."""
+
+    name: str
+    version: str
+    output_path: str
+
+
+_CURRENT: contextvars.ContextVar[RunningStep | None] = contextvars.ContextVar("marin_current_step", default=None)
+
+
+def current_step() -> RunningStep | None:
+    """The step being built, inside its ``fn`` (None elsewhere).
+
+    For functions whose output may depend on earlier builds of the same step (a training run that
+    extends an earlier one must know it is the same recipe: same name and version).
+    """
+    return _CURRENT.get()
 
 
 def _load_module(ref: FnRef):
@@ -95,6 +119,7 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
+    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path))
     try:
         fn(config, payload.output_path)
     except Preempted as e:
@@ -105,6 +130,8 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(e.exit_code)
+    finally:
+        _CURRENT.reset(token)
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -12,29 +12,128 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from levanter.checkpoint import CheckpointStart
 from levanter.config import TrainLmConfig
 from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import Lazy
-from marin.execution.step import InvalidStep, Step
+from marin.execution.lazy import Lazy, lower
+from marin.execution.step import InvalidStep, OutputPath, Step, output_path_of
 
-__all__ = ["TrainLm", "TrainLmConfig", "train_lm", "train_lm_step", "unigram_entropy"]
+__all__ = [
+    "FINAL",
+    "TRAIN_SUMMARY_FILE",
+    "CheckpointRef",
+    "TrainLm",
+    "TrainLmConfig",
+    "check_checkpoint_kept",
+    "checkpoint",
+    "train_lm",
+    "train_lm_step",
+    "training_config",
+    "unigram_entropy",
+]
+
+TRAIN_SUMMARY_FILE = "train_summary.json"
+"""What a training step reports beside its model: losses, steps, the step it started from."""
+FINAL = "final"
+"""Names a training step's final parameters where a checkpoint step could be given."""
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """Checkpoint ``step`` of a training step, to start another run from (see :func:`checkpoint`)."""
+
+    model: Any
+    """The training step or handle."""
+    step: int
+    """Which of its checkpoints (the number of steps it had trained)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step <= 0:
+            raise ValueError(f"checkpoint step must be a positive int, got {self.step!r}")
+
+    def start(self, reset_data_loader: bool = False) -> CheckpointStart:
+        """levanter's ``CheckpointStart``, its paths placeholders for the training step's output."""
+        return CheckpointStart(checkpoint_path=output_path_of(self.model, "checkpoints"), step=self.step,
+                               reset_data_loader=reset_data_loader,
+                               metrics_path=output_path_of(self.model, METRICS_FILE))
 
 
 def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     """Step function: train (resuming from the newest checkpoint in ``output_path``)."""
+    import dataclasses
+
     from levanter.trainer import main
+    from marin.experiment.warm_start import Extension
     from rigging import filesystem as fs
 
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
     first = fs.join(str(config.data.datasets[0].path), "tokenizer.json")
     if fs.exists(first):
         fs.atomic_write(fs.join(output_path, "tokenizer.json"), fs.read_bytes(first))
+    if config.initialize_from is not None:
+        print(f"starts from step {config.initialize_from.step} of {config.initialize_from.checkpoint_path}")
+    else:
+        extension = _runtime_extension(config, output_path)
+        if extension is not None:
+            print(extension.describe())
+            if isinstance(extension, Extension):
+                config = dataclasses.replace(config, initialize_from=extension.start())
     result = main(config, output_path)
     summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
-    fs.atomic_write(fs.join(output_path, "train_summary.json"), json.dumps(summary, indent=2, default=str))
+    start = config.initialize_from
+    summary["started_from"] = str(start.checkpoint_path) if start is not None else None
+    fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
     print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
+
+
+def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
+    """The earlier build a running build extends (or why none can be), asked of the store it writes to."""
+    from marin.execution.hashing import flatten_config
+    from marin.execution.store import StepStore
+    from marin.execution.worker import current_step
+    from marin.experiment.warm_start import translate_dependencies
+
+    running = current_step()
+    if running is None:
+        return None  # called outside a runner: no step identity to match earlier builds against
+    folder = output_path.rstrip("/")
+    suffix = "/" + running.name + "-"
+    if suffix not in folder:
+        return None
+    store = StepStore(folder[:folder.rindex(suffix)])
+    earlier = [(path, prov, translate_dependencies(prov.get("config_flat") or {}, prov))
+               for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
+    return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
+
+
+def _find_extension(config: TrainLmConfig, flat: Mapping[str, str], earlier: list, *, name: str, version: str) -> Any:
+    from marin.execution.hashing import fn_identity
+    from marin.experiment.warm_start import find_extension
+
+    return find_extension(name=name, version=version, fn=fn_identity(train_lm_step), config=config, flat=flat,
+                          earlier=earlier, optimizer_from_json=lambda data: AdamConfig(**data))
+
+
+def describe_start(step: Step, hashes: Mapping[int, str], store: Any) -> str | None:
+    """For ``marin plan``: where a training build would start, when not from step 0 of its own."""
+    from marin.execution.hashing import flatten_config
+
+    config = step.config
+    start = config.initialize_from
+    if start is not None:
+        if isinstance(start.checkpoint_path, OutputPath):
+            source = lower(start.checkpoint_path.step)
+            return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
+        return f"starts from step {start.step} of {start.checkpoint_path}"
+    earlier = [(path, prov, prov.get("config_flat") or {}) for path, prov in store.earlier_builds(step.name)]
+    found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
+    return found.describe() if found is not None else None
+
+
+train_lm_step.describe_start = describe_start  # type: ignore[attr-defined]  # read by marin plan
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +144,21 @@ class TrainLm(Lazy):
     version: str
     config: TrainLmConfig
     resources: Any = None
+    evals: tuple[Any, ...] = ()
+    """Eval datasets (``marin.experiment.eval.EvalData``) scored on the final model by a companion step."""
+
+    def companions(self) -> tuple[Lazy, ...]:
+        """The eval step of ``evals`` (named ``evals/<this step's name>``), when there are any."""
+        if not self.evals:
+            return ()
+        cached = self.__dict__.get("_companions")
+        if cached is None:
+            from marin.experiment.eval import EvalConfig, Evaluate
+
+            cached = (Evaluate(name=f"evals/{self.name}", config=EvalConfig(
+                model=self, checkpoint=FINAL, datasets=self.evals, seq_len=self.config.trainer.seq_len)),)
+            object.__setattr__(self, "_companions", cached)
+        return cached
 
     def _build(self) -> Step:
         return Step(name=self.name, fn=train_lm_step, config=self.config, version=self.version,
@@ -53,7 +167,8 @@ class TrainLm(Lazy):
 
 def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
              datasets: Mapping[Any, float], batch_size: int, seq_len: int, num_train_steps: int, *,
-             evals: Any = None, resources: Any = None, **settings: Any) -> TrainLm:
+             evals: Any = None, resources: Any = None, initialize_from: CheckpointRef | None = None,
+             reset_data_loader: bool = False, **settings: Any) -> TrainLm:
     """A language-model training step over a weighted mixture of tokenized datasets.
 
     Every setting is checked here, so a bad value fails now, naming its field, not after the
@@ -66,8 +181,14 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         optimizer: ``AdamConfig``.
         datasets: ``{tokenized handle: weight}``.
         batch_size, seq_len, num_train_steps: the usual.
-        evals: evaluations to run during training; not supported yet (None or empty).
+        evals: held-out data to score the final model on, by an eval step built with it
+            (``evals/<name>``): a list of tokenized handles or raw text sources (labelled by their
+            step names or paths), or a mapping of label to either (see ``marin.experiment.eval``).
         resources: an ``iris`` ResourceConfig saying where the step runs (never hashed).
+        initialize_from: ``checkpoint(model, step=N)``: start from that checkpoint of another
+            training step (parameters, optimizer state and data position), e.g. a cooldown branch;
+            the source's identity and ``N`` are part of this step's.
+        reset_data_loader: with ``initialize_from``, read the data from the start instead.
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
             ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
@@ -78,10 +199,13 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
     Raises:
         InvalidStep: a bad setting, naming the step and the field.
     """
-    if evals:
-        # The hook for evaluation during training (issue 12): until then, say so rather than ignore it.
-        raise InvalidStep(f"train_lm {name!r}: evals is not supported yet; pass evals=None and evaluate "
-                          "the trained model in a step of its own")
+    if initialize_from is not None and not isinstance(initialize_from, CheckpointRef):
+        raise InvalidStep(f"train_lm {name!r}: initialize_from must be checkpoint(model, step=N), "
+                          f"got {type(initialize_from).__name__}")
+    if reset_data_loader and initialize_from is None:
+        raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N)")
+    if initialize_from is not None:
+        settings["initialize_from"] = initialize_from.start(reset_data_loader)
     if not isinstance(datasets, Mapping) or not datasets:
         raise InvalidStep(f"train_lm {name!r}: datasets must be a non-empty mapping of tokenized data to weights")
     try:
@@ -92,9 +216,69 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
             mixture.append(DatasetSpec(path=data, weight=float(weight)))
         config = TrainLmConfig.from_settings(tuple(mixture), model, optimizer, batch_size=batch_size,
                                              seq_len=seq_len, num_train_steps=num_train_steps, **settings)
+        eval_sets = _eval_datasets(evals)
     except (ValueError, TypeError) as e:
         raise InvalidStep(f"train_lm {name!r}: {e}") from None
-    return TrainLm(name=name, version=version, config=config, resources=resources)
+    return TrainLm(name=name, version=version, config=config, resources=resources, evals=eval_sets)
+
+
+def _eval_datasets(evals: Any) -> tuple[Any, ...]:
+    """``evals`` of ``train_lm`` as labelled eval datasets."""
+    if evals is None:
+        return ()
+    from marin.experiment.eval import eval_data
+
+    if isinstance(evals, Mapping):
+        return tuple(eval_data(label, data) for label, data in evals.items())
+    if isinstance(evals, str) or not isinstance(evals, list | tuple):
+        raise ValueError(f"evals must be a list of datasets or a mapping of label to dataset, got {evals!r}")
+    items = []
+    for data in evals:
+        label = lower(data).name if isinstance(data, Lazy | Step) else str(data).rstrip("/").rsplit("/", 1)[-1]
+        items.append(eval_data(label, data))
+    return tuple(items)
+
+
+def training_config(model: Any) -> TrainLmConfig:
+    """The config of a ``train_lm(...)`` handle or its step; raises ValueError for anything else."""
+    if isinstance(model, TrainLm):
+        return model.config
+    if isinstance(model, Step) and isinstance(model.config, TrainLmConfig):
+        return model.config
+    raise ValueError(f"model must be a train_lm(...) handle or its step, got {type(model).__name__}: {model!r}")
+
+
+def check_checkpoint_kept(config: TrainLmConfig, step: int) -> None:
+    """Raise ValueError unless the run ``config`` describes writes checkpoint ``step`` and keeps it.
+
+    A run saves every ``save_every`` steps and after its last; it keeps the newest ``keep_last`` of
+    those and, for good, every multiple of ``keep_every``.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        raise ValueError(f"checkpoint step must be a positive int, got {step!r}")
+    total, ckpt = config.trainer.num_train_steps, config.trainer.checkpoint
+    if step > total:
+        raise ValueError(f"checkpoint {step} is past the end of training ({total} steps)")
+    if step % ckpt.save_every and step != total:
+        raise ValueError(f"checkpoint {step} is never written: the run saves every {ckpt.save_every} steps "
+                         f"and after its last ({total})")
+    if step == total or (ckpt.keep_every is not None and step % ckpt.keep_every == 0):
+        return
+    saves = sorted(set(range(ckpt.save_every, total + 1, ckpt.save_every)) | {total})
+    if step not in saves[-ckpt.keep_last:]:
+        raise ValueError(f"checkpoint {step} is deleted by the run (it keeps the last {ckpt.keep_last}: "
+                         f"{saves[-ckpt.keep_last:]}); keep it with checkpoint=CheckpointConfig(keep_every=...)")
+
+
+def checkpoint(model: Any, step: int) -> CheckpointRef:
+    """Checkpoint ``step`` of a training step, for ``train_lm(..., initialize_from=...)``.
+
+    Raises:
+        ValueError: ``model`` is not a training step, or the run never writes or does not keep
+            checkpoint ``step`` (keep it with ``CheckpointConfig(keep_every=...)``).
+    """
+    check_checkpoint_kept(training_config(model), step)
+    return CheckpointRef(model=model, step=step)
 
 
 def unigram_entropy(tokenized_path: str, split: str = "validation") -> float:

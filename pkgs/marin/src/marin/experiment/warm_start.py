@@ -1,0 +1,150 @@
+"""Where a training build starts: step 0, a checkpoint it branches from, or an earlier build it extends.
+
+A *branch* (``train_lm(..., initialize_from=checkpoint(model, step=N))``) names its start in its
+config, so the source's identity and ``N`` are part of its own.
+
+An *extension* is found, not named: when an earlier build of the same step differs only in
+``num_train_steps`` or in the learning-rate schedule's shape (where a WSD decay starts), and the
+two schedules agree on the first K steps, the new build starts from that build's newest
+checkpoint at or before K. Both runs see the same batches in the same order with the same
+learning rates up to there, so the result is the same, bit for bit, as training from step 0:
+warm-starting never changes an output's identity, it only builds the same thing faster.
+
+The plan (``marin plan``) and the training step itself ask the same question of the same
+records (:func:`find_extension`); the plan describes the answer, the step acts on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Extension", "NoExtension", "find_extension", "translate_dependencies"]
+
+# Config fields an extension may change: how long, and the shape of the learning-rate schedule
+# (``AdamConfig.SCHEDULE_FIELDS``; the rates themselves are then compared step by step).
+EXTENDABLE_FIELDS = ("trainer.num_train_steps",)
+SCHEDULE_PREFIX = "optimizer."
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Start from checkpoint ``step`` of the earlier build at ``source`` (its output folder)."""
+
+    source: str
+    step: int
+
+    def describe(self) -> str:
+        return f"extends {_short(self.source)} from step {self.step} (saves {self.step} steps)"
+
+    def start(self) -> Any:
+        """Where levanter starts the run: the earlier build's checkpoint, data position and curve."""
+        from levanter.checkpoint import CheckpointStart, checkpoint_dir
+        from rigging import filesystem as fs
+
+        return CheckpointStart(checkpoint_path=checkpoint_dir(self.source), step=self.step,
+                               metrics_path=fs.join(self.source, "metrics.jsonl"))
+
+
+@dataclass(frozen=True)
+class NoExtension:
+    """Why no earlier build can be extended (None of these when there is no candidate at all)."""
+
+    reason: str
+
+    def describe(self) -> str:
+        return self.reason
+
+
+def _short(output_path: str) -> str:
+    """``<parent folder>/<name>-<hash>`` of an output folder: enough to find it under the prefix."""
+    parts = output_path.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 else output_path
+
+
+def _is_schedule_field(key: str, optimizer: Any) -> bool:
+    """True for ``optimizer.<field>`` keys naming a field that only shapes the learning-rate schedule."""
+    return key.startswith(SCHEDULE_PREFIX) and key[len(SCHEDULE_PREFIX):] in type(optimizer).SCHEDULE_FIELDS
+
+
+def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mapping[str, str],
+                   earlier: Sequence[tuple[str, Mapping[str, Any], Mapping[str, str]]],
+                   optimizer_from_json: Any) -> Extension | NoExtension | None:
+    """The best earlier build to extend, why none can be, or None when none is a candidate.
+
+    Args:
+        name, version, fn: the new build's step name, version and function identity.
+        config: its training config (levanter's ``TrainLmConfig``).
+        flat: its hashed fields, flattened (``{"dotted.key": canonical text}``), in the same form
+            as the third item of each ``earlier`` entry.
+        earlier: successful earlier builds of the same name, newest first:
+            ``(output folder, provenance record, flattened hashed fields)``.
+        optimizer_from_json: rebuilds an optimizer config from its JSON form in a provenance record.
+    """
+    from levanter.checkpoint import checkpoint_dir, committed_steps
+
+    best: Extension | None = None
+    why: list[str] = []
+    new_steps = config.trainer.num_train_steps
+    for path, provenance, old_flat in earlier:
+        if provenance.get("name") != name or provenance.get("fn") != fn or provenance.get("version") != version:
+            continue
+        differing = [k for k in set(flat) | set(old_flat) if flat.get(k) != old_flat.get(k)]
+        if not differing or any(k not in EXTENDABLE_FIELDS and not _is_schedule_field(k, config.optimizer)
+                                for k in differing):
+            continue  # the same build, or another recipe: not a candidate
+        old_config = provenance.get("config") or {}
+        old_steps = (old_config.get("trainer") or {}).get("num_train_steps")
+        if not isinstance(old_steps, int):
+            continue
+        old_optimizer = optimizer_from_json(old_config.get("optimizer") or {})
+        parting = config.optimizer.first_step_apart(new_steps, old_optimizer, old_steps)
+        limit = min(parting, new_steps - 1)
+        kept = [s for s in committed_steps(checkpoint_dir(path)) if s <= limit]
+        if not kept:
+            where = f"no checkpoint at or before step {limit}"
+            if parting < min(old_steps, new_steps):
+                why.append(f"cannot extend {_short(path)}: {_schedule_cause(config.optimizer)} "
+                           f"(the learning rates part at step {parting}; it keeps {where})")
+            else:
+                why.append(f"cannot extend {_short(path)}: it keeps {where}")
+            continue
+        if best is None or kept[-1] > best.step:
+            best = Extension(source=path, step=kept[-1])
+    if best is not None:
+        return best
+    return NoExtension("; ".join(why)) if why else None
+
+
+def _schedule_cause(optimizer: Any) -> str:
+    schedule = getattr(optimizer.schedule, "value", optimizer.schedule)
+    if schedule in ("cosine", "linear"):
+        return f"{schedule} decay depends on num_train_steps"
+    return f"the {schedule} schedules differ"
+
+
+def translate_dependencies(old_flat: Mapping[str, str], provenance: Mapping[str, Any]) -> dict[str, str]:
+    """An earlier build's flattened fields with each dependency replaced by that build's path of it.
+
+    The form in which a running step sees its own (resolved) config: placeholders are paths.
+    """
+    from marin.execution.hashing import encode
+    from rigging import filesystem as fs
+
+    paths = {d.get("hash"): d.get("path") for d in provenance.get("dependencies") or [] if isinstance(d, dict)}
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) == 3 and value[0] == "dep" and value[1] in paths:
+                base = paths[value[1]]
+                return encode(fs.join(base, value[2]) if value[2] else base, {})
+            return [resolve(v) for v in value]
+        return value
+
+    out = {}
+    for key, text in old_flat.items():
+        value = json.loads(text)
+        out[key] = json.dumps(resolve(value), separators=(",", ":"))
+    return out

@@ -1,0 +1,139 @@
+"""Runs that extend instead of retraining, and branches from a kept checkpoint (through real steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from lm_graph import build_data, copy_prefix, runner, tiny_model
+
+from levanter.optim import AdamConfig
+from marin.experiment.train import TRAIN_SUMMARY_FILE, checkpoint
+from rigging import filesystem as fs
+
+CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant")
+COSINE = AdamConfig(learning_rate=3e-3, warmup=2, schedule="cosine")
+
+
+@pytest.fixture(scope="module")
+def data_prefix(tmp_path_factory):
+    return build_data(tmp_path_factory.mktemp("lm") / "store")
+
+
+def final_state(output_path: str, step: int) -> list[np.ndarray]:
+    """Every array of checkpoint ``step`` of a training output (params, optimizer state, step, key)."""
+    with ocp.CheckpointManager(os.path.join(output_path, "checkpoints"), item_names=("state", "data"),
+                               options=ocp.CheckpointManagerOptions(read_only=True)) as manager:
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return [np.asarray(x) for x in jax.tree.leaves(restored.state)]
+
+
+def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
+
+
+def _summary(output_path: str) -> dict:
+    return json.loads(fs.read_text(fs.join(output_path, TRAIN_SUMMARY_FILE)))
+
+
+def _build(prefix, handle):
+    result = runner(prefix).run([handle])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    return result.by_name(handle.name).output_path
+
+
+def _start_reason(prefix, handle) -> str:
+    plan = runner(prefix).plan([handle])
+    planned = next(p for p in plan.steps if p.name == handle.name)
+    assert planned.action.value == "run"
+    starts = [r.detail for r in planned.reasons if r.kind.name == "STARTS_FROM"]
+    return starts[0] if starts else ""
+
+
+def test_extend_equals_training_from_scratch_at_half_the_steps(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    short = _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
+    longer = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None)
+    # The plan says what it will reuse; the identity is unchanged by it.
+    short_name = "checkpoints/" + os.path.basename(short)
+    assert _start_reason(prefix, longer) == f"extends {short_name} from step 10 (saves 10 steps)"
+    extended = _build(prefix, longer)
+    assert os.path.basename(extended) == f"checkpoints/tiny-{longer.lower().hash[:16]}".split("/")[1]
+    summary = _summary(extended)
+    assert (summary["start_step"], summary["steps"]) == (10, 20)  # half of the steps trained
+
+    fresh_prefix = copy_prefix(data_prefix, tmp_path / "fresh")
+    fresh = _build(fresh_prefix, tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None))
+    assert (_summary(fresh)["start_step"], _summary(fresh)["steps"]) == (0, 20)
+    assert_same(final_state(extended, 20), final_state(fresh, 20))
+    # The curve of the extended run starts at step 1, as the fresh run's does.
+    with open(os.path.join(extended, "metrics.jsonl")) as f:
+        losses = [row["step"] for row in map(json.loads, f) if "loss" in row]
+    assert losses == list(range(1, 21))
+
+
+def test_a_cosine_run_is_not_extended_and_the_plan_says_why(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    short = _build(prefix, tiny_model(steps=10, optimizer=COSINE, save_every=5, keep_every=None))
+    longer = tiny_model(steps=20, optimizer=COSINE, save_every=5, keep_every=None)
+    reason = _start_reason(prefix, longer)
+    assert reason.startswith(f"cannot extend checkpoints/{os.path.basename(short)}: cosine decay depends on "
+                             "num_train_steps (the learning rates part at step 3;"), reason
+    assert _summary(_build(prefix, longer))["start_step"] == 0
+
+
+def test_another_recipe_is_never_extended(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
+    other_lr = tiny_model(steps=20, optimizer=AdamConfig(learning_rate=1e-2, warmup=2, schedule="constant"),
+                          save_every=5, keep_every=None)
+    assert _start_reason(prefix, other_lr) == ""
+    other_seed = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None, seed=1)
+    assert _start_reason(prefix, other_seed) == ""
+
+
+def test_a_branch_names_its_source_and_step(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    source = tiny_model("checkpoints/stable", steps=20, optimizer=CONSTANT)
+    branch = tiny_model("checkpoints/branch", steps=20, optimizer=AdamConfig(learning_rate=3e-3, warmup=2, schedule="linear"),
+                        initialize_from=checkpoint(source, 10))
+    other_step = tiny_model("checkpoints/branch", steps=20, optimizer=AdamConfig(learning_rate=3e-3, warmup=2, schedule="linear"),
+                            initialize_from=checkpoint(source, 10), reset_data_loader=True)
+    assert branch.lower().hash != other_step.lower().hash
+    plan = runner(prefix).plan([branch])
+    planned = {p.name: p for p in plan.steps}
+    assert [r.detail for r in planned["checkpoints/branch"].reasons if r.kind.name == "STARTS_FROM"] == [
+        f"starts from checkpoints/stable-{source.lower().hash[:16]} at step 10"]
+    with pytest.raises(ValueError, match="checkpoint 15 is never written"):
+        checkpoint(source, 15)
+
+
+def _wsd(decay_steps: int) -> AdamConfig:
+    return AdamConfig(learning_rate=3e-3, warmup=2, schedule="wsd", decay=decay_steps, decay_shape="linear")
+
+
+def test_a_cooldown_branch_equals_the_wsd_run_whose_decay_starts_there(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    # The stable run decays over its last 10 of 30 steps: up to step 20 it is at the peak.
+    stable = tiny_model("checkpoints/stable", steps=30, optimizer=_wsd(10), save_every=10, keep_every=10)
+    branch = tiny_model("checkpoints/cooldown", steps=16, optimizer=_wsd(6), initialize_from=checkpoint(stable, 10))
+    branch_out = _build(prefix, branch)
+    assert (_summary(branch_out)["start_step"], _summary(branch_out)["steps"]) == (10, 16)
+    # One WSD run of the same total whose decay starts at 10, trained from step 0 elsewhere.
+    single_prefix = copy_prefix(data_prefix, tmp_path / "single")
+    single_out = _build(single_prefix, tiny_model("checkpoints/single", steps=16, optimizer=_wsd(6)))
+    assert _summary(single_out)["start_step"] == 0
+    assert_same(final_state(branch_out, 16), final_state(single_out, 16))
+
+
+def test_moving_a_wsd_decay_later_extends_the_earlier_build(data_prefix, tmp_path):
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    first = _build(prefix, tiny_model(steps=20, optimizer=_wsd(10), save_every=5, keep_every=5))
+    later = tiny_model(steps=20, optimizer=_wsd(4), save_every=5, keep_every=5)  # decay from 16, not 10
+    assert _start_reason(prefix, later) == f"extends checkpoints/{os.path.basename(first)} from step 10 (saves 10 steps)"
