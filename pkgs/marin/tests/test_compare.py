@@ -124,3 +124,19 @@ def test_a_single_run_has_no_differing_fields(built):
     comparison = compare_plan(plan)
     assert comparison.fields == [] and len(comparison.rows) == 1
     assert comparison.rows[0].metrics["steps_trained"] == 10
+
+
+def test_branches_differ_by_where_they_start_not_by_each_field_of_it(tmp_path):
+    from levanter.optim import AdamConfig as Adam
+    from marin.experiment.train import checkpoint
+
+    wsd = dict(learning_rate=3e-3, warmup=2, schedule="wsd", decay_shape="linear")
+    stable = tiny_model("checkpoints/stable", steps=30, optimizer=Adam(decay=10, **wsd))
+    branches = [tiny_model(f"checkpoints/cool-{n}", steps=n + 6, optimizer=Adam(decay=6, **wsd),
+                           initialize_from=checkpoint(stable, n)) for n in (10, 20)]
+    comparison = compare_plan(runner(tmp_path / "store").plan([stable, *branches]))
+    # Only where each branch starts; not the source's paths, which all branches share, nor the
+    # unset initialize_from of the stable run beside them.
+    assert comparison.fields == ["initialize_from.step", "optimizer.decay", "trainer.num_train_steps"]
+    assert [r.fields["initialize_from.step"] for r in comparison.rows] == ["-", "10", "20"]
+    assert all(r.metrics["loss"] is None for r in comparison.rows)  # nothing built yet

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,11 +106,39 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _show(encoded: str) -> str:
-    """A field's canonical encoding (``[tag, payload]``) as a short readable value."""
+def _show(encoded: str, names: dict[str, str]) -> str:
+    """A field's canonical encoding as a short readable value (a dependency as its output's name)."""
     from marin.execution.plan import _show as show
 
+    value = json.loads(encoded)
+    if value == ["none"]:
+        return "none"
+    if isinstance(value, list) and len(value) == 3 and value[0] == "dep":
+        name = f"{names.get(value[1], 'step')}-{value[1][:8]}"
+        return f"{name}/{value[2]}" if value[2] else name
     return show(encoded)
+
+
+def _differing(flat: list[dict[str, str]]) -> list[str]:
+    """Keys whose values differ between runs, leaving out those that differ only by being absent
+    where a parent field is set to nothing (``initialize_from=None`` beside a branch's
+    ``initialize_from.step``), and such parents themselves when their children show the difference."""
+    keys = sorted({k for f in flat for k in f})
+    differing = [k for k in keys if len({f.get(k) for f in flat}) > 1]
+
+    def parent_of(key: str, row: dict[str, str]) -> str | None:
+        parts = key.split(".")
+        return next((p for p in (".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)) if p in row), None)
+
+    kept = []
+    for key in differing:
+        present = {f[key] for f in flat if key in f}
+        explained = all(key in f or parent_of(key, f) is not None for f in flat)
+        if len(present) == 1 and explained:
+            continue  # the same wherever the parent is set: the parent's column says it
+        kept.append(key)
+    # A parent set to nothing in some runs and expanded in the others is told by its children.
+    return [k for k in kept if not any(c.startswith(k + ".") for c in kept)]
 
 
 def compare_plan(plan: Plan) -> Comparison:
@@ -121,13 +150,13 @@ def compare_plan(plan: Plan) -> Comparison:
     training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig)]
     row_of = {p.hash: i for i, p in enumerate(training)}
     flat = [flatten_config(p.step.config, hashes) for p in training]
-    keys = sorted({k for f in flat for k in f})
-    differing = [k for k in keys if len({f.get(k) for f in flat}) > 1]
+    differing = _differing(flat)
+    names = {p.hash: p.name for p in plan.steps}
     rows = []
     for p, f in zip(training, flat, strict=True):
         record = StepRecord(p.output_path)
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path, done=record.is_done(),
-                         fields={k: _show(f[k]) if k in f else "(absent)" for k in differing})
+                         fields={k: _show(f[k], names) if k in f else "-" for k in differing})
         metrics = read_metrics(p.output_path)
         summary = read_train_summary(p.output_path) or {}
         last = {k: metrics.last(k) if metrics is not None else None for k in ("loss", "val_loss")}
