@@ -175,6 +175,12 @@ class TrainerConfig:
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
 
 
+InitializeFrom = CheckpointStart
+"""Where a run's weights may start: a small typed union (today: another run's checkpoint)."""
+INITIALIZE_FROM: tuple[type, ...] = (CheckpointStart,)
+"""The members of :data:`InitializeFrom`, for validation."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainLmConfig:
     """Everything one language-model training run needs (but where it writes)."""
@@ -208,8 +214,8 @@ class TrainLmConfig:
     """The training loop."""
     z_loss_weight: float = 0.0
     """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
-    initialize_from: CheckpointStart | None = None
-    """Start from a checkpoint of another run (when this run has none of its own yet)."""
+    initialize_from: InitializeFrom | None = None
+    """Where the weights start when this run has no checkpoint of its own yet (None: random init)."""
     revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
@@ -227,9 +233,10 @@ class TrainLmConfig:
         self.optimizer.check(self.trainer.num_train_steps)
         start = self.initialize_from
         if start is not None:
-            if not isinstance(start, CheckpointStart):
-                raise ValueError(f"initialize_from must be a CheckpointStart, got {type(start).__name__}")
-            if start.step >= self.trainer.num_train_steps:
+            if not isinstance(start, INITIALIZE_FROM):
+                raise ValueError(f"initialize_from must be one of {[t.__name__ for t in INITIALIZE_FROM]}, "
+                                 f"got {type(start).__name__}")
+            if isinstance(start, CheckpointStart) and start.step >= self.trainer.num_train_steps:
                 raise ValueError(f"initialize_from starts at step {start.step}, not before the end of training "
                                  f"(num_train_steps={self.trainer.num_train_steps})")
 

@@ -199,13 +199,10 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
     Raises:
         InvalidStep: a bad setting, naming the step and the field.
     """
-    if initialize_from is not None and not isinstance(initialize_from, CheckpointRef):
-        raise InvalidStep(f"train_lm {name!r}: initialize_from must be checkpoint(model, step=N), "
-                          f"got {type(initialize_from).__name__}")
-    if reset_data_loader and initialize_from is None:
-        raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N)")
     if initialize_from is not None:
-        settings["initialize_from"] = initialize_from.start(reset_data_loader)
+        settings["initialize_from"] = _initialize_from(name, initialize_from, reset_data_loader)
+    elif reset_data_loader:
+        raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N)")
     if not isinstance(datasets, Mapping) or not datasets:
         raise InvalidStep(f"train_lm {name!r}: datasets must be a non-empty mapping of tokenized data to weights")
     try:
@@ -220,6 +217,13 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
     except (ValueError, TypeError) as e:
         raise InvalidStep(f"train_lm {name!r}: {e}") from None
     return TrainLm(name=name, version=version, config=config, resources=resources, evals=eval_sets)
+
+
+def _initialize_from(name: str, value: Any, reset_data_loader: bool) -> Any:
+    """levanter's ``initialize_from`` for what ``train_lm`` was given (one case per kind of start)."""
+    if isinstance(value, CheckpointRef):
+        return value.start(reset_data_loader)
+    raise InvalidStep(f"train_lm {name!r}: initialize_from must be checkpoint(model, step=N), got {type(value).__name__}")
 
 
 def _eval_datasets(evals: Any) -> tuple[Any, ...]:
