@@ -36,12 +36,8 @@ def _model(steps: int):
 
 
 def _runner(prefix: str):
-    import sys
-
+    from fray import InProcessClient
     from marin.execution.step_runner import StepRunner
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "pkgs", "marin", "tests"))
-    from steps_for_tests import InProcessClient
 
     return StepRunner(prefix=prefix, max_parallel=1, client=InProcessClient(), strict_env=False)
 

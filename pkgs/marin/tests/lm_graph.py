@@ -11,8 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from steps_for_tests import InProcessClient
-
+from fray import InProcessClient
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
