@@ -19,7 +19,7 @@ import numpy as np
 from levanter.models.llama import LlamaConfig
 from rigging import filesystem as fs
 
-__all__ = ["EvalResult", "evaluate_split", "token_byte_lengths"]
+__all__ = ["EvalResult", "evaluate_split", "read_tokenizer_json", "token_byte_lengths"]
 
 
 @dataclasses.dataclass(frozen=True)
