@@ -55,7 +55,8 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
                         "and grad_accum=3"),
     ({"z_loss_weight": -1}, "train_lm 'checkpoints/x': z_loss_weight must be a finite number >= 0 or None, got -1"),
     ({"learning_rate": 1e-3}, "train_lm 'checkpoints/x': unknown training setting 'learning_rate'; settings are: "),
-    ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': evals is not supported yet; pass evals=None"),
+    ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': eval dataset 'hellaswag': 'hellaswag' is not a tokenized "
+                               "handle, a step, an existing path, a URL or a Hugging Face dataset id"),
 ])
 def test_a_bad_setting_fails_when_the_handle_is_made(settings, message):
     with pytest.raises(InvalidStep) as err:

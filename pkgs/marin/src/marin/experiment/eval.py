@@ -185,13 +185,19 @@ def _is_tokenized(data: Any) -> bool:
 
 def eval_data(label: str, data: Any, *, text_field: str = "text") -> EvalData:
     """Label ``data``: a tokenize step/handle is scored on its validation split; anything else is raw text."""
-    from marin.experiment.sources import normalize_path
+    import os
+
+    from marin.experiment.sources import is_hf_id, normalize_path
 
     if _is_tokenized(data):
         return EvalData(label=label, data=data, kind=EvalDataKind.TOKENIZED)
     if not isinstance(data, str | Step | Lazy):
         raise ValueError(f"eval dataset {label!r}: expected a tokenized handle or a raw text source "
                          f"(a path, glob, URL or step), got {type(data).__name__}")
+    if isinstance(data, str) and "://" not in data and not any(c in data for c in "*?[") \
+            and not os.path.exists(data) and not is_hf_id(data):
+        raise ValueError(f"eval dataset {label!r}: {data!r} is not a tokenized handle, a step, an existing path, "
+                         "a URL or a Hugging Face dataset id (eval harness tasks are not supported)")
     return EvalData(label=label, data=normalize_path(data), kind=EvalDataKind.RAW_TEXT, text_field=text_field)
 
 
