@@ -16,7 +16,7 @@ from typing import Any
 
 from rigging import filesystem as fs
 
-__all__ = ["CheckpointConfig", "Checkpointer", "RestoredCheckpoint"]
+__all__ = ["CheckpointConfig", "Checkpointer", "RestoredCheckpoint", "read_checkpoint_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,3 +169,25 @@ class Checkpointer:
         """Wait for pending saves and release Orbax's threads."""
         self.wait()
         self._manager.close()
+
+
+def read_checkpoint_params(directory: str, step: int) -> dict[str, Any]:
+    """The model parameters of committed checkpoint ``step`` under ``directory`` (host numpy arrays).
+
+    Reads only the ``state`` item, without a restore target (no model or optimizer needed).
+
+    Raises:
+        FileNotFoundError: ``step`` is not a committed checkpoint there (the message lists those that are).
+    """
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(directory, item_names=("state", "data"),
+                               options=ocp.CheckpointManagerOptions(create=False)) as manager:
+        steps = sorted(manager.all_steps())
+        if step not in steps:
+            raise FileNotFoundError(f"{directory}: no committed checkpoint of step {step} "
+                                    f"(committed: {steps or 'none'})")
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    params = restored.state["params"]
+    return {module: {name: np.asarray(value) for name, value in names.items()} for module, names in params.items()}

@@ -14,7 +14,7 @@ import numpy as np
 from levanter.models.llama import LlamaConfig, transformed_llama
 from rigging import filesystem as fs
 
-__all__ = ["generate", "load_final_model"]
+__all__ = ["generate", "load_final_model", "read_model_config"]
 
 
 def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
@@ -26,13 +26,18 @@ def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     params_path = fs.join(output_path, "final", "params.npz")
     if not fs.exists(params_path):
         raise FileNotFoundError(f"{params_path} not found: training under {output_path} has not finished")
-    config = LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
+    config = read_model_config(output_path)
     with np.load(io.BytesIO(fs.read_bytes(params_path))) as flat:
         params: dict[str, dict[str, Any]] = {}
         for key in flat.files:
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
     return config, params
+
+
+def read_model_config(output_path: str) -> LlamaConfig:
+    """The model shape a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
+    return LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
 
 
 def generate(config: LlamaConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
