@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.data.spec import DatasetSpec
+from levanter.initialize import InitializeFrom, initialize_from_dict, initialize_kinds, initialize_to_dict
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from rigging.fields import unhashed_field
@@ -144,6 +145,8 @@ class TrainerConfig:
     """Labels recorded with the metrics and sent to trackers."""
     wandb: WandbConfig | None = unhashed_field(default=None)
     """Also log to Weights & Biases (None: TensorBoard and metrics.jsonl only)."""
+    initialize_from: InitializeFrom | None = None
+    """Start from these weights (e.g. ``HfCheckpoint``) instead of a random init; a resume ignores it."""
 
     def __post_init__(self) -> None:
         if isinstance(self.compute_dtype, str):
@@ -173,6 +176,9 @@ class TrainerConfig:
             raise ValueError(f"tags must be a sequence of non-empty strings, got {self.tags!r}")
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
+        if self.initialize_from is not None and not isinstance(self.initialize_from, InitializeFrom):
+            raise ValueError(f"initialize_from must be one of {initialize_kinds()} or None, "
+                             f"got {type(self.initialize_from).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +270,9 @@ def config_to_dict(config: TrainLmConfig) -> dict[str, Any]:
         if isinstance(value, list | tuple):
             return [plain(v) for v in value]
         return value
-    return plain(dataclasses.asdict(config))
+    out = plain(dataclasses.asdict(config))
+    out["trainer"]["initialize_from"] = initialize_to_dict(config.trainer.initialize_from)
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
@@ -275,6 +283,7 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
     t["tags"] = tuple(t.get("tags", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
+    t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
     return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
                          z_loss_weight=data.get("z_loss_weight", 0.0))

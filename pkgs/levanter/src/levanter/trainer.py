@@ -41,6 +41,7 @@ from levanter.config import (
 )
 from levanter.data import data_vocab_size, eval_batches, train_dataset
 from levanter.flops import device_peak_flops
+from levanter.initialize import initial_params
 from levanter.metrics import MetricsWriter
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import learning_rate
@@ -266,6 +267,11 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     if restored is not None:
         state, start_step = restored.state, restored.step
         logger.info("resuming from checkpoint step %d", start_step)
+    elif trainer.initialize_from is not None:
+        params = initial_params(trainer.initialize_from, model_config)
+        state = jax.jit(lambda p, s: {**s, "params": p, "opt_state": tx.init(p)},
+                        out_shardings=replicated)(params, state)
+        logger.info("initialised from %s", trainer.initialize_from)
 
     train_step = jax.jit(make_train_step(model, tx, dtype, trainer.grad_accum, batch_sharding,
                                          z_loss_weight=config.z_loss_weight), out_shardings=replicated)

@@ -1,0 +1,73 @@
+"""Where a training run's parameters start: random (the default), or weights made elsewhere.
+
+``TrainerConfig.initialize_from`` holds one of the variants below (a small typed union); each
+names what it reads and :func:`initial_params` loads it for the configured model. A run that has
+checkpoints of its own resumes from them instead: the starting point matters only at step 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from levanter.models.llama import LlamaConfig
+
+__all__ = ["HfCheckpoint", "InitializeFrom", "initial_params", "initialize_from_dict", "initialize_kinds",
+           "initialize_to_dict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HfCheckpoint:
+    """Parameters from a Hugging Face Llama checkpoint; the optimizer state starts fresh."""
+
+    repo: str
+    """A folder (local or fsspec URL) with ``config.json`` and safetensors weights, or a Hub model id."""
+    revision: str | None = None
+    """Branch, tag or commit of a Hub id (None: ``main``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.repo, str) or not self.repo:
+            raise ValueError(f"repo must name an HF checkpoint folder or Hub model id, got {self.repo!r}")
+        if self.revision is not None and (not isinstance(self.revision, str) or not self.revision):
+            raise ValueError(f"revision must be a non-empty string or None, got {self.revision!r}")
+
+
+InitializeFrom = HfCheckpoint
+"""The starting points a run may name (a union as variants are added)."""
+
+# The tag of each variant in a serialised TrainerConfig.
+_KINDS: dict[str, type] = {"hf_checkpoint": HfCheckpoint}
+
+
+def initialize_kinds() -> list[str]:
+    """Names of the variant types, for messages."""
+    return sorted(cls.__name__ for cls in _KINDS.values())
+
+
+def initial_params(init: InitializeFrom, config: LlamaConfig) -> dict[str, dict[str, Any]]:
+    """The parameters ``init`` names, shaped for the model ``config`` describes (host arrays)."""
+    if isinstance(init, HfCheckpoint):
+        from levanter.compat.hf_checkpoint import load_hf_params, resolve_hf_folder
+
+        return load_hf_params(resolve_hf_folder(init.repo, init.revision), config)
+    raise TypeError(f"initialize_from must be one of {initialize_kinds()}, got {type(init).__name__}")
+
+
+def initialize_to_dict(init: InitializeFrom | None) -> dict[str, Any] | None:
+    """JSON-ready form of ``init``, tagged with its kind."""
+    if init is None:
+        return None
+    kind = next(k for k, cls in _KINDS.items() if isinstance(init, cls))
+    return {"kind": kind, **dataclasses.asdict(init)}
+
+
+def initialize_from_dict(data: Mapping[str, Any] | None) -> InitializeFrom | None:
+    """Inverse of :func:`initialize_to_dict`."""
+    if data is None:
+        return None
+    fields = dict(data)
+    kind = fields.pop("kind", None)
+    if kind not in _KINDS:
+        raise ValueError(f"initialize_from kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    return _KINDS[kind](**fields)
