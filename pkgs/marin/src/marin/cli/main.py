@@ -25,6 +25,7 @@ _COMMANDS = {
     "report": ("marin.cli.cmd_report", "report"),
     "plot": ("marin.cli.cmd_plot", "plot"),
     "verify": ("marin.cli.cmd_verify", "verify"),
+    "export-hf": ("marin.cli.cmd_export_hf", "export_hf"),
 }
 
 

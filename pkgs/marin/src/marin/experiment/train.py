@@ -70,7 +70,8 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         resources: an ``iris`` ResourceConfig saying where the step runs (never hashed).
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
-            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
+            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``, ``initialize_from``: e.g.
+            ``hf_checkpoint("org/name")`` from ``marin.experiment.hf``), of its ``DataConfig``
             (``vocab_from_data``, ``prefetch``, ``shard_cache_dir``), or ``z_loss_weight``.
             ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir`` and
             ``peak_flops_per_device`` do not change the step's hash.
