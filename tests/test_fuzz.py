@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from marin.execution.store import StepRecord, StepStore, compute_manifest, verify_manifest
 from marin.execution.verify import Verdict, verify_output
 from zephyr.errors import DataError
-from zephyr.readers import FileSlice, JsonlReader, TextMode, TextReader, verify_shard_index
+from zephyr.readers import FileSlice, JsonlReader, TextMode, TextReader
+from zephyr.shards import verify_shard_index
 from zephyr.worker_context import Counters
 
 # No example database: nothing is written into the checkout. deadline=None: files are written per example.
@@ -205,7 +206,8 @@ def test_damaged_compressed_files_are_an_error_never_a_short_read(scratch, kind,
 _SANDBOX = r"""
 import json, sys
 from zephyr.errors import DataError
-from zephyr.readers import FileSlice, ParquetReader, TokenShardReader
+from zephyr.readers import FileSlice, ParquetReader
+from zephyr.shards import TokenShardReader
 from zephyr.worker_context import Counters
 for line in sys.stdin:
     kind, path = json.loads(line)

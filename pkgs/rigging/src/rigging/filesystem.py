@@ -7,6 +7,7 @@ either the old content or the new content, never a torn file.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import posixpath
@@ -33,6 +34,7 @@ __all__ = [
     "read_bytes",
     "read_text",
     "rm_tree",
+    "sha256_of",
     "size",
     "strip_protocol",
     "walk_files",
@@ -175,6 +177,16 @@ def size(path: str) -> int:
         return os.path.getsize(strip_protocol(path))
     fs, p = _fs_path(path)
     return int(fs.size(p))
+
+
+def sha256_of(path: str) -> str:
+    """The SHA-256 (hex) of the content of the file at ``path``, read as a stream."""
+    if is_local(path):
+        # The builtin file avoids importing fsspec for local work (see test_filesystem).
+        with open(strip_protocol(path), "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    with open_file(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _as_bytes(data: bytes | str) -> bytes:

@@ -1,10 +1,10 @@
 """zephyr: streaming data pipelines (readers, lazy sharded transforms, parallel runs, writers)."""
 
+from zephyr.compression import Compression
 from zephyr.dataset import Dataset, FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.errors import DataError, ShardFailed
 from zephyr.execution import RunResult, run
 from zephyr.readers import (
-    Compression,
     FileSlice,
     JsonlReader,
     OnError,
@@ -12,16 +12,26 @@ from zephyr.readers import (
     Reader,
     TextMode,
     TextReader,
-    TokenShardReader,
     expand_paths,
     read_documents,
     reader_for_path,
+)
+from zephyr.shards import (
+    INDEX_FILE,
+    TOKENIZED_FORMAT,
+    TokenShardReader,
+    decode_tokens,
+    local_shard,
+    read_index,
     verify_shard_index,
+    write_index,
 )
 from zephyr.worker_context import Counters, WorkerContext, current_context, worker_context
 from zephyr.writers import ArrayRecordSink, CollectSink, JsonlSink, Sink, shard_name
 
 __all__ = [
+    "INDEX_FILE",
+    "TOKENIZED_FORMAT",
     "ArrayRecordSink",
     "CollectSink",
     "Compression",
@@ -45,12 +55,16 @@ __all__ = [
     "TokenShardReader",
     "WorkerContext",
     "current_context",
+    "decode_tokens",
     "expand_paths",
+    "local_shard",
     "plan_file_shards",
     "read_documents",
+    "read_index",
     "reader_for_path",
     "run",
     "shard_name",
     "verify_shard_index",
     "worker_context",
+    "write_index",
 ]

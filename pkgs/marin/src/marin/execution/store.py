@@ -219,14 +219,6 @@ class StepStore:
         return [(path, prov) for path, prov, _ in found]
 
 
-def _sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with fs.open_file(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # What rigging.filesystem.atomic_write / create_if_absent and zephyr's shard writers name their
 # temporary files: ``.tmp-<uuid4 hex>-<final name>``.
 _ORPHAN_TMP = re.compile(r"^\.tmp-[0-9a-f]{32}-")
@@ -261,7 +253,7 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     for rel, size in fs.walk_files(output_path):
         if rel.startswith(META_DIR + "/") or rel == META_DIR:
             continue
-        files.append({"path": rel, "size": size, "sha256": _sha256_of(fs.join(output_path, rel))})
+        files.append({"path": rel, "size": size, "sha256": fs.sha256_of(fs.join(output_path, rel))})
         total += size
     return {"files": files, "total_bytes": total, "created_at": time.time()}
 
@@ -325,7 +317,7 @@ def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
             problems.append(f"{rel}: size {present[rel]} != {entry['size']}")
         else:
             try:
-                digest = _sha256_of(fs.join(output_path, rel))
+                digest = fs.sha256_of(fs.join(output_path, rel))
             except OSError as e:
                 problems.append(f"{rel}: unreadable ({type(e).__name__})")
                 continue

@@ -1,7 +1,7 @@
 """Tokenize a text corpus into train/validation ArrayRecord shards (the ``tokenized()`` step's work).
 
-Output layout (the contract the training loader reads; see ``zephyr.writers`` for the commit
-protocol)::
+Output layout (the contract the training loader reads; see ``zephyr.shards`` for the index and
+``zephyr.writers`` for the commit protocol)::
 
     <out>/train/part-00000.array_record …        one per shard, every shard index present
     <out>/validation/part-00000.array_record …
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 from zephyr import (
+    TOKENIZED_FORMAT,
     ArrayRecordSink,
     Counters,
     DataError,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "assign_split", "tokenize_to_shards"]
 
-TOKENIZED_FORMAT = "marin.tokenized/v1"
 # Below this much input, shards run in the calling process (about two seconds of tokenizing).
 IN_PROCESS_BELOW_BYTES = 16 << 20
 SPLITS = ("train", "validation")

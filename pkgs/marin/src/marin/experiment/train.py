@@ -106,13 +106,13 @@ def unigram_entropy(tokenized_path: str, split: str = "validation") -> float:
     import numpy as np
 
     from levanter.data.tokenized import open_split, read_index
+    from zephyr.shards import decode_tokens
 
     index = read_index(tokenized_path)
     data = open_split(tokenized_path, split)
     counts = np.zeros(int(index["vocab_size"]), dtype=np.int64)
     for i in range(len(data.source)):
-        tokens = np.frombuffer(data.source[i], dtype="<u4")
-        np.add.at(counts, tokens, 1)
+        np.add.at(counts, decode_tokens(data.source[i]), 1)
     counts[int(index["eos_id"])] += len(data.source)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rigging import filesystem as fs
+from zephyr.shards import INDEX_FILE, TOKENIZED_FORMAT
 
 __all__ = [
     "INDEX_FILE",
@@ -26,8 +27,6 @@ __all__ = [
 ]
 
 METRICS_FILE = "metrics.jsonl"
-INDEX_FILE = "index.json"
-TOKENIZED_FORMAT = "marin.tokenized/v1"
 
 # The series a training step may log, in the order they are shown; others are kept after these.
 KNOWN_SERIES = ("loss", "val_loss", "lr", "tokens_per_s", "grad_norm", "mfu")
