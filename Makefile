@@ -16,7 +16,7 @@ help:
 	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
-	@echo "make lint        ruff and import-linter only"
+	@echo "make lint        ruff, import-linter and pyright (basic mode, via basedpyright)"
 
 $(UV):
 	$(PYTHON) -m pip install --user --quiet "uv>=0.5"
@@ -30,6 +30,7 @@ setup: $(VENV)/.synced
 lint: setup
 	$(RUN)ruff check .
 	$(RUN)lint-imports
+	$(RUN)basedpyright
 
 test: lint
 	$(RUN)pytest -q

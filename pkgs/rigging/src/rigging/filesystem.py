@@ -14,7 +14,7 @@ import posixpath
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "AlreadyExists",
@@ -58,7 +58,11 @@ def is_local(path: str) -> bool:
 
 
 def filesystem(path: str) -> Any:
-    """Return the fsspec file system for ``path`` (cached per protocol by fsspec)."""
+    """Return the fsspec file system for ``path`` (cached per protocol by fsspec).
+
+    Typed ``Any``: fsspec's methods carry no annotations, and what a checker infers from their
+    bodies is wrong (``_strip_protocol`` as ``list | str``, ``size`` as optional).
+    """
     import fsspec  # deferred: planning cached local steps never needs it
 
     protocol = protocol_of(path)
@@ -149,7 +153,7 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def open_file(path: str, mode: str = "rb", **kwargs: Any):
+def open_file(path: str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
     """Open ``path`` through fsspec (binary by default).
 
     For a file that another writer may replace meanwhile, use :func:`read_bytes`: a streamed
@@ -186,7 +190,8 @@ def sha256_of(path: str) -> str:
         with open(strip_protocol(path), "rb") as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
     with open_file(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        # fsspec's files and BytesIO have readinto, which IO[Any] does not promise.
+        return hashlib.file_digest(f, "sha256").hexdigest()  # pyright: ignore[reportArgumentType]
 
 
 def _as_bytes(data: bytes | str) -> bytes:

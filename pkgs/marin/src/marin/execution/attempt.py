@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from marin.execution.hashing import (
     UnserializableConfig,
@@ -44,14 +44,19 @@ from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases
 
-__all__ = ["AttemptContext", "StepAttempt", "WorkerKind", "fetch_from_cache", "resources_of"]
+if TYPE_CHECKING:
+    from fray.types import DistributedClient, JobHandle
+    from iris.cluster import ResourceConfig
+
+__all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache",
+           "resources_of"]
 
 logger = logging.getLogger("marin.execution.step_runner")
 
 _LOG_PULL_INTERVAL_S = 1.0
 
 
-def resources_of(step: Step) -> Any:
+def resources_of(step: Step) -> ResourceConfig:
     """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
     from iris.cluster import ResourceConfig
 
@@ -84,12 +89,25 @@ class WorkerKind(enum.Enum):
     REMOTE = "remote"  # elsewhere (Ray): its output is copied from the handle
 
 
+class Releasable(Protocol):
+    """What an attempt holds while it runs and gives back when it ends (an iris ``Admission``)."""
+
+    def release(self) -> None: ...
+
+
+class NothingHeld:
+    """The hold of a step that takes nothing from this machine's ledger (a fetch, a step on Ray)."""
+
+    def release(self) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class AttemptContext:
     """What every attempt of one run shares with the runner that started it."""
 
     holder: str
-    client: Any
+    client: DistributedClient
     worker: WorkerKind
     strict_env: bool
     environment: Callable[[], tuple[dict[str, Any], str]]
@@ -104,6 +122,8 @@ def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
     from marin.execution.cache import CacheMiss, substitute
 
     record = StepRecord(p.output_path)
+    if p.cache_hit is None:
+        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
     try:
         substitute(p.cache_hit, p.output_path)
         lease.check()
@@ -128,12 +148,12 @@ class StepAttempt:
     planned: PlannedStep
     lease: Lease
     ctx: AttemptContext
-    handle: Any = None
+    handle: JobHandle = field(init=False)  # set by start()
     attempt: int = 1
     started: float = field(default_factory=time.time)
     local_log: str = ""
     remote_log: str | None = None
-    admission: Any = None  # iris Admission held while the step runs on this machine
+    admission: Releasable = field(default_factory=NothingHeld)  # room on this machine while it runs
     resubmit: Callable[[], Any] | None = None
     retries_left: int = 0
     retries: int = 0  # retries so far in this run
@@ -201,7 +221,7 @@ class StepAttempt:
             return StepOutcome.of(p, Outcome.FAILED, reasons=[str(r) for r in p.reasons], error=error, traceback=tb)
         return self
 
-    def _submitter(self, payload: StepPayload, resources: Any) -> Callable[[], Any]:
+    def _submitter(self, payload: StepPayload, resources: ResourceConfig) -> Callable[[], JobHandle]:
         """A function that starts the step (again, for a retry) and returns its handle."""
         p, client = self.planned, self.ctx.client
         env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}

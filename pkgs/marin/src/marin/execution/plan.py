@@ -8,12 +8,16 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
 from marin.execution.lazy import Lazy
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
+
+if TYPE_CHECKING:
+    from marin.execution.cache import CacheHit
+    from marin.execution.realise import Realised
 
 __all__ = [
     "DEV_VERSION", "Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select",
@@ -76,8 +80,8 @@ class PlannedStep:
     reasons: list[Reason] = field(default_factory=list)
     deps: list[int] = field(default_factory=list)  # indexes into Plan.steps
     env_note: str | None = None  # cached, but built in a different environment
-    cache_hit: Any = None  # marin.execution.cache.CacheHit when the action is FETCH
-    realised: Any = None  # marin.execution.realise.Realised when the action is REUSE
+    cache_hit: CacheHit | None = None  # when the action is FETCH
+    realised: Realised | None = None  # when the action is REUSE
 
     @property
     def name(self) -> str:

@@ -10,11 +10,19 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from marin.execution import capture
-from marin.execution.attempt import AttemptContext, StepAttempt, WorkerKind, fetch_from_cache, resources_of
+from marin.execution.attempt import (
+    AttemptContext,
+    NothingHeld,
+    Releasable,
+    StepAttempt,
+    WorkerKind,
+    fetch_from_cache,
+    resources_of,
+)
 from marin.execution.lazy import Lazy
 from marin.execution.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
@@ -25,6 +33,10 @@ from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig
 from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, default_holder
 
+if TYPE_CHECKING:
+    from fray.types import DistributedClient
+    from iris.admission import AdmissionController, MachineCapacity
+
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
 logger = logging.getLogger(__name__)
@@ -33,11 +45,8 @@ _FAILED = (Outcome.FAILED, Outcome.UPSTREAM_FAILED)
 _BUILT = (Outcome.CACHED, Outcome.RAN, Outcome.REUSED)
 
 
-class _NoAdmission:
-    """The admission of a step that takes nothing from this machine's ledger."""
-
-    def release(self) -> None:
-        pass
+_Settle = Callable[[int, StepOutcome], None]
+"""Records the outcome of the step at a position of the plan."""
 
 
 class StepRunner:
@@ -101,10 +110,10 @@ class StepRunner:
         only: Sequence[str] = (),
         lease_ttl: float = 60.0,
         reporter: Reporter | None = None,
-        client: Any = None,
+        client: DistributedClient | None = None,
         poll_interval: float = 0.1,
         require_cached: bool = False,
-        capacity: Any = None,
+        capacity: MachineCapacity | None = None,
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
         early_cutoff: bool = True,
@@ -139,7 +148,7 @@ class StepRunner:
         self.holder = default_holder()
         self.require_cached = require_cached
         self._capacity = capacity
-        self._admission: Any = None
+        self._admission: AdmissionController | None = None
         self._owns_client = False
         self.budget_s = budget_s
         self.budget_accelerator_hours = budget_accelerator_hours
@@ -218,7 +227,7 @@ class StepRunner:
         """True when steps run here (admitted against this machine's capacity)."""
         return self._worker_kind() is not WorkerKind.REMOTE
 
-    def _admission_controller(self) -> Any:
+    def _admission_controller(self) -> AdmissionController:
         if self._admission is None:
             from iris.admission import AdmissionController
 
@@ -264,7 +273,7 @@ class StepRunner:
             self._client = None
             self._owns_client = False
 
-    def _client_or_default(self) -> Any:
+    def _client_or_default(self) -> DistributedClient:
         if self._client is None:
             kind = self._worker_kind()
             if kind is WorkerKind.IN_PROCESS:
@@ -372,7 +381,7 @@ class StepRunner:
                 outcomes.setdefault(pos, StepOutcome.of(plan.steps[pos], Outcome.INTERRUPTED))
             raise
 
-    def _try_admit(self, p: PlannedStep, pos: int, settle: Any) -> Any:
+    def _try_admit(self, p: PlannedStep, pos: int, settle: _Settle) -> Releasable | None:
         """Room on this machine for ``p`` (an iris ``Admission`` to release when it ends), or None.
 
         A step that needs nothing admitted here (a fetch, or any step on Ray) gets a no-op token.
@@ -380,7 +389,7 @@ class StepRunner:
         brought it into the run later).
         """
         if p.action is not Action.RUN or not self._runs_on_this_machine():
-            return _NoAdmission()
+            return NothingHeld()
         from iris.admission import ResourcesTooLarge
 
         try:
@@ -391,7 +400,7 @@ class StepRunner:
             return None
 
     def _try_start(self, plan: Plan, pos: int, paths: dict[int, str], outcomes: dict[int, StepOutcome],
-                   settle: Any, waiting_on: dict[int, str], pending: list[int]) -> StepAttempt | None:
+                   settle: _Settle, waiting_on: dict[int, str], pending: list[int]) -> StepAttempt | None:
         p = plan.steps[pos]
         record = StepRecord(p.output_path)
         forced = any(r.kind is ReasonKind.FORCED for r in p.reasons)
@@ -414,7 +423,8 @@ class StepRunner:
             return None
         if p.action is Action.FETCH:
             if fetch_from_cache(p, lease):
-                settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {p.cache_hit.cache}"))
+                source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
+                settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
                 return None
             # The cache entry was refused: build it here, its inputs first.
             p.action = Action.RUN

@@ -148,7 +148,8 @@ class StepRecord:
         from rigging.lease import held
 
         data = self.read_json(self.status)
-        written = {s.value: s for s in _WRITTEN}.get((data or {}).get("state"))
+        state = (data or {}).get("state")
+        written = {s.value: s for s in _WRITTEN}.get(state) if isinstance(state, str) else None
         if data is None or written is None:
             return StepStatus(BuildState.MISSING, fields=data or {})
         attempt = data.get("attempt")
@@ -213,7 +214,8 @@ class StepStore:
             provenance = record.read_json(record.provenance) or {}
             finished = success.get("finished_at")
             # A damaged record of an old build must not stop every later plan of this name.
-            when = float(finished) if type(finished) in (int, float) and math.isfinite(finished) else 0.0
+            when = (float(finished) if isinstance(finished, (int, float)) and not isinstance(finished, bool)
+                    and math.isfinite(finished) else 0.0)
             found.append((record.output_path, provenance, when))
         found.sort(key=lambda row: row[2], reverse=True)
         return [(path, prov) for path, prov, _ in found]
