@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -17,6 +16,8 @@ from levanter.config import TrainLmConfig, config_to_dict
 from levanter.data import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from rigging import filesystem as fs
+from zephyr.shards import TOKENIZED_FORMAT, write_index
 
 
 def tiny_config(data: str, **overrides) -> TrainLmConfig:
@@ -59,7 +60,7 @@ def final_params(out: str) -> dict[str, np.ndarray]:
 def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vocab_size: int,
                     eos_id: int, docs_per_shard: int = 1_000_000) -> str:
     """Write ``splits`` (split name -> documents of token ids) under ``root``; return ``root``."""
-    index = {"format": "marin.tokenized/v1", "vocab_size": vocab_size, "eos_id": eos_id, "splits": {}}
+    index = {"format": TOKENIZED_FORMAT, "vocab_size": vocab_size, "eos_id": eos_id, "splits": {}}
     for split, docs in splits.items():
         os.makedirs(os.path.join(root, split), exist_ok=True)
         shards = []
@@ -70,12 +71,11 @@ def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vo
             for doc in chunk:
                 writer.write(np.asarray(doc, "<u4").tobytes())
             writer.close()
-            data = open(os.path.join(root, rel), "rb").read()
+            path = os.path.join(root, rel)
             shards.append({"path": rel, "records": len(chunk), "tokens": sum(map(len, chunk)),
-                           "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                           "bytes": os.path.getsize(path), "sha256": fs.sha256_of(path)})
         index["splits"][split] = {"records": len(docs), "tokens": sum(map(len, docs)), "shards": shards}
-    with open(os.path.join(root, "index.json"), "w") as f:
-        json.dump(index, f)
+    write_index(root, index)
     return root
 
 
