@@ -86,9 +86,9 @@ def test_read_index_names_the_index_and_what_is_wrong(tmp_path: Path) -> None:
     good = {"format": "f/v1", "vocab_size": 9,
             "splits": {"train": {"shards": [{"path": "train/p", "bytes": 1, "sha256": "ab"}]}}}
     index_path.write_text(json.dumps(good))
-    assert read_index(str(tmp_path), format="f/v1", required=("vocab_size",)) == good
+    assert read_index(str(tmp_path), format_name="f/v1", required=("vocab_size",)) == good
     with pytest.raises(DataError, match=r"format must be 'g/v1', got 'f/v1'"):
-        read_index(str(tmp_path), format="g/v1")
+        read_index(str(tmp_path), format_name="g/v1")
     with pytest.raises(DataError, match=r"missing field 'eos_id'"):
         read_index(str(tmp_path), required=("vocab_size", "eos_id"))
     for bad in ({"path": "/abs", "bytes": 1, "sha256": "ab"}, {"path": "../up", "bytes": 1, "sha256": "ab"},

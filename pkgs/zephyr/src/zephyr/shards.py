@@ -32,6 +32,7 @@ from zephyr.errors import DataError
 
 __all__ = [
     "INDEX_FILE",
+    "INDEX_KEYS",
     "TOKENIZED_FORMAT",
     "TokenShardReader",
     "decode_tokens",
@@ -66,12 +67,12 @@ def index_groups(index: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [("", index)]
 
 
-def read_index(folder: str, *, format: str | None = None, required: Iterable[str] = ()) -> dict[str, Any]:
+def read_index(folder: str, *, format_name: str | None = None, required: Iterable[str] = ()) -> dict[str, Any]:
     """``<folder>/index.json`` parsed and checked for the shape in the module docstring.
 
     Args:
         folder: the shard folder (any fsspec URL).
-        format: when given, the index's ``format`` must be this.
+        format_name: when given, the index's ``format`` must be this.
         required: further top-level keys the index must have (``vocab_size``, ...).
 
     Raises:
@@ -88,8 +89,8 @@ def read_index(folder: str, *, format: str | None = None, required: Iterable[str
         raise DataError(index_path, "", f"not valid JSON: {e}") from None
     if not isinstance(index, dict):
         raise DataError(index_path, "", f"expected a JSON object, got {type(index).__name__}")
-    if format is not None and index.get("format") != format:
-        raise DataError(index_path, "", f"format must be {format!r}, got {index.get('format')!r}")
+    if format_name is not None and index.get("format") != format_name:
+        raise DataError(index_path, "", f"format must be {format_name!r}, got {index.get('format')!r}")
     for key in required:
         if key not in index:
             raise DataError(index_path, "", f"missing field {key!r}")

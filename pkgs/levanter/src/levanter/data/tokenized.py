@@ -29,7 +29,7 @@ def read_index(path: str) -> dict:
         zephyr.DataError: there is no index (not a finished tokenize output), or it has another
             format, misses ``vocab_size``, ``eos_id`` or ``splits``, or lists malformed shards.
     """
-    return _read_shard_index(path, format=TOKENIZED_FORMAT, required=("vocab_size", "eos_id", "splits"))
+    return _read_shard_index(path, format_name=TOKENIZED_FORMAT, required=("vocab_size", "eos_id", "splits"))
 
 
 def decode_document(record: bytes) -> np.ndarray:
