@@ -29,6 +29,8 @@ from levanter.flops import device_peak_flops
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import AdamConfig
 from levanter.trainer import TrainLmConfig, loss_fn
+from rigging import filesystem as fs
+from zephyr.shards import TOKENIZED_FORMAT, write_index
 
 REPS = 3
 STEPS = 100
@@ -48,11 +50,11 @@ def _write_dataset(root: str) -> str:
         tokens += len(doc)
         writer.write(np.asarray(doc, "<u4").tobytes())
     writer.close()
-    index = {"format": "marin.tokenized/v1", "vocab_size": VOCAB, "eos_id": 0, "splits": {"train": {
+    shard = os.path.join(root, "train", "part-00000.array_record")
+    write_index(root, {"format": TOKENIZED_FORMAT, "vocab_size": VOCAB, "eos_id": 0, "splits": {"train": {
         "records": 3000, "tokens": tokens,
-        "shards": [{"path": "train/part-00000.array_record", "records": 3000, "tokens": tokens}]}}}
-    with open(os.path.join(root, "index.json"), "w") as f:
-        json.dump(index, f)
+        "shards": [{"path": "train/part-00000.array_record", "records": 3000, "tokens": tokens,
+                    "bytes": os.path.getsize(shard), "sha256": fs.sha256_of(shard)}]}}})
     return root
 
 
