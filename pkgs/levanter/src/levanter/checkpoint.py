@@ -60,6 +60,19 @@ class RestoredCheckpoint:
     """The input iterator state to pass to ``set_state``."""
 
 
+def _snapshot(jax: Any, state: Any) -> Any:
+    """A copy of ``state`` that outlives the caller's next step (which may donate its buffers).
+
+    With one process the arrays are copied to host memory (every shard is local). Across processes
+    no process holds the whole array, so each array is copied on its devices instead and Orbax
+    writes each process's shards from there.
+    """
+    leaves = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
+    if all(x.is_fully_addressable for x in leaves):
+        return jax.device_get(state)
+    return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
+
+
 class Checkpointer:
     """Saves and restores training checkpoints under ``directory``."""
 
@@ -105,8 +118,7 @@ class Checkpointer:
 
         start = time.perf_counter()
         self._join_pending()
-        host_state = jax.device_get(state)
-        args = self._ocp.args.Composite(state=self._ocp.args.StandardSave(host_state),
+        args = self._ocp.args.Composite(state=self._ocp.args.StandardSave(_snapshot(jax, state)),
                                         data=self._ocp.args.JsonSave(data_state))
 
         def write() -> None:

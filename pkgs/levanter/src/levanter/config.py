@@ -29,6 +29,7 @@ from levanter.data.spec import DatasetSpec
 from levanter.initialize import InitializeFrom, initialize_from_dict, initialize_kinds, initialize_to_dict
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from levanter.sharding import MeshConfig
 from rigging.fields import unhashed_field
 
 __all__ = [
@@ -147,6 +148,9 @@ class TrainerConfig:
     """Also log to Weights & Biases (None: TensorBoard and metrics.jsonl only)."""
     initialize_from: InitializeFrom | None = None
     """Start from these weights (e.g. ``HfCheckpoint``) instead of a random init; a resume ignores it."""
+    mesh: MeshConfig = unhashed_field(default=MeshConfig())
+    """Device mesh: data replicas x fsdp shards x tensor shards (default: data parallel over all devices).
+    Not hashed: the same run resumes on a different slice shape (results agree to float rounding)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.compute_dtype, str):
@@ -174,6 +178,8 @@ class TrainerConfig:
             object.__setattr__(self, "tags", tuple(self.tags))
         if not isinstance(self.tags, tuple) or not all(isinstance(t, str) and t for t in self.tags):
             raise ValueError(f"tags must be a sequence of non-empty strings, got {self.tags!r}")
+        if not isinstance(self.mesh, MeshConfig):
+            raise ValueError(f"mesh must be a MeshConfig, got {type(self.mesh).__name__}")
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
         if self.initialize_from is not None and not isinstance(self.initialize_from, InitializeFrom):
@@ -284,6 +290,8 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["tags"] = tuple(t.get("tags", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
     t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
+    if "mesh" in t:
+        t["mesh"] = MeshConfig(**t["mesh"])
     return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
                          z_loss_weight=data.get("z_loss_weight", 0.0))

@@ -33,7 +33,7 @@ def data_vocab_size(specs: Sequence[DatasetSpec]) -> int:
 
 
 def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, seed: int,
-                  prefetch: int = 4, cache_dir: str | None = None) -> grain.IterDataset:
+                  prefetch: int = 4, cache_dir: str | None = None, rows: slice | None = None) -> grain.IterDataset:
     """Endless batches ``[batch_size, seq_len + 1]`` (int32) of packed, shuffled, mixed training data.
 
     Iterate it with ``iter(...)``; the iterator's ``get_state()`` / ``set_state()`` save and restore
@@ -46,6 +46,8 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
         seed: drives document order and mixture draws.
         prefetch: batches prepared ahead in a background thread (0 disables prefetch).
         cache_dir: where remote shards are copied before reading.
+        rows: keep only these rows of every batch (one process's share of a multi-host batch; every
+            process reads the same stream, so the shares never overlap and the batch stays whole).
     """
     if not specs:
         raise ValueError("need at least one dataset")
@@ -54,9 +56,19 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
               for i, s in enumerate(splits)]
     mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed)
     batched = mixed.batch(batch_size, drop_remainder=True)
+    if rows is not None and (rows.start or 0, rows.stop) != (0, batch_size):
+        batched = batched.map(_RowSlice(rows))
     if prefetch > 0:
         batched = grain.experimental.ThreadPrefetchIterDataset(batched, prefetch_buffer_size=prefetch)
     return batched
+
+
+class _RowSlice(grain.MapTransform):
+    def __init__(self, rows: slice):
+        self.rows = rows
+
+    def map(self, batch: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(batch[self.rows])
 
 
 def eval_batches(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, max_batches: int,
