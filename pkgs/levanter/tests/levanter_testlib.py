@@ -87,3 +87,86 @@ def pattern_documents(n: int, vocab_size: int, seed: int) -> list[list[int]]:
         start, stride, length = rng.integers(1, vocab_size - 1), rng.integers(1, 4), rng.integers(5, 40)
         docs.append([int(1 + (start + stride * i) % (vocab_size - 1)) for i in range(length)])
     return docs
+
+
+# --------------------------------------------------------------------------- runs on N CPU devices
+
+def _flat_state(state) -> dict[str, np.ndarray]:
+    import jax
+
+    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
+            for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def restore_state(config: TrainerConfig) -> dict:
+    """Restore the newest checkpoint of ``config``'s run onto ``config.mesh`` (on this process's devices).
+
+    Returns ``{"step", "values": {leaf path: array}, "specs": {leaf path: partition spec as a list}}``.
+    """
+    import jax
+
+    from levanter.checkpoint import Checkpointer
+    from levanter.sharding import make_mesh
+    from levanter.trainer import abstract_state
+
+    mesh = make_mesh(config.mesh)
+    target = abstract_state(config.model, config.optimizer.build(config.num_train_steps), config.seq_len, mesh)
+    checkpointer = Checkpointer(config.resolved_checkpoint_path, config.checkpoint)
+    try:
+        restored = checkpointer.restore_latest(target)
+    finally:
+        checkpointer.close()
+    assert restored is not None, f"no checkpoint under {config.resolved_checkpoint_path}"
+    specs = {jax.tree_util.keystr(path): list(leaf.sharding.spec)
+             for path, leaf in jax.tree_util.tree_leaves_with_path(restored.state)}
+    assert all(leaf.sharding.mesh.shape == mesh.shape for leaf in jax.tree.leaves(restored.state))
+    return {"step": restored.step, "values": _flat_state(restored.state), "specs": specs}
+
+
+def run_on_devices(command: str, configs: Sequence[TrainerConfig], workdir: str, *, devices: int,
+                   timeout: float = 600) -> list[dict]:
+    """Run ``command`` ("train" or "restore") on each config in one new process with ``devices`` CPU devices.
+
+    "train" returns each run's ``main`` result; "restore" returns :func:`restore_state`'s dict, with
+    the values written to ``<workdir>/restored-<i>.npz`` and read back here.
+    """
+    os.makedirs(workdir, exist_ok=True)
+    paths = []
+    for i, config in enumerate(configs):
+        paths.append(os.path.join(workdir, f"config-{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(config_to_dict(config), f)
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), command, *paths], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    if command == "restore":
+        for i, result in enumerate(results):
+            with np.load(os.path.join(workdir, f"restored-{i}.npz")) as f:
+                result["values"] = {k: f[k] for k in f.files}
+    return results
+
+
+def _main(argv: list[str]) -> None:
+    from levanter.trainer import config_from_dict, main
+
+    command, paths = argv[0], argv[1:]
+    configs = [config_from_dict(json.load(open(p))) for p in paths]
+    results = []
+    for i, config in enumerate(configs):
+        if command == "train":
+            results.append(main(config))
+        elif command == "restore":
+            result = restore_state(config)
+            np.savez(os.path.join(os.path.dirname(paths[i]), f"restored-{i}.npz"), **result.pop("values"))
+            results.append(result)
+        else:
+            raise SystemExit(f"unknown command {command!r}: use train or restore")
+    print(json.dumps(results, default=str))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
