@@ -25,16 +25,22 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from levanter.memory import MEMORY_FILE, MemoryReport
 from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import RunResult, StepRunner
 from marin.report import collect_plan, collect_run, read_metrics, read_tokenized, render_html, write_report
-from marin.report.outputs import parse_metrics
+from marin.report.outputs import parse_metrics, read_memory
 from marin.report.render import embed_json
 from marin.report.run_report import write_run_report
 from rigging import filesystem as fs
 
 HELLO_WORLD = Path(__file__).resolve().parents[3] / "experiments" / "tutorials" / "hello_world.py"
 LOGGED_STEPS = 37
+# What a trainer on an fsdp=8 mesh measures at start (levanter.memory).
+TRAIN_MEMORY = MemoryReport(mesh={"data": 1, "fsdp": 8, "tensor": 1}, params_bytes_per_device=3 * 2**20,
+                            params_bytes_total=24 * 2**20, opt_state_bytes_per_device=6 * 2**20,
+                            opt_state_bytes_total=48 * 2**20, temp_bytes_per_device=5 * 2**30,
+                            step_argument_bytes_per_device=9 * 2**20, step_output_bytes_per_device=9 * 2**20)
 EVAL_EVERY = 10
 
 # -- step functions of the test graphs ---------------------------------------------------------
@@ -94,6 +100,7 @@ def fake_train(config: FakeTrainConfig, output_path: str) -> None:
             row["val_loss"] = row["loss"] + 0.1
         rows.append(json.dumps(row))
     fs.atomic_write(fs.join(output_path, "metrics.jsonl"), "\n".join(rows) + "\n")
+    fs.atomic_write(fs.join(output_path, MEMORY_FILE), TRAIN_MEMORY.dumps())
     print(f"trained {config.num_steps} steps", flush=True)
 
 
@@ -240,6 +247,12 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     overview = browser.find_element(By.CSS_SELECTOR, '#training-list [data-step="report-test/train"]')
     assert int(overview.find_element(By.CSS_SELECTOR, 'path[data-series="loss"]').get_attribute("data-points")) >= LOGGED_STEPS
 
+    # Per-device memory the trainer measured at start.
+    memory = panel.find_element(By.CSS_SELECTOR, "table[data-role=memory]").text
+    assert "parameters 3.00 MiB 24.0 MiB" in memory and "optimizer state 6.00 MiB 48.0 MiB" in memory
+    assert "step temporaries (peak) 5.00 GiB" in memory
+    assert "mesh data=1 × fsdp=8 × tensor=1" in panel.text
+
     # The tokenize step: documents, tokens and shards.
     _node(browser, "report-test/tokenized").click()
     assert "new: no earlier build of this name" in panel.find_element(By.CSS_SELECTOR, "[data-role=reasons]").text
@@ -347,6 +360,7 @@ def test_collect_run_reads_metrics_tokenized_and_provenance(good_run: tuple[RunR
     tokenized = by_name["report-test/tokenized"].tokenized
     assert tokenized is not None and tokenized["totals"] == {"documents": 132, "tokens": 132 * 64, "shards": 4}
     assert by_name["hello/numbers"].metrics is None and by_name["hello/numbers"].tokenized is None
+    assert train.memory == TRAIN_MEMORY.to_json() and by_name["hello/numbers"].memory is None
     assert all(s.output_bytes and s.duration_s and s.environment for s in data.steps)
     assert data.summary() == {"ran": 4}
 
@@ -380,6 +394,9 @@ def test_parse_metrics_tolerates_partial_and_non_finite_rows() -> None:
 def test_readers_return_none_for_missing_or_foreign_files(tmp_path: Path) -> None:
     assert read_metrics(str(tmp_path)) is None
     assert read_tokenized(str(tmp_path)) is None
+    assert read_memory(str(tmp_path)) is None
+    (tmp_path / MEMORY_FILE).write_text(json.dumps({"format": "levanter.memory/v0"}))
+    assert read_memory(str(tmp_path)) is None
     (tmp_path / "metrics.jsonl").write_text("\n\n")
     (tmp_path / "index.json").write_text(json.dumps({"format": "something-else", "splits": {}}))
     assert read_metrics(str(tmp_path)) is None

@@ -11,7 +11,7 @@ from marin.execution.hashing import config_to_json, fn_identity
 from marin.execution.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep
 from marin.execution.store import BuildState, StepRecord
-from marin.report.outputs import read_log_tail, read_metrics, read_tokenized
+from marin.report.outputs import read_log_tail, read_memory, read_metrics, read_tokenized
 
 __all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
 
@@ -70,6 +70,7 @@ class ReportStep:
         log_path, log_tail: its log, and the end of it for failed or running steps.
         note: a remark from the runner ("built by another runner", "built in a different environment").
         metrics: the series of its ``metrics.jsonl`` (training steps).
+        memory: per-device bytes of parameters, optimizer state and step temporaries (training steps).
         tokenized: the summary of its ``index.json`` (tokenize steps).
     """
 
@@ -99,6 +100,7 @@ class ReportStep:
     log_tail: str | None = None
     note: str | None = None
     metrics: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
     tokenized: dict[str, Any] | None = None
 
     @property
@@ -134,6 +136,7 @@ class ReportStep:
             "log_tail": self.log_tail,
             "note": self.note,
             "metrics": self.metrics,
+            "memory": self.memory,
             "tokenized": self.tokenized,
         }
 
@@ -268,6 +271,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
         step.log_tail = read_log_tail(step.log_path)
     metrics = read_metrics(output_path)
     step.metrics = metrics.to_json() if metrics is not None else None
+    step.memory = read_memory(output_path)
     tokenized = read_tokenized(output_path)
     step.tokenized = tokenized.to_json() if tokenized is not None else None
     return step

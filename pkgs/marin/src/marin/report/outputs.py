@@ -22,6 +22,7 @@ __all__ = [
     "SplitSummary",
     "TokenizedSummary",
     "read_log_tail",
+    "read_memory",
     "read_metrics",
     "read_tokenized",
 ]
@@ -173,6 +174,19 @@ def read_tokenized(output_path: str) -> TokenizedSummary | None:
         splits.append(SplitSummary(name=str(name), documents=documents, tokens=_count(split.get("tokens")),
                                    shards=_count(split.get("shards"))))
     return TokenizedSummary(vocab_size=_count(index.get("vocab_size")), splits=tuple(splits))
+
+
+def read_memory(output_path: str) -> dict[str, Any] | None:
+    """The per-device memory a training step measured at start (levanter's ``memory.json``), or None."""
+    from levanter.memory import MEMORY_FILE, MemoryReport
+
+    text = _read_text(fs.join(output_path, MEMORY_FILE))
+    if text is None:
+        return None
+    try:
+        return MemoryReport.from_json(json.loads(text)).to_json()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def read_log_tail(log_path: str, max_lines: int = 60, max_chars: int = 20_000) -> str | None:

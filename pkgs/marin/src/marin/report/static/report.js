@@ -370,6 +370,20 @@
             tok.vocab_size ? h("p", { "class": "hint", text: "vocabulary size " + fmtCount(tok.vocab_size) }) : null];
   }
 
+  function memoryTable(mem) {
+    var mesh = Object.keys(mem.mesh).map(function (k) { return k + "=" + mem.mesh[k]; }).join(" × ");
+    function row(name, perDevice, total) {
+      return h("tr", null, h("td", { text: name }), h("td", { "class": "num", text: fmtBytes(perDevice) }),
+               h("td", { "class": "num", text: total === null ? "–" : fmtBytes(total) }));
+    }
+    return [h("table", { "class": "stats", "data-role": "memory" },
+              h("tr", null, h("th", { text: "" }), h("th", { text: "per device" }), h("th", { text: "whole model" })),
+              row("parameters", mem.params_bytes_per_device, mem.params_bytes_total),
+              row("optimizer state", mem.opt_state_bytes_per_device, mem.opt_state_bytes_total),
+              row("step temporaries (peak)", mem.temp_bytes_per_device, null)),
+            h("p", { "class": "hint", text: "mesh " + mesh + "; measured at start from the arrays' shards and the compiled step" })];
+  }
+
   function stepButton(i) {
     return h("button", { "class": "link", type: "button", text: STEPS[i].name, onclick: function () { select(i, true); } });
   }
@@ -397,6 +411,10 @@
     if (st.metrics) {
       append(panel, h("h3", { text: "Training (" + st.metrics.rows + " logged steps)" }));
       append(panel, trainingCharts(st));
+    }
+    if (st.memory) {
+      append(panel, h("h3", { text: "Memory per device" }));
+      append(panel, memoryTable(st.memory));
     }
     if (st.tokenized) {
       append(panel, h("h3", { text: "Tokenized data" }));
