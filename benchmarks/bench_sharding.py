@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,8 +23,8 @@ import tempfile
 import time
 
 DEVICES = 8
-STEPS = 8  # measured steps per run, after WARMUP
-WARMUP = 2
+STEPS = 4  # measured steps per run, after WARMUP
+WARMUP = 1
 BATCH, SEQ = 8, 512
 LAYOUTS = {
     "data=8": {"data": 8, "fsdp": 1, "tensor": 1},
@@ -121,6 +122,7 @@ def _child() -> None:
         run = _trainer_run(mesh, data, os.path.join(tmp, name.replace(" ", "")))
         run["bare_step_s"] = _bare_step_time(mesh, batch)
         results[name] = run
+    shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(results))
 
 
@@ -146,8 +148,8 @@ def main() -> dict:
         lines.append(
             f"{name:<20}{tokens / r['step_s']:>14,.0f}{tokens / r['bare_step_s']:>12,.0f}"
             f"{r['step_s'] / r['bare_step_s']:>14.3f}{'<= 1.10':>8}"
-            f"{mem['params_bytes_per_device'] / 2**20:>10.2f}MB{mem['opt_state_bytes_per_device'] / 2**20:>9.2f}MB"
-            f"{(temps or 0) / 2**20:>9.1f}MB{r['loss']:>9.4f}")
+            f"{mem['params_bytes_per_device'] / 2**20:>9.2f}MiB{mem['opt_state_bytes_per_device'] / 2**20:>8.2f}MiB"
+            f"{(temps or 0) / 2**20:>8.1f}MiB{r['loss']:>9.4f}")
     print("\n".join(lines))
     return results
 
