@@ -17,13 +17,14 @@ import dataclasses
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "AXES",
     "BATCH_AXES",
     "MeshConfig",
+    "activation_sharder",
     "batch_spec",
     "make_mesh",
     "param_spec",
@@ -125,8 +126,27 @@ _RULES: dict[tuple[str, str], tuple[str | None, ...]] = {
 # RMSNorm scales: replicated (a few kilobytes; splitting them would only add collectives).
 _NORM = re.compile(r"(^|_)norm$")
 
-# Which mesh axis each logical axis is split over.
-_LOGICAL_TO_MESH = {"embed": "fsdp", "heads": "tensor", "kv_heads": "tensor", "mlp": "tensor", "vocab": "tensor"}
+# Which mesh axes each logical axis of a parameter is split over.
+_PARAM_AXES: dict[str, Any] = {"embed": "fsdp", "heads": "tensor", "kv_heads": "tensor", "mlp": "tensor",
+                               "vocab": "tensor"}
+# ... and of an activation: rows over data x fsdp, the model width whole (the weights are gathered
+# instead), heads, MLP inner dimension and vocabulary over tensor, as their weights are.
+_ACTIVATION_AXES: dict[str, Any] = {"batch": BATCH_AXES, "heads": "tensor", "kv_heads": "tensor", "mlp": "tensor",
+                                    "vocab": "tensor"}
+
+
+def _spec(logical: Sequence[str | None], shape: Sequence[int], table: Mapping[str, Any], sizes: Mapping[str, int],
+          units: Mapping[str, int] | None) -> tuple[Any, ...]:
+    """Map logical axes to mesh axes, keeping a dimension whole where the mesh axes do not divide it
+    (or do not divide its count of ``units``: a head is never cut in two)."""
+    spec: list[Any] = []
+    for axis, dim in zip(logical, shape, strict=True):
+        mesh_axes = table.get(axis) if axis else None
+        names = () if mesh_axes is None else (mesh_axes if isinstance(mesh_axes, tuple) else (mesh_axes,))
+        size = math.prod(sizes.get(n, 1) for n in names)
+        count = (units or {}).get(axis, dim) if axis else dim
+        spec.append(mesh_axes if size > 1 and dim % size == 0 and count % size == 0 else None)
+    return tuple(spec)
 
 
 def param_spec(module: str, name: str, shape: Sequence[int], sizes: Mapping[str, int],
@@ -150,16 +170,25 @@ def param_spec(module: str, name: str, shape: Sequence[int], sizes: Mapping[str,
     if len(logical) != len(shape):
         raise ValueError(f"sharding rule for {module}/{name} expects {len(logical)} dimensions, "
                          f"got shape {tuple(shape)}")
-    spec: list[str | None] = []
-    for axis, dim in zip(logical, shape, strict=True):
-        mesh_axis = _LOGICAL_TO_MESH.get(axis) if axis else None
-        size = sizes.get(mesh_axis, 1) if mesh_axis else 1
-        count = (units or {}).get(axis, dim) if axis else dim
-        if size > 1 and dim % size == 0 and count % size == 0:
-            spec.append(mesh_axis)
-        else:
-            spec.append(None)
-    return tuple(spec)
+    return _spec(logical, shape, _PARAM_AXES, sizes, units)
+
+
+def activation_sharder(mesh: Any, units: Mapping[str, int] | None = None) -> Callable[[Any, Sequence[str | None]], Any]:
+    """``shard(x, logical_axes)``: constrain activation ``x`` (axes such as ``("batch", None, "mlp")``) on ``mesh``.
+
+    Without these constraints XLA may keep weights split and gather the batch instead, which
+    undoes FSDP (every device would hold every row's activations).
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sizes = dict(mesh.shape)
+
+    def shard(x: Any, logical: Sequence[str | None]) -> Any:
+        spec = _spec(logical, x.shape, _ACTIVATION_AXES, sizes, units)
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+    return shard
 
 
 def batch_spec() -> tuple[Any, ...]:

@@ -46,7 +46,7 @@ from levanter.memory import MEMORY_FILE, measure_memory
 from levanter.metrics import MetricsWriter
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import learning_rate
-from levanter.sharding import batch_spec, make_mesh, process_rows, tree_shardings
+from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows, tree_shardings
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
@@ -308,7 +308,8 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     primary = jax.process_index() == 0
     dtype = trainer.compute_dtype.jnp
 
-    model = transformed_llama(model_config, dtype)
+    units = {"heads": model_config.num_heads, "kv_heads": model_config.num_kv_heads}
+    model = transformed_llama(model_config, dtype, shard=activation_sharder(mesh, units))
     tx = config.optimizer.build(trainer.num_train_steps)
     init_state = _state_initializer(model_config, tx, trainer.seq_len)
 

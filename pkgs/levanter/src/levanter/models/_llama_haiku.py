@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import haiku as hk
@@ -12,6 +13,14 @@ import jax.numpy as jnp
 from levanter.models.llama import LlamaConfig
 
 __all__ = ["llama_forward", "transformed_llama"]
+
+
+Shard = Callable[[jax.Array, Sequence[Any]], jax.Array]
+"""``shard(x, logical_axes)``: where an activation lives on the device mesh (``levanter.sharding``)."""
+
+
+def _no_shard(x: jax.Array, axes: Sequence[Any]) -> jax.Array:
+    return x
 
 
 def _init(std: float) -> hk.initializers.Initializer:
@@ -45,9 +54,10 @@ def _rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 
 class _Attention(hk.Module):
-    def __init__(self, config: LlamaConfig, name: str | None = None):
+    def __init__(self, config: LlamaConfig, shard: Shard, name: str | None = None):
         super().__init__(name=name)
         self.c = config
+        self.shard = shard
 
     def __call__(self, x: jax.Array) -> jax.Array:
         c = self.c
@@ -57,6 +67,9 @@ class _Attention(hk.Module):
         q = hk.Linear(h * hd, with_bias=False, w_init=_init(std), name="q_proj")(x).reshape(b, t, h, hd)
         k = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="k_proj")(x).reshape(b, t, kvh, hd)
         v = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="v_proj")(x).reshape(b, t, kvh, hd)
+        q = self.shard(q, ("batch", None, "heads", None))
+        k = self.shard(k, ("batch", None, "kv_heads", None))
+        v = self.shard(v, ("batch", None, "kv_heads", None))
         positions = jnp.arange(t)
         q = _rotary(q, positions, c.rope_theta)
         k = _rotary(k, positions, c.rope_theta)
@@ -75,47 +88,57 @@ class _Attention(hk.Module):
 
 
 class _SwiGLU(hk.Module):
-    def __init__(self, config: LlamaConfig, name: str | None = None):
+    def __init__(self, config: LlamaConfig, shard: Shard, name: str | None = None):
         super().__init__(name=name)
         self.c = config
+        self.shard = shard
 
     def __call__(self, x: jax.Array) -> jax.Array:
         c = self.c
         gate = hk.Linear(c.intermediate_dim, with_bias=False, w_init=_init(0.02), name="gate_proj")(x)
         up = hk.Linear(c.intermediate_dim, with_bias=False, w_init=_init(0.02), name="up_proj")(x)
+        gate = self.shard(gate, ("batch", None, "mlp"))
+        up = self.shard(up, ("batch", None, "mlp"))
         out_std = 0.02 / math.sqrt(2 * c.num_layers)
         return hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="down_proj")(
             jax.nn.silu(gate) * up)
 
 
 class _Block(hk.Module):
-    def __init__(self, config: LlamaConfig, name: str | None = None):
+    def __init__(self, config: LlamaConfig, shard: Shard, name: str | None = None):
         super().__init__(name=name)
         self.c = config
+        self.shard = shard
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + _Attention(self.c, name="attn")(_RMSNorm(self.c.norm_eps, name="attn_norm")(x))
-        return x + _SwiGLU(self.c, name="mlp")(_RMSNorm(self.c.norm_eps, name="mlp_norm")(x))
+        x = x + _Attention(self.c, self.shard, name="attn")(_RMSNorm(self.c.norm_eps, name="attn_norm")(x))
+        x = self.shard(x, ("batch", None, None))
+        x = x + _SwiGLU(self.c, self.shard, name="mlp")(_RMSNorm(self.c.norm_eps, name="mlp_norm")(x))
+        return self.shard(x, ("batch", None, None))
 
 
-def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32) -> jax.Array:
+def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32,
+                  shard: Shard | None = None) -> jax.Array:
     """Logits ``[batch, seq, vocab]`` (float32) for int tokens ``[batch, seq]``; call inside ``hk.transform``.
 
     Parameters are created in float32; activations run in ``compute_dtype`` (the caller casts the
-    parameters for a bfloat16 policy, see ``levanter.trainer``).
+    parameters for a bfloat16 policy, see ``levanter.trainer``). ``shard`` places activations on a
+    device mesh (``levanter.sharding.activation_sharder``); None leaves placement to XLA.
     """
+    shard = shard or _no_shard
     embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
-    x = embed(tokens).astype(compute_dtype)
+    x = shard(embed(tokens).astype(compute_dtype), ("batch", None, None))
     for i in range(config.num_layers):
-        x = _Block(config, name=f"layer_{i}")(x)
+        x = _Block(config, shard, name=f"layer_{i}")(x)
     x = _RMSNorm(config.norm_eps, name="final_norm")(x)
     if config.tie_embeddings:
         logits = x @ embed.embeddings.astype(x.dtype).T
     else:
         logits = hk.Linear(config.vocab_size, with_bias=False, w_init=_init(0.02), name="lm_head")(x)
-    return logits.astype(jnp.float32)
+    return shard(logits, ("batch", None, "vocab")).astype(jnp.float32)
 
 
-def transformed_llama(config: LlamaConfig, compute_dtype: Any = jnp.float32) -> hk.Transformed:
+def transformed_llama(config: LlamaConfig, compute_dtype: Any = jnp.float32,
+                      shard: Shard | None = None) -> hk.Transformed:
     """``init(rng, tokens)`` / ``apply(params, None, tokens)`` pair for the model ``config`` describes."""
-    return hk.transform(lambda tokens: llama_forward(config, tokens, compute_dtype))
+    return hk.transform(lambda tokens: llama_forward(config, tokens, compute_dtype, shard))
