@@ -118,7 +118,10 @@ def test_fsdp8_holds_an_eighth_of_parameters_and_optimizer_state_per_device(runs
     assert total / 8 <= memory["params_bytes_per_device"] <= total / 8 + norms
     assert memory["opt_state_bytes_per_device"] <= memory["opt_state_bytes_total"] / 8 + 2 * norms + 64
     assert runs["one"]["memory"]["params_bytes_per_device"] == total
-    assert memory["temp_bytes_per_device"] is not None and memory["temp_bytes_per_device"] > 0
+    # Activations stay split by rows too (each device holds 1 of the 8 rows): XLA gathers the
+    # weights, not the batch. Measured: ~0.16x one device's temporaries; ~0.33x when the batch was
+    # gathered instead (no activation constraints).
+    assert 0 < memory["temp_bytes_per_device"] < runs["one"]["memory"]["temp_bytes_per_device"] / 4
     with open(os.path.join(runs["fsdp8"]["output_path"], "memory.json")) as f:
         assert json.load(f)["params_bytes_per_device"] == memory["params_bytes_per_device"]
 
