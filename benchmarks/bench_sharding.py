@@ -90,15 +90,16 @@ def _bare_step_time(mesh_config, batch) -> float:
 
 def _trainer_run(mesh_config, data: str, out: str) -> dict:
     from levanter.checkpoint import CheckpointConfig
+    from levanter.config import TrainLmConfig
     from levanter.data import DatasetSpec
     from levanter.optim import AdamConfig
-    from levanter.trainer import TrainerConfig, main
+    from levanter.trainer import main
 
-    config = TrainerConfig(model=_model(), optimizer=AdamConfig(learning_rate=1e-3, warmup=5),
-                           datasets=(DatasetSpec(data),), output_path=out, batch_size=BATCH, seq_len=SEQ,
-                           num_train_steps=WARMUP + STEPS, eval_batches=0, peak_flops_per_device=1e11,
-                           checkpoint=CheckpointConfig(save_every=10_000), mesh=mesh_config)
-    result = main(config)
+    config = TrainLmConfig.from_settings(
+        (DatasetSpec(data),), _model(), AdamConfig(learning_rate=1e-3, warmup=5), batch_size=BATCH, seq_len=SEQ,
+        num_train_steps=WARMUP + STEPS, eval_batches=0, peak_flops_per_device=1e11,
+        checkpoint=CheckpointConfig(save_every=10_000), mesh=mesh_config)
+    result = main(config, out)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     steady = [r["step_time"] for r in rows if "step_time" in r and r["step"] > WARMUP]

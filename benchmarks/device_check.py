@@ -49,11 +49,11 @@ def main(argv: list[str]) -> dict:
     from benchmarks.bench_train import _write_dataset
     from experiments.llama import llama_150m, llama_nano
     from levanter.checkpoint import CheckpointConfig
+    from levanter.config import ComputeDtype, TrainLmConfig
     from levanter.data import DatasetSpec
     from levanter.flops import device_peak_flops
     from levanter.optim import AdamConfig
     from levanter.sharding import MeshConfig
-    from levanter.trainer import ComputeDtype, TrainerConfig
     from levanter.trainer import main as train
 
     backend = jax.default_backend()
@@ -65,13 +65,12 @@ def main(argv: list[str]) -> dict:
         model = dataclasses.replace(model, max_seq_len=args.seq_len)
     tmp = tempfile.mkdtemp(prefix="device-check-")
     data = _write_dataset(os.path.join(tmp, "data"), vocab=model.vocab_size, docs=3000 if args.smoke else 20_000)
-    config = TrainerConfig(
-        model=model, optimizer=AdamConfig(learning_rate=3e-4, warmup=min(100, args.steps // 10 + 1)),
-        datasets=(DatasetSpec(data),), output_path=os.path.join(tmp, "run"), batch_size=args.batch_size,
-        seq_len=args.seq_len, num_train_steps=args.steps, compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0,
-        checkpoint=CheckpointConfig(save_every=args.steps), log_every=1,
-        mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
-    result = train(config)
+    config = TrainLmConfig.from_settings(
+        (DatasetSpec(data),), model, AdamConfig(learning_rate=3e-4, warmup=min(100, args.steps // 10 + 1)),
+        batch_size=args.batch_size, seq_len=args.seq_len, num_train_steps=args.steps,
+        compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0, checkpoint=CheckpointConfig(save_every=args.steps),
+        log_every=1, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
+    result = train(config, os.path.join(tmp, "run"))
     with open(result["metrics_path"]) as f:
         rows = [json.loads(line) for line in f]
     steady = [r for r in rows if "step_time" in r and r["step"] > args.warmup]

@@ -98,8 +98,8 @@ def _flat_state(state) -> dict[str, np.ndarray]:
             for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
 
 
-def restore_state(config: TrainerConfig) -> dict:
-    """Restore the newest checkpoint of ``config``'s run onto ``config.mesh`` (on this process's devices).
+def restore_state(config: TrainLmConfig, out: str) -> dict:
+    """Restore the newest checkpoint of the run in ``out`` onto ``config.trainer.mesh`` (this process's devices).
 
     Returns ``{"step", "values": {leaf path: array}, "specs": {leaf path: partition spec as a list}}``.
     """
@@ -107,39 +107,42 @@ def restore_state(config: TrainerConfig) -> dict:
 
     from levanter.checkpoint import Checkpointer
     from levanter.sharding import make_mesh
-    from levanter.trainer import abstract_state
+    from levanter.trainer import abstract_state, checkpoint_dir
 
-    mesh = make_mesh(config.mesh)
-    target = abstract_state(config.model, config.optimizer.build(config.num_train_steps), config.seq_len, mesh)
-    checkpointer = Checkpointer(config.resolved_checkpoint_path, config.checkpoint)
+    trainer = config.trainer
+    mesh = make_mesh(trainer.mesh)
+    target = abstract_state(config.model, config.optimizer.build(trainer.num_train_steps), trainer.seq_len, mesh)
+    checkpointer = Checkpointer(checkpoint_dir(out), trainer.checkpoint)
     try:
         restored = checkpointer.restore_latest(target)
     finally:
         checkpointer.close()
-    assert restored is not None, f"no checkpoint under {config.resolved_checkpoint_path}"
+    assert restored is not None, f"no checkpoint under {checkpoint_dir(out)}"
     specs = {jax.tree_util.keystr(path): list(leaf.sharding.spec)
              for path, leaf in jax.tree_util.tree_leaves_with_path(restored.state)}
     assert all(leaf.sharding.mesh.shape == mesh.shape for leaf in jax.tree.leaves(restored.state))
     return {"step": restored.step, "values": _flat_state(restored.state), "specs": specs}
 
 
-def run_on_devices(command: str, configs: Sequence[TrainerConfig], workdir: str, *, devices: int,
+def run_on_devices(command: str, runs: Sequence[tuple[TrainLmConfig, str]], workdir: str, *, devices: int,
                    timeout: float = 600) -> list[dict]:
-    """Run ``command`` ("train" or "restore") on each config in one new process with ``devices`` CPU devices.
+    """Run ``command`` ("train" or "restore") on each ``(config, output path)`` in one new process with
+    ``devices`` CPU devices.
 
     "train" returns each run's ``main`` result; "restore" returns :func:`restore_state`'s dict, with
     the values written to ``<workdir>/restored-<i>.npz`` and read back here.
     """
     os.makedirs(workdir, exist_ok=True)
-    paths = []
-    for i, config in enumerate(configs):
-        paths.append(os.path.join(workdir, f"config-{i}.json"))
-        with open(paths[-1], "w") as f:
+    args = []
+    for i, (config, out) in enumerate(runs):
+        path = os.path.join(workdir, f"config-{i}.json")
+        with open(path, "w") as f:
             json.dump(config_to_dict(config), f)
+        args += [path, out]
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), command, *paths], env=env,
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), command, *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -151,17 +154,18 @@ def run_on_devices(command: str, configs: Sequence[TrainerConfig], workdir: str,
 
 
 def _main(argv: list[str]) -> None:
-    from levanter.trainer import config_from_dict, main
+    from levanter.config import config_from_dict
+    from levanter.trainer import main
 
-    command, paths = argv[0], argv[1:]
-    configs = [config_from_dict(json.load(open(p))) for p in paths]
+    command, args = argv[0], argv[1:]
     results = []
-    for i, config in enumerate(configs):
+    for i in range(0, len(args), 2):
+        config, out = config_from_dict(json.load(open(args[i]))), args[i + 1]
         if command == "train":
-            results.append(main(config))
+            results.append(main(config, out))
         elif command == "restore":
-            result = restore_state(config)
-            np.savez(os.path.join(os.path.dirname(paths[i]), f"restored-{i}.npz"), **result.pop("values"))
+            result = restore_state(config, out)
+            np.savez(os.path.join(os.path.dirname(args[i]), f"restored-{i // 2}.npz"), **result.pop("values"))
             results.append(result)
         else:
             raise SystemExit(f"unknown command {command!r}: use train or restore")

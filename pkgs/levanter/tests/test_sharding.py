@@ -30,11 +30,11 @@ PARAM_ATOL = 2e-4
 LAYOUTS = {"fsdp8": MeshConfig(data=1, fsdp=8), "fsdp4_tensor2": MeshConfig(data=1, fsdp=4, tensor=2)}
 
 
-def _config(data: str, out: str, mesh: MeshConfig = MeshConfig()):
+def _config(data: str, mesh: MeshConfig = MeshConfig()):
     # Four heads and two kv heads, so tensor=2 splits whole heads of q, k and v.
     model = LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                         num_layers=2, max_seq_len=64)
-    return tiny_config(data, out, model=model, num_train_steps=STEPS, eval_batches=0, mesh=mesh,
+    return tiny_config(data, model=model, num_train_steps=STEPS, eval_batches=0, mesh=mesh,
                        checkpoint=CheckpointConfig(save_every=STEPS, keep_last=1))
 
 
@@ -49,9 +49,9 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharding")
     data = write_tokenized(str(root / "tok"), {"train": pattern_documents(200, 64, seed=1)},
                            vocab_size=64, eos_id=0, docs_per_shard=120)
-    one = main(_config(data, str(root / "one")))
-    configs = [_config(data, str(root / name), mesh) for name, mesh in LAYOUTS.items()]
-    results = run_on_devices("train", configs, str(root / "work"), devices=8)
+    one = main(_config(data), str(root / "one"))
+    runs = [(_config(data, mesh), str(root / name)) for name, mesh in LAYOUTS.items()]
+    results = run_on_devices("train", runs, str(root / "work"), devices=8)
     return {"data": data, "root": root, "one": one, **dict(zip(LAYOUTS, results, strict=True))}
 
 
@@ -127,21 +127,22 @@ def test_fsdp8_holds_an_eighth_of_parameters_and_optimizer_state_per_device(runs
 
 
 def test_checkpoint_of_fsdp8_restores_bit_identical_on_4_devices_and_on_1(runs):
-    saved = _config(runs["data"], runs["fsdp8"]["output_path"], MeshConfig(data=1, fsdp=2, tensor=2))
-    [on_four] = run_on_devices("restore", [saved], str(runs["root"] / "restore4"), devices=4)
+    saved = runs["fsdp8"]["output_path"]
+    [on_four] = run_on_devices("restore", [(_config(runs["data"], MeshConfig(data=1, fsdp=2, tensor=2)), saved)],
+                               str(runs["root"] / "restore4"), devices=4)
     assert on_four["step"] == STEPS
     assert on_four["specs"]["['params']['layer_0/mlp/up_proj']['w']"] == ["fsdp", "tensor"]
     assert on_four["specs"]["['params']['embed']['embeddings']"] == ["tensor", "fsdp"]
 
     from levanter_testlib import restore_state
 
-    on_one = restore_state(_config(runs["data"], runs["fsdp8"]["output_path"], MeshConfig()))
+    on_one = restore_state(_config(runs["data"], MeshConfig()), saved)
     assert on_one["step"] == STEPS
     assert on_four["values"].keys() == on_one["values"].keys()
     for key, value in on_one["values"].items():
         assert np.array_equal(on_four["values"][key], value), key
     # The restored parameters are, bit for bit, those the 8-device run ended with.
-    final = final_params(runs["fsdp8"]["output_path"])
+    final = final_params(saved)
     for key, value in final.items():
         module, name = key.rsplit("/", 1)
         assert np.array_equal(on_one["values"][f"['params']['{module}']['{name}']"], value), key
@@ -154,22 +155,22 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
     from iris.multihost import launch
 
     mesh = LAYOUTS["fsdp4_tensor2"]
-    config = _config(runs["data"], str(tmp_path / "two-hosts"), mesh)
+    config, out = _config(runs["data"], mesh), str(tmp_path / "two-hosts")
     env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     with LocalClient() as client:
-        job = launch(client, main, config, resources=ResourceConfig.with_cpu(1, hosts=2), env=env, name="fsdp")
+        job = launch(client, main, config, out, resources=ResourceConfig.with_cpu(1, hosts=2), env=env, name="fsdp")
         results = job.result(timeout=600)
     assert [r["processes"] for r in results] == [2, 2]
     assert all(r["devices"] == 8 and r["mesh"] == mesh.sizes(8) for r in results)
     reference = runs["fsdp4_tensor2"]["output_path"]
-    np.testing.assert_allclose(_losses(config.output_path), _losses(reference), rtol=LOSS_RTOL)
-    p_one, p_two = final_params(reference), final_params(config.output_path)
+    np.testing.assert_allclose(_losses(out), _losses(reference), rtol=LOSS_RTOL)
+    p_one, p_two = final_params(reference), final_params(out)
     for key in p_one:
         np.testing.assert_allclose(p_two[key], p_one[key], rtol=0, atol=PARAM_ATOL, err_msg=key)
     # Both processes saved their shards of one checkpoint, which restores in one process.
     from levanter_testlib import restore_state
 
-    restored = restore_state(_config(runs["data"], config.output_path, MeshConfig()))
+    restored = restore_state(_config(runs["data"], MeshConfig()), out)
     assert restored["step"] == STEPS
     for key, value in p_two.items():
         module, name = key.rsplit("/", 1)
