@@ -7,8 +7,10 @@ one-device reference runs here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -175,3 +177,18 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
     for key, value in p_two.items():
         module, name = key.rsplit("/", 1)
         assert np.array_equal(restored["values"][f"['params']['{module}']['{name}']"], value), key
+
+
+def test_a_run_saved_on_fsdp8_resumes_training_on_one_device(runs, tmp_path):
+    """The trainer itself restores onto its own mesh: two more steps from either run's step-20 checkpoint agree."""
+    losses = {}
+    for name in ("fsdp8", "one"):
+        out = str(tmp_path / name)
+        shutil.copytree(os.path.join(runs[name]["output_path"], "checkpoints"), os.path.join(out, "checkpoints"))
+        config = dataclasses.replace(_config(runs["data"]), trainer=dataclasses.replace(
+            _config(runs["data"]).trainer, num_train_steps=STEPS + 2))
+        result = main(config, out)
+        assert result["start_step"] == STEPS and result["steps"] == STEPS + 2 and result["devices"] == 1
+        losses[name] = _losses(out)
+    assert len(losses["one"]) == 2
+    np.testing.assert_allclose(losses["fsdp8"], losses["one"], rtol=1e-4)
