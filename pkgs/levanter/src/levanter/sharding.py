@@ -7,14 +7,13 @@ The mesh has three axes, outermost first:
   matrix); the batch is split over it too, so each step all-gathers weights, not activations.
 * ``tensor``: attention heads and the MLP's inner dimension (and the vocabulary) are split over it.
 
-The batch is split over ``data`` x ``fsdp``. Everything in this module except :func:`make_mesh`
-and the ``*_shardings`` helpers is pure: specs are computed from shapes and axis sizes alone.
+The batch is split over ``data`` x ``fsdp``. :class:`MeshConfig` and :func:`param_spec` need no JAX
+(specs come from shapes and axis sizes alone); importing this module never imports JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +31,6 @@ __all__ = [
     "shard_bytes",
     "tree_shardings",
 ]
-
-logger = logging.getLogger(__name__)
 
 AXES = ("data", "fsdp", "tensor")
 """Mesh axis names, outermost first (``tensor`` innermost: its collectives are the most frequent)."""
