@@ -328,7 +328,11 @@ def make_plan(
             p.deps = sorted({pos_of[id(d)] for d in dependencies_of(step)})
     root_pos = {pos_of[id(r)] for r in roots}
     # Which steps are needed: targets, and dependencies of needed steps that must run.
-    done = [StepRecord(p.output_path).is_done() for p in planned]
+    # One listing of the store's done index answers for every step (marin.execution.done_index).
+    from marin.execution.done_index import UNKNOWN_ENV, done_outputs
+
+    built_in = done_outputs(store.prefix, [p.output_name for p in planned])
+    done = [p.output_name in built_in for p in planned]
     forced = [_match_any(p.name, force) or p.step.version == DEV_VERSION for p in planned]
     needed = [False] * len(planned)
     for pos in range(len(planned) - 1, -1, -1):
@@ -369,9 +373,11 @@ def make_plan(
             # Every step object with this hash counts as running for its dependents' reasons.
             runs.update(id(s) for s in steps_at[pos])
         if p.action is Action.CACHED and explain and env_digest:
-            prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
-            built = prov.get("env_digest")
-            if built and built != env_digest:
+            built = built_in.get(p.output_name)
+            if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
+                prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
+                built = prov.get("env_digest") or UNKNOWN_ENV
+            if built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
                 p.env_note = "built in a different environment"
     plan = Plan(store, planned, pos_of, salt=salt)
     if early_cutoff and any(p.action is Action.RUN for p in planned):
