@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("bench_engine", "bench_scale", "bench_tokenize", "bench_train", "bench_cutoff", "bench_sharding")
+BENCHES = ("bench_engine", "bench_scale", "bench_report", "bench_tokenize", "bench_train", "bench_cutoff",
+           "bench_sharding")
 
 
 def main(argv: list[str]) -> None:

@@ -35,3 +35,15 @@ def chain(n: int) -> list[Step]:
 def fan(n: int) -> list[Step]:
     """``n`` independent trivial steps (a sweep): all of them are targets."""
     return [Step(name=f"fan/leaf{i:05d}", fn=link, config=LinkConfig(index=i)) for i in range(n)]
+
+
+def sweeps(n: int, per_group: int = 100) -> list[Step]:
+    """``n`` steps in groups of ``per_group`` (``sweep0003/link00042``), a chain inside each group."""
+    targets = []
+    for g in range(0, n, per_group):
+        previous = None
+        for i in range(g, min(n, g + per_group)):
+            previous = Step(name=f"sweep{g // per_group:04d}/link{i:05d}", fn=link,
+                            config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
+        targets.append(previous)
+    return targets

@@ -260,7 +260,7 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     assert "120" in stats and "7,680" in stats and "3" in stats and "768" in stats and "validation" in stats
 
     # The table: every step with state, duration and output size.
-    rows = browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr[data-name]")
     assert [r.get_attribute("data-name") for r in rows] == [s.name for s in result.steps]
     for row in rows:
         cells = row.find_elements(By.TAG_NAME, "td")
@@ -329,6 +329,49 @@ def test_plan_report_shows_cached_would_run_and_earlier_failures(
 # -- the CLI ---------------------------------------------------------------------------------------
 
 
+def test_a_big_group_is_one_node_with_counts_per_state_until_clicked(browser: Any, tmp_path: Path) -> None:
+    """Twelve steps named ``sweep/...`` (three built, nine not) draw as one group node; a click
+    expands it into its steps; the table has one row for the group until it is opened."""
+    from selenium.webdriver.common.by import By
+
+    from marin.execution.plan import make_plan
+    from marin.execution.store import StepStore
+
+    leaves = [Step(name=f"sweep/leaf{i:02d}", fn=fake_tokenize, config=FakeTokenizeConfig(shards=1, train_documents=i + 1))
+              for i in range(12)]
+    summary = Step(name="summary/all", fn=fake_train, config=FakeTrainConfig(data_path=output_path_of(leaves[0])))
+    prefix = str(tmp_path / "store")
+    built = _runner(prefix).run(leaves[:3])
+    assert built.ok
+    data = collect_plan(make_plan([*leaves, summary], StepStore(prefix)))
+    path = write_report(data, str(tmp_path / "report.html"))
+    _open(browser, path)
+
+    group = browser.find_element(By.CSS_SELECTOR, '#graph g.group[data-group="sweep"]')
+    assert group.get_attribute("data-count") == "12"
+    assert "3 cached" in group.text and "9 would run" in group.text and "sweep/" in group.text
+    names = {n.get_attribute("data-name") for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert names == {"summary/all"}  # the sweep's steps hide in the group node
+    row = browser.find_element(By.CSS_SELECTOR, '#steps-table tr.group-row[data-group="sweep"]')
+    assert "12 steps" in row.text and row.get_attribute("data-open") == "false"
+    assert not browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')
+
+    group.click()
+    names = {n.get_attribute("data-name") for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert names == {"summary/all", *(s.name for s in leaves)}
+    assert not browser.find_elements(By.CSS_SELECTOR, "#graph g.group")
+    states = {r.get_attribute("data-name"): r.get_attribute("data-state")
+              for r in browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')}
+    assert len(states) == 12 and sorted(states.values()).count("cached") == 3
+    # An edge links the first leaf to the summary step that reads it.
+    assert browser.find_elements(By.CSS_SELECTOR, f'#graph path.edge[data-to="{len(leaves)}"]')
+
+    # Collapsing again from the table hides the rows and brings the group node back.
+    browser.find_element(By.CSS_SELECTOR, '#steps-table tr.group-row[data-group="sweep"] button').click()
+    assert browser.find_element(By.CSS_SELECTOR, '#graph g.group[data-group="sweep"]')
+    assert not browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')
+
+
 def test_marin_report_cli_writes_a_self_contained_page(good_run: tuple[RunResult, str], tmp_path: Path) -> None:
     from marin.cli.main import cli
 
@@ -343,7 +386,9 @@ def test_marin_report_cli_writes_a_self_contained_page(good_run: tuple[RunResult
     data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1))
     assert data["source"] == "plan" and data["summary"] == {"cached": 2}
     assert [s["name"] for s in data["steps"]] == ["hello/numbers", "hello/stats"]
-    assert all(s["environment"] and s["duration_s"] is not None and s["output_bytes"] > 0 for s in data["steps"])
+    assert all(data["environments"][s["env"]] and s["duration_s"] is not None and s["output_bytes"] > 0
+               for s in data["steps"])
+    assert [data["groups"][s["group"]] for s in data["steps"]] == ["hello", "hello"]
 
 
 # -- data collection without a browser --------------------------------------------------------------

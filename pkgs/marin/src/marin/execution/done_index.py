@@ -1,9 +1,9 @@
-"""The done index: one flat folder of empty marker files under the prefix, so that whether a
+"""The done index: one flat folder of marker files under the prefix, so that whether a
 thousand steps are done is answered by one listing, not a thousand lookups.
 
 Layout::
 
-    <prefix>/.marin/done/<output name, "/" spelled "%">@<environment digest, 16 hex>
+    <prefix>/.marin/done/<output name, "/" spelled "%">@<environment digest, 16 hex>   ("done\\n")
 
 for example ``.marin/done/tokenized%tinystories-0123456789abcdef@fedcba9876543210``. A step name
 uses only letters, digits and ``_ . + = - /`` (``marin.execution.step.validate_step_name``), so
@@ -89,7 +89,8 @@ def read_index(prefix: str) -> dict[str, str]:
 
 def mark(prefix: str, output_name: str, env_digest: str | None) -> None:
     """Record in the index that ``output_name`` is done (after its success record is written)."""
-    fs.atomic_write(fs.join(index_folder(prefix), marker_name(output_name, env_digest)), b"")
+    # Not empty: some stores' emulators refuse empty uploads; the name is all that is read.
+    fs.atomic_write(fs.join(index_folder(prefix), marker_name(output_name, env_digest)), b"done\n")
 
 
 def unmark(prefix: str, output_names: Iterable[str]) -> None:
