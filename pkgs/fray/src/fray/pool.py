@@ -158,6 +158,11 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
 def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
     """The template's loop: fork a child per call, report each start and exit to the caller."""
     conn = Connection(fd)
+    # As multiprocessing's spawn does: the caller's sys.path, folder and ``__main__`` module (as
+    # ``__mp_main__``), so what the caller pickled from its main script unpickles here.
+    import multiprocessing.spawn
+
+    multiprocessing.spawn.prepare(conn.recv())
     _import_into_template(preload)
     if _thread_count() > 1:
         raise SystemExit(f"fray pool: preloading {list(preload)} started threads; a template must have one")
@@ -230,6 +235,11 @@ class _Template:
         self.process = subprocess.Popen([sys.executable, "-c", code, str(child_fd), str(os.getpid()), *preload],
                                         pass_fds=(child_fd,), stdin=subprocess.DEVNULL, start_new_session=True)
         os.close(child_fd)
+        import multiprocessing.spawn
+
+        data = multiprocessing.spawn.get_preparation_data("fray-pool-template")
+        data.pop("authkey", None)  # not needed here, and never to be pickled
+        self.conn.send(data)
         self.calls = 0
         self.retired = False
         self._pool = pool
