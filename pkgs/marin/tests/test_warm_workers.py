@@ -7,6 +7,7 @@ import json
 import os
 
 import steps_for_tests as t
+
 from iris.cluster import ResourceConfig
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner, _warm_worker_can_run
