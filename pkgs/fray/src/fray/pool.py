@@ -325,6 +325,7 @@ class PoolJobHandle(JobHandle):
         self._cancelled = False
         self._event = threading.Event()
         self._pid_known = threading.Event()
+        self._on_finish: Callable[[], None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -349,6 +350,8 @@ class PoolJobHandle(JobHandle):
             self._outcome = outcome
         self._pid_known.set()
         self._event.set()
+        if self._on_finish is not None:
+            self._on_finish()
 
     def done(self) -> bool:
         return self._event.is_set()
@@ -411,6 +414,16 @@ class WorkerPool(DistributedClient):
         self._handles: list[PoolJobHandle] = []
         self._ids = itertools.count()
         self._closed = False
+        self._finished = threading.Event()
+
+    def wait_any(self, timeout: float) -> bool:
+        """Wait until some call of this pool finishes (or ``timeout`` seconds); True if one did.
+
+        For a scheduler that would otherwise poll: it wakes as soon as there is news.
+        """
+        finished = self._finished.wait(timeout)
+        self._finished.clear()
+        return finished
 
     @property
     def templates_started(self) -> int:
@@ -467,6 +480,7 @@ class WorkerPool(DistributedClient):
         open(log_path, "ab").close()
         handle = PoolJobHandle(label, call_id, log_path, os.path.join(self._results, f"{call_id}.result"),
                                payload, modules, env or {})
+        handle._on_finish = self._finished.set
         self._handles.append(handle)
         self._start(handle)
         return handle

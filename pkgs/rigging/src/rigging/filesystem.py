@@ -198,11 +198,16 @@ def _as_bytes(data: bytes | str) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
-def atomic_write(path: str, data: bytes | str) -> None:
+def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers never see a partial file.
 
     Locally: write a temporary sibling, fsync, rename over the target. On object stores a single
     PUT is already atomic (the object appears whole or not at all).
+
+    Args:
+        durable: fsync before the rename (locally), so the file survives a power loss whole.
+            Records that are worthless after a machine crash (leases, progress notes, indexes
+            rebuilt from the durable records) skip it: an fsync costs milliseconds on busy disks.
     """
     payload = _as_bytes(data)
     if is_local(path):
@@ -213,8 +218,9 @@ def atomic_write(path: str, data: bytes | str) -> None:
         try:
             with open(tmp, "wb") as f:
                 f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, p)
         except BaseException:
             if os.path.exists(tmp):
@@ -229,12 +235,13 @@ def atomic_write(path: str, data: bytes | str) -> None:
 _MEMORY_CREATE_LOCK = threading.Lock()
 
 
-def create_if_absent(path: str, data: bytes | str) -> bool:
+def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> bool:
     """Atomically create ``path`` with ``data`` unless it exists; True when this call created it.
 
     Locally this is a hard link of a fully written temporary file (link fails if the target
     exists), so the file is never seen half-written. On GCS it is a conditional PUT
     (``ifGenerationMatch=0``). On ``memory://`` a check and write under one lock of this process.
+    ``durable`` as for :func:`atomic_write`.
     """
     payload = _as_bytes(data)
     protocol = protocol_of(path)
@@ -245,8 +252,9 @@ def create_if_absent(path: str, data: bytes | str) -> bool:
         tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
         with open(tmp, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         try:
             os.link(tmp, p)
             return True

@@ -130,7 +130,8 @@ class StepRecord:
         return data if isinstance(data, dict) else None
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
-        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+        # The status record is a progress note: not worth an fsync (rigging.filesystem.atomic_write).
+        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str), durable=path != self.status)
 
     def write_status(self, state: BuildState, attempt: int, holder: str, *, error: str | None = None,
                      traceback: str | None = None, worker: str | None = None) -> None:
