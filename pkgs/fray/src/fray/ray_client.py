@@ -232,6 +232,11 @@ class RayClient(DistributedClient):
     def _remote_host(self):
         return self._ray.remote(_ActorHost)
 
+    def nodes(self) -> list[dict[str, float]]:
+        """The total resources of each live node of the cluster (``CPU``, ``memory``, ``GPU``,
+        ``TPU`` and custom resources, as Ray counts them)."""
+        return [dict(n["Resources"]) for n in self._ray.nodes() if n.get("Alive")]
+
     def _log_sink(self):
         if self._sink is None:
             # Ray types .remote() as "handle or the class" (for method completion); it is a handle.

@@ -125,6 +125,23 @@ def exists(path: str) -> bool:
     return bool(fs.exists(p))
 
 
+def file_exists(path: str) -> bool:
+    """True when a file (not a folder) exists at ``path``: on GCS one request (an object GET),
+    where :func:`exists` may take three (a GET, then listings to look for a folder)."""
+    if is_local(path):
+        return os.path.isfile(strip_protocol(path))
+    fs, p = _fs_path(path)
+    if protocol_of(path) != "gs":
+        return bool(fs.isfile(p))
+    from fsspec.asyn import sync
+
+    try:
+        sync(fs.loop, fs._get_object, p)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def makedirs(path: str) -> None:
     """Create the folder ``path`` and its parents (a no-op on object stores)."""
     if is_local(path):
@@ -275,7 +292,7 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> b
 def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
     # The existence check saves a request in the common case; the precondition is what makes
     # it safe against a concurrent creator (the local emulator does not enforce it).
-    if fs.exists(p):
+    if file_exists(f"gs://{p}"):
         return False
     bucket, key, _ = fs.split_path(p)
     try:

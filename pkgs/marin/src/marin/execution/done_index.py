@@ -155,7 +155,7 @@ def done_outputs(prefix: str, output_names: Iterable[str]) -> dict[str, str]:
     listing = read_index(prefix)
     marked = [n for n in names if n in listing]
     if _cheap_lookups(prefix):
-        present = {n for n in marked if fs.exists(_success_path(prefix, n))}
+        present = {n for n in marked if fs.file_exists(_success_path(prefix, n))}
     else:
         present = _folders_present(prefix, marked)
     stale = [n for n in marked if n not in present]
@@ -166,7 +166,7 @@ def done_outputs(prefix: str, output_names: Iterable[str]) -> dict[str, str]:
     missing = [n for n in names if n not in listing]
 
     def check(name: str) -> tuple[str, str | None]:
-        if not fs.exists(_success_path(prefix, name)):
+        if not fs.file_exists(_success_path(prefix, name)):
             return name, None
         env = _env_of(prefix, name)
         with contextlib.suppress(OSError):

@@ -117,7 +117,7 @@ class StepRecord:
     def is_done(self) -> bool:
         if fs.is_local(self.output_path):
             return os.path.exists(fs.strip_protocol(self.success))
-        return fs.exists(self.success)
+        return fs.file_exists(self.success)
 
     def read_json(self, path: str) -> dict[str, Any] | None:
         """The JSON record at ``path``, or None when it is missing or unreadable."""
@@ -250,11 +250,13 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
     the manifest is computed when a step has finished, and they are never part of its output.
     """
-    remove_orphan_temporaries(output_path)
     files = []
     total = 0
-    for rel, size in fs.walk_files(output_path):
+    for rel, size in list(fs.walk_files(output_path)):  # one listing: orphans are dropped from it
         if rel.startswith(META_DIR + "/") or rel == META_DIR:
+            continue
+        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
+            fs.delete(fs.join(output_path, rel))
             continue
         files.append({"path": rel, "size": size, "sha256": fs.sha256_of(fs.join(output_path, rel))})
         total += size
