@@ -250,17 +250,28 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
     the manifest is computed when a step has finished, and they are never part of its output.
     """
-    files = []
-    total = 0
+    found = []
     for rel, size in list(fs.walk_files(output_path)):  # one listing: orphans are dropped from it
         if rel.startswith(META_DIR + "/") or rel == META_DIR:
             continue
         if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
             fs.delete(fs.join(output_path, rel))
             continue
-        files.append({"path": rel, "size": size, "sha256": fs.sha256_of(fs.join(output_path, rel))})
-        total += size
-    return {"files": files, "total_bytes": total, "created_at": time.time()}
+        found.append((rel, size))
+
+    def digest(rel: str) -> str:
+        return fs.sha256_of(fs.join(output_path, rel))
+
+    if fs.is_local(output_path) or len(found) <= 1:
+        digests = [digest(rel) for rel, _size in found]
+    else:
+        # On an object store each file is a round trip: read them side by side.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
+            digests = list(pool.map(digest, [rel for rel, _size in found]))
+    files = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
+    return {"files": files, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
 
 
 ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
