@@ -82,3 +82,49 @@ def test_without_warm_workers_each_step_is_a_fresh_interpreter(tmp_path):
     assert result.ok
     parents = {_seen(result, s.name)["ppid"] for s in looks}
     assert parents == {os.getpid()}  # spawned by the runner itself, one interpreter per step
+
+
+def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_path, counter, subprocess_env):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    import psutil
+
+    prefix = str(tmp_path / "store")
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(f"""
+        import steps_for_tests as t
+        from marin.execution.step_runner import StepRunner
+        from rigging.config.discovery import Backend
+
+        if __name__ == "__main__":
+            slow = t.node("ctrl-c/slow", {counter!r}, sleep=60)
+            StepRunner(prefix={prefix!r}, max_parallel=1, strict_env=False, backend=Backend.LOCAL,
+                       poll_interval=0.02).run([slow])
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], env=subprocess_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    slow = t.node("ctrl-c/slow", counter, sleep=60)
+    record = StepRecord(fs.join(prefix, slow.output_name))
+    try:
+        deadline = time.monotonic() + 60
+        while t.calls(counter)["ctrl-c.slow"] < 1:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the slow step never started"
+            time.sleep(0.05)
+        worker = int(record.read_json(record.status)["worker"].split(":")[1])
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err.decode()
+    assert not record.is_done()
+    assert record.read_json(record.status)["state"] == "interrupted"
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the step's process outlived the interrupted runner"
+        time.sleep(0.05)

@@ -58,6 +58,7 @@ from fray.types import (
 __all__ = ["PoolConfig", "PoolJobHandle", "WorkerPool"]
 
 _WATCH_INTERVAL_S = 0.2
+_BOOTSTRAPPING = False  # True while a template imports its caller's __main__
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,10 @@ def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
     # ``__mp_main__``), so what the caller pickled from its main script unpickles here.
     import multiprocessing.spawn
 
+    global _BOOTSTRAPPING
+    _BOOTSTRAPPING = True
     multiprocessing.spawn.prepare(conn.recv())
+    _BOOTSTRAPPING = False
     _import_into_template(preload)
     if _thread_count() > 1:
         raise SystemExit(f"fray pool: preloading {list(preload)} started threads; a template must have one")
@@ -226,6 +230,12 @@ class _Template:
 
     def __init__(self, pool: WorkerPool, preload: Sequence[str]):
         import socket
+
+        if _BOOTSTRAPPING:
+            # The caller's script, imported here as multiprocessing's spawn would, starts work at
+            # import: without this, every template would start another one, without end.
+            raise RuntimeError("a worker pool was started while importing the main script into a worker; "
+                               "put the script's work under `if __name__ == \"__main__\":`")
 
         ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
