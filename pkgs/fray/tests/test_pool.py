@@ -132,3 +132,17 @@ def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):
         survivors = [p for p in survivors if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.05)
     assert survivors == []
+
+
+def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_template(pool, tmp_path, monkeypatch):
+    (tmp_path / "fray_threaded_module.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the template takes the caller's sys.path
+    name = "fray_threaded_module"
+    first = pool.submit(testjobs.loaded, name, preload=(name,)).result(timeout=60)
+    # Forking a threaded template is unsafe: the call was handed to a fresh template that did not
+    # import the module, and ran there.
+    assert first[0] is False
+    assert pool.templates_started == 2
+    again = pool.submit(testjobs.loaded, name, preload=(name,)).result(timeout=60)
+    assert again == (False, first[1]) and pool.templates_started == 2
