@@ -200,6 +200,16 @@ def main() -> None:
     for label, seconds, note in rows:
         shown = f"{seconds * 1e3:10.0f} ms" if seconds is not None else f"{'-':>13}"
         print(f"{label:<{width}}  {shown}  {note or ''}")
+    print()
+    by_label = {label: (seconds, note) for label, seconds, note in rows}
+    for verb in ("run", "plan", "status"):
+        seconds, note = by_label[f"marin {verb}, {gcs_n:,} cached gs:// steps, {DELAY_S * 1e3:.0f} ms/request"]
+        print(f"goal {verb}: <= 0.02 requests/cached step: {note.split(', ')[1]}"
+              + (f"; goal no-op run < 3 s: {seconds:.2f} s" if verb == "run" else ""))
+    for kind, jobs in (("chain", 1), ("fan", 2)):
+        ours = by_label[f"marin run -j {jobs}, fresh {build_n:,}-step {kind}"][0]
+        make = by_label[f"GNU make -j {jobs}, fresh {build_n:,}-target {kind} (python per target)"][0]
+        print(f"goal fresh {kind} <= 30 ms/step: {ours / build_n * 1e3:.1f} ms/step; marin / GNU make: {ours / make:.2f}x")
 
 
 if __name__ == "__main__":
