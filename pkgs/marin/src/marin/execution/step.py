@@ -15,9 +15,9 @@ __all__ = [
     "InvalidStep",
     "OutputPath",
     "Step",
+    "name_group",
     "output_path_of",
     "unhashed_field",
-    "name_group",
     "validate_step_name",
 ]
 
