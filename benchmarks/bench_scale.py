@@ -51,9 +51,9 @@ class _Silent:
 
 
 def _in_process_client():
-    # Where the runner keeps its in-process client (it runs each step in the calling process).
+    # Runs each step in the calling process (a newer home first, an older one for BEFORE numbers).
     try:
-        from fray.local import InProcessClient  # type: ignore[attr-defined]
+        from fray.cluster import InProcessClient  # type: ignore[attr-defined]
     except ImportError:
         from marin.execution.step_runner import _InProcessClient as InProcessClient
     return InProcessClient()

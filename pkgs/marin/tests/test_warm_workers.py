@@ -9,8 +9,9 @@ import os
 import steps_for_tests as t
 
 from iris.cluster import ResourceConfig
+from marin.execution.attempt import warm_worker_can_run
 from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner, _warm_worker_can_run
+from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
@@ -65,11 +66,11 @@ def test_a_step_that_kills_its_process_fails_alone(tmp_path):
 
 
 def test_accelerator_and_multihost_steps_get_a_fresh_interpreter():
-    assert _warm_worker_can_run(ResourceConfig())
-    assert _warm_worker_can_run(ResourceConfig.with_cpu(2, memory="1GiB"))
-    assert not _warm_worker_can_run(ResourceConfig.with_gpu("H100", 1))
-    assert not _warm_worker_can_run(ResourceConfig.with_tpu("v5e-8"))
-    assert not _warm_worker_can_run(ResourceConfig.with_cpu(1, hosts=2))
+    assert warm_worker_can_run(ResourceConfig())
+    assert warm_worker_can_run(ResourceConfig.with_cpu(2, memory="1GiB"))
+    assert not warm_worker_can_run(ResourceConfig.with_gpu("H100", 1))
+    assert not warm_worker_can_run(ResourceConfig.with_tpu("v5e-8"))
+    assert not warm_worker_can_run(ResourceConfig.with_cpu(1, hosts=2))
 
 
 def test_without_warm_workers_each_step_is_a_fresh_interpreter(tmp_path):

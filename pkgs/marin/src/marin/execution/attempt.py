@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from marin.execution import done_index
 from marin.execution.hashing import (
     UnserializableConfig,
     config_to_json,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from iris.cluster import ResourceConfig
 
 __all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache",
-           "resources_of"]
+           "resources_of", "warm_worker_can_run"]
 
 logger = logging.getLogger("marin.execution.step_runner")
 
@@ -65,6 +66,12 @@ def resources_of(step: Step) -> ResourceConfig:
         raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
                         f"got {type(resources).__name__}")
     return resources
+
+
+def warm_worker_can_run(resources: Any) -> bool:
+    """A local step runs forked from the warm pool (``fray.pool``) unless it needs devices or hosts
+    to itself: an accelerator (GPU or TPU) or more than one host means a fresh interpreter."""
+    return resources.accelerator is None and resources.num_hosts == 1
 
 
 def _is_lost_process(error: BaseException) -> bool:
@@ -115,10 +122,16 @@ class AttemptContext:
     places: tuple[str, ...] = ()
     """Where other builds of a step may be found (the prefix, then caches): a build that differs
     from another of the same inputs is reported as nondeterministic."""
+    prefix: str = ""
+    """The store's prefix, where its done index lives (:mod:`marin.execution.done_index`)."""
+    pool: Callable[[], Any] | None = None
+    """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
+    interpreter each."""
 
 
-def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
-    """Copy ``p`` from its cache and publish it; False (with a warning) if the entry is bad."""
+def fetch_from_cache(p: PlannedStep, lease: Lease, prefix: str) -> bool:
+    """Copy ``p`` from its cache into the store at ``prefix`` and publish it; False (with a
+    warning) if the entry is bad."""
     from marin.execution.cache import CacheMiss, substitute
 
     record = StepRecord(p.output_path)
@@ -130,6 +143,8 @@ def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
         cached = StepRecord(p.cache_hit.path).read_json(StepRecord(p.cache_hit.path).success) or {}
         record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path),
                        extra=carried_fields(cached))
+        env = (record.read_json(record.provenance) or {}).get("env_digest")
+        done_index.mark(prefix, p.output_name, env if isinstance(env, str) else None)
     except CacheMiss as e:
         logger.warning("%s; rebuilding %s", e, p.output_name)
         return False
@@ -179,14 +194,16 @@ class StepAttempt:
         lease.start_heartbeat()
         try:
             if clear:
+                done_index.unmark(ctx.prefix, [p.output_name])  # first: a marker never outlives its output
                 clear_output(p.output_path)
             earlier = record.read_status()
             if earlier.written is BuildState.RUNNING and isinstance(earlier.fields.get("worker"), str):
                 # Its runner is gone, but its process may not have noticed yet: two writers must
                 # never share an output folder.
                 end_orphaned_process(earlier.fields["worker"])
-            # A killed attempt may have left a half-written temporary; the new one starts clean.
-            remove_orphan_temporaries(p.output_path)
+            if earlier.fields:
+                # A killed attempt may have left a half-written temporary; the new one starts clean.
+                remove_orphan_temporaries(p.output_path)
             self.attempt = earlier.attempt + 1
             self._record(BuildState.RUNNING)
             config = with_real_paths(p.step.config, paths)
@@ -230,6 +247,9 @@ class StepAttempt:
 
             return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources,
                                                      name=p.output_name, env=env))
+        if self.ctx.worker is WorkerKind.LOCAL_PROCESS and self.ctx.pool is not None and warm_worker_can_run(resources):
+            pool = self.ctx.pool()
+            return lambda: pool.submit(run_step, payload, name=p.output_name, env=env, preload=(payload.fn.module,))
         # Ray never retries on its own: the runner does, so that it counts and records attempts.
         remote = self.ctx.worker is WorkerKind.REMOTE
         extra = {} if not remote else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
@@ -356,6 +376,7 @@ class StepAttempt:
             record.write_json(record.provenance, provenance)
             self.lease.check()  # fencing: a runner that lost its lease never publishes
             record.publish(p.name, p.hash, manifest, extra=fields)
+            done_index.mark(plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()

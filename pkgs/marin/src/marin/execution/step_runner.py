@@ -93,6 +93,11 @@ class StepRunner:
         budget_accelerator_hours: refuse a plan estimated to use more accelerator-hours (all types).
         early_cutoff: reuse an earlier build of a step whose inputs were rebuilt with identical
             output (``marin.execution.realise``); off, everything downstream of a rebuild runs.
+        warm_workers: run local steps in processes forked from a warm worker (``fray.pool``:
+            imports paid once, each step still in a process of its own) rather than in a fresh
+            interpreter each. Steps whose resources ask for an accelerator or several hosts always
+            get a fresh process (devices to themselves; one JAX job across processes):
+            :func:`marin.execution.attempt.warm_worker_can_run`.
     """
 
     def __init__(
@@ -117,6 +122,7 @@ class StepRunner:
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
         early_cutoff: bool = True,
+        warm_workers: bool = True,
     ):
         from rigging.config.discovery import discover_config, replace
 
@@ -153,6 +159,8 @@ class StepRunner:
         self.budget_s = budget_s
         self.budget_accelerator_hours = budget_accelerator_hours
         self.early_cutoff = early_cutoff
+        self.warm_workers = warm_workers
+        self._pool: Any = None
 
     @property
     def backend(self) -> Backend:
@@ -256,6 +264,7 @@ class StepRunner:
             iris.admission.ResourcesTooLarge: naming the step and the resource it lacks.
         """
         if not self._runs_on_this_machine():
+            self._check_cluster_resources(plan)
             return
         from iris.admission import ResourcesTooLarge
 
@@ -266,8 +275,35 @@ class StepRunner:
             except ResourcesTooLarge as e:
                 raise ResourcesTooLarge(f"step {p.name}: {e}") from None
 
+    def _check_cluster_resources(self, plan: Plan) -> None:
+        """On Ray: refuse a step no set of the cluster's live nodes could ever run (it would wait
+        for room forever). Only clients that can list their nodes are checked."""
+        nodes = getattr(self._client_or_default(), "nodes", None)
+        if nodes is None:
+            return
+        from iris.admission import MachineCapacity, ResourcesTooLarge, check_fits_cluster
+
+        hosts = [MachineCapacity(cpus=float(n.get("CPU", 0)), memory=int(n.get("memory", 0)),
+                                 gpus=int(n.get("GPU", 0)), tpu_chips=int(n.get("TPU", 0)))
+                 for n in nodes() if n.get("CPU", 0) > 0]
+        for p in plan.to_run():
+            try:
+                check_fits_cluster(resources_of(p.step), hosts, what="the Ray cluster")
+            except ResourcesTooLarge as e:
+                raise ResourcesTooLarge(f"step {p.name}: {e}") from None
+
+    def _warm_pool(self) -> Any:
+        if self._pool is None:
+            from fray.pool import WorkerPool
+
+            self._pool = WorkerPool()
+        return self._pool
+
     def close(self) -> None:
-        """Shut down the client this runner made (a Ray connection, local log folders)."""
+        """Shut down the client this runner made (a Ray connection, local log folders, warm workers)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._client is not None and self._owns_client:
             self._client.shutdown()
             self._client = None
@@ -296,8 +332,13 @@ class StepRunner:
         return self._client
 
     def _attempt_context(self) -> AttemptContext:
-        return AttemptContext(self.holder, self._client_or_default(), self._worker_kind(), self.strict_env, self._env,
-                              places=tuple(self._places()))
+        client = self._client_or_default()
+        from fray.cluster import LocalClient
+
+        warm = self.warm_workers and isinstance(client, LocalClient)
+        return AttemptContext(self.holder, client, self._worker_kind(), self.strict_env, self._env,
+                              places=tuple(self._places()), prefix=self.store.prefix,
+                              pool=self._warm_pool if warm else None)
 
     def _execute(self, plan: Plan, outcomes: dict[int, StepOutcome]) -> None:
         pending = [pos for pos, p in enumerate(plan.steps) if p.action in (Action.RUN, Action.FETCH, Action.REUSE)]
@@ -372,7 +413,10 @@ class StepRunner:
                     raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
                 if not progressed:
                     self.reporter.tick([a.planned for a in running.values()])
-                    time.sleep(self.poll_interval)
+                    if self._pool is not None and running:
+                        self._pool.wait_any(self.poll_interval)  # wakes when a warm step ends
+                    else:
+                        time.sleep(self.poll_interval)
         except BaseException:
             for pos, attempt in running.items():
                 attempt.admission.release()
@@ -404,7 +448,9 @@ class StepRunner:
         p = plan.steps[pos]
         record = StepRecord(p.output_path)
         forced = any(r.kind is ReasonKind.FORCED for r in p.reasons)
-        if not forced and record.is_done():
+        # The plan found it not done a moment ago; look again only while waiting on another runner
+        # (and, below, once the lease is ours: that check is what makes publishing safe).
+        if not forced and pos in waiting_on and record.is_done():
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner" if pos in waiting_on else None))
             return None
         lease = Lease.acquire(record.meta, ttl=self.lease_ttl, holder=self.holder)
@@ -422,7 +468,7 @@ class StepRunner:
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
             return None
         if p.action is Action.FETCH:
-            if fetch_from_cache(p, lease):
+            if fetch_from_cache(p, lease, self.store.prefix):
                 source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
                 settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
                 return None
