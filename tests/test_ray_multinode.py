@@ -140,8 +140,9 @@ def until_node_lost(config: VictimConfig, output_path: str) -> None:
 
 
 def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):
+    # Until Ray has noticed the node is gone it may place the retry there again: allow for that.
     step = Step(name="multinode/victim", fn=until_node_lost, config=VictimConfig(),
-                resources=ResourceConfig(cpus=1, max_retries=1))
+                resources=ResourceConfig(cpus=1, max_retries=3))
     runner = _runner(str(tmp_path / "store"), cluster.address)
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run([step])))
@@ -163,7 +164,7 @@ def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):
     assert result.ok, result.failed
     outcome = result.by_name("multinode/victim")
     assert outcome.outcome is Outcome.RAN
-    second = fs.read_text(fs.join(outcome.output_path, "attempt-2"))
-    assert second in NODES and second != first
     provenance = json.loads(fs.read_text(StepRecord(outcome.output_path).provenance))
-    assert provenance["attempts"] == 2 and provenance["retries"] == 1
+    assert 2 <= provenance["attempts"] <= 4 and provenance["retries"] == provenance["attempts"] - 1
+    last = fs.read_text(fs.join(outcome.output_path, f"attempt-{provenance['attempts']}"))
+    assert last in NODES and last != first
