@@ -175,7 +175,7 @@ def local_builds(work: str, n: int, rows: list) -> None:
     for kind, jobs in (("chain", 1), ("fan", 2)):
         path = _experiment_file(work, kind, n)
         prefix = os.path.join(work, f"build-{kind}")
-        t = _timed([marin, "run", path, "--prefix", prefix, "-j", str(jobs)], env, _root())
+        t = _timed([marin, "run", path, "--prefix", prefix, "-j", str(jobs), "--warm-workers"], env, _root())
         rows.append((f"marin run -j {jobs}, fresh {n:,}-step {kind}", t, f"{t / n * 1e3:.1f} ms/step"))
         t = _make_build(os.path.join(work, f"make-{kind}"), kind, n, jobs)
         rows.append((f"GNU make -j {jobs}, fresh {n:,}-target {kind} (python per target)", t,

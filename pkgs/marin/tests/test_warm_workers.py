@@ -18,6 +18,7 @@ from rigging.config.discovery import Backend
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
+    kwargs.setdefault("warm_workers", True)
     return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, backend=Backend.LOCAL, poll_interval=0.02,
                       **kwargs)
 
@@ -104,7 +105,7 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
         if __name__ == "__main__":
             slow = t.node("ctrl-c/slow", {counter!r}, sleep=60)
             StepRunner(prefix={prefix!r}, max_parallel=1, strict_env=False, backend=Backend.LOCAL,
-                       poll_interval=0.02).run([slow])
+                       poll_interval=0.02, warm_workers=True).run([slow])
     """))
     proc = subprocess.Popen([sys.executable, str(script)], env=subprocess_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
