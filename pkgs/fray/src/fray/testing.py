@@ -153,6 +153,8 @@ def ray_multinode(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[MultiNodeC
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "gcs_server_port": free_port(), "include_dashboard": False, "temp_dir": temp_dir,
             **_node_ports()})
+        if cluster.address is None:
+            raise RuntimeError("the Ray test cluster's head started without an address")
         out = MultiNodeCluster(cluster=cluster, address=cluster.address)
         for name, args in nodes.items():
             out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))

@@ -377,7 +377,7 @@ def make_plan(
             if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
                 prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
                 built = prov.get("env_digest") or UNKNOWN_ENV
-            if built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
+            if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
                 p.env_note = "built in a different environment"
     plan = Plan(store, planned, pos_of, salt=salt)
     if early_cutoff and any(p.action is Action.RUN for p in planned):
