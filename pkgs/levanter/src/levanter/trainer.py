@@ -98,19 +98,35 @@ class NonFiniteLossError(FloatingPointError):
 
 def _loss_terms(model: hk.Transformed, params: Any, batch: jax.Array,
                 compute_dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
-    """(mean next-token cross entropy, mean squared log-partition) of ``batch`` ``[b, seq_len + 1]``."""
+    """(mean next-token cross entropy, mean squared log-partition) of ``batch``.
+
+    ``batch`` is ``[b, seq_len + 1]`` token ids (every target counts), or chat windows
+    ``[b, 3, seq_len + 1]`` (ids, loss mask, segment ids; ``levanter.data.chat``): then attention
+    stays inside each segment and both means run over the targets whose mask is on and whose
+    segment is the input's (never across a conversation boundary, never padding).
+    """
     # Master weights stay float32; a bfloat16 policy runs the forward on a cast copy.
     cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
-    logits = model.apply(cast, None, batch[:, :-1])  # float32
-    targets = batch[:, 1:]
+    if batch.ndim == 3:
+        tokens, mask, segments = batch[:, 0], batch[:, 1], batch[:, 2]
+        logits = model.apply(cast, None, tokens[:, :-1], segment_ids=segments[:, :-1])
+        weights = ((mask[:, 1:] > 0) & (segments[:, 1:] == segments[:, :-1])
+                   & (segments[:, 1:] > 0)).astype(jnp.float32)
+    else:
+        tokens, weights = batch, None
+        logits = model.apply(cast, None, tokens[:, :-1])  # float32
+    targets = tokens[:, 1:]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return jnp.mean(logz - picked), jnp.mean(jnp.square(logz))
+    if weights is None:
+        return jnp.mean(logz - picked), jnp.mean(jnp.square(logz))
+    count = jnp.maximum(jnp.sum(weights), 1.0)
+    return jnp.sum((logz - picked) * weights) / count, jnp.sum(jnp.square(logz) * weights) / count
 
 
 def loss_fn(model: hk.Transformed, params: Any, batch: jax.Array, compute_dtype: jnp.dtype,
             z_loss_weight: float = 0.0) -> jax.Array:
-    """Mean next-token cross entropy of ``batch`` ``[b, seq_len + 1]`` (float32), plus the z-loss
+    """Mean next-token cross entropy of ``batch`` (float32; shapes in ``_loss_terms``), plus the z-loss
     ``z_loss_weight * mean(logsumexp(logits)^2)`` when the weight is not 0."""
     ce, z = _loss_terms(model, params, batch, compute_dtype)
     return ce + z_loss_weight * z if z_loss_weight else ce
@@ -138,7 +154,7 @@ def make_train_step(model: hk.Transformed, tx: optax.GradientTransformation, com
         if grad_accum == 1:
             (total, loss), grads = grad_fn(params, batch)
         else:
-            micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, batch.shape[1]).swapaxes(0, 1)
+            micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
             if batch_sharding is not None:
                 micro = jax.lax.with_sharding_constraint(
                     micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))

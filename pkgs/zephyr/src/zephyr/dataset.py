@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rigging import filesystem as fs
-from zephyr.readers import FileSlice, OnError, Reader, TextMode, expand_paths, reader_for_path
+from zephyr.readers import FileSlice, OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
 from zephyr.stages import ShardStream, staged_shards
 from zephyr.worker_context import WorkerContext, worker_context
 
@@ -216,12 +216,15 @@ class Dataset:
         text_field: str = "text",
         text_mode: TextMode | str = TextMode.LINES,
         on_error: OnError | str = OnError.RAISE,
+        record_fn: RecordFn | None = None,
     ) -> Dataset:
         """Documents of the files in ``source`` (paths, globs, folders), sharded by
-        :func:`plan_file_shards`; the reader is chosen per file by extension unless given."""
+        :func:`plan_file_shards`; the reader is chosen per file by extension unless given.
+        With ``record_fn``, JSON objects and Parquet rows are turned into records by it."""
         files = expand_paths(source)
         readers = [
-            reader or reader_for_path(f, text_field=text_field, text_mode=text_mode, on_error=on_error)
+            reader or reader_for_path(f, text_field=text_field, text_mode=text_mode, on_error=on_error,
+                                      record_fn=record_fn)
             for f in files
         ]
         return cls(plan_file_shards(files, readers, num_shards))

@@ -10,6 +10,10 @@ Formats, chosen by extension (after removing a compression suffix ``.gz``, ``.zs
 * anything else: plain UTF-8 text, one document per line or documents separated by blank lines
   (:class:`TextReader`).
 
+Structured records: given ``record_fn``, the JSON-lines and Parquet readers hand each whole JSON
+object (or Parquet row, as a dict of its columns) to ``record_fn`` and yield what it returns; a
+``ValueError`` it raises is bad input like any other (one line naming file and line or record).
+
 Paths are fsspec URLs (local, ``gs://``, ``memory://``, ``hf://`` when online). A source may be a
 list of paths, globs or folders; :func:`expand_paths` turns it into files in sorted order.
 
@@ -27,7 +31,7 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -38,6 +42,7 @@ from zephyr.worker_context import Counters
 
 __all__ = [
     "Compression",
+    "RecordFn",
     "FileSlice",
     "JsonlReader",
     "OnError",
@@ -53,6 +58,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _GLOB_CHARS = frozenset("*?[")
+
+RecordFn = Callable[[dict[str, Any]], Any]
+"""Turns one JSON object or Parquet row into a record; raises ValueError naming what is wrong."""
 _JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 _PARQUET_EXTENSIONS = (".parquet",)
 
@@ -261,17 +269,19 @@ class JsonlReader(_LineReader):
         text_field: name of the field holding the document text.
         on_error: ``raise`` (default) or ``skip`` lines that are not JSON objects with a string
             ``text_field`` (or not UTF-8).
+        record_fn: if given, each object goes through it instead (see the module docstring).
     """
 
     text_field: str = "text"
     on_error: OnError = OnError.RAISE
+    record_fn: RecordFn | None = None
 
     def __post_init__(self) -> None:
         if not self.text_field:
             raise ValueError(f"text_field must be a non-empty string, got {self.text_field!r}")
         object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
 
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
         loads = json.loads
         field = self.text_field
         for number, line in self._lines(piece, counters):
@@ -282,6 +292,16 @@ class JsonlReader(_LineReader):
             except json.JSONDecodeError as e:
                 self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
                                               f"invalid JSON ({e.msg} at column {e.colno})"))
+                continue
+            if self.record_fn is not None:
+                try:
+                    if not isinstance(obj, dict):
+                        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+                    record = self.record_fn(obj)
+                except ValueError as e:
+                    self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}", str(e)))
+                    continue
+                yield record
                 continue
             value = obj.get(field) if isinstance(obj, dict) else None
             if not isinstance(value, str):
@@ -306,11 +326,13 @@ class ParquetReader(Reader):
         text_field: name of the column holding the document text.
         batch_size: rows read at a time (bounds memory).
         on_error: ``raise`` (default) or ``skip`` rows whose text is null.
+        record_fn: if given, each row (a dict of all columns) goes through it instead.
     """
 
     text_field: str = "text"
     batch_size: int = 4096
     on_error: OnError = OnError.RAISE
+    record_fn: RecordFn | None = None
 
     def __post_init__(self) -> None:
         if not self.text_field:
@@ -319,7 +341,7 @@ class ParquetReader(Reader):
             raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
         object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
 
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -343,6 +365,9 @@ class ParquetReader(Reader):
             except unreadable as e:
                 raise DataError(path, "", f"not a readable parquet file: {type(e).__name__}: {e}") from None
             names = parquet.schema_arrow.names
+            if self.record_fn is not None:
+                yield from self._rows(parquet, path, counters, unreadable)
+                return
             if self.text_field not in names:
                 raise DataError(path, "", f"no {self.text_field!r} column (columns: {', '.join(names)})")
             row = 0
@@ -363,6 +388,23 @@ class ParquetReader(Reader):
             except unreadable as e:
                 raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
 
+    def _rows(self, parquet: Any, path: str, counters: Counters | None,
+              unreadable: tuple[type[BaseException], ...]) -> Iterator[Any]:
+        assert self.record_fn is not None
+        row = 0
+        try:
+            for batch in parquet.iter_batches(batch_size=self.batch_size):
+                for obj in batch.to_pylist():
+                    row += 1
+                    try:
+                        record = self.record_fn(obj)
+                    except ValueError as e:
+                        self._bad(counters, DataError(path, f"record {row - 1}", str(e)))
+                        continue
+                    yield record
+        except unreadable as e:
+            raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
+
 
 def reader_for_path(
     path: str,
@@ -370,13 +412,21 @@ def reader_for_path(
     text_field: str = "text",
     text_mode: TextMode | str = TextMode.LINES,
     on_error: OnError | str = OnError.RAISE,
+    record_fn: RecordFn | None = None,
 ) -> Reader:
-    """The reader for ``path`` judged by its extension (see the module docstring)."""
+    """The reader for ``path`` judged by its extension (see the module docstring).
+
+    Raises:
+        DataError: ``record_fn`` is given and ``path`` is neither JSON lines nor Parquet.
+    """
     name = Compression.of(path).strip(path).lower()
     if name.endswith(_JSONL_EXTENSIONS):
-        return JsonlReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+        return JsonlReader(text_field=text_field, on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]
     if name.endswith(_PARQUET_EXTENSIONS):
-        return ParquetReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+        return ParquetReader(text_field=text_field, on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]
+    if record_fn is not None:
+        raise DataError(path, "", "structured records need JSON lines (.jsonl/.json) or Parquet, "
+                                  "not a plain text file")
     return TextReader(mode=text_mode, on_error=on_error)  # type: ignore[arg-type]
 
 

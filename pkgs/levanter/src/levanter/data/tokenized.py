@@ -13,13 +13,17 @@ import dataclasses
 import grain.python as grain
 import numpy as np
 
+from levanter.data.chat import CHAT_FORMAT
 from rigging import filesystem as fs
+from zephyr import DataError
 from zephyr.shards import TOKENIZED_FORMAT, decode_tokens, local_shard
 from zephyr.shards import read_index as _read_shard_index
 
-__all__ = ["FORMAT", "TokenizedSplit", "decode_document", "open_split", "read_index"]
+__all__ = ["FORMAT", "FORMATS", "TokenizedSplit", "decode_document", "open_split", "read_index"]
 
 FORMAT = TOKENIZED_FORMAT
+FORMATS = (FORMAT, CHAT_FORMAT)
+"""Formats the loader reads: plain documents, and chat records (``levanter.data.chat``)."""
 
 
 def read_index(path: str) -> dict:
@@ -29,7 +33,11 @@ def read_index(path: str) -> dict:
         zephyr.DataError: there is no index (not a finished tokenize output), or it has another
             format, misses ``vocab_size``, ``eos_id`` or ``splits``, or lists malformed shards.
     """
-    return _read_shard_index(path, format_name=TOKENIZED_FORMAT, required=("vocab_size", "eos_id", "splits"))
+    index = _read_shard_index(path, required=("vocab_size", "eos_id", "splits"))
+    if index.get("format") not in FORMATS:
+        raise DataError(fs.join(path, "index.json"), "", f"format must be one of {', '.join(map(repr, FORMATS))}, "
+                                                         f"got {index.get('format')!r}")
+    return index
 
 
 def decode_document(record: bytes) -> np.ndarray:
@@ -55,6 +63,13 @@ class TokenizedSplit:
     """Number of tokens over all shards (without separators)."""
     source: grain.ArrayRecordDataSource
     """Grain random-access source over the (local) shard files."""
+    format: str = FORMAT
+    """The index's format: plain documents or chat records."""
+
+    @property
+    def is_chat(self) -> bool:
+        """Whether records are chat records (ids with a loss mask and conversation starts)."""
+        return self.format == CHAT_FORMAT
 
 
 def open_split(path: str, split: str, cache_dir: str | None = None) -> TokenizedSplit:
@@ -78,4 +93,4 @@ def open_split(path: str, split: str, cache_dir: str | None = None) -> Tokenized
         raise ValueError(f"{path}: split {split!r} has no documents")
     return TokenizedSplit(path=path, split=split, vocab_size=int(index["vocab_size"]),
                           eos_id=int(index["eos_id"]), num_documents=len(source),
-                          num_tokens=num_tokens, source=source)
+                          num_tokens=num_tokens, source=source, format=str(index["format"]))

@@ -28,9 +28,11 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     from rigging import filesystem as fs
 
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
-    first = fs.join(str(config.data.datasets[0].path), "tokenizer.json")
-    if fs.exists(first):
-        fs.atomic_write(fs.join(output_path, "tokenizer.json"), fs.read_bytes(first))
+    # (and the chat template, for chat data, so `marin sample --chat` renders turns the same way).
+    for name in ("tokenizer.json", "chat_template.json"):
+        first = fs.join(str(config.data.datasets[0].path), name)
+        if fs.exists(first):
+            fs.atomic_write(fs.join(output_path, name), fs.read_bytes(first))
     result = main(config, output_path)
     summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
     fs.atomic_write(fs.join(output_path, "train_summary.json"), json.dumps(summary, indent=2, default=str))
