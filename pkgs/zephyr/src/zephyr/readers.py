@@ -402,6 +402,8 @@ class ParquetReader(Reader):
                         self._bad(counters, DataError(path, f"record {row - 1}", str(e)))
                         continue
                     yield record
+        except DataError:
+            raise
         except unreadable as e:
             raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
 
