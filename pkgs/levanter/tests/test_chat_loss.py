@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import pytest
 
 from levanter.data.chat import decode_chat_record, encode_chat_record, pad_window

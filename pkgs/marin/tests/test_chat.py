@@ -13,6 +13,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from levanter.data.chat import decode_chat_record
 from levanter.data.tokenized import open_split
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
 from marin.execution.lazy import lower
 from marin.experiment.chat import Role, read_conversations
 from marin.experiment.chat_data import tokenized_chat
@@ -21,8 +23,6 @@ from marin.experiment.chat_tokenize import load_chat_template, tokenize_chat_to_
 from marin.experiment.data import trained_tokenizer
 from marin.experiment.sources import resolve_source
 from marin.experiment.train import train_lm
-from levanter.optim import AdamConfig
-from levanter.models.llama import LlamaConfig
 from zephyr import Counters, DataError, ShardFailed
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who is Mia?"},

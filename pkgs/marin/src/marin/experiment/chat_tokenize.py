@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from marin.experiment.chat import Conversation, conversations_dataset
 from marin.experiment.chat_template import ChatTemplate, add_special_tokens
-from marin.experiment.tokenize_impl import IN_PROCESS_BELOW_BYTES, SPLITS, TokenizedSink, _input_bytes, assign_split
+from marin.experiment.tokenize_impl import (
+    IN_PROCESS_BELOW_BYTES,
+    SPLITS,
+    TokenizedSink,
+    _input_bytes,
+    assign_split,
+)
 from rigging import filesystem as fs
 from zephyr import current_context
 
