@@ -299,7 +299,7 @@ class JsonlReader(_LineReader):
                         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
                     record = self.record_fn(obj)
                 except ValueError as e:
-                    self._bad(counters, DataError(piece.path, f"line {self._resolve(piece, number)}", str(e)))
+                    self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}", str(e)))
                     continue
                 yield record
                 continue
