@@ -15,15 +15,28 @@ from marin.cli.errors import MarinError
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="0 picks the most likely token each time.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--chat", is_flag=True, help="PROMPT is a user turn: render it with the model's chat template "
+              "and print the assistant's reply (until the template's end token).")
+@click.option("--system", default=None, help="With --chat: a system turn before the user's.")
 @prefix_option
 @click.pass_context
 def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temperature: float, seed: int,
-           prefix: str | None) -> None:
+           chat: bool, system: str | None, prefix: str | None) -> None:
     """Continue PROMPT with the model of a finished training step (output folder or step name)."""
-    from marin.experiment.sampling import sample_text
+    from marin.experiment.sampling import sample_chat, sample_text
 
     output = trained_output(ctx, path, prefix)
     if not prompt.strip():
         raise MarinError("--prompt must not be empty")
     quiet_library_logs(ctx)
+    if system is not None and not chat:
+        raise MarinError("--system is only meaningful with --chat")
+    if chat:
+        try:
+            rendered, reply = sample_chat(output, prompt, system=system, max_new_tokens=max_new_tokens,
+                                          temperature=temperature, seed=seed)
+        except FileNotFoundError as e:
+            raise MarinError(str(e), hint="sample without --chat, or fine-tune on tokenized_chat(...) data") from None
+        click.echo(rendered + reply)
+        return
     click.echo(prompt + sample_text(output, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
