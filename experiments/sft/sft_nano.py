@@ -2,8 +2,8 @@
 
 ``marin run experiments/sft/`` builds it (a few minutes on CPU; the pretraining step is the one
 ``make train-nano`` builds, so it is shared when that ran first). The fine-tune starts from the
-pretrained model's final parameters; the chat template's special tokens are new to its tokenizer,
-so its vocabulary grows by them (old rows kept). The eval step prints the assistant-token loss of
+pretrained model's final parameters (``initialize_from=trained_model(nano_model)``); the chat
+template's special tokens are new to its tokenizer, so its vocabulary grows by them (old rows kept). The eval step prints the assistant-token loss of
 both models on held-out conversations. Then ask the fine-tuned model a question::
 
     marin sample checkpoints/marin-nano-sft --chat --prompt "$(cat story.txt) Who is the story about?"
@@ -20,7 +20,7 @@ from marin.experiment.chat_data import tokenized_chat
 from marin.experiment.chat_eval import chat_eval
 from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE
 from marin.experiment.story_chat import story_chats
-from marin.experiment.train import train_lm
+from marin.experiment.train import train_lm, trained_model
 
 SEQ_LEN = 256
 
@@ -40,7 +40,7 @@ sft_model = train_lm(
     num_train_steps=300,
     eval_every=50,
     checkpoint=CheckpointConfig(save_every=100),
-    fine_tune_from=nano_model,
+    initialize_from=trained_model(nano_model),
 )
 
 evaluation = chat_eval("evals/story-chats", {"pretrained": nano_model, "fine-tuned": sft_model}, chat_data,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from levanter_testlib import pattern_documents, tiny_config, write_tokenized
 
-from levanter.config import FineTuneStart
 from levanter.data.chat import CHAT_FORMAT, encode_chat_record
+from levanter.initialize import TrainedModel
 from levanter.trainer import main
 
 
@@ -46,8 +46,8 @@ def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grow
     chat = _chat_dataset(str(tmp_path / "chat"), vocab_size=68)
 
     tuned = str(tmp_path / "tuned")
-    config = tiny_config(chat, num_train_steps=2, eval_batches=1, fine_tune_from=pretrained, log_every=1)
-    assert config.fine_tune_from == FineTuneStart(pretrained)
+    config = tiny_config(chat, num_train_steps=2, eval_batches=1, initialize_from=TrainedModel(pretrained),
+                         log_every=1)
     result = main(config, tuned)
     assert result["model"]["vocab_size"] == 68 and result["start_step"] == 0
     scratch = str(tmp_path / "scratch")
@@ -56,5 +56,5 @@ def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grow
     assert _first_loss(tuned) < 0.7 * _first_loss(scratch), (_first_loss(tuned), _first_loss(scratch))
 
     wider = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
-    with pytest.raises(ValueError, match=r"shape differs from model= \(hidden_dim: 32 != 64\)"):
+    with pytest.raises(ValueError, match=r"the trained model's shape differs from model= \(hidden_dim: 32 != 64\)"):
         main(wider, str(tmp_path / "wider"))

@@ -35,7 +35,6 @@ from rigging.fields import unhashed_field
 __all__ = [
     "ComputeDtype",
     "DataConfig",
-    "FineTuneStart",
     "TrainLmConfig",
     "TrainerConfig",
     "WandbConfig",
@@ -189,19 +188,6 @@ class TrainerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class FineTuneStart:
-    """Fine-tune: start from another run's final parameters with a fresh optimizer at step 0; the
-    vocabulary grows to the data's (new tokens get new rows, old rows stay as they were)."""
-
-    model: Any
-    """The pretrained run's output folder (a training step or handle until the runner resolves it)."""
-
-    def __post_init__(self) -> None:
-        if self.model is None or (isinstance(self.model, str) and not self.model):
-            raise ValueError(f"fine_tune_from needs the pretrained run's output, got {self.model!r}")
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainLmConfig:
     """Everything one language-model training run needs (but where it writes)."""
 
@@ -234,8 +220,6 @@ class TrainLmConfig:
     """The training loop."""
     z_loss_weight: float = 0.0
     """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
-    fine_tune_from: FineTuneStart | None = None
-    """Start from a pretrained run's final parameters (see :class:`FineTuneStart`)."""
     revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
@@ -251,10 +235,6 @@ class TrainLmConfig:
             raise ValueError(f"z_loss_weight must be a finite number >= 0 or None, got {weight!r}")
         object.__setattr__(self, "z_loss_weight", float(weight))
         self.optimizer.check(self.trainer.num_train_steps)
-        start = self.fine_tune_from
-        if start is not None and not isinstance(start, FineTuneStart):
-            # A training step, handle or output folder: the run to start from.
-            object.__setattr__(self, "fine_tune_from", FineTuneStart(start))
 
     @classmethod
     def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: LlamaConfig, optimizer: AdamConfig,
@@ -314,5 +294,4 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
         t["mesh"] = MeshConfig(**t["mesh"])
     return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
-                         z_loss_weight=data.get("z_loss_weight", 0.0),
-                         fine_tune_from=FineTuneStart(**data["fine_tune_from"]) if data.get("fine_tune_from") else None)
+                         z_loss_weight=data.get("z_loss_weight", 0.0))

@@ -13,8 +13,8 @@ from typing import Any
 
 from levanter.models.llama import LlamaConfig
 
-__all__ = ["HfCheckpoint", "InitializeFrom", "initial_params", "initialize_from_dict", "initialize_kinds",
-           "initialize_to_dict"]
+__all__ = ["HfCheckpoint", "InitializeFrom", "TrainedModel", "initial_params", "initialize_from_dict",
+           "initialize_kinds", "initialize_to_dict"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +33,27 @@ class HfCheckpoint:
             raise ValueError(f"revision must be a non-empty string or None, got {self.revision!r}")
 
 
-InitializeFrom = HfCheckpoint
-"""The starting points a run may name (a union as variants are added)."""
+@dataclasses.dataclass(frozen=True)
+class TrainedModel:
+    """The final parameters of another training run (fine-tuning); the optimizer state starts fresh.
+
+    The vocabulary grows to the configured model's (new special tokens of a chat template): old
+    embedding rows and output columns are kept as they were (``levanter.models.vocab``).
+    """
+
+    path: Any
+    """The run's output folder (a training step or handle until the runner resolves it)."""
+
+    def __post_init__(self) -> None:
+        if self.path is None or (isinstance(self.path, str) and not self.path):
+            raise ValueError(f"path must name a trained model's output, got {self.path!r}")
+
+
+InitializeFrom = HfCheckpoint | TrainedModel
+"""The starting points a run may name."""
 
 # The tag of each variant in a serialised TrainerConfig.
-_KINDS: dict[str, type] = {"hf_checkpoint": HfCheckpoint}
+_KINDS: dict[str, type] = {"hf_checkpoint": HfCheckpoint, "trained_model": TrainedModel}
 
 
 def initialize_kinds() -> list[str]:
@@ -51,7 +67,22 @@ def initial_params(init: InitializeFrom, config: LlamaConfig) -> dict[str, dict[
         from levanter.compat.hf_checkpoint import load_hf_params, resolve_hf_folder
 
         return load_hf_params(resolve_hf_folder(init.repo, init.revision), config)
+    if isinstance(init, TrainedModel):
+        return _trained_params(str(init.path), config)
     raise TypeError(f"initialize_from must be one of {initialize_kinds()}, got {type(init).__name__}")
+
+
+def _trained_params(path: str, config: LlamaConfig) -> dict[str, dict[str, Any]]:
+    from levanter.generate import load_final_model
+    from levanter.models.vocab import extend_vocab
+
+    pretrained, params = load_final_model(path)
+    shape = ("hidden_dim", "intermediate_dim", "num_heads", "num_kv_heads", "num_layers", "tie_embeddings")
+    differ = [f"{k}: {getattr(pretrained, k)} != {getattr(config, k)}" for k in shape
+              if getattr(pretrained, k) != getattr(config, k)]
+    if differ:
+        raise ValueError(f"initialize_from {path}: the trained model's shape differs from model= ({'; '.join(differ)})")
+    return extend_vocab(params, config.vocab_size)
 
 
 def initialize_to_dict(init: InitializeFrom | None) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from levanter.optim import AdamConfig
 from marin.execution.lazy import Lazy
 from marin.execution.step import InvalidStep, Step
 
-__all__ = ["TrainLm", "TrainLmConfig", "train_lm", "train_lm_step", "unigram_entropy"]
+__all__ = ["TrainLm", "TrainLmConfig", "train_lm", "train_lm_step", "trained_model", "unigram_entropy"]
 
 
 def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
@@ -118,3 +118,13 @@ def unigram_entropy(tokenized_path: str, split: str = "validation") -> float:
     counts[int(index["eos_id"])] += len(data.source)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
+
+
+def trained_model(model: Any) -> Any:
+    """Name another training step's final parameters for ``train_lm(..., initialize_from=...)``:
+    a fine-tune starts there with a fresh optimizer, its vocabulary grown to its data's (new
+    special tokens get new rows; the old rows stay as trained). The step's key holds ``model``'s hash.
+    """
+    from levanter.initialize import TrainedModel
+
+    return TrainedModel(path=model)
