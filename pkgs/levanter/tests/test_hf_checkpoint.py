@@ -180,5 +180,5 @@ def test_training_starts_from_an_hf_checkpoint_and_checkpoints_read_back(tiny_da
     wider = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, intermediate_dim=80))
     with pytest.raises(HfCheckpointError, match="intermediate_size is 64 but the configured model has intermediate_dim=80"):
         main(wider, str(tmp_path / "wider"))
-    with pytest.raises(ValueError, match="initialize_from must be one of \\['HfCheckpoint'\\] or None, got str"):
+    with pytest.raises(ValueError, match="initialize_from must be one of \\['HfCheckpoint', 'TrainedModel'\\] or None, got str"):
         tiny_config(tiny_dataset, initialize_from=hf_folder)

@@ -207,5 +207,5 @@ def test_train_lm_starts_from_a_hub_checkpoint(built, tmp_path, monkeypatch):
     assert step_hash(start) == lower(model).hash
     assert len({step_hash(start), step_hash(hf_checkpoint("someone/nano-llama", revision="v2")),
                 step_hash(hf_checkpoint("someone/other")), step_hash(None)}) == 4
-    with pytest.raises(InvalidStep, match=r"initialize_from must be one of \['HfCheckpoint'\] or None, got str"):
+    with pytest.raises(InvalidStep, match=r"initialize_from must be one of \['HfCheckpoint', 'TrainedModel'\] or None, got str"):
         step_hash("someone/nano-llama")
