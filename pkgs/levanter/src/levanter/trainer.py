@@ -39,7 +39,7 @@ from levanter.config import (
     config_from_dict,
     config_to_dict,
 )
-from levanter.data import data_vocab_size, eval_batches, train_dataset
+from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
 from levanter.flops import device_peak_flops
 from levanter.initialize import initial_params
 from levanter.memory import MEMORY_FILE, measure_memory
@@ -349,7 +349,9 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
                             out_shardings=state_shardings)(params, state)
             logger.info("initialised from %s", trainer.initialize_from)
 
-    batch_shape = jax.ShapeDtypeStruct((trainer.batch_size, trainer.seq_len + 1), jnp.int32, sharding=batch_sharding)
+    # Chat data comes as [3, seq_len + 1] windows (ids, loss mask, segment ids; levanter.data.chat).
+    window = (3, trainer.seq_len + 1) if data_is_chat(data.datasets) else (trainer.seq_len + 1,)
+    batch_shape = jax.ShapeDtypeStruct((trainer.batch_size, *window), jnp.int32, sharding=batch_sharding)
     # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
     # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
     train_step = jax.jit(make_train_step(model, tx, dtype, trainer.grad_accum, batch_sharding,
