@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("bench_engine", "bench_tokenize", "bench_train", "bench_cutoff", "bench_extend")
+BENCHES = ("bench_engine", "bench_scale", "bench_report", "bench_tokenize", "bench_train", "bench_cutoff",
+           "bench_sharding", "bench_extend")
 
 
 def main(argv: list[str]) -> None:

@@ -29,6 +29,8 @@ from levanter.flops import device_peak_flops
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import AdamConfig
 from levanter.trainer import TrainLmConfig, loss_fn
+from rigging import filesystem as fs
+from zephyr.shards import TOKENIZED_FORMAT, write_index
 
 REPS = 3
 STEPS = 100
@@ -38,21 +40,22 @@ MODEL = LlamaConfig(vocab_size=VOCAB, hidden_dim=64, intermediate_dim=256, num_h
 BATCH, SEQ = 16, 128
 
 
-def _write_dataset(root: str) -> str:
+def _write_dataset(root: str, vocab: int = VOCAB, docs: int = 3000) -> str:
+    """A tokenized ``train`` split of ``docs`` random documents (20-300 tokens) over ``vocab`` ids."""
     rng = np.random.default_rng(0)
     os.makedirs(os.path.join(root, "train"))
     writer = ArrayRecordWriter(os.path.join(root, "train", "part-00000.array_record"), "group_size:1")
     tokens = 0
-    for _ in range(3000):
-        doc = rng.integers(1, VOCAB, size=int(rng.integers(20, 300)))
+    for _ in range(docs):
+        doc = rng.integers(1, vocab, size=int(rng.integers(20, 300)))
         tokens += len(doc)
         writer.write(np.asarray(doc, "<u4").tobytes())
     writer.close()
-    index = {"format": "marin.tokenized/v1", "vocab_size": VOCAB, "eos_id": 0, "splits": {"train": {
-        "records": 3000, "tokens": tokens,
-        "shards": [{"path": "train/part-00000.array_record", "records": 3000, "tokens": tokens}]}}}
-    with open(os.path.join(root, "index.json"), "w") as f:
-        json.dump(index, f)
+    shard = os.path.join(root, "train", "part-00000.array_record")
+    write_index(root, {"format": TOKENIZED_FORMAT, "vocab_size": vocab, "eos_id": 0, "splits": {"train": {
+        "records": docs, "tokens": tokens,
+        "shards": [{"path": "train/part-00000.array_record", "records": docs, "tokens": tokens,
+                    "bytes": os.path.getsize(shard), "sha256": fs.sha256_of(shard)}]}}})
     return root
 
 

@@ -1,4 +1,4 @@
-"""Step functions for the synthetic chains of the engine benchmark (importable by workers)."""
+"""Step functions for the synthetic graphs of the engine benchmarks (importable by workers)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class LinkConfig:
 
 
 def link(config: LinkConfig, output_path: str) -> None:
-    """Write the link's index (the benchmark only ever finds these cached)."""
+    """Write the link's index: a trivial step, so what is measured is the engine's cost."""
     fs.atomic_write(fs.join(output_path, "index.txt"), str(config.index))
 
 
@@ -30,3 +30,20 @@ def chain(n: int) -> list[Step]:
                     config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
         previous = step
     return [previous]
+
+
+def fan(n: int) -> list[Step]:
+    """``n`` independent trivial steps (a sweep): all of them are targets."""
+    return [Step(name=f"fan/leaf{i:05d}", fn=link, config=LinkConfig(index=i)) for i in range(n)]
+
+
+def sweeps(n: int, per_group: int = 100) -> list[Step]:
+    """``n`` steps in groups of ``per_group`` (``sweep0003/link00042``), a chain inside each group."""
+    targets = []
+    for g in range(0, n, per_group):
+        previous = None
+        for i in range(g, min(n, g + per_group)):
+            previous = Step(name=f"sweep{g // per_group:04d}/link{i:05d}", fn=link,
+                            config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
+        targets.append(previous)
+    return targets

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -52,11 +53,23 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run(args: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None, check: bool = True,
         timeout: float = 900) -> Ran:
-    """Run ``args``; with ``check``, fail the test (showing the output) on a non-zero exit."""
+    """Run ``args``; with ``check``, fail the test (showing the output) on a non-zero exit.
+
+    The command runs in a session of its own; on timeout the whole session is killed, so that a
+    ``make`` cut short leaves no ``marin run`` behind it still training and holding leases.
+    """
     start = time.monotonic()
-    proc = subprocess.run(args, cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    ran = Ran(list(args), proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    with subprocess.Popen(args, cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            ran = Ran(list(args), -signal.SIGKILL, stdout, stderr, time.monotonic() - start)
+            raise AssertionError(f"command timed out after {timeout:.0f}s (its session was killed)\n"
+                                 f"{ran.describe()}") from None
+    ran = Ran(list(args), proc.returncode, stdout, stderr, time.monotonic() - start)
     if check and ran.returncode != 0:
         raise AssertionError(f"command failed\n{ran.describe()}")
     return ran

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from marin.execution.store import StepRecord, StepStore, compute_manifest, verify_manifest
 from marin.execution.verify import Verdict, verify_output
 from zephyr.errors import DataError
-from zephyr.readers import FileSlice, JsonlReader, TextMode, TextReader, verify_shard_index
+from zephyr.readers import FileSlice, JsonlReader, TextMode, TextReader
+from zephyr.shards import verify_shard_index
 from zephyr.worker_context import Counters
 
 # No example database: nothing is written into the checkout. deadline=None: files are written per example.
@@ -45,13 +46,6 @@ _PIECES = st.sampled_from([b"\n", b"\r\n", b" ", b"{", b"}", b'"text"', b":", b"
 FUZZ_BYTES = st.one_of(st.binary(max_size=600), st.lists(_PIECES, max_size=80).map(b"".join))
 MUTATION = st.tuples(st.sampled_from(["flip", "truncate", "insert", "delete"]), st.integers(0, 1 << 30),
                      st.integers(1, 255))
-
-EXAMPLES_RUN: dict[str, int] = {}
-
-
-def _count(kind: str) -> None:
-    EXAMPLES_RUN[kind] = EXAMPLES_RUN.get(kind, 0) + 1
-
 
 def mutate(data: bytes, mutation: tuple[str, int, int]) -> bytes:
     kind, where, value = mutation
@@ -150,12 +144,12 @@ def scratch():
 @pytest.mark.parametrize("kind", sorted(READERS))
 @FUZZ
 @given(data=FUZZ_BYTES)
-def test_line_readers_give_exactly_the_documents_or_a_clear_error(scratch, kind, compression, data):
+def test_line_readers_give_exactly_the_documents_or_a_clear_error(scratch, fuzz_examples, kind, compression, data):
     make, model, ext = READERS[kind]
     path = str(scratch / f"in-{kind}{ext}{compression}")
     Path(path).write_bytes(COMPRESSIONS[compression](data))
     docs, skipped = model(data)
-    _count(f"{kind}{compression}")
+    fuzz_examples[f"{kind}{compression}"] += 1
     counters = Counters()
     assert _read(make("skip"), path, counters) == docs
     assert counters.get("skipped_records", 0) == skipped and not counters.get("skipped_files")
@@ -172,7 +166,7 @@ def test_line_readers_give_exactly_the_documents_or_a_clear_error(scratch, kind,
 @FUZZ
 @given(data=st.lists(st.text(min_size=1, max_size=40).filter(lambda t: t.strip() and "\n" not in t and "\r" not in t),
                      min_size=1, max_size=40), mutation=MUTATION)
-def test_damaged_compressed_files_are_an_error_never_a_short_read(scratch, kind, compression, data, mutation):
+def test_damaged_compressed_files_are_an_error_never_a_short_read(scratch, fuzz_examples, kind, compression, data, mutation):
     make, model, ext = READERS[kind]
     if kind == "jsonl":
         raw = "".join(json.dumps({"text": t}) + "\n" for t in data).encode()
@@ -183,7 +177,7 @@ def test_damaged_compressed_files_are_an_error_never_a_short_read(scratch, kind,
     path = str(scratch / f"dmg-{kind}{ext}{compression}")
     Path(path).write_bytes(damaged)
     expected, _ = model(raw)
-    _count(f"damaged {kind}{compression}")
+    fuzz_examples[f"damaged {kind}{compression}"] += 1
     try:
         got = _read(make("raise"), path)
     except DataError as e:
@@ -205,7 +199,8 @@ def test_damaged_compressed_files_are_an_error_never_a_short_read(scratch, kind,
 _SANDBOX = r"""
 import json, sys
 from zephyr.errors import DataError
-from zephyr.readers import FileSlice, ParquetReader, TokenShardReader
+from zephyr.readers import FileSlice, ParquetReader
+from zephyr.shards import TokenShardReader
 from zephyr.worker_context import Counters
 for line in sys.stdin:
     kind, path = json.loads(line)
@@ -277,13 +272,13 @@ def _parquet_bytes(texts: list[str]) -> bytes:
 @pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
 @NATIVE
 @given(texts=st.lists(st.text(max_size=30), min_size=1, max_size=40), mutation=MUTATION)
-def test_damaged_parquet_is_a_clear_error_in_a_sandbox(scratch, sandbox, compression, texts, mutation):
+def test_damaged_parquet_is_a_clear_error_in_a_sandbox(scratch, fuzz_examples, sandbox, compression, texts, mutation):
     packed = COMPRESSIONS[compression](_parquet_bytes(texts))
     damaged = mutate(packed, mutation)
     path = str(scratch / f"dmg.parquet{compression}")
     Path(path).write_bytes(damaged)
     reply = sandbox.ask("parquet", path)
-    _count(f"damaged parquet{compression}")
+    fuzz_examples[f"damaged parquet{compression}"] += 1
     assert "crash" not in reply and "hang" not in reply, f"{reply} on {mutation}"
     if "error" in reply:
         assert reply["error"] == "DataError" and path in reply["message"], reply
@@ -295,12 +290,12 @@ def test_damaged_parquet_is_a_clear_error_in_a_sandbox(scratch, sandbox, compres
 
 @NATIVE
 @given(data=FUZZ_BYTES)
-def test_random_bytes_as_parquet_and_token_shards(scratch, sandbox, data):
+def test_random_bytes_as_parquet_and_token_shards(scratch, fuzz_examples, sandbox, data):
     for kind, name in (("parquet", "junk.parquet"), ("shard", "junk.array_record")):
         path = str(scratch / name)
         Path(path).write_bytes(data)
         reply = sandbox.ask(kind, path)
-        _count(f"random bytes as {kind}")
+        fuzz_examples[f"random bytes as {kind}"] += 1
         assert "crash" not in reply and "hang" not in reply, reply
         if kind == "parquet" and "ok" in reply:
             continue  # zero bytes of a valid file cannot come from random bytes; any reply shape is fine
@@ -324,13 +319,13 @@ def _shard_bytes(records: list[list[int]], folder: Path) -> bytes:
 @NATIVE
 @given(records=st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=20), min_size=1, max_size=30),
        mutation=MUTATION)
-def test_damaged_token_shards_are_a_clear_error_in_a_sandbox(scratch, sandbox, records, mutation):
+def test_damaged_token_shards_are_a_clear_error_in_a_sandbox(scratch, fuzz_examples, sandbox, records, mutation):
     packed = _shard_bytes(records, scratch)
     damaged = mutate(packed, mutation)
     path = str(scratch / "dmg.array_record")
     Path(path).write_bytes(damaged)
     reply = sandbox.ask("shard", path)
-    _count("damaged token shard")
+    fuzz_examples["damaged token shard"] += 1
     assert "crash" not in reply and "hang" not in reply, f"{reply} on {mutation}"
     if "error" in reply:
         assert reply["error"] == "DataError" and path in reply["message"], reply
@@ -362,13 +357,13 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 @FUZZ
 @given(data=st.one_of(FUZZ_BYTES, JSON_VALUES.map(lambda v: json.dumps(v).encode())), mutation=MUTATION,
        use_mutation=st.booleans())
-def test_shard_index_damage_is_a_clear_error(scratch, data, mutation, use_mutation):
+def test_shard_index_damage_is_a_clear_error(scratch, fuzz_examples, data, mutation, use_mutation):
     folder = _index_folder(scratch)
     index_path = folder / "index.json"
     original = index_path.read_bytes()
     damaged = mutate(original, mutation) if use_mutation else data
     index_path.write_bytes(damaged)
-    _count("shard index")
+    fuzz_examples["shard index"] += 1
     try:
         index = verify_shard_index(str(folder))
     except DataError as e:
@@ -402,14 +397,14 @@ def _done_step(root: Path, name: str = "a") -> str:
 @given(which=st.sampled_from(["success.json", "manifest.json", "provenance.json", "status.json",
                               "lease-00000001.json"]),
        data=st.one_of(FUZZ_BYTES, JSON_VALUES.map(lambda v: json.dumps(v).encode())))
-def test_damaged_step_records_never_crash_the_engine(scratch, which, data):
+def test_damaged_step_records_never_crash_the_engine(scratch, fuzz_examples, which, data):
     from marin.cli.cmd_status import step_state
     from rigging.lease import Lease, current_lease
 
     out = _done_step(scratch)
     target = Path(out) / ".marin" / which
     target.write_bytes(data)
-    _count(f"record {which}")
+    fuzz_examples[f"record {which}"] += 1
     record = StepRecord(out)
     for path in (record.success, record.manifest, record.provenance, record.status):
         value = record.read_json(path)
@@ -434,7 +429,7 @@ def test_damaged_step_records_never_crash_the_engine(scratch, which, data):
 @FUZZ
 @given(data=st.one_of(FUZZ_BYTES, JSON_VALUES.map(lambda v: json.dumps(v).encode())),
        which=st.sampled_from(["success.json", "provenance.json", "status.json", "lease-00000001.json"]))
-def test_planning_survives_damaged_records_of_earlier_builds(scratch, data, which):
+def test_planning_survives_damaged_records_of_earlier_builds(scratch, fuzz_examples, data, which):
     from marin.execution.plan import make_plan
     from marin.execution.step import Step
 
@@ -447,7 +442,7 @@ def test_planning_survives_damaged_records_of_earlier_builds(scratch, data, whic
     this = prefix / f"{step.output_name}" / ".marin"
     this.mkdir(parents=True)
     (this / which).write_bytes(data)
-    _count(f"plan with damaged {which}")
+    fuzz_examples[f"plan with damaged {which}"] += 1
     plan = make_plan([step], StepStore(str(prefix)), explain=True)
     (planned,) = plan.steps
     if which == "success.json":
@@ -468,13 +463,6 @@ def shutil_copy(src: Path, dst: Path) -> None:
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src, dst)
-
-
-def test_report_examples_run(capsys):
-    """Prints how many fuzz examples ran (read by docs/reliability.md); runs last in this file."""
-    with capsys.disabled():
-        total = sum(EXAMPLES_RUN.values())
-        print(f"\nfuzz examples run: {total} " + json.dumps(dict(sorted(EXAMPLES_RUN.items()))))
 
 
 @pytest.mark.parametrize("provenance", [

@@ -108,3 +108,18 @@ def test_many_threads_never_exceed_capacity():
     assert peak["cpus"] <= 3 and peak["memory"] <= 3 * 2**30
     assert peak["cpus"] >= 2, "admission never ran two jobs at once"
     assert controller.in_use == Demand()
+
+
+def test_a_cluster_refuses_by_name_what_no_host_or_too_few_hosts_can_take():
+    from iris.admission import check_fits_cluster
+
+    hosts = [MachineCapacity(cpus=2, memory=8 * 2**30), MachineCapacity(cpus=4, memory=8 * 2**30),
+             MachineCapacity(cpus=4, memory=64 * 2**30)]
+    check_fits_cluster(ResourceConfig.with_cpu(4, memory="32GiB"), hosts)  # the third host
+    check_fits_cluster(ResourceConfig.with_cpu(2, hosts=3), hosts)  # one process per host
+    with pytest.raises(ResourcesTooLarge, match=r"no host of the cluster \(3 hosts\).*cpus: 8 > 4"):
+        check_fits_cluster(ResourceConfig.with_cpu(8), hosts)
+    with pytest.raises(ResourcesTooLarge, match="spans 3 hosts but only 2 of the cluster's 3 hosts"):
+        check_fits_cluster(ResourceConfig.with_cpu(3, hosts=3), hosts)
+    with pytest.raises(ResourcesTooLarge, match="gpus: 1 > 0"):
+        check_fits_cluster(ResourceConfig.with_gpu("H100", 1), hosts)

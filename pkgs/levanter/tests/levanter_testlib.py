@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -17,6 +16,8 @@ from levanter.config import TrainLmConfig, config_to_dict
 from levanter.data import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from rigging import filesystem as fs
+from zephyr.shards import TOKENIZED_FORMAT, write_index
 
 
 def tiny_config(data: str, **overrides) -> TrainLmConfig:
@@ -59,7 +60,7 @@ def final_params(out: str) -> dict[str, np.ndarray]:
 def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vocab_size: int,
                     eos_id: int, docs_per_shard: int = 1_000_000) -> str:
     """Write ``splits`` (split name -> documents of token ids) under ``root``; return ``root``."""
-    index = {"format": "marin.tokenized/v1", "vocab_size": vocab_size, "eos_id": eos_id, "splits": {}}
+    index = {"format": TOKENIZED_FORMAT, "vocab_size": vocab_size, "eos_id": eos_id, "splits": {}}
     for split, docs in splits.items():
         os.makedirs(os.path.join(root, split), exist_ok=True)
         shards = []
@@ -70,12 +71,11 @@ def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vo
             for doc in chunk:
                 writer.write(np.asarray(doc, "<u4").tobytes())
             writer.close()
-            data = open(os.path.join(root, rel), "rb").read()
+            path = os.path.join(root, rel)
             shards.append({"path": rel, "records": len(chunk), "tokens": sum(map(len, chunk)),
-                           "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                           "bytes": os.path.getsize(path), "sha256": fs.sha256_of(path)})
         index["splits"][split] = {"records": len(docs), "tokens": sum(map(len, docs)), "shards": shards}
-    with open(os.path.join(root, "index.json"), "w") as f:
-        json.dump(index, f)
+    write_index(root, index)
     return root
 
 
@@ -87,3 +87,90 @@ def pattern_documents(n: int, vocab_size: int, seed: int) -> list[list[int]]:
         start, stride, length = rng.integers(1, vocab_size - 1), rng.integers(1, 4), rng.integers(5, 40)
         docs.append([int(1 + (start + stride * i) % (vocab_size - 1)) for i in range(length)])
     return docs
+
+
+# --------------------------------------------------------------------------- runs on N CPU devices
+
+def _flat_state(state) -> dict[str, np.ndarray]:
+    import jax
+
+    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
+            for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def restore_state(config: TrainLmConfig, out: str) -> dict:
+    """Restore the newest checkpoint of the run in ``out`` onto ``config.trainer.mesh`` (this process's devices).
+
+    Returns ``{"step", "values": {leaf path: array}, "specs": {leaf path: partition spec as a list}}``.
+    """
+    import jax
+
+    from levanter.checkpoint import Checkpointer
+    from levanter.sharding import make_mesh
+    from levanter.trainer import abstract_state, checkpoint_dir
+
+    trainer = config.trainer
+    mesh = make_mesh(trainer.mesh)
+    target = abstract_state(config.model, config.optimizer.build(trainer.num_train_steps), trainer.seq_len, mesh)
+    checkpointer = Checkpointer(checkpoint_dir(out), trainer.checkpoint)
+    try:
+        restored = checkpointer.restore_latest(target)
+    finally:
+        checkpointer.close()
+    assert restored is not None, f"no checkpoint under {checkpoint_dir(out)}"
+    specs = {jax.tree_util.keystr(path): list(leaf.sharding.spec)
+             for path, leaf in jax.tree_util.tree_leaves_with_path(restored.state)}
+    assert all(leaf.sharding.mesh.shape == mesh.shape for leaf in jax.tree.leaves(restored.state))
+    return {"step": restored.step, "values": _flat_state(restored.state), "specs": specs}
+
+
+def run_on_devices(command: str, runs: Sequence[tuple[TrainLmConfig, str]], workdir: str, *, devices: int,
+                   timeout: float = 600) -> list[dict]:
+    """Run ``command`` ("train" or "restore") on each ``(config, output path)`` in one new process with
+    ``devices`` CPU devices.
+
+    "train" returns each run's ``main`` result; "restore" returns :func:`restore_state`'s dict, with
+    the values written to ``<workdir>/restored-<i>.npz`` and read back here.
+    """
+    os.makedirs(workdir, exist_ok=True)
+    args = []
+    for i, (config, out) in enumerate(runs):
+        path = os.path.join(workdir, f"config-{i}.json")
+        with open(path, "w") as f:
+            json.dump(config_to_dict(config), f)
+        args += [path, out]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), command, *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    if command == "restore":
+        for i, result in enumerate(results):
+            with np.load(os.path.join(workdir, f"restored-{i}.npz")) as f:
+                result["values"] = {k: f[k] for k in f.files}
+    return results
+
+
+def _main(argv: list[str]) -> None:
+    from levanter.config import config_from_dict
+    from levanter.trainer import main
+
+    command, args = argv[0], argv[1:]
+    results = []
+    for i in range(0, len(args), 2):
+        config, out = config_from_dict(json.load(open(args[i]))), args[i + 1]
+        if command == "train":
+            results.append(main(config, out))
+        elif command == "restore":
+            result = restore_state(config, out)
+            np.savez(os.path.join(os.path.dirname(args[i]), f"restored-{i // 2}.npz"), **result.pop("values"))
+            results.append(result)
+        else:
+            raise SystemExit(f"unknown command {command!r}: use train or restore")
+    print(json.dumps(results, default=str))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

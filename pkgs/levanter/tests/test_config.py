@@ -97,8 +97,9 @@ def test_revision_is_the_trainers_not_a_setting():
 def test_only_settings_that_do_not_change_the_model_are_unhashed():
     unhashed = {f.name for cls in (DataConfig, TrainerConfig, TrainLmConfig) for f in dataclasses.fields(cls)
                 if not is_hashed(f)}
+    # mesh: where the arrays live, not what is computed (a run resumes on another slice shape).
     assert unhashed == {"prefetch", "shard_cache_dir", "log_every", "peak_flops_per_device", "run_id", "tags",
-                        "wandb"}
+                        "wandb", "mesh"}
 
 
 def test_dict_round_trip_keeps_every_section():

@@ -118,3 +118,20 @@ def test_remote_shards_are_read_through_a_local_cache(tmp_path):
     windows = list(iter(PackedIterDataset(split, 4, seed=0, shuffle=False, repeat=False)))
     stream = [t for d in docs for t in [*d, EOS]]
     assert windows[0].tolist() == stream[:4]
+
+
+def test_a_folder_that_is_not_a_tokenized_dataset_is_named(tmp_path):
+    from zephyr import DataError
+
+    with pytest.raises(DataError, match=r"index\.json: no shard index"):
+        open_split(str(tmp_path), "train")
+    data = write_tokenized(str(tmp_path / "a"), {"train": _docs(3, 0)}, vocab_size=1000, eos_id=EOS)
+    index = json.loads(open(os.path.join(data, "index.json")).read())
+    with open(os.path.join(data, "index.json"), "w") as f:
+        json.dump({**index, "format": "zephyr.jsonl/v1"}, f)
+    with pytest.raises(DataError, match=r"format must be one of 'marin.tokenized/v1', 'marin.tokenized_chat/v1', got 'zephyr.jsonl/v1'"):
+        open_split(data, "train")
+    with open(os.path.join(data, "index.json"), "w") as f:
+        json.dump({k: v for k, v in index.items() if k != "eos_id"}, f)
+    with pytest.raises(DataError, match=r"missing field 'eos_id'"):
+        open_split(data, "train")

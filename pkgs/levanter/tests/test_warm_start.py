@@ -11,7 +11,9 @@ import orbax.checkpoint as ocp
 import pytest
 from levanter_testlib import tiny_config
 
-from levanter.checkpoint import CheckpointConfig, CheckpointStart
+from levanter.checkpoint import CheckpointConfig
+from levanter.config import config_from_dict
+from levanter.initialize import CheckpointStart
 from levanter.optim import AdamConfig
 from levanter.trainer import main
 
@@ -43,6 +45,11 @@ def test_a_run_started_from_a_checkpoint_continues_the_trajectory(tiny_dataset, 
     start = CheckpointStart(os.path.join(short, "checkpoints"), 4, metrics_path=os.path.join(short, "metrics.jsonl"))
     result = main(_config(tiny_dataset, 8, initialize_from=start), long_out)
     assert (result["start_step"], result["steps"]) == (4, 8)
+    # The start is the trainer's initialize_from, of kind "checkpoint", and reads back from config.json.
+    with open(os.path.join(long_out, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["trainer"]["initialize_from"]["kind"] == "checkpoint"
+    assert config_from_dict(saved).trainer.initialize_from == start
     main(_config(tiny_dataset, 8), fresh)
     # Parameters, optimizer state, step counter and key: bit for bit.
     assert_same_state(checkpoint_state(long_out, 8), checkpoint_state(fresh, 8))
@@ -66,7 +73,7 @@ def test_reset_data_loader_reads_the_data_from_the_start(tiny_dataset, tmp_path)
 def test_a_missing_checkpoint_is_named(tiny_dataset, tmp_path):
     short = str(tmp_path / "short")
     main(_config(tiny_dataset, 4), short)
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 2 under .*short/checkpoints \(kept: \[4\]\)"):
+    with pytest.raises(FileNotFoundError, match=r"short/checkpoints: no committed checkpoint of step 2 \(committed: \[4\]\)"):
         main(_config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 2)),
              str(tmp_path / "b"))
     with pytest.raises(ValueError, match="initialize_from starts at step 8, not before the end of training"):

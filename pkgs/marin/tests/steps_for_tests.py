@@ -301,3 +301,31 @@ def noisy(config: NodeConfig, output_path: str) -> None:
     """A nondeterministic step: ``data.txt`` is the same every time, ``noise.bin`` never is."""
     fs.atomic_write(fs.join(output_path, "data.txt"), config.label)
     fs.atomic_write(fs.join(output_path, "noise.bin"), os.urandom(16))
+
+
+# -- warm workers: what one step leaves behind must not reach the next ---------------------------
+
+_LEFT_BEHIND: list[str] = []
+
+
+@dataclass(frozen=True)
+class WarmConfig:
+    """What a warm-worker test step does: ``"leak"`` (a module global and a thread left
+    running), ``"look"`` (record what it can see), or ``"crash"`` (its process dies mid-step)."""
+
+    action: str
+    tag: str = ""
+
+
+def warm_step(config: WarmConfig, output_path: str) -> None:
+    import threading
+
+    if config.action == "leak":
+        _LEFT_BEHIND.append(config.tag)
+        threading.Thread(target=time.sleep, args=(3600,), name=f"leaked-{config.tag}", daemon=True).start()
+    elif config.action == "crash":
+        fs.atomic_write(fs.join(output_path, "partial.txt"), "half")
+        os._exit(9)
+    seen = {"pid": os.getpid(), "ppid": os.getppid(), "globals": list(_LEFT_BEHIND),
+            "threads": sorted(t.name for t in threading.enumerate())}
+    fs.atomic_write(fs.join(output_path, "seen.json"), json.dumps(seen))

@@ -216,6 +216,31 @@ def test_plan_force_and_only_patterns(tmp_path):
     _check_user_error(bad.stderr, "zz*")
 
 
+def test_status_of_a_big_graph_is_one_line_per_group(tmp_path, counter):
+    exp = _exp(tmp_path, "exp_wide", """
+        import os
+        import steps_for_tests as t
+
+        steps = [t.node(f"wide/n{i:02d}", os.environ.get("EXP_COUNTER", "")) for i in range(45)]
+        steps.append(t.node("other/x", os.environ.get("EXP_COUNTER", "")))
+    """)
+    prefix = str(tmp_path / "store")
+    assert _invoke(["run", exp, "--prefix", prefix, "--only", "wide/n0*", "-j", "2"], counter).exit_code == 0
+
+    summary = _invoke(["status", exp, "--prefix", prefix])
+    assert summary.exit_code == 0, summary.output
+    lines = summary.stdout.splitlines()
+    assert lines[0].split() == ["group", "steps", "done", "missing"]
+    assert {line.split()[0]: line.split()[1:] for line in lines[1:-1]} == {"wide": ["45", "10", "35"],
+                                                                           "other": ["1", "0", "1"]}
+    assert "46 steps in 2 groups" in lines[-1] and "--all" in lines[-1]
+
+    every = _invoke(["status", exp, "--prefix", prefix, "--all"])
+    rows = every.stdout.splitlines()
+    assert rows[0].split() == ["step", "state", "path", "age", "duration"] and len(rows) == 47
+    assert sum(1 for r in rows[1:] if r.split()[1] == "done") == 10
+
+
 def test_status_show_graph_and_config(tmp_path, counter):
     exp = _diamond(tmp_path, "exp_status", '{"b": {"fail": True}}')
     prefix = str(tmp_path / "store")

@@ -137,6 +137,6 @@ def test_branches_differ_by_where_they_start_not_by_each_field_of_it(tmp_path):
     comparison = compare_plan(runner(tmp_path / "store").plan([stable, *branches]))
     # Only where each branch starts; not the source's paths, which all branches share, nor the
     # unset initialize_from of the stable run beside them.
-    assert comparison.fields == ["initialize_from.step", "optimizer.decay", "trainer.num_train_steps"]
-    assert [r.fields["initialize_from.step"] for r in comparison.rows] == ["-", "10", "20"]
+    assert comparison.fields == ["optimizer.decay", "trainer.initialize_from.step", "trainer.num_train_steps"]
+    assert [r.fields["trainer.initialize_from.step"] for r in comparison.rows] == ["-", "10", "20"]
     assert all(r.metrics["loss"] is None for r in comparison.rows)  # nothing built yet

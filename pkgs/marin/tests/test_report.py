@@ -25,16 +25,22 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from levanter.memory import MEMORY_FILE, MemoryReport
 from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import RunResult, StepRunner
 from marin.report import collect_plan, collect_run, read_metrics, read_tokenized, render_html, write_report
-from marin.report.outputs import parse_metrics
+from marin.report.outputs import parse_metrics, read_memory
 from marin.report.render import embed_json
 from marin.report.run_report import write_run_report
 from rigging import filesystem as fs
 
 HELLO_WORLD = Path(__file__).resolve().parents[3] / "experiments" / "tutorials" / "hello_world.py"
 LOGGED_STEPS = 37
+# What a trainer on an fsdp=8 mesh measures at start (levanter.memory).
+TRAIN_MEMORY = MemoryReport(mesh={"data": 1, "fsdp": 8, "tensor": 1}, params_bytes_per_device=3 * 2**20,
+                            params_bytes_total=24 * 2**20, opt_state_bytes_per_device=6 * 2**20,
+                            opt_state_bytes_total=48 * 2**20, temp_bytes_per_device=5 * 2**30,
+                            step_argument_bytes_per_device=9 * 2**20, step_output_bytes_per_device=9 * 2**20)
 EVAL_EVERY = 10
 
 # -- step functions of the test graphs ---------------------------------------------------------
@@ -94,6 +100,7 @@ def fake_train(config: FakeTrainConfig, output_path: str) -> None:
             row["val_loss"] = row["loss"] + 0.1
         rows.append(json.dumps(row))
     fs.atomic_write(fs.join(output_path, "metrics.jsonl"), "\n".join(rows) + "\n")
+    fs.atomic_write(fs.join(output_path, MEMORY_FILE), TRAIN_MEMORY.dumps())
     print(f"trained {config.num_steps} steps", flush=True)
 
 
@@ -240,6 +247,12 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     overview = browser.find_element(By.CSS_SELECTOR, '#training-list [data-step="report-test/train"]')
     assert int(overview.find_element(By.CSS_SELECTOR, 'path[data-series="loss"]').get_attribute("data-points")) >= LOGGED_STEPS
 
+    # Per-device memory the trainer measured at start.
+    memory = panel.find_element(By.CSS_SELECTOR, "table[data-role=memory]").text
+    assert "parameters 3.00 MiB 24.0 MiB" in memory and "optimizer state 6.00 MiB 48.0 MiB" in memory
+    assert "step temporaries (peak) 5.00 GiB" in memory
+    assert "mesh data=1 × fsdp=8 × tensor=1" in panel.text
+
     # The tokenize step: documents, tokens and shards.
     _node(browser, "report-test/tokenized").click()
     assert "new: no earlier build of this name" in panel.find_element(By.CSS_SELECTOR, "[data-role=reasons]").text
@@ -247,7 +260,7 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     assert "120" in stats and "7,680" in stats and "3" in stats and "768" in stats and "validation" in stats
 
     # The table: every step with state, duration and output size.
-    rows = browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr[data-name]")
     assert [r.get_attribute("data-name") for r in rows] == [s.name for s in result.steps]
     for row in rows:
         cells = row.find_elements(By.TAG_NAME, "td")
@@ -316,6 +329,49 @@ def test_plan_report_shows_cached_would_run_and_earlier_failures(
 # -- the CLI ---------------------------------------------------------------------------------------
 
 
+def test_a_big_group_is_one_node_with_counts_per_state_until_clicked(browser: Any, tmp_path: Path) -> None:
+    """Twelve steps named ``sweep/...`` (three built, nine not) draw as one group node; a click
+    expands it into its steps; the table has one row for the group until it is opened."""
+    from selenium.webdriver.common.by import By
+
+    from marin.execution.plan import make_plan
+    from marin.execution.store import StepStore
+
+    leaves = [Step(name=f"sweep/leaf{i:02d}", fn=fake_tokenize, config=FakeTokenizeConfig(shards=1, train_documents=i + 1))
+              for i in range(12)]
+    summary = Step(name="summary/all", fn=fake_train, config=FakeTrainConfig(data_path=output_path_of(leaves[0])))
+    prefix = str(tmp_path / "store")
+    built = _runner(prefix).run(leaves[:3])
+    assert built.ok
+    data = collect_plan(make_plan([*leaves, summary], StepStore(prefix)))
+    path = write_report(data, str(tmp_path / "report.html"))
+    _open(browser, path)
+
+    group = browser.find_element(By.CSS_SELECTOR, '#graph g.group[data-group="sweep"]')
+    assert group.get_attribute("data-count") == "12"
+    assert "3 cached" in group.text and "9 would run" in group.text and "sweep/" in group.text
+    names = {n.get_attribute("data-name") for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert names == {"summary/all"}  # the sweep's steps hide in the group node
+    row = browser.find_element(By.CSS_SELECTOR, '#steps-table tr.group-row[data-group="sweep"]')
+    assert "12 steps" in row.text and row.get_attribute("data-open") == "false"
+    assert not browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')
+
+    group.click()
+    names = {n.get_attribute("data-name") for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert names == {"summary/all", *(s.name for s in leaves)}
+    assert not browser.find_elements(By.CSS_SELECTOR, "#graph g.group")
+    states = {r.get_attribute("data-name"): r.get_attribute("data-state")
+              for r in browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')}
+    assert len(states) == 12 and sorted(states.values()).count("cached") == 3
+    # An edge links the first leaf to the summary step that reads it.
+    assert browser.find_elements(By.CSS_SELECTOR, f'#graph path.edge[data-to="{len(leaves)}"]')
+
+    # Collapsing again from the table hides the rows and brings the group node back.
+    browser.find_element(By.CSS_SELECTOR, '#steps-table tr.group-row[data-group="sweep"] button').click()
+    assert browser.find_element(By.CSS_SELECTOR, '#graph g.group[data-group="sweep"]')
+    assert not browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')
+
+
 def test_marin_report_cli_writes_a_self_contained_page(good_run: tuple[RunResult, str], tmp_path: Path) -> None:
     from marin.cli.main import cli
 
@@ -330,7 +386,9 @@ def test_marin_report_cli_writes_a_self_contained_page(good_run: tuple[RunResult
     data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1))
     assert data["source"] == "plan" and data["summary"] == {"cached": 2}
     assert [s["name"] for s in data["steps"]] == ["hello/numbers", "hello/stats"]
-    assert all(s["environment"] and s["duration_s"] is not None and s["output_bytes"] > 0 for s in data["steps"])
+    assert all(data["environments"][s["env"]] and s["duration_s"] is not None and s["output_bytes"] > 0
+               for s in data["steps"])
+    assert [data["groups"][s["group"]] for s in data["steps"]] == ["hello", "hello"]
 
 
 # -- data collection without a browser --------------------------------------------------------------
@@ -347,6 +405,7 @@ def test_collect_run_reads_metrics_tokenized_and_provenance(good_run: tuple[RunR
     tokenized = by_name["report-test/tokenized"].tokenized
     assert tokenized is not None and tokenized["totals"] == {"documents": 132, "tokens": 132 * 64, "shards": 4}
     assert by_name["hello/numbers"].metrics is None and by_name["hello/numbers"].tokenized is None
+    assert train.memory == TRAIN_MEMORY.to_json() and by_name["hello/numbers"].memory is None
     assert all(s.output_bytes and s.duration_s and s.environment for s in data.steps)
     assert data.summary() == {"ran": 4}
 
@@ -380,6 +439,9 @@ def test_parse_metrics_tolerates_partial_and_non_finite_rows() -> None:
 def test_readers_return_none_for_missing_or_foreign_files(tmp_path: Path) -> None:
     assert read_metrics(str(tmp_path)) is None
     assert read_tokenized(str(tmp_path)) is None
+    assert read_memory(str(tmp_path)) is None
+    (tmp_path / MEMORY_FILE).write_text(json.dumps({"format": "levanter.memory/v0"}))
+    assert read_memory(str(tmp_path)) is None
     (tmp_path / "metrics.jsonl").write_text("\n\n")
     (tmp_path / "index.json").write_text(json.dumps({"format": "something-else", "splits": {}}))
     assert read_metrics(str(tmp_path)) is None

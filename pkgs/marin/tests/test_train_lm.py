@@ -15,6 +15,7 @@ from levanter.config import TrainLmConfig, WandbConfig
 from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from levanter.sharding import MeshConfig
 from marin.execution.hashing import dependencies_of
 from marin.execution.lazy import lower
 from marin.execution.step import InvalidStep
@@ -43,7 +44,7 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
     for settings in ({"run_id": "mine"}, {"tags": ["a", "b"]}, {"log_every": 10}, {"prefetch": 1},
                      {"shard_cache_dir": "/tmp/x"}, {"peak_flops_per_device": 1e12},
                      {"wandb": WandbConfig(project="p")}, {"z_loss_weight": None}, {"evals": None},
-                     {"resources": ResourceConfig.with_cpu()}):
+                     {"resources": ResourceConfig.with_cpu()}, {"mesh": MeshConfig(data=1, fsdp=-1, tensor=2)}):
         assert lower(_handle(**settings)).hash == base, settings
     for settings in ({"seed": 1}, {"z_loss_weight": 1e-4}, {"grad_accum": 2}, {"eval_every": 7},
                      {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)}):
@@ -55,6 +56,7 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
                         "and grad_accum=3"),
     ({"z_loss_weight": -1}, "train_lm 'checkpoints/x': z_loss_weight must be a finite number >= 0 or None, got -1"),
     ({"learning_rate": 1e-3}, "train_lm 'checkpoints/x': unknown training setting 'learning_rate'; settings are: "),
+    ({"mesh": "fsdp=8"}, "train_lm 'checkpoints/x': mesh must be a MeshConfig, got str"),
     ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': eval dataset 'hellaswag': 'hellaswag' is not a tokenized "
                                "handle, a step, an existing path, a URL or a Hugging Face dataset id"),
 ])

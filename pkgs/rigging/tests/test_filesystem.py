@@ -75,6 +75,17 @@ def test_read_missing_file_raises_file_not_found(store_url):
         rfs.read_bytes(rfs.join(_root(store_url), "nope.txt"))
 
 
+def test_sha256_of_streams_the_whole_file(store_url):
+    import hashlib
+
+    path = rfs.join(_root(store_url), "blob")
+    data = os.urandom(3 << 20) + b"tail"  # more than one read buffer
+    rfs.atomic_write(path, data)
+    assert rfs.sha256_of(path) == hashlib.sha256(data).hexdigest()
+    with pytest.raises(FileNotFoundError):
+        rfs.sha256_of(rfs.join(_root(store_url), "nope"))
+
+
 # ---------------------------------------------------------------- atomic_write
 
 

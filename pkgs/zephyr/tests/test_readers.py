@@ -7,12 +7,10 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from array_record.python.array_record_module import ArrayRecordWriter
 
 from rigging import filesystem as fs
 from zephyr import (
@@ -22,7 +20,6 @@ from zephyr import (
     JsonlReader,
     ParquetReader,
     TextReader,
-    TokenShardReader,
     WorkerContext,
     expand_paths,
     plan_file_shards,
@@ -209,35 +206,6 @@ def test_on_error_is_validated() -> None:
         JsonlReader(on_error="ignore")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="batch_size must be > 0, got 0"):
         ParquetReader(batch_size=0)
-
-
-def _write_shard(path: Path, docs: list[list[int]]) -> None:
-    writer = ArrayRecordWriter(str(path), "group_size:1")
-    for ids in docs:
-        writer.write(np.asarray(ids, "<u4").tobytes())
-    writer.close()
-
-
-def test_token_shard_reader_reads_records_and_names_a_truncated_file(tmp_path: Path) -> None:
-    docs = [list(range(i, i + 50 + i % 7)) for i in range(2000)]
-    good = tmp_path / "part-00000.array_record"
-    _write_shard(good, docs)
-    with TokenShardReader(str(good)) as reader:
-        assert len(reader) == len(docs)
-        assert [r.tolist() for r in reader][::97] == docs[::97]
-    cut = tmp_path / "part-00001.array_record"
-    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    with pytest.raises(DataError, match=r"part-00001\.array_record: truncated or corrupt ArrayRecord shard"):
-        TokenShardReader(str(cut))
-
-
-def test_token_shard_reader_copies_remote_shards(tmp_path: Path, memory_prefix: str) -> None:
-    local = tmp_path / "s.array_record"
-    _write_shard(local, [[1, 2, 3], [4]])
-    remote = fs.join(memory_prefix, "s.array_record")
-    fs.atomic_write(remote, local.read_bytes())
-    with TokenShardReader(remote) as reader:
-        assert [r.tolist() for r in reader] == [[1, 2, 3], [4]]
 
 
 def test_unreachable_sources_name_the_path(monkeypatch: pytest.MonkeyPatch) -> None:

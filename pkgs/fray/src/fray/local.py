@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import multiprocessing as mp
 import os
@@ -53,7 +54,7 @@ def _enter_child(env: Mapping[str, str], parent_pid: int, log_path: str) -> None
     os.dup2(fd, 2)
     os.close(fd)
     for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
+        if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="fray-watchdog").start()
     os.environ.update(env)

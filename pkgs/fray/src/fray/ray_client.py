@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
 
@@ -22,6 +23,9 @@ from fray.types import (
     ResourcesLike,
     ray_options_of,
 )
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle as RayActorHandle
 
 __all__ = ["RayClient", "RayJobHandle"]
 
@@ -120,10 +124,11 @@ class _RayFuture(Future):
 
     def result(self, timeout: float | None = None) -> Any:
         import ray
+        from ray.exceptions import RayError
 
         try:
             return ray.get(self._ref, timeout=timeout)
-        except (ray.exceptions.RayError, JobFailed) as e:
+        except (RayError, JobFailed) as e:
             translated = _translate_error(e, self._label, self._cancelled)
             raise translated from None
 
@@ -213,16 +218,29 @@ class RayClient(DistributedClient):
                 configure_logging=False,
             )
         self._ray = ray
-        self._sink = None
-        self._remote_job: Any = None
-        self._remote_host: Any = None
+        self._sink: RayActorHandle[_LogSink] | None = None
         self._handles: list[RayJobHandle] = []
         self._actors: list[_RayActor] = []
         self._counter = itertools.count()
 
+    @functools.cached_property
+    def _remote_job(self):
+        # Made on first use: wrapping a function for Ray needs a connected Ray.
+        return self._ray.remote(_run_job)
+
+    @functools.cached_property
+    def _remote_host(self):
+        return self._ray.remote(_ActorHost)
+
+    def nodes(self) -> list[dict[str, float]]:
+        """The total resources of each live node of the cluster (``CPU``, ``memory``, ``GPU``,
+        ``TPU`` and custom resources, as Ray counts them)."""
+        return [dict(n["Resources"]) for n in self._ray.nodes() if n.get("Alive")]
+
     def _log_sink(self):
         if self._sink is None:
-            self._sink = self._ray.remote(num_cpus=0)(_LogSink).remote()
+            # Ray types .remote() as "handle or the class" (for method completion); it is a handle.
+            self._sink = cast("RayActorHandle[_LogSink]", self._ray.remote(num_cpus=0)(_LogSink).remote())
         return self._sink
 
     def submit(
@@ -237,8 +255,6 @@ class RayClient(DistributedClient):
         options = {"max_retries": 0, "retry_exceptions": False, **ray_options_of(resources)}
         label = name or getattr(fn, "__name__", "job")
         job_id = f"{next(self._counter):05d}-{uuid.uuid4().hex[:8]}"
-        if self._remote_job is None:
-            self._remote_job = self._ray.remote(_run_job)
         payload = cloudpickle.dumps((fn, args, kwargs))
         ref = self._remote_job.options(name=label, **options).remote(
             payload, dict(env or {}), job_id, label, self._log_sink()
@@ -259,8 +275,6 @@ class RayClient(DistributedClient):
         options = ray_options_of(resources)
         for task_only in ("max_retries", "retry_exceptions"):
             options.pop(task_only, None)
-        if self._remote_host is None:
-            self._remote_host = self._ray.remote(_ActorHost)
         label = name or cls.__name__
         actor = self._remote_host.options(**options).remote(cloudpickle.dumps((cls, args, kwargs)), dict(env or {}))
         handle = _RayActor(actor, label)

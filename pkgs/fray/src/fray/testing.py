@@ -15,13 +15,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from fray.ray_client import RayClient
 
-__all__ = ["free_port", "ray_client", "ray_cluster", "ray_head"]
+__all__ = ["MultiNodeCluster", "free_port", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
 
 _START_TIMEOUT_S = 90.0
 
@@ -96,6 +98,76 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=5)
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+NODE_ENV = "FRAY_TEST_NODE"
+"""Set on every process of a :func:`ray_multinode` node to that node's name."""
+
+
+def _node_ports() -> dict[str, int]:
+    # Every port a node would otherwise take from a fixed default, so that concurrent clusters on
+    # one machine (and the nodes of one cluster) never collide.
+    return {"ray_client_server_port": free_port(), "dashboard_agent_listen_port": free_port(),
+            "metrics_agent_port": free_port(), "metrics_export_port": free_port(),
+            "runtime_env_agent_port": free_port()}
+
+
+@dataclass
+class MultiNodeCluster:
+    """Several raylets on this machine (``ray.cluster_utils.Cluster``), each with its own resources.
+
+    Attributes:
+        address: the GCS address to connect to (``RayClient(address=...)``).
+        nodes: the worker nodes by name; each node's processes see ``FRAY_TEST_NODE=<name>``.
+    """
+
+    cluster: Any
+    address: str
+    nodes: dict[str, Any] = field(default_factory=dict)
+
+    def remove(self, name: str) -> None:
+        """Kill every process of the node ``name`` (as a lost host)."""
+        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+
+@contextlib.contextmanager
+def ray_multinode(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[MultiNodeCluster]:
+    """A head with no CPUs (nothing is scheduled there) and one worker node per entry of ``nodes``
+    (``{"a": {"num_cpus": 1}, ...}``: keyword arguments of ``Cluster.add_node``).
+
+    The temporary folder (and Ray's "current cluster" address file) is private: other clusters on
+    the machine are neither found nor disturbed. Token authentication is off as for
+    :func:`ray_head`.
+    """
+    from ray.cluster_utils import Cluster
+
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    os.makedirs(os.path.join(temp_dir, "ray"))
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED",
+                                            "RAY_ENABLE_UV_RUN_RUNTIME_ENV")}
+    os.environ.update({"RAY_TMPDIR": temp_dir, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+                       "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"})
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "gcs_server_port": free_port(), "include_dashboard": False, "temp_dir": temp_dir,
+            **_node_ports()})
+        if cluster.address is None:
+            raise RuntimeError("the Ray test cluster's head started without an address")
+        out = MultiNodeCluster(cluster=cluster, address=cluster.address)
+        for name, args in nodes.items():
+            out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
+        cluster.wait_for_nodes()
+        yield out
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

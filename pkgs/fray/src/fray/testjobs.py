@@ -17,9 +17,13 @@ __all__ = [
     "add",
     "die_hard",
     "echo_env",
+    "inspect_state",
     "kill_parent_once",
+    "leave_state_behind",
+    "loaded",
     "print_lines",
     "raise_value_error",
+    "segfault",
     "sleep_then_return",
     "spawn_grandchild_and_wait",
     "square",
@@ -116,3 +120,35 @@ class FailingActor:
 
     def ping(self) -> str:
         return "pong"
+
+
+_LEFT_BEHIND: str | None = None
+
+
+def leave_state_behind(value: str) -> int:
+    """Set a module global and start a thread that never ends; return this process's pid."""
+    import threading
+
+    global _LEFT_BEHIND
+    _LEFT_BEHIND = value
+    threading.Thread(target=time.sleep, args=(3600,), name="left-behind", daemon=True).start()
+    return os.getpid()
+
+
+def inspect_state() -> tuple[str | None, list[str], int]:
+    """(the module global of :func:`leave_state_behind`, live thread names, this pid)."""
+    import threading
+
+    return _LEFT_BEHIND, sorted(t.name for t in threading.enumerate()), os.getpid()
+
+
+def segfault() -> None:
+    """Crash the process in native code (SIGSEGV)."""
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def loaded(module: str) -> tuple[bool, int]:
+    """(whether ``module`` was imported before this call, the parent pid of this process)."""
+    return module in sys.modules, os.getppid()

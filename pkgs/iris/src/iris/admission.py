@@ -19,6 +19,7 @@ __all__ = [
     "MachineCapacity",
     "ResourcesTooLarge",
     "check_fits",
+    "check_fits_cluster",
 ]
 
 
@@ -149,6 +150,25 @@ def check_fits(resources: ResourceConfig, capacity: MachineCapacity, *, what: st
             f"the job needs more than {what} has ({'; '.join(shortfalls)}); "
             f"ask for less, or run it on a cluster (--backend ray)"
         )
+
+
+def check_fits_cluster(resources: ResourceConfig, hosts: list[MachineCapacity], *, what: str = "the cluster") -> None:
+    """Raise :class:`ResourcesTooLarge` if ``resources`` can never run on a cluster of ``hosts``.
+
+    Each of the job's :attr:`~iris.cluster.ResourceConfig.num_hosts` processes needs a host of its
+    own (one bundle per host, ``STRICT_SPREAD``) that has everything one process asks for.
+    """
+    per_host = Demand.per_host(resources)
+    fitting = [h for h in hosts if per_host.fits_in(h.as_demand())]
+    if len(fitting) >= resources.num_hosts:
+        return
+    if not fitting:
+        closest = min(hosts, key=lambda h: (len(per_host.shortfalls(h.as_demand())), -h.cpus, -h.memory), default=None)
+        why = "; ".join(per_host.shortfalls(closest.as_demand())) if closest else "it has no hosts"
+        raise ResourcesTooLarge(f"no host of {what} ({len(hosts)} hosts) has what one process needs ({why}); "
+                                "ask for less, or add bigger hosts")
+    raise ResourcesTooLarge(f"the job spans {resources.num_hosts} hosts but only {len(fitting)} of {what}'s "
+                            f"{len(hosts)} hosts can take one of its processes; ask for fewer hosts, or add hosts")
 
 
 class Admission:

@@ -168,7 +168,7 @@ class MultihostJobHandle(JobHandle):
         self._job = job
         self.handles = job.handles
         self.name = job.name
-        self._outcome: tuple[bool, Any] | None = None
+        self._outcome: tuple[Any, BaseException | None] | None = None  # (result, error)
 
     def _one_failed(self) -> bool:
         for h in self.handles:
@@ -185,14 +185,14 @@ class MultihostJobHandle(JobHandle):
     def result(self, timeout: float | None = None) -> Any:
         if self._outcome is None:
             try:
-                self._outcome = (True, self._job.result(timeout=timeout))
+                self._outcome = (self._job.result(timeout=timeout), None)
             except TimeoutError:
                 raise
             except BaseException as e:  # noqa: BLE001 - kept, so a second call raises the same
-                self._outcome = (False, e)
-        ok, value = self._outcome
-        if not ok:
-            raise value
+                self._outcome = (None, e)
+        value, error = self._outcome
+        if error is not None:
+            raise error
         return value
 
     def cancel(self) -> None:

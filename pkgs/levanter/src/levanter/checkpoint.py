@@ -18,7 +18,6 @@ from rigging import filesystem as fs
 
 __all__ = [
     "CheckpointConfig",
-    "CheckpointStart",
     "Checkpointer",
     "RestoredCheckpoint",
     "checkpoint_dir",
@@ -66,31 +65,6 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckpointStart:
-    """Start a run from a checkpoint of another run (a branch, or an extension of a shorter run).
-
-    The run continues from ``step``: parameters, optimizer state, step counter and PRNG key come
-    from the checkpoint, and so does the data position unless ``reset_data_loader``. A run that
-    has checkpoints of its own resumes from those instead.
-    """
-
-    checkpoint_path: str
-    """The other run's checkpoint folder (:func:`checkpoint_dir` of its output)."""
-    step: int
-    """Which of its committed checkpoints."""
-    reset_data_loader: bool = False
-    """Read the data from the start instead of where the other run was."""
-    metrics_path: str | None = None
-    """The other run's ``metrics.jsonl``: its rows up to ``step`` begin this run's (curves start at 0)."""
-
-    def __post_init__(self) -> None:
-        if not self.checkpoint_path:
-            raise ValueError(f"checkpoint_path must be non-empty, got {self.checkpoint_path!r}")
-        if not isinstance(self.step, int) or isinstance(self.step, bool) or self.step <= 0:
-            raise ValueError(f"step must be a positive int, got {self.step!r}")
-
-
-@dataclasses.dataclass(frozen=True)
 class RestoredCheckpoint:
     """What a resume reads back."""
 
@@ -100,6 +74,19 @@ class RestoredCheckpoint:
     """The training state PyTree, with the structure and shardings of the restore target."""
     data_state: dict
     """The input iterator state to pass to ``set_state``."""
+
+
+def _snapshot(jax: Any, state: Any) -> Any:
+    """A copy of ``state`` that outlives the caller's next step (which may donate its buffers).
+
+    With one process the arrays are copied to host memory (every shard is local). Across processes
+    no process holds the whole array, so each array is copied on its devices instead and Orbax
+    writes each process's shards from there.
+    """
+    leaves = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
+    if all(x.is_fully_addressable for x in leaves):
+        return jax.device_get(state)
+    return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
 
 
 class Checkpointer:
@@ -147,8 +134,7 @@ class Checkpointer:
 
         start = time.perf_counter()
         self._join_pending()
-        host_state = jax.device_get(state)
-        args = self._ocp.args.Composite(state=self._ocp.args.StandardSave(host_state),
+        args = self._ocp.args.Composite(state=self._ocp.args.StandardSave(_snapshot(jax, state)),
                                         data=self._ocp.args.JsonSave(data_state))
 
         def write() -> None:
@@ -231,23 +217,27 @@ def _read_only_manager(directory: str, step: int) -> Any:
 
     kept = committed_steps(directory)
     if step not in kept:
-        raise FileNotFoundError(f"no checkpoint of step {step} under {directory} (kept: {kept or 'none'}); "
+        raise FileNotFoundError(f"{directory}: no committed checkpoint of step {step} (committed: {kept or 'none'}); "
                                 "keep it with CheckpointConfig(keep_every=...)")
     options = ocp.CheckpointManagerOptions(create=False, read_only=True)
     return ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
 
 
-def read_checkpoint_params(directory: str, step: int) -> Any:
-    """The model parameters of checkpoint ``step`` under ``directory`` (numpy arrays).
+def read_checkpoint_params(directory: str, step: int) -> dict[str, Any]:
+    """The model parameters of committed checkpoint ``step`` under ``directory`` (host numpy arrays).
+
+    Reads only the ``state`` item, without a restore target (no model or optimizer needed).
 
     Raises:
-        FileNotFoundError: there is no committed checkpoint ``step`` (the message lists those kept).
+        FileNotFoundError: ``step`` is not a committed checkpoint there (the message lists those that are).
     """
+    import numpy as np
     import orbax.checkpoint as ocp
 
     with _read_only_manager(directory, step) as manager:
         restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-    return restored.state["params"]
+    params = restored.state["params"]
+    return {module: {name: np.asarray(value) for name, value in names.items()} for module, names in params.items()}
 
 
 def restore_checkpoint(directory: str, step: int, target: Any) -> RestoredCheckpoint:

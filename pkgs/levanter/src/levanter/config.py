@@ -24,10 +24,18 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from levanter.checkpoint import CheckpointConfig, CheckpointStart
+from levanter.checkpoint import CheckpointConfig
 from levanter.data.spec import DatasetSpec
+from levanter.initialize import (
+    CheckpointStart,
+    InitializeFrom,
+    initialize_from_dict,
+    initialize_kinds,
+    initialize_to_dict,
+)
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from levanter.sharding import MeshConfig
 from rigging.fields import unhashed_field
 
 __all__ = [
@@ -144,6 +152,12 @@ class TrainerConfig:
     """Labels recorded with the metrics and sent to trackers."""
     wandb: WandbConfig | None = unhashed_field(default=None)
     """Also log to Weights & Biases (None: TensorBoard and metrics.jsonl only)."""
+    initialize_from: InitializeFrom | None = None
+    """Start from these weights (``HfCheckpoint``, ``TrainedModel``) or from another run's checkpoint
+    (``CheckpointStart``) instead of a random init; a resume from this run's own checkpoints ignores it."""
+    mesh: MeshConfig = unhashed_field(default=MeshConfig())
+    """Device mesh: data replicas x fsdp shards x tensor shards (default: data parallel over all devices).
+    Not hashed: the same run resumes on a different slice shape (results agree to float rounding)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.compute_dtype, str):
@@ -171,14 +185,13 @@ class TrainerConfig:
             object.__setattr__(self, "tags", tuple(self.tags))
         if not isinstance(self.tags, tuple) or not all(isinstance(t, str) and t for t in self.tags):
             raise ValueError(f"tags must be a sequence of non-empty strings, got {self.tags!r}")
+        if not isinstance(self.mesh, MeshConfig):
+            raise ValueError(f"mesh must be a MeshConfig, got {type(self.mesh).__name__}")
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
-
-
-InitializeFrom = CheckpointStart
-"""Where a run's weights may start: a small typed union (today: another run's checkpoint)."""
-INITIALIZE_FROM: tuple[type, ...] = (CheckpointStart,)
-"""The members of :data:`InitializeFrom`, for validation."""
+        if self.initialize_from is not None and not isinstance(self.initialize_from, InitializeFrom):
+            raise ValueError(f"initialize_from must be one of {initialize_kinds()} or None, "
+                             f"got {type(self.initialize_from).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,8 +227,6 @@ class TrainLmConfig:
     """The training loop."""
     z_loss_weight: float = 0.0
     """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
-    initialize_from: InitializeFrom | None = None
-    """Where the weights start when this run has no checkpoint of its own yet (None: random init)."""
     revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
@@ -231,14 +242,10 @@ class TrainLmConfig:
             raise ValueError(f"z_loss_weight must be a finite number >= 0 or None, got {weight!r}")
         object.__setattr__(self, "z_loss_weight", float(weight))
         self.optimizer.check(self.trainer.num_train_steps)
-        start = self.initialize_from
-        if start is not None:
-            if not isinstance(start, INITIALIZE_FROM):
-                raise ValueError(f"initialize_from must be one of {[t.__name__ for t in INITIALIZE_FROM]}, "
-                                 f"got {type(start).__name__}")
-            if isinstance(start, CheckpointStart) and start.step >= self.trainer.num_train_steps:
-                raise ValueError(f"initialize_from starts at step {start.step}, not before the end of training "
-                                 f"(num_train_steps={self.trainer.num_train_steps})")
+        start = self.trainer.initialize_from
+        if isinstance(start, CheckpointStart) and start.step >= self.trainer.num_train_steps:
+            raise ValueError(f"initialize_from starts at step {start.step}, not before the end of training "
+                             f"(num_train_steps={self.trainer.num_train_steps})")
 
     @classmethod
     def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: LlamaConfig, optimizer: AdamConfig,
@@ -280,7 +287,9 @@ def config_to_dict(config: TrainLmConfig) -> dict[str, Any]:
         if isinstance(value, list | tuple):
             return [plain(v) for v in value]
         return value
-    return plain(dataclasses.asdict(config))
+    out = plain(dataclasses.asdict(config))
+    out["trainer"]["initialize_from"] = initialize_to_dict(config.trainer.initialize_from)
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
@@ -291,8 +300,9 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
     t["tags"] = tuple(t.get("tags", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
-    start = data.get("initialize_from")
+    t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
+    if "mesh" in t:
+        t["mesh"] = MeshConfig(**t["mesh"])
     return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
-                         z_loss_weight=data.get("z_loss_weight", 0.0),
-                         initialize_from=CheckpointStart(**start) if start else None)
+                         z_loss_weight=data.get("z_loss_weight", 0.0))

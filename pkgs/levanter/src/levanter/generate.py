@@ -14,7 +14,7 @@ import numpy as np
 from levanter.models.llama import LlamaConfig, transformed_llama
 from rigging import filesystem as fs
 
-__all__ = ["generate", "load_final_model", "load_model"]
+__all__ = ["generate", "load_final_model", "load_model", "read_model_config"]
 
 
 def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
@@ -37,8 +37,7 @@ def load_model(output_path: str, step: int | None = None) -> tuple[LlamaConfig, 
     config_path = fs.join(output_path, "config.json")
     if not fs.exists(config_path):
         raise FileNotFoundError(f"{config_path} not found: {output_path} is not a training run's output")
-    run_config = json.loads(fs.read_text(config_path))
-    config = LlamaConfig(**run_config["model"])
+    config = read_model_config(output_path)
     if step is not None:
         params = jax.tree.map(jnp.asarray, read_checkpoint_params(checkpoint_dir(output_path), step))
         return config, params
@@ -51,6 +50,11 @@ def load_model(output_path: str, step: int | None = None) -> tuple[LlamaConfig, 
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
     return config, params
+
+
+def read_model_config(output_path: str) -> LlamaConfig:
+    """The model shape a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
+    return LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
 
 
 def generate(config: LlamaConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,

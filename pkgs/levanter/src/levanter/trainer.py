@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fray.types import PREEMPTED_EXIT_CODE, Preempted
@@ -39,11 +39,14 @@ from levanter.config import (
     config_from_dict,
     config_to_dict,
 )
-from levanter.data import data_vocab_size, eval_batches, train_dataset
+from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
 from levanter.flops import device_peak_flops
+from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel, initial_params
+from levanter.memory import MEMORY_FILE, measure_memory
 from levanter.metrics import MetricsWriter
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.optim import learning_rate
+from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows, tree_shardings
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
@@ -56,6 +59,7 @@ __all__ = [
     "TrainerConfig",
     "TrainingPreempted",
     "WandbConfig",
+    "abstract_state",
     "checkpoint_dir",
     "config_from_dict",
     "config_to_dict",
@@ -94,19 +98,35 @@ class NonFiniteLossError(FloatingPointError):
 
 def _loss_terms(model: hk.Transformed, params: Any, batch: jax.Array,
                 compute_dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
-    """(mean next-token cross entropy, mean squared log-partition) of ``batch`` ``[b, seq_len + 1]``."""
+    """(mean next-token cross entropy, mean squared log-partition) of ``batch``.
+
+    ``batch`` is ``[b, seq_len + 1]`` token ids (every target counts), or chat windows
+    ``[b, 3, seq_len + 1]`` (ids, loss mask, segment ids; ``levanter.data.chat``): then attention
+    stays inside each segment and both means run over the targets whose mask is on and whose
+    segment is the input's (never across a conversation boundary, never padding).
+    """
     # Master weights stay float32; a bfloat16 policy runs the forward on a cast copy.
     cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
-    logits = model.apply(cast, None, batch[:, :-1])  # float32
-    targets = batch[:, 1:]
+    if batch.ndim == 3:
+        tokens, mask, segments = batch[:, 0], batch[:, 1], batch[:, 2]
+        logits = model.apply(cast, None, tokens[:, :-1], segment_ids=segments[:, :-1])
+        weights = ((mask[:, 1:] > 0) & (segments[:, 1:] == segments[:, :-1])
+                   & (segments[:, 1:] > 0)).astype(jnp.float32)
+    else:
+        tokens, weights = batch, None
+        logits = model.apply(cast, None, tokens[:, :-1])  # float32
+    targets = tokens[:, 1:]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return jnp.mean(logz - picked), jnp.mean(jnp.square(logz))
+    if weights is None:
+        return jnp.mean(logz - picked), jnp.mean(jnp.square(logz))
+    count = jnp.maximum(jnp.sum(weights), 1.0)
+    return jnp.sum((logz - picked) * weights) / count, jnp.sum(jnp.square(logz) * weights) / count
 
 
 def loss_fn(model: hk.Transformed, params: Any, batch: jax.Array, compute_dtype: jnp.dtype,
             z_loss_weight: float = 0.0) -> jax.Array:
-    """Mean next-token cross entropy of ``batch`` ``[b, seq_len + 1]`` (float32), plus the z-loss
+    """Mean next-token cross entropy of ``batch`` (float32; shapes in ``_loss_terms``), plus the z-loss
     ``z_loss_weight * mean(logsumexp(logits)^2)`` when the weight is not 0."""
     ce, z = _loss_terms(model, params, batch, compute_dtype)
     return ce + z_loss_weight * z if z_loss_weight else ce
@@ -134,7 +154,7 @@ def make_train_step(model: hk.Transformed, tx: optax.GradientTransformation, com
         if grad_accum == 1:
             (total, loss), grads = grad_fn(params, batch)
         else:
-            micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, batch.shape[1]).swapaxes(0, 1)
+            micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
             if batch_sharding is not None:
                 micro = jax.lax.with_sharding_constraint(
                     micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
@@ -188,11 +208,39 @@ def _flatten_params(params: Any) -> dict[str, np.ndarray]:
 
 
 def _save_final(output_path: str, params: Any) -> str:
-    buffer = io.BytesIO()
-    np.savez(buffer, **_flatten_params(jax.device_get(params)))
     path = fs.join(output_path, "final", "params.npz")
-    fs.atomic_write(path, buffer.getvalue())
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        host = multihost_utils.process_allgather(params, tiled=True)  # a collective: every process calls it
+    else:
+        host = jax.device_get(params)
+    if jax.process_index() == 0:
+        buffer = io.BytesIO()
+        np.savez(buffer, **_flatten_params(host))
+        fs.atomic_write(path, buffer.getvalue())
     return path
+
+
+def _join_distributed() -> None:
+    """Join the multi-host JAX job this process was launched into (``iris.multihost``), once."""
+    from iris.multihost import initialize_jax
+
+    if not jax.distributed.is_initialized():
+        initialize_jax()
+
+
+class _NullWriter:
+    """The metrics sink of processes other than 0 (one process writes the run's files)."""
+
+    def write(self, step: int, values: dict[str, Any]) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _resolve_model(config: TrainLmConfig) -> LlamaConfig:
@@ -208,6 +256,28 @@ def _resolve_model(config: TrainLmConfig) -> LlamaConfig:
         logger.warning("seq_len %d exceeds model max_seq_len %d; extending max_seq_len", seq_len, model.max_seq_len)
         model = dataclasses.replace(model, max_seq_len=seq_len)
     return model
+
+
+def _state_initializer(model_config: LlamaConfig, tx: optax.GradientTransformation,
+                       seq_len: int) -> Callable[[jax.Array], dict]:
+    """``key -> state``: fresh float32 parameters, optimizer state, step 0 and the PRNG key."""
+    init_model = transformed_llama(model_config, jnp.float32)
+
+    def init_state(key: jax.Array) -> dict:
+        init_key, key = jax.random.split(key)
+        params = init_model.init(init_key, jnp.zeros((1, seq_len), jnp.int32))
+        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32), "key": key}
+
+    return init_state
+
+
+def abstract_state(model_config: LlamaConfig, tx: optax.GradientTransformation, seq_len: int,
+                   mesh: jax.sharding.Mesh) -> Any:
+    """Shapes, dtypes and shardings on ``mesh`` of the training state (a restore target; allocates nothing)."""
+    shapes = jax.eval_shape(_state_initializer(model_config, tx, seq_len), jax.random.PRNGKey(0))
+    shardings = tree_shardings(shapes, mesh, units={"heads": model_config.num_heads,
+                                                    "kv_heads": model_config.num_kv_heads})
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
 # --------------------------------------------------------------------------- main
@@ -229,50 +299,81 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     """
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
+    _join_distributed()
     model_config = _resolve_model(config)
     config = dataclasses.replace(config, model=model_config)
     trainer, data = config.trainer, config.data
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
-    devices = jax.devices()
+    mesh = make_mesh(trainer.mesh)
+    devices = mesh.devices.flatten().tolist()
     n_dev = len(devices)
+    batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = trainer.batch_size // trainer.grad_accum
-    if micro % n_dev:
-        raise ValueError(f"batch_size / grad_accum = {micro} must be divisible by the {n_dev} devices")
-    mesh = Mesh(np.asarray(devices), ("data",))
+    if micro % batch_shards:
+        raise ValueError(f"batch_size / grad_accum = {micro} must be divisible by the {batch_shards} batch shards "
+                         f"(data x fsdp) of mesh {dict(mesh.shape)}")
     replicated = NamedSharding(mesh, P())
-    batch_sharding = NamedSharding(mesh, P("data"))
+    batch_sharding = NamedSharding(mesh, P(*batch_spec()))
+    # Each process feeds only the rows its devices hold; the global batch is assembled by JAX.
+    rows = process_rows(batch_sharding, trainer.batch_size)
+    primary = jax.process_index() == 0
     dtype = trainer.compute_dtype.jnp
 
-    model = transformed_llama(model_config, dtype)
-    init_model = transformed_llama(model_config, jnp.float32)
+    units = {"heads": model_config.num_heads, "kv_heads": model_config.num_kv_heads}
+    model = transformed_llama(model_config, dtype, shard=activation_sharder(mesh, units))
     tx = config.optimizer.build(trainer.num_train_steps)
-
-    def init_state(key: jax.Array) -> dict:
-        init_key, key = jax.random.split(key)
-        params = init_model.init(init_key, jnp.zeros((1, trainer.seq_len), jnp.int32))
-        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32), "key": key}
+    init_state = _state_initializer(model_config, tx, trainer.seq_len)
 
     start_wall = time.perf_counter()
-    state = jax.jit(init_state, out_shardings=replicated)(jax.random.PRNGKey(trainer.seed))
+    target = abstract_state(model_config, tx, trainer.seq_len, mesh)
+    state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpoints = checkpoint_dir(output_path)
     checkpointer = Checkpointer(checkpoints, trainer.checkpoint)
-    restored = checkpointer.restore_latest(state)
-    start = config.initialize_from if restored is None else None
+    # Restored onto this run's mesh, whatever mesh saved it.
+    restored = checkpointer.restore_latest(target)
+    # Another run's checkpoint (a branch or an extension) is restored whole, like a resume.
+    start = trainer.initialize_from if restored is None and isinstance(trainer.initialize_from, CheckpointStart) \
+        else None
     if start is not None:
-        restored = restore_checkpoint(str(start.checkpoint_path), start.step, state)
+        restored = restore_checkpoint(str(start.checkpoint_path), start.step, target)
         logger.info("starting from step %d of %s", start.step, start.checkpoint_path)
     start_step = 0
     if restored is not None:
         state, start_step = restored.state, restored.step
         logger.info("resuming from checkpoint step %d", start_step)
+    else:
+        # Parameters are created already split: no device ever holds the whole model.
+        state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(trainer.seed))
+        if isinstance(trainer.initialize_from, HfCheckpoint | TrainedModel):
+            params = initial_params(trainer.initialize_from, model_config)
+            state = jax.jit(lambda p, s: {**s, "params": p, "opt_state": tx.init(p)},
+                            out_shardings=state_shardings)(params, state)
+            logger.info("initialised from %s", trainer.initialize_from)
 
+    # Chat data comes as [3, seq_len + 1] windows (ids, loss mask, segment ids; levanter.data.chat).
+    window = (3, trainer.seq_len + 1) if data_is_chat(data.datasets) else (trainer.seq_len + 1,)
+    batch_shape = jax.ShapeDtypeStruct((trainer.batch_size, *window), jnp.int32, sharding=batch_sharding)
+    # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
+    # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
     train_step = jax.jit(make_train_step(model, tx, dtype, trainer.grad_accum, batch_sharding,
-                                         z_loss_weight=config.z_loss_weight), out_shardings=replicated)
-    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype))
+                                         z_loss_weight=config.z_loss_weight),
+                         in_shardings=(state_shardings, batch_sharding), out_shardings=(state_shardings, replicated),
+                         donate_argnums=0).lower(target, batch_shape).compile()
+    memory = measure_memory(mesh, state["params"], state["opt_state"], train_step)
+    logger.info("%s", memory.summary())
+    if primary:
+        fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
+
+    def place(local: np.ndarray) -> jax.Array:
+        """The global batch array, assembled from the rows this process holds."""
+        return jax.make_array_from_process_local_data(batch_sharding, local, batch_shape.shape)
+
+    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype),
+                        in_shardings=(state_shardings["params"], batch_sharding), out_shardings=replicated)
     val_batches = (eval_batches(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
                                 max_batches=trainer.eval_batches, cache_dir=data.shard_cache_dir)
                    if trainer.eval_batches else [])
-    val_batches = [b for b in val_batches if b.shape[0] % n_dev == 0]
+    val_batches = [b[rows] for b in val_batches]
     if trainer.eval_batches and not val_batches:
         logger.warning("no validation loss: the validation split cannot fill one batch of %d x %d tokens",
                        trainer.batch_size, trainer.seq_len + 1)
@@ -280,8 +381,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     def validate(params: Any) -> float | None:
         if not val_batches:
             return None
-        losses = [eval_loss(params, jax.make_array_from_process_local_data(batch_sharding, b))
-                  for b in val_batches]
+        losses = [eval_loss(params, place(b)) for b in val_batches]
         return float(np.mean(jax.device_get(losses)))
 
     peak = trainer.peak_flops_per_device or device_peak_flops(dtype, devices[0])
@@ -289,21 +389,23 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     tokens_per_step = trainer.batch_size * trainer.seq_len
 
     config_json = config_to_dict(config)
-    fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
-    writer = MetricsWriter(output_path, resume_step=start_step, run_id=run_id, tags=trainer.tags,
-                           wandb=trainer.wandb, run_config=config_json,
-                           earlier_rows=str(start.metrics_path) if start is not None and start.metrics_path else None)
+    if primary:
+        fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
+    earlier_rows = str(start.metrics_path) if start is not None and start.metrics_path else None
+    writer = (MetricsWriter(output_path, resume_step=start_step, run_id=run_id, tags=trainer.tags,
+                            wandb=trainer.wandb, run_config=config_json, earlier_rows=earlier_rows)
+              if primary else _NullWriter())
     # How far the run has got, beside its output, for whoever watches it (marin's runner display).
-    reported = (ProgressWriter(output_path, total=trainer.num_train_steps, unit="step")
-                if jax.process_index() == 0 else None)
+    reported = ProgressWriter(output_path, total=trainer.num_train_steps, unit="step") if primary else None
     progress = None
-    if sys.stderr.isatty():
+    if primary and sys.stderr.isatty():
         from tqdm import tqdm
 
         progress = tqdm(total=trainer.num_train_steps, initial=start_step, desc="train", dynamic_ncols=True)
 
     iterator = iter(train_dataset(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
-                                  seed=trainer.seed, prefetch=data.prefetch, cache_dir=data.shard_cache_dir))
+                                  seed=trainer.seed, prefetch=data.prefetch, cache_dir=data.shard_cache_dir,
+                                  rows=rows))
     if restored is not None and not (start is not None and start.reset_data_loader):
         iterator.set_state(restored.data_state)
 
@@ -347,7 +449,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 batch = next(iterator)
                 wait_s = time.perf_counter() - t0
-                state, metrics = train_step(state, jax.make_array_from_process_local_data(batch_sharding, batch))
+                state, metrics = train_step(state, place(batch))
                 step += 1
                 pending.append((step, metrics, wait_s))
                 drain(keep=1)
@@ -371,8 +473,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
             writer.write(step, {"val_loss": val_loss})
         if start_step == trainer.num_train_steps:
             # Resumed a finished run: report the loss of the final state on one fresh batch.
-            last["loss"] = float(eval_loss(state["params"], jax.make_array_from_process_local_data(
-                batch_sharding, next(iterator))))
+            last["loss"] = float(eval_loss(state["params"], place(next(iterator))))
         params_path = _save_final(output_path, state["params"])
         writer.write(step, {"blocked_in_checkpoint_s": checkpointer.blocked_seconds,
                             "wall_s": time.perf_counter() - start_wall})
@@ -397,6 +498,9 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
         "mfu": last["mfu"],
         "checkpoint_blocked_s": checkpointer.blocked_seconds,
         "devices": n_dev,
+        "mesh": dict(mesh.shape),
+        "processes": jax.process_count(),
+        "memory": memory.to_json(),
         "run_id": run_id,
     }
 

@@ -7,13 +7,14 @@ either the old content or the new content, never a torn file.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import posixpath
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "AlreadyExists",
@@ -33,6 +34,7 @@ __all__ = [
     "read_bytes",
     "read_text",
     "rm_tree",
+    "sha256_of",
     "size",
     "strip_protocol",
     "walk_files",
@@ -56,7 +58,11 @@ def is_local(path: str) -> bool:
 
 
 def filesystem(path: str) -> Any:
-    """Return the fsspec file system for ``path`` (cached per protocol by fsspec)."""
+    """Return the fsspec file system for ``path`` (cached per protocol by fsspec).
+
+    Typed ``Any``: fsspec's methods carry no annotations, and what a checker infers from their
+    bodies is wrong (``_strip_protocol`` as ``list | str``, ``size`` as optional).
+    """
     import fsspec  # deferred: planning cached local steps never needs it
 
     protocol = protocol_of(path)
@@ -119,6 +125,23 @@ def exists(path: str) -> bool:
     return bool(fs.exists(p))
 
 
+def file_exists(path: str) -> bool:
+    """True when a file (not a folder) exists at ``path``: on GCS one request (an object GET),
+    where :func:`exists` may take three (a GET, then listings to look for a folder)."""
+    if is_local(path):
+        return os.path.isfile(strip_protocol(path))
+    fs, p = _fs_path(path)
+    if protocol_of(path) != "gs":
+        return bool(fs.isfile(p))
+    from fsspec.asyn import sync
+
+    try:
+        sync(fs.loop, fs._get_object, p)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def makedirs(path: str) -> None:
     """Create the folder ``path`` and its parents (a no-op on object stores)."""
     if is_local(path):
@@ -147,7 +170,7 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def open_file(path: str, mode: str = "rb", **kwargs: Any):
+def open_file(path: str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
     """Open ``path`` through fsspec (binary by default).
 
     For a file that another writer may replace meanwhile, use :func:`read_bytes`: a streamed
@@ -177,15 +200,31 @@ def size(path: str) -> int:
     return int(fs.size(p))
 
 
+def sha256_of(path: str) -> str:
+    """The SHA-256 (hex) of the content of the file at ``path``, read as a stream."""
+    if is_local(path):
+        # The builtin file avoids importing fsspec for local work (see test_filesystem).
+        with open(strip_protocol(path), "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    with open_file(path, "rb") as f:
+        # fsspec's files and BytesIO have readinto, which IO[Any] does not promise.
+        return hashlib.file_digest(f, "sha256").hexdigest()  # pyright: ignore[reportArgumentType]
+
+
 def _as_bytes(data: bytes | str) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
-def atomic_write(path: str, data: bytes | str) -> None:
+def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers never see a partial file.
 
     Locally: write a temporary sibling, fsync, rename over the target. On object stores a single
     PUT is already atomic (the object appears whole or not at all).
+
+    Args:
+        durable: fsync before the rename (locally), so the file survives a power loss whole.
+            Records that are worthless after a machine crash (leases, progress notes, indexes
+            rebuilt from the durable records) skip it: an fsync costs milliseconds on busy disks.
     """
     payload = _as_bytes(data)
     if is_local(path):
@@ -196,8 +235,9 @@ def atomic_write(path: str, data: bytes | str) -> None:
         try:
             with open(tmp, "wb") as f:
                 f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, p)
         except BaseException:
             if os.path.exists(tmp):
@@ -212,12 +252,13 @@ def atomic_write(path: str, data: bytes | str) -> None:
 _MEMORY_CREATE_LOCK = threading.Lock()
 
 
-def create_if_absent(path: str, data: bytes | str) -> bool:
+def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> bool:
     """Atomically create ``path`` with ``data`` unless it exists; True when this call created it.
 
     Locally this is a hard link of a fully written temporary file (link fails if the target
     exists), so the file is never seen half-written. On GCS it is a conditional PUT
     (``ifGenerationMatch=0``). On ``memory://`` a check and write under one lock of this process.
+    ``durable`` as for :func:`atomic_write`.
     """
     payload = _as_bytes(data)
     protocol = protocol_of(path)
@@ -228,8 +269,9 @@ def create_if_absent(path: str, data: bytes | str) -> bool:
         tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
         with open(tmp, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         try:
             os.link(tmp, p)
             return True
@@ -250,7 +292,7 @@ def create_if_absent(path: str, data: bytes | str) -> bool:
 def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
     # The existence check saves a request in the common case; the precondition is what makes
     # it safe against a concurrent creator (the local emulator does not enforce it).
-    if fs.exists(p):
+    if file_exists(f"gs://{p}"):
         return False
     bucket, key, _ = fs.split_path(p)
     try:

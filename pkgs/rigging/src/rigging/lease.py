@@ -172,7 +172,7 @@ class Lease:
             next_token = 1
         expires_at = time.time() + ttl
         body = json.dumps({"holder": holder, "expires_at": expires_at, "token": next_token})
-        if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body):
+        if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body, durable=False):
             return None
         # A contender that read an older listing could have created a lower number after a
         # newer one existed; the highest number always wins, so re-check.
@@ -199,7 +199,9 @@ class Lease:
         """Push the expiry ``ttl`` seconds ahead; raise :class:`LeaseLost` if it was taken over."""
         self.check()
         expires_at = time.time() + self.ttl
-        fs.atomic_write(self.path, json.dumps({"holder": self.holder, "expires_at": expires_at, "token": self.token}))
+        # Not durable: after a machine crash every lease of it is void anyway.
+        fs.atomic_write(self.path, json.dumps({"holder": self.holder, "expires_at": expires_at, "token": self.token}),
+                        durable=False)
         self.expires_at = expires_at
 
     def start_heartbeat(self, interval: float | None = None) -> None:
@@ -240,6 +242,7 @@ class Lease:
             fs.atomic_write(
                 self.path,
                 json.dumps({"holder": self.holder, "expires_at": 0.0, "token": self.token, "released": True}),
+                durable=False,
             )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 __all__ = ["Secret", "SecretNotFound"]
 
@@ -30,6 +31,9 @@ class Secret:
     """
 
     name: str
+    if TYPE_CHECKING:
+        # Set in __init__, deliberately not a dataclass field (see above).
+        _value: str | None
 
     def __init__(self, name: str, _value: str | None = None) -> None:
         if not name or not isinstance(name, str):

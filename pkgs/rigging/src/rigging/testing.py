@@ -44,6 +44,7 @@ from typing import IO
 
 __all__ = [
     "GcsEmulator",
+    "LatencyProxy",
     "emulator_env",
     "free_port",
     "new_bucket_name",
@@ -155,8 +156,23 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: int = 3) -> GcsEmulator:
+# The in-memory emulator re-serialises the metadata of every object into a ``.meta`` snapshot on
+# each write (O(objects) per write), which it reads back only when it starts; in memory nothing
+# ever reads it. Without the snapshot, filling a bucket with thousands of objects is linear.
+_NO_SNAPSHOT_LAUNCHER = (
+    "import sys; import gcp_storage_emulator.storage as s; "
+    "s.Storage._write_config_to_file = lambda self: None; "
+    "from gcp_storage_emulator.__main__ import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: int = 3,
+                       linear_writes: bool = False) -> GcsEmulator:
     """Start an in-memory emulator on a free port of ``host`` and wait until it answers.
+
+    Args:
+        linear_writes: skip the emulator's per-write metadata snapshot (see
+            ``_NO_SNAPSHOT_LAUNCHER``), for benchmarks that fill a bucket with thousands of objects.
 
     Raises:
         RuntimeError: it exited or did not answer within ``timeout`` seconds on every attempt.
@@ -164,7 +180,8 @@ def start_gcs_emulator(host: str = _HOST, *, timeout: float = 30.0, attempts: in
     errors = []
     for _ in range(attempts):
         port = free_port(host)
-        cmd = [*_emulator_command(), "start", "--host", host, "--port", str(port), "--in-memory", "-q"]
+        launcher = [sys.executable, "-c", _NO_SNAPSHOT_LAUNCHER] if linear_writes else _emulator_command()
+        cmd = [*launcher, "start", "--host", host, "--port", str(port), "--in-memory", "-q"]
         # Its stderr goes to a file, never to a pipe: the server prints a traceback for every
         # connection a client drops mid-request (a killed writer), and once a pipe nobody reads
         # is full, the single-threaded server blocks on that print and answers no one again.
@@ -237,3 +254,127 @@ def use_gcs_emulator(url: str) -> Iterator[None]:
         else:
             fsspec.config.conf["gs"] = saved_conf
         _clear_gcsfs_instances()
+
+
+_HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"PATCH ", b"DELETE ", b"HEAD ")
+
+
+class LatencyProxy:
+    """A loopback TCP proxy that delays every request by ``delay_s`` and counts requests.
+
+    Put in front of the GCS emulator so that each round trip costs what it costs from a cloud VM
+    (tens of milliseconds), and so that tests and benchmarks can count how many requests a
+    command made. Each client connection is served by its own thread, so requests made in
+    parallel wait out their delays in parallel (the emulator behind it answers one at a time).
+    A request is counted when its request line (``GET /path HTTP/1.1``) is seen; the emulator
+    closes every connection after one answer, so that is one request per connection.
+
+    Args:
+        target: ``http://host:port`` of the server to forward to.
+        delay_s: seconds added before forwarding each request (may be changed at any time).
+    """
+
+    def __init__(self, target: str, delay_s: float = 0.0, host: str = _HOST):
+        import threading
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(target)
+        if not parts.hostname or not parts.port:
+            raise ValueError(f"proxy target must be http://host:port, got {target!r}")
+        if delay_s < 0:
+            raise ValueError(f"delay_s must be >= 0, got {delay_s}")
+        self._target = (parts.hostname, parts.port)
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self.requests: list[str] = []  # "METHOD path" of every request seen, in arrival order
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind((host, 0))
+        self._server.listen(256)
+        self.host, self.port = host, int(self._server.getsockname()[1])
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True, name="latency-proxy")
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def count(self) -> int:
+        """Requests seen so far."""
+        with self._lock:
+            return len(self.requests)
+
+    def reset(self) -> list[str]:
+        """Forget the requests seen so far; returns them."""
+        with self._lock:
+            seen, self.requests = self.requests, []
+        return seen
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.close()
+
+    def __enter__(self) -> LatencyProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _note(self, chunk: bytes) -> None:
+        if chunk.startswith(_HTTP_METHODS):
+            line = chunk.split(b"\r\n", 1)[0].decode("latin-1").rsplit(" ", 1)[0]
+            with self._lock:
+                self.requests.append(line)
+
+    def _serve(self, client: socket.socket) -> None:
+        import threading
+
+        upstream = None
+        try:
+            first = client.recv(65536)
+            if not first:
+                return
+            self._note(first)
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            upstream = socket.create_connection(self._target)
+            upstream.sendall(first)
+            back = threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True)
+            back.start()
+            self._pump(client, upstream, True)
+            back.join()
+        except OSError:
+            pass
+        finally:
+            for s in (client, upstream):
+                if s is not None:
+                    with contextlib.suppress(OSError):
+                        s.close()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if from_client:
+                    # Another request on a kept-alive connection: count and delay it too.
+                    if chunk.startswith(_HTTP_METHODS):
+                        self._note(chunk)
+                        if self.delay_s:
+                            time.sleep(self.delay_s)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)

@@ -1,27 +1,38 @@
 """zephyr: streaming data pipelines (readers, lazy sharded transforms, parallel runs, writers)."""
 
+from zephyr.compression import Compression
 from zephyr.dataset import Dataset, FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.errors import DataError, ShardFailed
 from zephyr.execution import RunResult, run
 from zephyr.readers import (
-    Compression,
     FileSlice,
     JsonlReader,
     OnError,
     ParquetReader,
     Reader,
+    RecordFn,
     TextMode,
     TextReader,
-    TokenShardReader,
     expand_paths,
     read_documents,
     reader_for_path,
+)
+from zephyr.shards import (
+    INDEX_FILE,
+    TOKENIZED_FORMAT,
+    TokenShardReader,
+    decode_tokens,
+    local_shard,
+    read_index,
     verify_shard_index,
+    write_index,
 )
 from zephyr.worker_context import Counters, WorkerContext, current_context, worker_context
 from zephyr.writers import ArrayRecordSink, CollectSink, JsonlSink, Sink, shard_name
 
 __all__ = [
+    "INDEX_FILE",
+    "TOKENIZED_FORMAT",
     "ArrayRecordSink",
     "CollectSink",
     "Compression",
@@ -36,6 +47,7 @@ __all__ = [
     "OnError",
     "ParquetReader",
     "Reader",
+    "RecordFn",
     "RunResult",
     "ShardFailed",
     "ShardSource",
@@ -45,12 +57,16 @@ __all__ = [
     "TokenShardReader",
     "WorkerContext",
     "current_context",
+    "decode_tokens",
     "expand_paths",
+    "local_shard",
     "plan_file_shards",
     "read_documents",
+    "read_index",
     "reader_for_path",
     "run",
     "shard_name",
     "verify_shard_index",
     "worker_context",
+    "write_index",
 ]

@@ -6,10 +6,10 @@ time. Transforms are applied to each shard independently and in order, so functi
 ``map``/``filter``/``flat_map`` must be importable (module-level functions or
 ``functools.partial`` of them) to reach the worker processes.
 
-``prefetch`` runs the steps before it (back to the previous ``prefetch``) on a background thread,
-so stages overlap; the GIL limits this to work that releases it. When a worker runs several
-shards, those threads carry on from one shard to the next (:meth:`Dataset.run_shards`), so the
-pipeline fills and drains once per worker, not once per shard.
+``prefetch`` runs the steps before it (back to the previous ``prefetch``) on a background thread
+(:mod:`zephyr.stages`), so stages overlap; the GIL limits this to work that releases it. When a
+worker runs several shards, those threads carry on from one shard to the next
+(:meth:`Dataset.run_shards`), so the pipeline fills and drains once per worker, not once per shard.
 
 >>> ds = Dataset.from_files("corpus/*.jsonl").map(str.lower).filter(bool).take_per_shard(1000)
 >>> result = ds.write(JsonlSink("out/"))  # doctest: +SKIP
@@ -22,14 +22,13 @@ import functools
 import hashlib
 import itertools
 import math
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rigging import filesystem as fs
-from zephyr.readers import FileSlice, OnError, Reader, TextMode, expand_paths, reader_for_path
+from zephyr.readers import FileSlice, OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
+from zephyr.stages import ShardStream, staged_shards
 from zephyr.worker_context import WorkerContext, worker_context
 
 if TYPE_CHECKING:
@@ -143,146 +142,9 @@ class _Batch(_Op):
 
 @dataclass(frozen=True)
 class _Prefetch:
-    """A stage boundary: what comes before it runs on a background thread (see _Stage)."""
+    """A stage boundary: what comes before it runs on a background thread (see zephyr.stages)."""
 
     size: int
-
-
-# Events of a multi-shard stream (see Dataset.run_shards): a shard's records sit between its
-# start and end events; an error event stands where that shard's pipeline raised; done ends it.
-_START, _ITEM, _ERROR, _END, _DONE = range(5)
-# How often a blocked stage looks whether the run was stopped.
-_STOP_POLL_SECONDS = 0.1
-
-_ShardStream = Iterator[tuple[int, Iterator[Any]]]
-
-
-class _Stopped(Exception):
-    """The consumer went away: a stage thread ends quietly."""
-
-
-class _Stage:
-    """One background thread of a multi-shard stream, ending in a bounded queue of events.
-
-    For each shard of ``upstream`` in order, the thread runs the shard's records through ``ops``
-    under the shard's worker context and queues the results between the shard's start and end
-    events. An error in one shard is queued where it happened and the thread goes on with the
-    next shard (the consumer decides whether to stop).
-    """
-
-    def __init__(self, upstream: Callable[[], _ShardStream], ops: Sequence[_Op],
-                 ctxs: dict[int, WorkerContext], size: int, stop: threading.Event):
-        self._upstream = upstream
-        self._ops = ops
-        self._ctxs = ctxs
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._slots = threading.Semaphore(size)
-        self._stop = stop
-        self._thread = threading.Thread(target=self._run, name="zephyr-stage", daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def _put(self, kind: int, value: Any) -> None:
-        # Only records take the bounded slots: a shard's start and end events never hold the
-        # stage back (else the next shard could not start while this one's last records wait).
-        if kind == _ITEM:
-            while not self._slots.acquire(timeout=_STOP_POLL_SECONDS):
-                if self._stop.is_set():
-                    raise _Stopped
-        if self._stop.is_set():
-            raise _Stopped
-        self._queue.put((kind, value))
-
-    def _run(self) -> None:
-        try:
-            for shard, records in self._upstream():
-                self._put(_START, shard)
-                with worker_context(self._ctxs[shard]):
-                    try:
-                        for record in _apply(self._ops, records):
-                            self._put(_ITEM, record)
-                    except _Stopped:
-                        raise
-                    except BaseException as e:  # noqa: BLE001 - handed to the consumer, in order
-                        self._put(_ERROR, e)
-                self._put(_END, shard)
-            self._put(_DONE, None)
-        except _Stopped:
-            return
-        except BaseException as e:  # noqa: BLE001 - a broken stream: the consumer raises it
-            try:
-                self._put(_ERROR, e)
-                self._put(_DONE, None)
-            except _Stopped:
-                return
-
-    def shards(self) -> _ShardStream:
-        """The consumer side: ``(shard index, its records)`` for each shard, in order."""
-        return _shards_of(self._events())
-
-    def _events(self) -> Iterator[tuple[int, Any]]:
-        while True:
-            try:
-                event = self._queue.get(timeout=_STOP_POLL_SECONDS)
-            except queue.Empty:
-                if self._stop.is_set() or not self._thread.is_alive():
-                    raise RuntimeError("zephyr: a pipeline stage stopped before the end of its shards") from None
-                continue
-            if event[0] == _ITEM:
-                self._slots.release()
-            elif event[0] == _DONE:
-                return
-            yield event
-
-
-class _ShardBody:
-    """The records of one shard in an event stream: from after its start event to its end event.
-
-    An error event raises its exception (the shard failed); the end event ends the iteration.
-    """
-
-    def __init__(self, events: Iterator[tuple[int, Any]]):
-        self._events = events
-        self.ended = False
-
-    def __iter__(self) -> _ShardBody:
-        return self
-
-    def __next__(self) -> Any:
-        if self.ended:
-            raise StopIteration
-        for kind, value in self._events:
-            if kind == _ITEM:
-                return value
-            if kind == _ERROR:
-                raise value
-            self.ended = True  # _END
-            raise StopIteration
-        self.ended = True
-        raise RuntimeError("zephyr: a pipeline stage ended in the middle of a shard")
-
-    def drain(self) -> None:
-        """Skip to the end event: what a ``take`` left unread, or the rest after an error."""
-        while not self.ended:
-            try:
-                next(self)
-            except StopIteration:
-                return
-            except Exception:  # noqa: BLE001,S112 - this shard's consumer has stopped taking records
-                continue
-
-
-def _shards_of(events: Iterator[tuple[int, Any]]) -> _ShardStream:
-    for kind, value in events:
-        if kind == _ERROR:
-            raise value  # the stream itself broke, outside any shard
-        if kind != _START:
-            raise RuntimeError(f"zephyr: expected the start of a shard in the event stream, got event {kind}")
-        body = _ShardBody(events)
-        yield value, body
-        body.drain()
 
 
 def _apply(ops: Sequence[_Op], records: Iterator[Any]) -> Iterator[Any]:
@@ -291,7 +153,7 @@ def _apply(ops: Sequence[_Op], records: Iterator[Any]) -> Iterator[Any]:
     return records
 
 
-def _source_shards(dataset: Dataset, ctxs: Sequence[WorkerContext]) -> _ShardStream:
+def _source_shards(dataset: Dataset, ctxs: Sequence[WorkerContext]) -> ShardStream:
     # The first stage's input: each shard's source records, opened when the stage reaches it.
     for ctx in ctxs:
         records = dataset.shards[ctx.shard_index].records(ctx)
@@ -354,12 +216,15 @@ class Dataset:
         text_field: str = "text",
         text_mode: TextMode | str = TextMode.LINES,
         on_error: OnError | str = OnError.RAISE,
+        record_fn: RecordFn | None = None,
     ) -> Dataset:
         """Documents of the files in ``source`` (paths, globs, folders), sharded by
-        :func:`plan_file_shards`; the reader is chosen per file by extension unless given."""
+        :func:`plan_file_shards`; the reader is chosen per file by extension unless given.
+        With ``record_fn``, JSON objects and Parquet rows are turned into records by it."""
         files = expand_paths(source)
         readers = [
-            reader or reader_for_path(f, text_field=text_field, text_mode=text_mode, on_error=on_error)
+            reader or reader_for_path(f, text_field=text_field, text_mode=text_mode, on_error=on_error,
+                                      record_fn=record_fn)
             for f in files
         ]
         return cls(plan_file_shards(files, readers, num_shards))
@@ -459,19 +324,13 @@ class Dataset:
                 yield ctx, _apply(segments[0], self._shards[ctx.shard_index].records(ctx))
             return
         by_index = {ctx.shard_index: ctx for ctx in ctxs}
-        stop = threading.Event()
-        stages: list[_Stage] = []
-        upstream: Callable[[], _ShardStream] = functools.partial(_source_shards, self, ctxs)
+        streams = staged_shards(functools.partial(_source_shards, self, ctxs),
+                                [functools.partial(_apply, ops) for ops in segments], sizes, by_index)
         try:
-            for ops, size in zip(segments, sizes, strict=False):
-                stages.append(_Stage(upstream, ops, by_index, size, stop))
-                upstream = stages[-1].shards
-            for shard, body in upstream():
-                yield by_index[shard], _apply(segments[-1], body)
+            for shard, records in streams:
+                yield by_index[shard], records
         finally:
-            stop.set()
-            for stage in stages:
-                stage.join()
+            streams.close()
 
     def write(
         self,

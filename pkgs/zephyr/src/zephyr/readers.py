@@ -1,4 +1,6 @@
-"""Readers that turn files into documents (strings), and a reader of written token shards.
+"""Readers that turn files into documents (strings).
+
+(Written token shards are read back by :class:`zephyr.shards.TokenShardReader`.)
 
 Formats, chosen by extension (after removing a compression suffix ``.gz``, ``.zst``/``.zstd``):
 
@@ -7,6 +9,10 @@ Formats, chosen by extension (after removing a compression suffix ``.gz``, ``.zs
 * ``.parquet``: a string column (``text`` by default, see :class:`ParquetReader`).
 * anything else: plain UTF-8 text, one document per line or documents separated by blank lines
   (:class:`TextReader`).
+
+Structured records: given ``record_fn``, the JSON-lines and Parquet readers hand each whole JSON
+object (or Parquet row, as a dict of its columns) to ``record_fn`` and yield what it returns; a
+``ValueError`` it raises is bad input like any other (one line naming file and line or record).
 
 Paths are fsspec URLs (local, ``gs://``, ``memory://``, ``hf://`` when online). A source may be a
 list of paths, globs or folders; :func:`expand_paths` turns it into files in sorted order.
@@ -21,25 +27,22 @@ from __future__ import annotations
 
 import abc
 import enum
-import gzip
 import io
 import json
 import logging
 import os
-import tempfile
-import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-import numpy as np
-
 from rigging import filesystem as fs
+from zephyr.compression import Compression, decompression_errors, open_decompressed
 from zephyr.errors import DataError
 from zephyr.worker_context import Counters
 
 __all__ = [
     "Compression",
+    "RecordFn",
     "FileSlice",
     "JsonlReader",
     "OnError",
@@ -47,16 +50,17 @@ __all__ = [
     "Reader",
     "TextMode",
     "TextReader",
-    "TokenShardReader",
     "expand_paths",
     "read_documents",
-    "verify_shard_index",
     "reader_for_path",
 ]
 
 logger = logging.getLogger(__name__)
 
 _GLOB_CHARS = frozenset("*?[")
+
+RecordFn = Callable[[dict[str, Any]], Any]
+"""Turns one JSON object or Parquet row into a record; raises ValueError naming what is wrong."""
 _JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 _PARQUET_EXTENSIONS = (".parquet",)
 
@@ -76,30 +80,6 @@ class OnError(enum.Enum):
             return cls(value)
         except ValueError:
             raise ValueError(f"on_error must be one of 'raise', 'skip', got {value!r}") from None
-
-
-class Compression(enum.Enum):
-    """Whole-file compression, detected from the file name."""
-
-    NONE = ""
-    GZIP = ".gz"
-    ZSTD = ".zst"
-
-    @classmethod
-    def of(cls, path: str) -> Compression:
-        """The compression of ``path`` judged by its last extension."""
-        lower = path.lower()
-        if lower.endswith(".gz"):
-            return cls.GZIP
-        if lower.endswith((".zst", ".zstd")):
-            return cls.ZSTD
-        return cls.NONE
-
-    def strip(self, path: str) -> str:
-        """``path`` without its compression suffix."""
-        if self is Compression.NONE:
-            return path
-        return path[: path.rfind(".")]
 
 
 class TextMode(enum.Enum):
@@ -133,101 +113,6 @@ class FileSlice:
     def whole(self) -> bool:
         """True when the slice is the whole file."""
         return self.start == 0 and self.end is None
-
-
-def _open_decompressed(path: str, raw: IO[bytes]) -> IO[bytes]:
-    compression = Compression.of(path)
-    if compression is Compression.GZIP:
-        return gzip.GzipFile(fileobj=_NotEmpty(raw), mode="rb")
-    if compression is Compression.ZSTD:
-        return io.BufferedReader(_ZstdFrames(raw), buffer_size=1 << 20)
-    return raw
-
-
-class _NotEmpty:
-    """A file whose first read must give bytes: an empty compressed file is a cut one, not no data.
-
-    (A compressed stream of nothing still holds a header; a zero-byte ``.gz`` is typically what a
-    killed writer leaves, and ``gzip`` would read it as a silently empty file.)
-    """
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self._started = False
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
-        if not self._started and size != 0:
-            if not data:
-                raise EOFError("empty file: a compressed stream holds at least a header")
-            self._started = True
-        return data
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._raw, name)
-
-
-class _ZstdFrames(io.RawIOBase):
-    """Decompresses a stream of concatenated zstd frames, refusing one that ends inside a frame.
-
-    ``zstandard``'s own ``stream_reader`` reports a truncated file as a clean end of stream, which
-    would read as a silently short corpus; here it raises ``ZstdError`` like a damaged frame.
-    """
-
-    _CHUNK = 1 << 16  # raw bytes per decompress call: bounds what one call can expand to
-
-    def __init__(self, raw: IO[bytes]):
-        import zstandard
-
-        self._zstd = zstandard
-        self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
-        self._frame: Any = None  # decompressor of the frame in progress (None between frames)
-        self._out = b""
-        self._pos = 0
-        self._done = False
-        self._started = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while self._pos >= len(self._out) and not self._done:
-            self._fill()
-        n = min(len(buffer), len(self._out) - self._pos)
-        buffer[:n] = self._out[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
-    def _fill(self) -> None:
-        data = self._raw.read(self._CHUNK)
-        if not data:
-            self._done = True
-            if self._frame is not None:
-                raise self._zstd.ZstdError("stream ends inside a frame (truncated file?)")
-            if not self._started:
-                raise self._zstd.ZstdError("empty file: a compressed stream holds at least a header")
-            return
-        self._started = True
-        pieces = []
-        while data:
-            if self._frame is None:
-                self._frame = self._dctx.decompressobj()
-            pieces.append(self._frame.decompress(data))
-            if self._frame.eof:
-                data = self._frame.unused_data
-                self._frame = None
-            else:
-                data = b""
-        self._out = b"".join(pieces)
-        self._pos = 0
-
-
-def _decompression_errors() -> tuple[type[BaseException], ...]:
-    import zstandard
-
-    # EOFError: a gzip stream cut short; zlib.error / BadGzipFile: damaged bytes.
-    return (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError)
 
 
 def _open_raw(path: str) -> IO[bytes]:
@@ -290,7 +175,7 @@ class _LineReader(Reader):
         """
         path = piece.path
         with _open_raw(path) as raw:
-            stream = _open_decompressed(path, raw)
+            stream = open_decompressed(path, raw)
             in_range = piece.start > 0
             pos = 0
             if not piece.whole and Compression.of(path) is not Compression.NONE:
@@ -316,7 +201,7 @@ class _LineReader(Reader):
                             f"not valid UTF-8 (byte 0x{raw_line[e.start]:02x} at column {e.start + 1})"))
                         continue
                     yield number, text.rstrip("\r\n")
-            except _decompression_errors() as e:
+            except decompression_errors() as e:
                 kind = Compression.of(path).name.lower()
                 self._bad(counters, DataError(path, f"line {index + 1}",
                                               f"corrupt {kind} stream: {type(e).__name__}: {e}"),
@@ -384,17 +269,19 @@ class JsonlReader(_LineReader):
         text_field: name of the field holding the document text.
         on_error: ``raise`` (default) or ``skip`` lines that are not JSON objects with a string
             ``text_field`` (or not UTF-8).
+        record_fn: if given, each object goes through it instead (see the module docstring).
     """
 
     text_field: str = "text"
     on_error: OnError = OnError.RAISE
+    record_fn: RecordFn | None = None
 
     def __post_init__(self) -> None:
         if not self.text_field:
             raise ValueError(f"text_field must be a non-empty string, got {self.text_field!r}")
         object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
 
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
         loads = json.loads
         field = self.text_field
         for number, line in self._lines(piece, counters):
@@ -405,6 +292,16 @@ class JsonlReader(_LineReader):
             except json.JSONDecodeError as e:
                 self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
                                               f"invalid JSON ({e.msg} at column {e.colno})"))
+                continue
+            if self.record_fn is not None:
+                try:
+                    if not isinstance(obj, dict):
+                        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+                    record = self.record_fn(obj)
+                except ValueError as e:
+                    self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}", str(e)))
+                    continue
+                yield record
                 continue
             value = obj.get(field) if isinstance(obj, dict) else None
             if not isinstance(value, str):
@@ -429,11 +326,13 @@ class ParquetReader(Reader):
         text_field: name of the column holding the document text.
         batch_size: rows read at a time (bounds memory).
         on_error: ``raise`` (default) or ``skip`` rows whose text is null.
+        record_fn: if given, each row (a dict of all columns) goes through it instead.
     """
 
     text_field: str = "text"
     batch_size: int = 4096
     on_error: OnError = OnError.RAISE
+    record_fn: RecordFn | None = None
 
     def __post_init__(self) -> None:
         if not self.text_field:
@@ -442,7 +341,7 @@ class ParquetReader(Reader):
             raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
         object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
 
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
+    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -454,8 +353,8 @@ class ParquetReader(Reader):
             if Compression.of(path) is not Compression.NONE:
                 # Parquet needs random access, which a compressed stream cannot give.
                 try:
-                    source = io.BytesIO(_open_decompressed(path, raw).read())
-                except _decompression_errors() as e:
+                    source = io.BytesIO(open_decompressed(path, raw).read())
+                except decompression_errors() as e:
                     self._bad(counters, DataError(path, "", f"corrupt compressed stream: {e}"), "skipped_files")
                     return
             # Damaged files fail in many ways: pyarrow's own errors (any ArrowException), OSError,
@@ -466,6 +365,9 @@ class ParquetReader(Reader):
             except unreadable as e:
                 raise DataError(path, "", f"not a readable parquet file: {type(e).__name__}: {e}") from None
             names = parquet.schema_arrow.names
+            if self.record_fn is not None:
+                yield from self._rows(parquet, path, counters, unreadable)
+                return
             if self.text_field not in names:
                 raise DataError(path, "", f"no {self.text_field!r} column (columns: {', '.join(names)})")
             row = 0
@@ -486,6 +388,25 @@ class ParquetReader(Reader):
             except unreadable as e:
                 raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
 
+    def _rows(self, parquet: Any, path: str, counters: Counters | None,
+              unreadable: tuple[type[BaseException], ...]) -> Iterator[Any]:
+        assert self.record_fn is not None
+        row = 0
+        try:
+            for batch in parquet.iter_batches(batch_size=self.batch_size):
+                for obj in batch.to_pylist():
+                    row += 1
+                    try:
+                        record = self.record_fn(obj)
+                    except ValueError as e:
+                        self._bad(counters, DataError(path, f"record {row - 1}", str(e)))
+                        continue
+                    yield record
+        except DataError:
+            raise
+        except unreadable as e:
+            raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
+
 
 def reader_for_path(
     path: str,
@@ -493,13 +414,21 @@ def reader_for_path(
     text_field: str = "text",
     text_mode: TextMode | str = TextMode.LINES,
     on_error: OnError | str = OnError.RAISE,
+    record_fn: RecordFn | None = None,
 ) -> Reader:
-    """The reader for ``path`` judged by its extension (see the module docstring)."""
+    """The reader for ``path`` judged by its extension (see the module docstring).
+
+    Raises:
+        DataError: ``record_fn`` is given and ``path`` is neither JSON lines nor Parquet.
+    """
     name = Compression.of(path).strip(path).lower()
     if name.endswith(_JSONL_EXTENSIONS):
-        return JsonlReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+        return JsonlReader(text_field=text_field, on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]
     if name.endswith(_PARQUET_EXTENSIONS):
-        return ParquetReader(text_field=text_field, on_error=on_error)  # type: ignore[arg-type]
+        return ParquetReader(text_field=text_field, on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]
+    if record_fn is not None:
+        raise DataError(path, "", "structured records need JSON lines (.jsonl/.json) or Parquet, "
+                                  "not a plain text file")
     return TextReader(mode=text_mode, on_error=on_error)  # type: ignore[arg-type]
 
 
@@ -570,136 +499,3 @@ def read_documents(
     for path in expand_paths(source):
         reader = reader_for_path(path, text_field=text_field, text_mode=text_mode, on_error=on_error)
         yield from reader.read(FileSlice(path), counters)
-
-
-class TokenShardReader:
-    """Random access to one ArrayRecord token shard (records of little-endian uint32 token ids).
-
-    Remote shards are first copied to a local temporary file, because array_record cannot be
-    pointed at object stores reliably. A truncated or damaged shard raises :class:`DataError`
-    naming the file and, where it can be known, the record.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self._local_copy: str | None = None
-        local = fs.strip_protocol(path) if fs.is_local(path) else self._copy_local(path)
-        if not os.path.exists(local):
-            raise DataError(path, "", "file not found")
-        from array_record.python.array_record_module import ArrayRecordReader
-
-        problem = ""
-        try:
-            self._reader = ArrayRecordReader(local)
-            # A damaged footer does not fail the constructor: the reader reports zero records
-            # and ok() is False, which would read as a silently empty shard.
-            if not self._reader.ok():
-                self._reader.read()
-                problem = "reader not ok"
-        except RuntimeError as e:
-            problem = str(e)
-        if problem:
-            if self._local_copy is not None:
-                os.unlink(self._local_copy)
-            raise DataError(path, "", f"truncated or corrupt ArrayRecord shard (its footer is unreadable, "
-                                      f"so no record can be located): {problem}")
-        self._len = int(self._reader.num_records())
-
-    def _copy_local(self, path: str) -> str:
-        handle, local = tempfile.mkstemp(suffix=".array_record", prefix="zephyr-")
-        with os.fdopen(handle, "wb") as out, fs.open_file(path, "rb") as src:
-            while block := src.read(1 << 22):
-                out.write(block)
-        self._local_copy = local
-        return local
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        if not 0 <= index < self._len:
-            raise IndexError(f"{self.path}: record {index} out of range (shard has {self._len})")
-        try:
-            data = self._reader.read([index])[0]
-        except RuntimeError as e:
-            raise DataError(self.path, f"record {index}", f"unreadable (truncated or corrupt shard): {e}") from None
-        if len(data) % 4:
-            raise DataError(self.path, f"record {index}", f"{len(data)} bytes is not a whole number of uint32 tokens")
-        return np.frombuffer(data, dtype="<u4")
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(self._len):
-            yield self[i]
-
-    def close(self) -> None:
-        """Release the file (and remove a local copy of a remote shard)."""
-        self._reader.close()
-        if self._local_copy is not None:
-            os.unlink(self._local_copy)
-            self._local_copy = None
-
-    def __enter__(self) -> TokenShardReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def verify_shard_index(folder: str) -> dict[str, Any]:
-    """Check every shard listed in ``<folder>/index.json`` against its recorded size and sha256.
-
-    Returns:
-        The index.
-
-    Raises:
-        DataError: the index is missing, or a shard is missing, has another size or checksum.
-    """
-    import hashlib
-
-    index_path = fs.join(folder, "index.json")
-    if not fs.exists(index_path):
-        raise DataError(index_path, "", "no shard index (the output is incomplete: was the run interrupted?)")
-    index = _parse_index(index_path)
-    groups = index["splits"].values() if "splits" in index else [index]
-    for group in groups:
-        for shard in group["shards"]:
-            path = fs.join(folder, shard["path"])
-            if not fs.exists(path):
-                raise DataError(path, "", "shard listed in index.json is missing")
-            digest = hashlib.sha256()
-            size = 0
-            with _open_raw(path) as f:
-                while block := f.read(1 << 22):
-                    digest.update(block)
-                    size += len(block)
-            if size != shard["bytes"]:
-                raise DataError(path, "", f"shard is {size} bytes, index.json says {shard['bytes']} (truncated?)")
-            if digest.hexdigest() != shard["sha256"]:
-                raise DataError(path, "", "shard content does not match its sha256 in index.json")
-    return index
-
-
-def _parse_index(index_path: str) -> dict[str, Any]:
-    """``index.json`` parsed and checked for the shape :func:`verify_shard_index` walks."""
-    try:
-        index = json.loads(fs.read_bytes(index_path))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise DataError(index_path, "", f"not valid JSON: {e}") from None
-    if not isinstance(index, dict):
-        raise DataError(index_path, "", f"expected a JSON object, got {type(index).__name__}")
-    splits = index.get("splits")
-    if "splits" in index and not (isinstance(splits, dict) and splits):
-        raise DataError(index_path, "", "'splits' must be a non-empty object of split name -> shards")
-    groups = splits.items() if "splits" in index else [("", index)]
-    for name, group in groups:
-        where = f"split {name!r}" if name else "index"
-        shards = group.get("shards") if isinstance(group, dict) else None
-        if not isinstance(shards, list):
-            raise DataError(index_path, "", f"{where} has no list of shards")
-        for i, shard in enumerate(shards):
-            ok = (isinstance(shard, dict) and isinstance(shard.get("path"), str) and shard["path"]
-                  and not shard["path"].startswith("/") and ".." not in shard["path"].split("/")
-                  and type(shard.get("bytes")) is int and isinstance(shard.get("sha256"), str))
-            if not ok:
-                raise DataError(index_path, "", f"{where}: shard {i} is not {{path (relative), bytes, sha256}}")
-    return index

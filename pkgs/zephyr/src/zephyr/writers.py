@@ -25,21 +25,13 @@ all). The commit record is written after the shard's files; a shard is committed
 record exists, names the same inputs and shard count, and its files have the recorded sizes.
 A rerun skips committed shards and redoes the others, overwriting what they left.
 
-Index (``index.json``, keys sorted)::
-
-    {"format": ..., <metadata>..., "counters": {...},
-     "splits": {"train": {"records": n, "tokens": t,
-                          "shards": [{"path": "train/part-00000.array_record", "records": n,
-                                      "tokens": t, "bytes": b, "sha256": hex}, ...]}, ...}}
-
-Without splits, ``records``, ``tokens`` and ``shards`` sit at the top level instead of ``splits``.
+The index's shape, and reading the shards back: :mod:`zephyr.shards`.
 """
 
 from __future__ import annotations
 
 import abc
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -52,12 +44,12 @@ from typing import Any
 import numpy as np
 
 from rigging import filesystem as fs
+from zephyr.shards import INDEX_FILE, INDEX_KEYS, write_index
 from zephyr.worker_context import Counters, WorkerContext
 
 __all__ = ["ArrayRecordSink", "CollectSink", "JsonlSink", "Sink", "shard_name"]
 
 _COMMITS = ".commits"
-_INDEX = "index.json"
 _TMP_PREFIX = ".tmp-"
 
 
@@ -146,16 +138,6 @@ class _JsonlFile(_OpenFile):
         self._file.close()
 
 
-def _sha256_and_size(path: str) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
-
-
 _SCRATCH_PREFIX = "zephyr-shard-"
 
 
@@ -210,7 +192,7 @@ class _FileSink(Sink):
                 raise ValueError(f"split names must be plain folder names, got {split!r}")
         if len(set(self.splits)) != len(self.splits):
             raise ValueError(f"split names must be distinct, got {self.splits}")
-        reserved = {"format", "splits", "counters", "records", "tokens", "shards"} & set(self.metadata)
+        reserved = INDEX_KEYS & set(self.metadata)
         if reserved:
             raise ValueError(f"metadata may not set index keys {sorted(reserved)}")
 
@@ -226,7 +208,7 @@ class _FileSink(Sink):
 
     def prepare(self, num_shards: int) -> None:
         # The index says "complete"; it must not outlive a rerun that is rewriting shards.
-        fs.delete(fs.join(self.output_path, _INDEX))
+        fs.delete(fs.join(self.output_path, INDEX_FILE))
         # Parts beyond the shard count (an earlier run with more shards) would be picked up by
         # readers that glob the folder, so they go.
         for folder in [*(fs.join(self.output_path, s) for s in self.splits or ("",)),
@@ -304,9 +286,9 @@ class _FileSink(Sink):
                 opened.pop(key).close()
             files = {}
             for key in keys:
-                sha256, size = _sha256_and_size(tmp_paths[key])
                 files[key or ""] = {"path": self._relative(key, ctx.shard_index), **stats[key],
-                                    "bytes": size, "sha256": sha256}
+                                    "bytes": os.path.getsize(tmp_paths[key]),
+                                    "sha256": fs.sha256_of(tmp_paths[key])}
                 _commit(tmp_paths[key], finals[key])
         finally:
             for handle in opened.values():
@@ -335,7 +317,7 @@ class _FileSink(Sink):
             index["splits"] = {split: summary(split) for split in self.splits}
         else:
             index.update(summary(""))
-        fs.atomic_write(fs.join(self.output_path, _INDEX), json.dumps(index, sort_keys=True, indent=2) + "\n")
+        write_index(self.output_path, index)
         return index
 
 

@@ -8,14 +8,19 @@ from __future__ import annotations
 from rigging.lazy import lazy_getattr
 
 __all__ = [
+    "CHAT_FORMAT",
     "FORMAT",
+    "ChatIterDataset",
     "DatasetSpec",
     "MixtureIterDataset",
     "PackedIterDataset",
     "TextLmDatasetFormat",
     "TokenizedSplit",
+    "data_is_chat",
     "data_vocab_size",
+    "decode_chat_record",
     "decode_document",
+    "encode_chat_record",
     "eval_batches",
     "open_split",
     "read_index",
@@ -23,6 +28,11 @@ __all__ = [
 ]
 
 _WHERE = {
+    "CHAT_FORMAT": "levanter.data.chat",
+    "ChatIterDataset": "levanter.data.chat_windows",
+    "data_is_chat": "levanter.data.loader",
+    "decode_chat_record": "levanter.data.chat",
+    "encode_chat_record": "levanter.data.chat",
     "DatasetSpec": "levanter.data.spec",
     "data_vocab_size": "levanter.data.loader",
     "eval_batches": "levanter.data.loader",

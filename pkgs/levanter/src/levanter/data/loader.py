@@ -7,11 +7,30 @@ from collections.abc import Sequence
 import grain.python as grain
 import numpy as np
 
+from levanter.data.chat import plain_window
+from levanter.data.chat_windows import ChatIterDataset
 from levanter.data.packing import MixtureIterDataset, PackedIterDataset
 from levanter.data.spec import DatasetSpec
 from levanter.data.tokenized import TokenizedSplit, open_split
 
-__all__ = ["DatasetSpec", "data_vocab_size", "eval_batches", "train_dataset"]
+__all__ = ["DatasetSpec", "data_is_chat", "data_vocab_size", "eval_batches", "train_dataset"]
+
+
+def data_is_chat(specs: Sequence[DatasetSpec]) -> bool:
+    """Whether any dataset holds chat records: then every window is ``[3, seq_len + 1]`` (ids,
+    loss mask, segment ids) and plain datasets count every token in one segment."""
+    from levanter.data.chat import CHAT_FORMAT
+    from levanter.data.tokenized import read_index
+
+    return any(read_index(s.path)["format"] == CHAT_FORMAT for s in specs)
+
+
+def _windows(split: TokenizedSplit, window: int, chat: bool, *, seed: int, shuffle: bool,
+             repeat: bool) -> grain.IterDataset:
+    if split.is_chat:
+        return ChatIterDataset(split, window, seed=seed, shuffle=shuffle, repeat=repeat)
+    packed = PackedIterDataset(split, window, seed=seed, shuffle=shuffle, repeat=repeat)
+    return packed.map(plain_window) if chat else packed
 
 
 def _open_all(specs: Sequence[DatasetSpec], split: str, cache_dir: str | None) -> list[TokenizedSplit]:
@@ -33,8 +52,9 @@ def data_vocab_size(specs: Sequence[DatasetSpec]) -> int:
 
 
 def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, seed: int,
-                  prefetch: int = 4, cache_dir: str | None = None) -> grain.IterDataset:
-    """Endless batches ``[batch_size, seq_len + 1]`` (int32) of packed, shuffled, mixed training data.
+                  prefetch: int = 4, cache_dir: str | None = None, rows: slice | None = None) -> grain.IterDataset:
+    """Endless batches ``[batch_size, seq_len + 1]`` (int32) of packed, shuffled, mixed training data
+    (``[batch_size, 3, seq_len + 1]`` when a dataset holds chat records, see :func:`data_is_chat`).
 
     Iterate it with ``iter(...)``; the iterator's ``get_state()`` / ``set_state()`` save and restore
     the position of the batches already consumed (prefetched ones are not counted).
@@ -46,17 +66,30 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
         seed: drives document order and mixture draws.
         prefetch: batches prepared ahead in a background thread (0 disables prefetch).
         cache_dir: where remote shards are copied before reading.
+        rows: keep only these rows of every batch (one process's share of a multi-host batch; every
+            process reads the same stream, so the shares never overlap and the batch stays whole).
     """
     if not specs:
         raise ValueError("need at least one dataset")
     splits = _open_all(specs, "train", cache_dir)
-    packed = [PackedIterDataset(s, seq_len + 1, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
+    chat = any(s.is_chat for s in splits)
+    packed = [_windows(s, seq_len + 1, chat, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
               for i, s in enumerate(splits)]
     mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed)
     batched = mixed.batch(batch_size, drop_remainder=True)
+    if rows is not None and (rows.start or 0, rows.stop) != (0, batch_size):
+        batched = batched.map(_RowSlice(rows))
     if prefetch > 0:
         batched = grain.experimental.ThreadPrefetchIterDataset(batched, prefetch_buffer_size=prefetch)
     return batched
+
+
+class _RowSlice(grain.MapTransform):
+    def __init__(self, rows: slice):
+        self.rows = rows
+
+    def map(self, batch: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(batch[self.rows])
 
 
 def eval_batches(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, max_batches: int,
@@ -76,12 +109,13 @@ def eval_batches(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int,
             continue
     if not opened:
         return []
+    chat = any(split.is_chat for _spec, split in opened)
     total_w = sum(spec.weight for spec, _ in opened)
     want = max_batches * batch_size
     windows: list[np.ndarray] = []
     for spec, split in opened:
         quota = max(1, int(round(want * spec.weight / total_w)))
-        it = iter(PackedIterDataset(split, seq_len + 1, seed=0, shuffle=False, repeat=False))
+        it = iter(_windows(split, seq_len + 1, chat, seed=0, shuffle=False, repeat=False))
         for _ in range(quota):
             try:
                 windows.append(next(it))

@@ -87,15 +87,17 @@ class LlamaConfig:
         return 6.0 * matmul + 12.0 * self.num_layers * d * seq_len
 
 
-def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None) -> Any:
+def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, shard: Any = None) -> Any:
     """Logits of the Llama for ``tokens`` (inside ``hk.transform``); see ``_llama_haiku``."""
     from levanter.models import _llama_haiku
 
-    return _llama_haiku.llama_forward(config, tokens, *(() if compute_dtype is None else (compute_dtype,)))
+    dtype = _llama_haiku.jnp.float32 if compute_dtype is None else compute_dtype
+    return _llama_haiku.llama_forward(config, tokens, dtype, shard)
 
 
-def transformed_llama(config: LlamaConfig, compute_dtype: Any = None) -> Any:
-    """The Llama as a Haiku ``Transformed`` (init/apply pair)."""
+def transformed_llama(config: LlamaConfig, compute_dtype: Any = None, shard: Any = None) -> Any:
+    """The Llama as a Haiku ``Transformed`` (init/apply pair); ``shard`` places activations on a mesh."""
     from levanter.models import _llama_haiku
 
-    return _llama_haiku.transformed_llama(config, *(() if compute_dtype is None else (compute_dtype,)))
+    dtype = _llama_haiku.jnp.float32 if compute_dtype is None else compute_dtype
+    return _llama_haiku.transformed_llama(config, dtype, shard)

@@ -29,13 +29,15 @@ from marin.cli.errors import MarinError
               help="Refuse to start if the plan's estimated wall time exceeds this (2h, 1h30m, 45m, seconds).")
 @click.option("--budget-accelerator-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="HOURS", help="Refuse to start if the plan is estimated to use more accelerator-hours.")
+@click.option("--warm-workers", is_flag=True,
+              help="Fork local steps from a warm worker that keeps its imports (no accelerator or multi-host steps).")
 @cache_options
 @backend_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
         budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
-        backend: str | None, ray_address: str | None) -> None:
+        backend: str | None, ray_address: str | None, warm_workers: bool = False) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -50,7 +52,8 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address,
-                                 budget_s=budget_s, budget_accelerator_hours=budget_accelerator_hours)
+                                 budget_s=budget_s, budget_accelerator_hours=budget_accelerator_hours,
+                                 warm_workers=warm_workers)
     try:
         result = runner.run(steps)  # NotCached, OverBudget, ResourcesTooLarge ...: the CLI's one error funnel
     finally:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-__all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "runner_from_options",
-           "targets_argument"]
+__all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "quiet_library_logs",
+           "runner_from_options", "targets_argument", "trained_output"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -55,3 +55,34 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
                          caches=list(caches) or None, strict_env=strict_env, backend=backend,
                          ray_address=ray_address)
     return StepRunner(config, reporter=reporter, **kwargs)
+
+
+def trained_output(ctx: click.Context, path: str, prefix: str | None, *, finished: bool = True) -> str:
+    """The output folder of a training step given as its folder or its name (newest finished build).
+
+    With ``finished``, a folder whose step has not finished is a user error.
+    """
+    from marin.cli.errors import MarinError
+    from marin.execution.store import StepRecord, StepStore
+    from rigging import filesystem as fs
+
+    output = path.rstrip("/")
+    if not fs.exists(fs.join(output, "config.json")):
+        store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+        builds = store.earlier_builds(path)
+        if not builds:
+            raise MarinError(f"{path} is neither a trained step's output folder nor a finished step name",
+                             hint="give the output path printed by `marin run`, or a name like checkpoints/marin-nano")
+        output = builds[0][0]
+    if finished and not StepRecord(output).is_done():
+        raise MarinError(f"{output} is not a finished step", hint="run the training step to completion first")
+    return output
+
+
+def quiet_library_logs(ctx: click.Context) -> None:
+    """Hide libraries' INFO narration (JAX probing backends, Orbax via absl) unless ``--verbose``."""
+    import logging
+
+    if not (ctx.obj and ctx.obj.get("verbose")):
+        for library in ("jax", "absl"):
+            logging.getLogger(library).setLevel(logging.WARNING)

@@ -26,6 +26,7 @@ _COMMANDS = {
     "plot": ("marin.cli.cmd_plot", "plot"),
     "verify": ("marin.cli.cmd_verify", "verify"),
     "compare": ("marin.cli.cmd_compare", "compare"),
+    "export-hf": ("marin.cli.cmd_export_hf", "export_hf"),
 }
 
 

@@ -18,8 +18,9 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from marin.execution import done_index
 from marin.execution.hashing import (
     UnserializableConfig,
     config_to_json,
@@ -44,14 +45,19 @@ from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases
 
-__all__ = ["AttemptContext", "StepAttempt", "WorkerKind", "fetch_from_cache", "resources_of"]
+if TYPE_CHECKING:
+    from fray.types import DistributedClient, JobHandle
+    from iris.cluster import ResourceConfig
+
+__all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache",
+           "resources_of", "warm_worker_can_run"]
 
 logger = logging.getLogger("marin.execution.step_runner")
 
 _LOG_PULL_INTERVAL_S = 1.0
 
 
-def resources_of(step: Step) -> Any:
+def resources_of(step: Step) -> ResourceConfig:
     """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
     from iris.cluster import ResourceConfig
 
@@ -60,6 +66,12 @@ def resources_of(step: Step) -> Any:
         raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
                         f"got {type(resources).__name__}")
     return resources
+
+
+def warm_worker_can_run(resources: Any) -> bool:
+    """A local step runs forked from the warm pool (``fray.pool``) unless it needs devices or hosts
+    to itself: an accelerator (GPU or TPU) or more than one host means a fresh interpreter."""
+    return resources.accelerator is None and resources.num_hosts == 1
 
 
 def _is_lost_process(error: BaseException) -> bool:
@@ -84,12 +96,25 @@ class WorkerKind(enum.Enum):
     REMOTE = "remote"  # elsewhere (Ray): its output is copied from the handle
 
 
+class Releasable(Protocol):
+    """What an attempt holds while it runs and gives back when it ends (an iris ``Admission``)."""
+
+    def release(self) -> None: ...
+
+
+class NothingHeld:
+    """The hold of a step that takes nothing from this machine's ledger (a fetch, a step on Ray)."""
+
+    def release(self) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class AttemptContext:
     """What every attempt of one run shares with the runner that started it."""
 
     holder: str
-    client: Any
+    client: DistributedClient
     worker: WorkerKind
     strict_env: bool
     environment: Callable[[], tuple[dict[str, Any], str]]
@@ -97,19 +122,29 @@ class AttemptContext:
     places: tuple[str, ...] = ()
     """Where other builds of a step may be found (the prefix, then caches): a build that differs
     from another of the same inputs is reported as nondeterministic."""
+    prefix: str = ""
+    """The store's prefix, where its done index lives (:mod:`marin.execution.done_index`)."""
+    pool: Callable[[], Any] | None = None
+    """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
+    interpreter each."""
 
 
-def fetch_from_cache(p: PlannedStep, lease: Lease) -> bool:
-    """Copy ``p`` from its cache and publish it; False (with a warning) if the entry is bad."""
+def fetch_from_cache(p: PlannedStep, lease: Lease, prefix: str) -> bool:
+    """Copy ``p`` from its cache into the store at ``prefix`` and publish it; False (with a
+    warning) if the entry is bad."""
     from marin.execution.cache import CacheMiss, substitute
 
     record = StepRecord(p.output_path)
+    if p.cache_hit is None:
+        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
     try:
         substitute(p.cache_hit, p.output_path)
         lease.check()
         cached = StepRecord(p.cache_hit.path).read_json(StepRecord(p.cache_hit.path).success) or {}
         record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path),
                        extra=carried_fields(cached))
+        env = (record.read_json(record.provenance) or {}).get("env_digest")
+        done_index.mark(prefix, p.output_name, env if isinstance(env, str) else None)
     except CacheMiss as e:
         logger.warning("%s; rebuilding %s", e, p.output_name)
         return False
@@ -128,12 +163,12 @@ class StepAttempt:
     planned: PlannedStep
     lease: Lease
     ctx: AttemptContext
-    handle: Any = None
+    handle: JobHandle = field(init=False)  # set by start()
     attempt: int = 1
     started: float = field(default_factory=time.time)
     local_log: str = ""
     remote_log: str | None = None
-    admission: Any = None  # iris Admission held while the step runs on this machine
+    admission: Releasable = field(default_factory=NothingHeld)  # room on this machine while it runs
     resubmit: Callable[[], Any] | None = None
     retries_left: int = 0
     retries: int = 0  # retries so far in this run
@@ -159,14 +194,16 @@ class StepAttempt:
         lease.start_heartbeat()
         try:
             if clear:
+                done_index.unmark(ctx.prefix, [p.output_name])  # first: a marker never outlives its output
                 clear_output(p.output_path)
             earlier = record.read_status()
             if earlier.written is BuildState.RUNNING and isinstance(earlier.fields.get("worker"), str):
                 # Its runner is gone, but its process may not have noticed yet: two writers must
                 # never share an output folder.
                 end_orphaned_process(earlier.fields["worker"])
-            # A killed attempt may have left a half-written temporary; the new one starts clean.
-            remove_orphan_temporaries(p.output_path)
+            if earlier.fields:
+                # A killed attempt may have left a half-written temporary; the new one starts clean.
+                remove_orphan_temporaries(p.output_path)
             self.attempt = earlier.attempt + 1
             self._record(BuildState.RUNNING)
             config = with_real_paths(p.step.config, paths)
@@ -202,7 +239,7 @@ class StepAttempt:
             return StepOutcome.of(p, Outcome.FAILED, reasons=[str(r) for r in p.reasons], error=error, traceback=tb)
         return self
 
-    def _submitter(self, payload: StepPayload, resources: Any) -> Callable[[], Any]:
+    def _submitter(self, payload: StepPayload, resources: ResourceConfig) -> Callable[[], JobHandle]:
         """A function that starts the step (again, for a retry) and returns its handle."""
         p, client = self.planned, self.ctx.client
         env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
@@ -211,6 +248,9 @@ class StepAttempt:
 
             return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources,
                                                      name=p.output_name, env=env))
+        if self.ctx.worker is WorkerKind.LOCAL_PROCESS and self.ctx.pool is not None and warm_worker_can_run(resources):
+            pool = self.ctx.pool()
+            return lambda: pool.submit(run_step, payload, name=p.output_name, env=env, preload=(payload.fn.module,))
         # Ray never retries on its own: the runner does, so that it counts and records attempts.
         remote = self.ctx.worker is WorkerKind.REMOTE
         extra = {} if not remote else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
@@ -337,6 +377,7 @@ class StepAttempt:
             record.write_json(record.provenance, provenance)
             self.lease.check()  # fencing: a runner that lost its lease never publishes
             record.publish(p.name, p.hash, manifest, extra=fields)
+            done_index.mark(plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()

@@ -203,14 +203,15 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
     new_work = work_of(new_flat, fields)
     rows: list[tuple[int, float | None, float]] = []  # (distance, work, seconds)
     for _path, prov in earlier:
-        seconds = prov.get("duration_s")
+        duration = prov.get("duration_s")
         old_flat = prov.get("config_flat")
-        if type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds < 0:
+        if (not isinstance(duration, (int, float)) or isinstance(duration, bool) or not math.isfinite(duration)
+                or duration < 0):
             continue
         if not isinstance(old_flat, dict):
             continue
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
-        rows.append((_distance(old_flat, new_flat, set(fields)), work_of(old_flat, fields), float(seconds)))
+        rows.append((_distance(old_flat, new_flat, set(fields)), work_of(old_flat, fields), float(duration)))
     if not rows:
         return StepEstimate(step.name, None, "no estimate: never built before", resource)
     nearest = min(d for d, _, _ in rows)

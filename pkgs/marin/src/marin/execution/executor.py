@@ -208,7 +208,7 @@ def _to_project_form(value: Any, where: str) -> Any:
     return value
 
 
-def _resolve_own_paths(value: Any, output_path: str, prefix: str, deps: Sequence[str] = ()) -> Any:
+def _resolve_own_paths(value: Any, output_path: str, prefix: str, deps: Sequence[OutputPath | str] = ()) -> Any:
     from marin.execution.artifact_step import OUTPUT_TOKEN, PREFIX_TOKEN, dep_token
     from rigging import filesystem as fs
 
@@ -391,6 +391,8 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
     capture.offer(list(steps))
     if config is None:
         config = parse_executor_args(sys.argv[1:])
+    elif not isinstance(config, ExecutorMainConfig):
+        raise TypeError(f"executor_main(config=...) must be an ExecutorMainConfig, got {type(config).__name__}")
     from marin.execution.step_runner import StepRunner
 
     lowered = [lower(s) for s in steps]

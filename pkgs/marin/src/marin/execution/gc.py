@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from marin.execution.done_index import INDEX_DIR, unmark
 from marin.execution.store import META_DIR, StepRecord, StepStore
 from rigging import filesystem as fs
 from rigging.lease import held
@@ -26,6 +27,8 @@ def find_outputs(store: StepStore) -> dict[str, int]:
     sizes: dict[str, int] = {}
     marker = f"/{META_DIR}/"
     for rel, size in fs.walk_files(store.prefix):
+        if rel.startswith(INDEX_DIR + "/"):
+            continue  # the done index is the store's, not a step's
         rel = "/" + rel
         cut = rel.find(marker)
         if cut < 0:
@@ -71,6 +74,8 @@ def collect_garbage(store: StepStore, keep: set[str], *, dry_run: bool = False) 
             continue
         report.removed.append(folder)
         report.freed_bytes += size
-        if not dry_run:
-            fs.rm_tree(path)
+    if not dry_run and report.removed:
+        unmark(store.prefix, report.removed)  # first: a marker never outlives its output
+        for folder in report.removed:
+            fs.rm_tree(store.output_path(folder))
     return report

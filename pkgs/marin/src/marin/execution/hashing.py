@@ -82,8 +82,9 @@ def real_module_name(module: str) -> str:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name and spec.name not in ("__main__", "__mp_main__"):
         return spec.name
-    if getattr(main, "__file__", None):
-        return module_name_for_path(main.__file__)
+    file = getattr(main, "__file__", None)
+    if file:
+        return module_name_for_path(file)
     return module
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from marin.execution.step import InvalidStep, Step
 
-__all__ = ["ArtifactStep", "Lazy", "StepContext", "lower", "lower_targets"]  # noqa: F822 - the first and third load on use
+if TYPE_CHECKING:
+    from marin.execution.artifact_step import ArtifactStep, StepContext
+
+__all__ = ["ArtifactStep", "Lazy", "StepContext", "lower", "lower_targets"]  # the first and third load on use (__getattr__)
 
 T = TypeVar("T")
 

@@ -8,12 +8,16 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
 from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
+
+if TYPE_CHECKING:
+    from marin.execution.cache import CacheHit
+    from marin.execution.realise import Realised
 
 __all__ = [
     "DEV_VERSION", "Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "UnknownStep", "make_plan", "select",
@@ -77,8 +81,8 @@ class PlannedStep:
     reasons: list[Reason] = field(default_factory=list)
     deps: list[int] = field(default_factory=list)  # indexes into Plan.steps
     env_note: str | None = None  # cached, but built in a different environment
-    cache_hit: Any = None  # marin.execution.cache.CacheHit when the action is FETCH
-    realised: Any = None  # marin.execution.realise.Realised when the action is REUSE
+    cache_hit: CacheHit | None = None  # when the action is FETCH
+    realised: Realised | None = None  # when the action is REUSE
 
     @property
     def name(self) -> str:
@@ -237,7 +241,12 @@ def _start_note(step: Step, hashes: dict[int, str], store: StepStore) -> str | N
     store)`` attribute returning one line, or None for "from scratch".
     """
     describe = getattr(step.fn, "describe_start", None)
-    return describe(step, hashes, store) if callable(describe) else None
+    if not callable(describe):
+        return None
+    note = describe(step, hashes, store)
+    if note is not None and not isinstance(note, str):
+        raise TypeError(f"{step.name}: describe_start must return a line of text or None, got {type(note).__name__}")
+    return note
 
 
 def _earlier_attempt(record: StepRecord) -> Reason | None:
@@ -336,7 +345,11 @@ def make_plan(
             p.deps = sorted({pos_of[id(d)] for d in dependencies_of(step)})
     root_pos = {pos_of[id(r)] for r in roots}
     # Which steps are needed: targets, and dependencies of needed steps that must run.
-    done = [StepRecord(p.output_path).is_done() for p in planned]
+    # One listing of the store's done index answers for every step (marin.execution.done_index).
+    from marin.execution.done_index import UNKNOWN_ENV, done_outputs
+
+    built_in = done_outputs(store.prefix, [p.output_name for p in planned])
+    done = [p.output_name in built_in for p in planned]
     forced = [_match_any(p.name, force) or p.step.version == DEV_VERSION for p in planned]
     needed = [False] * len(planned)
     for pos in range(len(planned) - 1, -1, -1):
@@ -380,9 +393,11 @@ def make_plan(
             # Every step object with this hash counts as running for its dependents' reasons.
             runs.update(id(s) for s in steps_at[pos])
         if p.action is Action.CACHED and explain and env_digest:
-            prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
-            built = prov.get("env_digest")
-            if built and built != env_digest:
+            built = built_in.get(p.output_name)
+            if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
+                prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
+                built = prov.get("env_digest") or UNKNOWN_ENV
+            if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
                 p.env_note = "built in a different environment"
     plan = Plan(store, planned, pos_of, salt=salt)
     if early_cutoff and any(p.action is Action.RUN for p in planned):

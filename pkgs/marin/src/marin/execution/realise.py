@@ -261,7 +261,9 @@ def copy_realisation(plan: Plan, planned: PlannedStep) -> tuple[dict[str, Any], 
     from marin.execution.cache import CacheHit, CacheMiss, substitute
     from marin.execution.store import clear_output
 
-    found: Realised = planned.realised
+    found = planned.realised
+    if found is None:
+        raise ValueError(f"{planned.name}: planned as a reuse of an earlier build, but none was found")
     record = StepRecord(planned.output_path)
     started = time.time()
     # A finished output is never written in place, so on one local file system links stand in for copies.

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidStep",
     "OutputPath",
     "Step",
+    "name_group",
     "output_path_of",
     "unhashed_field",
     "validate_step_name",
@@ -47,6 +48,12 @@ def validate_step_name(name: str) -> str:
                 "(and may not start with '.' or '-')"
             )
     return name
+
+
+def name_group(name: str) -> str:
+    """The group a step is shown in by ``marin status`` and reports: its name's folder part
+    (``"sweep/lr-0.1"`` for ``"sweep/lr-0.1/model"``), ``""`` for a name without one."""
+    return name.rpartition("/")[0]
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,11 +10,19 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from marin.execution import capture
-from marin.execution.attempt import AttemptContext, StepAttempt, WorkerKind, fetch_from_cache, resources_of
+from marin.execution.attempt import (
+    AttemptContext,
+    NothingHeld,
+    Releasable,
+    StepAttempt,
+    WorkerKind,
+    fetch_from_cache,
+    resources_of,
+)
 from marin.execution.lazy import Lazy
 from marin.execution.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep, Reason, ReasonKind, make_plan
@@ -25,6 +33,10 @@ from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig
 from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, default_holder
 
+if TYPE_CHECKING:
+    from fray.types import DistributedClient
+    from iris.admission import AdmissionController, MachineCapacity
+
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
 logger = logging.getLogger(__name__)
@@ -33,11 +45,8 @@ _FAILED = (Outcome.FAILED, Outcome.UPSTREAM_FAILED)
 _BUILT = (Outcome.CACHED, Outcome.RAN, Outcome.REUSED)
 
 
-class _NoAdmission:
-    """The admission of a step that takes nothing from this machine's ledger."""
-
-    def release(self) -> None:
-        pass
+_Settle = Callable[[int, StepOutcome], None]
+"""Records the outcome of the step at a position of the plan."""
 
 
 class StepRunner:
@@ -84,6 +93,12 @@ class StepRunner:
         budget_accelerator_hours: refuse a plan estimated to use more accelerator-hours (all types).
         early_cutoff: reuse an earlier build of a step whose inputs were rebuilt with identical
             output (``marin.execution.realise``); off, everything downstream of a rebuild runs.
+        warm_workers: run local steps in processes forked from a warm worker (``fray.pool``:
+            imports paid once, each step still in a process of its own) rather than in a fresh
+            interpreter each. Off by default for now: a JAX training step (orbax checkpointing)
+            forked from the warm worker hung in ``make experiments``. Steps whose resources ask
+            for an accelerator or several hosts always get a fresh process (devices to themselves;
+            one JAX job across processes): :func:`marin.execution.attempt.warm_worker_can_run`.
     """
 
     def __init__(
@@ -101,13 +116,14 @@ class StepRunner:
         only: Sequence[str] = (),
         lease_ttl: float = 60.0,
         reporter: Reporter | None = None,
-        client: Any = None,
+        client: DistributedClient | None = None,
         poll_interval: float = 0.1,
         require_cached: bool = False,
-        capacity: Any = None,
+        capacity: MachineCapacity | None = None,
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
         early_cutoff: bool = True,
+        warm_workers: bool = False,
     ):
         from rigging.config.discovery import discover_config, replace
 
@@ -139,11 +155,13 @@ class StepRunner:
         self.holder = default_holder()
         self.require_cached = require_cached
         self._capacity = capacity
-        self._admission: Any = None
+        self._admission: AdmissionController | None = None
         self._owns_client = False
         self.budget_s = budget_s
         self.budget_accelerator_hours = budget_accelerator_hours
         self.early_cutoff = early_cutoff
+        self.warm_workers = warm_workers
+        self._pool: Any = None
 
     @property
     def backend(self) -> Backend:
@@ -218,7 +236,7 @@ class StepRunner:
         """True when steps run here (admitted against this machine's capacity)."""
         return self._worker_kind() is not WorkerKind.REMOTE
 
-    def _admission_controller(self) -> Any:
+    def _admission_controller(self) -> AdmissionController:
         if self._admission is None:
             from iris.admission import AdmissionController
 
@@ -247,6 +265,7 @@ class StepRunner:
             iris.admission.ResourcesTooLarge: naming the step and the resource it lacks.
         """
         if not self._runs_on_this_machine():
+            self._check_cluster_resources(plan)
             return
         from iris.admission import ResourcesTooLarge
 
@@ -257,14 +276,41 @@ class StepRunner:
             except ResourcesTooLarge as e:
                 raise ResourcesTooLarge(f"step {p.name}: {e}") from None
 
+    def _check_cluster_resources(self, plan: Plan) -> None:
+        """On Ray: refuse a step no set of the cluster's live nodes could ever run (it would wait
+        for room forever). Only clients that can list their nodes are checked."""
+        nodes = getattr(self._client_or_default(), "nodes", None)
+        if nodes is None:
+            return
+        from iris.admission import MachineCapacity, ResourcesTooLarge, check_fits_cluster
+
+        hosts = [MachineCapacity(cpus=float(n.get("CPU", 0)), memory=int(n.get("memory", 0)),
+                                 gpus=int(n.get("GPU", 0)), tpu_chips=int(n.get("TPU", 0)))
+                 for n in nodes() if n.get("CPU", 0) > 0]
+        for p in plan.to_run():
+            try:
+                check_fits_cluster(resources_of(p.step), hosts, what="the Ray cluster")
+            except ResourcesTooLarge as e:
+                raise ResourcesTooLarge(f"step {p.name}: {e}") from None
+
+    def _warm_pool(self) -> Any:
+        if self._pool is None:
+            from fray.pool import WorkerPool
+
+            self._pool = WorkerPool()
+        return self._pool
+
     def close(self) -> None:
-        """Shut down the client this runner made (a Ray connection, local log folders)."""
+        """Shut down the client this runner made (a Ray connection, local log folders, warm workers)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._client is not None and self._owns_client:
             self._client.shutdown()
             self._client = None
             self._owns_client = False
 
-    def _client_or_default(self) -> Any:
+    def _client_or_default(self) -> DistributedClient:
         if self._client is None:
             kind = self._worker_kind()
             if kind is WorkerKind.IN_PROCESS:
@@ -287,8 +333,13 @@ class StepRunner:
         return self._client
 
     def _attempt_context(self) -> AttemptContext:
-        return AttemptContext(self.holder, self._client_or_default(), self._worker_kind(), self.strict_env, self._env,
-                              places=tuple(self._places()))
+        client = self._client_or_default()
+        from fray.cluster import LocalClient
+
+        warm = self.warm_workers and isinstance(client, LocalClient)
+        return AttemptContext(self.holder, client, self._worker_kind(), self.strict_env, self._env,
+                              places=tuple(self._places()), prefix=self.store.prefix,
+                              pool=self._warm_pool if warm else None)
 
     def _execute(self, plan: Plan, outcomes: dict[int, StepOutcome]) -> None:
         pending = [pos for pos, p in enumerate(plan.steps) if p.action in (Action.RUN, Action.FETCH, Action.REUSE)]
@@ -363,7 +414,10 @@ class StepRunner:
                     raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
                 if not progressed:
                     self.reporter.tick([a.planned for a in running.values()])
-                    time.sleep(self.poll_interval)
+                    if self._pool is not None and running:
+                        self._pool.wait_any(self.poll_interval)  # wakes when a warm step ends
+                    else:
+                        time.sleep(self.poll_interval)
         except BaseException:
             for pos, attempt in running.items():
                 attempt.admission.release()
@@ -372,7 +426,7 @@ class StepRunner:
                 outcomes.setdefault(pos, StepOutcome.of(plan.steps[pos], Outcome.INTERRUPTED))
             raise
 
-    def _try_admit(self, p: PlannedStep, pos: int, settle: Any) -> Any:
+    def _try_admit(self, p: PlannedStep, pos: int, settle: _Settle) -> Releasable | None:
         """Room on this machine for ``p`` (an iris ``Admission`` to release when it ends), or None.
 
         A step that needs nothing admitted here (a fetch, or any step on Ray) gets a no-op token.
@@ -380,7 +434,7 @@ class StepRunner:
         brought it into the run later).
         """
         if p.action is not Action.RUN or not self._runs_on_this_machine():
-            return _NoAdmission()
+            return NothingHeld()
         from iris.admission import ResourcesTooLarge
 
         try:
@@ -391,11 +445,13 @@ class StepRunner:
             return None
 
     def _try_start(self, plan: Plan, pos: int, paths: dict[int, str], outcomes: dict[int, StepOutcome],
-                   settle: Any, waiting_on: dict[int, str], pending: list[int]) -> StepAttempt | None:
+                   settle: _Settle, waiting_on: dict[int, str], pending: list[int]) -> StepAttempt | None:
         p = plan.steps[pos]
         record = StepRecord(p.output_path)
         forced = any(r.kind is ReasonKind.FORCED for r in p.reasons)
-        if not forced and record.is_done():
+        # The plan found it not done a moment ago; look again only while waiting on another runner
+        # (and, below, once the lease is ours: that check is what makes publishing safe).
+        if not forced and pos in waiting_on and record.is_done():
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner" if pos in waiting_on else None))
             return None
         lease = Lease.acquire(record.meta, ttl=self.lease_ttl, holder=self.holder)
@@ -413,8 +469,9 @@ class StepRunner:
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
             return None
         if p.action is Action.FETCH:
-            if fetch_from_cache(p, lease):
-                settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {p.cache_hit.cache}"))
+            if fetch_from_cache(p, lease, self.store.prefix):
+                source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
+                settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
                 return None
             # The cache entry was refused: build it here, its inputs first.
             p.action = Action.RUN

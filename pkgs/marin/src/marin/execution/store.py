@@ -117,7 +117,7 @@ class StepRecord:
     def is_done(self) -> bool:
         if fs.is_local(self.output_path):
             return os.path.exists(fs.strip_protocol(self.success))
-        return fs.exists(self.success)
+        return fs.file_exists(self.success)
 
     def read_json(self, path: str) -> dict[str, Any] | None:
         """The JSON record at ``path``, or None when it is missing or unreadable."""
@@ -130,7 +130,8 @@ class StepRecord:
         return data if isinstance(data, dict) else None
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
-        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+        # The status record is a progress note: not worth an fsync (rigging.filesystem.atomic_write).
+        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str), durable=path != self.status)
 
     def write_status(self, state: BuildState, attempt: int, holder: str, *, error: str | None = None,
                      traceback: str | None = None, worker: str | None = None) -> None:
@@ -148,7 +149,8 @@ class StepRecord:
         from rigging.lease import held
 
         data = self.read_json(self.status)
-        written = {s.value: s for s in _WRITTEN}.get((data or {}).get("state"))
+        state = (data or {}).get("state")
+        written = {s.value: s for s in _WRITTEN}.get(state) if isinstance(state, str) else None
         if data is None or written is None:
             return StepStatus(BuildState.MISSING, fields=data or {})
         attempt = data.get("attempt")
@@ -213,18 +215,11 @@ class StepStore:
             provenance = record.read_json(record.provenance) or {}
             finished = success.get("finished_at")
             # A damaged record of an old build must not stop every later plan of this name.
-            when = float(finished) if type(finished) in (int, float) and math.isfinite(finished) else 0.0
+            when = (float(finished) if isinstance(finished, (int, float)) and not isinstance(finished, bool)
+                    and math.isfinite(finished) else 0.0)
             found.append((record.output_path, provenance, when))
         found.sort(key=lambda row: row[2], reverse=True)
         return [(path, prov) for path, prov, _ in found]
-
-
-def _sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with fs.open_file(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # What rigging.filesystem.atomic_write / create_if_absent and zephyr's shard writers name their
@@ -255,15 +250,28 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
     the manifest is computed when a step has finished, and they are never part of its output.
     """
-    remove_orphan_temporaries(output_path)
-    files = []
-    total = 0
-    for rel, size in fs.walk_files(output_path):
+    found = []
+    for rel, size in list(fs.walk_files(output_path)):  # one listing: orphans are dropped from it
         if rel.startswith(META_DIR + "/") or rel == META_DIR:
             continue
-        files.append({"path": rel, "size": size, "sha256": _sha256_of(fs.join(output_path, rel))})
-        total += size
-    return {"files": files, "total_bytes": total, "created_at": time.time()}
+        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
+            fs.delete(fs.join(output_path, rel))
+            continue
+        found.append((rel, size))
+
+    def digest(rel: str) -> str:
+        return fs.sha256_of(fs.join(output_path, rel))
+
+    if fs.is_local(output_path) or len(found) <= 1:
+        digests = [digest(rel) for rel, _size in found]
+    else:
+        # On an object store each file is a round trip: read them side by side.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
+            digests = list(pool.map(digest, [rel for rel, _size in found]))
+    files = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
+    return {"files": files, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
 
 
 ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
@@ -325,7 +333,7 @@ def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
             problems.append(f"{rel}: size {present[rel]} != {entry['size']}")
         else:
             try:
-                digest = _sha256_of(fs.join(output_path, rel))
+                digest = fs.sha256_of(fs.join(output_path, rel))
             except OSError as e:
                 problems.append(f"{rel}: unreadable ({type(e).__name__})")
                 continue

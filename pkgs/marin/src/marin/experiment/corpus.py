@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from rigging import filesystem as fs
 
-__all__ = ["DEFAULT_NUM_SHARDS", "DEFAULT_NUM_STORIES", "CorpusConfig", "generate_corpus", "generate_story"]
+__all__ = ["DEFAULT_NUM_SHARDS", "DEFAULT_NUM_STORIES", "CorpusConfig", "StoryFacts", "generate_corpus", "generate_story",
+           "story_facts"]
 
 # About 580 bytes a story: 10,000 stories make about 5.8 MB.
 DEFAULT_NUM_STORIES = 10_000
@@ -119,14 +120,40 @@ def _cap(sentence: str) -> str:
     return sentence[:1].upper() + sentence[1:]
 
 
-def generate_story(seed: int, index: int) -> str:
-    """Story ``index`` of the corpus with ``seed`` (deterministic, independent of sharding)."""
-    rng = random.Random(f"tinystories:{seed}:{index}")
+@dataclass(frozen=True)
+class StoryFacts:
+    """Who a story is about and where it happens (drawn first, so questions can be asked of it)."""
+
+    name: str
+    kind: str
+    place: str
+    obj: str
+
+
+def _draw_facts(rng: random.Random) -> tuple[StoryFacts, str, str, str]:
     c = rng.choice
     name = c(_NAMES)
     kind, he, his = c(_KINDS)
     place = c(_PLACES)
     obj, looks = c(_OBJECTS)
+    return StoryFacts(name, kind, place, obj), he, his, looks
+
+
+def _story_rng(seed: int, index: int) -> random.Random:
+    return random.Random(f"tinystories:{seed}:{index}")
+
+
+def story_facts(seed: int, index: int) -> StoryFacts:
+    """The facts of story ``index`` of the corpus with ``seed`` (those :func:`generate_story` tells)."""
+    return _draw_facts(_story_rng(seed, index))[0]
+
+
+def generate_story(seed: int, index: int) -> str:
+    """Story ``index`` of the corpus with ``seed`` (deterministic, independent of sharding)."""
+    rng = _story_rng(seed, index)
+    c = rng.choice
+    facts, he, his, looks = _draw_facts(rng)
+    name, kind, place, obj = facts.name, facts.kind, facts.place, facts.obj
     friend = c(_FRIENDS)
     other = c([n for n in _NAMES if n != name])
     bad, good = c(_FEELINGS_BAD), c(_FEELINGS_GOOD)

@@ -1,7 +1,7 @@
 """Tokenize a text corpus into train/validation ArrayRecord shards (the ``tokenized()`` step's work).
 
-Output layout (the contract the training loader reads; see ``zephyr.writers`` for the commit
-protocol)::
+Output layout (the contract the training loader reads; see ``zephyr.shards`` for the index and
+``zephyr.writers`` for the commit protocol)::
 
     <out>/train/part-00000.array_record …        one per shard, every shard index present
     <out>/validation/part-00000.array_record …
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 from zephyr import (
+    TOKENIZED_FORMAT,
     ArrayRecordSink,
     Counters,
     DataError,
@@ -51,9 +52,8 @@ from zephyr import (
 if TYPE_CHECKING:
     from fray import DistributedClient
 
-__all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "assign_split", "tokenize_to_shards"]
+__all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "TokenizedSink", "assign_split", "tokenize_to_shards"]
 
-TOKENIZED_FORMAT = "marin.tokenized/v1"
 # Below this much input, shards run in the calling process (about two seconds of tokenizing).
 IN_PROCESS_BELOW_BYTES = 16 << 20
 SPLITS = ("train", "validation")
@@ -186,7 +186,7 @@ class _ToRecords:
 
 
 @dataclass(frozen=True)
-class _TokenizedSink(ArrayRecordSink):
+class TokenizedSink(ArrayRecordSink):
     """The ArrayRecord sink that refuses to publish an index for an empty corpus."""
 
     source_description: str = ""
@@ -287,7 +287,7 @@ def tokenize_to_shards(
                .flat_map(_ToRecords(config.seed, config.validation_fraction, bool(validation_source))))
 
     description = source if isinstance(source, str) else ", ".join([*source, *validation_source])
-    sink = _TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT,
+    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT,
                           metadata={"vocab_size": tokenizer.get_vocab_size(), "eos_id": eos_id},
                           source_description=description)
     # A copy of the tokenizer travels with the shards, so the output is self-describing.

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from levanter.checkpoint import CheckpointStart
 from levanter.config import TrainLmConfig
 from levanter.data.spec import DatasetSpec
+from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from marin.execution.lazy import Lazy, lower
@@ -30,6 +30,7 @@ __all__ = [
     "checkpoint",
     "train_lm",
     "train_lm_step",
+    "trained_model",
     "training_config",
     "unigram_entropy",
 ]
@@ -70,21 +71,25 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     from rigging import filesystem as fs
 
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
-    first = fs.join(str(config.data.datasets[0].path), "tokenizer.json")
-    if fs.exists(first):
-        fs.atomic_write(fs.join(output_path, "tokenizer.json"), fs.read_bytes(first))
-    if config.initialize_from is not None:
-        print(f"starts from step {config.initialize_from.step} of {config.initialize_from.checkpoint_path}")
-    else:
+    # (and the chat template, for chat data, so `marin sample --chat` renders turns the same way).
+    for name in ("tokenizer.json", "chat_template.json"):
+        first = fs.join(str(config.data.datasets[0].path), name)
+        if fs.exists(first):
+            fs.atomic_write(fs.join(output_path, name), fs.read_bytes(first))
+    start = config.trainer.initialize_from
+    if isinstance(start, CheckpointStart):
+        print(f"starts from step {start.step} of {start.checkpoint_path}")
+    elif start is None:
         extension = _runtime_extension(config, output_path)
         if extension is not None:
             print(extension.describe())
             if isinstance(extension, Extension):
-                config = dataclasses.replace(config, initialize_from=extension.start())
+                config = dataclasses.replace(
+                    config, trainer=dataclasses.replace(config.trainer, initialize_from=extension.start()))
     result = main(config, output_path)
     summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
-    start = config.initialize_from
-    summary["started_from"] = str(start.checkpoint_path) if start is not None else None
+    start = config.trainer.initialize_from
+    summary["started_from"] = str(start.checkpoint_path) if isinstance(start, CheckpointStart) else None
     fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
     print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
 
@@ -122,7 +127,9 @@ def describe_start(step: Step, hashes: Mapping[int, str], store: Any) -> str | N
     from marin.execution.hashing import flatten_config
 
     config = step.config
-    start = config.initialize_from
+    start = config.trainer.initialize_from
+    if isinstance(start, HfCheckpoint | TrainedModel):
+        return None  # weights made elsewhere, from step 0: no extension of an earlier build either
     if start is not None:
         if isinstance(start.checkpoint_path, OutputPath):
             source = lower(start.checkpoint_path.step)
@@ -167,7 +174,8 @@ class TrainLm(Lazy):
 
 def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
              datasets: Mapping[Any, float], batch_size: int, seq_len: int, num_train_steps: int, *,
-             evals: Any = None, resources: Any = None, initialize_from: CheckpointRef | None = None,
+             evals: Any = None, resources: Any = None,
+             initialize_from: CheckpointRef | HfCheckpoint | TrainedModel | None = None,
              reset_data_loader: bool = False, **settings: Any) -> TrainLm:
     """A language-model training step over a weighted mixture of tokenized datasets.
 
@@ -185,10 +193,13 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
             (``evals/<name>``): a list of tokenized handles or raw text sources (labelled by their
             step names or paths), or a mapping of label to either (see ``marin.experiment.eval``).
         resources: an ``iris`` ResourceConfig saying where the step runs (never hashed).
-        initialize_from: ``checkpoint(model, step=N)``: start from that checkpoint of another
-            training step (parameters, optimizer state and data position), e.g. a cooldown branch;
-            the source's identity and ``N`` are part of this step's.
-        reset_data_loader: with ``initialize_from``, read the data from the start instead.
+        initialize_from: where training starts instead of a random init (levanter's
+            ``TrainerConfig.initialize_from``): ``checkpoint(model, step=N)`` continues from that
+            checkpoint of another training step (parameters, optimizer state and data position),
+            e.g. a cooldown branch; ``hf_checkpoint("org/name")`` (``marin.experiment.hf``) starts
+            from Hugging Face weights; ``trained_model(model)`` fine-tunes another step's final
+            parameters. The source's identity (and ``N``) are part of this step's.
+        reset_data_loader: with ``checkpoint(...)``, read the data from the start instead.
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
             ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
@@ -223,7 +234,10 @@ def _initialize_from(name: str, value: Any, reset_data_loader: bool) -> Any:
     """levanter's ``initialize_from`` for what ``train_lm`` was given (one case per kind of start)."""
     if isinstance(value, CheckpointRef):
         return value.start(reset_data_loader)
-    raise InvalidStep(f"train_lm {name!r}: initialize_from must be checkpoint(model, step=N), got {type(value).__name__}")
+    if reset_data_loader:
+        raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N), "
+                          f"got {type(value).__name__}")
+    return value  # levanter's TrainerConfig checks it is one of its kinds (hf_checkpoint(), trained_model())
 
 
 def _eval_datasets(evals: Any) -> tuple[Any, ...]:
@@ -293,13 +307,21 @@ def unigram_entropy(tokenized_path: str, split: str = "validation") -> float:
     import numpy as np
 
     from levanter.data.tokenized import open_split, read_index
+    from zephyr.shards import decode_tokens
 
     index = read_index(tokenized_path)
     data = open_split(tokenized_path, split)
     counts = np.zeros(int(index["vocab_size"]), dtype=np.int64)
     for i in range(len(data.source)):
-        tokens = np.frombuffer(data.source[i], dtype="<u4")
-        np.add.at(counts, tokens, 1)
+        np.add.at(counts, decode_tokens(data.source[i]), 1)
     counts[int(index["eos_id"])] += len(data.source)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
+
+
+def trained_model(model: Any) -> Any:
+    """Name another training step's final parameters for ``train_lm(..., initialize_from=...)``:
+    a fine-tune starts there with a fresh optimizer, its vocabulary grown to its data's (new
+    special tokens get new rows; the old rows stay as trained). The step's key holds ``model``'s hash.
+    """
+    return TrainedModel(path=model)

@@ -41,7 +41,8 @@ class Extension:
 
     def start(self) -> Any:
         """Where levanter starts the run: the earlier build's checkpoint, data position and curve."""
-        from levanter.checkpoint import CheckpointStart, checkpoint_dir
+        from levanter.checkpoint import checkpoint_dir
+        from levanter.initialize import CheckpointStart
         from rigging import filesystem as fs
 
         return CheckpointStart(checkpoint_path=checkpoint_dir(self.source), step=self.step,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,8 @@ from marin.execution.hashing import config_to_json, fn_identity
 from marin.execution.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep
 from marin.execution.store import BuildState, StepRecord
-from marin.report.outputs import read_log_tail, read_metrics, read_tokenized
+from marin.report.outputs import read_log_tail, read_memory, read_metrics, read_tokenized
+from rigging import filesystem as fs
 
 __all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
 
@@ -70,6 +72,7 @@ class ReportStep:
         log_path, log_tail: its log, and the end of it for failed or running steps.
         note: a remark from the runner ("built by another runner", "built in a different environment").
         metrics: the series of its ``metrics.jsonl`` (training steps).
+        memory: per-device bytes of parameters, optimizer state and step temporaries (training steps).
         tokenized: the summary of its ``index.json`` (tokenize steps).
     """
 
@@ -99,6 +102,7 @@ class ReportStep:
     log_tail: str | None = None
     note: str | None = None
     metrics: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
     tokenized: dict[str, Any] | None = None
 
     @property
@@ -134,6 +138,7 @@ class ReportStep:
             "log_tail": self.log_tail,
             "note": self.note,
             "metrics": self.metrics,
+            "memory": self.memory,
             "tokenized": self.tokenized,
         }
 
@@ -158,15 +163,46 @@ class ReportData:
         return {k: v for k, v in counts.items() if v}
 
     def to_json(self) -> dict[str, Any]:
+        """The page's data, kept small for graphs of thousands of steps: each distinct build
+        environment once (steps name theirs by index, ``env``), steps grouped by
+        :func:`marin.execution.step.name_group` (``group`` indexes ``groups``), and empty
+        fields (None, [], "") left out."""
+        from marin.execution.step import name_group
+
+        environments: list[dict[str, Any]] = []
+        env_index: dict[str, int] = {}
+        groups: list[str] = []
+        group_index: dict[str, int] = {}
+        steps = []
+        for step in self.steps:
+            row = {k: v for k, v in step.to_json().items() if v is not None and v != [] and v != ""}
+            env = row.pop("environment", None)
+            if env is not None:
+                key = json.dumps(env, sort_keys=True, default=str)
+                if key not in env_index:
+                    env_index[key] = len(environments)
+                    environments.append(env)
+                row["env"] = env_index[key]
+            group = name_group(step.name)
+            if group not in group_index:
+                group_index[group] = len(groups)
+                groups.append(group)
+            row["group"] = group_index[group]
+            row.pop("short_hash", None)  # the page takes the first 8 characters of the hash
+            if step.output_path == fs.join(self.prefix, f"{step.name}-{step.hash[:16]}"):
+                del row["output_path"]  # where the store puts it: the page spells it out again
+            steps.append(row)
         return {
-            "format": "marin.report/v1",
+            "format": "marin.report/v2",
             "title": self.title,
             "prefix": self.prefix,
             "source": self.source,
             "generated_at": self.generated_at,
             "environment": self.environment,
+            "environments": environments,
+            "groups": groups,
             "summary": self.summary(),
-            "steps": [s.to_json() for s in self.steps],
+            "steps": steps,
             "comparison": self.comparison,
         }
 
@@ -208,6 +244,14 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     else:
         assert outcome is not None
         name, digest, output_path = outcome.name, outcome.hash, outcome.output_path
+    if outcome is not None and outcome.outcome in (Outcome.CACHED, Outcome.UNNEEDED) and planned is not None:
+        # A run's report says what the run did; what a cached step's build recorded is in
+        # `marin report`. Reading it here would cost a no-op run on gs:// requests per step.
+        step = ReportStep(name=name, hash=digest, output_path=output_path, state=_FROM_OUTCOME[outcome.outcome],
+                          deps=list(planned.deps), reasons=list(outcome.reasons), fn=fn_identity(planned.step.fn),
+                          version=planned.step.version, config=config_to_json(planned.step.config, paths),
+                          note=outcome.note or planned.env_note)
+        return step
     record = StepRecord(output_path)
     provenance = record.read_json(record.provenance) or {}
     status = record.read_json(record.status)
@@ -270,6 +314,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
         step.log_tail = read_log_tail(step.log_path)
     metrics = read_metrics(output_path)
     step.metrics = metrics.to_json() if metrics is not None else None
+    step.memory = read_memory(output_path)
     tokenized = read_tokenized(output_path)
     step.tokenized = tokenized.to_json() if tokenized is not None else None
     return step

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rigging import filesystem as fs
+from zephyr.shards import INDEX_FILE, TOKENIZED_FORMAT
 
 __all__ = [
     "INDEX_FILE",
@@ -22,14 +23,13 @@ __all__ = [
     "TokenizedSummary",
     "read_eval_results",
     "read_log_tail",
+    "read_memory",
     "read_metrics",
     "read_tokenized",
     "read_train_summary",
 ]
 
 METRICS_FILE = "metrics.jsonl"
-INDEX_FILE = "index.json"
-TOKENIZED_FORMAT = "marin.tokenized/v1"
 
 # The series a training step may log, in the order they are shown; others are kept after these.
 KNOWN_SERIES = ("loss", "val_loss", "lr", "tokens_per_s", "grad_norm", "mfu")
@@ -202,6 +202,19 @@ def read_eval_results(output_path: str) -> dict[str, Any] | None:
 
     results = _read_json_object(fs.join(output_path, EVAL_RESULTS_FILE))
     return results if results is not None and results.get("format") == EVAL_FORMAT else None
+
+
+def read_memory(output_path: str) -> dict[str, Any] | None:
+    """The per-device memory a training step measured at start (levanter's ``memory.json``), or None."""
+    from levanter.memory import MEMORY_FILE, MemoryReport
+
+    text = _read_text(fs.join(output_path, MEMORY_FILE))
+    if text is None:
+        return None
+    try:
+        return MemoryReport.from_json(json.loads(text)).to_json()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def read_log_tail(log_path: str, max_lines: int = 60, max_chars: int = 20_000) -> str | None:

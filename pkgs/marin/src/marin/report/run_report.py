@@ -28,7 +28,7 @@ def write_run_report(result: RunResult, store: StepStore) -> str:
         states = "\n".join(f"{s.hash} {s.outcome.value}" for s in result.steps)
         noop_name = f"noop-{hashlib.sha256(states.encode()).hexdigest()[:16]}.html"
         noop_path = fs.join(store.prefix, REPORTS_DIR, noop_name)
-        if fs.exists(noop_path):
+        if fs.file_exists(noop_path):
             return noop_path
     from marin.report.collect import collect_run
     from marin.report.render import render_html

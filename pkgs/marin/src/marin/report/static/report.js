@@ -10,6 +10,22 @@
   var SERIES_COLORS = { loss: "#2f5fd0", val_loss: "#e0662f", lr: "#1f9d55", tokens_per_s: "#8a5cd6",
                         grad_norm: "#b8860b", mfu: "#0f9fb5" };
   var selected = -1;
+  // Groups (steps by name folder) bigger than this start collapsed into one node and one row.
+  var GROUP_OPEN_MAX = 8;
+  var NULLABLE = ["fn", "version", "config", "started_at", "finished_at", "duration_s", "attempts", "host",
+                  "output_bytes", "output_files", "error", "traceback", "log_path", "log_tail", "note",
+                  "metrics", "tokenized", "estimate_s", "estimate_basis"];
+  // The page leaves empty fields out and names each build environment once: fill them back in.
+  STEPS.forEach(function (st) {
+    ["deps", "reasons", "built_because"].forEach(function (k) { if (!st[k]) st[k] = []; });
+    NULLABLE.forEach(function (k) { if (st[k] === undefined) st[k] = null; });
+    st.short_hash = st.hash.slice(0, 8);
+    if (!st.output_path) st.output_path = DATA.prefix.replace(/\/+$/, "") + "/" + st.name + "-" + st.hash.slice(0, 16);
+    st.environment = st.env !== undefined ? DATA.environments[st.env] : null;
+  });
+  var GROUPS = (DATA.groups || [""]).map(function (name) { return { name: name, members: [], open: false }; });
+  STEPS.forEach(function (st, i) { GROUPS[st.group || 0].members.push(i); });
+  GROUPS.forEach(function (g) { g.open = g.members.length <= GROUP_OPEN_MAX; });
 
   // -- small helpers ------------------------------------------------------------------------
   function stateKey(state) { return String(state).replace(/[^a-z]+/g, "-"); }
@@ -90,12 +106,19 @@
     var children = steps.map(function () { return []; });
     var indeg = steps.map(function (st) { return st.deps.length; });
     steps.forEach(function (st, k) { st.deps.forEach(function (d) { children[d].push(k); }); });
-    var layer = new Array(n).fill(0), queue = [], order = [];
+    var layer = new Array(n).fill(0), queue = [], order = [], seen = new Array(n).fill(false);
     for (i = 0; i < n; i++) if (indeg[i] === 0) queue.push(i);
-    for (var head = 0; head < queue.length; head++) {
+    for (var head = 0; head < queue.length || order.length < n; head++) {
+      if (head >= queue.length) {
+        // Collapsed groups can make a cycle (a -> B -> a2): place its first unplaced member anyway.
+        for (i = 0; i < n; i++) if (!seen[i]) { queue.push(i); indeg[i] = 0; break; }
+      }
       var v = queue[head];
+      if (seen[v]) continue;
+      seen[v] = true;
       order.push(v);
       children[v].forEach(function (c) {
+        if (seen[c]) return;
         layer[c] = Math.max(layer[c], layer[v] + 1);
         if (--indeg[c] === 0) queue.push(c);
       });
@@ -127,14 +150,63 @@
 
   function truncate(text, max) { return text.length <= max ? text : "…" + text.slice(text.length - max + 1); }
 
+  function groupCounts(g) {
+    var counts = {};
+    g.members.forEach(function (i) { counts[STEPS[i].state] = (counts[STEPS[i].state] || 0) + 1; });
+    return counts;
+  }
+
+  function countsText(counts) {
+    return STATE_ORDER.filter(function (st) { return counts[st]; })
+      .map(function (st) { return counts[st] + " " + st; }).join(" · ");
+  }
+
+  function worstState(counts) {
+    for (var k = 0; k < STATE_ORDER.length; k++) if (counts[STATE_ORDER[k]]) return STATE_ORDER[k];
+    return "cached";
+  }
+
+  function groupLabel(g) { return g.name === "" ? "(top level)" : g.name + "/"; }
+
+  function setGroupOpen(gi, open) {
+    if (GROUPS[gi].open === open) return;
+    GROUPS[gi].open = open;
+    redraw();
+  }
+
+  // What the graph shows: every step of an open group, one node per closed group.
+  function visibleItems() {
+    var items = [], itemOf = new Array(STEPS.length);
+    GROUPS.forEach(function (g, gi) {
+      if (!g.open) {
+        var k = items.length;
+        items.push({ group: gi, deps: [] });
+        g.members.forEach(function (i) { itemOf[i] = k; });
+      }
+    });
+    STEPS.forEach(function (st, i) {
+      if (GROUPS[st.group || 0].open) { itemOf[i] = items.length; items.push({ step: i, deps: [] }); }
+    });
+    var seenEdge = {};
+    STEPS.forEach(function (st, i) {
+      st.deps.forEach(function (d) {
+        var a = itemOf[d], b = itemOf[i], key = a + ">" + b;
+        if (a !== b && !seenEdge[key]) { seenEdge[key] = true; items[b].deps.push(a); }
+      });
+    });
+    return items;
+  }
+
   function drawGraph() {
     var box = document.getElementById("graph");
+    while (box.firstChild) box.removeChild(box.firstChild);
     if (!STEPS.length) { box.appendChild(h("p", { "class": "hint", text: "No steps." })); return; }
-    var L = layout(STEPS);
+    var items = visibleItems();
+    var L = layout(items);
     var tallest = Math.max.apply(null, L.layers.map(function (l) { return l.length; }));
     var width = PAD * 2 + L.layers.length * NODE_W + (L.layers.length - 1) * GAP_X;
     var height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y;
-    var xy = STEPS.map(function (_, v) {
+    var xy = items.map(function (_, v) {
       var col = L.layers[L.layer[v]];
       var offset = (tallest - col.length) * (NODE_H + GAP_Y) / 2;
       return [PAD + L.layer[v] * (NODE_W + GAP_X), PAD + offset + L.pos[v] * (NODE_H + GAP_Y)];
@@ -144,28 +216,45 @@
     svg.appendChild(s("defs", null, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
       markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
       s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa5b4" }))));
+    function ref(item) { return item.step !== undefined ? item.step : "g" + item.group; }
     var edges = s("g", { "class": "edges" });
-    STEPS.forEach(function (st, v) {
-      st.deps.forEach(function (d) {
+    items.forEach(function (it, v) {
+      it.deps.forEach(function (d) {
         var x1 = xy[d][0] + NODE_W, y1 = xy[d][1] + NODE_H / 2, x2 = xy[v][0], y2 = xy[v][1] + NODE_H / 2;
         var c = Math.max(24, (x2 - x1) / 2);
-        edges.appendChild(s("path", { "class": "edge", "data-from": d, "data-to": v, "marker-end": "url(#arrow)",
+        edges.appendChild(s("path", { "class": "edge", "data-from": ref(items[d]), "data-to": ref(it), "marker-end": "url(#arrow)",
           d: "M" + x1 + "," + y1 + " C" + (x1 + c) + "," + y1 + " " + (x2 - c) + "," + y2 + " " + x2 + "," + y2 }));
       });
     });
     svg.appendChild(edges);
     var nodes = s("g", { "class": "nodes" });
-    STEPS.forEach(function (st, v) {
-      var g = s("g", { "class": "node n-" + stateKey(st.state), "data-id": v, "data-name": st.name,
-                       "data-state": st.state, "data-hash": st.short_hash, tabindex: 0, role: "button",
-                       transform: "translate(" + xy[v][0] + "," + xy[v][1] + ")",
-                       onclick: function () { select(v, true); },
-                       onkeydown: function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(v, true); } } },
-        s("title", { text: st.name + " (" + st.state + ")\n" + st.hash }),
-        s("rect", { "class": "box", width: NODE_W, height: NODE_H, rx: 7, ry: 7 }),
-        s("rect", { "class": "stripe", x: 0, y: 0, width: 6, height: NODE_H, rx: 3 }),
-        s("text", { "class": "label", x: 15, y: 21, text: truncate(st.name, 25) }),
-        s("text", { "class": "sub mono", x: 15, y: 39, text: st.short_hash + " · " + st.state }));
+    items.forEach(function (it, v) {
+      var g;
+      if (it.group !== undefined) {
+        var grp = GROUPS[it.group], counts = groupCounts(grp), open = function () { setGroupOpen(it.group, true); };
+        g = s("g", { "class": "group n-" + stateKey(worstState(counts)), "data-group": grp.name,
+                     "data-count": grp.members.length, tabindex: 0, role: "button",
+                     transform: "translate(" + xy[v][0] + "," + xy[v][1] + ")", onclick: open,
+                     onkeydown: function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
+          s("title", { text: groupLabel(grp) + ": " + grp.members.length + " steps (" + countsText(counts) + "); click to expand" }),
+          s("rect", { "class": "box", width: NODE_W, height: NODE_H, rx: 7, ry: 7 }),
+          s("rect", { "class": "box stack", x: 4, y: 4, width: NODE_W - 8, height: NODE_H - 8, rx: 5, ry: 5 }),
+          s("rect", { "class": "stripe", x: 0, y: 0, width: 6, height: NODE_H, rx: 3 }),
+          s("text", { "class": "label", x: 15, y: 21, text: truncate(groupLabel(grp), 18) + " ×" + grp.members.length }),
+          s("text", { "class": "sub", x: 15, y: 39, text: truncate(countsText(counts), 30) }));
+      } else {
+        var i = it.step, st = STEPS[i];
+        g = s("g", { "class": "node n-" + stateKey(st.state), "data-id": i, "data-name": st.name,
+                     "data-state": st.state, "data-hash": st.short_hash, tabindex: 0, role: "button",
+                     transform: "translate(" + xy[v][0] + "," + xy[v][1] + ")",
+                     onclick: function () { select(i, true); },
+                     onkeydown: function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(i, true); } } },
+          s("title", { text: st.name + " (" + st.state + ")\n" + st.hash }),
+          s("rect", { "class": "box", width: NODE_W, height: NODE_H, rx: 7, ry: 7 }),
+          s("rect", { "class": "stripe", x: 0, y: 0, width: 6, height: NODE_H, rx: 3 }),
+          s("text", { "class": "label", x: 15, y: 21, text: truncate(st.name, 25) }),
+          s("text", { "class": "sub mono", x: 15, y: 39, text: st.short_hash + " · " + st.state }));
+      }
       nodes.appendChild(g);
     });
     svg.appendChild(nodes);
@@ -370,6 +459,20 @@
             tok.vocab_size ? h("p", { "class": "hint", text: "vocabulary size " + fmtCount(tok.vocab_size) }) : null];
   }
 
+  function memoryTable(mem) {
+    var mesh = Object.keys(mem.mesh).map(function (k) { return k + "=" + mem.mesh[k]; }).join(" × ");
+    function row(name, perDevice, total) {
+      return h("tr", null, h("td", { text: name }), h("td", { "class": "num", text: fmtBytes(perDevice) }),
+               h("td", { "class": "num", text: total === null ? "–" : fmtBytes(total) }));
+    }
+    return [h("table", { "class": "stats", "data-role": "memory" },
+              h("tr", null, h("th", { text: "" }), h("th", { text: "per device" }), h("th", { text: "whole model" })),
+              row("parameters", mem.params_bytes_per_device, mem.params_bytes_total),
+              row("optimizer state", mem.opt_state_bytes_per_device, mem.opt_state_bytes_total),
+              row("step temporaries (peak)", mem.temp_bytes_per_device, null)),
+            h("p", { "class": "hint", text: "mesh " + mesh + "; measured at start from the arrays' shards and the compiled step" })];
+  }
+
   function stepButton(i) {
     return h("button", { "class": "link", type: "button", text: STEPS[i].name, onclick: function () { select(i, true); } });
   }
@@ -398,6 +501,10 @@
       append(panel, h("h3", { text: "Training (" + st.metrics.rows + " logged steps)" }));
       append(panel, trainingCharts(st));
     }
+    if (st.memory) {
+      append(panel, h("h3", { text: "Memory per device" }));
+      append(panel, memoryTable(st.memory));
+    }
     if (st.tokenized) {
       append(panel, h("h3", { text: "Tokenized data" }));
       append(panel, tokenizedTable(st.tokenized));
@@ -424,8 +531,11 @@
     }
   }
 
-  function select(i, scroll) {
+  // keepGroups: show the step's provenance without opening its collapsed group (the first view).
+  function select(i, scroll, keepGroups) {
     selected = i;
+    var g = GROUPS[STEPS[i].group || 0];
+    if (!g.open && !keepGroups) { g.open = true; redraw(); return; }
     Array.prototype.forEach.call(document.querySelectorAll(".node"), function (n) {
       n.classList.toggle("selected", Number(n.getAttribute("data-id")) === i);
     });
@@ -565,24 +675,44 @@
     document.getElementById("compare").hidden = false;
   }
 
+  function stepRow(st, i) {
+    var why = st.reasons.length ? st.reasons.join("; ") : st.state === "cached" ? "cached" : "";
+    return h("tr", { "data-id": i, "data-name": st.name, "data-state": st.state, "class": i === selected ? "selected" : null },
+      h("td", { "class": "name" }, stepButton(i)),
+      h("td", null, badge(st.state)),
+      h("td", { "class": "mono", text: st.short_hash }),
+      h("td", { "class": "num", title: st.estimate_basis || "", text: st.estimate_s !== null ? fmtDuration(st.estimate_s) : st.estimate_basis ? "none" : "" }),
+      h("td", { "class": "num", text: fmtDuration(st.duration_s) }),
+      h("td", { "class": "num", text: fmtBytes(st.output_bytes) }),
+      h("td", { text: stepSummary(st) }),
+      h("td", { text: why }));
+  }
+
   function drawTable() {
     var table = document.getElementById("steps-table");
+    while (table.firstChild) table.removeChild(table.firstChild);
     table.appendChild(h("thead", null, h("tr", null, ["step", "state", "hash", "estimate", "duration", "output size", "details", "why"]
       .map(function (c) { return h("th", { text: c }); }))));
     var body = h("tbody");
-    STEPS.forEach(function (st, i) {
-      var why = st.reasons.length ? st.reasons.join("; ") : st.state === "cached" ? "cached" : "";
-      body.appendChild(h("tr", { "data-id": i, "data-name": st.name, "data-state": st.state },
-        h("td", { "class": "name" }, stepButton(i)),
-        h("td", null, badge(st.state)),
-        h("td", { "class": "mono", text: st.short_hash }),
-        h("td", { "class": "num", title: st.estimate_basis || "", text: st.estimate_s !== null ? fmtDuration(st.estimate_s) : st.estimate_basis ? "none" : "" }),
-        h("td", { "class": "num", text: fmtDuration(st.duration_s) }),
-        h("td", { "class": "num", text: fmtBytes(st.output_bytes) }),
-        h("td", { text: stepSummary(st) }),
-        h("td", { text: why })));
+    var rows = [];  // in the order of the steps; a group's header stands where its first step is
+    GROUPS.forEach(function (g, gi) {
+      if (g.members.length > 1) {
+        rows.push([g.members[0], -1, h("tr", { "class": "group-row", "data-group": g.name, "data-open": String(g.open) },
+          h("td", { colspan: 8 }, h("button", { "class": "link", type: "button", "aria-expanded": String(g.open),
+            text: (g.open ? "▾ " : "▸ ") + groupLabel(g) + " (" + g.members.length + " steps)",
+            onclick: function () { setGroupOpen(gi, !g.open); } }), " ", h("span", { "class": "hint", text: countsText(groupCounts(g)) })))]);
+      }
+      if (g.open) g.members.forEach(function (i) { rows.push([i, i, stepRow(STEPS[i], i)]); });
     });
+    rows.sort(function (a, b) { return a[0] - b[0] || a[1] - b[1]; });
+    rows.forEach(function (r) { body.appendChild(r[2]); });
     table.appendChild(body);
+  }
+
+  function redraw() {
+    drawGraph();
+    drawTable();
+    if (selected >= 0) select(selected, false, true);
   }
 
   function initialSelection() {
@@ -599,6 +729,7 @@
   drawTraining();
   drawCompare();
   drawTable();
-  if (STEPS.length) select(initialSelection(), false);
+  if (STEPS.length) select(initialSelection(), false, true);
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "true");
 })();

@@ -1,0 +1,1 @@
+"""Supervised fine-tuning experiments: chat data, templates and assistant-only losses."""

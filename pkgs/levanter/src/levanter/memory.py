@@ -1,0 +1,77 @@
+"""Per-device memory of a training run: parameters, optimizer state (from the arrays' shards) and the
+compiled step's temporaries (from XLA's memory analysis), written once at start to ``memory.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+__all__ = ["MEMORY_FILE", "MemoryReport", "measure_memory"]
+
+MEMORY_FILE = "memory.json"
+"""File name of the report in a training run's output folder."""
+
+_FORMAT = "levanter.memory/v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryReport:
+    """Bytes on the fullest device, and in total over all devices' unique data."""
+
+    mesh: dict[str, int]
+    """Axis sizes of the device mesh."""
+    params_bytes_per_device: int
+    """Parameter bytes on the device holding the most."""
+    params_bytes_total: int
+    """Parameter bytes of the whole (unsharded) model."""
+    opt_state_bytes_per_device: int
+    """Optimizer-state bytes on the device holding the most."""
+    opt_state_bytes_total: int
+    """Optimizer-state bytes, unsharded."""
+    temp_bytes_per_device: int | None
+    """Peak temporaries of the compiled training step on one device (None: backend does not say)."""
+    step_argument_bytes_per_device: int | None
+    """The compiled step's arguments on one device (state and batch), as XLA counts them."""
+    step_output_bytes_per_device: int | None
+    """The compiled step's outputs on one device (before donated inputs are reused)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": _FORMAT, **dataclasses.asdict(self)}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryReport:
+        if data.get("format") != _FORMAT:
+            raise ValueError(f"not a {_FORMAT} memory report: format {data.get('format')!r}")
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+    def summary(self) -> str:
+        """One log line: ``params 1.2 MiB/device of 9.6 MiB, ...``."""
+        def mib(n: int | None) -> str:
+            return "n/a" if n is None else f"{n / 2**20:.2f} MiB"
+        return (f"per-device memory on mesh {self.mesh}: params {mib(self.params_bytes_per_device)} "
+                f"(of {mib(self.params_bytes_total)}), optimizer state {mib(self.opt_state_bytes_per_device)} "
+                f"(of {mib(self.opt_state_bytes_total)}), step temporaries {mib(self.temp_bytes_per_device)}")
+
+
+def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any) -> MemoryReport:
+    """Measure ``params`` and ``opt_state`` (placed arrays) and ``compiled`` (a compiled jitted step)."""
+    from levanter.sharding import shard_bytes
+
+    p_dev, p_total = shard_bytes(params)
+    o_dev, o_total = shard_bytes(opt_state)
+    analysis = compiled.memory_analysis()
+
+    def field(name: str) -> int | None:
+        value = getattr(analysis, name, None) if analysis is not None else None
+        return int(value) if value is not None else None
+
+    return MemoryReport(mesh=dict(mesh.shape), params_bytes_per_device=p_dev, params_bytes_total=p_total,
+                        opt_state_bytes_per_device=o_dev, opt_state_bytes_total=o_total,
+                        temp_bytes_per_device=field("temp_size_in_bytes"),
+                        step_argument_bytes_per_device=field("argument_size_in_bytes"),
+                        step_output_bytes_per_device=field("output_size_in_bytes"))

@@ -1,0 +1,180 @@
+"""The done index: one flat folder of marker files under the prefix, so that whether a
+thousand steps are done is answered by one listing, not a thousand lookups.
+
+Layout::
+
+    <prefix>/.marin/done/<output name, "/" spelled "%">@<environment digest, 16 hex>   ("done\\n")
+
+for example ``.marin/done/tokenized%tinystories-0123456789abcdef@fedcba9876543210``. A step name
+uses only letters, digits and ``_ . + = - /`` (``marin.execution.step.validate_step_name``), so
+``%`` and ``@`` never occur in one. The environment digest is the one the step was built in
+(``provenance.json``'s ``env_digest``), so a plan can say which cached steps were built in another
+environment from the listing alone; ``-`` when it is not known.
+
+The success record in the step's own folder stays the truth (a step is done if and only if its
+``.marin/success.json`` exists); the index is a cache of it:
+
+* written right after the success record (:func:`mark`), and removed before an output is
+  cleared or collected (:func:`unmark`), so a marker without a success record exists only while
+  an output is being deleted;
+* a step missing from the index (a store written before the index existed, or a runner killed
+  between the two writes) is looked up at its success record by :func:`done_outputs`, in
+  parallel, and its marker is written then, so the next listing has it;
+* a marker whose output folder was deleted by hand is noticed (on object stores by listing each
+  parent folder of the marked outputs once, locally by looking at the success record) and
+  removed. Deleting only ``success.json`` of an output on an object store is not noticed: use
+  ``--force`` or ``marin gc`` to rebuild or remove outputs.
+
+Realisation records and output digests (issue 15) belong beside the success record, not here:
+a marker carries nothing but its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from rigging import filesystem as fs
+
+__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "index_folder", "mark", "marker_name", "parse_marker",
+           "read_index", "unmark"]
+
+INDEX_DIR = ".marin/done"
+"""The index folder, relative to the prefix."""
+
+UNKNOWN_ENV = "-"
+"""The environment part of a marker whose step's environment digest is not known."""
+
+_SLASH = "%"
+_SEP = "@"
+_PARALLEL_LOOKUPS = 32
+
+
+def index_folder(prefix: str) -> str:
+    """The folder of markers of the store at ``prefix``."""
+    return fs.join(prefix, INDEX_DIR)
+
+
+def marker_name(output_name: str, env_digest: str | None) -> str:
+    """The marker file name of the output ``<name>-<hash16>`` built in ``env_digest``."""
+    if _SLASH in output_name or _SEP in output_name:
+        raise ValueError(f"output name {output_name!r} may not contain {_SLASH!r} or {_SEP!r}")
+    env = env_digest[:16] if env_digest else UNKNOWN_ENV
+    return f"{output_name.replace('/', _SLASH)}{_SEP}{env}"
+
+
+def parse_marker(file_name: str) -> tuple[str, str] | None:
+    """(output name, environment digest or ``-``) of a marker file name; None for anything else."""
+    stem, sep, env = file_name.rpartition(_SEP)
+    if not sep or not stem or not env or file_name.startswith("."):
+        return None
+    return stem.replace(_SLASH, "/"), env
+
+
+def _entries(prefix: str) -> list[tuple[str, str, str]]:
+    """(file name, output name, environment) of every marker: one folder listing."""
+    rows = []
+    for entry in fs.listdir(index_folder(prefix)):
+        parsed = parse_marker(entry)
+        if parsed is not None:
+            rows.append((entry, *parsed))
+    return rows
+
+
+def read_index(prefix: str) -> dict[str, str]:
+    """Every output the index says is done, with its environment digest: one folder listing."""
+    return {name: env for _entry, name, env in _entries(prefix)}
+
+
+def mark(prefix: str, output_name: str, env_digest: str | None) -> None:
+    """Record in the index that ``output_name`` is done (after its success record is written)."""
+    # Not empty: some stores' emulators refuse empty uploads; the name is all that is read.
+    # Not durable: after a machine crash a lost marker is rebuilt from the success record.
+    fs.atomic_write(fs.join(index_folder(prefix), marker_name(output_name, env_digest)), b"done\n", durable=False)
+
+
+def unmark(prefix: str, output_names: Iterable[str]) -> None:
+    """Remove the markers of ``output_names`` (before their outputs are cleared or deleted)."""
+    wanted = set(output_names)
+    for entry, name, _env in _entries(prefix):
+        if name in wanted:
+            fs.delete(fs.join(index_folder(prefix), entry))
+
+
+def _success_path(prefix: str, output_name: str) -> str:
+    from marin.execution.store import StepRecord
+
+    return StepRecord(fs.join(prefix, output_name)).success
+
+
+def _env_of(prefix: str, output_name: str) -> str | None:
+    from marin.execution.store import StepRecord
+
+    record = StepRecord(fs.join(prefix, output_name))
+    digest = (record.read_json(record.provenance) or {}).get("env_digest")
+    return digest if isinstance(digest, str) and digest else None
+
+
+def _parallel(fn, items: list) -> list:
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL_LOOKUPS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _cheap_lookups(prefix: str) -> bool:
+    """Local and ``memory://`` stores answer a lookup without a round trip."""
+    return fs.is_local(prefix) or fs.protocol_of(prefix) == "memory"
+
+
+def _folders_present(prefix: str, output_names: list[str]) -> set[str]:
+    """Which of ``output_names`` still have a folder: one listing per parent folder, in parallel."""
+    by_parent: dict[str, set[str]] = {}
+    for name in output_names:
+        parent, _, base = name.rpartition("/")
+        by_parent.setdefault(parent, set()).add(base)
+    parents = sorted(by_parent)
+    listings = _parallel(lambda parent: set(fs.listdir(fs.join(prefix, parent) if parent else prefix)), parents)
+    present = set()
+    for parent, listed in zip(parents, listings, strict=True):
+        present.update(f"{parent}/{base}" if parent else base for base in by_parent[parent] & listed)
+    return present
+
+
+def done_outputs(prefix: str, output_names: Iterable[str]) -> dict[str, str]:
+    """Which of ``output_names`` are done, each with its environment digest (``-`` if unknown).
+
+    One listing of the index, and on object stores one listing per parent folder of the marked
+    outputs (in parallel: an output folder deleted by hand must not read as done; locally each
+    marked step's success record is looked at instead). Steps missing from the index are looked
+    up at their success records (in parallel on object stores) and, when done, marked for next
+    time; markers whose output is gone are removed.
+    """
+    names = list(dict.fromkeys(output_names))
+    listing = read_index(prefix)
+    marked = [n for n in names if n in listing]
+    if _cheap_lookups(prefix):
+        present = {n for n in marked if fs.file_exists(_success_path(prefix, n))}
+    else:
+        present = _folders_present(prefix, marked)
+    stale = [n for n in marked if n not in present]
+    if stale:
+        with contextlib.suppress(OSError):  # a read-only store (a shared cache) is still read
+            unmark(prefix, stale)
+    done = {n: listing[n] for n in marked if n in present}
+    missing = [n for n in names if n not in listing]
+
+    def check(name: str) -> tuple[str, str | None]:
+        if not fs.file_exists(_success_path(prefix, name)):
+            return name, None
+        env = _env_of(prefix, name)
+        with contextlib.suppress(OSError):
+            mark(prefix, name, env)
+        return name, env or UNKNOWN_ENV
+
+    results = [check(n) for n in missing] if _cheap_lookups(prefix) else _parallel(check, missing)
+    for name, env in results:
+        if env is not None:
+            done[name] = env
+    return done

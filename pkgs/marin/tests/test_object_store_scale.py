@@ -1,0 +1,110 @@
+"""Requests a no-op costs on gs:// (the GCS emulator behind a counting proxy): a few listings for
+the whole graph, never a request per step."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import steps_for_tests as t
+from click.testing import CliRunner
+
+from marin.execution.done_index import index_folder, read_index
+from marin.execution.step import Step, output_path_of
+from marin.execution.step_runner import Outcome, StepRunner
+from rigging import filesystem as fs
+from rigging.config.discovery import Backend
+from rigging.testing import LatencyProxy, start_gcs_emulator, use_gcs_emulator
+
+N = 200
+# A no-op reads the done index (a page of listing per 1,000 markers), each parent folder of the
+# graph once, and (a run) looks for its report; whatever the graph's size.
+MAX_NOOP_REQUESTS = 12
+
+
+@pytest.fixture(scope="module")
+def counted_bucket() -> Iterator[tuple[str, LatencyProxy]]:
+    """A bucket on an emulator of this module's own, reached through a request-counting proxy."""
+    emulator = start_gcs_emulator(linear_writes=True)
+    try:
+        with LatencyProxy(emulator.url) as proxy, use_gcs_emulator(proxy.url):
+            yield emulator.create_bucket(), proxy
+    finally:
+        emulator.stop()
+
+
+def _graph(n: int) -> list[Step]:
+    """``n`` steps in two folders: a chain in ``scale/`` and one reader of it in ``scale-end/``."""
+    previous = None
+    for i in range(n - 1):
+        previous = Step(name=f"scale/link{i:04d}", fn=t.noop,
+                        config=t.LinkConfig(i=i, prev=output_path_of(previous) if previous else None))
+    return [Step(name="scale-end/last", fn=t.noop, config=t.LinkConfig(i=n, prev=output_path_of(previous)))]
+
+
+def _copy_store(src: str, dst: str) -> None:
+    for rel, _size in fs.walk_files(src):
+        data = fs.read_bytes(fs.join(src, rel))
+        if rel.endswith(".json"):
+            data = data.replace(src.encode(), dst.encode())
+        fs.atomic_write(fs.join(dst, rel), data)
+
+
+@pytest.fixture(scope="module")
+def cached_graph(counted_bucket, tmp_path_factory) -> tuple[str, LatencyProxy]:
+    """A really built 200-step graph (run in memory://, copied whole into the bucket)."""
+    bucket, proxy = counted_bucket
+    memory = "memory://scale-test-build"
+    built = StepRunner(prefix=memory, max_parallel=1, strict_env=False, config=None).run(_graph(N))
+    assert built.ok and built.count(Outcome.RAN) == N
+    prefix = f"{bucket}/store"
+    _copy_store(memory, prefix)
+    fs.rm_tree(memory)
+    assert len(read_index(prefix)) == N
+    return prefix, proxy
+
+
+def _runner(prefix: str) -> StepRunner:
+    return StepRunner(prefix=prefix, max_parallel=2, strict_env=False, backend=Backend.LOCAL, config=None)
+
+
+def test_a_noop_plan_and_run_of_200_cached_steps_cost_a_few_requests(cached_graph):
+    prefix, proxy = cached_graph
+    proxy.reset()
+    plan = _runner(prefix).plan(_graph(N), note_env=True)
+    planned = proxy.reset()
+    assert all(p.action.name == "CACHED" for p in plan.steps) and len(plan.steps) == N
+    assert len(planned) <= MAX_NOOP_REQUESTS, planned
+
+    result = _runner(prefix).run(_graph(N))
+    ran = proxy.reset()
+    assert result.ok and result.count(Outcome.CACHED) == N
+    assert len(ran) <= MAX_NOOP_REQUESTS, ran
+
+
+def test_status_of_200_cached_steps_costs_a_few_requests(cached_graph, tmp_path):
+    from marin.cli.main import cli
+
+    prefix, proxy = cached_graph
+    experiment = tmp_path / "exp_scale.py"
+    experiment.write_text("from test_object_store_scale import _graph\nsteps = _graph(200)\n")
+    proxy.reset()
+    status = CliRunner().invoke(cli, ["status", str(experiment), "--prefix", prefix], catch_exceptions=False)
+    seen = proxy.reset()
+    assert status.exit_code == 0, status.output
+    assert status.stdout.splitlines()[1].split() == ["scale", "199", "199"]
+    assert len(seen) <= MAX_NOOP_REQUESTS, seen
+
+
+def test_an_output_deleted_by_hand_is_not_done_and_loses_its_marker(cached_graph):
+    prefix, _proxy = cached_graph
+    plan = _runner(prefix).plan(_graph(N), explain=False)
+    victim = plan.steps[-1]
+    fs.rm_tree(victim.output_path)
+    assert victim.output_name in read_index(prefix)
+    again = _runner(prefix).plan(_graph(N), explain=False)
+    assert again.steps[-1].action.name == "RUN"
+    assert victim.output_name not in read_index(prefix)
+    assert fs.listdir(index_folder(prefix))  # the others keep theirs
+    assert os.environ.get("STORAGE_EMULATOR_HOST") == _proxy.url

@@ -1,0 +1,62 @@
+"""``marin run experiments/sft/`` end to end (issue 13): pretrain -> chat tokenize -> fine-tune -> evaluate.
+
+Runs on the prefix of ``make experiments`` (``experiment_fixtures.experiments_prefix``), which
+builds ``experiments/sft/sft_nano.py`` with every other experiment. Quality bar: on held-out
+conversations the fine-tuned model's assistant-token loss is below a quarter of the pretrained
+model's (measured: about 0.44 against 8.1 nats/token).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment_fixtures import clean_env, entry, experiments_prefix, marin  # noqa: E402
+
+from levanter.data.chat import decode_chat_record  # noqa: E402
+from levanter.data.tokenized import open_split  # noqa: E402
+from marin.execution.store import StepRecord  # noqa: E402
+
+MARGIN = 0.25  # fine-tuned loss < MARGIN x pretrained loss
+
+
+@pytest.mark.slow
+def test_sft_nano_fine_tunes_below_the_pretrained_loss_and_answers_in_the_chat_format(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    prefix, ran = experiments_prefix(tmp_path_factory)
+    for name in ("raw/story-chats", "tokenized/story-chats", "checkpoints/marin-nano-sft", "evals/story-chats"):
+        assert StepRecord(str(entry(prefix, name))).is_done(), ran.describe()
+
+    results = json.loads((entry(prefix, "evals/story-chats") / "eval_results.json").read_text())
+    tuned, pretrained = results["fine-tuned"]["loss"], results["pretrained"]["loss"]
+    assert results["fine-tuned"]["targets"] == results["pretrained"]["targets"] > 500
+    assert tuned < MARGIN * pretrained, results
+    print(f"assistant-token loss on held-out conversations: pretrained {pretrained:.3f}, fine-tuned {tuned:.3f}")
+
+    # The fine-tune grew the pretrained vocabulary by the template's four special tokens.
+    data = entry(prefix, "tokenized/story-chats")
+    index = json.loads((data / "index.json").read_text())
+    pretrained_config = json.loads((entry(prefix, "checkpoints/marin-nano") / "config.json").read_text())
+    tuned_config = json.loads((entry(prefix, "checkpoints/marin-nano-sft") / "config.json").read_text())
+    assert tuned_config["model"]["vocab_size"] == index["vocab_size"] == pretrained_config["model"]["vocab_size"] + 4
+    split = open_split(str(data), "validation")
+    assert decode_chat_record(split.source[0])[1].any()
+
+    env = clean_env(MARIN_PREFIX=str(prefix))
+    story = "Once upon a time, there was a little girl named Zoe. She lived in a quiet farm."
+    answer = marin("sample", "checkpoints/marin-nano-sft", "--chat", "-n", "32",
+                   "--prompt", f"{story}\n\nWho is the story about?", env=env)
+    text = answer.stdout
+    assert text.startswith(f"<|user|>\n{story}\n\nWho is the story about?<|end|>\n<|assistant|>\n"), answer.describe()
+    reply = text.split("<|assistant|>\n", 1)[1].strip()
+    assert reply.startswith("The story is about ") and reply.endswith("."), answer.describe()
+    print(f"marin sample --chat: {reply}")
+
+    plain = marin("sample", "checkpoints/marin-nano", "--chat", "--prompt", "Hi", env=env, check=False)
+    assert plain.returncode == 2 and "holds no chat_template.json" in plain.stderr, plain.describe()
+    assert "Traceback" not in plain.stderr
