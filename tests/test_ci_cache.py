@@ -37,6 +37,7 @@ from experiment_fixtures import (  # noqa: E402
     write_pipeline,
 )
 
+from marin.execution import done_index  # noqa: E402
 from marin.execution.store import StepRecord, verify_manifest  # noqa: E402
 
 
@@ -351,8 +352,12 @@ def test_plan_notes_a_cached_step_built_in_a_different_environment(pipeline: tup
     assert set(actions(plan).values()) == {"cached"}
     assert all(s["env_note"] is None for s in plan["steps"]), plan
 
-    prov["env_digest"] = "0" * 64  # as if built with another uv.lock
+    # As if built with another uv.lock: its provenance and its done marker both name that environment.
+    prov["env_digest"] = "0" * 64
     provenance_path.write_text(json.dumps(prov))
+    output_name = other.relative_to(prefix).as_posix()
+    done_index.unmark(str(prefix), [output_name])
+    done_index.mark(str(prefix), output_name, prov["env_digest"])
     plan = plan_json(str(exp), "--prefix", str(prefix))
     assert set(actions(plan).values()) == {"cached"}  # without --strict-env it stays a hit
     notes = {s["name"]: s["env_note"] for s in plan["steps"]}

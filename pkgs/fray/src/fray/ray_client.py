@@ -282,6 +282,13 @@ class RayClient(DistributedClient):
         return handle
 
     def shutdown(self) -> None:
+        # Another user of this process may have shut Ray down already (a test cluster, a library):
+        # then its jobs are gone with it and asking about them would start a fresh local Ray.
+        if not self._ray.is_initialized():
+            self._handles.clear()
+            self._actors.clear()
+            self._sink = None
+            return
         for handle in self._handles:
             if not handle.done():
                 handle.cancel()
