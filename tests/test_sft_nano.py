@@ -29,14 +29,22 @@ MARGIN = 0.25  # fine-tuned loss < MARGIN x pretrained loss
 def test_sft_nano_fine_tunes_below_the_pretrained_loss_and_answers_in_the_chat_format(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     prefix, ran = experiments_prefix(tmp_path_factory)
-    for name in ("raw/story-chats", "tokenized/story-chats", "checkpoints/marin-nano-sft", "evals/story-chats"):
+    evals = {label: f"evals/story-chats/{label}" for label in ("pretrained", "fine-tuned")}
+    for name in ("raw/story-chats", "tokenized/story-chats", "checkpoints/marin-nano-sft", *evals.values()):
         assert StepRecord(str(entry(prefix, name))).is_done(), ran.describe()
 
-    results = json.loads((entry(prefix, "evals/story-chats") / "eval_results.json").read_text())
+    results = {label: json.loads((entry(prefix, name) / "eval_results.json").read_text())["results"]["story-chats"]
+               for label, name in evals.items()}
     tuned, pretrained = results["fine-tuned"]["loss"], results["pretrained"]["loss"]
-    assert results["fine-tuned"]["targets"] == results["pretrained"]["targets"] > 500
+    assert results["fine-tuned"]["tokens"] == results["pretrained"]["tokens"] > 500
     assert tuned < MARGIN * pretrained, results
     print(f"assistant-token loss on held-out conversations: pretrained {pretrained:.3f}, fine-tuned {tuned:.3f}")
+
+    # marin compare puts both runs and their eval in one table.
+    env = clean_env(MARIN_PREFIX=str(prefix))
+    compared = json.loads(marin("compare", "experiments/sft/sft_nano.py", "--format", "json", env=env).stdout)
+    losses = {row["name"]: row["metrics"].get("story-chats.loss") for row in compared["rows"]}
+    assert losses == {"checkpoints/marin-nano": pretrained, "checkpoints/marin-nano-sft": tuned}, compared
 
     # The fine-tune grew the pretrained vocabulary by the template's four special tokens.
     data = entry(prefix, "tokenized/story-chats")
@@ -47,7 +55,6 @@ def test_sft_nano_fine_tunes_below_the_pretrained_loss_and_answers_in_the_chat_f
     split = open_split(str(data), "validation")
     assert decode_chat_record(split.source[0])[1].any()
 
-    env = clean_env(MARIN_PREFIX=str(prefix))
     story = "Once upon a time, there was a little girl named Zoe. She lived in a quiet farm."
     answer = marin("sample", "checkpoints/marin-nano-sft", "--chat", "-n", "32",
                    "--prompt", f"{story}\n\nWho is the story about?", env=env)

@@ -2,9 +2,11 @@
 
 ``marin run experiments/sft/`` builds it (a few minutes on CPU; the pretraining step is the one
 ``make train-nano`` builds, so it is shared when that ran first). The fine-tune starts from the
-pretrained model's final parameters (``initialize_from=trained_model(nano_model)``); the chat
-template's special tokens are new to its tokenizer, so its vocabulary grows by them (old rows kept). The eval step prints the assistant-token loss of
-both models on held-out conversations. Then ask the fine-tuned model a question::
+pretrained model's final parameters (``initialize_from=checkpoint(nano_model)``); the chat
+template's special tokens are new to its tokenizer, so its vocabulary grows by them (old rows kept).
+An eval step per model scores it on the held-out conversations (loss over the assistant's tokens
+only, as the fine-tune minimises it); ``marin compare experiments/sft/`` and the report put the two
+side by side. Then ask the fine-tuned model a question::
 
     marin sample checkpoints/marin-nano-sft --chat --prompt "$(cat story.txt) Who is the story about?"
 """
@@ -17,10 +19,10 @@ from experiments.train_nano import nano_model
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
 from marin.experiment.chat_data import tokenized_chat
-from marin.experiment.chat_eval import chat_eval
 from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE
+from marin.experiment.eval import evaluate
 from marin.experiment.story_chat import story_chats
-from marin.experiment.train import train_lm, trained_model
+from marin.experiment.train import checkpoint, train_lm
 
 SEQ_LEN = 256
 
@@ -40,10 +42,10 @@ sft_model = train_lm(
     num_train_steps=300,
     eval_every=50,
     checkpoint=CheckpointConfig(save_every=100),
-    initialize_from=trained_model(nano_model),
+    initialize_from=checkpoint(nano_model),
 )
 
-evaluation = chat_eval("evals/story-chats", {"pretrained": nano_model, "fine-tuned": sft_model}, chat_data,
-                       seq_len=SEQ_LEN)
+evaluations = [evaluate(f"evals/story-chats/{label}", model, {"story-chats": chat_data})
+               for label, model in (("pretrained", nano_model), ("fine-tuned", sft_model))]
 
-steps = [evaluation]
+steps = evaluations

@@ -58,3 +58,34 @@ def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grow
     wider = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
     with pytest.raises(ValueError, match=r"the trained model's shape differs from model= \(hidden_dim: 32 != 64\)"):
         main(wider, str(tmp_path / "wider"))
+
+
+def test_eval_on_chat_data_scores_the_mask_on_targets_only(tmp_path) -> None:
+    import jax.numpy as jnp
+
+    from levanter.data import DatasetSpec, eval_batches
+    from levanter.eval import evaluate_split
+    from levanter.generate import load_final_model
+    from levanter.models.llama import transformed_llama
+    from levanter.trainer import loss_fn
+
+    chat = _chat_dataset(str(tmp_path / "chat"), vocab_size=68)
+    out = str(tmp_path / "model")
+    main(tiny_config(chat, num_train_steps=2, eval_batches=0), out)
+    config, params = load_final_model(out)
+    result = evaluate_split(config, params, chat, "validation", seq_len=32, batch_size=8,
+                            byte_lengths=np.ones(68, dtype=np.int64))
+    # 40 conversations of a mask-off header and its document's tokens (mask on), one per window:
+    # every document token is a counted target; the padding after it never is.
+    from levanter.data import decode_chat_record, open_split
+
+    split = open_split(chat, "validation")
+    lengths = [decode_chat_record(split.source[i]).shape[1] for i in range(len(split.source))]
+    assert len(lengths) == 40 and result.tokens == result.bytes == sum(n - 1 for n in lengths) < 40 * 32
+    model = transformed_llama(config, jnp.float32)
+    batches = eval_batches([DatasetSpec(chat)], seq_len=32, batch_size=8, max_batches=5)
+    assert sum(len(b) for b in batches) == 40
+    counts = [sum(n - 1 for n in lengths[i:i + 8]) for i in range(0, 40, 8)]
+    means = [float(loss_fn(model, params, jnp.asarray(b), jnp.float32)) for b in batches]
+    expected = sum(m * c for m, c in zip(means, counts, strict=True)) / sum(counts)
+    assert result.loss == pytest.approx(expected, rel=1e-5)

@@ -9,6 +9,7 @@ import pytest
 from lm_graph import build_data, copy_prefix, data, held_out, runner, tiny_model
 
 from marin.execution.step_runner import Outcome
+from marin.experiment.data import tokenized, trained_tokenizer
 from marin.experiment.eval import EVAL_RESULTS_FILE, evaluate
 from rigging import filesystem as fs
 
@@ -101,3 +102,30 @@ def test_train_lm_evals_add_an_eval_step_of_the_final_model(tmp_path):
     assert model.lower().hash == tiny_model(steps=10).lower().hash
     with pytest.raises(ValueError, match="evals must be a list of datasets or a mapping"):
         tiny_model(steps=10, evals="tokenized/tiny")
+
+
+def test_eval_of_chat_data_grows_a_pretrained_vocabulary_and_scores_assistant_tokens(data_prefix, tmp_path):
+    from lm_graph import tokenizer
+
+    from marin.experiment.chat_data import tokenized_chat
+
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    source = tmp_path / "chats.jsonl"
+    source.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Who is in story {i}?"},
+                                                       {"role": "assistant", "content": f"Lily and her cat {i}."}]}) + "\n"
+                              for i in range(60)))
+    chats = tokenized_chat("tokenized/tiny-chats", source=str(source), tokenizer=tokenizer, max_seq_len=64,
+                           validation_fraction=0.3)
+    ev = evaluate("evals/chats", tiny_model(steps=10), {"chats": chats, "tiny": data}, seq_len=64)
+    result = runner(prefix).run([ev])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    scores = _results(result, "evals/chats")["results"]
+    # The chat data's tokenizer is the model's plus the template's special tokens: the model is
+    # scored with its vocabulary grown, on the assistant's tokens only (fewer than all the windows').
+    assert scores["chats"]["kind"] == "tokenized" and math.isfinite(scores["chats"]["loss"])
+    assert scores["chats"]["tokens"] > 0 and scores["chats"]["bytes"] > 0 and scores["tiny"]["tokens"] > 0
+
+    other = tokenized("tokenized/tiny-other", source=held_out,
+                      tokenizer=trained_tokenizer("tokenizers/tiny-other", source=held_out, vocab_size=300))
+    refused = runner(prefix).run([evaluate("evals/other", tiny_model(steps=10), {"other": other})])
+    assert "was tokenized with another tokenizer than the model" in refused.by_name("evals/other").error

@@ -114,6 +114,24 @@ def test_a_branch_names_its_source_and_step(data_prefix, tmp_path):
         checkpoint(source, 15)
 
 
+def test_checkpoint_without_a_step_fine_tunes_the_final_parameters(data_prefix, tmp_path):
+    from levanter.initialize import TrainedModel
+
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    source = tiny_model("checkpoints/pretrained", steps=20, optimizer=CONSTANT)
+    other_source = tiny_model("checkpoints/pretrained", steps=30, optimizer=CONSTANT)
+    tune = tiny_model("checkpoints/tuned", steps=10, optimizer=CONSTANT, initialize_from=checkpoint(source))
+    assert isinstance(tune.config.trainer.initialize_from, TrainedModel)
+    other = tiny_model("checkpoints/tuned", steps=10, optimizer=CONSTANT, initialize_from=checkpoint(other_source))
+    assert tune.lower().hash != other.lower().hash  # the source's identity is in the fine-tune's
+    plan = runner(prefix).plan([tune])
+    planned = {p.name: p for p in plan.steps}
+    assert [r.detail for r in planned["checkpoints/tuned"].reasons if r.kind.name == "STARTS_FROM"] == [
+        f"fine-tunes the final parameters of checkpoints/pretrained-{source.lower().hash[:16]} (fresh optimizer)"]
+    with pytest.raises(ValueError, match="model must be a train_lm"):
+        checkpoint("checkpoints/pretrained")
+
+
 def _wsd(decay_steps: int) -> AdamConfig:
     return AdamConfig(learning_rate=3e-3, warmup=2, schedule="wsd", decay=decay_steps, decay_shape="linear")
 

@@ -1,10 +1,11 @@
 """Evaluating a trained model on tokenized text: loss, perplexity and bits per byte.
 
 The text is cut into windows as the trainer's validation does (documents in order, each followed
-by the end-of-document token, in non-overlapping windows of ``seq_len + 1`` tokens) and scored
-with the trainer's own loss. Bits per byte divide the summed loss (converted to bits) by the
-number of UTF-8 bytes the predicted tokens stand for, so models with different tokenizers can be
-compared on the same text.
+by the end-of-document token, in non-overlapping windows of ``seq_len + 1`` tokens; chat data one
+record of packed conversations per window) and scored with the trainer's own loss: on chat data
+over the targets the loss mask counts (the assistant's tokens), as fine-tuning minimises it. Bits
+per byte divide the summed loss (converted to bits) by the number of UTF-8 bytes the scored tokens
+stand for, so models with different tokenizers can be compared on the same text.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from levanter.models.llama import LlamaConfig
 from rigging import filesystem as fs
 
-__all__ = ["EvalResult", "evaluate_split", "read_tokenizer_json", "token_byte_lengths"]
+__all__ = ["EvalResult", "evaluate_split", "read_tokenizer_json", "token_byte_lengths", "vocabulary_extends"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,7 @@ class EvalResult:
     bits_per_byte: float
     """Total loss in bits over the UTF-8 bytes the predicted tokens stand for."""
     tokens: int
-    """Predicted tokens scored (end-of-document tokens included)."""
+    """Predicted tokens scored (end-of-document tokens included; on chat data the mask-on ones)."""
     bytes: int
     """UTF-8 bytes those tokens stand for (end-of-document and other special tokens count 0)."""
 
@@ -64,6 +65,17 @@ def token_byte_lengths(tokenizer_json: str) -> np.ndarray:
     return lengths
 
 
+def vocabulary_extends(base_json: str, extended_json: str) -> bool:
+    """Whether the tokenizer ``extended_json`` (a ``tokenizer.json``'s text) keeps every token of
+    ``base_json`` at its id, adding only new ids after them (a chat template's special tokens)."""
+    from tokenizers import Tokenizer
+
+    base = Tokenizer.from_str(base_json).get_vocab(with_added_tokens=True)
+    extended = Tokenizer.from_str(extended_json).get_vocab(with_added_tokens=True)
+    return all(extended.get(token) == token_id for token, token_id in base.items()) \
+        and all(token_id >= len(base) for token, token_id in extended.items() if token not in base)
+
+
 def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, split: str, *, seq_len: int,
                    batch_size: int, byte_lengths: np.ndarray, max_tokens: int | None = None,
                    cache_dir: str | None = None) -> EvalResult:
@@ -87,7 +99,8 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
     import jax
     import jax.numpy as jnp
 
-    from levanter.data.packing import PackedIterDataset
+    from levanter.data.chat import ROW_IDS, loss_weights
+    from levanter.data.loader import split_windows
     from levanter.data.tokenized import open_split
     from levanter.models.llama import transformed_llama
     from levanter.trainer import loss_fn
@@ -103,7 +116,7 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
     max_windows = None if max_tokens is None else max(1, max_tokens // seq_len)
     model = transformed_llama(model_config, jnp.float32)
     mean_loss = jax.jit(lambda p, b: loss_fn(model, p, b, jnp.float32))
-    windows = iter(PackedIterDataset(data, seq_len + 1, seed=0, shuffle=False, repeat=False))
+    windows = iter(split_windows(data, seq_len + 1, data.is_chat, seed=0, shuffle=False, repeat=False))
     total_nats, total_tokens, total_bytes, taken = 0.0, 0, 0, 0
     while max_windows is None or taken < max_windows:
         want = batch_size if max_windows is None else min(batch_size, max_windows - taken)
@@ -112,11 +125,16 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
             break
         stacked = np.stack(batch)
         taken += len(batch)
-        targets = stacked[:, 1:]
-        # The loss is a mean over the batch's targets; weighting by their count makes it a sum.
-        total_nats += float(mean_loss(params, jnp.asarray(stacked))) * targets.size
-        total_tokens += targets.size
-        total_bytes += int(byte_lengths[targets].sum())
+        if data.is_chat:
+            targets, weights = stacked[:, ROW_IDS, 1:], loss_weights(stacked).astype(np.int64)
+        else:
+            targets = stacked[:, 1:]
+            weights = np.ones_like(targets, dtype=np.int64)
+        counted = int(weights.sum())
+        # The loss is a mean over the batch's counted targets; weighting by their count makes it a sum.
+        total_nats += float(mean_loss(params, jnp.asarray(stacked))) * counted
+        total_tokens += counted
+        total_bytes += int((byte_lengths[targets] * weights).sum())
     if total_tokens == 0:
         raise ValueError(f"{dataset_path}: split {split!r} holds fewer than {seq_len + 1} tokens, "
                          "not one window; lower seq_len or add text")

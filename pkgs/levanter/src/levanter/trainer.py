@@ -40,6 +40,7 @@ from levanter.config import (
     config_to_dict,
 )
 from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
+from levanter.data.chat import ROW_IDS, ROW_SEGMENTS, loss_weights
 from levanter.flops import device_peak_flops
 from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel, initial_params
 from levanter.memory import MEMORY_FILE, measure_memory
@@ -108,10 +109,9 @@ def _loss_terms(model: hk.Transformed, params: Any, batch: jax.Array,
     # Master weights stay float32; a bfloat16 policy runs the forward on a cast copy.
     cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
     if batch.ndim == 3:
-        tokens, mask, segments = batch[:, 0], batch[:, 1], batch[:, 2]
+        tokens, segments = batch[:, ROW_IDS], batch[:, ROW_SEGMENTS]
         logits = model.apply(cast, None, tokens[:, :-1], segment_ids=segments[:, :-1])
-        weights = ((mask[:, 1:] > 0) & (segments[:, 1:] == segments[:, :-1])
-                   & (segments[:, 1:] > 0)).astype(jnp.float32)
+        weights = loss_weights(batch).astype(jnp.float32)
     else:
         tokens, weights = batch, None
         logits = model.apply(cast, None, tokens[:, :-1])  # float32

@@ -25,6 +25,7 @@ __all__ = [
     "ROW_SEGMENTS",
     "decode_chat_record",
     "encode_chat_record",
+    "loss_weights",
     "pad_window",
     "plain_window",
 ]
@@ -93,3 +94,11 @@ def plain_window(tokens: Any) -> np.ndarray:
     out = np.ones((3, len(tokens)), dtype=np.int32)
     out[ROW_IDS] = tokens
     return out
+
+
+def loss_weights(windows: Any) -> Any:
+    """Which targets of chat windows ``[b, 3, seq_len + 1]`` count (``[b, seq_len]`` of 0/1, the
+    array type of ``windows``, numpy or jax): the mask is on, the target is in the input's segment
+    (never across a conversation boundary) and not padding (segment 0)."""
+    mask, segments = windows[:, ROW_LOSS_MASK], windows[:, ROW_SEGMENTS]
+    return (mask[:, 1:] > 0) & (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)

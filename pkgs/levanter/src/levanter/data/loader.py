@@ -13,7 +13,7 @@ from levanter.data.packing import MixtureIterDataset, PackedIterDataset
 from levanter.data.spec import DatasetSpec
 from levanter.data.tokenized import TokenizedSplit, open_split
 
-__all__ = ["DatasetSpec", "data_is_chat", "data_vocab_size", "eval_batches", "train_dataset"]
+__all__ = ["DatasetSpec", "data_is_chat", "data_vocab_size", "eval_batches", "split_windows", "train_dataset"]
 
 
 def data_is_chat(specs: Sequence[DatasetSpec]) -> bool:
@@ -25,8 +25,10 @@ def data_is_chat(specs: Sequence[DatasetSpec]) -> bool:
     return any(read_index(s.path)["format"] == CHAT_FORMAT for s in specs)
 
 
-def _windows(split: TokenizedSplit, window: int, chat: bool, *, seed: int, shuffle: bool,
-             repeat: bool) -> grain.IterDataset:
+def split_windows(split: TokenizedSplit, window: int, chat: bool, *, seed: int, shuffle: bool,
+                  repeat: bool) -> grain.IterDataset:
+    """Windows of ``window`` tokens of one split: chat records one per window (``[3, window]``),
+    plain text packed (``[window]``, or as one-segment chat rows when ``chat``)."""
     if split.is_chat:
         return ChatIterDataset(split, window, seed=seed, shuffle=shuffle, repeat=repeat)
     packed = PackedIterDataset(split, window, seed=seed, shuffle=shuffle, repeat=repeat)
@@ -73,7 +75,7 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
         raise ValueError("need at least one dataset")
     splits = _open_all(specs, "train", cache_dir)
     chat = any(s.is_chat for s in splits)
-    packed = [_windows(s, seq_len + 1, chat, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
+    packed = [split_windows(s, seq_len + 1, chat, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
               for i, s in enumerate(splits)]
     mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed)
     batched = mixed.batch(batch_size, drop_remainder=True)
@@ -115,7 +117,7 @@ def eval_batches(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int,
     windows: list[np.ndarray] = []
     for spec, split in opened:
         quota = max(1, int(round(want * spec.weight / total_w)))
-        it = iter(_windows(split, seq_len + 1, chat, seed=0, shuffle=False, repeat=False))
+        it = iter(split_windows(split, seq_len + 1, chat, seed=0, shuffle=False, repeat=False))
         for _ in range(quota):
             try:
                 windows.append(next(it))

@@ -121,12 +121,25 @@ def _tokenized_raw_text(data: EvalData, tokenizer_path: str, scratch: str) -> st
     return scratch
 
 
+def _grown(model_config: Any, params: Any, data_tokenizer: str) -> tuple[Any, Any, Any]:
+    """The model as a fine-tune on data tokenized with ``data_tokenizer`` (the model's tokenizer
+    plus new special tokens) would start: vocabulary grown, old rows kept (``levanter.models.vocab``)."""
+    import dataclasses
+
+    from levanter.eval import token_byte_lengths
+    from levanter.models.vocab import extend_vocab
+
+    byte_lengths = token_byte_lengths(data_tokenizer)
+    vocab = len(byte_lengths)
+    return dataclasses.replace(model_config, vocab_size=vocab), extend_vocab(params, vocab), byte_lengths
+
+
 def evaluate_step(config: EvalConfig, output_path: str) -> None:
     """Step function: score the checkpoint on every dataset and write ``eval_results.json``."""
     import os
     import tempfile
 
-    from levanter.eval import evaluate_split, read_tokenizer_json, token_byte_lengths
+    from levanter.eval import evaluate_split, read_tokenizer_json, token_byte_lengths, vocabulary_extends
     from levanter.generate import load_model
     from rigging import filesystem as fs
 
@@ -141,15 +154,20 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
         with open(tokenizer_path, "w", encoding="utf-8") as f:
             f.write(tokenizer_json)
         for i, data in enumerate(config.datasets):
+            scored = (model_config, params, byte_lengths)
             if data.kind is EvalDataKind.TOKENIZED:
                 path, split = str(data.data), data.split
-                if read_tokenizer_json(path) != tokenizer_json:
-                    raise ValueError(f"eval dataset {data.label!r} ({path}) was tokenized with another tokenizer than "
-                                     f"the model {model_output}; pass the raw text instead, to be tokenized with the model's")
+                data_tokenizer = read_tokenizer_json(path)
+                if data_tokenizer != tokenizer_json:
+                    if not vocabulary_extends(tokenizer_json, data_tokenizer):
+                        raise ValueError(f"eval dataset {data.label!r} ({path}) was tokenized with another tokenizer "
+                                         f"than the model {model_output}; pass the raw text instead, to be tokenized "
+                                         "with the model's")
+                    scored = _grown(model_config, params, data_tokenizer)
             else:
                 path, split = _tokenized_raw_text(data, tokenizer_path, os.path.join(scratch, f"raw-{i}")), "train"
-            scores = evaluate_split(model_config, params, path, split, seq_len=config.seq_len,
-                                    batch_size=config.batch_size, byte_lengths=byte_lengths,
+            scores = evaluate_split(scored[0], scored[1], path, split, seq_len=config.seq_len,
+                                    batch_size=config.batch_size, byte_lengths=scored[2],
                                     max_tokens=config.max_eval_tokens)
             results[data.label] = {"kind": data.kind.value, **scores.to_json()}
             print(f"eval {data.label}: loss {scores.loss:.4f}, perplexity {scores.perplexity:.3f}, "
@@ -178,13 +196,16 @@ class Evaluate(Lazy):
 
 
 def _is_tokenized(data: Any) -> bool:
+    from marin.experiment.chat_data import TokenizedChat, tokenize_chat_step
     from marin.experiment.data import Tokenized, tokenize_step
 
-    return isinstance(data, Tokenized) or (isinstance(data, Step) and data.fn is tokenize_step)
+    return isinstance(data, Tokenized | TokenizedChat) or (
+        isinstance(data, Step) and data.fn in (tokenize_step, tokenize_chat_step))
 
 
 def eval_data(label: str, data: Any, *, text_field: str = "text") -> EvalData:
-    """Label ``data``: a tokenize step/handle is scored on its validation split; anything else is raw text."""
+    """Label ``data``: a tokenize step/handle (plain or chat) is scored on its validation split;
+    anything else is raw text."""
     import os
 
     from marin.experiment.sources import is_hf_id, normalize_path

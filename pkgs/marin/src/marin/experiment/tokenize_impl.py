@@ -195,7 +195,11 @@ class TokenizedSink(ArrayRecordSink):
         total = sum(info["records"] for r in shard_records for info in r["files"].values())
         if total == 0:
             skipped = counters.get("skipped_records", 0) + counters.get("skipped_files", 0)
+            lossless = counters.get("conversations_without_loss", 0)
             extra = f" ({skipped} bad records or files were skipped)" if skipped else ""
+            if lossless:
+                extra += (f" ({lossless} conversations were dropped: no assistant token within max_seq_len; "
+                          "raise max_seq_len)")
             raise DataError(self.source_description, "", f"empty corpus: no documents to tokenize{extra}")
         return super().finalize(shard_records, counters)
 

@@ -30,7 +30,6 @@ __all__ = [
     "checkpoint",
     "train_lm",
     "train_lm_step",
-    "trained_model",
     "training_config",
     "unigram_entropy",
 ]
@@ -128,8 +127,14 @@ def describe_start(step: Step, hashes: Mapping[int, str], store: Any) -> str | N
 
     config = step.config
     start = config.trainer.initialize_from
-    if isinstance(start, HfCheckpoint | TrainedModel):
-        return None  # weights made elsewhere, from step 0: no extension of an earlier build either
+    if isinstance(start, HfCheckpoint):
+        return f"starts from Hugging Face weights {start.repo}" + (f"@{start.revision}" if start.revision else "")
+    if isinstance(start, TrainedModel):  # from step 0 with a fresh optimizer: never an extension either
+        source = start.path.step if isinstance(start.path, OutputPath) else start.path
+        if isinstance(source, Lazy | Step):
+            source = lower(source)
+            return f"fine-tunes the final parameters of {source.name}-{hashes[id(source)][:16]} (fresh optimizer)"
+        return f"fine-tunes the final parameters of {source} (fresh optimizer)"
     if start is not None:
         if isinstance(start.checkpoint_path, OutputPath):
             source = lower(start.checkpoint_path.step)
@@ -196,9 +201,10 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         initialize_from: where training starts instead of a random init (levanter's
             ``TrainerConfig.initialize_from``): ``checkpoint(model, step=N)`` continues from that
             checkpoint of another training step (parameters, optimizer state and data position),
-            e.g. a cooldown branch; ``hf_checkpoint("org/name")`` (``marin.experiment.hf``) starts
-            from Hugging Face weights; ``trained_model(model)`` fine-tunes another step's final
-            parameters. The source's identity (and ``N``) are part of this step's.
+            e.g. a cooldown branch; ``checkpoint(model)`` (no step) fine-tunes from another step's
+            final parameters with a fresh optimizer and step counter; ``hf_checkpoint("org/name")``
+            (``marin.experiment.hf``) starts from Hugging Face weights. The source's identity (and
+            ``N``) are part of this step's.
         reset_data_loader: with ``checkpoint(...)``, read the data from the start instead.
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
@@ -237,7 +243,7 @@ def _initialize_from(name: str, value: Any, reset_data_loader: bool) -> Any:
     if reset_data_loader:
         raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N), "
                           f"got {type(value).__name__}")
-    return value  # levanter's TrainerConfig checks it is one of its kinds (hf_checkpoint(), trained_model())
+    return value  # levanter's TrainerConfig checks it is one of its kinds (hf_checkpoint(), checkpoint(model))
 
 
 def _eval_datasets(evals: Any) -> tuple[Any, ...]:
@@ -288,14 +294,24 @@ def check_checkpoint_kept(config: TrainLmConfig, step: int) -> None:
                          f"{saves[-ckpt.keep_last:]}); keep it with checkpoint=CheckpointConfig(keep_every=...)")
 
 
-def checkpoint(model: Any, step: int) -> CheckpointRef:
-    """Checkpoint ``step`` of a training step, for ``train_lm(..., initialize_from=...)``.
+def checkpoint(model: Any, step: int | None = None) -> Any:
+    """A checkpoint of a training step, for ``train_lm(..., initialize_from=...)``.
+
+    ``checkpoint(model, step=N)`` continues that run from its checkpoint ``N``: parameters,
+    optimizer state, step counter and (unless ``reset_data_loader``) data position, as a cooldown
+    branch does. ``checkpoint(model)`` names the run's final parameters for a fine-tune: it starts
+    at step 0 with a fresh optimizer and schedule, its vocabulary grown to its data's (new special
+    tokens of a chat template get new rows; the old rows stay as trained). Either way the new
+    step's key holds ``model``'s hash (and ``N``).
 
     Raises:
         ValueError: ``model`` is not a training step, or the run never writes or does not keep
             checkpoint ``step`` (keep it with ``CheckpointConfig(keep_every=...)``).
     """
-    check_checkpoint_kept(training_config(model), step)
+    config = training_config(model)
+    if step is None:
+        return TrainedModel(path=model)
+    check_checkpoint_kept(config, step)
     return CheckpointRef(model=model, step=step)
 
 
@@ -317,11 +333,3 @@ def unigram_entropy(tokenized_path: str, split: str = "validation") -> float:
     counts[int(index["eos_id"])] += len(data.source)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
-
-
-def trained_model(model: Any) -> Any:
-    """Name another training step's final parameters for ``train_lm(..., initialize_from=...)``:
-    a fine-tune starts there with a fresh optimizer, its vocabulary grown to its data's (new
-    special tokens get new rows; the old rows stay as trained). The step's key holds ``model``'s hash.
-    """
-    return TrainedModel(path=model)
