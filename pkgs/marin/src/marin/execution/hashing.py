@@ -27,6 +27,7 @@ __all__ = [
     "collect_graph",
     "config_to_json",
     "dependencies_of",
+    "describe_encoded",
     "encode",
     "flatten_config",
     "fn_identity",
@@ -174,6 +175,51 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
         encoded.sort(key=json.dumps)
         return ["set", encoded]
     return ["list" if kind is Kind.LIST else "tuple", [encode(v, hashes, f"{where}[{i}]") for i, v in items]]
+
+
+def describe_encoded(value: Any, names: Mapping[str, str] | None = None, limit: int = 80) -> str:
+    """An :func:`encode`-d value as a short readable string (a dependency by its output's name when
+    ``names`` maps its hash to a step name), cut to ``limit`` characters."""
+    text = _describe(value, names or {})
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _describe(value: Any, names: Mapping[str, str]) -> str:
+    if not isinstance(value, list) or not value or not isinstance(value[0], str):
+        return json.dumps(value)
+    tag, rest = value[0], value[1:]
+    if tag == "none":
+        return "none"
+    if tag in ("str", "wspath", "path"):
+        return json.dumps(rest[0])
+    if tag == "int":
+        return str(rest[0])
+    if tag == "bool":
+        return str(rest[0]).lower()
+    if tag == "float":
+        return "nan" if rest[0] == "nan" else repr(float.fromhex(rest[0]))
+    if tag == "fn":
+        return str(rest[0])
+    if tag == "secret":
+        return f"secret({rest[0]})"
+    if tag == "bytes":
+        return f"<{len(rest[0]) // 2} bytes>"
+    if tag == "enum":
+        return _describe(rest[1], names)
+    if tag == "dep":
+        digest, sub_path = rest
+        name = f"{names.get(digest, 'step')}-{digest[:8]}"
+        return f"{name}/{sub_path}" if sub_path else name
+    if tag == "dc":
+        cls = rest[0].rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        return f"{cls}(" + ", ".join(f"{k}={_describe(v, names)}" for k, v in rest[1]) + ")"
+    if tag == "dict":
+        return "{" + ", ".join(f"{_describe(k, names)}: {_describe(v, names)}" for k, v in rest[0]) + "}"
+    if tag == "set":
+        return "{" + ", ".join(_describe(v, names) for v in rest[0]) + "}"
+    if tag in ("list", "tuple"):
+        return "[" + ", ".join(_describe(v, names) for v in rest[0]) + "]"
+    return json.dumps(value)
 
 
 def _as_step(value: Any, where: str) -> Step:

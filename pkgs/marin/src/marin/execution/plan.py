@@ -10,7 +10,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.hashing import collect_graph, dependencies_of, flatten_config, fn_identity, hash_graph
+from marin.execution.hashing import (
+    collect_graph,
+    dependencies_of,
+    describe_encoded,
+    flatten_config,
+    fn_identity,
+    hash_graph,
+)
 from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import InvalidStep, Step
 from marin.execution.store import BuildState, StepRecord, StepStore
@@ -225,12 +232,7 @@ def _show(encoded: str | None) -> str:
         value = json.loads(encoded)
     except ValueError:
         return encoded
-    # Encoded values are [tag, payload]; show the payload plainly.
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("int", "str", "bool", "wspath"):
-        return json.dumps(value[1]) if value[0] in ("str", "wspath") else str(value[1]).lower() if value[0] == "bool" else str(value[1])
-    if isinstance(value, list) and len(value) == 2 and value[0] == "float":
-        return repr(float.fromhex(value[1])) if value[1] != "nan" else "nan"
-    return encoded if len(encoded) <= 80 else encoded[:77] + "..."
+    return describe_encoded(value)
 
 
 def _start_note(step: Step, hashes: dict[int, str], store: StepStore) -> str | None:

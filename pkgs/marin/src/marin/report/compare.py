@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.hashing import dependencies_of, flatten_config
+from marin.execution.hashing import dependencies_of, describe_encoded, flatten_config
 from marin.execution.plan import Plan
 from marin.execution.store import StepRecord
 from marin.report.outputs import read_eval_results, read_metrics, read_train_summary
@@ -108,15 +108,18 @@ def _number(value: Any) -> float | None:
 
 def _show(encoded: str, names: dict[str, str]) -> str:
     """A field's canonical encoding as a short readable value (a dependency as its output's name)."""
-    from marin.execution.plan import _show as show
+    return describe_encoded(json.loads(encoded), names, limit=60)
 
-    value = json.loads(encoded)
-    if value == ["none"]:
-        return "none"
-    if isinstance(value, list) and len(value) == 3 and value[0] == "dep":
-        name = f"{names.get(value[1], 'step')}-{value[1][:8]}"
-        return f"{name}/{value[2]}" if value[2] else name
-    return show(encoded)
+
+def _cell(key: str, flat: dict[str, str], names: dict[str, str]) -> str:
+    """Column ``key`` of one run: its value, or, where the run sets the field to an object whose
+    parts are flattened (``initialize_from.path``, ...), those parts; ``-`` where it has neither."""
+    if key in flat:
+        return _show(flat[key], names)
+    parts = [(k[len(key) + 1:], v) for k, v in flat.items() if k.startswith(key + ".")]
+    if not parts:
+        return "-"
+    return ", ".join(f"{k}={_show(v, names)}" for k, v in parts)
 
 
 def _differing(flat: list[dict[str, str]]) -> list[str]:
@@ -156,7 +159,7 @@ def compare_plan(plan: Plan) -> Comparison:
     for p, f in zip(training, flat, strict=True):
         record = StepRecord(p.output_path)
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path, done=record.is_done(),
-                         fields={k: _show(f[k], names) if k in f else "-" for k in differing})
+                         fields={k: _cell(k, f, names) for k in differing})
         metrics = read_metrics(p.output_path)
         summary = read_train_summary(p.output_path) or {}
         last = {k: metrics.last(k) if metrics is not None else None for k in ("loss", "val_loss")}
