@@ -130,3 +130,22 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
     while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the step's process outlived the interrupted runner"
         time.sleep(0.05)
+
+
+def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path):
+    from lm_graph import build_data, tiny_model
+
+    from levanter.checkpoint import committed_steps
+
+    prefix = build_data(tmp_path / "store")
+    model = tiny_model("checkpoints/warm", steps=20)
+    runner = _runner(str(prefix))
+    try:
+        result = runner.run([model])
+        templates = runner._pool.templates_started
+    finally:
+        runner.close()
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    out = result.by_name("checkpoints/warm").output_path
+    assert templates == 1  # the step was forked from the warm worker, not started afresh
+    assert committed_steps(fs.join(out, "checkpoints")) == [10, 20]

@@ -95,10 +95,11 @@ class StepRunner:
             output (``marin.execution.realise``); off, everything downstream of a rebuild runs.
         warm_workers: run local steps in processes forked from a warm worker (``fray.pool``:
             imports paid once, each step still in a process of its own) rather than in a fresh
-            interpreter each. Off by default for now: a JAX training step (orbax checkpointing)
-            forked from the warm worker hung in ``make experiments``. Steps whose resources ask
-            for an accelerator or several hosts always get a fresh process (devices to themselves;
-            one JAX job across processes): :func:`marin.execution.attempt.warm_worker_can_run`.
+            interpreter each (False). Steps whose resources ask for an accelerator or several
+            hosts always get a fresh process (devices to themselves; one JAX job across
+            processes): :func:`marin.execution.attempt.warm_worker_can_run`. JAX on the CPU
+            forks safely: the warm worker never starts JAX (an import that starts threads is
+            left to each step's own process), so each step initialises it in its own process.
     """
 
     def __init__(
@@ -123,7 +124,7 @@ class StepRunner:
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
         early_cutoff: bool = True,
-        warm_workers: bool = False,
+        warm_workers: bool = True,
     ):
         from rigging.config.discovery import discover_config, replace
 
