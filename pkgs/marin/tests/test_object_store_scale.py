@@ -116,6 +116,14 @@ def test_an_output_deleted_by_hand_is_not_done_and_loses_its_marker(cached_graph
 # marker, and the lookups around them (issue 17: at most about 15 requests beyond its own files).
 BUILD_CHAIN = 3
 MAX_BUILD_REQUESTS_PER_STEP = 15
+# Measured: the plan lists the done index and the steps' parent folder (2); each step then lists
+# .marin/ to take its lease, creates it, lists again to confirm it (that listing also says the step
+# is not done and has no earlier status), writes its status and log, lists its output once (files
+# for the manifest, leases for the check), lists the parent folder for other builds of the same
+# inputs (nondeterminism; a step with inputs once more for early cutoff), writes manifest and
+# provenance side by side, lists .marin/ (fencing), creates its success record, writes its done
+# marker and deletes its lease: 13 requests, 14 with inputs. Before this count existed: 94.
+BUILD_REQUESTS = 2 + 13 + 14 * (BUILD_CHAIN - 1)
 
 
 def request_kind(request: str) -> str:
@@ -152,4 +160,4 @@ def test_building_a_step_on_gs_costs_at_most_15_requests(counted_bucket):
     breakdown = "\n".join(f"{n:4d}  {kind}" for kind, n in Counter(map(request_kind, seen)).most_common())
     print(f"\n{len(seen)} requests to build {BUILD_CHAIN} trivial steps on gs://:\n{breakdown}")
     assert len(read_index(prefix)) == BUILD_CHAIN
-    assert len(seen) <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN, breakdown
+    assert len(seen) <= BUILD_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN, breakdown

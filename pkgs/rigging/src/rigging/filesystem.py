@@ -389,7 +389,8 @@ def _gcs_listdir(fs: Any, p: str) -> list[str]:
 
     bucket, key, _ = fs.split_path(p)
     folder = f"{bucket}/{key.rstrip('/')}/" if key else f"{bucket}/"
-    items, prefixes = sync(fs.loop, fs._do_list_objects, p)
+    listed: Any = sync(fs.loop, fs._do_list_objects, p)
+    items, prefixes = listed
     # An object named like the folder itself (a folder marker) is not an entry of it.
     names = {posixpath.basename(entry["name"].rstrip("/")) for entry in items if entry["name"] != folder}
     names.update(posixpath.basename(folder.rstrip("/")) for folder in prefixes)

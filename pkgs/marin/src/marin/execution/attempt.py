@@ -239,7 +239,7 @@ class StepAttempt:
             # One status record per start, written once the process exists so that it can name it.
             worker_pid = getattr(self.handle, "pid", None)
             local = isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS
-            self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local else None)
+            self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local and worker_pid else None)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
             record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb)

@@ -341,8 +341,8 @@ def compute_manifest(output_path: str, files: Iterable[tuple[str, int]] | None =
 
     rels = [rel for rel, _size in found]
     digests = [digest(rel) for rel in rels] if fs.is_local(output_path) else in_parallel(digest, rels)
-    files = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
-    return {"files": files, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
+    entries = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
+    return {"files": entries, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
 
 
 ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
