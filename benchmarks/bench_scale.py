@@ -7,10 +7,12 @@ really built (by the runner, into ``memory://``) and then copied, so its records
 user's store has.
 
 Goals (issue 17): at most 0.02 requests per cached step for no-op run/plan/status; no-op
-``marin run`` on 1,000 cached gs:// steps under 3 s with the 30 ms delay; a fresh build of
-trivial steps at most 30 ms per step on 2 cores.
+``marin run`` on 1,000 cached gs:// steps under 3 s with the 30 ms delay; building a trivial step
+on gs:// at most about 15 requests beyond its own files; a fresh build of trivial steps at most
+30 ms per step on 2 cores.
 
-Sizes: ``BENCH_GCS_STEPS`` (default 1000) and ``BENCH_BUILD_STEPS`` (default 1000).
+Sizes: ``BENCH_GCS_STEPS`` (default 1000), ``BENCH_GCS_BUILD_STEPS`` (default 10) and
+``BENCH_BUILD_STEPS`` (default 1000).
 """
 
 from __future__ import annotations
@@ -154,6 +156,29 @@ def gcs_noop(work: str, n: int, rows: list) -> None:
         emulator.stop()
 
 
+def gcs_build(work: str, n: int, rows: list) -> None:
+    """A fresh build of a chain of ``n`` trivial steps on gs://, through the 30 ms proxy: requests
+    and wall time per step (each step's own file costs two requests: its write, and its read for
+    the manifest)."""
+    from rigging.testing import LatencyProxy, emulator_env, start_gcs_emulator
+
+    emulator = start_gcs_emulator(linear_writes=True)
+    try:
+        bucket = emulator.create_bucket()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), os.environ.get("PYTHONPATH")]))}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        path = _experiment_file(work, "chain", n)
+        marin = os.path.join(os.path.dirname(sys.executable), "marin")
+        with LatencyProxy(emulator.url, delay_s=DELAY_S) as proxy:
+            t = _timed([marin, "run", path, "--prefix", f"{bucket}/build", "--warm-workers"],
+                       {**env, **emulator_env(proxy.url)}, _root())
+            count = proxy.count()
+        rows.append((f"build of one trivial step on gs://: requests ({n}-step chain, {DELAY_S * 1e3:.0f} ms/request)",
+                     t / n, f"{count / n:.1f} requests/step, {count / n - 2:.1f} beyond its own file"))
+    finally:
+        emulator.stop()
+
+
 def _make_build(folder: str, kind: str, n: int, jobs: int) -> float:
     """GNU make building the same graph, one trivial Python process per target."""
     os.makedirs(folder, exist_ok=True)
@@ -188,10 +213,12 @@ def local_builds(work: str, n: int, rows: list) -> None:
 def main() -> None:
     gcs_n = int(os.environ.get("BENCH_GCS_STEPS", "1000"))
     build_n = int(os.environ.get("BENCH_BUILD_STEPS", "1000"))
+    gcs_build_n = int(os.environ.get("BENCH_GCS_BUILD_STEPS", "10"))
     work = tempfile.mkdtemp(prefix="marin-bench-scale-")
     rows: list = []
     try:
         gcs_noop(work, gcs_n, rows)
+        gcs_build(work, gcs_build_n, rows)
         local_builds(work, build_n, rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -206,6 +233,8 @@ def main() -> None:
         seconds, note = by_label[f"marin {verb}, {gcs_n:,} cached gs:// steps, {DELAY_S * 1e3:.0f} ms/request"]
         print(f"goal {verb}: <= 0.02 requests/cached step: {note.split(', ')[1]}"
               + (f"; goal no-op run < 3 s: {seconds:.2f} s" if verb == "run" else ""))
+    gcs_build_label = f"build of one trivial step on gs://: requests ({gcs_build_n}-step chain, {DELAY_S * 1e3:.0f} ms/request)"
+    print(f"goal build on gs:// <= 15 requests/step beyond its own files: {by_label[gcs_build_label][1].split(', ')[1]}")
     for kind, jobs in (("chain", 1), ("fan", 2)):
         ours = by_label[f"marin run -j {jobs}, fresh {build_n:,}-step {kind}"][0]
         make = by_label[f"GNU make -j {jobs}, fresh {build_n:,}-target {kind} (python per target)"][0]

@@ -4,6 +4,8 @@ the whole graph, never a request per step."""
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -108,3 +110,54 @@ def test_an_output_deleted_by_hand_is_not_done_and_loses_its_marker(cached_graph
     assert victim.output_name not in read_index(prefix)
     assert fs.listdir(index_folder(prefix))  # the others keep theirs
     assert os.environ.get("STORAGE_EMULATOR_HOST") == _proxy.url
+
+
+# Building a step on gs://: its lease, status, log, manifest, provenance, success record and done
+# marker, and the lookups around them (issue 17: at most about 15 requests beyond its own files).
+BUILD_CHAIN = 3
+MAX_BUILD_REQUESTS_PER_STEP = 15
+# Measured: the plan lists the done index and the steps' parent folder (2); each step then lists
+# .marin/ to take its lease, creates it, lists again to confirm it (that listing also says the step
+# is not done and has no earlier status), writes its status and log, lists its output once (files
+# for the manifest, leases for the check), lists the parent folder for other builds of the same
+# inputs (nondeterminism; a step with inputs once more for early cutoff), writes manifest and
+# provenance side by side, lists .marin/ (fencing), creates its success record, writes its done
+# marker and deletes its lease: 13 requests, 14 with inputs. Before this count existed: 94.
+BUILD_REQUESTS = 2 + 13 + 14 * (BUILD_CHAIN - 1)
+
+
+def request_kind(request: str) -> str:
+    """``METHOD path`` with the bucket, object names and listing prefixes blanked: what a request is for."""
+    method, _, url = request.partition(" ")
+    url = re.sub(r"/b/[^/]+/o", "/b/*/o", url)
+    url = re.sub(r"/o/[^?]+", lambda m: "/o/…" + _record_name(m.group(0)), url)
+    url = re.sub(r"([?&](?:prefix|name)=)([^&]*)", lambda m: m.group(1) + "…" + _record_name(m.group(2)), url)
+    return f"{method} {url}"
+
+
+def _record_name(quoted: str) -> str:
+    """The part of an object or folder name that says what it is: ``/.marin/``, ``/lease-N.json`` …"""
+    from urllib.parse import unquote
+
+    path = unquote(quoted)
+    if path.endswith((".marin/", ".marin/done/")):
+        return path[path.rindex("/.marin"):]
+    tail = path.rstrip("/").rsplit("/", 1)[-1]
+    return "/" + re.sub(r"\d{8}", "N", tail) if tail.startswith(".") or tail.endswith(".json") else "/"
+
+
+def test_building_a_step_on_gs_costs_at_most_15_requests(counted_bucket):
+    bucket, proxy = counted_bucket
+    previous = None
+    for i in range(BUILD_CHAIN):
+        previous = Step(name=f"built/link{i}", fn=t.noop,
+                        config=t.LinkConfig(i=i, prev=output_path_of(previous) if previous else None))
+    prefix = f"{bucket}/build-count"
+    proxy.reset()
+    result = _runner(prefix).run([previous])
+    seen = proxy.reset()
+    assert result.ok and result.count(Outcome.RAN) == BUILD_CHAIN, result.failed
+    breakdown = "\n".join(f"{n:4d}  {kind}" for kind, n in Counter(map(request_kind, seen)).most_common())
+    print(f"\n{len(seen)} requests to build {BUILD_CHAIN} trivial steps on gs://:\n{breakdown}")
+    assert len(read_index(prefix)) == BUILD_CHAIN
+    assert len(seen) <= BUILD_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN, breakdown

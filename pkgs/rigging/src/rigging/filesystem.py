@@ -252,13 +252,18 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
 _MEMORY_CREATE_LOCK = threading.Lock()
 
 
-def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> bool:
+def create_if_absent(path: str, data: bytes | str, *, durable: bool = True, listed_absent: bool = False) -> bool:
     """Atomically create ``path`` with ``data`` unless it exists; True when this call created it.
 
     Locally this is a hard link of a fully written temporary file (link fails if the target
     exists), so the file is never seen half-written. On GCS it is a conditional PUT
     (``ifGenerationMatch=0``). On ``memory://`` a check and write under one lock of this process.
     ``durable`` as for :func:`atomic_write`.
+
+    Args:
+        listed_absent: the caller has just listed the folder and ``path`` was not in it: on GCS
+            skip the look before the write (a round trip; the write's precondition is what
+            refuses an object that appeared since).
     """
     payload = _as_bytes(data)
     protocol = protocol_of(path)
@@ -281,7 +286,7 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> b
             os.unlink(tmp)
     fs, p = _fs_path(path)
     if protocol == "gs":
-        return _gcs_create_if_absent(fs, p, payload)
+        return _gcs_create_if_absent(fs, p, payload, look_first=not listed_absent)
     with _MEMORY_CREATE_LOCK:
         if fs.exists(p):
             return False
@@ -289,10 +294,10 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True) -> b
         return True
 
 
-def _gcs_create_if_absent(fs: Any, p: str, payload: bytes) -> bool:
-    # The existence check saves a request in the common case; the precondition is what makes
-    # it safe against a concurrent creator (the local emulator does not enforce it).
-    if file_exists(f"gs://{p}"):
+def _gcs_create_if_absent(fs: Any, p: str, payload: bytes, *, look_first: bool) -> bool:
+    # The existence check saves an upload where the object is likely there; the precondition is
+    # what makes it safe against a concurrent creator (the local emulator does not enforce it).
+    if look_first and file_exists(f"gs://{p}"):
         return False
     bucket, key, _ = fs.split_path(p)
     try:
@@ -365,11 +370,30 @@ def listdir(path: str) -> list[str]:
         except NotADirectoryError:
             return [os.path.basename(p)]  # as fsspec lists a file: itself
     fs, p = _fs_path(path)
+    if protocol_of(path) == "gs":
+        return _gcs_listdir(fs, p)
     try:
         entries = fs.ls(p, detail=False)
     except FileNotFoundError:
         return []
     names = {posixpath.basename(e.rstrip("/")) for e in entries}
+    names.discard("")
+    return sorted(names)
+
+
+def _gcs_listdir(fs: Any, p: str) -> list[str]:
+    # One listing (a page per 1,000 names). gcsfs's ls follows an empty listing with a GET of the
+    # folder's own name (is it a file?): a second round trip for every empty or missing folder,
+    # which is most folders a build looks into.
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(p)
+    folder = f"{bucket}/{key.rstrip('/')}/" if key else f"{bucket}/"
+    listed: Any = sync(fs.loop, fs._do_list_objects, p)
+    items, prefixes = listed
+    # An object named like the folder itself (a folder marker) is not an entry of it.
+    names = {posixpath.basename(entry["name"].rstrip("/")) for entry in items if entry["name"] != folder}
+    names.update(posixpath.basename(folder.rstrip("/")) for folder in prefixes)
     names.discard("")
     return sorted(names)
 

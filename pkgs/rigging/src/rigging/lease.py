@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
@@ -59,13 +60,13 @@ def _lease_name(token: int) -> str:
     return f"lease-{token:08d}.json"
 
 
+def _tokens_in(names: Iterable[str]) -> list[int]:
+    """The lease numbers among the file names of a folder, ascending."""
+    return sorted(int(m.group(1)) for m in map(_LEASE_RE.match, names) if m)
+
+
 def _tokens(folder: str) -> list[int]:
-    tokens = []
-    for name in fs.listdir(folder):
-        m = _LEASE_RE.match(name)
-        if m:
-            tokens.append(int(m.group(1)))
-    return sorted(tokens)
+    return _tokens_in(fs.listdir(folder))
 
 
 def _read(folder: str, token: int) -> LeaseInfo | None:
@@ -151,6 +152,9 @@ class Lease:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _lost: str | None = field(default=None, repr=False)
+    listing: tuple[str, ...] = field(default=(), repr=False)
+    """The folder's file names at its newest listing (when the lease was taken, or last checked):
+    callers read from it what else the folder holds instead of looking again."""
 
     @classmethod
     def acquire(cls, folder: str, *, ttl: float = 30.0, holder: str | None = None) -> Lease | None:
@@ -162,7 +166,7 @@ class Lease:
         if ttl <= 0:
             raise ValueError(f"ttl must be > 0, got {ttl}")
         holder = holder or default_holder()
-        tokens = _tokens(folder)
+        tokens = _tokens_in(fs.listdir(folder))
         if tokens:
             info = _read(folder, tokens[-1])
             if info is not None and info.live() and not holder_is_dead(info.holder):
@@ -172,25 +176,34 @@ class Lease:
             next_token = 1
         expires_at = time.time() + ttl
         body = json.dumps({"holder": holder, "expires_at": expires_at, "token": next_token})
-        if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body, durable=False):
+        # The listing just showed the number free; on GCS the write's precondition still refuses
+        # it to a contender that created it meanwhile.
+        if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body, durable=False,
+                                   listed_absent=True):
             return None
         # A contender that read an older listing could have created a lower number after a
         # newer one existed; the highest number always wins, so re-check.
-        if _tokens(folder)[-1] != next_token:
+        listing = tuple(fs.listdir(folder))
+        if _tokens_in(listing)[-1] != next_token:
             return None
-        return cls(folder=folder, token=next_token, holder=holder, ttl=ttl, expires_at=expires_at)
+        return cls(folder=folder, token=next_token, holder=holder, ttl=ttl, expires_at=expires_at, listing=listing)
 
     @property
     def path(self) -> str:
         return fs.join(self.folder, _lease_name(self.token))
 
-    def check(self) -> None:
-        """Raise :class:`LeaseLost` unless this lease is still the newest and unexpired (fencing)."""
+    def check(self, listing: Iterable[str] | None = None) -> None:
+        """Raise :class:`LeaseLost` unless this lease is still the newest and unexpired (fencing).
+
+        Args:
+            listing: the folder's file names, listed by the caller just now (saves listing again).
+        """
         if self._lost:
             raise LeaseLost(self._lost)
         if time.time() >= self.expires_at:
             raise LeaseLost(f"lease {self.token} on {self.folder} expired before it was renewed")
-        tokens = _tokens(self.folder)
+        self.listing = tuple(listing if listing is not None else fs.listdir(self.folder))
+        tokens = _tokens_in(self.listing)
         if not tokens or tokens[-1] != self.token:
             newer = tokens[-1] if tokens else None
             raise LeaseLost(f"lease {self.token} on {self.folder} was taken over (newest is {newer})")
@@ -244,6 +257,14 @@ class Lease:
                 json.dumps({"holder": self.holder, "expires_at": 0.0, "token": self.token, "released": True}),
                 durable=False,
             )
+
+
+    def clear(self) -> None:
+        """Give the lease up for good once the folder's result is published: delete this lease
+        file and every older one the newest listing showed (:func:`clear_leases` without a listing)."""
+        self.stop_heartbeat()
+        for token in sorted({t for t in _tokens_in(self.listing) if t < self.token} | {self.token}):
+            fs.delete(fs.join(self.folder, _lease_name(token)))
 
 
 def clear_leases(folder: str) -> None:

@@ -36,21 +36,24 @@ from marin.execution.step import Step
 from marin.execution.store import (
     BuildState,
     StepRecord,
+    StepStatus,
     clear_output,
     compute_manifest,
+    in_parallel,
+    meta_names,
     remove_orphan_temporaries,
 )
 from marin.execution.walk import with_real_paths
 from marin.execution.worker import FnRef, StepPayload, run_step
 from rigging import filesystem as fs
-from rigging.lease import Lease, LeaseLost, clear_leases
+from rigging.lease import Lease, LeaseLost
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient, JobHandle
     from iris.cluster import ResourceConfig
 
 __all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache",
-           "resources_of", "warm_worker_can_run"]
+           "record_listed", "resources_of", "warm_worker_can_run"]
 
 logger = logging.getLogger("marin.execution.step_runner")
 
@@ -79,6 +82,11 @@ def _is_lost_process(error: BaseException) -> bool:
     from fray.cluster import JobFailed
 
     return isinstance(error, JobFailed) and error.process_died
+
+
+def record_listed(record_path: str, lease: Lease) -> bool:
+    """True when the record at ``record_path`` (in ``.marin/``) was in the lease's newest listing of it."""
+    return record_path.rpartition("/")[2] in lease.listing
 
 
 def _fn_ref(fn: Any) -> FnRef:
@@ -151,8 +159,7 @@ def fetch_from_cache(p: PlannedStep, lease: Lease, prefix: str) -> bool:
     except LeaseLost as e:
         logger.warning("%s: %s", p.output_name, e)
         return False
-    lease.release()
-    clear_leases(record.meta)
+    lease.clear()
     return True
 
 
@@ -196,7 +203,8 @@ class StepAttempt:
             if clear:
                 done_index.unmark(ctx.prefix, [p.output_name])  # first: a marker never outlives its output
                 clear_output(p.output_path)
-            earlier = record.read_status()
+            # The lease's listing of .marin/ says whether an earlier attempt left a status record.
+            earlier = record.read_status() if record_listed(record.status, lease) else StepStatus(BuildState.MISSING)
             if earlier.written is BuildState.RUNNING and isinstance(earlier.fields.get("worker"), str):
                 # Its runner is gone, but its process may not have noticed yet: two writers must
                 # never share an output folder.
@@ -205,7 +213,6 @@ class StepAttempt:
                 # A killed attempt may have left a half-written temporary; the new one starts clean.
                 remove_orphan_temporaries(p.output_path)
             self.attempt = earlier.attempt + 1
-            self._record(BuildState.RUNNING)
             config = with_real_paths(p.step.config, paths)
             try:
                 config_bytes = pickle.dumps(config)
@@ -229,9 +236,10 @@ class StepAttempt:
             self.retries_left = resources.max_retries
             self.resubmit = self._submitter(payload, resources)
             self.handle = self.resubmit()
+            # One status record per start, written once the process exists so that it can name it.
             worker_pid = getattr(self.handle, "pid", None)
-            if isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS:
-                self._record(BuildState.RUNNING, worker=process_identity(worker_pid))
+            local = isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS
+            self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local and worker_pid else None)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
             record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb)
@@ -364,26 +372,29 @@ class StepAttempt:
                                   log_path=self.remote_log or self.local_log, duration=duration)
         try:
             self._close_log()
-            self.lease.check()
-            manifest = compute_manifest(p.output_path)
+            # One listing of the whole output: its files for the manifest, its leases for the check
+            # that this runner still holds the step before it writes any record.
+            files = list(fs.walk_files(p.output_path))
+            self.lease.check(meta_names(files))
+            manifest = compute_manifest(p.output_path, files)
             fields = realisation_fields(plan, p, manifest)
             odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
             if odd is not None:
                 logger.warning("%s: %s", p.output_name, odd)
-            record.write_json(record.manifest, manifest)
             provenance = self._provenance(plan, timing, manifest)
             if odd is not None:
                 provenance["nondeterminism"] = odd.to_json()
-            record.write_json(record.provenance, provenance)
+            in_parallel(lambda rec: record.write_json(*rec), [(record.manifest, manifest),
+                                                               (record.provenance, provenance)])
             self.lease.check()  # fencing: a runner that lost its lease never publishes
-            record.publish(p.name, p.hash, manifest, extra=fields)
+            record.publish(p.name, p.hash, manifest, extra=fields, listed_absent=not record_listed(record.success, self.lease))
+            plan.published[plan.pos_of[id(p.step)]] = fields["output_digest"]
             done_index.mark(plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
             return None
-        self.lease.stop_heartbeat()
-        clear_leases(record.meta)
+        self.lease.clear()
         return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
                               duration=duration, note=str(odd) if odd is not None else None)
 

@@ -19,9 +19,10 @@ The success record in the step's own folder stays the truth (a step is done if a
   an output is being deleted;
 * a step missing from the index (a store written before the index existed, or a runner killed
   between the two writes) is looked up at its success record by :func:`done_outputs`, in
-  parallel, and its marker is written then, so the next listing has it;
+  parallel (on object stores only when the listing of its parent folder shows its folder), and
+  its marker is written then, so the next listing has it;
 * a marker whose output folder was deleted by hand is noticed (on object stores by listing each
-  parent folder of the marked outputs once, locally by looking at the success record) and
+  parent folder of the outputs once, locally by looking at the success record) and
   removed. Deleting only ``success.json`` of an output on an object store is not noticed: use
   ``--force`` or ``marin gc`` to rebuild or remove outputs.
 
@@ -33,9 +34,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from rigging import filesystem as fs
+
+if TYPE_CHECKING:
+    from marin.execution.store import FolderListings
 
 __all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "index_folder", "mark", "marker_name", "parse_marker",
            "read_index", "unmark"]
@@ -48,7 +52,6 @@ UNKNOWN_ENV = "-"
 
 _SLASH = "%"
 _SEP = "@"
-_PARALLEL_LOOKUPS = 32
 
 
 def index_folder(prefix: str) -> str:
@@ -116,54 +119,42 @@ def _env_of(prefix: str, output_name: str) -> str | None:
     return digest if isinstance(digest, str) and digest else None
 
 
-def _parallel(fn, items: list) -> list:
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(_PARALLEL_LOOKUPS, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
 def _cheap_lookups(prefix: str) -> bool:
     """Local and ``memory://`` stores answer a lookup without a round trip."""
     return fs.is_local(prefix) or fs.protocol_of(prefix) == "memory"
 
 
-def _folders_present(prefix: str, output_names: list[str]) -> set[str]:
-    """Which of ``output_names`` still have a folder: one listing per parent folder, in parallel."""
-    by_parent: dict[str, set[str]] = {}
-    for name in output_names:
-        parent, _, base = name.rpartition("/")
-        by_parent.setdefault(parent, set()).add(base)
-    parents = sorted(by_parent)
-    listings = _parallel(lambda parent: set(fs.listdir(fs.join(prefix, parent) if parent else prefix)), parents)
-    present = set()
-    for parent, listed in zip(parents, listings, strict=True):
-        present.update(f"{parent}/{base}" if parent else base for base in by_parent[parent] & listed)
-    return present
-
-
-def done_outputs(prefix: str, output_names: Iterable[str]) -> dict[str, str]:
+def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListings | None = None) -> dict[str, str]:
     """Which of ``output_names`` are done, each with its environment digest (``-`` if unknown).
 
-    One listing of the index, and on object stores one listing per parent folder of the marked
-    outputs (in parallel: an output folder deleted by hand must not read as done; locally each
-    marked step's success record is looked at instead). Steps missing from the index are looked
-    up at their success records (in parallel on object stores) and, when done, marked for next
+    One listing of the index, and on object stores one listing per parent folder of the outputs
+    (in parallel: an output folder deleted by hand must not read as done, and an output with no
+    folder is not done without a look at its success record; locally each marked step's success
+    record is looked at instead). Steps missing from the index whose folder exists are looked up
+    at their success records (in parallel on object stores) and, when done, marked for next
     time; markers whose output is gone are removed.
+
+    Args:
+        listings: where the parent folders' listings are kept (a plan reads them again).
     """
+    from marin.execution.store import FolderListings, in_parallel
+
     names = list(dict.fromkeys(output_names))
     listing = read_index(prefix)
     marked = [n for n in names if n in listing]
+    missing = [n for n in names if n not in listing]
     if _cheap_lookups(prefix):
         present = {n for n in marked if fs.file_exists(_success_path(prefix, n))}
     else:
-        present = _folders_present(prefix, marked)
+        listings = listings if listings is not None else FolderListings()
+        listings.fetch({fs.join(prefix, n).rpartition("/")[0] for n in names})
+        present = {n for n in marked if listings.has(fs.join(prefix, n))}
+        missing = [n for n in missing if listings.has(fs.join(prefix, n))]
     stale = [n for n in marked if n not in present]
     if stale:
         with contextlib.suppress(OSError):  # a read-only store (a shared cache) is still read
             unmark(prefix, stale)
     done = {n: listing[n] for n in marked if n in present}
-    missing = [n for n in names if n not in listing]
 
     def check(name: str) -> tuple[str, str | None]:
         if not fs.file_exists(_success_path(prefix, name)):
@@ -173,7 +164,7 @@ def done_outputs(prefix: str, output_names: Iterable[str]) -> dict[str, str]:
             mark(prefix, name, env)
         return name, env or UNKNOWN_ENV
 
-    results = [check(n) for n in missing] if _cheap_lookups(prefix) else _parallel(check, missing)
+    results = [check(n) for n in missing] if _cheap_lookups(prefix) else in_parallel(check, missing)
     for name, env in results:
         if env is not None:
             done[name] = env

@@ -303,7 +303,7 @@ def estimate_plan(plan: Plan, max_parallel: int) -> PlanEstimate:
     steps: dict[int, StepEstimate] = {}
     for pos, p in enumerate(plan.steps):
         if p.action is Action.RUN:
-            steps[pos] = estimate_step(p, plan.store.earlier_builds(p.name), hashes)
+            steps[pos] = estimate_step(p, plan.earlier_builds(p.name), hashes)
     durations = {pos: e.seconds or 0.0 for pos, e in steps.items()}
     deps = {pos: plan.steps[pos].deps for pos in steps}
     path, path_s = _critical_path(durations, deps)

@@ -20,7 +20,7 @@ from marin.execution.hashing import (
 )
 from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import InvalidStep, Step
-from marin.execution.store import BuildState, StepRecord, StepStore
+from marin.execution.store import BuildState, FolderListings, StepRecord, StepStore, parent_folder
 
 if TYPE_CHECKING:
     from marin.execution.cache import CacheHit
@@ -121,6 +121,20 @@ class Plan:
     pos_of: dict[int, int] = field(default_factory=dict)  # id(step object) -> index in steps
     estimate: Any = None  # marin.execution.estimate.PlanEstimate, when the runner made one
     salt: str | None = None  # the environment digest in every hash (--strict-env)
+    published: dict[int, str] = field(default_factory=dict)
+    """The output digests of the steps this run published, by position: their dependents read
+    them here rather than from the success records just written."""
+    listings: FolderListings = field(default_factory=FolderListings, repr=False)
+    """The store's folders as planning listed them (each once)."""
+    _earlier: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict, repr=False)
+
+    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """Finished builds of the step ``name`` (any hash): (output path, provenance), newest
+        first, as planning found them (:meth:`StepStore.earlier_builds`, read once per name)."""
+        if name not in self._earlier:
+            listing = self.listings.names(parent_folder(self.store.prefix, name))
+            self._earlier[name] = self.store.earlier_builds(name, listing)
+        return self._earlier[name]
 
     def paths(self) -> dict[int, str]:
         """``{id(step): output path}`` for every step object of the graph (for placeholders)."""
@@ -168,14 +182,14 @@ def select(targets: Iterable[Step | Lazy], only: Sequence[str] = ()) -> list[Ste
     return chosen
 
 
-def _why_changed(step: Step, hashes: dict[int, str], store: StepStore, runs: set[int]) -> list[Reason]:
+def _why_changed(step: Step, hashes: dict[int, str], plan: Plan, runs: set[int]) -> list[Reason]:
     """Reasons a step not built at this hash runs, against the newest earlier build of its name."""
     reasons: list[Reason] = []
     changed_deps = [d for d in dependencies_of(step) if id(d) in runs]
     if changed_deps:
         names = ", ".join(sorted({d.name for d in changed_deps}))
         reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, names))
-    earlier = store.earlier_builds(step.name)
+    earlier = plan.earlier_builds(step.name)
     if not earlier:
         # Nothing of this name was built before: it is new, whatever its inputs did.
         return [Reason(ReasonKind.NEW, "no earlier build of this name")]
@@ -350,7 +364,8 @@ def make_plan(
     # One listing of the store's done index answers for every step (marin.execution.done_index).
     from marin.execution.done_index import UNKNOWN_ENV, done_outputs
 
-    built_in = done_outputs(store.prefix, [p.output_name for p in planned])
+    plan = Plan(store, planned, pos_of, salt=salt)
+    built_in = done_outputs(store.prefix, [p.output_name for p in planned], plan.listings)
     done = [p.output_name in built_in for p in planned]
     forced = [_match_any(p.name, force) or p.step.version == DEV_VERSION for p in planned]
     needed = [False] * len(planned)
@@ -385,9 +400,9 @@ def make_plan(
         else:
             p.action = Action.RUN
             if explain:
-                record = StepRecord(p.output_path)
-                earlier = _earlier_attempt(record)
-                p.reasons = [earlier] if earlier else _why_changed(p.step, hashes, store, runs)
+                # No folder, no records: an output never attempted has no earlier attempt to read.
+                earlier = _earlier_attempt(StepRecord(p.output_path)) if plan.listings.has(p.output_path) else None
+                p.reasons = [earlier] if earlier else _why_changed(p.step, hashes, plan, runs)
                 start = _start_note(p.step, hashes, store)
                 if start:
                     p.reasons.append(Reason(ReasonKind.STARTS_FROM, start))
@@ -401,7 +416,6 @@ def make_plan(
                 built = prov.get("env_digest") or UNKNOWN_ENV
             if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
                 p.env_note = "built in a different environment"
-    plan = Plan(store, planned, pos_of, salt=salt)
     if early_cutoff and any(p.action is Action.RUN for p in planned):
         from marin.execution.realise import plan_reuse
 

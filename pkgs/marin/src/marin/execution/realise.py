@@ -127,8 +127,8 @@ def find_realisation(name: str, key: str, places: Sequence[str], *, exclude: str
     """A finished build of ``name`` with realisation ``key`` under one of ``places`` (the prefix,
     then caches), other than ``exclude``; None if there is none."""
     for place in places:
-        for path, success in finished_builds(place, name):
-            if path == exclude or success.get("realisation_key") != key:
+        for path, success in finished_builds(place, name, exclude=exclude):
+            if success.get("realisation_key") != key:
                 continue
             digest = success.get("output_digest")
             inputs = success.get("inputs")
@@ -167,8 +167,8 @@ def find_nondeterminism(name: str, key: str, digest: str, manifest: Mapping[str,
                         places: Sequence[str], *, exclude: str = "") -> Nondeterminism | None:
     """Another finished build of ``name`` with the same realisation key and a different output."""
     for place in places:
-        for path, success in finished_builds(place, name):
-            if path == exclude or success.get("realisation_key") != key or success.get("output_digest") == digest:
+        for path, success in finished_builds(place, name, exclude=exclude):
+            if success.get("realisation_key") != key or success.get("output_digest") == digest:
                 continue
             record = StepRecord(path)
             found = compare_builds(path, record.read_json(record.manifest), manifest, config)
@@ -188,6 +188,8 @@ def _inputs_in_plan(plan: Plan, planned: PlannedStep, digest_at: Callable[[int],
 
 
 def _finished_digest(plan: Plan, pos: int) -> str | None:
+    if pos in plan.published:
+        return plan.published[pos]
     q = plan.steps[pos]
     return digest_of_build(q.output_path, q.step.config)
 

@@ -21,6 +21,7 @@ from marin.execution.attempt import (
     StepAttempt,
     WorkerKind,
     fetch_from_cache,
+    record_listed,
     resources_of,
 )
 from marin.execution.lazy import Lazy
@@ -31,7 +32,7 @@ from marin.execution.step import Step
 from marin.execution.store import StepRecord, StepStore
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig
-from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, default_holder
+from rigging.lease import Lease, LeaseLost, current_lease, default_holder
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
@@ -463,10 +464,10 @@ class StepRunner:
                 waiting_on[pos] = holder
                 self.reporter.waiting(p, holder)
             return None
-        # Somebody may have published between our check and our lease.
-        if not forced and record.is_done():
-            lease.release()
-            clear_leases(record.meta)
+        # Somebody may have published between our check and our lease (the lease's listing of
+        # .marin/ shows it).
+        if not forced and record_listed(record.success, lease):
+            lease.clear()
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
             return None
         if p.action is Action.FETCH:
@@ -482,7 +483,7 @@ class StepRunner:
                 return None
         if not forced and (p.action is Action.REUSE
                            or (self.early_cutoff and realisable(plan, p, self._places()))):
-            if self._realise(plan, p, lease):
+            if self._realise(plan, pos, lease):
                 settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=[str(r) for r in p.reasons]))
                 return None
             p.action = Action.RUN
@@ -502,10 +503,11 @@ class StepRunner:
         """Where earlier builds may be found: this prefix, then the caches."""
         return [self.store.prefix, *self.caches]
 
-    def _realise(self, plan: Plan, p: PlannedStep, lease: Lease) -> bool:
+    def _realise(self, plan: Plan, pos: int, lease: Lease) -> bool:
         """Copy in the earlier build ``p.realised`` and publish it; False (with a warning) if refused."""
         from marin.execution.cache import CacheMiss
 
+        p = plan.steps[pos]
         record = StepRecord(p.output_path)
         try:
             manifest, fields = copy_realisation(plan, p)
@@ -514,8 +516,8 @@ class StepRunner:
         except (CacheMiss, LeaseLost) as e:
             logger.warning("%s; building %s instead", e, p.output_name)
             return False
-        lease.release()
-        clear_leases(record.meta)
+        plan.published[pos] = fields["output_digest"]
+        lease.clear()
         return True
 
     def _activate_inputs(self, plan: Plan, pos: int, outcomes: dict[int, StepOutcome], pending: list[int]) -> bool:

@@ -21,9 +21,9 @@ import math
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rigging import filesystem as fs
 
@@ -31,19 +31,26 @@ __all__ = [
     "ALWAYS_VOLATILE",
     "META_DIR",
     "BuildState",
+    "FolderListings",
     "StepRecord",
     "StepStatus",
     "StepStore",
     "compute_manifest",
     "differing_files",
     "finished_builds",
+    "in_parallel",
     "manifest_digest",
+    "meta_names",
     "output_digest",
+    "parent_folder",
     "remove_orphan_temporaries",
     "verify_manifest",
 ]
 
 META_DIR = ".marin"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class BuildState(enum.Enum):
@@ -164,31 +171,86 @@ class StepRecord:
             return StepStatus(BuildState.RUNNING, attempt, lease.holder, error, data, written)
         return StepStatus(BuildState.KILLED, attempt, holder, error, data, written)
 
-    def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None) -> bool:
+    def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None, *,
+                listed_absent: bool = False) -> bool:
         """Write the success record (the step is done from now on); False if one already exists.
 
-        ``extra``: more fields for the record (the output digest and realisation of
-        ``marin.execution.realise``).
+        Args:
+            extra: more fields for the record (the output digest and realisation of
+                ``marin.execution.realise``).
+            listed_absent: a listing of ``.marin/`` just now had no success record
+                (``rigging.filesystem.create_if_absent``).
         """
         body = {"hash": digest, "name": name, "finished_at": time.time(), "manifest_sha256": manifest_digest(manifest),
                 **(extra or {})}
-        return fs.create_if_absent(self.success, json.dumps(body))
+        return fs.create_if_absent(self.success, json.dumps(body), listed_absent=listed_absent)
 
 
-def finished_builds(prefix: str, name: str) -> list[tuple[str, dict[str, Any]]]:
-    """Finished builds of the step ``name`` (any hash) under ``prefix``: (output path, success record)."""
-    parent, _, base = name.rpartition("/")
-    folder = fs.join(prefix, parent) if parent else prefix
+def parent_folder(prefix: str, name: str) -> str:
+    """The folder under ``prefix`` that holds the outputs of the step ``name`` (every hash of it)."""
+    parent = name.rpartition("/")[0]
+    return fs.join(prefix, parent) if parent else prefix
+
+
+def finished_builds(prefix: str, name: str, *, exclude: str = "",
+                    listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Finished builds of the step ``name`` (any hash) under ``prefix``: (output path, success record).
+
+    Args:
+        exclude: an output path to leave out (not looked at).
+        listing: the names in the step's parent folder (:func:`parent_folder`), when the caller
+            has just listed it.
+    """
+    base = name.rpartition("/")[2]
+    folder = parent_folder(prefix, name)
     found = []
-    for entry in fs.listdir(folder):
+    for entry in listing if listing is not None else fs.listdir(folder):
         stem, dash, digest = entry.rpartition("-")
-        if not dash or stem != base or len(digest) != 16:
+        if not dash or stem != base or len(digest) != 16 or fs.join(folder, entry) == exclude:
             continue
         record = StepRecord(fs.join(folder, entry))
         success = record.read_json(record.success)
         if success is not None:
             found.append((record.output_path, success))
     return found
+
+
+_PARALLEL_LOOKUPS = 32
+
+
+def in_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]``, side by side in threads when there are several: each is a
+    round trip on an object store."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL_LOOKUPS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+class FolderListings:
+    """Names in folders of a store, each folder listed once: a plan's view of the store, so that
+    asking about a thousand outputs of one folder costs one listing (a page per 1,000 names)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, frozenset[str]] = {}
+
+    def fetch(self, folders: Iterable[str]) -> None:
+        """List the ``folders`` not listed yet, side by side."""
+        wanted = sorted(set(folders) - set(self._names))
+        for folder, names in zip(wanted, in_parallel(fs.listdir, wanted), strict=True):
+            self._names[folder] = frozenset(names)
+
+    def names(self, folder: str) -> frozenset[str]:
+        """The names directly in ``folder`` (listed now if not yet)."""
+        self.fetch([folder])
+        return self._names[folder]
+
+    def has(self, path: str) -> bool:
+        """True when ``path`` was in its folder's listing."""
+        folder, _, base = path.rstrip("/").rpartition("/")
+        return base in self.names(folder)
 
 
 class StepStore:
@@ -207,10 +269,13 @@ class StepStore:
     def record(self, output_name: str) -> StepRecord:
         return StepRecord(self.output_path(output_name))
 
-    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
-        """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first."""
+    def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first.
+
+        ``listing``: the names in its parent folder, as for :func:`finished_builds`.
+        """
         found = []
-        for output_path, success in finished_builds(self.prefix, name):
+        for output_path, success in finished_builds(self.prefix, name, listing=listing):
             record = StepRecord(output_path)
             provenance = record.read_json(record.provenance) or {}
             finished = success.get("finished_at")
@@ -244,14 +309,26 @@ def remove_orphan_temporaries(output_path: str) -> list[str]:
     return removed
 
 
-def compute_manifest(output_path: str) -> dict[str, Any]:
+def meta_names(files: Iterable[tuple[str, int]]) -> list[str]:
+    """The names of the files directly in ``.marin/``, from a listing of the whole output
+    (:func:`rigging.filesystem.walk_files`): its records and leases."""
+    inside = [rel[len(META_DIR) + 1:] for rel, _size in files if rel.startswith(META_DIR + "/")]
+    return [name for name in inside if "/" not in name]
+
+
+def compute_manifest(output_path: str, files: Iterable[tuple[str, int]] | None = None) -> dict[str, Any]:
     """Every file of the output (outside ``.marin/``) with its size and SHA-256.
 
     Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
     the manifest is computed when a step has finished, and they are never part of its output.
+
+    Args:
+        files: the output's listing (:func:`rigging.filesystem.walk_files`), when the caller has
+            just made it.
     """
     found = []
-    for rel, size in list(fs.walk_files(output_path)):  # one listing: orphans are dropped from it
+    listed = list(files if files is not None else fs.walk_files(output_path))
+    for rel, size in listed:  # one listing: orphans are dropped from it
         if rel.startswith(META_DIR + "/") or rel == META_DIR:
             continue
         if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
@@ -262,16 +339,10 @@ def compute_manifest(output_path: str) -> dict[str, Any]:
     def digest(rel: str) -> str:
         return fs.sha256_of(fs.join(output_path, rel))
 
-    if fs.is_local(output_path) or len(found) <= 1:
-        digests = [digest(rel) for rel, _size in found]
-    else:
-        # On an object store each file is a round trip: read them side by side.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
-            digests = list(pool.map(digest, [rel for rel, _size in found]))
-    files = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
-    return {"files": files, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
+    rels = [rel for rel, _size in found]
+    digests = [digest(rel) for rel in rels] if fs.is_local(output_path) else in_parallel(digest, rels)
+    entries = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
+    return {"files": entries, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
 
 
 ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
