@@ -372,6 +372,23 @@ def test_a_big_group_is_one_node_with_counts_per_state_until_clicked(browser: An
     assert not browser.find_elements(By.CSS_SELECTOR, '#steps-table tr[data-name^="sweep/"]')
 
 
+def test_the_rows_of_a_group_stay_under_its_header(browser: Any, tmp_path: Path) -> None:
+    """Steps of two folders planned alternately: each group's rows follow its own header."""
+    from selenium.webdriver.common.by import By
+
+    from marin.execution.plan import make_plan
+    from marin.execution.store import StepStore
+
+    steps = [Step(name=f"{folder}/s{i}", fn=fake_tokenize, config=FakeTokenizeConfig(shards=1, train_documents=i + 1))
+             for i in range(2) for folder in ("alpha", "beta")]
+    data = collect_plan(make_plan(steps, StepStore(str(tmp_path / "store"))))
+    assert [s.name for s in data.steps] == ["alpha/s0", "beta/s0", "alpha/s1", "beta/s1"]
+    _open(browser, write_report(data, str(tmp_path / "report.html")))
+    rows = [r.get_attribute("data-group") or r.get_attribute("data-name")
+            for r in browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr")]
+    assert rows == ["alpha", "alpha/s0", "alpha/s1", "beta", "beta/s0", "beta/s1"]
+
+
 def test_marin_report_cli_writes_a_self_contained_page(good_run: tuple[RunResult, str], tmp_path: Path) -> None:
     from marin.cli.main import cli
 

@@ -694,7 +694,9 @@
     table.appendChild(h("thead", null, h("tr", null, ["step", "state", "hash", "estimate", "duration", "output size", "details", "why"]
       .map(function (c) { return h("th", { text: c }); }))));
     var body = h("tbody");
-    var rows = [];  // in the order of the steps; a group's header stands where its first step is
+    // A group's rows stay together under its header, which stands where its first step is; the
+    // groups (and single steps) follow one another in the order of their first steps.
+    var rows = [];
     GROUPS.forEach(function (g, gi) {
       if (g.members.length > 1) {
         rows.push([g.members[0], -1, h("tr", { "class": "group-row", "data-group": g.name, "data-open": String(g.open) },
@@ -702,7 +704,8 @@
             text: (g.open ? "▾ " : "▸ ") + groupLabel(g) + " (" + g.members.length + " steps)",
             onclick: function () { setGroupOpen(gi, !g.open); } }), " ", h("span", { "class": "hint", text: countsText(groupCounts(g)) })))]);
       }
-      if (g.open) g.members.forEach(function (i) { rows.push([i, i, stepRow(STEPS[i], i)]); });
+      var at = g.members.length > 1 ? g.members[0] : null;
+      if (g.open) g.members.forEach(function (i) { rows.push([at === null ? i : at, i, stepRow(STEPS[i], i)]); });
     });
     rows.sort(function (a, b) { return a[0] - b[0] || a[1] - b[1]; });
     rows.forEach(function (r) { body.appendChild(r[2]); });
