@@ -17,7 +17,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -425,6 +425,17 @@ def test_collect_run_reads_metrics_tokenized_and_provenance(good_run: tuple[RunR
     assert train.memory == TRAIN_MEMORY.to_json() and by_name["hello/numbers"].memory is None
     assert all(s.output_bytes and s.duration_s and s.environment for s in data.steps)
     assert data.summary() == {"ran": 4}
+
+
+def test_a_run_report_from_the_runs_records_equals_one_read_back_from_the_store(
+        good_run: tuple[RunResult, str]) -> None:
+    result, _ = good_run
+    assert all(s.provenance and s.manifest for s in result.steps)  # what the runner just published
+    read_back = RunResult(steps=[replace(s, provenance=None, manifest=None) for s in result.steps],
+                          prefix=result.prefix, plan=result.plan)
+    mine, theirs = collect_run(result).to_json(), collect_run(read_back).to_json()
+    mine.pop("generated_at"), theirs.pop("generated_at")
+    assert json.dumps(mine, sort_keys=True) == json.dumps(theirs, sort_keys=True)
 
 
 def test_collect_run_without_a_plan_links_steps_by_provenance(good_run: tuple[RunResult, str]) -> None:

@@ -396,7 +396,8 @@ class StepAttempt:
             return None
         self.lease.clear()
         return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
-                              duration=duration, note=str(odd) if odd is not None else None)
+                              duration=duration, note=str(odd) if odd is not None else None,
+                              provenance=provenance, manifest=manifest)
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""

@@ -49,6 +49,10 @@ class StepOutcome:
     log_path: str | None = None
     duration: float | None = None
     note: str | None = None
+    # A step this run built: the provenance and manifest it published, so that the run's report
+    # takes them from here instead of reading them back from the store (a request each on gs://).
+    provenance: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    manifest: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, planned: PlannedStep, outcome: Outcome, **details: Any) -> StepOutcome:

@@ -12,7 +12,15 @@ from marin.execution.hashing import config_to_json, fn_identity
 from marin.execution.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.plan import Action, Plan, PlannedStep
 from marin.execution.store import BuildState, StepRecord
-from marin.report.outputs import read_log_tail, read_memory, read_metrics, read_tokenized
+from marin.report.outputs import (
+    INDEX_FILE,
+    MEMORY_FILE,
+    METRICS_FILE,
+    read_log_tail,
+    read_memory,
+    read_metrics,
+    read_tokenized,
+)
 from rigging import filesystem as fs
 
 __all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
@@ -253,8 +261,8 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
                           note=outcome.note or planned.env_note)
         return step
     record = StepRecord(output_path)
-    provenance = record.read_json(record.provenance) or {}
-    status = record.read_json(record.status)
+    built = outcome.provenance if outcome is not None else None  # this run built it: no need to read back
+    provenance = built if built is not None else record.read_json(record.provenance) or {}
     if outcome is not None:
         state = _FROM_OUTCOME[outcome.outcome]
     elif planned is not None:
@@ -299,7 +307,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     if state is StepState.RAN and outcome is not None and outcome.duration is not None and step.duration_s is None:
         step.duration_s = outcome.duration
     if state in (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING):
-        status = status or {}
+        status = record.read_json(record.status) or {}
         step.error = (outcome.error if outcome is not None else None) or status.get("error")
         step.traceback = (outcome.traceback if outcome is not None else None) or status.get("traceback")
         attempt = status.get("attempt")
@@ -312,10 +320,12 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     if state in _LOG_STATES:
         step.log_path = step.log_path or record.log
         step.log_tail = read_log_tail(step.log_path)
-    metrics = read_metrics(output_path)
+    # A step this run built has its manifest in hand: a file it does not list is not there.
+    files = {f["path"] for f in outcome.manifest["files"]} if outcome is not None and outcome.manifest else None
+    metrics = read_metrics(output_path) if files is None or METRICS_FILE in files else None
     step.metrics = metrics.to_json() if metrics is not None else None
-    step.memory = read_memory(output_path)
-    tokenized = read_tokenized(output_path)
+    step.memory = read_memory(output_path) if files is None or MEMORY_FILE in files else None
+    tokenized = read_tokenized(output_path) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
     return step
 

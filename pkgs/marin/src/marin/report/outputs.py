@@ -11,12 +11,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from levanter.memory import MEMORY_FILE
 from rigging import filesystem as fs
 from zephyr.shards import INDEX_FILE, TOKENIZED_FORMAT
 
 __all__ = [
     "INDEX_FILE",
     "KNOWN_SERIES",
+    "MEMORY_FILE",
     "METRICS_FILE",
     "Metrics",
     "SplitSummary",
@@ -206,7 +208,7 @@ def read_eval_results(output_path: str) -> dict[str, Any] | None:
 
 def read_memory(output_path: str) -> dict[str, Any] | None:
     """The per-device memory a training step measured at start (levanter's ``memory.json``), or None."""
-    from levanter.memory import MEMORY_FILE, MemoryReport
+    from levanter.memory import MemoryReport
 
     text = _read_text(fs.join(output_path, MEMORY_FILE))
     if text is None:
