@@ -52,8 +52,9 @@ def test_an_exception_reaches_the_caller_with_its_traceback(client):
 
 def test_a_process_that_dies_is_a_failure(process_client):
     handle = process_client.submit(testjobs.die_hard, 3)
-    with pytest.raises(JobFailed):
+    with pytest.raises(JobFailed) as info:
         handle.result(timeout=60)
+    assert info.value.process_died and info.value.exitcode == 3
 
 
 def test_result_times_out(process_client):

@@ -20,13 +20,12 @@ from typing import Any
 import cloudpickle
 import psutil
 
+from fray.process_job import Outcome, ProcessJobHandle, outcome_value
 from fray.types import (
     ActorHandle,
     DistributedClient,
     Future,
     JobCancelled,
-    JobFailed,
-    JobHandle,
     ResourcesLike,
     ray_options_of,
 )
@@ -150,16 +149,13 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-class LocalJobHandle(JobHandle):
+class LocalJobHandle(ProcessJobHandle):
     """A call running in a local process; ``pid`` is that process, ``log_path`` its output."""
 
     def __init__(self, name: str, process, conn, log_path: str):
-        self.name = name
-        self.log_path = log_path
+        super().__init__(name, log_path)
         self._process = process
         self._conn = conn
-        self._outcome: tuple[str, Any, Any] | None = None
-        self._cancelled = False
         self._lock = threading.Lock()
 
     @property
@@ -190,46 +186,28 @@ class LocalJobHandle(JobHandle):
     def done(self) -> bool:
         return self._poll(0)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def _wait(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._poll(0.1):
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.name} did not finish within {timeout}s")
-        kind, value, extra = self._outcome  # type: ignore[misc]
-        if kind == "ok":
-            return cloudpickle.loads(value)
-        if self._cancelled:
-            raise JobCancelled(f"job {self.name} was cancelled")
-        if kind == "error":
-            raise JobFailed(f"job {self.name} failed: {value}", remote_traceback=extra)
-        raise JobFailed(f"job {self.name} failed: {value}", exitcode=extra)
+                return False
+        return True
 
-    def cancel(self, grace_s: float = 3.0) -> None:
-        """End the process and everything it started (SIGTERM, then SIGKILL after ``grace_s``)."""
-        if self.done():
-            return
-        self._cancelled = True
+    def _end(self, grace_s: float) -> None:
         pid = self._process.pid
         _kill_tree(pid, _descendants(pid), grace_s)
         self._process.join(timeout=5)
         self._poll(0)
-
-    def logs(self) -> str:
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
 
 
 class _LocalFuture(Future):
     def __init__(self, label: str):
         self._label = label
         self._event = threading.Event()
-        self._outcome: tuple[str, Any, Any] | None = None
+        self._outcome: Outcome | None = None
         self._cancelled = False
 
-    def _set(self, outcome: tuple[str, Any, Any]) -> None:
+    def _set(self, outcome: Outcome) -> None:
         if not self._event.is_set():
             self._outcome = outcome
             self._event.set()
@@ -240,12 +218,10 @@ class _LocalFuture(Future):
     def result(self, timeout: float | None = None) -> Any:
         if not self._event.wait(timeout):
             raise TimeoutError(f"{self._label} did not finish within {timeout}s")
-        if self._cancelled:
+        if self._cancelled:  # then there is no outcome: what the actor sends later is dropped
             raise JobCancelled(f"{self._label} was cancelled")
-        kind, value, extra = self._outcome  # type: ignore[misc]
-        if kind == "ok":
-            return cloudpickle.loads(value)
-        raise JobFailed(f"{self._label} failed: {value}", remote_traceback=extra)
+        assert self._outcome is not None
+        return outcome_value(self._label, self._outcome)
 
     def cancel(self) -> None:
         # A call already sent runs to its end in the actor; its result is dropped.
@@ -263,7 +239,7 @@ class _LocalActor(ActorHandle):
         self._ids = itertools.count()
         self._pending: dict[int, _LocalFuture] = {}
         self._lock = threading.Lock()
-        self._dead: tuple[str, Any, Any] | None = None
+        self._dead: Outcome | None = None
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"fray-actor-{name}")
         self._reader.start()
 
@@ -287,7 +263,7 @@ class _LocalActor(ActorHandle):
             if future is not None:
                 future._set((kind, value, extra))
 
-    def _fail_all(self, outcome: tuple[str, Any, Any]) -> None:
+    def _fail_all(self, outcome: Outcome) -> None:
         with self._lock:
             self._dead = outcome
             pending, self._pending = self._pending, {}

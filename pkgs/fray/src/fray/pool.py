@@ -45,12 +45,10 @@ from typing import Any
 
 import cloudpickle
 
+from fray.process_job import Outcome, ProcessJobHandle
 from fray.types import (
     ActorHandle,
     DistributedClient,
-    JobCancelled,
-    JobFailed,
-    JobHandle,
     ResourcesLike,
     ray_options_of,
 )
@@ -318,21 +316,18 @@ class _Template:
         self.process.wait(timeout=5)
 
 
-class PoolJobHandle(JobHandle):
+class PoolJobHandle(ProcessJobHandle):
     """A call running in a process forked from the pool's template; ``pid`` is that process."""
 
     def __init__(self, name: str, call_id: int, log_path: str, result_path: str, payload: bytes,
                  modules: Sequence[str], env: Mapping[str, str]):
-        self.name = name
+        super().__init__(name, log_path)
         self._payload = payload
         self._modules = tuple(modules)
         self._env = dict(env)
         self.call_id = call_id
-        self.log_path = log_path
         self.result_path = result_path
         self._pid: int | None = None
-        self._outcome: tuple[str, Any, Any] | None = None
-        self._cancelled = False
         self._event = threading.Event()
         self._pid_known = threading.Event()
         self._on_finish: Callable[[], None] | None = None
@@ -355,7 +350,7 @@ class PoolJobHandle(JobHandle):
             outcome = ("died", f"process died with exit code {code}", code)
         self._finish(outcome)
 
-    def _finish(self, outcome: tuple[str, Any, Any]) -> None:
+    def _finish(self, outcome: Outcome) -> None:
         if self._outcome is None:
             self._outcome = outcome
         self._pid_known.set()
@@ -366,23 +361,10 @@ class PoolJobHandle(JobHandle):
     def done(self) -> bool:
         return self._event.is_set()
 
-    def result(self, timeout: float | None = None) -> Any:
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"job {self.name} did not finish within {timeout}s")
-        kind, value, extra = self._outcome  # type: ignore[misc]
-        if kind == "ok":
-            return cloudpickle.loads(value)
-        if self._cancelled:
-            raise JobCancelled(f"job {self.name} was cancelled")
-        if kind == "error":
-            raise JobFailed(f"job {self.name} failed: {value}", remote_traceback=extra)
-        raise JobFailed(f"job {self.name} failed: {value}", exitcode=extra)
+    def _wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
 
-    def cancel(self, grace_s: float = 3.0) -> None:
-        """End the call's process group (SIGTERM, then SIGKILL after ``grace_s``)."""
-        if self.done():
-            return
-        self._cancelled = True
+    def _end(self, grace_s: float) -> None:
         pid = self.pid
         if pid is None:
             return
@@ -392,13 +374,6 @@ class PoolJobHandle(JobHandle):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             self._event.wait(5)
-
-    def logs(self) -> str:
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
 
 
 class WorkerPool(DistributedClient):

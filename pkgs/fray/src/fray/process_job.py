@@ -1,0 +1,78 @@
+"""A call run in a local process of its own, as its caller sees it, however the process was made
+(``spawn``-ed by :mod:`fray.local`, forked from a warm template by :mod:`fray.pool`).
+
+Such a call ends with an *outcome*, a tuple ``(kind, value, extra)``:
+
+* ``("ok", the pickled return value, None)``;
+* ``("error", "Type: message", the traceback)``: the call raised;
+* ``("died", a message, the exit code or None)``: its process ended without reporting.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import cloudpickle
+
+from fray.types import JobCancelled, JobFailed, JobHandle
+
+__all__ = ["Outcome", "ProcessJobHandle", "outcome_value"]
+
+Outcome = tuple[str, Any, Any]
+
+
+def outcome_value(label: str, outcome: Outcome, cancelled: bool = False) -> Any:
+    """The value of a finished call, or its error raised; ``label`` names the call in messages.
+
+    Raises:
+        JobCancelled: the call did not return and was cancelled.
+        JobFailed: the call raised, or its process died.
+    """
+    kind, value, extra = outcome
+    if kind == "ok":
+        return cloudpickle.loads(value)
+    if cancelled:
+        raise JobCancelled(f"{label} was cancelled")
+    if kind == "error":
+        raise JobFailed(f"{label} failed: {value}", remote_traceback=extra)
+    raise JobFailed(f"{label} failed: {value}", exitcode=extra)
+
+
+class ProcessJobHandle(JobHandle):
+    """A call running in a local process that leads its own process group and writes its output
+    to ``log_path``; ``pid`` is that process."""
+
+    def __init__(self, name: str, log_path: str):
+        self.name = name
+        self.log_path = log_path
+        self._outcome: Outcome | None = None
+        self._cancelled = False
+
+    @abc.abstractmethod
+    def _wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: for ever) for the outcome; True once it is known."""
+
+    @abc.abstractmethod
+    def _end(self, grace_s: float) -> None:
+        """End the running call's process and what it started, giving it ``grace_s`` after SIGTERM."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self._wait(timeout):
+            raise TimeoutError(f"job {self.name} did not finish within {timeout}s")
+        assert self._outcome is not None
+        return outcome_value(f"job {self.name}", self._outcome, self._cancelled)
+
+    def cancel(self, grace_s: float = 3.0) -> None:
+        """End the call's process and everything it started (SIGTERM, then SIGKILL after ``grace_s``)."""
+        if self.done():
+            return
+        self._cancelled = True
+        self._end(grace_s)
+
+    def logs(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
