@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray.types import (
@@ -26,6 +25,7 @@ from fray.types import (
     ResourcesLike,
     ray_options_of,
 )
+from rigging.environ import updated_environ
 
 __all__ = ["DoneJob", "InProcessClient"]
 
@@ -54,25 +54,11 @@ class DoneJob(JobHandle):
         return self._output
 
 
-@contextlib.contextmanager
-def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
-
-
 def _call(label: str, fn: Callable[..., Any], args: tuple, kwargs: dict, env: Mapping[str, str] | None,
           what: str | None = None) -> DoneJob:
     """Run ``fn`` now with its output captured; a raise becomes the handle's :class:`JobFailed`."""
     out = io.StringIO()
-    with _environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    with updated_environ(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             value = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - the call's failure, reported through its handle

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from fray.ray_client import RayClient
+from rigging.environ import updated_environ
 
 __all__ = ["MultiNodeCluster", "free_port", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
 
@@ -70,35 +71,30 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     env.pop("RAY_ADDRESS", None)
-    previous_auth_mode = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _reachable(host, port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError(
-                    f"ray head did not start on {host}:{port}: {log.read().decode(errors='replace')[-3000:]}"
-                )
-            time.sleep(0.2)
-        yield f"{host}:{port}"
-    finally:
-        if previous_auth_mode is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous_auth_mode
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+    with updated_environ({"RAY_AUTH_MODE": "disabled"}):
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            while not _reachable(host, port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(
+                        f"ray head did not start on {host}:{port}: {log.read().decode(errors='replace')[-3000:]}"
+                    )
+                time.sleep(0.2)
+            yield f"{host}:{port}"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
-        log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+            log.close()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 NODE_ENV = "FRAY_TEST_NODE"
@@ -144,31 +140,24 @@ def ray_multinode(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[MultiNodeC
 
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     os.makedirs(os.path.join(temp_dir, "ray"))
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED",
-                                            "RAY_ENABLE_UV_RUN_RUNTIME_ENV")}
-    os.environ.update({"RAY_TMPDIR": temp_dir, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-                       "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"})
-    cluster = None
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "gcs_server_port": free_port(), "include_dashboard": False, "temp_dir": temp_dir,
-            **_node_ports()})
-        if cluster.address is None:
-            raise RuntimeError("the Ray test cluster's head started without an address")
-        out = MultiNodeCluster(cluster=cluster, address=cluster.address)
-        for name, args in nodes.items():
-            out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
-        cluster.wait_for_nodes()
-        yield out
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with updated_environ({"RAY_TMPDIR": temp_dir, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+                          "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}):
+        cluster = None
+        try:
+            cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 0, "gcs_server_port": free_port(), "include_dashboard": False, "temp_dir": temp_dir,
+                **_node_ports()})
+            if cluster.address is None:
+                raise RuntimeError("the Ray test cluster's head started without an address")
+            out = MultiNodeCluster(cluster=cluster, address=cluster.address)
+            for name, args in nodes.items():
+                out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
+            cluster.wait_for_nodes()
+            yield out
+        finally:
+            if cluster is not None:
+                cluster.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -41,6 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from rigging.environ import updated_environ
 
 __all__ = [
     "GcsEmulator",
@@ -224,36 +225,30 @@ def use_gcs_emulator(url: str) -> Iterator[None]:
     import fsspec.config
     from fsspec.registry import _registry  # fsspec.registry, the attribute, is a read-only view
 
-    saved = {k: os.environ.get(k) for k in emulator_env(url)}
     saved_conf = fsspec.config.conf.get("gs")
     saved_registry = {p: _registry.get(p) for p in ("gs", "gcs")}
-    os.environ.update(emulator_env(url))
-    fsspec.config.conf["gs"] = {**(saved_conf or {}), "token": "anon"}
-    # If gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set, fsspec's
-    # "gs" names gcsfs's zonal/HNS subclass, which speaks gRPC and hangs against the emulator.
-    from gcsfs.core import GCSFileSystem
+    with updated_environ(emulator_env(url)):
+        fsspec.config.conf["gs"] = {**(saved_conf or {}), "token": "anon"}
+        # If gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set, fsspec's
+        # "gs" names gcsfs's zonal/HNS subclass, which speaks gRPC and hangs against the emulator.
+        from gcsfs.core import GCSFileSystem
 
-    for proto in saved_registry:
-        fsspec.register_implementation(proto, GCSFileSystem, clobber=True)
-    _clear_gcsfs_instances()
-    try:
-        yield
-    finally:
-        for proto, cls in saved_registry.items():
-            if cls is None:
-                _registry.pop(proto, None)  # back to resolving it lazily
-            else:
-                fsspec.register_implementation(proto, cls, clobber=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        if saved_conf is None:
-            fsspec.config.conf.pop("gs", None)
-        else:
-            fsspec.config.conf["gs"] = saved_conf
+        for proto in saved_registry:
+            fsspec.register_implementation(proto, GCSFileSystem, clobber=True)
         _clear_gcsfs_instances()
+        try:
+            yield
+        finally:
+            for proto, cls in saved_registry.items():
+                if cls is None:
+                    _registry.pop(proto, None)  # back to resolving it lazily
+                else:
+                    fsspec.register_implementation(proto, cls, clobber=True)
+            if saved_conf is None:
+                fsspec.config.conf.pop("gs", None)
+            else:
+                fsspec.config.conf["gs"] = saved_conf
+            _clear_gcsfs_instances()
 
 
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"PATCH ", b"DELETE ", b"HEAD ")

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from marin.execution.lazy import Lazy, lower
 from marin.execution.step import InvalidStep, OutputPath, Step
+from rigging.environ import updated_environ
 
 __all__ = [
     "THIS_OUTPUT_PATH",
@@ -232,16 +233,8 @@ def run_executor_step(call: ExecutorCall, output_path: str) -> None:
     tail = base.rsplit("/", call.step_name.count("/") + 1)
     prefix = tail[0] if len(tail) == call.step_name.count("/") + 2 else ""
     config = _resolve_own_paths(call.config, base, prefix, call.deps)
-    saved = {k: os.environ.get(k) for k, _ in call.env_vars}
-    os.environ.update(dict(call.env_vars))
-    try:
+    with updated_environ(dict(call.env_vars)):
         call.fn(config)
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
 
 
 @dataclass(frozen=True, eq=False)
