@@ -43,6 +43,12 @@ def test_submit_returns_the_value(client):
     assert handle.name == "add"
 
 
+def test_a_job_is_named_after_its_function_unless_named(client):
+    handle = client.submit(testjobs.square, 3)
+    assert handle.name == "square"
+    handle.result(timeout=60)
+
+
 def test_an_exception_reaches_the_caller_with_its_traceback(client):
     handle = client.submit(testjobs.raise_value_error, "bad input 42")
     with pytest.raises(JobFailed, match="ValueError: bad input 42") as info:

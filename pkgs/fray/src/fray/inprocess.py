@@ -23,6 +23,7 @@ from fray.types import (
     JobFailed,
     JobHandle,
     ResourcesLike,
+    job_name,
     ray_options_of,
 )
 from rigging.environ import updated_environ
@@ -98,7 +99,7 @@ class InProcessClient(DistributedClient):
     def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
                env: Mapping[str, str] | None = None, resources: ResourcesLike = None, **kwargs: Any) -> DoneJob:
         ray_options_of(resources)  # the same check of what was asked as every client makes
-        label = name or getattr(fn, "__name__", "job")
+        label = job_name(fn, name)
         return _call(label, fn, args, kwargs, env, what=f"job {label}")
 
     def create_actor(self, cls: type, *args: Any, name: str | None = None, env: Mapping[str, str] | None = None,

@@ -27,6 +27,7 @@ from fray.types import (
     Future,
     JobCancelled,
     ResourcesLike,
+    job_name,
     ray_options_of,
 )
 
@@ -356,7 +357,7 @@ class LocalClient(DistributedClient):
     ) -> LocalJobHandle:
         ray_options_of(resources)  # reject a malformed request here as Ray would
         payload = cloudpickle.dumps((fn, args, kwargs))
-        return self.submit_payload(payload, name=name or getattr(fn, "__name__", "job"), env=env)
+        return self.submit_payload(payload, name=job_name(fn, name), env=env)
 
     def create_actor(
         self,

@@ -50,6 +50,7 @@ from fray.types import (
     ActorHandle,
     DistributedClient,
     ResourcesLike,
+    job_name,
     ray_options_of,
 )
 
@@ -456,7 +457,7 @@ class WorkerPool(DistributedClient):
         ray_options_of(resources)  # reject a malformed request here as Ray would
         if self._closed:
             raise RuntimeError("the worker pool was shut down")
-        label = name or getattr(fn, "__name__", "job")
+        label = job_name(fn, name)
         payload = cloudpickle.dumps((fn, args, kwargs))
         modules = [m for m in (getattr(fn, "__module__", None), *preload) if m and m != "__main__"]
         call_id = next(self._ids)

@@ -21,6 +21,7 @@ from fray.types import (
     JobFailed,
     JobHandle,
     ResourcesLike,
+    job_name,
     ray_options_of,
 )
 
@@ -253,7 +254,7 @@ class RayClient(DistributedClient):
         **kwargs: Any,
     ) -> RayJobHandle:
         options = {"max_retries": 0, "retry_exceptions": False, **ray_options_of(resources)}
-        label = name or getattr(fn, "__name__", "job")
+        label = job_name(fn, name)
         job_id = f"{next(self._counter):05d}-{uuid.uuid4().hex[:8]}"
         payload = cloudpickle.dumps((fn, args, kwargs))
         ref = self._remote_job.options(name=label, **options).remote(

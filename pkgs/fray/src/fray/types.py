@@ -24,6 +24,7 @@ __all__ = [
     "RemoteError",
     "ResourceConfig",
     "ResourcesLike",
+    "job_name",
     "ray_options_of",
 ]
 
@@ -107,6 +108,11 @@ def ray_options_of(resources: ResourcesLike) -> dict[str, Any]:
     raise TypeError(
         f"resources must have to_ray_options() or be a mapping of Ray options, got {type(resources).__name__}"
     )
+
+
+def job_name(fn: Callable[..., Any], name: str | None) -> str:
+    """The name a submitted call goes by: ``name`` if given, else the function's own name."""
+    return name or getattr(fn, "__name__", "job")
 
 
 class Future(abc.ABC):
