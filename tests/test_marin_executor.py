@@ -124,6 +124,25 @@ def test_versioned_values_hash_as_the_plain_value_and_every_field_counts(tmp_pat
     assert d.lower().hash != e.lower().hash
 
 
+def test_markers_inside_nested_values_and_steps_held_by_value_keep_their_hashes() -> None:
+    from marin.execution.executor import ExecutorStep, InputName, output_path_of, this_output_path, versioned
+
+    up = ExecutorStep(name="up", fn=json.dumps, config={"n": versioned(3), "out": this_output_path()})
+    nested = {"xs": [versioned(1), (versioned("a"), output_path_of(up, "f"))], "in": {"k": versioned({"v": versioned(2)})},
+              "raw": InputName.hardcoded("raw/data"), "out": this_output_path("sub")}
+    plain = {"xs": [1, ("a", output_path_of(up, "f"))], "in": {"k": {"v": 2}},
+             "raw": InputName.hardcoded("raw/data"), "out": this_output_path("sub")}
+    step = ExecutorStep(name="down", fn=json.dumps, config=nested).lower()
+    assert step.hash == ExecutorStep(name="down", fn=json.dumps, config=plain).lower().hash
+    assert step.config.config["in"] == {"k": {"v": 2}}
+    # A step held by value (here beside an output_path_of it) is converted with its own config, a
+    # copy where it stands: a dependency of its own, as Marin files have always been hashed.
+    by_value = ExecutorStep(name="down", fn=json.dumps, config={"up": up, "f": output_path_of(up, "f")}).lower()
+    held = by_value.config.config["up"]
+    assert held is not up and held.config == {"n": 3, "out": this_output_path()}
+    assert by_value.hash[:16] == "be4c482cbb36e341"
+
+
 def test_dry_run_and_run_only(tmp_path: Path) -> None:
     experiment = write(tmp_path)
     prefix = tmp_path / "store"

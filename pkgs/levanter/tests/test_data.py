@@ -95,6 +95,29 @@ def test_state_restore_resumes_at_the_exact_position(tmp_path):
     _close(restored)
 
 
+def test_chat_windows_hold_one_record_each_reshuffle_per_epoch_and_restore_mid_epoch(tmp_path):
+    from levanter.data import ChatIterDataset, encode_chat_record
+
+    n = 9
+    records = [encode_chat_record([([100 + i] * (1 + i % 3), [True] * (1 + i % 3))]) for i in range(n)]
+    data = write_tokenized(str(tmp_path / "c"), {"train": [np.frombuffer(r, "<u4").tolist() for r in records]},
+                           vocab_size=1000, eos_id=EOS)
+    split = open_split(data, "train")
+    ds = ChatIterDataset(split, 4, seed=1)
+    assert str(ds) == f"ChatIterDataset({data}:train, window=4)"
+    it = iter(ds)
+    firsts = [int(next(it)[0, 0]) for _ in range(2 * n)]  # each window is one record: its first id names it
+    assert sorted(firsts[:n]) == sorted(firsts[n:]) == [100 + i for i in range(n)]
+    assert firsts[:n] != firsts[n:]
+    state = json.loads(json.dumps(it.get_state()))
+    expected = [next(it).tolist() for _ in range(n + 3)]  # across the next epoch boundary
+    restored = iter(ds)
+    restored.set_state(state)
+    assert [next(restored).tolist() for _ in range(n + 3)] == expected
+    in_order = [int(w[0, 0]) for w in ChatIterDataset(split, 4, seed=1, shuffle=False, repeat=False)]
+    assert in_order == [100 + i for i in range(n)]
+
+
 def test_eval_batches_are_fixed_and_fill_small_splits(tmp_path):
     data = write_tokenized(str(tmp_path / "a"), {"train": _docs(5, 0), "validation": _docs(3, 0)},
                            vocab_size=1000, eos_id=EOS)

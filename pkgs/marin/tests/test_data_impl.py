@@ -17,7 +17,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from marin.experiment.corpus import DEFAULT_NUM_STORIES, CorpusConfig, generate_corpus, generate_story
-from marin.experiment.tokenize_impl import assign_split, tokenize_to_shards
+from marin.experiment.tokenize_impl import (
+    IN_PROCESS_BELOW_BYTES,
+    assign_split,
+    tokenize_to_shards,
+    write_shards,
+)
 from marin.experiment.tokenizer_train import train_bpe_tokenizer
 from rigging import filesystem as fs
 from zephyr import DataError, ShardFailed, TokenShardReader, read_documents, verify_shard_index
@@ -292,3 +297,28 @@ def test_truncated_output_shard_names_the_file(reference: tuple[str, dict], tmp_
     cut.write_bytes(shard.read_bytes()[: shard.stat().st_size - 1000])
     with pytest.raises(DataError, match=r"part-00002\.array_record: truncated or corrupt ArrayRecord shard"):
         TokenShardReader(str(cut))
+
+
+def test_shards_run_in_process_only_for_small_input_and_no_client(tmp_path: Path) -> None:
+    class _Recorder:
+        """Stands in for a Dataset: records how it was asked to write."""
+
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def write(self, sink, **kwargs):
+            self.calls.append(kwargs)
+
+    small, big = tmp_path / "small.txt", tmp_path / "big.txt"
+    small.write_text("a story\n")
+    with open(big, "wb") as f:
+        f.truncate(IN_PROCESS_BELOW_BYTES)
+    client, env = object(), {"RAYON_NUM_THREADS": "1"}
+    runs = []
+    for inputs, given in ((str(small), None), (str(big), None), ([str(small)], client)):
+        dataset = _Recorder()
+        write_shards(dataset, None, inputs, given, max_parallel=3, env=env)  # type: ignore[arg-type]
+        runs.append(dataset.calls)
+    assert runs[0] == [{"in_process": True, "progress": None}]
+    assert runs[1] == [{"client": None, "max_parallel": 3, "env": env, "progress": None}]
+    assert runs[2] == [{"client": client, "max_parallel": 3, "env": env, "progress": None}]

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from marin.execution.store import BuildState, StepRecord, manifest_digest
+from marin.execution.store import (
+    BuildState,
+    StepRecord,
+    compute_manifest,
+    manifest_digest,
+    remove_orphan_temporaries,
+)
 from rigging import filesystem as fs
 from rigging.lease import Lease
 
@@ -62,3 +68,25 @@ def test_publish_writes_the_success_record_once_with_the_manifest_digest(record)
     assert not record.publish("g/a", "f" * 64, manifest)
     other = {"files": [{"path": "a", "size": 1, "sha256": "01"}]}
     assert manifest_digest(other) != manifest_digest(manifest)
+
+
+def _output_with_orphans(root) -> tuple[str, list[str]]:
+    out = root / "step-0123456789abcdef"
+    orphans = [f".tmp-{'a' * 32}-model.bin", f"shards/.tmp-{'b' * 32}-part-0.array_record"]
+    for rel in ["model.bin", "shards/part-0.array_record", ".tmp-not-ours.txt", ".marin/success.json",
+                f".marin/.tmp-{'c' * 32}-status.json", *orphans]:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(rel)
+    return str(out), orphans
+
+
+def test_orphaned_temporaries_are_deleted_and_never_in_the_manifest_and_records_are_left_alone(tmp_path):
+    out, orphans = _output_with_orphans(tmp_path / "a")
+    manifest = compute_manifest(out)
+    assert sorted(e["path"] for e in manifest["files"]) == [".tmp-not-ours.txt", "model.bin", "shards/part-0.array_record"]
+    left = sorted(rel for rel, _size in fs.walk_files(out))
+    assert left == sorted([".marin/.tmp-" + "c" * 32 + "-status.json", ".marin/success.json", ".tmp-not-ours.txt",
+                           "model.bin", "shards/part-0.array_record"])
+    out, orphans = _output_with_orphans(tmp_path / "b")
+    assert sorted(remove_orphan_temporaries(out)) == sorted(orphans)
+    assert sorted(rel for rel, _size in fs.walk_files(out)) == left

@@ -22,6 +22,7 @@ import numpy as np
 
 from levanter.models.llama import LlamaConfig
 from rigging import filesystem as fs
+from rigging.hf_hub import hub_cache_dir, hub_offline
 
 __all__ = [
     "CONFIG_FILE",
@@ -326,8 +327,8 @@ def resolve_hf_folder(repo: str, revision: str | None = None) -> str:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    cache = _hub_cache()
+    offline = hub_offline()
+    cache = hub_cache_dir()
     at = "" if revision is None else f" at revision {revision!r}"
     try:
         return snapshot_download(repo, revision=revision, allow_patterns=_HUB_FILES, cache_dir=cache,
@@ -340,12 +341,3 @@ def resolve_hf_folder(repo: str, revision: str | None = None) -> str:
         state = "not in the hub cache (HF_HUB_OFFLINE=1)" if offline else f"not cached and not downloadable ({why})"
         raise HfCheckpointNotFound(f"HF checkpoint {repo!r}{at} is {state}; cache: {cache}; download it where "
                                    "the Hub is reachable (same HF_HOME) or pass a local folder") from None
-
-
-def _hub_cache() -> str:
-    # Read when called, not when huggingface_hub was imported: HF_HOME may be set later in a process.
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
-    return os.path.join(os.path.expanduser(home), "hub")

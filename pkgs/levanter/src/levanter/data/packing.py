@@ -12,14 +12,15 @@ from typing import Any
 import grain.python as grain
 import numpy as np
 
-from levanter.data.tokenized import TokenizedSplit, decode_document
+from levanter.data.epochs import EpochOrder, SplitWindowDataset
+from levanter.data.tokenized import decode_document
 
 __all__ = ["MixtureIterDataset", "PackedIterDataset"]
 
 _MIX_BLOCK = 4096
 
 
-class PackedIterDataset(grain.IterDataset):
+class PackedIterDataset(SplitWindowDataset):
     """Windows of ``window`` tokens cut from the concatenation ``doc, EOS, doc, EOS, ...``.
 
     Documents are visited in a seeded permutation that changes every epoch (when ``shuffle``);
@@ -27,58 +28,30 @@ class PackedIterDataset(grain.IterDataset):
     Windows do not overlap: each token of the stream lands in exactly one window.
     """
 
-    def __init__(self, split: TokenizedSplit, window: int, *, seed: int, shuffle: bool = True,
-                 repeat: bool = True):
-        super().__init__()
-        if window < 2:
-            raise ValueError(f"window must be >= 2, got {window}")
-        self.split, self.window, self.seed = split, window, seed
-        self.shuffle, self.repeat = shuffle, repeat
-
     def __iter__(self) -> grain.DatasetIterator:
         return _PackedIterator(self)
-
-    def __str__(self) -> str:
-        return f"PackedIterDataset({self.split.path}:{self.split.split}, window={self.window})"
 
 
 class _PackedIterator(grain.DatasetIterator):
     def __init__(self, ds: PackedIterDataset):
         super().__init__()
         self._ds = ds
-        self._n = ds.split.num_documents
+        self._order = EpochOrder(ds)
         self._epoch, self._doc, self._offset = 0, 0, 0
-        self._perm_epoch, self._perm = -1, np.arange(self._n)
-
-    def _order(self, epoch: int) -> np.ndarray:
-        if not self._ds.shuffle:
-            return self._perm
-        if epoch != self._perm_epoch:
-            # Seeded by (seed, epoch) alone so any position can be rebuilt without earlier epochs.
-            rng = np.random.default_rng([self._ds.seed, epoch])
-            self._perm, self._perm_epoch = rng.permutation(self._n), epoch
-        return self._perm
-
-    def _document(self, epoch: int, doc: int) -> np.ndarray:
-        record = self._ds.split.source[int(self._order(epoch)[doc])]
-        return decode_document(record)
 
     def __next__(self) -> np.ndarray:
         out = np.empty(self._ds.window, dtype=np.int32)
         filled, empty_docs = 0, 0
         epoch, doc, offset = self._epoch, self._doc, self._offset
         while filled < self._ds.window:
-            if doc == self._n:
-                if not self._ds.repeat:
-                    raise StopIteration
-                epoch, doc = epoch + 1, 0
-            tokens = self._document(epoch, doc)
+            epoch, doc = self._order.position(epoch, doc)
+            tokens = decode_document(self._order.record(epoch, doc))
             # Each document contributes its tokens followed by one EOS separator.
             length = len(tokens) + 1
             take = min(length - offset, self._ds.window - filled)
             if len(tokens) == 0:
                 empty_docs += 1
-                if empty_docs > self._n:
+                if empty_docs > self._order.size:
                     raise ValueError(f"{self._ds.split.path}: every document is empty")
             body = tokens[offset:offset + take]
             out[filled:filled + len(body)] = body

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from marin.execution.lazy import Lazy, lower
 from marin.execution.step import InvalidStep, OutputPath, Step
+from marin.execution.walk import Kind, kind_of, map_children, map_nodes
 from rigging.environ import updated_environ
 
 __all__ = [
@@ -159,44 +160,15 @@ def check_module_level(step_name: str, what: str, fn: Any) -> None:
         raise InvalidStep(f"step {step_name!r}: {what} must be a module-level function taking the config, got {fn!r}")
 
 
-def _rebuild(value: Any, convert: Callable[[Any], Any]) -> Any:
-    """``value`` with ``convert`` applied to every node, containers and dataclasses rebuilt as needed.
-
-    ``convert`` returns a replacement, or the node itself to descend into it.
-    """
-    new = convert(value)
-    if new is not value:
-        return new
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for f in dataclasses.fields(value):
-            old = getattr(value, f.name)
-            item = _rebuild(old, convert)
-            if item is not old:
-                changes[f.name] = item
-        if not changes:
-            return value
-        init = {f.name for f in dataclasses.fields(value) if f.init}
-        out = dataclasses.replace(value, **{k: v for k, v in changes.items() if k in init})
-        for k, v in changes.items():
-            if k not in init:
-                object.__setattr__(out, k, v)
-        return out
-    if isinstance(value, Mapping) and type(value) in (dict,):
-        items = {k: _rebuild(v, convert) for k, v in value.items()}
-        return value if all(items[k] is value[k] for k in value) else items
-    if isinstance(value, list | tuple) and type(value) in (list, tuple):
-        items = [_rebuild(v, convert) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return items if isinstance(value, list) else tuple(items)
-    return value
-
-
 def _to_project_form(value: Any, where: str) -> Any:
     """Marin's placeholders as this project's: versioned values unwrapped, inputs as ``OutputPath``."""
     if isinstance(value, VersionedValue):
-        return _rebuild(value.value, lambda v: _to_project_form(v, where))
+        return map_nodes(value.value, lambda v: _to_project_form(v, where))
+    if kind_of(value) is Kind.PLACEHOLDER and dataclasses.is_dataclass(value):
+        # A step held by value (or an OutputPath of one) is converted too, into a copy at each place
+        # it stands, as this adapter always has: each copy counts as a dependency in the hashes of
+        # existing files, so this stays.
+        return map_children(value, Kind.DATACLASS, lambda v: map_nodes(v, lambda w: _to_project_form(w, where)))
     if isinstance(value, InputName):
         if not value.block_on_step:
             raise InvalidStep(f"{where}: InputName.nonblocking() is not supported: every input is built before "
@@ -224,7 +196,7 @@ def _resolve_own_paths(value: Any, output_path: str, prefix: str, deps: Sequence
                 v = v.replace(dep_token(i), str(path))
         return v
 
-    return _rebuild(value, convert)
+    return map_nodes(value, convert)
 
 
 def run_executor_step(call: ExecutorCall, output_path: str) -> None:
@@ -282,7 +254,7 @@ class ExecutorStep(Lazy[Any], Generic[ConfigT]):
                 "live at <prefix>/<name>-<hash>, so that a changed config never overwrites another build")
         check_module_level(self.name, "fn", self.fn)
         where = f"{self.name}.config"
-        config = _rebuild(self.config, lambda v: _to_project_form(v, where))
+        config = map_nodes(self.config, lambda v: _to_project_form(v, where))
         env = tuple(sorted((str(k), str(v)) for k, v in (self.env_vars or {}).items()))
         return Step(name=self.name, fn=run_executor_step,
                     config=ExecutorCall(fn=self.fn, config=config, step_name=self.name, env_vars=env),

@@ -292,6 +292,25 @@ class StepStore:
 _ORPHAN_TMP = re.compile(r"^\.tmp-[0-9a-f]{32}-")
 
 
+def _output_files(output_path: str, listing: Iterable[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[str]]:
+    """Which files of a listing are the output: those outside ``.marin/`` that are not orphaned
+    temporaries of killed writes; the orphans are deleted as they are met.
+
+    Returns:
+        ``(the output's files with their sizes, the orphans' paths)``, relative to the output.
+    """
+    kept, removed = [], []
+    for rel, size in listing:
+        if rel == META_DIR or rel.startswith(META_DIR + "/"):
+            continue
+        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
+            fs.delete(fs.join(output_path, rel))
+            removed.append(rel)
+        else:
+            kept.append((rel, size))
+    return kept, removed
+
+
 def remove_orphan_temporaries(output_path: str) -> list[str]:
     """Delete temporary files that killed writes left in a finished output; returns their paths.
 
@@ -299,14 +318,7 @@ def remove_orphan_temporaries(output_path: str) -> list[str]:
     process is gone, the caller holds the lease) no write is in flight, so every such file is an
     orphan: it must never be published as part of the output.
     """
-    removed = []
-    for rel, _size in list(fs.walk_files(output_path)):
-        if rel.startswith(META_DIR + "/"):
-            continue
-        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
-            fs.delete(fs.join(output_path, rel))
-            removed.append(rel)
-    return removed
+    return _output_files(output_path, list(fs.walk_files(output_path)))[1]
 
 
 def meta_names(files: Iterable[tuple[str, int]]) -> list[str]:
@@ -319,22 +331,15 @@ def meta_names(files: Iterable[tuple[str, int]]) -> list[str]:
 def compute_manifest(output_path: str, files: Iterable[tuple[str, int]] | None = None) -> dict[str, Any]:
     """Every file of the output (outside ``.marin/``) with its size and SHA-256.
 
-    Orphaned temporary files of killed writes are removed first (:func:`remove_orphan_temporaries`):
-    the manifest is computed when a step has finished, and they are never part of its output.
+    Orphaned temporary files of killed writes are deleted and left out, by the same rule as
+    :func:`remove_orphan_temporaries`, from the one listing: the manifest is computed when a step
+    has finished, and they are never part of its output.
 
     Args:
         files: the output's listing (:func:`rigging.filesystem.walk_files`), when the caller has
             just made it.
     """
-    found = []
-    listed = list(files if files is not None else fs.walk_files(output_path))
-    for rel, size in listed:  # one listing: orphans are dropped from it
-        if rel.startswith(META_DIR + "/") or rel == META_DIR:
-            continue
-        if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
-            fs.delete(fs.join(output_path, rel))
-            continue
-        found.append((rel, size))
+    found, _removed = _output_files(output_path, list(files if files is not None else fs.walk_files(output_path)))
 
     def digest(rel: str) -> str:
         return fs.sha256_of(fs.join(output_path, rel))

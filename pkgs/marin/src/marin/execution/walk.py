@@ -1,10 +1,10 @@
 """The one traversal of step configs: what is a container, what is a placeholder, what is a leaf.
 
 Hashing (``encode``), dependencies (``dependencies_of``), provenance (``config_to_json``), the
-plan's field diff (``flatten_config``) and the resolution of placeholders to real paths just
-before ``fn`` runs all classify a value with :func:`kind_of` and descend with :func:`items_of`,
-so they agree on every container kind: a placeholder a hash counts as a dependency is one that
-resolution replaces.
+plan's field diff (``flatten_config``), the resolution of placeholders to real paths just
+before ``fn`` runs, and the executor adapter's conversion of Marin's markers all classify a value
+with :func:`kind_of` and descend with :func:`items_of`, so they agree on every container kind: a
+placeholder a hash counts as a dependency is one that resolution replaces.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from marin.execution.lazy import Lazy
 from marin.execution.step import OutputPath, Step
 from rigging.secrets import Secret
 
-__all__ = ["Kind", "iter_placeholders", "items_of", "kind_of", "map_placeholders", "placeholder_step", "with_real_paths"]
+__all__ = ["Kind", "iter_placeholders", "items_of", "kind_of", "map_children", "map_nodes", "map_placeholders", "placeholder_step", "with_real_paths"]
 
 
 class Kind(enum.Enum):
@@ -95,19 +95,30 @@ def iter_placeholders(value: Any, where: str = "config") -> Iterator[tuple[Step,
             stack.extend(child for _, child in reversed(items_of(v, kind)))
 
 
-def map_placeholders(value: Any, replace: Callable[[Step, str], Any]) -> Any:
-    """``value`` with every placeholder replaced by ``replace(step, sub_path)``.
+def map_nodes(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``value`` with ``convert`` applied to every node, top down.
 
-    Containers are rebuilt only where something inside them changed (a dataclass by
-    ``dataclasses.replace``, fields outside ``__init__`` set after); the rest is returned as is.
+    ``convert`` returns a replacement for the node, or the node itself to go on: into it when it is
+    a container, past it when it is a leaf or a placeholder (a step's own config is its own).
+    Containers are rebuilt only where something inside them changed (see :func:`map_children`).
     """
+    new_value = convert(value)
+    if new_value is not value:
+        return new_value
     kind = kind_of(value)
-    if kind is Kind.PLACEHOLDER:
-        return replace(*placeholder_step(value))
-    if kind is Kind.LEAF:
+    if kind is Kind.LEAF or kind is Kind.PLACEHOLDER:
         return value
+    return map_children(value, kind, lambda child: map_nodes(child, convert))
+
+
+def map_children(value: Any, kind: Kind, fn: Callable[[Any], Any]) -> Any:
+    """The container ``value`` (of ``kind``) with ``fn`` applied to each child.
+
+    Rebuilt only where a child changed: a dataclass by ``dataclasses.replace`` (fields outside
+    ``__init__`` set after), a mapping as a dict, a list or set as its own type, a tuple as a tuple.
+    """
     items = items_of(value, kind)
-    new = [(key, map_placeholders(child, replace)) for key, child in items]
+    new = [(key, fn(child)) for key, child in items]
     if all(a is b for (_, a), (_, b) in zip(items, new, strict=True)):
         return value
     if kind is Kind.DATACLASS:
@@ -124,6 +135,11 @@ def map_placeholders(value: Any, replace: Callable[[Step, str], Any]) -> Any:
     if kind is Kind.TUPLE:
         return tuple(v for _, v in new)
     return type(value)(v for _, v in new)
+
+
+def map_placeholders(value: Any, replace: Callable[[Step, str], Any]) -> Any:
+    """``value`` with every placeholder replaced by ``replace(step, sub_path)`` (see :func:`map_nodes`)."""
+    return map_nodes(value, lambda v: replace(*placeholder_step(v)) if kind_of(v) is Kind.PLACEHOLDER else v)
 
 
 def with_real_paths(config: Any, paths: Mapping[int, str]) -> Any:

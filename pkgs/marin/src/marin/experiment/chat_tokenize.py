@@ -31,13 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.experiment.chat import Conversation, conversations_dataset
 from marin.experiment.chat_template import ChatTemplate, add_special_tokens
-from marin.experiment.tokenize_impl import (
-    IN_PROCESS_BELOW_BYTES,
-    SPLITS,
-    TokenizedSink,
-    _input_bytes,
-    assign_split,
-)
+from marin.experiment.tokenize_impl import SPLITS, TokenizedSink, assign_split, split_totals, write_shards
 from rigging import filesystem as fs
 from zephyr import current_context
 
@@ -172,16 +166,7 @@ def tokenize_chat_to_shards(
                          metadata={"vocab_size": vocab_size, "eos_id": tokenizer.token_to_id(template.end_token),
                                    "max_seq_len": max_seq_len, "packed": pack},
                          source_description=description)
-    small = client is None and _input_bytes(source) < IN_PROCESS_BELOW_BYTES
-    result = dataset.write(sink, in_process=True) if small else dataset.write(
-        sink, client=client, max_parallel=min(os.cpu_count() or 1, dataset.num_shards))
+    result = write_shards(dataset, sink, source, client, max_parallel=min(os.cpu_count() or 1, dataset.num_shards))
     index = result.index or {}
-    splits = index.get("splits", {})
-    return {
-        "index": index,
-        "counters": dict(result.counters),
-        "added_tokens": added,
-        **{f"{name}_records": splits.get(name, {}).get("records", 0) for name in SPLITS},
-        **{f"{name}_tokens": splits.get(name, {}).get("tokens", 0) for name in SPLITS},
-    }
+    return {"index": index, "counters": dict(result.counters), "added_tokens": added, **split_totals(index)}
 

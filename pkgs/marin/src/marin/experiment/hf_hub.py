@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from rigging.hf_hub import hub_cache_dir, hub_offline
+
 __all__ = [
     "HfDatasetFiles", "HfDatasetUnavailable", "Split", "resolve_hf_tokenizer", "choose_split_files", "hub_cache_dir", "hub_offline", "resolve_hf_dataset",
 ]
@@ -101,20 +103,6 @@ def choose_split_files(paths: Iterable[str]) -> HfDatasetFiles | None:
         train=tuple(p for p, f in train if f is best),
         validation=tuple(p for p, f in candidates if f is best and named[p] is Split.VALIDATION),
     )
-
-
-def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` asks for the cache only."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_cache_dir() -> str:
-    """The hub cache folder: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
-    return os.path.join(os.path.expanduser(home), "hub")
 
 
 class HfDatasetUnavailable(ValueError):

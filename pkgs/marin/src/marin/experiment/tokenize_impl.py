@@ -28,7 +28,7 @@ import functools
 import hashlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ from zephyr import (
     FileSlice,
     OnError,
     Reader,
+    RunResult,
     current_context,
     expand_paths,
     plan_file_shards,
@@ -52,7 +53,8 @@ from zephyr import (
 if TYPE_CHECKING:
     from fray import DistributedClient
 
-__all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "TokenizedSink", "assign_split", "tokenize_to_shards"]
+__all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "TokenizedSink", "assign_split", "split_totals", "tokenize_to_shards",
+           "write_shards"]
 
 # Below this much input, shards run in the calling process (about two seconds of tokenizing).
 IN_PROCESS_BELOW_BYTES = 16 << 20
@@ -214,6 +216,32 @@ def _input_bytes(source: str | Sequence[str]) -> int:
         return IN_PROCESS_BELOW_BYTES
 
 
+def write_shards(dataset: Dataset, sink: TokenizedSink, inputs: str | Sequence[str],
+                 client: DistributedClient | None, *, max_parallel: int, env: dict[str, str] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Run ``dataset`` into ``sink``: in this process when the input files are small, else on ``client``.
+
+    A small corpus tokenizes faster than worker processes start: then the tokenizer's own threads
+    use the cores here. Only when no client was asked for: a given client is always used.
+
+    Args:
+        inputs: the input files, globs or folders (sized to choose).
+        max_parallel, env, progress: as for ``zephyr.Dataset.write`` (``env`` only for workers).
+    """
+    if client is None and _input_bytes(inputs) < IN_PROCESS_BELOW_BYTES:
+        return dataset.write(sink, in_process=True, progress=progress)
+    return dataset.write(sink, client=client, max_parallel=max_parallel, env=env, progress=progress)
+
+
+def split_totals(index: dict[str, Any]) -> dict[str, int]:
+    """``<split>_records`` and ``<split>_tokens`` of every split, from a tokenized index (0 where absent)."""
+    splits = index.get("splits", {})
+    return {
+        **{f"{name}_records": splits.get(name, {}).get("records", 0) for name in SPLITS},
+        **{f"{name}_tokens": splits.get(name, {}).get("tokens", 0) for name in SPLITS},
+    }
+
+
 def tokenize_to_shards(
     source: str | Sequence[str],
     tokenizer_path: str,
@@ -305,24 +333,16 @@ def tokenize_to_shards(
 
     cpus = os.cpu_count() or 1
     parallel = min(config.max_parallel or cpus, dataset.num_shards)
-    # A small corpus tokenizes faster than worker processes start: then the tokenizer's own threads
-    # use the cores here. (Only when no client was asked for: a given client is always used.)
+    # Each worker's tokenizer gets its share of the cores; more threads would only contend.
+    env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
     inputs = [*([source] if isinstance(source, str) else source), *validation_source]
-    small = client is None and _input_bytes(inputs) < IN_PROCESS_BELOW_BYTES
-    if small:
-        result = dataset.write(sink, in_process=True, progress=progress)
-    else:
-        # Each worker's tokenizer gets its share of the cores; more threads would only contend.
-        env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
-        result = dataset.write(sink, client=client, max_parallel=parallel, env=env, progress=progress)
+    result = write_shards(dataset, sink, inputs, client, max_parallel=parallel, env=env, progress=progress)
     index = result.index or {}
-    splits = index.get("splits", {})
     return {
         "output_path": output_path,
         "index": index,
         "shards_written": list(result.written),
         "shards_reused": list(result.reused),
         "counters": dict(result.counters),
-        **{f"{name}_records": splits.get(name, {}).get("records", 0) for name in SPLITS},
-        **{f"{name}_tokens": splits.get(name, {}).get("tokens", 0) for name in SPLITS},
+        **split_totals(index),
     }
