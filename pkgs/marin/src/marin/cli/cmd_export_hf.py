@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option, quiet_library_logs, trained_output
+from marin.cli.common import prefix_option, trained_output
 from marin.cli.errors import MarinError
 
 
@@ -32,7 +32,6 @@ def export_hf(ctx: click.Context, path: str, out_dir: str, checkpoint: str, pref
 
     step = _checkpoint(checkpoint)
     output = trained_output(ctx, path, prefix, finished=step == FINAL)
-    quiet_library_logs(ctx)
     try:
         write_hf_folder(output, out_dir, step)
     except FileNotFoundError as e:

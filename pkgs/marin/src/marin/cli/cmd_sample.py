@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option, quiet_library_logs, trained_output
+from marin.cli.common import prefix_option, trained_output
 from marin.cli.errors import MarinError
 
 
@@ -28,7 +28,6 @@ def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temp
     output = trained_output(ctx, path, prefix)
     if not prompt.strip():
         raise MarinError("--prompt must not be empty")
-    quiet_library_logs(ctx)
     if system is not None and not chat:
         raise MarinError("--system is only meaningful with --chat")
     if chat:

@@ -126,8 +126,11 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool) -> None:
     """marin: content-hashed, cached experiment steps, built Make-style."""
+    from marin.cli.common import quiet_library_logs
+
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    quiet_library_logs(ctx)
 
 
 def main(argv: list[str] | None = None) -> None:
