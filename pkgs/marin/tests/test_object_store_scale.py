@@ -195,3 +195,19 @@ def test_marin_run_building_on_gs_costs_at_most_15_requests_per_step(counted_buc
     breakdown = _breakdown(seen, f"marin run {BUILD_CHAIN} trivial steps on gs://")
     assert len(read_index(prefix)) == BUILD_CHAIN
     assert len(seen) <= BUILD_REQUESTS + REPORT_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN, breakdown
+
+
+def test_a_manifest_on_gs_reads_each_file_once(counted_bucket):
+    from marin.execution.store import compute_manifest
+
+    bucket, proxy = counted_bucket
+    out = f"{bucket}/manifest/out"
+    for name in ("a.bin", "sub/b.bin", "sub/c.json"):
+        fs.atomic_write(fs.join(out, name), name.encode() * 100)
+    proxy.reset()
+    manifest = compute_manifest(out)
+    seen = proxy.reset()
+    assert [e["path"] for e in manifest["files"]] == ["a.bin", "sub/b.bin", "sub/c.json"]
+    # One listing of the whole output, then one ranged read per file (its size is the listing's).
+    breakdown = _breakdown(seen, "compute the manifest of 3 files on gs://")
+    assert len(seen) == 4 and sum("/download/" in r for r in seen) == 3, breakdown

@@ -86,6 +86,19 @@ def test_sha256_of_streams_the_whole_file(store_url):
         rfs.sha256_of(rfs.join(_root(store_url), "nope"))
 
 
+def test_sha256_of_a_file_of_known_size_reads_it_in_ranges(store_url, monkeypatch):
+    import hashlib
+
+    monkeypatch.setattr(rfs, "_DIGEST_CHUNK", 1 << 20)
+    path = rfs.join(_root(store_url), "blob")
+    data = os.urandom(3 << 20) + b"tail"  # four ranges of at most 1 MiB
+    rfs.atomic_write(path, data)
+    assert rfs.sha256_of(path, size=len(data)) == hashlib.sha256(data).hexdigest()
+    empty = rfs.join(_root(store_url), "empty")
+    rfs.atomic_write(empty, b"")
+    assert rfs.sha256_of(empty, size=0) == hashlib.sha256(b"").hexdigest()
+
+
 # ---------------------------------------------------------------- atomic_write
 
 

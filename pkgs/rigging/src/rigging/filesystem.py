@@ -200,12 +200,29 @@ def size(path: str) -> int:
     return int(fs.size(p))
 
 
-def sha256_of(path: str) -> str:
-    """The SHA-256 (hex) of the content of the file at ``path``, read as a stream."""
+_DIGEST_CHUNK = 64 << 20
+"""Bytes per ranged read when hashing an object of known size (one request each)."""
+
+
+def sha256_of(path: str, size: int | None = None) -> str:
+    """The SHA-256 (hex) of the content of the file at ``path``, read as a stream.
+
+    Args:
+        size: the file's size when the caller has just listed it: on an object store the content
+            is then read in ranged GETs of :data:`_DIGEST_CHUNK` bytes (one request for most
+            files) instead of opening it, which first asks for its metadata (gcsfs: two more
+            round trips per file).
+    """
     if is_local(path):
         # The builtin file avoids importing fsspec for local work (see test_filesystem).
         with open(strip_protocol(path), "rb") as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
+    if size is not None and protocol_of(path) == "gs":
+        fs, p = _fs_path(path)
+        h = hashlib.sha256()
+        for start in range(0, size, _DIGEST_CHUNK):
+            h.update(fs.cat_file(p, start=start, end=min(size, start + _DIGEST_CHUNK)))
+        return h.hexdigest()
     with open_file(path, "rb") as f:
         # fsspec's files and BytesIO have readinto, which IO[Any] does not promise.
         return hashlib.file_digest(f, "sha256").hexdigest()  # pyright: ignore[reportArgumentType]

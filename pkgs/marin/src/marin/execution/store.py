@@ -341,11 +341,10 @@ def compute_manifest(output_path: str, files: Iterable[tuple[str, int]] | None =
     """
     found, _removed = _output_files(output_path, list(files if files is not None else fs.walk_files(output_path)))
 
-    def digest(rel: str) -> str:
-        return fs.sha256_of(fs.join(output_path, rel))
+    def digest(file: tuple[str, int]) -> str:
+        return fs.sha256_of(fs.join(output_path, file[0]), size=file[1])
 
-    rels = [rel for rel, _size in found]
-    digests = [digest(rel) for rel in rels] if fs.is_local(output_path) else in_parallel(digest, rels)
+    digests = [digest(f) for f in found] if fs.is_local(output_path) else in_parallel(digest, found)
     entries = [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(found, digests, strict=True)]
     return {"files": entries, "total_bytes": sum(size for _rel, size in found), "created_at": time.time()}
 
@@ -409,7 +408,7 @@ def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
             problems.append(f"{rel}: size {present[rel]} != {entry['size']}")
         else:
             try:
-                digest = fs.sha256_of(fs.join(output_path, rel))
+                digest = fs.sha256_of(fs.join(output_path, rel), size=present[rel])
             except OSError as e:
                 problems.append(f"{rel}: unreadable ({type(e).__name__})")
                 continue
