@@ -8,7 +8,7 @@ VENV := .venv
 RUN := $(VENV)/bin/
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help setup test test-fast lint bench train-nano experiments nix-check soak clean
+.PHONY: help setup test test-fast lint bench bench-peers train-nano experiments nix-check soak clean
 
 help:
 	@echo "make setup       create .venv from uv.lock (installs uv if missing)"
@@ -16,6 +16,7 @@ help:
 	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
+	@echo "make bench-peers fresh local builds beside GNU make, Snakemake and DVC (in .venv-bench)"
 	@echo "make lint        ruff, import-linter and pyright (basic mode, via basedpyright)"
 
 $(UV):
@@ -43,6 +44,17 @@ test-fast: setup
 
 bench: setup
 	$(RUN)python -m benchmarks
+
+# Snakemake and DVC (the `bench` extra) in an environment of their own, so .venv (and CI) never
+# has them: uv.lock resolves the extra apart from the dev group (see pyproject.toml).
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(BENCH_VENV) $(UV) sync --frozen --all-packages --extra bench --no-dev
+	@$(BENCH_VENV)/bin/python -m compileall -q -j 0 $(BENCH_VENV)/lib pkgs/*/src >/dev/null
+	@touch $@
+
+bench-peers: $(BENCH_VENV)/.synced
+	$(BENCH_VENV)/bin/python -m benchmarks.bench_scale local
 
 clean:
 	rm -rf .marin/store .pytest_cache
