@@ -18,7 +18,6 @@ from rigging.config.discovery import Backend
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
-    kwargs.setdefault("warm_workers", True)
     return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, backend=Backend.LOCAL, poll_interval=0.02,
                       **kwargs)
 
@@ -64,6 +63,22 @@ def test_a_step_that_kills_its_process_fails_alone(tmp_path):
     assert again.ok
     # The warm worker that forked the crashed step was replaced once, and only once.
     assert templates == 2
+
+
+def test_a_warm_worker_is_replaced_after_the_configured_number_of_steps(tmp_path):
+    from rigging.config.discovery import MarinConfig
+
+    looks = [Step(name=f"warm/n{i}", fn=t.warm_step, config=t.WarmConfig("look", tag=f"n{i}")) for i in range(5)]
+    runner = StepRunner(MarinConfig(warm_worker_max_steps=2), prefix=str(tmp_path / "store"), max_parallel=1,
+                        strict_env=False, backend=Backend.LOCAL, poll_interval=0.02)
+    try:
+        result = runner.run(looks)
+        templates = runner._pool.templates_started
+    finally:
+        runner.close()
+    assert result.ok
+    assert templates == 3  # 2 + 2 + 1 steps
+    assert len({_seen(result, s.name)["ppid"] for s in looks}) == 3
 
 
 def test_accelerator_and_multihost_steps_get_a_fresh_interpreter():

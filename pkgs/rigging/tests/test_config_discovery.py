@@ -109,6 +109,8 @@ def test_env_values_are_parsed(ws, user_file):
         "MARIN_STRICT_ENV": "yes",
         "MARIN_LOG_LEVEL": "error",
         "MARIN_RAY_ADDRESS": "auto",
+        "MARIN_WARM_WORKERS": "off",
+        "MARIN_WARM_WORKER_MAX_STEPS": "25",
         "MARIN_STEP_ATTEMPT": "3",  # runner plumbing, not configuration
     }
     config = discover(ws, user_file, env=env)
@@ -117,6 +119,7 @@ def test_env_values_are_parsed(ws, user_file):
     assert config.strict_env is True
     assert config.log_level == "ERROR"
     assert config.ray_address == "auto"
+    assert config.warm_workers is False and config.warm_worker_max_steps == 25
 
 
 def test_config_is_frozen(ws, user_file):
@@ -185,6 +188,9 @@ def test_unknown_key_in_a_file_names_file_and_key(ws, user_file):
         ("backend", "kubernetes"),
         ("log_level", "LOUD"),
         ("strict_env", "perhaps"),
+        ("warm_workers", "sometimes"),
+        ("warm_worker_max_steps", 0),
+        ("warm_worker_max_steps", None),
         ("caches", 3),
         ("prefix", ""),
         ("prefix", 12),
@@ -250,6 +256,8 @@ _VALUES = {
     "ray_address": st.sampled_from(["auto", "127.0.0.1:6379", "ray://head:10001"]),
     "caches": st.lists(st.from_regex(r"gs://c-[a-z]{1,5}/[a-z]{1,5}", fullmatch=True), min_size=1, max_size=3),
     "strict_env": st.booleans(),
+    "warm_workers": st.booleans(),
+    "warm_worker_max_steps": st.integers(1, 10_000),
 }
 
 
@@ -266,7 +274,7 @@ def _expected(key: str, value):
 def _as_env(key: str, value) -> str:
     if key == "caches":
         return ",".join(value)
-    if key == "strict_env":
+    if key in ("strict_env", "warm_workers"):
         return "true" if value else "0"
     return str(value)
 

@@ -29,16 +29,17 @@ from marin.cli.errors import MarinError
               help="Refuse to start if the plan's estimated wall time exceeds this (2h, 1h30m, 45m, seconds).")
 @click.option("--budget-accelerator-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="HOURS", help="Refuse to start if the plan is estimated to use more accelerator-hours.")
-@click.option("--warm-workers/--no-warm-workers", default=True, show_default=True,
-              help="Fork local steps from a warm worker that keeps its imports (accelerator and multi-host "
-                   "steps always get a fresh interpreter); --no-warm-workers starts one per step.")
+@click.option("--warm-workers/--no-warm-workers", default=None,
+              help="Fork local steps from a warm worker that keeps its imports (the default; accelerator and "
+                   "multi-host steps always get a fresh interpreter); --no-warm-workers starts one per step. "
+                   "Config: warm_workers, warm_worker_max_steps.")
 @cache_options
 @backend_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
         budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
-        backend: str | None, ray_address: str | None, warm_workers: bool = True) -> None:
+        backend: str | None, ray_address: str | None, warm_workers: bool | None = None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets

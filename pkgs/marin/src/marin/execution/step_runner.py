@@ -96,9 +96,10 @@ class StepRunner:
             output (``marin.execution.realise``); off, everything downstream of a rebuild runs.
         warm_workers: run local steps in processes forked from a warm worker (``fray.pool``:
             imports paid once, each step still in a process of its own) rather than in a fresh
-            interpreter each (False). Steps whose resources ask for an accelerator or several
-            hosts always get a fresh process (devices to themselves; one JAX job across
-            processes): :func:`marin.execution.attempt.warm_worker_can_run`. JAX on the CPU
+            interpreter each (False); None: the configuration's ``warm_workers`` (on unless
+            set off), with ``warm_worker_max_steps`` steps per warm worker. Steps whose
+            resources ask for an accelerator or several hosts always get a fresh process
+            (devices to themselves; one JAX job across processes): :func:`marin.execution.attempt.warm_worker_can_run`. JAX on the CPU
             forks safely: the warm worker never starts JAX (an import that starts threads is
             left to each step's own process), so each step initialises it in its own process.
     """
@@ -125,7 +126,7 @@ class StepRunner:
         budget_s: float | None = None,
         budget_accelerator_hours: float | None = None,
         early_cutoff: bool = True,
-        warm_workers: bool = True,
+        warm_workers: bool | None = None,
     ):
         from rigging.config.discovery import discover_config, replace
 
@@ -136,7 +137,7 @@ class StepRunner:
             raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
         overrides = {"prefix": prefix, "max_parallel": max_parallel, "strict_env": strict_env,
                      "caches": tuple(caches) if caches is not None else None, "backend": backend,
-                     "ray_address": ray_address}
+                     "ray_address": ray_address, "warm_workers": warm_workers}
         overrides = {k: v for k, v in overrides.items() if v is not None}
         if config is None:
             config = discover_config()
@@ -162,7 +163,7 @@ class StepRunner:
         self.budget_s = budget_s
         self.budget_accelerator_hours = budget_accelerator_hours
         self.early_cutoff = early_cutoff
-        self.warm_workers = warm_workers
+        self.warm_workers = self.config.warm_workers
         self._pool: Any = None
 
     @property
@@ -297,9 +298,9 @@ class StepRunner:
 
     def _warm_pool(self) -> Any:
         if self._pool is None:
-            from fray.pool import WorkerPool
+            from fray.pool import PoolConfig, WorkerPool
 
-            self._pool = WorkerPool()
+            self._pool = WorkerPool(PoolConfig(max_calls=self.config.warm_worker_max_steps))
         return self._pool
 
     def close(self) -> None:

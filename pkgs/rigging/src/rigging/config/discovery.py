@@ -49,6 +49,10 @@ class MarinConfig:
         ray_address: address of a running Ray cluster (``auto``, ``host:port``); None starts one.
         caches: read-only caches (URLs of other prefixes) looked up before building a step.
         strict_env: make the environment fingerprint part of every step's hash.
+        warm_workers: run local steps forked from a warm worker process that keeps its imports
+            (``fray.pool``); off: a fresh interpreter per step.
+        warm_worker_max_steps: steps forked from one warm worker before it is replaced by a fresh
+            one (it is also replaced after a step that failed).
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -60,6 +64,8 @@ class MarinConfig:
     ray_address: str | None = None
     caches: tuple[str, ...] = ()
     strict_env: bool = False
+    warm_workers: bool = True
+    warm_worker_max_steps: int = 200
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -81,7 +87,8 @@ class MarinConfig:
         return rows
 
 
-_SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env")
+_SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
+             "warm_workers", "warm_worker_max_steps")
 
 
 def _parse_bool(value: Any) -> bool:
@@ -109,10 +116,10 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError(
                 f"expected one of {', '.join(b.value for b in Backend)}, got {value!r}"
             ) from None
-    if key == "max_parallel":
-        if value is None:
+    if key in ("max_parallel", "warm_worker_max_steps"):
+        if value is None and key == "max_parallel":
             return None
-        if isinstance(value, bool):
+        if isinstance(value, bool) or value is None:
             raise ValueError(f"expected a positive integer, got {value!r}")
         try:
             n = int(str(value).strip()) if not isinstance(value, int) else value
@@ -136,7 +143,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not all(isinstance(v, str) and v for v in items):
             raise ValueError(f"expected a list of URLs, got {value!r}")
         return tuple(items)
-    if key == "strict_env":
+    if key in ("strict_env", "warm_workers"):
         return _parse_bool(value)
     raise KeyError(key)
 
