@@ -7,6 +7,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import steps_for_tests as t
@@ -85,15 +86,21 @@ def test_a_noop_plan_and_run_of_200_cached_steps_cost_a_few_requests(cached_grap
     assert len(ran) <= MAX_NOOP_REQUESTS, ran
 
 
-def test_status_of_200_cached_steps_costs_a_few_requests(cached_graph, tmp_path):
+def _counted_cli(proxy: LatencyProxy, tmp_path, verb: str, steps: str, prefix: str) -> tuple[Any, list[str]]:
+    """``marin VERB`` (in this process) of an experiment file whose ``steps = <steps>`` (an expression
+    over this module), and the requests it made."""
     from marin.cli.main import cli
 
-    prefix, proxy = cached_graph
-    experiment = tmp_path / "exp_scale.py"
-    experiment.write_text("from test_object_store_scale import _graph\nsteps = _graph(200)\n")
+    experiment = tmp_path / f"exp_{verb}_counted.py"
+    experiment.write_text(f"import test_object_store_scale as t\nsteps = t.{steps}\n")
     proxy.reset()
-    status = CliRunner().invoke(cli, ["status", str(experiment), "--prefix", prefix], catch_exceptions=False)
-    seen = proxy.reset()
+    result = CliRunner().invoke(cli, [verb, str(experiment), "--prefix", prefix], catch_exceptions=False)
+    return result, proxy.reset()
+
+
+def test_status_of_200_cached_steps_costs_a_few_requests(cached_graph, tmp_path):
+    prefix, proxy = cached_graph
+    status, seen = _counted_cli(proxy, tmp_path, "status", "_graph(200)", prefix)
     assert status.exit_code == 0, status.output
     assert status.stdout.splitlines()[1].split() == ["scale", "199", "199"]
     assert len(seen) <= MAX_NOOP_REQUESTS, seen
@@ -181,15 +188,9 @@ REPORT_REQUESTS = 2
 
 
 def test_marin_run_building_on_gs_costs_at_most_15_requests_per_step(counted_bucket, tmp_path):
-    from marin.cli.main import cli
-
     bucket, proxy = counted_bucket
     prefix = f"{bucket}/build-count-cli"
-    experiment = tmp_path / "exp_build_chain.py"
-    experiment.write_text("from test_object_store_scale import build_chain\nsteps = build_chain()\n")
-    proxy.reset()
-    run = CliRunner().invoke(cli, ["run", str(experiment), "--prefix", prefix], catch_exceptions=False)
-    seen = proxy.reset()
+    run, seen = _counted_cli(proxy, tmp_path, "run", "build_chain()", prefix)
     assert run.exit_code == 0, run.output
     assert f"{BUILD_CHAIN} ran" in run.stdout
     breakdown = _breakdown(seen, f"marin run {BUILD_CHAIN} trivial steps on gs://")
