@@ -125,6 +125,23 @@ def test_eval_of_chat_data_grows_a_pretrained_vocabulary_and_scores_assistant_to
     assert scores["chats"]["kind"] == "tokenized" and math.isfinite(scores["chats"]["loss"])
     assert scores["chats"]["tokens"] > 0 and scores["chats"]["bytes"] > 0 and scores["tiny"]["tokens"] > 0
 
+    # The fine-tune of that model on the chats (its vocabulary grown) is scored on both too: the
+    # plain text was tokenized before the template's tokens existed, and is scored as it is.
+    from lm_graph import TINY
+
+    from levanter.optim import AdamConfig
+    from marin.experiment.train import checkpoint, train_lm
+
+    tuned = train_lm("checkpoints/tiny-chat", "v1", model=TINY, optimizer=AdamConfig(learning_rate=3e-3, warmup=1),
+                     datasets={chats: 1.0}, batch_size=4, seq_len=64, num_train_steps=4, eval_every=0,
+                     initialize_from=checkpoint(tiny_model(steps=10)))
+    tuned_eval = runner(prefix).run([evaluate("evals/tuned", tuned, {"chats": chats, "tiny": data}, seq_len=64)])
+    assert tuned_eval.ok, [(s.name, s.error) for s in tuned_eval.failed]
+    tuned_scores = _results(tuned_eval, "evals/tuned")["results"]
+    assert tuned_scores["tiny"]["tokens"] == scores["tiny"]["tokens"]  # the same windows of plain text
+    assert tuned_scores["chats"]["tokens"] == scores["chats"]["tokens"]
+    assert tuned_scores["chats"]["loss"] < scores["chats"]["loss"]  # four steps on the chats helped there
+
     other = tokenized("tokenized/tiny-other", source=held_out,
                       tokenizer=trained_tokenizer("tokenizers/tiny-other", source=held_out, vocab_size=300))
     refused = runner(prefix).run([evaluate("evals/other", tiny_model(steps=10), {"other": other})])

@@ -82,7 +82,8 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
     """Score ``params`` on ``split`` of the tokenized dataset at ``dataset_path``.
 
     Args:
-        model_config: the model's shape (as trained: its vocabulary size is the data's).
+        model_config: the model's shape; its vocabulary may be larger than the data's (a model
+            fine-tuned with new special tokens, scored on text tokenized before they were added).
         params: the model's parameters (a Haiku params tree).
         dataset_path: a ``marin.tokenized/v1`` folder.
         split: which split to read (``validation`` for held-out data).
@@ -93,7 +94,7 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
         cache_dir: where remote shards are copied before reading.
 
     Raises:
-        ValueError: the data's vocabulary does not match the model's, or the split cannot fill
+        ValueError: the data's vocabulary is larger than the model's, or the split cannot fill
             one window.
     """
     import jax
@@ -106,7 +107,7 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
     from levanter.trainer import loss_fn
 
     data = open_split(dataset_path, split, cache_dir)
-    if data.vocab_size != model_config.vocab_size:
+    if data.vocab_size > model_config.vocab_size:
         raise ValueError(f"{dataset_path}: tokenized with a {data.vocab_size}-token vocabulary, but the model "
                          f"has {model_config.vocab_size}; evaluate text tokenized with the model's tokenizer")
     if len(byte_lengths) < data.vocab_size:

@@ -159,11 +159,12 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
                 path, split = str(data.data), data.split
                 data_tokenizer = read_tokenizer_json(path)
                 if data_tokenizer != tokenizer_json:
-                    if not vocabulary_extends(tokenizer_json, data_tokenizer):
+                    if vocabulary_extends(tokenizer_json, data_tokenizer):  # chat data for a pretrained model
+                        scored = _grown(model_config, params, data_tokenizer)
+                    elif not vocabulary_extends(data_tokenizer, tokenizer_json):  # else: plain text for a fine-tune
                         raise ValueError(f"eval dataset {data.label!r} ({path}) was tokenized with another tokenizer "
                                          f"than the model {model_output}; pass the raw text instead, to be tokenized "
                                          "with the model's")
-                    scored = _grown(model_config, params, data_tokenizer)
             else:
                 path, split = _tokenized_raw_text(data, tokenizer_path, os.path.join(scratch, f"raw-{i}")), "train"
             scores = evaluate_split(scored[0], scored[1], path, split, seq_len=config.seq_len,
