@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from experiments.llama import llama_nano
 from experiments.marin_tokenizer import marin_tokenizer
-from experiments.train_nano import nano_model
+from experiments.train_nano import nano_model, tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
 from marin.experiment.chat_data import tokenized_chat
@@ -45,7 +45,9 @@ sft_model = train_lm(
     initialize_from=checkpoint(nano_model),
 )
 
-evaluations = [evaluate(f"evals/story-chats/{label}", model, {"story-chats": chat_data})
+# Both models on the held-out conversations (assistant tokens) and on the pretraining text's
+# validation split (what fine-tuning cost there).
+evaluations = [evaluate(f"evals/story-chats/{label}", model, {"story-chats": chat_data, "tinystories": tinystories})
                for label, model in (("pretrained", nano_model), ("fine-tuned", sft_model))]
 
 steps = evaluations
