@@ -117,6 +117,19 @@ def test_report_shows_the_comparison_and_overlaid_curves(built, browser: Any, tm
     assert len(cells) == 4 and all(0 < float(c.text) < 8 for c in cells)
 
 
+def test_a_run_whose_training_steps_were_cached_still_draws_their_curves(built):
+    from marin.cli.targets import load_targets
+    from marin.report import collect_run
+
+    prefix, experiment = built
+    again = runner(prefix).run(load_targets([str(experiment)]))
+    assert again.ok and {s.outcome.name for s in again.steps} == {"CACHED"}
+    data = collect_run(again)
+    compared = {row["hash"] for row in data.comparison["rows"]}
+    curves = {s.name: len(s.metrics["series"]["loss"]) for s in data.steps if s.hash in compared}
+    assert curves == {"checkpoints/slow": 10, "checkpoints/fast": 20}
+
+
 def test_a_single_run_has_no_differing_fields(built):
     prefix, _ = built
     plan = runner(prefix).plan([tiny_model("checkpoints/slow", steps=10,

@@ -346,13 +346,19 @@ def _current_environment() -> dict[str, Any]:
     return current_environment()[0]
 
 
-def _comparison(plan: Plan | None) -> dict[str, Any] | None:
-    """The comparison of the plan's training steps, or None when it has none."""
+def _comparison(plan: Plan | None, steps: list[ReportStep]) -> dict[str, Any] | None:
+    """The comparison of the plan's training steps, or None when it has none. A compared step
+    whose curves the report did not read (cached in a run) gets the metrics the table read."""
     if plan is None:
         return None
     from marin.report.compare import compare_plan
 
     comparison = compare_plan(plan)
+    by_hash = {s.hash: s for s in steps}
+    for row in comparison.rows:
+        step = by_hash.get(row.hash)
+        if step is not None and step.metrics is None and row.series is not None:
+            step.metrics = row.series.to_json()
     return comparison.to_json() if comparison.rows else None
 
 
@@ -365,7 +371,7 @@ def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     paths = plan.paths()
     steps = [_build_step(p, None, paths) for p in plan.steps]
     return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
-                      environment=_current_environment(), comparison=_comparison(plan))
+                      environment=_current_environment(), comparison=_comparison(plan, steps))
 
 
 def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
@@ -382,4 +388,4 @@ def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
         steps = [_build_step(None, o, {}) for o in result.steps]
         _deps_from_provenance(steps)
     return ReportData(title=title, prefix=result.prefix, source="run", steps=steps,
-                      environment=_current_environment(), comparison=_comparison(plan))
+                      environment=_current_environment(), comparison=_comparison(plan, steps))

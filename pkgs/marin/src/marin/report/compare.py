@@ -32,6 +32,8 @@ class CompareRow:
     done: bool
     fields: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
+    series: Any = field(default=None, repr=False, compare=False)
+    """The run's ``metrics.jsonl`` as read for the table (``marin.report.outputs.Metrics``), for curves."""
 
     @property
     def label(self) -> str:
@@ -161,6 +163,7 @@ def compare_plan(plan: Plan) -> Comparison:
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path, done=record.is_done(),
                          fields={k: _cell(k, f, names) for k in differing})
         metrics = read_metrics(p.output_path)
+        row.series = metrics
         summary = read_train_summary(p.output_path) or {}
         last = {k: metrics.last(k) if metrics is not None else None for k in ("loss", "val_loss")}
         row.metrics["loss"] = last["loss"][1] if last["loss"] else _number(summary.get("final_loss"))
