@@ -48,6 +48,10 @@ def test_version_bump_with_identical_output_does_not_rebuild_downstream(tmp_path
 
     assert os.stat(os.path.join(reused.output_path, "out.txt")).st_ino == os.stat(os.path.join(old, "out.txt")).st_ino
     assert StepRecord(old).read_json(StepRecord(old).provenance)["hash"] == first.by_name("cut/down").hash
+    # It is in the done index like any published step, so the next plan needs no look at its records.
+    from marin.execution.done_index import read_index
+
+    assert f"cut/down-{reused.hash[:16]}" in read_index(prefix)
     # And from now on it is simply cached.
     third = _runner(prefix).run([down])
     assert third.by_name("cut/down").outcome is Outcome.CACHED

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from fray.types import DistributedClient, JobHandle
     from iris.cluster import ResourceConfig
 
-__all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache",
+__all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache", "publish_copy",
            "record_listed", "resources_of", "warm_worker_can_run"]
 
 logger = logging.getLogger("marin.execution.step_runner")
@@ -137,30 +137,51 @@ class AttemptContext:
     interpreter each."""
 
 
-def fetch_from_cache(p: PlannedStep, lease: Lease, prefix: str) -> bool:
-    """Copy ``p`` from its cache into the store at ``prefix`` and publish it; False (with a
-    warning) if the entry is bad."""
-    from marin.execution.cache import CacheMiss, substitute
+def publish_copy(plan: Plan, pos: int, lease: Lease, prefix: str,
+                 copy: Callable[[], tuple[dict[str, Any], dict[str, Any]]], instead: str) -> bool:
+    """Publish step ``pos`` from a copy of a finished build (a cache entry, an earlier build of the
+    same inputs): ``copy()`` fills its folder and returns (manifest, success-record fields); then,
+    under the lease, the success record, the done marker and the digest dependents read. False
+    (with a warning ending in ``instead``) if the copy was refused or the lease lost.
+    """
+    from marin.execution.cache import CacheMiss
 
+    p = plan.steps[pos]
     record = StepRecord(p.output_path)
-    if p.cache_hit is None:
-        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
     try:
-        substitute(p.cache_hit, p.output_path)
+        manifest, fields = copy()
         lease.check()
-        cached = StepRecord(p.cache_hit.path).read_json(StepRecord(p.cache_hit.path).success) or {}
-        record.publish(p.name, p.hash, record.read_json(record.manifest) or compute_manifest(p.output_path),
-                       extra=carried_fields(cached))
-        env = (record.read_json(record.provenance) or {}).get("env_digest")
-        done_index.mark(prefix, p.output_name, env if isinstance(env, str) else None)
+        record.publish(p.name, p.hash, manifest, extra=fields)
+        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_json(record.provenance)))
     except CacheMiss as e:
-        logger.warning("%s; rebuilding %s", e, p.output_name)
+        logger.warning("%s; %s", e, instead)
         return False
     except LeaseLost as e:
         logger.warning("%s: %s", p.output_name, e)
         return False
+    if isinstance(fields.get("output_digest"), str):
+        plan.published[pos] = fields["output_digest"]
     lease.clear()
     return True
+
+
+def fetch_from_cache(plan: Plan, pos: int, lease: Lease, prefix: str) -> bool:
+    """Copy step ``pos`` from its cache into the store at ``prefix`` and publish it; False (with a
+    warning) if the entry is bad."""
+    from marin.execution.cache import substitute
+
+    p = plan.steps[pos]
+    hit = p.cache_hit
+    if hit is None:
+        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
+
+    def copy() -> tuple[dict[str, Any], dict[str, Any]]:
+        substitute(hit, p.output_path)
+        record, cached = StepRecord(p.output_path), StepRecord(hit.path)
+        manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
+        return manifest, carried_fields(cached.read_json(cached.success) or {})
+
+    return publish_copy(plan, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
 
 
 @dataclass

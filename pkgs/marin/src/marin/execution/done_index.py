@@ -33,15 +33,15 @@ a marker carries nothing but its name.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rigging import filesystem as fs
 
 if TYPE_CHECKING:
     from marin.execution.store import FolderListings
 
-__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "index_folder", "mark", "marker_name", "parse_marker",
+__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "env_of", "index_folder", "mark", "marker_name", "parse_marker",
            "read_index", "unmark"]
 
 INDEX_DIR = ".marin/done"
@@ -111,12 +111,17 @@ def _success_path(prefix: str, output_name: str) -> str:
     return StepRecord(fs.join(prefix, output_name)).success
 
 
+def env_of(provenance: Mapping[str, Any] | None) -> str | None:
+    """The build environment's digest a ``provenance.json`` records, or None."""
+    digest = (provenance or {}).get("env_digest")
+    return digest if isinstance(digest, str) and digest else None
+
+
 def _env_of(prefix: str, output_name: str) -> str | None:
     from marin.execution.store import StepRecord
 
     record = StepRecord(fs.join(prefix, output_name))
-    digest = (record.read_json(record.provenance) or {}).get("env_digest")
-    return digest if isinstance(digest, str) and digest else None
+    return env_of(record.read_json(record.provenance))
 
 
 def _cheap_lookups(prefix: str) -> bool:

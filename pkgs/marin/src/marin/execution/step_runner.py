@@ -21,6 +21,7 @@ from marin.execution.attempt import (
     StepAttempt,
     WorkerKind,
     fetch_from_cache,
+    publish_copy,
     record_listed,
     resources_of,
 )
@@ -32,7 +33,7 @@ from marin.execution.step import Step
 from marin.execution.store import StepRecord, StepStore
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig
-from rigging.lease import Lease, LeaseLost, current_lease, default_holder
+from rigging.lease import Lease, current_lease, default_holder
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
@@ -472,7 +473,7 @@ class StepRunner:
             settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
             return None
         if p.action is Action.FETCH:
-            if fetch_from_cache(p, lease, self.store.prefix):
+            if fetch_from_cache(plan, pos, lease, self.store.prefix):
                 source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
                 settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
                 return None
@@ -484,7 +485,8 @@ class StepRunner:
                 return None
         if not forced and (p.action is Action.REUSE
                            or (self.early_cutoff and realisable(plan, p, self._places()))):
-            if self._realise(plan, pos, lease):
+            if publish_copy(plan, pos, lease, self.store.prefix, lambda: copy_realisation(plan, p),
+                            f"building {p.output_name} instead"):
                 settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=[str(r) for r in p.reasons]))
                 return None
             p.action = Action.RUN
@@ -503,23 +505,6 @@ class StepRunner:
     def _places(self) -> list[str]:
         """Where earlier builds may be found: this prefix, then the caches."""
         return [self.store.prefix, *self.caches]
-
-    def _realise(self, plan: Plan, pos: int, lease: Lease) -> bool:
-        """Copy in the earlier build ``p.realised`` and publish it; False (with a warning) if refused."""
-        from marin.execution.cache import CacheMiss
-
-        p = plan.steps[pos]
-        record = StepRecord(p.output_path)
-        try:
-            manifest, fields = copy_realisation(plan, p)
-            lease.check()
-            record.publish(p.name, p.hash, manifest, extra=fields)
-        except (CacheMiss, LeaseLost) as e:
-            logger.warning("%s; building %s instead", e, p.output_name)
-            return False
-        plan.published[pos] = fields["output_digest"]
-        lease.clear()
-        return True
 
     def _activate_inputs(self, plan: Plan, pos: int, outcomes: dict[int, StepOutcome], pending: list[int]) -> bool:
         """Bring the inputs of a step that must now be built into the run; True if any were added."""
