@@ -13,7 +13,6 @@ from typing import Any
 
 from marin.execution.hashing import dependencies_of, describe_encoded, flatten_config
 from marin.execution.plan import Plan
-from marin.execution.store import StepRecord
 from marin.report.outputs import read_eval_results, read_metrics, read_train_summary
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]
@@ -29,7 +28,6 @@ class CompareRow:
     name: str
     hash: str
     output_path: str
-    done: bool
     fields: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
     series: Any = field(default=None, repr=False, compare=False)
@@ -41,7 +39,7 @@ class CompareRow:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "hash": self.hash, "label": self.label, "output_path": self.output_path,
-                "done": self.done, "fields": self.fields, "metrics": self.metrics}
+                "fields": self.fields, "metrics": self.metrics}
 
 
 @dataclass
@@ -159,8 +157,7 @@ def compare_plan(plan: Plan) -> Comparison:
     names = {p.hash: p.name for p in plan.steps}
     rows = []
     for p, f in zip(training, flat, strict=True):
-        record = StepRecord(p.output_path)
-        row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path, done=record.is_done(),
+        row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
                          fields={k: _cell(k, f, names) for k in differing})
         metrics = read_metrics(p.output_path)
         row.series = metrics
