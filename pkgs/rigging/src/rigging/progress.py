@@ -138,7 +138,7 @@ class ProgressWriter:
                                 metrics={k: float(v) for k, v in metrics.items()
                                          if isinstance(v, int | float) and math.isfinite(v)})
         try:
-            fs.atomic_write(self.path, json.dumps(record.to_json()))
+            fs.atomic_write(self.path, json.dumps(record.to_json()), durable=False)  # a note to watch, not a record
         except OSError as e:
             # Progress is for watching; a store hiccup must not end hours of work. Said once.
             if not self._warned:
