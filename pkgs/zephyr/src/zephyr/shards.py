@@ -18,9 +18,9 @@ whose index also names the tokenizer's ``vocab_size`` and ``eos_id``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -139,9 +139,15 @@ def default_cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "zephyr-cache")
 
 
-def _download(remote: str, target: str) -> None:
+def _download(remote: str, target: str) -> str:
+    """Copy ``remote`` to the local file ``target``; the SHA-256 (hex) of what was copied, hashed
+    as it passes (one read of the shard, not a copy and then a second read)."""
+    digest = hashlib.sha256()
     with fs.open_file(remote, "rb") as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 22)
+        while chunk := src.read(1 << 22):
+            digest.update(chunk)
+            dst.write(chunk)
+    return digest.hexdigest()
 
 
 def local_shard(path: str, sha256: str, cache_dir: str | None = None) -> str:
@@ -163,8 +169,7 @@ def local_shard(path: str, sha256: str, cache_dir: str | None = None) -> str:
     os.makedirs(cache_dir, exist_ok=True)
     tmp = f"{target}.tmp-{os.getpid()}"
     try:
-        _download(path, tmp)
-        digest = fs.sha256_of(tmp)
+        digest = _download(path, tmp)
         if digest != sha256:
             raise DataError(path, "", f"copied shard has sha256 {digest}, {INDEX_FILE} says {sha256}")
         os.replace(tmp, target)
