@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.hashing import flatten_config
+from marin.execution.hashing import flatten_config, holds_dependency
 from marin.execution.plan import Action, Plan, PlannedStep
 
 __all__ = [
@@ -144,8 +144,9 @@ def work_of(flat: Mapping[str, str], fields: Sequence[str]) -> float | None:
     return work
 
 
-def _distance(old: Mapping[str, str], new: Mapping[str, str], ignore: set[str]) -> int:
-    """How many hashed fields differ, not counting the scale fields or inputs (other builds' outputs)."""
+def _distance(old: Mapping[str, str], new: Mapping[str, str], ignore: set[str], inputs: set[str]) -> int:
+    """How many hashed fields differ, not counting the scale fields or inputs (``inputs``: the
+    keys whose new value points at another step's output, and whose old value did too)."""
     count = 0
     for key in set(old) | set(new):
         if key in ignore:
@@ -153,7 +154,7 @@ def _distance(old: Mapping[str, str], new: Mapping[str, str], ignore: set[str]) 
         a, b = old.get(key), new.get(key)
         if a == b:
             continue
-        if a is not None and b is not None and '"dep"' in a and '"dep"' in b:
+        if key in inputs and a is not None and holds_dependency(a):
             continue
         count += 1
     return count
@@ -199,7 +200,8 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
     step = planned.step
     resource, units = _resource_of(step)
     fields = scale_fields_of(step.config)
-    new_flat = flatten_config(step.config, hashes)
+    inputs: set[str] = set()
+    new_flat = flatten_config(step.config, hashes, dependency_keys=inputs)
     new_work = work_of(new_flat, fields)
     rows: list[tuple[int, float | None, float]] = []  # (distance, work, seconds)
     for _path, prov in earlier:
@@ -211,7 +213,7 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
         if not isinstance(old_flat, dict):
             continue
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
-        rows.append((_distance(old_flat, new_flat, set(fields)), work_of(old_flat, fields), float(duration)))
+        rows.append((_distance(old_flat, new_flat, set(fields), inputs), work_of(old_flat, fields), float(duration)))
     if not rows:
         return StepEstimate(step.name, None, "no estimate: never built before", resource)
     nearest = min(d for d, _, _ in rows)

@@ -32,6 +32,7 @@ __all__ = [
     "flatten_config",
     "fn_identity",
     "hash_graph",
+    "holds_dependency",
     "module_name_for_path",
     "workspace_root",
 ]
@@ -175,6 +176,22 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
         encoded.sort(key=json.dumps)
         return ["set", encoded]
     return ["list" if kind is Kind.LIST else "tuple", [encode(v, hashes, f"{where}[{i}]") for i, v in items]]
+
+
+def holds_dependency(encoded: str) -> bool:
+    """True when a recorded field's encoding (a :func:`flatten_config` value) holds a placeholder
+    (``["dep", hash, sub_path]``): it points at another step's output."""
+    try:
+        stack = [json.loads(encoded)]
+    except ValueError:
+        return False
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            if len(value) == 3 and value[0] == "dep" and isinstance(value[1], str):
+                return True
+            stack.extend(value)
+    return False
 
 
 def describe_encoded(value: Any, names: Mapping[str, str] | None = None, limit: int = 80) -> str:

@@ -17,6 +17,7 @@ from marin.execution.hashing import (
     flatten_config,
     fn_identity,
     hash_graph,
+    holds_dependency,
 )
 from marin.execution.lazy import Lazy, lower_targets
 from marin.execution.step import InvalidStep, Step
@@ -210,7 +211,7 @@ def _why_changed(step: Step, hashes: dict[int, str], plan: Plan, runs: set[int])
             before, after = old_flat.get(key), new_flat.get(key)
             if before == after:
                 continue
-            if key in dependency_keys and before is not None and _holds_dependency(before):
+            if key in dependency_keys and before is not None and holds_dependency(before):
                 if changed_deps:
                     continue  # already explained by the upstream change
                 reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, f"{key} now points at another build"))
@@ -222,21 +223,6 @@ def _why_changed(step: Step, hashes: dict[int, str], plan: Plan, runs: set[int])
         else:
             reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))
     return reasons
-
-
-def _holds_dependency(encoded: str) -> bool:
-    """True when a recorded field's encoding holds a placeholder (``["dep", hash, sub_path]``)."""
-    try:
-        stack = [json.loads(encoded)]
-    except ValueError:
-        return False
-    while stack:
-        value = stack.pop()
-        if isinstance(value, list):
-            if len(value) == 3 and value[0] == "dep" and isinstance(value[1], str):
-                return True
-            stack.extend(value)
-    return False
 
 
 def _show(encoded: str | None) -> str:
