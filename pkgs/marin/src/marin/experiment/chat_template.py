@@ -106,7 +106,10 @@ class ChatTemplate:
         Raises:
             TemplateError: nothing of the conversation is marked (no assistant text to learn).
         """
-        spans = self.render_spans(conversation)
+        return self.encode_spans(tokenizer, self.render_spans(conversation))
+
+    def encode_spans(self, tokenizer: Any, spans: Sequence[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+        """:meth:`encode` of spans already rendered (:meth:`render_spans`)."""
         encodings = tokenizer.encode_batch_fast([t for t, _ in spans], add_special_tokens=False)
         ids: list[int] = []
         mask: list[int] = []

@@ -96,7 +96,8 @@ class _EncodeChats:
         fill = dict.fromkeys(SPLITS, 0)
         out: list[tuple[str, bytes]] = []
         for conversation in batch:
-            ids, mask = self.template.encode(self._tokenizer, conversation)
+            spans = self.template.render_spans(conversation)  # rendered once: for the ids and the split
+            ids, mask = self.template.encode_spans(self._tokenizer, spans)
             ctx.increment("conversations")
             if len(ids) > self.max_seq_len:
                 ctx.increment("truncated_conversations")
@@ -105,7 +106,7 @@ class _EncodeChats:
                 if not any(mask[1:]):
                     ctx.increment("conversations_without_loss")
                     continue
-            split = assign_split(self.template.render(conversation), self.seed, self.validation_fraction)
+            split = assign_split("".join(t for t, _ in spans), self.seed, self.validation_fraction)
             if not self.pack:
                 out.append((split, encode_chat_record([(ids, mask)])))
                 continue
