@@ -13,7 +13,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -305,14 +305,16 @@ def step_key(step: Step, hashes: Mapping[int, str], salt: str | None = None) -> 
     return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
 
 
-def hash_graph(roots: Iterable[Step | Lazy], salt: str | None = None) -> dict[int, str]:
+def hash_graph(roots: Iterable[Step | Lazy], salt: str | None = None, *,
+               graph: Sequence[Step] | None = None) -> dict[int, str]:
     """Hash every step reachable from ``roots``; returns ``{id(step): hex digest}``.
 
     Without ``salt`` the digests are also memoised on the steps (``step.hash``). With one (the
-    environment fingerprint of ``--strict-env``) they are returned only.
+    environment fingerprint of ``--strict-env``) they are returned only. ``graph``: the steps
+    :func:`collect_graph` returned for ``roots``, when the caller has them (not walked again).
     """
     hashes: dict[int, str] = {}
-    for step in collect_graph(roots):
+    for step in graph if graph is not None else collect_graph(roots):
         if salt is None and "_hash" in step.__dict__:
             hashes[id(step)] = step.__dict__["_hash"]
             continue

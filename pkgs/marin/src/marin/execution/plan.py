@@ -318,7 +318,7 @@ def make_plan(
     """
     roots = select(targets, only)
     graph = collect_graph(roots)
-    hashes = hash_graph(roots, salt)
+    hashes = hash_graph(roots, salt, graph=graph)
     for pattern in force:
         if not any(fnmatch.fnmatchcase(s.name, pattern) for s in graph):
             raise UnknownStep(f"--force {pattern!r} matches no step")
