@@ -17,8 +17,8 @@ SIZES = (1000, 10000)
 
 def _page(work: str, n: int) -> tuple[str, float]:
     from benchmarks.chain_steps import sweeps
-    from marin.execution.plan import make_plan
-    from marin.execution.store import StepStore
+    from marin.execution.plan.make import make_plan
+    from marin.execution.store.store import StepStore
     from marin.report import collect_plan, write_report
 
     start = time.perf_counter()

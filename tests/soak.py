@@ -299,8 +299,9 @@ class Soak:
         """When the graph is already built, remove the newest outputs so the round has work."""
         import shutil
 
-        from marin.execution.plan import make_plan
-        from marin.execution.store import StepRecord, StepStore
+        from marin.execution.plan.make import make_plan
+        from marin.execution.store.records import StepRecord
+        from marin.execution.store.store import StepStore
 
         plan = make_plan(steps(), StepStore(str(self.prefix)), explain=False)
         if not all(StepRecord(p.output_path).is_done() for p in plan.steps):
@@ -346,10 +347,11 @@ class Soak:
 
     # -- checks ----------------------------------------------------------------------------------
     def check(self) -> None:
-        from marin.execution.gc import find_outputs
-        from marin.execution.plan import make_plan
-        from marin.execution.store import StepRecord, StepStore
-        from marin.execution.verify import verify_output
+        from marin.execution.plan.make import make_plan
+        from marin.execution.store.gc import find_outputs
+        from marin.execution.store.records import StepRecord
+        from marin.execution.store.store import StepStore
+        from marin.execution.store.verify import verify_output
         from rigging.lease import current_lease
 
         fail = self.tally.failures.append
@@ -459,7 +461,7 @@ def _same_but_prefix(a: Path, b: Path, prefix_a: Path, prefix_b: Path) -> bool:
 
 
 def _manifest_digests(output_path: str) -> dict[str, str]:
-    from marin.execution.store import StepRecord
+    from marin.execution.store.records import StepRecord
 
     record = StepRecord(output_path)
     manifest = record.read_json(record.manifest) or {}

@@ -37,8 +37,9 @@ from experiment_fixtures import (  # noqa: E402
     write_pipeline,
 )
 
-from marin.execution import done_index  # noqa: E402
-from marin.execution.store import StepRecord, verify_manifest  # noqa: E402
+from marin.execution.store import done_index  # noqa: E402
+from marin.execution.store.manifest import verify_manifest  # noqa: E402
+from marin.execution.store.records import StepRecord
 
 
 def _read_json(path: Path) -> dict:

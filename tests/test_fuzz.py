@@ -24,8 +24,10 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.store import StepRecord, StepStore, compute_manifest, verify_manifest
-from marin.execution.verify import Verdict, verify_output
+from marin.execution.store.manifest import compute_manifest, verify_manifest
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import StepStore
+from marin.execution.store.verify import Verdict, verify_output
 from zephyr.errors import DataError
 from zephyr.readers import FileSlice, JsonlReader, TextMode, TextReader
 from zephyr.shards import verify_shard_index
@@ -430,7 +432,7 @@ def test_damaged_step_records_never_crash_the_engine(scratch, fuzz_examples, whi
 @given(data=st.one_of(FUZZ_BYTES, JSON_VALUES.map(lambda v: json.dumps(v).encode())),
        which=st.sampled_from(["success.json", "provenance.json", "status.json", "lease-00000001.json"]))
 def test_planning_survives_damaged_records_of_earlier_builds(scratch, fuzz_examples, data, which):
-    from marin.execution.plan import make_plan
+    from marin.execution.plan.make import make_plan
     from marin.execution.step import Step
 
     prefix = Path(tempfile.mkdtemp(dir=scratch))
@@ -470,7 +472,7 @@ def shutil_copy(src: Path, dst: Path) -> None:
     {"version": 3, "fn": ["a"]}, {"config_flat": {"x": '["dep"'}}, [], "text",
 ])
 def test_odd_but_valid_json_provenance_of_an_earlier_build_still_plans(tmp_path, provenance):
-    from marin.execution.plan import make_plan
+    from marin.execution.plan.make import make_plan
     from marin.execution.step import Step
 
     old = tmp_path / "fz" / "step-00000000deadbeef"

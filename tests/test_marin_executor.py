@@ -150,10 +150,39 @@ def test_dry_run_and_run_only(tmp_path: Path) -> None:
               env=env_for(tmp_path))
     assert "would run  demo/numbers" in dry.stdout and "would run  demo/total" in dry.stdout
     assert not list(prefix.rglob("success.json"))
-    run([sys.executable, str(experiment), "--prefix", str(prefix), "--run_only", "numbers$"], cwd=tmp_path,
+    run([sys.executable, str(experiment), "--prefix", str(prefix), "--run_only", "[numbers$]"], cwd=tmp_path,
         env=env_for(tmp_path))
     assert entry(prefix, "demo/numbers").joinpath(".marin/success.json").exists()
     assert not list((prefix / "demo").glob("total-*")) and calls(tmp_path) == 0
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--run_only", "[^b$]"], {"run_only": ["^b$"]}),
+    (["--run_only", "[tokenize, train/.*]"], {"run_only": ["tokenize", "train/.*"]}),
+    (["--run_only", '["^a$", "b"]'], {"run_only": ["^a$", "b"]}),
+    (["--force_run_failed", "False"], {"force_run_failed": False}),
+    (["--force_run_failed", "true", "--dry_run", "True"], {"force_run_failed": True, "dry_run": True}),
+    (["--prefix", "/tmp/p", "--max_concurrent", "3"], {"prefix": "/tmp/p", "max_concurrent": 3}),
+])
+def test_executor_flags_are_parsed_as_marin_parses_them(argv: list[str], expected: dict) -> None:
+    from marin.execution.executor import ExecutorMainConfig, parse_executor_args
+
+    assert parse_executor_args(argv) == ExecutorMainConfig(**expected)
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--run_only", "numbers$"], "run_only"),  # a scalar where Marin's config holds a list
+    (["--max_concurrent", "many"], "max_concurrent"),
+    (["--bogus", "1"], "--bogus"),
+])
+def test_a_bad_executor_flag_is_one_line_naming_it(argv: list[str], named: str, capsys) -> None:
+    from marin.execution.executor import parse_executor_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_executor_args(argv)
+    assert e.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(lines) == 1 and named in lines[0]
 
 
 def test_a_failed_step_is_named_and_not_retried_without_force_run_failed(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from iris.multihost import MultihostEnv
 from iris.testjobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.gc import collect_garbage, find_outputs
 from marin.execution.step import InvalidStep, Step, validate_step_name
-from marin.execution.store import StepStore
+from marin.execution.store.gc import collect_garbage, find_outputs
+from marin.execution.store.store import StepStore
 
 HOSTILE_NAMES = ["../x", "/abs", "a/../../b", "a/..", "..", ".", "", "a//b", "a/./b", "a\\..\\b", "a\\b",
                  "nul\x00byte", "new\nline", "a/", "/", ".hidden", "-flag", "~/home", "a/../b", "tab\there"]

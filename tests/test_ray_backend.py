@@ -30,7 +30,7 @@ from iris.cluster import ResourceConfig
 from marin.execution.lazy import lower
 from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 

@@ -22,7 +22,7 @@ from iris.admission import ResourcesTooLarge
 from iris.cluster import ResourceConfig
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 

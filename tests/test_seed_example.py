@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from experiment_fixtures import ROOT, clean_env, entry, run, success_records  # noqa: E402
 
-from marin.execution.store import StepRecord  # noqa: E402
+from marin.execution.store.records import StepRecord  # noqa: E402
 
 SEED_EXAMPLE = '''\
 from marin.experiment.data import tokenized

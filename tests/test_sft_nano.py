@@ -20,7 +20,7 @@ from experiment_fixtures import clean_env, entry, experiments_prefix, marin  # n
 
 from levanter.data.chat import decode_chat_record  # noqa: E402
 from levanter.data.tokenized import open_split  # noqa: E402
-from marin.execution.store import StepRecord  # noqa: E402
+from marin.execution.store.records import StepRecord  # noqa: E402
 
 MARGIN = 0.25  # fine-tuned loss < MARGIN x pretrained loss
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from experiment_fixtures import clean_env, events, marin, nano_prefix, run, success_records  # noqa: E402
 
-from marin.execution.store import StepRecord  # noqa: E402
+from marin.execution.store.records import StepRecord  # noqa: E402
 
 STEPS = ("raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",
          "checkpoints/marin-nano")

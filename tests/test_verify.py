@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from marin.cli.main import cli
-from marin.execution.verify import Verdict, verify_output
+from marin.execution.store.verify import Verdict, verify_output
 
 EXPERIMENT = """
 from marin.experiment.data import bundled_corpus

@@ -18,9 +18,10 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it
+from marin.execution.core.traits import StepTraits, step_function
 from marin.execution.step import Step, output_path_of, unhashed_field
 from rigging import filesystem as fs
 from rigging.secrets import Secret
@@ -180,7 +181,7 @@ def print_hashes(module_name: str) -> None:
     """Print ``name hash`` for every step of ``module_name``'s graph (run in a subprocess)."""
     import importlib
 
-    from marin.execution.hashing import collect_graph
+    from marin.execution.core.graph import collect_graph
 
     module = importlib.import_module(module_name)
     for step in collect_graph(module.steps):
@@ -250,14 +251,12 @@ class TimedConfig:
     """Config of :func:`timed`: ``startup + num_train_steps * seconds_per_step`` seconds of work.
 
     Attributes:
-        num_train_steps: the work; named in ``SCALE_FIELDS`` so estimates scale by it.
+        num_train_steps: the work; :func:`timed` names it in its traits so estimates scale by it.
         seconds_per_step: seconds each unit of work takes.
         startup: seconds before the first unit.
         inputs: placeholders of upstream outputs.
         payload: what ``out.txt`` holds (so two configs can make the same output).
     """
-
-    SCALE_FIELDS: ClassVar[tuple[str, ...]] = ("num_train_steps",)
 
     num_train_steps: int = 1
     seconds_per_step: float = 0.0
@@ -266,6 +265,7 @@ class TimedConfig:
     payload: str = "same"
 
 
+@step_function(StepTraits(scale_fields=("num_train_steps",)))
 def timed(config: TimedConfig, output_path: str) -> None:
     """Sleep as long as the config says, then write ``out.txt``."""
     time.sleep(config.startup + config.num_train_steps * config.seconds_per_step)

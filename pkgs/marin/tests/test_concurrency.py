@@ -11,9 +11,10 @@ import time
 
 import steps_for_tests as t
 
-from marin.execution.plan import ReasonKind
+from marin.execution.plan.model import ReasonKind
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord, StepStore
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import StepStore
 from rigging.lease import Lease
 
 RUNNER_SCRIPT = textwrap.dedent(

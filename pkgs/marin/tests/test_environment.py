@@ -8,7 +8,7 @@ import sys
 
 from steps_for_tests import WORKSPACE
 
-_PRINT = ("import json; from marin.execution.environment import current_environment; "
+_PRINT = ("import json; from marin.execution.store.environment import current_environment; "
           "f, d = current_environment(); print(json.dumps([d, f['uv_lock_sha256']]))")
 
 

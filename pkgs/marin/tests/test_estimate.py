@@ -6,9 +6,9 @@ import pytest
 from steps_for_tests import timed_step
 
 from iris.cluster import ResourceConfig
-from marin.execution.estimate import estimate_plan, format_duration, parse_duration, schedule
+from marin.execution.plan.estimate import estimate_plan, format_duration, parse_duration, schedule
 from marin.execution.step_runner import StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
@@ -133,7 +133,7 @@ def test_format_duration():
 
 
 def test_budget_refuses_a_plan_whose_estimate_exceeds_it_naming_the_dominating_step(memory_prefix):
-    from marin.execution.estimate import OverBudget
+    from marin.execution.plan.estimate import OverBudget
 
     runner = _runner(memory_prefix, max_parallel=2)
     assert runner.run([_diamond("v1")]).ok
@@ -148,7 +148,7 @@ def test_budget_refuses_a_plan_whose_estimate_exceeds_it_naming_the_dominating_s
 
 
 def test_accelerator_hour_budget_names_the_accelerator_steps(memory_prefix):
-    from marin.execution.estimate import OverBudget
+    from marin.execution.plan.estimate import OverBudget
 
     assert _runner(memory_prefix).run([timed_step("acc/t", seconds_per_step=0.05)]).ok
     tpu = timed_step("acc/t", version="v2", seconds_per_step=0.05, resources=ResourceConfig.with_tpu("v4-32"))

@@ -9,9 +9,10 @@ import steps_for_tests as t
 from click.testing import CliRunner
 
 from marin.cli.main import cli
-from marin.execution.gc import collect_garbage, find_outputs
 from marin.execution.step_runner import StepRunner
-from marin.execution.store import StepRecord, StepStore
+from marin.execution.store.gc import collect_garbage, find_outputs
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import StepStore
 from rigging.lease import Lease
 
 EXP = """

@@ -11,10 +11,13 @@ import pytest
 import steps_for_tests as t
 from steps_for_tests import Color, NodeConfig, node, record
 
-from marin.execution.hashing import UnserializableConfig, collect_graph, hash_graph
-from marin.execution.plan import Action, make_plan
+from marin.execution.core.errors import UnserializableConfig
+from marin.execution.core.graph import collect_graph
+from marin.execution.core.hashing import hash_graph
+from marin.execution.plan.make import make_plan
+from marin.execution.plan.model import Action
 from marin.execution.step import InvalidStep, Step, output_path_of
-from marin.execution.store import StepStore
+from marin.execution.store.store import StepStore
 from rigging.secrets import Secret
 
 

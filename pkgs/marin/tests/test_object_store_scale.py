@@ -13,9 +13,9 @@ import pytest
 import steps_for_tests as t
 from click.testing import CliRunner
 
-from marin.execution.done_index import index_folder, read_index
 from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.store.done_index import index_folder, read_index
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 from rigging.testing import LatencyProxy, start_gcs_emulator, use_gcs_emulator
@@ -199,7 +199,7 @@ def test_marin_run_building_on_gs_costs_at_most_15_requests_per_step(counted_buc
 
 
 def test_a_manifest_on_gs_reads_each_file_once(counted_bucket):
-    from marin.execution.store import compute_manifest
+    from marin.execution.store.manifest import compute_manifest
 
     bucket, proxy = counted_bucket
     out = f"{bucket}/manifest/out"

@@ -9,10 +9,12 @@ import sys
 import pytest
 import steps_for_tests as t
 
-from marin.execution.plan import Action, ReasonKind, UnknownStep, make_plan
+from marin.execution.plan.make import make_plan
+from marin.execution.plan.model import Action, ReasonKind, UnknownStep
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord, StepStore
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import Lease
 
@@ -52,7 +54,7 @@ def test_cached_after_a_build(prefix):
     assert _build(prefix, [t.diamond()["d"]]).ok
     plan = _plan(prefix, [t.diamond()["d"]])
     assert {p.action for p in plan.steps} == {Action.CACHED}
-    assert all(p.reasons == [] for p in plan.steps)
+    assert all(p.reasons == () for p in plan.steps)
 
 
 def test_config_changed_names_the_field_with_old_and_new_value(prefix):

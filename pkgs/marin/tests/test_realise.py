@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from steps_for_tests import NodeConfig, calls, node, noisy, timed_step
+from steps_for_tests import NodeConfig, calls, node, noisy, noop, timed_step
 
-from marin.execution.plan import Action
-from marin.execution.realise import volatile_patterns
+from marin.execution.core.traits import StepTraits, step_function, volatile_patterns
+from marin.execution.plan.model import Action
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord, differing_files, output_digest
+from marin.execution.store.manifest import differing_files, output_digest
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 
 
@@ -49,7 +50,7 @@ def test_version_bump_with_identical_output_does_not_rebuild_downstream(tmp_path
     assert os.stat(os.path.join(reused.output_path, "out.txt")).st_ino == os.stat(os.path.join(old, "out.txt")).st_ino
     assert StepRecord(old).read_json(StepRecord(old).provenance)["hash"] == first.by_name("cut/down").hash
     # It is in the done index like any published step, so the next plan needs no look at its records.
-    from marin.execution.done_index import read_index
+    from marin.execution.store.done_index import read_index
 
     assert f"cut/down-{reused.hash[:16]}" in read_index(prefix)
     # And from now on it is simply cached.
@@ -117,10 +118,8 @@ def test_output_digest_leaves_out_named_volatile_files_only():
     a = manifest(**{"final__params.npz": "1", "metrics.jsonl": "2", ".commits__part-00000.json": "3"})
     b = manifest(**{"final__params.npz": "1", "metrics.jsonl": "9", ".commits__part-00000.json": "8"})
 
-    class Train:
-        VOLATILE_FILES = ("metrics.jsonl",)
-
-    volatile = volatile_patterns(Train())
+    train = Step("train", step_function(StepTraits(volatile_files=("metrics.jsonl",)))(noop))
+    volatile = volatile_patterns(train)
     assert output_digest(a, volatile) == output_digest(b, volatile)
     assert output_digest(a) != output_digest(b)  # metrics.jsonl counts unless the step names it
     assert differing_files(a, b, volatile) == []
@@ -129,11 +128,9 @@ def test_output_digest_leaves_out_named_volatile_files_only():
 
 
 def test_volatile_files_must_be_a_tuple_of_patterns():
-    class Bad:
-        VOLATILE_FILES = "metrics.jsonl"
-
-    with pytest.raises(TypeError, match=r"Bad.VOLATILE_FILES must be a tuple of glob patterns, got 'metrics.jsonl'"):
-        volatile_patterns(Bad())
+    with pytest.raises(TypeError, match=r"StepTraits.volatile_files must be a tuple of non-empty strings, "
+                                        r"got 'metrics.jsonl'"):
+        StepTraits(volatile_files="metrics.jsonl")  # type: ignore[arg-type]
 
 
 def test_a_build_fetched_from_a_cache_keeps_its_realisation_record(tmp_path, counter):

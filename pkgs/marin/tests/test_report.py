@@ -334,8 +334,8 @@ def test_a_big_group_is_one_node_with_counts_per_state_until_clicked(browser: An
     expands it into its steps; the table has one row for the group until it is opened."""
     from selenium.webdriver.common.by import By
 
-    from marin.execution.plan import make_plan
-    from marin.execution.store import StepStore
+    from marin.execution.plan.make import make_plan
+    from marin.execution.store.store import StepStore
 
     leaves = [Step(name=f"sweep/leaf{i:02d}", fn=fake_tokenize, config=FakeTokenizeConfig(shards=1, train_documents=i + 1))
               for i in range(12)]
@@ -376,8 +376,8 @@ def test_the_rows_of_a_group_stay_under_its_header(browser: Any, tmp_path: Path)
     """Steps of two folders planned alternately: each group's rows follow its own header."""
     from selenium.webdriver.common.by import By
 
-    from marin.execution.plan import make_plan
-    from marin.execution.store import StepStore
+    from marin.execution.plan.make import make_plan
+    from marin.execution.store.store import StepStore
 
     steps = [Step(name=f"{folder}/s{i}", fn=fake_tokenize, config=FakeTokenizeConfig(shards=1, train_documents=i + 1))
              for i in range(2) for folder in ("alpha", "beta")]

@@ -10,7 +10,7 @@ import steps_for_tests as t
 
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, RunResult, StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 
 

@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from marin.execution.store import (
-    BuildState,
-    StepRecord,
-    compute_manifest,
-    manifest_digest,
-    remove_orphan_temporaries,
-)
+from marin.execution.store.manifest import compute_manifest, remove_orphan_temporaries
+from marin.execution.store.records import BuildState, StepRecord, manifest_digest
 from rigging import filesystem as fs
 from rigging.lease import Lease
 

@@ -16,7 +16,7 @@ from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
-from marin.execution.hashing import dependencies_of
+from marin.execution.core.graph import dependencies_of
 from marin.execution.lazy import lower
 from marin.execution.step import InvalidStep
 from marin.experiment.data import tokenized

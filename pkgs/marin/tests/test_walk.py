@@ -6,11 +6,13 @@ import json
 
 import steps_for_tests as t
 
-from marin.execution.hashing import config_to_json, dependencies_of, flatten_config, hash_graph
-from marin.execution.plan import ReasonKind
+from marin.execution.core.encoding import config_to_json, flatten_config
+from marin.execution.core.graph import dependencies_of
+from marin.execution.core.hashing import hash_graph
+from marin.execution.core.walk import iter_placeholders, with_real_paths
+from marin.execution.plan.model import ReasonKind
 from marin.execution.step import Step
 from marin.execution.step_runner import StepRunner
-from marin.execution.walk import iter_placeholders, with_real_paths
 from rigging import filesystem as fs
 
 KINDS = ("list", "tuple", "dict", "set", "frozenset", "dataclass")

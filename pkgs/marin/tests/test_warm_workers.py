@@ -9,10 +9,10 @@ import os
 import steps_for_tests as t
 
 from iris.cluster import ResourceConfig
-from marin.execution.attempt import warm_worker_can_run
+from marin.execution.run.attempt_context import warm_worker_can_run
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
-from marin.execution.store import StepRecord
+from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 
@@ -53,7 +53,7 @@ def test_a_step_that_kills_its_process_fails_alone(tmp_path):
     try:
         result = runner.run([crash, fine])
         again = runner.run([Step(name="warm/again", fn=t.warm_step, config=t.WarmConfig("look", tag="again"))])
-        templates = runner._pool.templates_started
+        templates = runner.backends.pool.templates_started
     finally:
         runner.close()
     crashed = result.by_name("warm/crash")
@@ -73,7 +73,7 @@ def test_a_warm_worker_is_replaced_after_the_configured_number_of_steps(tmp_path
                         strict_env=False, backend=Backend.LOCAL, poll_interval=0.02)
     try:
         result = runner.run(looks)
-        templates = runner._pool.templates_started
+        templates = runner.backends.pool.templates_started
     finally:
         runner.close()
     assert result.ok
@@ -157,7 +157,7 @@ def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path
     runner = _runner(str(prefix))
     try:
         result = runner.run([model])
-        templates = runner._pool.templates_started
+        templates = runner.backends.pool.templates_started
     finally:
         runner.close()
     assert result.ok, [(s.name, s.error) for s in result.failed]

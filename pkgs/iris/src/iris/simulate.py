@@ -3,20 +3,30 @@
 It uses the same :class:`~iris.admission.Ledger` per host and the same plan-time check as real
 admission, so what it shows about capacity holds for them: a step starts only on hosts whose
 ledgers take its per-host demand, a multi-host step takes all its hosts at once (gang), and a
-step that fits no host is refused before the simulation starts.
+step that fits no host is refused before the simulation starts. A runner that also caps how many
+steps run at once (``max_parallel``) and starts ready steps in its own order
+(:attr:`Priority.GIVEN_ORDER`) is simulated as it runs: marin's plan estimates are this simulation.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from iris.admission import Demand, Ledger, MachineCapacity, ResourcesTooLarge, check_fits
 from iris.cluster import ResourceConfig
 
-__all__ = ["Placement", "SimCluster", "SimResult", "SimStep", "critical_path", "simulate", "work_bound"]
+__all__ = ["Placement", "Priority", "SimCluster", "SimResult", "SimStep", "critical_path", "simulate", "work_bound"]
+
+
+class Priority(enum.Enum):
+    """Which ready step starts first when several could."""
+
+    CRITICAL_PATH = "critical path"  # the longest remaining chain first (list scheduling)
+    GIVEN_ORDER = "given order"  # the order the steps were given in (a runner's plan order)
 
 
 @dataclass(frozen=True)
@@ -26,7 +36,7 @@ class SimStep:
     Attributes:
         name: unique name.
         resources: what it asks for (per host; it spans ``resources.num_hosts`` hosts).
-        duration: how long it runs once started.
+        duration: how long it runs once started (0: it ends as it starts).
         deps: names of steps that must finish first.
     """
 
@@ -36,8 +46,8 @@ class SimStep:
     deps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.duration > 0:
-            raise ValueError(f"duration of {self.name!r} must be > 0, got {self.duration!r}")
+        if not self.duration >= 0:
+            raise ValueError(f"duration of {self.name!r} must be >= 0, got {self.duration!r}")
 
 
 @dataclass(frozen=True)
@@ -151,16 +161,29 @@ def work_bound(steps: Sequence[SimStep], cluster: SimCluster) -> float:
     return max(bounds)
 
 
-def simulate(steps: Sequence[SimStep], cluster: SimCluster) -> SimResult:
-    """Run the graph on the cluster, list-scheduling ready steps by longest remaining path first.
+def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int | None = None,
+             priority: Priority = Priority.CRITICAL_PATH, running: Mapping[str, float] | None = None) -> SimResult:
+    """Run the graph on the cluster: at every event (a step finishing) the ready steps are
+    considered in ``priority`` order and each one that fits is started (later, smaller steps may
+    fill gaps a larger one cannot use).
 
-    At every event (a step finishing) the ready steps are considered in priority order and each
-    one that fits is started (later, smaller steps may fill gaps a larger one cannot use).
+    Args:
+        max_parallel: at most this many steps at once (None: as many as fit).
+        priority: which ready step is considered first.
+        running: steps of ``steps`` already running, with the seconds they have left: they hold
+            their hosts and a slot from the start, and their dependents wait for them.
 
     Raises:
         ResourcesTooLarge: a step fits no host, or spans more hosts than the cluster has.
+        ValueError: ``max_parallel`` below 1, or ``running`` names an unknown step.
     """
+    if max_parallel is not None and max_parallel < 1:
+        raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+    running = dict(running or {})
     order = _topological(steps)
+    unknown = sorted(set(running) - {s.name for s in order})
+    if unknown:
+        raise ValueError(f"running steps {unknown} are not in the graph")
     for s in order:
         if s.resources.num_hosts > cluster.num_hosts:
             raise ResourcesTooLarge(
@@ -168,42 +191,50 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster) -> SimResult:
             )
         check_fits(s.resources, cluster.host, what=f"a host (for step {s.name!r})", demand=Demand.per_host(s.resources))
     level = _bottom_levels(order)
+    given = {s.name: i for i, s in enumerate(steps)}
+    rank = ((lambda s: (-level[s.name], s.name)) if priority is Priority.CRITICAL_PATH
+            else (lambda s: (given[s.name],)))
     ledgers = [Ledger(cluster.host) for _ in range(cluster.num_hosts)]
     waiting = {s.name: len(s.deps) for s in order}
     users: dict[str, list[SimStep]] = {s.name: [] for s in order}
     for s in order:
         for d in s.deps:
             users[d].append(s)
-    ready = [s for s in order if not s.deps]
-    running: list[tuple[float, int, SimStep, tuple[int, ...]]] = []
+    ready = [s for s in order if not s.deps and s.name not in running]
+    active: list[tuple[float, int, SimStep, tuple[int, ...]]] = []
     seq = itertools.count()
     placements: list[Placement] = []
+    by_name = {s.name: s for s in order}
+    for name, left in sorted(running.items()):
+        s = by_name[name]
+        hosts = _place(s, ledgers)
+        if hosts is None:
+            raise ResourcesTooLarge(f"running step {name!r} does not fit beside the other running steps")
+        heapq.heappush(active, (max(0.0, left), next(seq), s, hosts))
+        placements.append(Placement(name, 0.0, max(0.0, left), hosts))
     now = 0.0
-    while ready or running:
-        ready.sort(key=lambda s: (-level[s.name], s.name))
+    while ready or active:
+        ready.sort(key=rank)
         still_ready = []
         for s in ready:
-            demand = Demand.per_host(s.resources)
-            hosts = [i for i, ledger in enumerate(ledgers) if ledger.can_take(demand)][: s.resources.num_hosts]
-            if len(hosts) < s.resources.num_hosts:
+            hosts = None if max_parallel is not None and len(active) >= max_parallel else _place(s, ledgers)
+            if hosts is None:
                 still_ready.append(s)
                 continue
-            for i in hosts:
-                ledgers[i].take(demand)
-            heapq.heappush(running, (now + s.duration, next(seq), s, tuple(hosts)))
-            placements.append(Placement(s.name, now, now + s.duration, tuple(hosts)))
+            heapq.heappush(active, (now + s.duration, next(seq), s, hosts))
+            placements.append(Placement(s.name, now, now + s.duration, hosts))
         ready = still_ready
-        if not running:
+        if not active:
             raise RuntimeError(f"nothing runs and {len(ready)} steps cannot start")  # unreachable after checks
-        now = running[0][0]
-        while running and running[0][0] <= now:
-            _, _, s, hosts = heapq.heappop(running)
+        now = active[0][0]
+        while active and active[0][0] <= now:
+            _, _, s, hosts = heapq.heappop(active)
             demand = Demand.per_host(s.resources)
             for i in hosts:
                 ledgers[i].give_back(demand)
             for u in users[s.name]:
                 waiting[u.name] -= 1
-                if waiting[u.name] == 0:
+                if waiting[u.name] == 0 and u.name not in running:
                     ready.append(u)
     return SimResult(
         makespan=now,
@@ -211,3 +242,15 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster) -> SimResult:
         critical_path=max(level.values(), default=0.0),
         work_bound=work_bound(steps, cluster),
     )
+
+
+def _place(step: SimStep, ledgers: list[Ledger]) -> tuple[int, ...] | None:
+    """Take the hosts ``step`` needs from ``ledgers`` (the first that can take its per-host
+    demand), or None, taking nothing, when too few can."""
+    demand = Demand.per_host(step.resources)
+    hosts = [i for i, ledger in enumerate(ledgers) if ledger.can_take(demand)][: step.resources.num_hosts]
+    if len(hosts) < step.resources.num_hosts:
+        return None
+    for i in hosts:
+        ledgers[i].take(demand)
+    return tuple(hosts)

@@ -22,7 +22,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.data.spec import DatasetSpec
@@ -197,25 +197,6 @@ class TrainerConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainLmConfig:
     """Everything one language-model training run needs (but where it writes)."""
-
-    SCALE_FIELDS: ClassVar[tuple[str, ...]] = ("trainer.num_train_steps", "trainer.batch_size", "trainer.seq_len")
-    """Their product (tokens trained on) is a run's work: marin's estimates scale earlier runs by it."""
-    VOLATILE_FILES: ClassVar[tuple[str, ...]] = (
-        "config.json",  # the run's config: absolute dataset paths
-        "train_summary.json",  # what marin's train step writes of main()'s result: paths, tokens/s, MFU
-        "metrics.jsonl",  # step times, tokens/s, MFU, input wait, wall time
-        "tensorboard/*",  # event files named by time and host, holding the same timings
-        "checkpoints/*/_CHECKPOINT_METADATA",  # Orbax: init and commit timestamps
-        "checkpoints/*commit_success.txt",  # Orbax: the checkpoint's absolute path
-        "checkpoints/*/state/manifest.ocdbt",  # OCDBT: lists its data files, which are named at random
-        "checkpoints/*/state/d/*",  # OCDBT data files, named at random
-        "checkpoints/*/state/ocdbt.process_*",  # the same, per process
-        "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
-    )
-    """Output files that differ between two runs of the same config and data (found by training
-    twice and comparing the outputs' manifests); marin leaves them out of a run's output digest.
-    The trained parameters (``final/params.npz``) and the checkpoints' metadata are bit-identical
-    on CPU and stay in."""
 
     data: DataConfig
     """The tokenized mixture."""

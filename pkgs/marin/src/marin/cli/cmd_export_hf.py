@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option, trained_output
+from marin.cli.common import prefix_option, resolve_output
 from marin.cli.errors import MarinError
 
 
@@ -31,7 +31,7 @@ def export_hf(ctx: click.Context, path: str, out_dir: str, checkpoint: str, pref
     from marin.experiment.hf import FINAL, write_hf_folder
 
     step = _checkpoint(checkpoint)
-    output = trained_output(ctx, path, prefix, finished=step == FINAL)
+    output = resolve_output(ctx, path, prefix, finished=step == FINAL)
     try:
         write_hf_folder(output, out_dir, step)
     except FileNotFoundError as e:

@@ -15,7 +15,7 @@ from marin.cli.common import prefix_option, runner_from_options, targets_argumen
 def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run: bool) -> None:
     """Remove step outputs that no step of TARGET... reaches (never one held by a live lease)."""
     from marin.cli.targets import load_targets
-    from marin.execution.gc import collect_garbage
+    from marin.execution.store.gc import collect_garbage
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)

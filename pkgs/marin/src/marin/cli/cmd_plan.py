@@ -23,15 +23,13 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     """Say what `marin run` would do for TARGET..., and why."""
     from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
-    from marin.execution.estimate import estimate_plan, format_duration
-    from marin.execution.plan import Action
+    from marin.execution.plan.estimate import format_duration
+    from marin.execution.plan.model import Action
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env,
                                  max_parallel=max_parallel)
-    the_plan = runner.plan(steps, note_env=True)
-    if the_plan.to_run():
-        the_plan.estimate = estimate_plan(the_plan, runner.max_parallel)
+    the_plan = runner.plan(steps, note_env=True, estimate=True)
     if as_json:
         click.echo(the_plan.dumps())
         return

@@ -6,29 +6,24 @@ import os
 
 import click
 
-from marin.cli.common import load_config, prefix_option
+from marin.cli.common import prefix_option, resolve_output
 from marin.cli.errors import MarinError
 
 
 def _find_metrics(ctx: click.Context, what: str, prefix: str | None) -> tuple[str, str]:
-    """(output folder or metrics file, display name) for an output path, a metrics file or a step name."""
-    from marin.execution.store import StepStore
+    """(output folder or metrics file, display name) for a metrics file, or a step's output as
+    every verb names one (:func:`marin.cli.common.resolve_output`)."""
     from marin.report.outputs import METRICS_FILE
     from rigging import filesystem as fs
 
     what = what.rstrip("/")
-    if what.endswith(".jsonl") or fs.exists(fs.join(what, METRICS_FILE)):
-        return what, os.path.basename(what) or what
-    config = load_config(ctx, prefix=prefix)
-    store = StepStore(config.resolved_prefix())
-    under_prefix = store.output_path(what)
-    if fs.exists(fs.join(under_prefix, METRICS_FILE)):
-        return under_prefix, what
-    builds = [path for path, _ in store.earlier_builds(what) if fs.exists(fs.join(path, METRICS_FILE))]
-    if builds:
-        return builds[0], what
-    raise MarinError(f"no {METRICS_FILE} in {what!r} (nor a finished training step of that name under {store.prefix})",
-                     hint="give the output folder of a training step, e.g. <prefix>/checkpoints/<name>-<hash>")
+    if what.endswith(".jsonl"):
+        return what, os.path.basename(what)
+    output = resolve_output(ctx, what, prefix, finished=False)
+    if not fs.exists(fs.join(output, METRICS_FILE)):
+        raise MarinError(f"no {METRICS_FILE} in {output}: not a training step, or it has not logged yet",
+                         hint="give the output folder or name of a training step, e.g. checkpoints/<name>-<hash>")
+    return output, what if not fs.exists(fs.join(what, METRICS_FILE)) else (os.path.basename(what) or what)
 
 
 @click.command("plot")

@@ -15,8 +15,8 @@ from marin.cli.common import prefix_option, runner_from_options, targets_argumen
 def push(ctx: click.Context, targets: tuple[str, ...], to: str, prefix: str | None) -> None:
     """Copy every finished step of TARGET... to the cache URL with its provenance and manifest."""
     from marin.cli.targets import load_targets
-    from marin.execution.cache import push_output
-    from marin.execution.store import StepRecord
+    from marin.execution.store.cache import push_output
+    from marin.execution.store.records import StepRecord
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)

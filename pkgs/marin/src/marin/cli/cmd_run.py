@@ -43,7 +43,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
-    from marin.execution.estimate import parse_duration
+    from marin.execution.plan.estimate import parse_duration
 
     try:
         budget_s = parse_duration(budget) if budget is not None else None

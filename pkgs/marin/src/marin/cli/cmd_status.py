@@ -20,9 +20,9 @@ def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, dict
 
     Args:
         done: whether the step is done, when the caller already knows (from the store's done
-            index, :mod:`marin.execution.done_index`): spares a lookup per step.
+            index, :mod:`marin.execution.store.done_index`): spares a lookup per step.
     """
-    from marin.execution.store import BuildState, StepRecord
+    from marin.execution.store.records import BuildState, StepRecord
 
     record = StepRecord(output_path)
     if done if done is not None else record.is_done():
@@ -47,7 +47,7 @@ def _states(planned: list[Any], prefix: str, rows: bool) -> list[tuple[str, dict
     """The state of each planned step. Done comes from the plan (one listing of the done index);
     the others' status records are read, and with ``rows`` the done steps' provenance too, in
     parallel on object stores."""
-    from marin.execution.plan import Action
+    from marin.execution.plan.model import Action
     from rigging import filesystem as fs
 
     def one(p: Any) -> tuple[str, dict]:
@@ -74,7 +74,7 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
     """Show the state of every step of TARGET... (by group when there are many)."""
     from marin.cli.display import table
     from marin.cli.targets import load_targets
-    from marin.execution.step import name_group
+    from marin.execution.core.step import name_group
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)

@@ -15,7 +15,7 @@ from marin.cli.errors import MarinError
 def verify(ctx: click.Context, targets: tuple[str, ...], prefix: str | None) -> None:
     """Report outputs of TARGET... that changed or vanished after they were built (exit 1 if any)."""
     from marin.cli.targets import load_targets
-    from marin.execution.verify import Verdict, verify_output
+    from marin.execution.store.verify import Verdict, verify_output
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)

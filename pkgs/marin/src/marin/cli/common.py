@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 __all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "quiet_library_logs",
-           "runner_from_options", "targets_argument", "trained_output"]
+           "resolve_output", "runner_from_options", "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,7 +49,7 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None,
                         caches: tuple[str, ...] = (), strict_env: bool | None = None,
                         backend: str | None = None, ray_address: str | None = None, **kwargs: Any):
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
 
     config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None),
                          caches=list(caches) or None, strict_env=strict_env, backend=backend,
@@ -57,25 +57,23 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
     return StepRunner(config, reporter=reporter, **kwargs)
 
 
-def trained_output(ctx: click.Context, path: str, prefix: str | None, *, finished: bool = True) -> str:
-    """The output folder of a training step given as its folder or its name (newest finished build).
-
-    With ``finished``, a folder whose step has not finished is a user error.
+def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished: bool = True) -> str:
+    """The output folder ``ref`` names, for every verb that takes one: an output folder, an output
+    name under the prefix (``checkpoints/x-<hash>``, as ``marin run`` prints it) or a step name
+    (its newest finished build). With ``finished``, a step that has not finished is a user error.
     """
     from marin.cli.errors import MarinError
-    from marin.execution.store import StepRecord, StepStore
-    from rigging import filesystem as fs
+    from marin.execution.store.records import StepRecord
+    from marin.execution.store.store import StepStore
 
-    output = path.rstrip("/")
-    if not fs.exists(fs.join(output, "config.json")):
-        store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
-        builds = store.earlier_builds(path)
-        if not builds:
-            raise MarinError(f"{path} is neither a trained step's output folder nor a finished step name",
-                             hint="give the output path printed by `marin run`, or a name like checkpoints/marin-nano")
-        output = builds[0][0]
+    store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+    output = store.resolve(ref)
+    if output is None:
+        raise MarinError(f"{ref!r} is not an output folder, nor an output or step name under {store.prefix}",
+                         hint="give the output path or name printed by `marin run` (checkpoints/x-<hash>), "
+                              "or a step name like checkpoints/marin-nano")
     if finished and not StepRecord(output).is_done():
-        raise MarinError(f"{output} is not a finished step", hint="run the training step to completion first")
+        raise MarinError(f"{output} is not a finished step", hint="run the step to completion first")
     return output
 
 

@@ -4,7 +4,7 @@ Both show, for every running step, the progress record it writes beside its outp
 (``rigging.progress``: training step k of N with loss and tokens/s, tokenize shards done of
 total), wherever the step runs (a local process or a Ray worker: the record is read from the
 step's output folder), and how long the whole run has left: the plan's estimate
-(``marin.execution.estimate``) with the running steps' own ETAs.
+(``marin.execution.plan.estimate``) with the running steps' own ETAs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from marin.execution.estimate import format_duration, schedule
-from marin.execution.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.plan import Action, Plan, PlannedStep
+from marin.execution.plan.estimate import format_duration, schedule
+from marin.execution.plan.model import Action, Plan, PlannedStep
+from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
 from rigging.progress import ProgressRecord, read_progress
 
 __all__ = ["LiveReporter", "PlainReporter", "describe_progress", "estimate_lines", "make_reporter", "summary_table"]

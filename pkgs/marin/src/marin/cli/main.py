@@ -48,10 +48,10 @@ class _UserFacingError(click.ClickException):
 def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     """Every exception that is the user's to fix: (type, hint, exit code), first match wins."""
     from iris.admission import ResourcesTooLarge
-    from marin.execution.cache import CacheMiss
-    from marin.execution.estimate import OverBudget
-    from marin.execution.outcome import NotCached
-    from marin.execution.step import InvalidStep
+    from marin.execution.core.errors import InvalidStep
+    from marin.execution.plan.estimate import OverBudget
+    from marin.execution.run.outcome import NotCached
+    from marin.execution.store.cache import CacheMiss
     from marin.experiment.sources import DataSourceError
     from rigging.config.discovery import ConfigError
     from rigging.secrets import SecretNotFound

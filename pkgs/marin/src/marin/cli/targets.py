@@ -8,15 +8,16 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from marin.cli.errors import MarinError
-from marin.execution.hashing import module_name_for_path
-from marin.execution.lazy import Lazy, lower_targets
-from marin.execution.step import Step
+from marin.execution.core.identity import module_name_for_path
+from marin.execution.core.lazy import Lazy, lower_targets
+from marin.execution.core.step import Step
 
 __all__ = ["load_module", "load_targets"]
 
@@ -43,6 +44,8 @@ def load_module(path: str) -> ModuleType:
                 return module
         except ImportError:
             pass
+        except Exception as e:
+            raise _experiment_error(e, abspath) from e
     spec = importlib.util.spec_from_file_location(name, abspath)
     if spec is None or spec.loader is None:
         raise MarinError(f"cannot import {path}", hint="is it a Python file?")
@@ -50,10 +53,25 @@ def load_module(path: str) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise _experiment_error(e, abspath) from e
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def _experiment_error(e: Exception, path: str) -> Exception:
+    """An error raised by an experiment file's own code while it was imported (a handle refusing a
+    bad value, a typo): the user's to fix, so a one-line error naming the file and line where it
+    was raised. Syntax and import errors keep their own messages (the CLI's error handler)."""
+    if isinstance(e, MarinError | SyntaxError | ImportError):
+        return e
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
+    where = f"{path}:{frames[-1].lineno}" if frames else path
+    return MarinError(f"{where}: {type(e).__name__}: {e}",
+                      hint="fix the experiment file (run again with --verbose for the traceback)")
 
 
 def _steps_from(obj: Any, where: str) -> list[Step]:
@@ -185,7 +203,7 @@ def _capture_main(module: ModuleType, shape: _FileShape, label: str) -> list[Any
 
     The block sees its own file as ``sys.argv`` (so its command-line parsing takes defaults).
     """
-    from marin.execution.capture import Captured, capturing
+    from marin.execution.run.capture import Captured, capturing
 
     code = compile(ast.Module(body=[stmt for m in shape.main_blocks for stmt in m.body], type_ignores=[]),
                    module.__file__ or label, "exec")
@@ -250,5 +268,8 @@ def load_targets(targets: list[str], importer: Callable[[str], ModuleType] = loa
         except ModuleNotFoundError as e:
             raise MarinError(f"target {spec!r} is neither a file nor an importable module ({e})",
                              hint="give a path to a .py file, a dotted module path, or a folder") from None
+        except Exception as e:
+            found = importlib.util.find_spec(spec)
+            raise _experiment_error(e, os.path.abspath(found.origin or spec) if found else spec) from e
         steps.extend(_module_steps(module, attr, spec))
     return steps

@@ -1,130 +1,15 @@
-"""Steps: content-hashed derivations, and placeholders for other steps' outputs."""
+"""``marin.execution.step``: steps and placeholders (defined in :mod:`marin.execution.core`)."""
 
-from __future__ import annotations
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.placeholders import OutputPath, output_path_of
+from marin.execution.core.step import (
+           DEV_VERSION,
+           UNHASHED,
+           Step,
+           name_group,
+           unhashed_field,
+           validate_step_name,
+)
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-# Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
-from rigging.fields import UNHASHED, unhashed_field
-
-__all__ = [
-    "UNHASHED",
-    "InvalidStep",
-    "OutputPath",
-    "Step",
-    "name_group",
-    "output_path_of",
-    "unhashed_field",
-    "validate_step_name",
-]
-
-_NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
-
-
-class InvalidStep(ValueError):
-    """A step is malformed: bad name, unimportable function, unserializable config."""
-
-
-def validate_step_name(name: str) -> str:
-    """Return ``name`` if it is a safe relative path of simple parts; raise :class:`InvalidStep`.
-
-    A name becomes a folder under the prefix, so it may never climb out of it: no ``..``, no
-    leading ``/``, no empty parts, no backslashes or control characters.
-    """
-    if not isinstance(name, str) or not name:
-        raise InvalidStep(f"step name must be a non-empty string, got {name!r}")
-    if name.startswith("/"):
-        raise InvalidStep(f"step name {name!r} must be relative: it may not start with '/'")
-    parts = name.split("/")
-    for part in parts:
-        if part in ("", ".", ".."):
-            raise InvalidStep(f"step name {name!r} has an empty, '.' or '..' part")
-        if not _NAME_PART.match(part):
-            raise InvalidStep(
-                f"step name {name!r}: part {part!r} may use only letters, digits and _ . + = - "
-                "(and may not start with '.' or '-')"
-            )
-    return name
-
-
-def name_group(name: str) -> str:
-    """The group a step is shown in by ``marin status`` and reports: its name's folder part
-    (``"sweep/lr-0.1"`` for ``"sweep/lr-0.1/model"``), ``""`` for a name without one."""
-    return name.rpartition("/")[0]
-
-
-@dataclass(frozen=True, eq=False)
-class Step:
-    """One node of an experiment graph: ``fn(config, output_path)`` run once per distinct hash.
-
-    Attributes:
-        name: a relative path such as ``tokenized/tinystories``; the output lives at
-            ``<prefix>/<name>-<hash>``.
-        fn: an importable module-level function ``fn(config, output_path)``.
-        config: a frozen dataclass or JSON-like data; may hold placeholders for other steps'
-            outputs (:func:`output_path_of`, or a step or lazy handle directly).
-        version: bump it to rebuild when ``fn`` changed in a way its config does not show.
-        resources: what the step needs to run (an ``iris`` ResourceConfig); never hashed.
-    """
-
-    name: str
-    fn: Callable[[Any, str], Any]
-    config: Any = None
-    version: str = "v1"
-    resources: Any = None
-
-    def __post_init__(self) -> None:
-        validate_step_name(self.name)
-        if not callable(self.fn):
-            raise InvalidStep(f"step {self.name!r}: fn must be callable, got {self.fn!r}")
-        qualname = getattr(self.fn, "__qualname__", "")
-        if "<lambda>" in qualname or "<locals>" in qualname:
-            raise InvalidStep(
-                f"step {self.name!r}: fn {qualname!r} must be a module-level function (workers import it by name)"
-            )
-        if not isinstance(self.version, str) or not self.version:
-            raise InvalidStep(f"step {self.name!r}: version must be a non-empty string, got {self.version!r}")
-
-    @property
-    def hash(self) -> str:
-        """The step's full hex digest (computed once, with its dependencies)."""
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            from marin.execution.hashing import hash_graph
-
-            hash_graph([self])
-            cached = self.__dict__["_hash"]
-        return cached
-
-    @property
-    def output_name(self) -> str:
-        """``<name>-<first 16 hex digits of the hash>``: the output folder under the prefix."""
-        return f"{self.name}-{self.hash[:16]}"
-
-    def __repr__(self) -> str:
-        return f"Step({self.name!r}, fn={getattr(self.fn, '__qualname__', self.fn)!r}, version={self.version!r})"
-
-
-@dataclass(frozen=True)
-class OutputPath:
-    """A placeholder in a config for ``<output of step>/<sub_path>``, resolved before ``fn`` runs.
-
-    Attributes:
-        step: the step (or lazy handle) whose output is meant.
-        sub_path: a relative path inside that output, or ``""`` for the folder itself.
-    """
-
-    step: Any
-    sub_path: str = ""
-
-    def __post_init__(self) -> None:
-        if self.sub_path.startswith("/") or ".." in self.sub_path.split("/"):
-            raise InvalidStep(f"output_path_of: sub_path {self.sub_path!r} must be relative and stay inside")
-
-
-def output_path_of(step: Any, sub_path: str = "") -> OutputPath:
-    """A placeholder for ``sub_path`` inside ``step``'s output folder (a Step or a lazy handle)."""
-    return OutputPath(step, sub_path)
+__all__ = ["DEV_VERSION", "UNHASHED", "InvalidStep", "OutputPath", "Step", "name_group", "output_path_of",
+           "unhashed_field", "validate_step_name"]

@@ -6,8 +6,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import Step
+from marin.execution.core.lazy import StepHandle
 from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
 from marin.experiment.sources import normalize_path
 
@@ -68,15 +67,8 @@ def tokenize_chat_step(config: TokenizeChatStepConfig, output_path: str) -> None
           f"{c.get('skipped_records', 0)} bad records skipped; special tokens added: {summary['added_tokens'] or 'none'}")
 
 
-@dataclass(frozen=True, eq=False)
-class TokenizedChat(Lazy):
+class TokenizedChat(StepHandle, fn=tokenize_chat_step):
     """Handle to a chat tokenize step; its output holds ``train/``, ``validation/``, the tokenizer and template."""
-
-    name: str
-    config: TokenizeChatStepConfig
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=tokenize_chat_step, config=self.config)
 
 
 def tokenized_chat(name: str, source: Any, tokenizer: Any, *, template: ChatTemplate = DEFAULT_CHAT_TEMPLATE,

@@ -9,8 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import Step
+from marin.execution.core.lazy import StepHandle
 from marin.experiment.sources import normalize_path
 
 if TYPE_CHECKING:
@@ -49,15 +48,8 @@ def generate_corpus_step(config: CorpusStepConfig, output_path: str) -> None:
     generate_corpus(output_path, num_stories=config.num_stories, seed=config.seed, num_shards=config.num_shards)
 
 
-@dataclass(frozen=True, eq=False)
-class BundledCorpus(Lazy):
+class BundledCorpus(StepHandle, fn=generate_corpus_step):
     """Handle to the project's own deterministic corpus of short stories (nothing downloaded)."""
-
-    name: str = "raw/tinystories-synthetic"
-    config: CorpusStepConfig = CorpusStepConfig()
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=generate_corpus_step, config=self.config)
 
 
 def bundled_corpus(name: str = "raw/tinystories-synthetic", num_stories: int = 10_000, seed: int = 0,
@@ -99,15 +91,8 @@ def train_tokenizer_step(config: TrainTokenizerConfig, output_path: str) -> None
                         min_frequency=config.min_frequency, text_field=config.text_field)
 
 
-@dataclass(frozen=True, eq=False)
-class TrainedTokenizer(Lazy):
+class TrainedTokenizer(StepHandle, fn=train_tokenizer_step):
     """Handle to a tokenizer-training step; its output folder holds ``tokenizer.json``."""
-
-    name: str
-    config: TrainTokenizerConfig
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=train_tokenizer_step, config=self.config)
 
 
 def trained_tokenizer(name: str, source: Any, vocab_size: int = 4096, *, max_documents: int | None = None,
@@ -167,16 +152,8 @@ def tokenize_step(config: TokenizeStepConfig, output_path: str) -> None:
                                     for k, v in splits.items()))
 
 
-@dataclass(frozen=True, eq=False)
-class Tokenized(Lazy["TokenizedCache"]):
+class Tokenized(StepHandle, fn=tokenize_step):
     """Handle to a tokenize step; its output holds ``train/`` and ``validation/`` shards."""
-
-    name: str
-    config: TokenizeStepConfig
-    version: str = "v1"
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=tokenize_step, config=self.config, version=self.version)
 
 
 def tokenized(name: str, source: Any, tokenizer: Any, sample_count: int | None = None, *,

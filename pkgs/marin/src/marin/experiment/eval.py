@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import Step
+from marin.execution.core.lazy import Lazy, StepHandle
+from marin.execution.core.step import Step
 from marin.experiment.train import FINAL
 
 __all__ = [
@@ -184,16 +184,8 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, EVAL_RESULTS_FILE), json.dumps(document, indent=2))
 
 
-@dataclass(frozen=True, eq=False)
-class Evaluate(Lazy):
+class Evaluate(StepHandle, fn=evaluate_step):
     """Handle to an eval step; its output holds ``eval_results.json``."""
-
-    name: str
-    config: EvalConfig
-    version: str = "v1"
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=evaluate_step, config=self.config, version=self.version)
 
 
 def _is_tokenized(data: Any) -> bool:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levanter.initialize import HfCheckpoint
-from marin.execution.lazy import Lazy
-from marin.execution.step import Step
+from marin.execution.core.lazy import StepHandle
 from marin.experiment.sources import is_hf_id, normalize_path
 from marin.experiment.train import FINAL
 from rigging import filesystem as fs
@@ -104,16 +103,8 @@ def export_hf_step(config: ExportHfConfig, output_path: str) -> None:
     write_hf_folder(str(config.model), output_path, config.checkpoint)
 
 
-@dataclass(frozen=True, eq=False)
-class ExportHf(Lazy):
+class ExportHf(StepHandle, fn=export_hf_step):
     """Handle to an export step; its output folder loads with ``transformers``."""
-
-    name: str
-    config: ExportHfConfig
-    version: str = "v1"
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=export_hf_step, config=self.config, version=self.version)
 
 
 def export_hf(name: str, model: Any, checkpoint: str | int = FINAL, *, version: str = "v1") -> ExportHf:

@@ -12,8 +12,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import Step
+from marin.execution.core.lazy import StepHandle
 
 __all__ = ["StoryChats", "StoryChatsConfig", "story_chat_messages", "story_chats"]
 
@@ -63,15 +62,8 @@ def generate_story_chats_step(config: StoryChatsConfig, output_path: str) -> Non
     fs.atomic_write(fs.join(output_path, "chats-sharegpt.jsonl"), ("\n".join(sharegpt) + "\n").encode())
 
 
-@dataclass(frozen=True, eq=False)
-class StoryChats(Lazy):
+class StoryChats(StepHandle, fn=generate_story_chats_step):
     """Handle to the generated story chat dataset (a folder of two JSON-lines files)."""
-
-    name: str
-    config: StoryChatsConfig
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=generate_story_chats_step, config=self.config)
 
 
 def story_chats(name: str = "raw/story-chats", num_conversations: int = 2000, seed: int = 1) -> StoryChats:

@@ -7,6 +7,7 @@ output folder is given to ``levanter.trainer.main`` at run time, never hashed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,12 +18,22 @@ from levanter.data.spec import DatasetSpec
 from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import Lazy, lower
-from marin.execution.step import InvalidStep, OutputPath, Step, output_path_of
+from marin.execution.core.encoding import flatten_config
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.identity import fn_identity
+from marin.execution.core.lazy import Lazy, StepHandle, lower
+from marin.execution.core.placeholders import OutputPath, output_path_of
+from marin.execution.core.step import Step
+from marin.execution.core.traits import EarlierBuilds, StepTraits, step_function
+from marin.execution.run.worker import current_step
+from marin.execution.store.store import StepStore
+from marin.experiment.warm_start import Extension, find_extension, translate_dependencies
+from rigging import filesystem as fs
 
 __all__ = [
     "FINAL",
     "TRAIN_SUMMARY_FILE",
+    "TRAIN_TRAITS",
     "CheckpointRef",
     "TrainLm",
     "TrainLmConfig",
@@ -61,13 +72,72 @@ class CheckpointRef:
                                metrics_path=output_path_of(self.model, METRICS_FILE))
 
 
+def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
+    """The earlier build a running build extends (or why none can be), asked of the store it writes to."""
+    running = current_step()
+    if running is None:
+        return None  # called outside a runner: no step identity to match earlier builds against
+    folder = output_path.rstrip("/")
+    store = StepStore(running.prefix)
+    earlier = [(path, prov, translate_dependencies(prov.get("config_flat") or {}, prov))
+               for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
+    return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
+
+
+def _find_extension(config: TrainLmConfig, flat: Mapping[str, str], earlier: list, *, name: str, version: str) -> Any:
+    return find_extension(name=name, version=version, fn=fn_identity(train_lm_step), config=config, flat=flat,
+                          earlier=earlier, optimizer_from_json=lambda data: AdamConfig(**data))
+
+
+def describe_start(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> str | None:
+    """For ``marin plan``: where a training build would start, when not from step 0 of its own."""
+    config = step.config
+    start = config.trainer.initialize_from
+    if isinstance(start, HfCheckpoint):
+        return f"starts from Hugging Face weights {start.repo}" + (f"@{start.revision}" if start.revision else "")
+    if isinstance(start, TrainedModel):  # from step 0 with a fresh optimizer: never an extension either
+        source = start.path.step if isinstance(start.path, OutputPath) else start.path
+        if isinstance(source, Lazy | Step):
+            source = lower(source)
+            return f"fine-tunes the final parameters of {source.name}-{hashes[id(source)][:16]} (fresh optimizer)"
+        return f"fine-tunes the final parameters of {source} (fresh optimizer)"
+    if start is not None:
+        if isinstance(start.checkpoint_path, OutputPath):
+            source = lower(start.checkpoint_path.step)
+            return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
+        return f"starts from step {start.step} of {start.checkpoint_path}"
+    earlier = [(path, prov, prov.get("config_flat") or {}) for path, prov in earlier_builds(step.name)]
+    found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
+    return found.describe() if found is not None else None
+
+
+TRAIN_TRAITS = StepTraits(
+    scale_fields=("trainer.num_train_steps", "trainer.batch_size", "trainer.seq_len"),
+    volatile_files=(
+        "config.json",  # the run's config: absolute dataset paths
+        TRAIN_SUMMARY_FILE,  # what this step writes of main()'s result: paths, tokens/s, MFU
+        METRICS_FILE,  # step times, tokens/s, MFU, input wait, wall time
+        "tensorboard/*",  # event files named by time and host, holding the same timings
+        "checkpoints/*/_CHECKPOINT_METADATA",  # Orbax: init and commit timestamps
+        "checkpoints/*commit_success.txt",  # Orbax: the checkpoint's absolute path
+        "checkpoints/*/state/manifest.ocdbt",  # OCDBT: lists its data files, which are named at random
+        "checkpoints/*/state/d/*",  # OCDBT data files, named at random
+        "checkpoints/*/state/ocdbt.process_*",  # the same, per process
+        "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
+    ),
+    describe_start=describe_start,
+)
+"""A training step's work is the tokens it trains on (estimates scale by it). Its volatile files
+differ between two runs of the same config and data (found by training twice and comparing the
+outputs' manifests) and are left out of its output digest; the trained parameters
+(``final/params.npz``) and the checkpoints' metadata are bit-identical on CPU and stay in."""
+
+
+@step_function(TRAIN_TRAITS)
 def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     """Step function: train (resuming from the newest checkpoint in ``output_path``)."""
-    import dataclasses
-
+    # levanter's trainer imports JAX: only in the step's own process, never when planning.
     from levanter.trainer import main
-    from marin.experiment.warm_start import Extension
-    from rigging import filesystem as fs
 
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
     # (and the chat template, for chat data, so `marin sample --chat` renders turns the same way).
@@ -93,69 +163,10 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
 
 
-def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
-    """The earlier build a running build extends (or why none can be), asked of the store it writes to."""
-    from marin.execution.hashing import flatten_config
-    from marin.execution.store import StepStore
-    from marin.execution.worker import current_step
-    from marin.experiment.warm_start import translate_dependencies
-
-    running = current_step()
-    if running is None:
-        return None  # called outside a runner: no step identity to match earlier builds against
-    folder = output_path.rstrip("/")
-    suffix = "/" + running.name + "-"
-    if suffix not in folder:
-        return None
-    store = StepStore(folder[:folder.rindex(suffix)])
-    earlier = [(path, prov, translate_dependencies(prov.get("config_flat") or {}, prov))
-               for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
-    return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
-
-
-def _find_extension(config: TrainLmConfig, flat: Mapping[str, str], earlier: list, *, name: str, version: str) -> Any:
-    from marin.execution.hashing import fn_identity
-    from marin.experiment.warm_start import find_extension
-
-    return find_extension(name=name, version=version, fn=fn_identity(train_lm_step), config=config, flat=flat,
-                          earlier=earlier, optimizer_from_json=lambda data: AdamConfig(**data))
-
-
-def describe_start(step: Step, hashes: Mapping[int, str], store: Any) -> str | None:
-    """For ``marin plan``: where a training build would start, when not from step 0 of its own."""
-    from marin.execution.hashing import flatten_config
-
-    config = step.config
-    start = config.trainer.initialize_from
-    if isinstance(start, HfCheckpoint):
-        return f"starts from Hugging Face weights {start.repo}" + (f"@{start.revision}" if start.revision else "")
-    if isinstance(start, TrainedModel):  # from step 0 with a fresh optimizer: never an extension either
-        source = start.path.step if isinstance(start.path, OutputPath) else start.path
-        if isinstance(source, Lazy | Step):
-            source = lower(source)
-            return f"fine-tunes the final parameters of {source.name}-{hashes[id(source)][:16]} (fresh optimizer)"
-        return f"fine-tunes the final parameters of {source} (fresh optimizer)"
-    if start is not None:
-        if isinstance(start.checkpoint_path, OutputPath):
-            source = lower(start.checkpoint_path.step)
-            return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
-        return f"starts from step {start.step} of {start.checkpoint_path}"
-    earlier = [(path, prov, prov.get("config_flat") or {}) for path, prov in store.earlier_builds(step.name)]
-    found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
-    return found.describe() if found is not None else None
-
-
-train_lm_step.describe_start = describe_start  # type: ignore[attr-defined]  # read by marin plan
-
-
 @dataclass(frozen=True, eq=False)
-class TrainLm(Lazy):
+class TrainLm(StepHandle, fn=train_lm_step):
     """Handle to a training step; its output holds checkpoints, final parameters, metrics, config."""
 
-    name: str
-    version: str
-    config: TrainLmConfig
-    resources: Any = None
     evals: tuple[Any, ...] = ()
     """Eval datasets (``marin.experiment.eval.EvalData``) scored on the final model by a companion step."""
 
@@ -171,10 +182,6 @@ class TrainLm(Lazy):
                 model=self, checkpoint=FINAL, datasets=self.evals, seq_len=self.config.trainer.seq_len)),)
             object.__setattr__(self, "_companions", cached)
         return cached
-
-    def _build(self) -> Step:
-        return Step(name=self.name, fn=train_lm_step, config=self.config, version=self.version,
-                    resources=self.resources)
 
 
 def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.encoding import encode
+from rigging import filesystem as fs
+
 __all__ = ["Extension", "NoExtension", "find_extension", "translate_dependencies"]
 
 # Config fields an extension may change: how long, and the shape of the learning-rate schedule
@@ -43,7 +46,6 @@ class Extension:
         """Where levanter starts the run: the earlier build's checkpoint, data position and curve."""
         from levanter.checkpoint import checkpoint_dir
         from levanter.initialize import CheckpointStart
-        from rigging import filesystem as fs
 
         return CheckpointStart(checkpoint_path=checkpoint_dir(self.source), step=self.step,
                                metrics_path=fs.join(self.source, "metrics.jsonl"))
@@ -131,8 +133,6 @@ def translate_dependencies(old_flat: Mapping[str, str], provenance: Mapping[str,
 
     The form in which a running step sees its own (resolved) config: placeholders are paths.
     """
-    from marin.execution.hashing import encode
-    from rigging import filesystem as fs
 
     paths = {d.get("hash"): d.get("path") for d in provenance.get("dependencies") or [] if isinstance(d, dict)}
 

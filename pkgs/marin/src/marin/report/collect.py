@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.hashing import config_to_json, fn_identity
-from marin.execution.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.plan import Action, Plan, PlannedStep
-from marin.execution.store import BuildState, StepRecord
+from marin.execution.core.encoding import config_to_json
+from marin.execution.core.identity import fn_identity
+from marin.execution.plan.model import Action, Plan, PlannedStep
+from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
+from marin.execution.store.records import BuildState, StepRecord
 from marin.report.outputs import (
     INDEX_FILE,
     MEMORY_FILE,
@@ -175,7 +176,7 @@ class ReportData:
         environment once (steps name theirs by index, ``env``), steps grouped by
         :func:`marin.execution.step.name_group` (``group`` indexes ``groups``), and empty
         fields (None, [], "") left out."""
-        from marin.execution.step import name_group
+        from marin.execution.core.step import name_group
 
         environments: list[dict[str, Any]] = []
         env_index: dict[str, int] = {}
@@ -341,7 +342,7 @@ def _deps_from_provenance(steps: list[ReportStep]) -> None:
 
 
 def _current_environment() -> dict[str, Any]:
-    from marin.execution.environment import current_environment
+    from marin.execution.store.environment import current_environment
 
     return current_environment()[0]
 

@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.hashing import dependencies_of, describe_encoded, flatten_config
-from marin.execution.plan import Plan
+from marin.execution.core.encoding import describe_encoded, flatten_config
+from marin.execution.core.graph import dependencies_of
+from marin.execution.plan.model import Plan
 from marin.report.outputs import read_eval_results, read_metrics, read_train_summary
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]

@@ -6,8 +6,8 @@ import hashlib
 import os
 import time
 
-from marin.execution.outcome import Outcome, RunResult
-from marin.execution.store import StepStore
+from marin.execution.run.outcome import Outcome, RunResult
+from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 
 __all__ = ["write_run_report"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from marin.execution.plan import Plan, PlannedStep
+from marin.execution.plan.model import Plan, PlannedStep
 
 __all__ = ["NotCached", "Outcome", "QuietReporter", "Reporter", "RunResult", "StepOutcome"]
 

@@ -11,7 +11,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin.execution.store import META_DIR, StepRecord, manifest_digest, verify_manifest
+from marin.execution.store.manifest import verify_manifest
+from marin.execution.store.records import META_DIR, StepRecord, manifest_digest
 from rigging import filesystem as fs
 
 __all__ = ["StepCheck", "Verdict", "verify_output", "verify_outputs"]

@@ -3,8 +3,8 @@
 A step's estimate comes from the durations recorded in the provenance of earlier successful
 builds of the same name, the nearest configs first (fewest hashed fields that differ, not
 counting inputs). A config says how its work scales by naming fields whose product is that
-work (a ``SCALE_FIELDS`` class attribute; ``TrainLmConfig`` names steps, batch size and sequence
-length, so its work is tokens): with builds at two or more scales the estimate is a fitted
+work (:attr:`~marin.execution.core.traits.StepTraits.scale_fields` of its step function; a
+training step names steps, batch size and sequence length, so its work is tokens): with builds at two or more scales the estimate is a fitted
 ``start-up + per-unit × work``, with one it is that build's duration scaled by the ratio of the
 work. A step never built before has no estimate; nothing is guessed.
 
@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.hashing import flatten_config, holds_dependency
-from marin.execution.plan import Action, Plan, PlannedStep
+from marin.execution.core.encoding import flatten_config, holds_dependency
+from marin.execution.core.traits import traits_of
+from marin.execution.plan.model import Action, Plan, PlannedStep
 
 __all__ = [
     "OverBudget",
@@ -37,10 +38,6 @@ __all__ = [
     "schedule",
     "work_of",
 ]
-
-SCALE_ATTRIBUTE = "SCALE_FIELDS"
-"""The config class attribute naming the (top-level) fields whose product is the step's work."""
-
 
 @dataclass(frozen=True)
 class StepEstimate:
@@ -123,14 +120,6 @@ def _decode_number(encoded: str | None) -> float | None:
     return None
 
 
-def scale_fields_of(config: Any) -> tuple[str, ...]:
-    """The fields the config names as its work (``SCALE_FIELDS``), or () when it names none."""
-    fields = getattr(type(config), SCALE_ATTRIBUTE, ())
-    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-        raise TypeError(f"{type(config).__qualname__}.{SCALE_ATTRIBUTE} must be a tuple of field names, got {fields!r}")
-    return tuple(fields)
-
-
 def work_of(flat: Mapping[str, str], fields: Sequence[str]) -> float | None:
     """The product of the ``fields`` of a flattened config (None if one is missing or not a number)."""
     if not fields:
@@ -181,6 +170,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
 
 def _resource_of(step: Any) -> tuple[str | None, float]:
     """(accelerator type, units held per second of wall time): slices for TPU, devices for GPU."""
+    # iris's package imports fray's clients and with them Ray (~0.8 s): only when estimating.
     from iris.cluster import GpuConfig, ResourceConfig, TpuConfig
 
     resources = step.resources
@@ -199,7 +189,7 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
     """The estimate of one step from ``earlier`` builds of its name: (output path, provenance) pairs."""
     step = planned.step
     resource, units = _resource_of(step)
-    fields = scale_fields_of(step.config)
+    fields = traits_of(step.fn).scale_fields
     inputs: set[str] = set()
     new_flat = flatten_config(step.config, hashes, dependency_keys=inputs)
     new_work = work_of(new_flat, fields)
@@ -242,41 +232,40 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
 # -- the schedule ------------------------------------------------------------------------------
 
 def schedule(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]], max_parallel: int,
-             *, running: Mapping[int, float] | None = None) -> float:
-    """Wall time of the runner's greedy schedule: at most ``max_parallel`` steps at once, each
-    started (in position order) as soon as its inputs in ``durations`` are done.
+             *, running: Mapping[int, float] | None = None, resources: Mapping[int, Any] | None = None,
+             capacity: Any = None) -> float:
+    """Wall time of the runner's schedule: at most ``max_parallel`` steps at once, each started (in
+    position order) as soon as its inputs are done and, given a ``capacity``, this machine has room
+    for it: iris's simulation of admission (:func:`iris.simulate.simulate`).
 
     Args:
         durations: seconds of each step still to run, by position (others count as done).
         deps: the inputs of each step, by position.
         max_parallel: slots.
         running: steps already running and the seconds they have left (they hold slots at 0).
+        resources: each step's iris ``ResourceConfig`` (default: one CPU).
+        capacity: what one host offers (an iris ``MachineCapacity``); None: room for everything.
     """
-    if max_parallel < 1:
-        raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+    # iris's package imports fray's clients and with them Ray (~0.8 s): only when estimating.
+    from iris.admission import Demand, MachineCapacity
+    from iris.cluster import ResourceConfig
+    from iris.simulate import Priority, SimCluster, SimStep, simulate
+
     running = dict(running or {})
-    ends: dict[int, float] = {}
-    slots: list[tuple[float, int]] = sorted((left, pos) for pos, left in running.items())
-    pending = sorted(pos for pos in durations if pos not in running)
-    waiting_on = {pos: {d for d in deps.get(pos, ()) if d in durations or d in running} for pos in pending}
-    now = 0.0
-    while pending or slots:
-        started = True
-        while started and len(slots) < max_parallel:
-            started = False
-            for pos in pending:
-                if all(d in ends and ends[d] <= now for d in waiting_on[pos]):
-                    slots.append((now + durations[pos], pos))
-                    slots.sort()
-                    pending.remove(pos)
-                    started = True
-                    break
-        if not slots:
-            raise ValueError("steps wait on inputs that never finish (a cycle in deps?)")
-        end, pos = slots.pop(0)
-        now = max(now, end)
-        ends[pos] = end
-    return now
+    known = set(durations) | set(running)
+    asked = {pos: (resources or {}).get(pos) or ResourceConfig() for pos in known}
+    steps = [SimStep(str(pos), asked[pos], durations.get(pos, 0.0),
+                     tuple(str(d) for d in deps.get(pos, ()) if d in known)) for pos in sorted(known)]
+    hosts = max((r.num_hosts for r in asked.values()), default=1)
+    if capacity is None:
+        # Room for every step at once: only the slots and the inputs order them.
+        total = Demand(cpus=1.0)
+        for r in asked.values():
+            total = total + Demand.per_host(r)
+        capacity = MachineCapacity(cpus=total.cpus, memory=total.memory, gpus=total.gpus, tpu_chips=total.tpu_chips)
+    result = simulate(steps, SimCluster(hosts, capacity), max_parallel=max_parallel, priority=Priority.GIVEN_ORDER,
+                      running={str(pos): left for pos, left in running.items()})
+    return result.makespan
 
 
 def _critical_path(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]]) -> tuple[list[int], float]:
@@ -298,9 +287,12 @@ def _critical_path(durations: Mapping[int, float], deps: Mapping[int, Sequence[i
     return path[::-1], total
 
 
-def estimate_plan(plan: Plan, max_parallel: int) -> PlanEstimate:
+def estimate_plan(plan: Plan, max_parallel: int, capacity: Any = None) -> PlanEstimate:
     """Estimates of every step the plan would build (cached, fetched and reused steps cost nothing
-    to estimate: they are not rebuilt), its total, wall time, critical path and accelerator-hours."""
+    to estimate: they are not rebuilt), its total, wall time, critical path and accelerator-hours.
+
+    ``capacity``: what this machine offers the steps (an iris ``MachineCapacity``), when they run
+    here: the wall time then accounts for steps that cannot run side by side."""
     hashes = plan.hashes()
     steps: dict[int, StepEstimate] = {}
     for pos, p in enumerate(plan.steps):
@@ -316,7 +308,8 @@ def estimate_plan(plan: Plan, max_parallel: int) -> PlanEstimate:
     return PlanEstimate(
         steps=steps,
         total_s=sum(durations.values()),
-        wall_s=schedule(durations, deps, max_parallel),
+        wall_s=schedule(durations, deps, max_parallel, capacity=capacity,
+                        resources={pos: plan.steps[pos].step.resources for pos in steps}),
         max_parallel=max_parallel,
         critical_path=path,
         critical_path_s=path_s,

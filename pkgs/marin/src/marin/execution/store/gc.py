@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from marin.execution.done_index import INDEX_DIR, unmark
-from marin.execution.store import META_DIR, StepRecord, StepStore
+from marin.execution.store.done_index import INDEX_DIR, unmark
+from marin.execution.store.records import META_DIR, StepRecord
+from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import held
 

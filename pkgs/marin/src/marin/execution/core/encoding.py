@@ -1,107 +1,24 @@
-"""Content hashes of steps: a canonical, type-tagged encoding, never pickles.
-
-A step's key covers the key-schema version, its name, ``fn``'s identity, ``version``, every
-hashed config field, and each dependency's *hash* (never its path). Prefixes, resources, secret
-values, unhashed fields, hosts and absolute workspace paths stay out.
-"""
+"""The canonical, type-tagged encoding of configs (never pickles), and the readable forms of it:
+provenance JSON, the flattened fields of "what changed", short descriptions."""
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import math
 import os
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import UNHASHED, InvalidStep, OutputPath, Step
-from marin.execution.walk import Kind, items_of, iter_placeholders, kind_of, placeholder_step
+from marin.execution.core.errors import UnserializableConfig
+from marin.execution.core.identity import fn_identity, qualified_name, workspace_root
+from marin.execution.core.placeholders import OutputPath
+from marin.execution.core.walk import Kind, items_of, iter_placeholders, kind_of, placeholder_step
+from rigging.fields import UNHASHED
+from rigging.secrets import Secret
 
-__all__ = [
-    "KEY_SCHEMA",
-    "UnserializableConfig",
-    "collect_graph",
-    "config_to_json",
-    "dependencies_of",
-    "describe_encoded",
-    "encode",
-    "flatten_config",
-    "fn_identity",
-    "hash_graph",
-    "holds_dependency",
-    "module_name_for_path",
-    "workspace_root",
-]
-
-KEY_SCHEMA = "marin.step/v1"
-
-
-class UnserializableConfig(InvalidStep):
-    """A config holds a value with no canonical encoding; the message names the field."""
-
-
-_ROOT_CACHE: dict[str, str | None] = {}
-
-
-def workspace_root() -> str | None:
-    """The workspace root (cached per working folder); absolute paths under it are hashed relative."""
-    cwd = os.getcwd()
-    if cwd not in _ROOT_CACHE:
-        from rigging.config.discovery import find_workspace_root
-
-        found = find_workspace_root(cwd)
-        _ROOT_CACHE[cwd] = str(found) if found else None
-    return _ROOT_CACHE[cwd]
-
-
-def module_name_for_path(path: str) -> str:
-    """The module name of a Python file: dotted path relative to the workspace root, else its stem."""
-    from rigging.config.discovery import find_workspace_root
-
-    abspath = os.path.realpath(path)
-    root = find_workspace_root(os.path.dirname(abspath))
-    stem = os.path.splitext(abspath)[0]
-    if root is not None:
-        rel = os.path.relpath(stem, os.path.realpath(str(root)))
-        if not rel.startswith(".."):
-            parts = rel.split(os.sep)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            if all(p.isidentifier() for p in parts):
-                return ".".join(parts)
-    return os.path.basename(stem)
-
-
-def real_module_name(module: str) -> str:
-    """``module``, with ``__main__`` (a script or ``python -m``) replaced by its real name."""
-    if module not in ("__main__", "__mp_main__"):
-        return module
-    main = sys.modules.get(module) or sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name and spec.name not in ("__main__", "__mp_main__"):
-        return spec.name
-    file = getattr(main, "__file__", None)
-    if file:
-        return module_name_for_path(file)
-    return module
-
-
-def qualified_name(obj: Any) -> str:
-    """``module:qualname`` of a function or class, independent of how its module was started."""
-    return f"{real_module_name(obj.__module__)}:{obj.__qualname__}"
-
-
-def fn_identity(fn: Callable[..., Any]) -> str:
-    """``module:qualname`` of ``fn``, with ``__main__`` replaced by the module's real name."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
-    if not module or not qualname:
-        raise InvalidStep(f"fn {fn!r} has no module or qualified name; use a module-level function")
-    return f"{real_module_name(module)}:{qualname}"
+__all__ = ['config_to_json', 'describe_encoded', 'encode', 'flatten_config', 'holds_dependency']
 
 
 def _tag_path(value: str) -> list[Any]:
@@ -114,8 +31,6 @@ def _tag_path(value: str) -> list[Any]:
 
 
 def _encode_leaf(value: Any, hashes: Mapping[int, str], where: str) -> Any:
-    from rigging.secrets import Secret
-
     if value is None:
         return ["none"]
     if isinstance(value, bool):
@@ -239,95 +154,7 @@ def _describe(value: Any, names: Mapping[str, str]) -> str:
     return json.dumps(value)
 
 
-def _as_step(value: Any, where: str) -> Step:
-    if isinstance(value, Step | Lazy):
-        return placeholder_step(value, where)[0]
-    raise UnserializableConfig(f"{where}: output_path_of needs a Step or a lazy handle, got {type(value).__name__}")
-
-
-def dependencies_of(step: Step) -> list[Step]:
-    """The steps ``step``'s config refers to, in first-seen order, without duplicates."""
-    cached = step.__dict__.get("_deps")
-    if cached is not None:
-        return cached
-    deps: list[Step] = []
-    seen: set[int] = set()
-    for target, _ in iter_placeholders(step.config, f"{step.name}.config"):
-        if id(target) not in seen:
-            seen.add(id(target))
-            deps.append(target)
-    object.__setattr__(step, "_deps", deps)
-    return deps
-
-
-def collect_graph(roots: Iterable[Step | Lazy]) -> list[Step]:
-    """Every step reachable from ``roots``, dependencies before dependents (iterative DFS)."""
-    order: list[Step] = []
-    state: dict[int, int] = {}  # 1 = on the stack, 2 = finished
-    for root in roots:
-        root_step = _as_step(root, "target")
-        if state.get(id(root_step)) == 2:
-            continue
-        stack: list[tuple[Step, Iterator[Step]]] = [(root_step, iter(dependencies_of(root_step)))]
-        state[id(root_step)] = 1
-        while stack:
-            step, it = stack[-1]
-            advanced = False
-            for dep in it:
-                s = state.get(id(dep))
-                if s == 2:
-                    continue
-                if s == 1:
-                    raise InvalidStep(f"dependency cycle through step {dep.name!r}")
-                state[id(dep)] = 1
-                stack.append((dep, iter(dependencies_of(dep))))
-                advanced = True
-                break
-            if not advanced:
-                stack.pop()
-                state[id(step)] = 2
-                order.append(step)
-    return order
-
-
-def step_key(step: Step, hashes: Mapping[int, str], salt: str | None = None) -> str:
-    """The canonical JSON text whose SHA-256 is the step's hash."""
-    key = [
-        KEY_SCHEMA,
-        step.name,
-        fn_identity(step.fn),
-        step.version,
-        encode(step.config, hashes, f"{step.name}.config"),
-        sorted(hashes[id(d)] for d in dependencies_of(step)),
-    ]
-    if salt:
-        key.append(["env", salt])
-    return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
-
-
-def hash_graph(roots: Iterable[Step | Lazy], salt: str | None = None, *,
-               graph: Sequence[Step] | None = None) -> dict[int, str]:
-    """Hash every step reachable from ``roots``; returns ``{id(step): hex digest}``.
-
-    Without ``salt`` the digests are also memoised on the steps (``step.hash``). With one (the
-    environment fingerprint of ``--strict-env``) they are returned only. ``graph``: the steps
-    :func:`collect_graph` returned for ``roots``, when the caller has them (not walked again).
-    """
-    hashes: dict[int, str] = {}
-    for step in graph if graph is not None else collect_graph(roots):
-        if salt is None and "_hash" in step.__dict__:
-            hashes[id(step)] = step.__dict__["_hash"]
-            continue
-        digest = hashlib.sha256(step_key(step, hashes, salt).encode("utf-8")).hexdigest()
-        hashes[id(step)] = digest
-        if salt is None:
-            object.__setattr__(step, "_hash", digest)
-    return hashes
-
-
 def _leaf_to_json(value: Any) -> Any:
-    from rigging.secrets import Secret
-
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):

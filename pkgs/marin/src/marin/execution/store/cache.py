@@ -14,7 +14,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from marin.execution.store import META_DIR, StepRecord, clear_output, verify_manifest
+from marin.execution.store.manifest import clear_output, verify_manifest
+from marin.execution.store.records import META_DIR, StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]

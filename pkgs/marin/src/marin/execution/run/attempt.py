@@ -7,7 +7,6 @@ record, and at the end its manifest, provenance and success record.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import pickle
@@ -18,75 +17,48 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from marin.execution import done_index
-from marin.execution.hashing import (
-    UnserializableConfig,
-    config_to_json,
-    flatten_config,
-    fn_identity,
-    workspace_root,
+from marin.execution.core.encoding import config_to_json, flatten_config
+from marin.execution.core.errors import UnserializableConfig
+from marin.execution.core.identity import fn_identity, workspace_root
+from marin.execution.core.walk import with_real_paths
+from marin.execution.plan.model import PlannedStep
+from marin.execution.run.attempt_context import (
+    AttemptContext,
+    NothingHeld,
+    Releasable,
+    WorkerKind,
+    is_lost_process,
+    resources_of,
+    warm_worker_can_run,
 )
-from marin.execution.outcome import Outcome, StepOutcome
-from marin.execution.plan import Plan, PlannedStep
-from marin.execution.realise import carried_fields, nondeterminism_of, realisation_fields
-from marin.execution.secrets import SecretMask
-from marin.execution.step import Step
-from marin.execution.store import (
-    BuildState,
-    StepRecord,
-    StepStatus,
+from marin.execution.run.outcome import Outcome, StepOutcome
+from marin.execution.run.publish import nondeterminism_of, realisation_fields, record_listed
+from marin.execution.run.secrets import SecretMask
+from marin.execution.run.state import RunState
+from marin.execution.run.worker import FnRef, StepPayload, run_step
+from marin.execution.store import done_index
+from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
-    in_parallel,
     meta_names,
     remove_orphan_temporaries,
 )
-from marin.execution.walk import with_real_paths
-from marin.execution.worker import FnRef, StepPayload, run_step
+from marin.execution.store.records import BuildState, StepRecord, StepStatus
+from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
 
 if TYPE_CHECKING:
-    from fray.types import DistributedClient, JobHandle
+    from fray.types import JobHandle
     from iris.cluster import ResourceConfig
 
-__all__ = ["AttemptContext", "NothingHeld", "Releasable", "StepAttempt", "WorkerKind", "fetch_from_cache", "publish_copy",
-           "record_listed", "resources_of", "warm_worker_can_run"]
+__all__ = ["StepAttempt"]
 
 logger = logging.getLogger("marin.execution.step_runner")
 
 _LOG_PULL_INTERVAL_S = 1.0
-
-
-def resources_of(step: Step) -> ResourceConfig:
-    """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
-    from iris.cluster import ResourceConfig
-
-    resources = step.resources if step.resources is not None else ResourceConfig()
-    if not isinstance(resources, ResourceConfig):
-        raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
-                        f"got {type(resources).__name__}")
-    return resources
-
-
-def warm_worker_can_run(resources: Any) -> bool:
-    """A local step runs forked from the warm pool (``fray.pool``) unless it needs devices or hosts
-    to itself: an accelerator (GPU or TPU) or more than one host means a fresh interpreter."""
-    return resources.accelerator is None and resources.num_hosts == 1
-
-
-def _is_lost_process(error: BaseException) -> bool:
-    """True when a step did not raise but its process died or its worker or host was lost."""
-    from fray.cluster import JobFailed
-
-    return isinstance(error, JobFailed) and error.process_died
-
-
-def record_listed(record_path: str, lease: Lease) -> bool:
-    """True when the record at ``record_path`` (in ``.marin/``) was in the lease's newest listing of it."""
-    return record_path.rpartition("/")[2] in lease.listing
 
 
 def _fn_ref(fn: Any) -> FnRef:
@@ -94,94 +66,6 @@ def _fn_ref(fn: Any) -> FnRef:
     source = sys.modules.get(fn.__module__)
     file = getattr(source, "__file__", None)
     return FnRef(module=module, qualname=qualname, file=os.path.abspath(file) if file else None)
-
-
-class WorkerKind(enum.Enum):
-    """Where a step's ``fn`` runs, which decides who writes its log and how a preemption ends it."""
-
-    IN_PROCESS = "in-process"  # in the runner's process (memory://): its output comes from the handle
-    LOCAL_PROCESS = "local-process"  # a process of its own on this machine: it writes the log itself
-    REMOTE = "remote"  # elsewhere (Ray): its output is copied from the handle
-
-
-class Releasable(Protocol):
-    """What an attempt holds while it runs and gives back when it ends (an iris ``Admission``)."""
-
-    def release(self) -> None: ...
-
-
-class NothingHeld:
-    """The hold of a step that takes nothing from this machine's ledger (a fetch, a step on Ray)."""
-
-    def release(self) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class AttemptContext:
-    """What every attempt of one run shares with the runner that started it."""
-
-    holder: str
-    client: DistributedClient
-    worker: WorkerKind
-    strict_env: bool
-    environment: Callable[[], tuple[dict[str, Any], str]]
-    """The environment fingerprint and its digest (for provenance)."""
-    places: tuple[str, ...] = ()
-    """Where other builds of a step may be found (the prefix, then caches): a build that differs
-    from another of the same inputs is reported as nondeterministic."""
-    prefix: str = ""
-    """The store's prefix, where its done index lives (:mod:`marin.execution.done_index`)."""
-    pool: Callable[[], Any] | None = None
-    """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
-    interpreter each."""
-
-
-def publish_copy(plan: Plan, pos: int, lease: Lease, prefix: str,
-                 copy: Callable[[], tuple[dict[str, Any], dict[str, Any]]], instead: str) -> bool:
-    """Publish step ``pos`` from a copy of a finished build (a cache entry, an earlier build of the
-    same inputs): ``copy()`` fills its folder and returns (manifest, success-record fields); then,
-    under the lease, the success record, the done marker and the digest dependents read. False
-    (with a warning ending in ``instead``) if the copy was refused or the lease lost.
-    """
-    from marin.execution.cache import CacheMiss
-
-    p = plan.steps[pos]
-    record = StepRecord(p.output_path)
-    try:
-        manifest, fields = copy()
-        lease.check()
-        record.publish(p.name, p.hash, manifest, extra=fields)
-        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_json(record.provenance)))
-    except CacheMiss as e:
-        logger.warning("%s; %s", e, instead)
-        return False
-    except LeaseLost as e:
-        logger.warning("%s: %s", p.output_name, e)
-        return False
-    if isinstance(fields.get("output_digest"), str):
-        plan.published[pos] = fields["output_digest"]
-    lease.clear()
-    return True
-
-
-def fetch_from_cache(plan: Plan, pos: int, lease: Lease, prefix: str) -> bool:
-    """Copy step ``pos`` from its cache into the store at ``prefix`` and publish it; False (with a
-    warning) if the entry is bad."""
-    from marin.execution.cache import substitute
-
-    p = plan.steps[pos]
-    hit = p.cache_hit
-    if hit is None:
-        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
-
-    def copy() -> tuple[dict[str, Any], dict[str, Any]]:
-        substitute(hit, p.output_path)
-        record, cached = StepRecord(p.output_path), StepRecord(hit.path)
-        manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
-        return manifest, carried_fields(cached.read_json(cached.success) or {})
-
-    return publish_copy(plan, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
 
 
 @dataclass
@@ -247,6 +131,7 @@ class StepAttempt:
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=p.output_path,
+                prefix=ctx.prefix,
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
@@ -273,6 +158,7 @@ class StepAttempt:
         p, client = self.planned, self.ctx.client
         env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
         if resources.num_hosts > 1:
+            # iris's package imports fray's clients and with them Ray (~0.8 s): only for multi-host steps.
             from iris.multihost import MultihostJobHandle, launch
 
             return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources,
@@ -335,7 +221,7 @@ class StepAttempt:
             self.handle.result(timeout=0)
             return False
         except BaseException as e:  # noqa: BLE001 - only inspected here; finish reports it
-            if not _is_lost_process(e):
+            if not is_lost_process(e):
                 return False
             error = self.mask(str(e))
         if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
@@ -352,6 +238,7 @@ class StepAttempt:
         try:
             self.handle = self.resubmit()
         except Exception as e:  # noqa: BLE001 - a step that cannot restart fails like any other
+            # fray's package imports Ray (~0.8 s): only when a retry fails to start.
             from fray.inprocess import DoneJob
 
             e.remote_traceback = traceback.format_exc()  # type: ignore[attr-defined]
@@ -359,8 +246,9 @@ class StepAttempt:
         return True
 
     # -- the end -------------------------------------------------------------------------
-    def finish(self, plan: Plan) -> StepOutcome | None:
+    def finish(self, state: RunState) -> StepOutcome | None:
         """Publish a step that returned, record one that failed; None if the lease was lost."""
+        # fray's package imports Ray (~0.8 s): only once a step has ended.
         from fray.cluster import JobFailed
 
         p = self.planned
@@ -380,7 +268,7 @@ class StepAttempt:
             message = str(e)
             if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
                 message = message[len(f"job {p.output_name} failed: "):]
-            if _is_lost_process(e):
+            if is_lost_process(e):
                 message += (f" (the step's process was lost on attempt {self.attempt}; "
                             f"{self.retries} retr{'y' if self.retries == 1 else 'ies'} used of resources.max_retries)")
             message = self.mask(message)
@@ -398,19 +286,19 @@ class StepAttempt:
             files = list(fs.walk_files(p.output_path))
             self.lease.check(meta_names(files))
             manifest = compute_manifest(p.output_path, files)
-            fields = realisation_fields(plan, p, manifest)
+            fields = realisation_fields(state, p, manifest)
             odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
             if odd is not None:
                 logger.warning("%s: %s", p.output_name, odd)
-            provenance = self._provenance(plan, timing, manifest)
+            provenance = self._provenance(state, timing, manifest)
             if odd is not None:
                 provenance["nondeterminism"] = odd.to_json()
             in_parallel(lambda rec: record.write_json(*rec), [(record.manifest, manifest),
                                                                (record.provenance, provenance)])
             self.lease.check()  # fencing: a runner that lost its lease never publishes
             record.publish(p.name, p.hash, manifest, extra=fields, listed_absent=not record_listed(record.success, self.lease))
-            plan.published[plan.pos_of[id(p.step)]] = fields["output_digest"]
-            done_index.mark(plan.store.prefix, p.output_name, provenance["env_digest"])
+            state.published(state.plan.position(p.step), fields["output_digest"])
+            done_index.mark(state.plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
@@ -439,8 +327,8 @@ class StepAttempt:
             shutil.rmtree(os.path.dirname(self.local_log), ignore_errors=True)
             self.local_log = self.remote_log
 
-    def _provenance(self, plan: Plan, timing: Any, manifest: dict) -> dict[str, Any]:
-        p = self.planned
+    def _provenance(self, state: RunState, timing: Any, manifest: dict) -> dict[str, Any]:
+        p, plan = self.planned, state.plan
         fingerprint, digest = self.ctx.environment()
         return {
             "name": p.name,

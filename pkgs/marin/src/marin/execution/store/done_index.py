@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
-
-if TYPE_CHECKING:
-    from marin.execution.store import FolderListings
 
 __all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "env_of", "index_folder", "mark", "marker_name", "parse_marker",
            "read_index", "unmark"]
@@ -106,8 +105,6 @@ def unmark(prefix: str, output_names: Iterable[str]) -> None:
 
 
 def _success_path(prefix: str, output_name: str) -> str:
-    from marin.execution.store import StepRecord
-
     return StepRecord(fs.join(prefix, output_name)).success
 
 
@@ -118,8 +115,6 @@ def env_of(provenance: Mapping[str, Any] | None) -> str | None:
 
 
 def _env_of(prefix: str, output_name: str) -> str | None:
-    from marin.execution.store import StepRecord
-
     record = StepRecord(fs.join(prefix, output_name))
     return env_of(record.read_json(record.provenance))
 
@@ -142,8 +137,6 @@ def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListi
     Args:
         listings: where the parent folders' listings are kept (a plan reads them again).
     """
-    from marin.execution.store import FolderListings, in_parallel
-
     names = list(dict.fromkeys(output_names))
     listing = read_index(prefix)
     marked = [n for n in names if n in listing]

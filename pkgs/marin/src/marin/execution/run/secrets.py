@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.execution.walk import Kind, items_of, kind_of
+from marin.execution.core.walk import Kind, items_of, kind_of
+from rigging.secrets import Secret, SecretNotFound
 
 __all__ = ["MASK", "SecretMask"]
 
@@ -25,8 +26,6 @@ class SecretMask:
     @classmethod
     def of(cls, config: Any) -> SecretMask:
         """The values, as this process resolves them, of every ``Secret`` in ``config`` (unset ones are skipped)."""
-        from rigging.secrets import Secret, SecretNotFound
-
         values = []
         stack = [config]
         while stack:

@@ -13,11 +13,15 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin.execution.lazy import Lazy
-from marin.execution.step import OutputPath, Step
+from marin.execution.core.errors import UnserializableConfig
+from marin.execution.core.placeholders import Placeholder
+from rigging import filesystem as fs
 from rigging.secrets import Secret
+
+if TYPE_CHECKING:
+    from marin.execution.core.step import Step
 
 __all__ = ["Kind", "iter_placeholders", "items_of", "kind_of", "map_children", "map_nodes", "map_placeholders", "placeholder_step", "with_real_paths"]
 
@@ -26,7 +30,7 @@ class Kind(enum.Enum):
     """How the walker treats a value."""
 
     LEAF = "leaf"
-    PLACEHOLDER = "placeholder"  # output_path_of(step, sub), a Step or a lazy handle
+    PLACEHOLDER = "placeholder"  # a Placeholder: output_path_of(step, sub), a Step or a lazy handle
     DATACLASS = "dataclass"
     MAPPING = "mapping"
     LIST = "list"
@@ -41,7 +45,7 @@ def kind_of(value: Any) -> Kind:
     """The kind of ``value``; a ``Secret`` is a leaf (its value is never walked)."""
     if value is None or isinstance(value, _LEAVES):
         return Kind.LEAF
-    if isinstance(value, OutputPath | Step | Lazy):
+    if isinstance(value, Placeholder):
         return Kind.PLACEHOLDER
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return Kind.DATACLASS
@@ -70,16 +74,13 @@ def items_of(value: Any, kind: Kind) -> list[tuple[Any, Any]]:
     return []
 
 
-def placeholder_step(value: Any, where: str = "config") -> tuple[Step, str]:
-    """The step a placeholder stands for and the sub-path inside its output ("" for the whole)."""
-    from marin.execution.hashing import UnserializableConfig
-
-    target, sub_path = (value.step, value.sub_path) if isinstance(value, OutputPath) else (value, "")
-    if isinstance(target, Lazy):
-        target = target.lower()
-    if not isinstance(target, Step):
-        raise UnserializableConfig(f"{where}: output_path_of needs a Step or a lazy handle, got {type(target).__name__}")
-    return target, sub_path
+def placeholder_step(value: Placeholder, where: str = "config") -> tuple[Step, str]:
+    """The step a placeholder stands for and the sub-path inside its output ("" for the whole);
+    ``where`` names the config field in the error when it stands for something that is not a step."""
+    try:
+        return value.target()
+    except UnserializableConfig as e:
+        raise UnserializableConfig(f"{where}: {e}") from None
 
 
 def iter_placeholders(value: Any, where: str = "config") -> Iterator[tuple[Step, str]]:
@@ -144,7 +145,6 @@ def map_placeholders(value: Any, replace: Callable[[Step, str], Any]) -> Any:
 
 def with_real_paths(config: Any, paths: Mapping[int, str]) -> Any:
     """The config ``fn`` receives: every placeholder replaced by the real path of its output."""
-    from rigging import filesystem as fs
 
     def real(step: Step, sub_path: str) -> str:
         base = paths[id(step)]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextvars
 import importlib
 import importlib.util
+import logging
 import os
 import pickle
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from rigging.log import setup_logging
 
 __all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step"]
 
@@ -33,6 +36,8 @@ class StepPayload:
     config_pickle: bytes
     output_path: str
     log_path: str | None
+    prefix: str = ""
+    """The store's prefix: a running step is handed it (:func:`current_step`), never parses its output path."""
     sys_path: tuple[str, ...] = ()
     step_version: str = "v1"
     """The step's version (its name and version are what a running ``fn`` may ask of :func:`current_step`)."""
@@ -49,6 +54,8 @@ class RunningStep:
     name: str
     version: str
     output_path: str
+    prefix: str
+    """The store the step writes into (its earlier builds are there)."""
 
 
 _CURRENT: contextvars.ContextVar[RunningStep | None] = contextvars.ContextVar("marin_current_step", default=None)
@@ -107,19 +114,16 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     for entry in reversed(payload.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    import logging
-
-    from rigging.log import setup_logging
-
     setup_logging(os.environ.get("MARIN_LOG_LEVEL", "INFO"))
     log = logging.getLogger("marin.step")
+    # fray's package imports Ray (~0.8 s): not for the runner that only plans.
     from fray.types import Preempted
 
     started = time.time()
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
-    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path))
+    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix))
     try:
         fn(config, payload.output_path)
     except Preempted as e:

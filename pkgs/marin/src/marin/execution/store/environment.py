@@ -13,6 +13,9 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+from marin.execution.core.identity import workspace_root
+from rigging.config.discovery import find_workspace_root
+
 __all__ = ["KEY_PACKAGES", "current_environment", "environment_fingerprint", "environment_root", "fingerprint_digest"]
 
 KEY_PACKAGES = (
@@ -83,14 +86,9 @@ def environment_root() -> str | None:
     environment planned from another folder has the same fingerprint. A ``marin`` installed
     outside any workspace falls back to the workspace of the working folder.
     """
-    import marin
-    from rigging.config.discovery import find_workspace_root
-
-    found = find_workspace_root(os.path.dirname(os.path.abspath(marin.__file__)))
+    found = find_workspace_root(os.path.dirname(os.path.abspath(__file__)))
     if found is not None and (found / "uv.lock").is_file():
         return str(found)
-    from marin.execution.hashing import workspace_root
-
     return workspace_root()
 
 

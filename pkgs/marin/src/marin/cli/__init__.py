@@ -1,0 +1,1 @@
+"""The ``marin`` command line: one module per verb."""

@@ -1,0 +1,1 @@
+"""Marin's executor API (``ExecutorStep``, ``executor_main``, ``ArtifactStep``) over this project's steps."""

@@ -1,0 +1,104 @@
+"""Step traits: how the engine treats the steps of one function, beyond running it.
+
+A step function declares its traits where it is defined::
+
+    @step_function(StepTraits(scale_fields=("trainer.num_train_steps",), volatile_files=("metrics.jsonl",)))
+    def train_lm_step(config, output_path): ...
+
+The decorator returns a :class:`StepFunction`: it is called like the function and has the same
+identity (module and qualified name), so wrapping a function never changes a step's hash. The
+engine asks :func:`traits_of` for a step's traits; a plain function has the defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marin.execution.core.step import Step
+
+__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "StartDescriber", "StepFunction", "StepTraits", "step_function",
+           "traits_of", "volatile_patterns"]
+
+EarlierBuilds = Callable[[str], Sequence[tuple[str, Mapping[str, Any]]]]
+"""Finished builds of a step name, newest first: (output path, provenance)."""
+
+StartDescriber = Callable[[Step, Mapping[int, str], EarlierBuilds], "str | None"]
+"""Where a build of a step would start (a branch, an extension), given the plan's hashes
+(``{id(step): hash}``) and the earlier builds; None for "from scratch"."""
+
+ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
+"""Output files that differ between two builds of the same inputs, whatever the step: zephyr's
+shard commit records name the absolute paths of the input files they were made from (found by
+building the same graph under two prefixes and comparing manifests)."""
+
+
+@dataclass(frozen=True)
+class StepTraits:
+    """What the engine may know of a step function's steps.
+
+    Attributes:
+        scale_fields: dotted config fields (as ``marin compare`` names them) whose product is the
+            step's work; estimates scale earlier builds' durations by it (tokens, for training).
+        volatile_files: glob patterns (``*`` spans folders) of output files that differ between
+            two builds of the same inputs (times, random names); left out of the output digest.
+        describe_start: says, for ``marin plan``, where a build would start (:data:`StartDescriber`).
+    """
+
+    scale_fields: tuple[str, ...] = ()
+    volatile_files: tuple[str, ...] = ()
+    describe_start: StartDescriber | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("scale_fields", "volatile_files"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
+                raise TypeError(f"StepTraits.{name} must be a tuple of non-empty strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        if self.describe_start is not None and not callable(self.describe_start):
+            raise TypeError(f"StepTraits.describe_start must be callable, got {self.describe_start!r}")
+
+
+_DEFAULT = StepTraits()
+
+
+class StepFunction:
+    """A step function and its :class:`StepTraits`; called as the function is, same identity."""
+
+    def __init__(self, fn: Callable[[Any, str], Any], traits: StepTraits):
+        if not callable(fn):
+            raise TypeError(f"step_function needs a function, got {fn!r}")
+        if not isinstance(traits, StepTraits):
+            raise TypeError(f"step_function needs StepTraits, got {type(traits).__name__}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.traits = traits
+        # Its identity (``module:qualname``) is the function's: wrapping never changes a step's hash.
+        self.__qualname__: str = fn.__qualname__
+
+    def __call__(self, config: Any, output_path: str) -> Any:
+        return self.fn(config, output_path)
+
+    def __reduce__(self) -> str:
+        # Pickled by reference, as a module-level function is: its module holds this object by name.
+        return self.__qualname__
+
+    def __repr__(self) -> str:
+        return f"<step function {self.__module__}.{self.__qualname__}>"
+
+
+def step_function(traits: StepTraits) -> Callable[[Callable[[Any, str], Any]], StepFunction]:
+    """Declare a step function's traits where it is defined (see the module docstring)."""
+    return lambda fn: StepFunction(fn, traits)
+
+
+def traits_of(fn: Any) -> StepTraits:
+    """The traits of a step function (the defaults for a plain function)."""
+    return fn.traits if isinstance(fn, StepFunction) else _DEFAULT
+
+
+def volatile_patterns(step: Step) -> tuple[str, ...]:
+    """Glob patterns of a step's output files left out of its output digest."""
+    return ALWAYS_VOLATILE + traits_of(step.fn).volatile_files

@@ -1,0 +1,101 @@
+"""The explain phase: why a step that is not built at its hash would run, and where it would start."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from marin.execution.core.encoding import describe_encoded, flatten_config, holds_dependency
+from marin.execution.core.graph import dependencies_of
+from marin.execution.core.identity import fn_identity
+from marin.execution.core.step import Step
+from marin.execution.core.traits import EarlierBuilds, traits_of
+from marin.execution.plan.model import Reason, ReasonKind
+from marin.execution.store.records import BuildState, StepRecord
+
+__all__ = ["earlier_attempt", "start_note", "why_changed"]
+
+
+def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds,
+                runs: set[int]) -> list[Reason]:
+    """Reasons a step not built at this hash runs, against the newest earlier build of its name.
+
+    Args:
+        hashes: ``{id(step): hash}`` of the graph.
+        earlier_builds: finished builds of a name, newest first.
+        runs: ``id``s of the step objects that run in this plan (their dependents run because of them).
+    """
+    reasons: list[Reason] = []
+    changed_deps = [d for d in dependencies_of(step) if id(d) in runs]
+    if changed_deps:
+        names = ", ".join(sorted({d.name for d in changed_deps}))
+        reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, names))
+    earlier = earlier_builds(step.name)
+    if not earlier:
+        # Nothing of this name was built before: it is new, whatever its inputs did.
+        return [Reason(ReasonKind.NEW, "no earlier build of this name")]
+    _, prov = earlier[0]
+    old_version = prov.get("version")
+    if old_version is not None and old_version != step.version:
+        reasons.append(Reason(ReasonKind.VERSION_BUMPED, f"{old_version} → {step.version}"))
+    old_fn = prov.get("fn")
+    if old_fn is not None and old_fn != fn_identity(step.fn):
+        reasons.append(Reason(ReasonKind.FN_CHANGED, f"{old_fn} → {fn_identity(step.fn)}"))
+    old_flat = prov.get("config_flat")
+    if isinstance(old_flat, dict):
+        # A damaged record of an old build explains less; it must never stop the plan.
+        old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
+        dependency_keys: set[str] = set()
+        new_flat = flatten_config(step.config, hashes, dependency_keys=dependency_keys)
+        for key in sorted(set(old_flat) | set(new_flat)):
+            before, after = old_flat.get(key), new_flat.get(key)
+            if before == after:
+                continue
+            if key in dependency_keys and before is not None and holds_dependency(before):
+                if changed_deps:
+                    continue  # already explained by the upstream change
+                reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, f"{key} now points at another build"))
+                continue
+            reasons.append(Reason(ReasonKind.CONFIG_CHANGED, f"{key}: {_show(before)} → {_show(after)}"))
+    if not reasons:
+        if prov.get("env_digest") and prov.get("strict_env"):
+            reasons.append(Reason(ReasonKind.ENV_CHANGED, "the environment fingerprint differs (--strict-env)"))
+        else:
+            reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))
+    return reasons
+
+
+def _show(encoded: str | None) -> str:
+    if encoded is None:
+        return "(absent)"
+    try:
+        value = json.loads(encoded)
+    except ValueError:
+        return encoded
+    return describe_encoded(value)
+
+
+def start_note(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> Reason | None:
+    """Where a build of ``step`` would start, when its function's traits can tell
+    (:attr:`~marin.execution.core.traits.StepTraits.describe_start`): a branch, an extension of
+    an earlier build of itself."""
+    describe = traits_of(step.fn).describe_start
+    if describe is None:
+        return None
+    note = describe(step, hashes, earlier_builds)
+    if note is not None and not isinstance(note, str):
+        raise TypeError(f"{step.name}: describe_start must return a line of text or None, got {type(note).__name__}")
+    return Reason(ReasonKind.STARTS_FROM, note) if note else None
+
+
+def earlier_attempt(record: StepRecord) -> Reason | None:
+    """Why a step whose folder holds an unfinished attempt runs again (failed, killed, resuming)."""
+    status = record.read_status()
+    if status.state is BuildState.FAILED:
+        error = status.error.splitlines()[0] if status.error else ""
+        return Reason(ReasonKind.EARLIER_FAILED, error[:200])
+    if status.state is BuildState.RUNNING:
+        return Reason(ReasonKind.RESUMING, f"another runner holds it ({status.holder})")
+    if status.state is BuildState.KILLED:
+        return Reason(ReasonKind.EARLIER_KILLED, f"attempt {status.attempt or '?'} by {status.holder or '?'}")
+    return None

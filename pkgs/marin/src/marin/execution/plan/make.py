@@ -1,0 +1,266 @@
+"""Making a plan, in named phases: select, hash, need (with caches), decide, explain, reuse.
+
+Each phase is one function of what the ones before it found; :func:`make_plan` runs them in
+order. The estimate (:mod:`marin.execution.plan.estimate`) is a phase the runner adds when it
+has something to build.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.graph import collect_graph, dependencies_of
+from marin.execution.core.hashing import hash_graph
+from marin.execution.core.lazy import lower_targets
+from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.step import DEV_VERSION, Step
+from marin.execution.plan.explain import earlier_attempt, start_note, why_changed
+from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind, StoreView, UnknownStep
+from marin.execution.plan.reuse import plan_reuse
+from marin.execution.store.cache import CacheHit, find_in_caches
+from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs
+from marin.execution.store.records import StepRecord
+from marin.execution.store.store import StepStore
+from rigging import filesystem as fs
+
+__all__ = ["HashedGraph", "decide", "explain", "hash_steps", "make_plan", "need", "select"]
+
+
+def _match_any(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+# -- select -----------------------------------------------------------------------------------
+
+def select(targets: Iterable[Placeholder], only: Sequence[str] = ()) -> list[Step]:
+    """The target steps, narrowed to those matching ``only`` (their dependencies come along)."""
+    roots = lower_targets(targets)
+    if not only:
+        return roots
+    graph = collect_graph(roots)
+    chosen = [s for s in graph if _match_any(s.name, only)]
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(s.name, pattern) for s in graph):
+            names = ", ".join(sorted({s.name for s in graph})[:8])
+            raise UnknownStep(f"--only {pattern!r} matches no step (steps: {names}{', ...' if len(graph) > 8 else ''})")
+    return chosen
+
+
+# -- hash -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HashedGraph:
+    """The graph of the selected targets, one entry per distinct hash, dependencies first."""
+
+    hashes: dict[int, str]
+    """``{id(step object): hash}`` of every step object reached."""
+    entries: list[Step]
+    """One step object per distinct hash."""
+    pos_of: dict[int, int]
+    """``id(step object)`` → position of its entry."""
+    steps_at: list[list[Step]]
+    """The step objects of each entry."""
+    deps: list[tuple[int, ...]]
+    """Positions each entry reads."""
+    outputs: list[str]
+    """Each entry's output folder under the prefix."""
+    roots: frozenset[int]
+    """Positions of the targets."""
+
+
+def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None) -> HashedGraph:
+    """Hash every step reachable from ``roots`` and place each distinct one under the prefix.
+
+    Raises:
+        InvalidStep: an output folder would resolve outside the prefix (a symlink).
+    """
+    graph = collect_graph(roots)
+    hashes = hash_graph(roots, salt, graph=graph)
+    index: dict[str, int] = {}
+    entries: list[Step] = []
+    pos_of: dict[int, int] = {}
+    steps_at: list[list[Step]] = []
+    outputs: list[str] = []
+    real_parents: dict[str, str] = {}
+    for step in graph:
+        digest = hashes[id(step)]
+        if digest in index:
+            pos_of[id(step)] = index[digest]
+            steps_at[index[digest]].append(step)
+            continue
+        output = store.output_path(f"{step.name}-{digest[:16]}")
+        _refuse_escape(store, output, real_parents)
+        index[digest] = pos_of[id(step)] = len(entries)
+        entries.append(step)
+        steps_at.append([step])
+        outputs.append(output)
+    deps = [tuple(sorted({pos_of[id(d)] for d in dependencies_of(step)})) for step in entries]
+    return HashedGraph(hashes, entries, pos_of, steps_at, deps, outputs, frozenset(pos_of[id(r)] for r in roots))
+
+
+def _refuse_escape(store: StepStore, output: str, real_parents: dict[str, str]) -> None:
+    """Raise :class:`InvalidStep` when a local output folder resolves outside the prefix.
+
+    A name cannot climb out (``validate_step_name``), but a symlink inside the prefix can: a step
+    would then write, and ``--force`` wipe, a folder elsewhere on the machine. ``real_parents``
+    caches resolved parent folders: siblings share them, so a large graph costs one lstat a step.
+    """
+    if not fs.is_local(output):
+        return
+    local = fs.strip_protocol(output)
+    parent, base = os.path.split(local)
+    if "" not in real_parents:
+        real_parents[""] = os.path.realpath(fs.strip_protocol(store.prefix))
+    root = real_parents[""]
+    if parent not in real_parents:
+        real_parents[parent] = os.path.realpath(parent)
+    real = os.path.join(real_parents[parent], base)
+    if os.path.islink(local):
+        real = os.path.realpath(local)
+    if real != local and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise InvalidStep(f"output folder {local} resolves to {real}, outside the prefix {root} "
+                          "(a symlink?); remove the link or choose another prefix")
+
+
+# -- need (and caches) --------------------------------------------------------------------------
+
+def need(graph: HashedGraph, done: Sequence[bool], forced: Sequence[bool],
+         cache_lookup: Callable[[int], CacheHit | None]) -> tuple[list[bool], dict[int, CacheHit]]:
+    """Which entries the run needs: the targets, forced entries, and the inputs of needed entries
+    that must be built. An entry found in a cache (``cache_lookup``, asked only of needed entries
+    that are not done or forced) is fetched whole: its inputs are not needed for it.
+
+    Returns:
+        (needed, per position, and the cache hits by position).
+    """
+    needed = [False] * len(graph.entries)
+    hits: dict[int, CacheHit] = {}
+    for pos in range(len(graph.entries) - 1, -1, -1):
+        # A forced step is rebuilt even when a done dependent would otherwise cover it.
+        if pos in graph.roots or forced[pos]:
+            needed[pos] = True
+        if not needed[pos] or (done[pos] and not forced[pos]):
+            continue
+        if not forced[pos]:
+            hit = cache_lookup(pos)
+            if hit is not None:
+                hits[pos] = hit
+                continue
+        for d in graph.deps[pos]:
+            needed[d] = True
+    return needed, hits
+
+
+# -- decide -----------------------------------------------------------------------------------
+
+def decide(done: bool, forced: bool, needed: bool, hit: CacheHit | None) -> Action:
+    """What the run does with one entry."""
+    if forced and needed:
+        return Action.RUN
+    if done:
+        return Action.CACHED
+    if not needed:
+        return Action.UNNEEDED
+    return Action.FETCH if hit is not None else Action.RUN
+
+
+# -- explain ----------------------------------------------------------------------------------
+
+def explain(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, tuple[Reason, ...]]:
+    """Why each entry that runs (and is not forced) runs, and where it would start."""
+    runs: set[int] = set()
+    for pos, action in enumerate(actions):
+        if action is Action.RUN:
+            # Every step object with this hash counts as running for its dependents' reasons.
+            runs.update(id(s) for s in graph.steps_at[pos])
+    reasons: dict[int, tuple[Reason, ...]] = {}
+    for pos, action in enumerate(actions):
+        if action is not Action.RUN:
+            continue
+        step, output = graph.entries[pos], graph.outputs[pos]
+        # No folder, no records: an output never attempted has no earlier attempt to read.
+        earlier = earlier_attempt(StepRecord(output)) if view.listings.has(output) else None
+        found = [earlier] if earlier else why_changed(step, graph.hashes, view.earlier_builds, runs)
+        start = start_note(step, graph.hashes, view.earlier_builds)
+        reasons[pos] = tuple(found) + ((start,) if start else ())
+    return reasons
+
+
+def _env_note(p: PlannedStep, built: str | None, env_digest: str) -> str | None:
+    if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
+        prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
+        built = prov.get("env_digest") or UNKNOWN_ENV
+    if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
+        return "built in a different environment"
+    return None
+
+
+# -- the whole plan -----------------------------------------------------------------------------
+
+def make_plan(
+    targets: Iterable[Placeholder],
+    store: StepStore,
+    *,
+    force: Sequence[str] = (),
+    only: Sequence[str] = (),
+    salt: str | None = None,
+    explain_reasons: bool = True,
+    env_digest: str | None = None,
+    caches: Sequence[str] = (),
+    early_cutoff: bool = True,
+) -> Plan:
+    """Plan ``targets``: which steps are cached, which run and why.
+
+    Args:
+        targets: the steps (or lazy handles) asked for.
+        store: where outputs live.
+        force: glob patterns of step names to rebuild even if cached.
+        only: glob patterns: run only matching steps and their dependencies.
+        salt: the environment fingerprint digest, when it is part of the hash (--strict-env).
+        explain_reasons: compute the reasons (reads earlier builds); off for the fast no-op path.
+        env_digest: the current environment's digest, to note cached steps built elsewhere.
+        caches: read-only caches (other prefixes) to fetch finished steps from.
+        early_cutoff: reuse an earlier build of a step whose inputs' content is unchanged
+            (:mod:`marin.execution.store.realisations`); off, every step downstream of a rebuilt one runs.
+    """
+    graph = hash_steps(select(targets, only), store, salt)
+    for pattern in force:
+        if not any(_match_any(s.name, [pattern]) for steps in graph.steps_at for s in steps):
+            raise UnknownStep(f"--force {pattern!r} matches no step")
+    view = StoreView(store)
+    names = [f"{s.name}-{graph.hashes[id(s)][:16]}" for s in graph.entries]
+    # One listing of the store's done index answers for every step (store.done_index).
+    built_in = done_outputs(store.prefix, names, view.listings)
+    done = [name in built_in for name in names]
+    forced = [_match_any(s.name, force) or s.version == DEV_VERSION for s in graph.entries]
+    needed, hits = need(graph, done, forced,
+                        lambda pos: find_in_caches(names[pos], caches) if caches else None)
+    actions = [decide(done[pos], forced[pos], needed[pos], hits.get(pos)) for pos in range(len(names))]
+    explained = explain(graph, actions, view) if explain_reasons else {}
+    planned = []
+    for pos, step in enumerate(graph.entries):
+        action = actions[pos]
+        reasons: tuple[Reason, ...] = ()
+        if action is Action.RUN and forced[pos]:
+            # A "dev" version is forced on every run: the runner rebuilds it like a --force match.
+            reasons = (Reason(ReasonKind.FORCED, "--force" if _match_any(step.name, force)
+                              else 'version "dev" rebuilds on every run'),)
+        elif action is Action.FETCH:
+            reasons = (Reason(ReasonKind.IN_CACHE, hits[pos].cache),)
+        elif action is Action.RUN:
+            reasons = explained.get(pos, ())
+        p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
+                        reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None)
+        if action is Action.CACHED and explain_reasons and env_digest:
+            note = _env_note(p, built_in.get(names[pos]), env_digest)
+            if note is not None:
+                p = PlannedStep(**{**p.__dict__, "env_note": note})
+        planned.append(p)
+    plan = Plan(store, tuple(planned), graph.pos_of, view, salt=salt)
+    if early_cutoff and any(a is Action.RUN for a in actions):
+        plan = plan_reuse(plan, [store.prefix, *caches])
+    return plan

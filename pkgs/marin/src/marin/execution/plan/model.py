@@ -1,0 +1,201 @@
+"""The plan as a value: for every distinct step of a graph, what the run will do and why.
+
+A :class:`Plan` and its :class:`PlannedStep` entries never change once made
+(:func:`marin.execution.plan.make.make_plan`); a phase that refines a plan returns a new one
+(:func:`~marin.execution.plan.reuse.plan_reuse`, :meth:`Plan.with_estimate`). What changes while a
+run goes on lives in the run's state (:class:`marin.execution.run.state.RunState`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.step import Step
+from marin.execution.store.cache import CacheHit
+from marin.execution.store.realisations import Realised
+from marin.execution.store.store import FolderListings, StepStore, parent_folder
+
+if TYPE_CHECKING:
+    from marin.execution.plan.estimate import PlanEstimate
+
+__all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "StoreView", "UnknownStep", "reasons_of"]
+
+
+class UnknownStep(InvalidStep):
+    """A ``--only`` or ``--force`` pattern matched no step."""
+
+
+class Action(enum.Enum):
+    CACHED = "cached"
+    FETCH = "fetch"  # built elsewhere: copied from a cache, verified, not rebuilt
+    REUSE = "reuse"  # an earlier build over the same input content stands in (store.realisations)
+    RUN = "run"
+    UNNEEDED = "unneeded"  # not done, but nothing asked for it: a done dependent already covers it
+
+
+class ReasonKind(enum.Enum):
+    NEW = "new"
+    CONFIG_CHANGED = "config changed"
+    UPSTREAM_CHANGED = "upstream changed"
+    VERSION_BUMPED = "version bumped"
+    FN_CHANGED = "function changed"
+    ENV_CHANGED = "environment changed"
+    FORCED = "forced"
+    EARLIER_FAILED = "earlier attempt failed"
+    EARLIER_KILLED = "earlier attempt was killed"
+    RESUMING = "resuming"
+    IN_CACHE = "in cache"
+    REUSE = "reuse"
+    STARTS_FROM = "start"  # not a cause: where the build would start (a branch, an extension)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a step runs: a kind and a one-line detail."""
+
+    kind: ReasonKind
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}" if self.detail else self.kind.value
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.name.lower(), "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One step of the plan."""
+
+    step: Step
+    hash: str
+    output_path: str
+    action: Action
+    reasons: tuple[Reason, ...] = ()
+    deps: tuple[int, ...] = ()
+    """Positions in :attr:`Plan.steps` of the steps it reads."""
+    env_note: str | None = None
+    """Cached, but built in a different environment."""
+    cache_hit: CacheHit | None = None
+    """Where it is fetched from, when the action is FETCH."""
+    realised: Realised | None = None
+    """The earlier build that stands in, when the action is REUSE."""
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+    @property
+    def output_name(self) -> str:
+        return f"{self.step.name}-{self.hash[:16]}"
+
+    @property
+    def forced(self) -> bool:
+        """True when the plan rebuilds it whatever is built (``--force``, version ``"dev"``)."""
+        return any(r.kind is ReasonKind.FORCED for r in self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.step.name,
+            "hash": self.hash,
+            "output_path": self.output_path,
+            "action": self.action.value,
+            "reasons": [r.to_json() for r in self.reasons],
+            "env_note": self.env_note,
+            "cache": self.cache_hit.cache if self.cache_hit is not None else None,
+            "reuse": self.realised.output_path if self.realised is not None else None,
+        }
+
+
+class StoreView:
+    """What planning read of the store, each thing once: folder listings and earlier builds.
+
+    A plan keeps it so that later phases, the estimate and the run ask the store nothing twice.
+    """
+
+    def __init__(self, store: StepStore):
+        self.store = store
+        self.listings = FolderListings()
+        self._earlier: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+
+    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """Finished builds of the step ``name`` (any hash): (output path, provenance), newest
+        first (:meth:`StepStore.earlier_builds`, read once per name)."""
+        if name not in self._earlier:
+            listing = self.listings.names(parent_folder(self.store.prefix, name))
+            self._earlier[name] = self.store.earlier_builds(name, listing)
+        return self._earlier[name]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every distinct step (by hash) reachable from the targets, dependencies first."""
+
+    store: StepStore
+    steps: tuple[PlannedStep, ...]
+    pos_of: Mapping[int, int]
+    """``id(step object)`` → its position in :attr:`steps` (several objects may share one hash)."""
+    view: StoreView = field(repr=False, compare=False)
+    """The store as planning read it."""
+    salt: str | None = None
+    """The environment digest in every hash (``--strict-env``)."""
+    estimate: PlanEstimate | None = None
+    """Durations and accelerator-hours of the steps that would run (:meth:`with_estimate`)."""
+
+    @property
+    def listings(self) -> FolderListings:
+        return self.view.listings
+
+    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """Finished builds of the step ``name``, newest first (see :class:`StoreView`)."""
+        return self.view.earlier_builds(name)
+
+    def paths(self) -> dict[int, str]:
+        """``{id(step): output path}`` for every step object of the graph (for placeholders)."""
+        return {key: self.steps[pos].output_path for key, pos in self.pos_of.items()}
+
+    def hashes(self) -> dict[int, str]:
+        """``{id(step): hash}`` for every step object of the graph."""
+        return {key: self.steps[pos].hash for key, pos in self.pos_of.items()}
+
+    def position(self, step: Step) -> int:
+        """The position of ``step`` (a step object of the graph) in :attr:`steps`."""
+        return self.pos_of[id(step)]
+
+    def to_run(self) -> list[PlannedStep]:
+        """Steps that must be built here (not cached, not in a cache)."""
+        return [p for p in self.steps if p.action is Action.RUN]
+
+    def to_do(self) -> list[PlannedStep]:
+        """Steps the run must act on: build, fetch or reuse."""
+        return [p for p in self.steps if p.action in (Action.RUN, Action.FETCH, Action.REUSE)]
+
+    def with_steps(self, changed: Mapping[int, PlannedStep]) -> Plan:
+        """This plan with the entries at the given positions replaced."""
+        steps = tuple(changed.get(pos, p) for pos, p in enumerate(self.steps))
+        return dataclasses.replace(self, steps=steps)
+
+    def with_estimate(self, estimate: PlanEstimate) -> Plan:
+        return dataclasses.replace(self, estimate=estimate)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix": self.store.prefix,
+            "steps": [p.to_json() for p in self.steps],
+            "summary": {a.value: sum(1 for p in self.steps if p.action is a) for a in Action},
+            "estimate": self.estimate.to_json() if self.estimate is not None else None,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def reasons_of(reasons: Sequence[Reason]) -> list[str]:
+    """Reasons as the lines an outcome, a log or a report shows."""
+    return [str(r) for r in reasons]

@@ -1,0 +1,85 @@
+"""What a step runs on: the kinds of worker, the resources a step asks for, the hold it takes
+on this machine, and what every attempt of a run shares."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from marin.execution.core.step import Step
+
+if TYPE_CHECKING:
+    from fray.types import DistributedClient
+    from iris.cluster import ResourceConfig
+
+__all__ = ["AttemptContext", "NothingHeld", "Releasable", "WorkerKind", "is_lost_process", "resources_of",
+           "warm_worker_can_run"]
+
+
+class WorkerKind(enum.Enum):
+    """Where a step's ``fn`` runs, which decides who writes its log and how a preemption ends it."""
+
+    IN_PROCESS = "in-process"  # in the runner's process (memory://): its output comes from the handle
+    LOCAL_PROCESS = "local-process"  # a process of its own on this machine: it writes the log itself
+    REMOTE = "remote"  # elsewhere (Ray): its output is copied from the handle
+
+
+class Releasable(Protocol):
+    """What an attempt holds while it runs and gives back when it ends (an iris ``Admission``)."""
+
+    def release(self) -> None: ...
+
+
+class NothingHeld:
+    """The hold of a step that takes nothing from this machine's ledger (a fetch, a step on Ray)."""
+
+    def release(self) -> None:
+        pass
+
+
+def resources_of(step: Step) -> ResourceConfig:
+    """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
+    # iris's package imports fray's clients and with them Ray (~0.8 s): only when a step is built.
+    from iris.cluster import ResourceConfig
+
+    resources = step.resources if step.resources is not None else ResourceConfig()
+    if not isinstance(resources, ResourceConfig):
+        raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
+                        f"got {type(resources).__name__}")
+    return resources
+
+
+def warm_worker_can_run(resources: Any) -> bool:
+    """A local step runs forked from the warm pool (``fray.pool``) unless it needs devices or hosts
+    to itself: an accelerator (GPU or TPU) or more than one host means a fresh interpreter."""
+    return resources.accelerator is None and resources.num_hosts == 1
+
+
+def is_lost_process(error: BaseException) -> bool:
+    """True when a step did not raise but its process died or its worker or host was lost."""
+    # fray's package imports Ray (~0.8 s): only once a step has ended.
+    from fray.cluster import JobFailed
+
+    return isinstance(error, JobFailed) and error.process_died
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What every attempt of one run shares with the runner that started it."""
+
+    holder: str
+    client: DistributedClient
+    worker: WorkerKind
+    strict_env: bool
+    environment: Callable[[], tuple[dict[str, Any], str]]
+    """The environment fingerprint and its digest (for provenance)."""
+    places: tuple[str, ...] = ()
+    """Where other builds of a step may be found (the prefix, then caches): a build that differs
+    from another of the same inputs is reported as nondeterministic."""
+    prefix: str = ""
+    """The store's prefix, where its done index lives (:mod:`marin.execution.store.done_index`)."""
+    pool: Callable[[], Any] | None = None
+    """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
+    interpreter each."""

@@ -1,0 +1,167 @@
+"""The clients a runner's steps run on: local processes (warm or fresh), in-process, Ray."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from marin.execution.plan.model import Action, PlannedStep
+from marin.execution.run.attempt_context import (
+    AttemptContext,
+    NothingHeld,
+    Releasable,
+    WorkerKind,
+    resources_of,
+)
+from rigging import filesystem as fs
+from rigging.config.discovery import Backend, MarinConfig
+
+if TYPE_CHECKING:
+    from fray.types import DistributedClient
+    from iris.admission import AdmissionController, MachineCapacity
+
+__all__ = ["Backends"]
+
+
+class Backends:
+    """The clients a runner's steps run on: made on first use, shut down by :meth:`close`.
+
+    Args:
+        config: the runner's configuration (prefix, backend, Ray address, warm workers).
+        client: a ``fray`` client to use instead of one made from the configuration.
+        capacity: what this machine offers to local steps (default: detected).
+
+    fray's and iris's packages import Ray (~0.8 s): every method imports them when first asked,
+    so a run that builds nothing never pays for them.
+    """
+
+    def __init__(self, config: MarinConfig, client: DistributedClient | None = None,
+                 capacity: MachineCapacity | None = None):
+        self.config = config
+        self._client = client
+        self._owns_client = False
+        self._capacity = capacity
+        self._admission: AdmissionController | None = None
+        self.pool: Any = None
+        """The warm worker pool (``fray.pool.WorkerPool``), once a step ran in it."""
+
+    def worker_kind(self) -> WorkerKind:
+        """Where steps' functions run."""
+        from fray.cluster import LocalClient
+        from fray.inprocess import InProcessClient
+
+        if self._client is not None:
+            if isinstance(self._client, InProcessClient):
+                return WorkerKind.IN_PROCESS
+            return WorkerKind.LOCAL_PROCESS if isinstance(self._client, LocalClient) else WorkerKind.REMOTE
+        if fs.protocol_of(self.config.resolved_prefix()) == "memory":
+            return WorkerKind.IN_PROCESS
+        return WorkerKind.LOCAL_PROCESS if self.config.backend is Backend.LOCAL else WorkerKind.REMOTE
+
+    def client(self) -> DistributedClient:
+        """The client steps are submitted to (made from the configuration on first use)."""
+        if self._client is None:
+            kind = self.worker_kind()
+            if kind is WorkerKind.IN_PROCESS:
+                # memory:// exists only inside this process: a step run in a process of its own
+                # would write into a store nobody else sees, and its empty output would be
+                # published as done. So memory:// steps run here.
+                from fray.inprocess import InProcessClient
+
+                self._client = InProcessClient()
+                return self._client
+            if kind is WorkerKind.REMOTE:
+                from fray.cluster import RayClient
+
+                self._client = RayClient(address=self.config.ray_address)
+            else:
+                from fray.cluster import LocalClient
+
+                self._client = LocalClient()
+            self._owns_client = True
+        return self._client
+
+    def _warm_pool(self) -> Any:
+        if self.pool is None:
+            from fray.pool import PoolConfig, WorkerPool
+
+            self.pool = WorkerPool(PoolConfig(max_calls=self.config.warm_worker_max_steps))
+        return self.pool
+
+    def attempt_context(self, holder: str, strict_env: bool,
+                        environment: Callable[[], tuple[dict[str, Any], str]], places: Sequence[str]) -> AttemptContext:
+        """What every attempt of a run shares (see :class:`~marin.execution.run.attempt.AttemptContext`)."""
+        from fray.cluster import LocalClient
+
+        client = self.client()
+        warm = self.config.warm_workers and isinstance(client, LocalClient)
+        return AttemptContext(holder, client, self.worker_kind(), strict_env, environment, places=tuple(places),
+                              prefix=self.config.resolved_prefix(), pool=self._warm_pool if warm else None)
+
+    def _admission_controller(self) -> AdmissionController:
+        if self._admission is None:
+            from iris.admission import AdmissionController
+
+            self._admission = AdmissionController(self._capacity)
+        return self._admission
+
+    def admit(self, p: PlannedStep) -> Releasable | str | None:
+        """Room on this machine for ``p``: an iris ``Admission`` to release when it ends, None when
+        there is no room now, or why it can never run here. A step that needs nothing admitted
+        here (a fetch, any step on Ray) gets a hold that holds nothing."""
+        from iris.admission import ResourcesTooLarge
+
+        if p.action is not Action.RUN or self.worker_kind() is WorkerKind.REMOTE:
+            return NothingHeld()
+        try:
+            return self._admission_controller().try_admit(resources_of(p.step))
+        except ResourcesTooLarge as e:
+            return f"step {p.name}: {e}"
+        except TypeError as e:
+            return str(e)
+
+    def check_resources(self, steps: Sequence[PlannedStep]) -> None:
+        """Refuse a step that could never run: on this machine (local), or on any set of the Ray
+        cluster's live nodes (only clients that can list their nodes are checked).
+
+        Raises:
+            iris.admission.ResourcesTooLarge: naming the step and the resource it lacks.
+        """
+        from iris.admission import MachineCapacity, ResourcesTooLarge, check_fits_cluster
+
+        if self.worker_kind() is not WorkerKind.REMOTE:
+            controller = self._admission_controller()
+            check = controller.check_fits
+        else:
+            nodes = getattr(self.client(), "nodes", None)
+            if nodes is None:
+                return
+            hosts = [MachineCapacity(cpus=float(n.get("CPU", 0)), memory=int(n.get("memory", 0)),
+                                     gpus=int(n.get("GPU", 0)), tpu_chips=int(n.get("TPU", 0)))
+                     for n in nodes() if n.get("CPU", 0) > 0]
+
+            def check(resources: Any) -> None:
+                check_fits_cluster(resources, hosts, what="the Ray cluster")
+        for p in steps:
+            try:
+                check(resources_of(p.step))
+            except ResourcesTooLarge as e:
+                raise ResourcesTooLarge(f"step {p.name}: {e}") from None
+
+    def wait(self, busy: bool, seconds: float) -> None:
+        """Wait up to ``seconds``: a warm pool with steps running wakes as soon as one ends."""
+        if self.pool is not None and busy:
+            self.pool.wait_any(seconds)
+        else:
+            time.sleep(seconds)
+
+    def close(self) -> None:
+        """Shut down what was made here (a Ray connection, local log folders, warm workers)."""
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        if self._client is not None and self._owns_client:
+            self._client.shutdown()
+            self._client = None
+            self._owns_client = False

@@ -1,0 +1,163 @@
+"""Publishing a step: the success record, the done marker and the digest its dependents read,
+from a build, a cache entry or an earlier build of the same inputs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from marin.execution.core.hashing import realisation_key
+from marin.execution.core.traits import volatile_patterns
+from marin.execution.plan.model import PlannedStep
+from marin.execution.plan.reuse import inputs_in_plan
+from marin.execution.run.state import RunState
+from marin.execution.store import done_index
+from marin.execution.store.cache import CacheHit, CacheMiss, substitute
+from marin.execution.store.manifest import clear_output, compute_manifest, output_digest
+from marin.execution.store.realisations import (
+    Nondeterminism,
+    Realised,
+    carried_fields,
+    compare_builds,
+    find_nondeterminism,
+    find_realisation,
+)
+from marin.execution.store.records import StepRecord
+from rigging.lease import Lease, LeaseLost
+
+__all__ = ["copy_realisation", "fetch_from_cache", "nondeterminism_of", "publish_copy", "realisable",
+           "realisation_fields", "record_listed"]
+
+logger = logging.getLogger("marin.execution.step_runner")
+
+
+def record_listed(record_path: str, lease: Lease) -> bool:
+    """True when the record at ``record_path`` (in ``.marin/``) was in the lease's newest listing of it."""
+    return record_path.rpartition("/")[2] in lease.listing
+
+
+def realisation_fields(state: RunState, planned: PlannedStep, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a finished build's success record says of its content: its output digest, its
+    realisation key and inputs (absent when an input's digest is not known)."""
+    digest = output_digest(dict(manifest), volatile_patterns(planned.step))
+    fields: dict[str, Any] = {"output_digest": digest}
+    inputs = inputs_in_plan(state.plan, planned, state.digest_of)
+    if inputs is not None:
+        fields["realisation_key"] = realisation_key(planned.step, inputs[0], state.plan.salt)
+        fields["inputs"] = inputs[1]
+    return fields
+
+
+def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | None:
+    """For a step about to run whose inputs are now all built: an earlier build of the same step
+    over the same input content (found by its realisation key, recorded in the run's state as a
+    reuse); None to run it."""
+    planned = state.entry(pos)
+    inputs = inputs_in_plan(state.plan, planned, state.digest_of)
+    if not planned.deps or inputs is None:
+        return None
+    found = find_realisation(planned.name, realisation_key(planned.step, inputs[0], state.plan.salt), places,
+                             exclude=planned.output_path)
+    if found is not None:
+        state.reuse_found(pos, found, found.reason(inputs[1]))
+    return found
+
+
+def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
+                 copy: Callable[[], tuple[dict[str, Any], dict[str, Any]]], instead: str) -> bool:
+    """Publish step ``pos`` from a copy of a finished build (a cache entry, an earlier build of the
+    same inputs): ``copy()`` fills its folder and returns (manifest, success-record fields); then,
+    under the lease, the success record, the done marker and the digest dependents read. False
+    (with a warning ending in ``instead``) if the copy was refused or the lease lost.
+    """
+    p = state.entry(pos)
+    record = StepRecord(p.output_path)
+    try:
+        manifest, fields = copy()
+        lease.check()
+        record.publish(p.name, p.hash, manifest, extra=fields)
+        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_json(record.provenance)))
+    except CacheMiss as e:
+        logger.warning("%s; %s", e, instead)
+        return False
+    except LeaseLost as e:
+        logger.warning("%s: %s", p.output_name, e)
+        return False
+    if isinstance(fields.get("output_digest"), str):
+        state.published(pos, fields["output_digest"])
+    lease.clear()
+    return True
+
+
+def fetch_from_cache(state: RunState, pos: int, lease: Lease, prefix: str) -> bool:
+    """Copy step ``pos`` from its cache into the store at ``prefix`` and publish it; False (with a
+    warning) if the entry is bad."""
+    p = state.entry(pos)
+    hit = p.cache_hit
+    if hit is None:
+        raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
+
+    def copy() -> tuple[dict[str, Any], dict[str, Any]]:
+        substitute(hit, p.output_path)
+        record, cached = StepRecord(p.output_path), StepRecord(hit.path)
+        manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
+        return manifest, carried_fields(cached.read_json(cached.success) or {})
+
+    return publish_copy(state, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
+
+
+def copy_realisation(state: RunState, pos: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Copy the earlier build that stands in for ``pos`` into the step's own folder, verified
+    against its manifest, and record where it came from; returns (manifest, success-record
+    fields) for :func:`publish_copy` to publish.
+
+    Raises:
+        CacheMiss: the earlier build cannot be used (the folder is cleaned).
+    """
+    planned = state.entry(pos)
+    found = planned.realised
+    if found is None:
+        raise ValueError(f"{planned.name}: planned as a reuse of an earlier build, but none was found")
+    record = StepRecord(planned.output_path)
+    started = time.time()
+    # A finished output is never written in place, so on one local file system links stand in for copies.
+    substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path, link=True)
+    manifest = record.read_json(record.manifest) or {"files": []}
+    fields = {**realisation_fields(state, planned, manifest), "realised_from": found.output_path}
+    if fields["output_digest"] != found.output_digest:
+        clear_output(planned.output_path)
+        raise CacheMiss(f"{found.output_path} no longer has the output digest it recorded")
+    plan = state.plan
+    provenance = record.read_json(record.provenance) or {}
+    provenance.update({
+        "hash": planned.hash,
+        "dependencies": [{"name": plan.steps[d].name, "hash": plan.steps[d].hash,
+                          "path": plan.steps[d].output_path} for d in planned.deps],
+        "reasons": [r.to_json() for r in planned.reasons],
+        "realised_from": {"path": found.output_path, "hash": found.hash, "output_digest": found.output_digest,
+                          "copied_in_s": time.time() - started},
+    })
+    record.write_json(record.provenance, provenance)
+    return manifest, fields
+
+
+def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields: Mapping[str, Any],
+                      places: Sequence[str],
+                      previous: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Nondeterminism | None:
+    """Whether a build that just finished came out different from another build of the same inputs:
+    the one it replaced (``previous``: that build's success record and manifest, for a forced
+    rebuild), or one with the same realisation key here or in a cache."""
+    key = fields.get("realisation_key")
+    if key is None:
+        return None
+    volatile = volatile_patterns(planned.step)
+    if previous is not None:
+        success, old_manifest = previous
+        if success.get("realisation_key") == key and success.get("output_digest") != fields["output_digest"]:
+            found = compare_builds(f"the build it replaced ({planned.output_name})", old_manifest, manifest, volatile)
+            if found is not None:
+                return found
+    return find_nondeterminism(planned.name, key, fields["output_digest"], manifest, volatile, places,
+                               exclude=planned.output_path)

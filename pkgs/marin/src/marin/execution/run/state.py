@@ -1,0 +1,139 @@
+"""What changes while a run goes on, beside its immutable plan.
+
+The plan says what each step was found to need. During the run a step may turn out otherwise:
+its cache entry is refused (it must be built here, its inputs with it), an earlier build of the
+same inputs is found once its inputs are built (reuse), a finished build publishes its digest for
+its dependents. :class:`RunState` holds those changes and the run's bookkeeping, and changes
+only through its methods, as Ninja's ``Plan`` does; the plan itself is never modified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind
+from marin.execution.run.outcome import Outcome, StepOutcome
+from marin.execution.store.cache import CacheHit
+from marin.execution.store.realisations import Realised, digest_of_build
+from marin.execution.store.records import StepRecord
+
+if TYPE_CHECKING:
+    from marin.execution.run.attempt import StepAttempt
+
+__all__ = ["RunState"]
+
+_FAILED = (Outcome.FAILED, Outcome.UPSTREAM_FAILED)
+_BUILT = (Outcome.CACHED, Outcome.RAN, Outcome.REUSED)
+
+
+class RunState:
+    """The run of one plan: each step's current entry and outcome, what waits, runs and was published.
+
+    Args:
+        plan: the plan being run (never modified).
+        on_settle: called with each outcome as it is recorded (the reporter).
+    """
+
+    def __init__(self, plan: Plan, on_settle: Callable[[StepOutcome], None] = lambda outcome: None):
+        self.plan = plan
+        self._on_settle = on_settle
+        self._entries: dict[int, PlannedStep] = {}
+        self._published: dict[int, str] = {}
+        self.outcomes: dict[int, StepOutcome] = {}
+        self.pending: list[int] = []
+        self.running: dict[int, StepAttempt] = {}
+        self.waiting_on: dict[int, str] = {}
+        """Steps another runner holds: position → the holder last seen."""
+
+    # -- queries ----------------------------------------------------------------------------
+    @functools.cached_property
+    def paths(self) -> dict[int, str]:
+        """``{id(step): output path}`` of every step object (for placeholders), made once."""
+        return self.plan.paths()
+
+    def entry(self, pos: int) -> PlannedStep:
+        """The step at ``pos`` as the run now sees it (the plan's entry, or what the run changed)."""
+        return self._entries.get(pos) or self.plan.steps[pos]
+
+    def current_plan(self) -> Plan:
+        """The plan with what the run changed (for the run's result and report)."""
+        return self.plan.with_steps(self._entries) if self._entries else self.plan
+
+    def digest_of(self, pos: int) -> str | None:
+        """The output digest of the step at ``pos``: published in this run, else its success record's."""
+        if pos in self._published:
+            return self._published[pos]
+        q = self.plan.steps[pos]
+        return digest_of_build(q.output_path, q.step)
+
+    def upstream_failed(self, pos: int) -> list[str]:
+        """Names of the inputs of ``pos`` that failed (or whose own inputs did)."""
+        p = self.plan.steps[pos]
+        return [self.plan.steps[d].name for d in p.deps
+                if d in self.outcomes and self.outcomes[d].outcome in _FAILED]
+
+    def inputs_ready(self, pos: int) -> bool:
+        """True when every input of ``pos`` is built (cached, ran or reused in this run)."""
+        return all(d in self.outcomes and self.outcomes[d].outcome in _BUILT for d in self.plan.steps[pos].deps)
+
+    # -- changes ----------------------------------------------------------------------------
+    def start(self, outcomes: dict[int, StepOutcome]) -> None:
+        """Begin with the outcomes known before anything runs; every other step to do is pending."""
+        self.outcomes.update(outcomes)
+        self.pending = [pos for pos, p in enumerate(self.plan.steps)
+                        if p.action in (Action.RUN, Action.FETCH, Action.REUSE) and pos not in outcomes]
+
+    def settle(self, pos: int, outcome: StepOutcome) -> None:
+        """Record the outcome of ``pos``; it is no longer pending or running."""
+        self.outcomes[pos] = outcome
+        if pos in self.pending:
+            self.pending.remove(pos)
+        self._on_settle(outcome)
+
+    def published(self, pos: int, digest: str) -> None:
+        """``pos`` was published with this output digest: its dependents read it from here."""
+        self._published[pos] = digest
+
+    def build_here(self, pos: int, why: str) -> PlannedStep:
+        """``pos`` must be built here after all (its cache entry or the earlier build it would
+        reuse was refused): its entry becomes a run, with ``why``."""
+        entry = dataclasses.replace(self.entry(pos), action=Action.RUN, reasons=(Reason(ReasonKind.NEW, why),),
+                                    cache_hit=None, realised=None)
+        self._entries[pos] = entry
+        return entry
+
+    def reuse_found(self, pos: int, realised: Realised, why: str) -> PlannedStep:
+        """An earlier build over the same input content stands in for ``pos`` (found at its start)."""
+        entry = dataclasses.replace(self.entry(pos), action=Action.REUSE, realised=realised,
+                                    reasons=(Reason(ReasonKind.REUSE, why),))
+        self._entries[pos] = entry
+        return entry
+
+    def activate_inputs(self, pos: int, caches: Sequence[str],
+                        find_in_caches: Callable[[str, Sequence[str]], CacheHit | None]) -> bool:
+        """Bring the unneeded inputs of ``pos`` (which must now be built) into the run: each is
+        found done, fetched from a cache, or built (and then its own inputs too). True if any were added."""
+        added = False
+        stack = list(self.plan.steps[pos].deps)
+        while stack:
+            d = stack.pop()
+            o = self.outcomes.get(d)
+            if o is None or o.outcome is not Outcome.UNNEEDED:
+                continue
+            del self.outcomes[d]
+            q = self.plan.steps[d]
+            if StepRecord(q.output_path).is_done():
+                self.outcomes[d] = StepOutcome.of(q, Outcome.CACHED)
+                continue
+            hit = find_in_caches(q.output_name, caches) if caches else None
+            reason = Reason(ReasonKind.UPSTREAM_CHANGED, f"needed to rebuild {self.plan.steps[pos].name}")
+            self._entries[d] = dataclasses.replace(q, action=Action.FETCH if hit is not None else Action.RUN,
+                                                   cache_hit=hit, reasons=(reason,))
+            self.pending.append(d)
+            added = True
+            if hit is None:
+                stack.extend(q.deps)
+        return added

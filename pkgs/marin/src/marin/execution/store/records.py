@@ -1,0 +1,161 @@
+"""The step store: where each step's output, records and leases live under the prefix.
+
+Layout of one step's output folder ``<prefix>/<name>-<hash16>``::
+
+    ...                      the step's own files
+    .marin/status.json       the newest attempt: running / failed (error, traceback)
+    .marin/lease-*.json      leases (rigging.lease)
+    .marin/log.txt           the step's log (stdout and stderr of its process)
+    .marin/manifest.json     every output file with size and SHA-256
+    .marin/provenance.json   resolved config, dependencies, environment, host, times, attempts
+    .marin/success.json      written last: the step is done if and only if this exists
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rigging import filesystem as fs
+from rigging.lease import held
+
+__all__ = ['META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'manifest_digest']
+
+
+META_DIR = ".marin"
+
+
+class BuildState(enum.Enum):
+    """Where a step's newest attempt stands, as its records and its lease say.
+
+    The runner writes ``RUNNING``, ``FAILED`` and ``INTERRUPTED``; a reader gets ``RUNNING`` only
+    while a runner holds the step's lease, ``KILLED`` for an attempt that stopped without a word
+    (its runner died), ``MISSING`` when no attempt left a readable record.
+    """
+
+    MISSING = "missing"
+    RUNNING = "running"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    KILLED = "killed"
+
+
+_WRITTEN = (BuildState.RUNNING, BuildState.FAILED, BuildState.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """The newest attempt of a step: its state and the fields its status record holds."""
+
+    state: BuildState
+    attempt: int = 0
+    holder: str | None = None
+    """Who ran the attempt; for ``RUNNING``, who holds the lease now."""
+    error: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    """The whole status record (``time``, ``traceback``, ``worker`` ...)."""
+    written: BuildState | None = None
+    """The state the runner wrote, before the lease was consulted."""
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """The digest of a manifest's file list that the success record carries (``manifest_sha256``)."""
+    return hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Paths of one step's output and its records."""
+
+    output_path: str
+
+    @property
+    def meta(self) -> str:
+        return fs.join(self.output_path, META_DIR)
+
+    @property
+    def success(self) -> str:
+        return fs.join(self.meta, "success.json")
+
+    @property
+    def status(self) -> str:
+        return fs.join(self.meta, "status.json")
+
+    @property
+    def provenance(self) -> str:
+        return fs.join(self.meta, "provenance.json")
+
+    @property
+    def manifest(self) -> str:
+        return fs.join(self.meta, "manifest.json")
+
+    @property
+    def log(self) -> str:
+        return fs.join(self.meta, "log.txt")
+
+    def is_done(self) -> bool:
+        if fs.is_local(self.output_path):
+            return os.path.exists(fs.strip_protocol(self.success))
+        return fs.file_exists(self.success)
+
+    def read_json(self, path: str) -> dict[str, Any] | None:
+        """The JSON record at ``path``, or None when it is missing or unreadable."""
+        try:
+            data = json.loads(fs.read_text(path))
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_json(self, path: str, data: dict[str, Any]) -> None:
+        # The status record is a progress note: not worth an fsync (rigging.filesystem.atomic_write).
+        fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str), durable=path != self.status)
+
+    def write_status(self, state: BuildState, attempt: int, holder: str, *, error: str | None = None,
+                     traceback: str | None = None, worker: str | None = None) -> None:
+        """Record the newest attempt: ``worker`` names its process (``rigging.process.process_identity``)."""
+        if state not in _WRITTEN:
+            raise ValueError(f"a runner records one of {[s.value for s in _WRITTEN]}, not {state.value!r}")
+        data: dict[str, Any] = {"state": state.value, "attempt": attempt, "holder": holder, "time": time.time()}
+        for key, value in (("worker", worker), ("error", error), ("traceback", traceback)):
+            if value:
+                data[key] = value
+        self.write_json(self.status, data)
+
+    def read_status(self) -> StepStatus:
+        """The newest attempt's state, with the lease consulted (see :class:`BuildState`)."""
+        data = self.read_json(self.status)
+        state = (data or {}).get("state")
+        written = {s.value: s for s in _WRITTEN}.get(state) if isinstance(state, str) else None
+        if data is None or written is None:
+            return StepStatus(BuildState.MISSING, fields=data or {})
+        attempt = data.get("attempt")
+        attempt = attempt if type(attempt) is int else 0
+        error = str(data["error"]) if data.get("error") else None
+        holder = data.get("holder") if isinstance(data.get("holder"), str) else None
+        if written is BuildState.FAILED:
+            return StepStatus(BuildState.FAILED, attempt, holder, error, data, written)
+        lease = held(self.meta)
+        if lease is not None:
+            return StepStatus(BuildState.RUNNING, attempt, lease.holder, error, data, written)
+        return StepStatus(BuildState.KILLED, attempt, holder, error, data, written)
+
+    def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None, *,
+                listed_absent: bool = False) -> bool:
+        """Write the success record (the step is done from now on); False if one already exists.
+
+        Args:
+            extra: more fields for the record (the output digest and realisation of
+                ``marin.execution.store.realisations``).
+            listed_absent: a listing of ``.marin/`` just now had no success record
+                (``rigging.filesystem.create_if_absent``).
+        """
+        body = {"hash": digest, "name": name, "finished_at": time.time(), "manifest_sha256": manifest_digest(manifest),
+                **(extra or {})}
+        return fs.create_if_absent(self.success, json.dumps(body), listed_absent=listed_absent)
