@@ -1,6 +1,6 @@
 """The project's default tokenizer: a byte-level BPE trained on the bundled corpus by a cached step."""
 
-from marin.experiment.data import bundled_corpus, trained_tokenizer
+from marin.experiment import bundled_corpus, trained_tokenizer
 
 corpus = bundled_corpus()
 

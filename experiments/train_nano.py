@@ -14,8 +14,7 @@ from experiments.llama import llama_nano
 from experiments.marin_tokenizer import corpus, marin_tokenizer
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
-from marin.experiment.data import tokenized
-from marin.experiment.train import train_lm
+from marin.experiment import tokenized, train_lm
 
 tinystories = tokenized(name="tokenized/tinystories-synthetic", source=corpus, tokenizer=marin_tokenizer)
 

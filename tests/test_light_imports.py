@@ -13,3 +13,15 @@ def test_naming_configs_does_not_import_jax() -> None:
             "print(sorted(m for m in ('jax', 'optax', 'grain', 'orbax', 'haiku') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() -> None:
+    code = ("import sys, marin.experiment as m; "
+            "print(sorted(k for k in sys.modules if k.startswith('marin.experiment.'))); "
+            "from marin.experiment import Step, output_path_of; "
+            "print([k for k in ('jax', 'marin.experiment.train') if k in sys.modules]); "
+            "import marin.experiment.train as train, marin.experiment.data as data; "
+            "print(m.train_lm is train.train_lm and m.tokenized is data.tokenized, "
+            "all(getattr(m, n) is not None for n in m.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[]", "[]", "True True"]

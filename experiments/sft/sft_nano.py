@@ -18,11 +18,7 @@ from experiments.marin_tokenizer import marin_tokenizer
 from experiments.train_nano import nano_model, tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
-from marin.experiment.chat_data import tokenized_chat
-from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE
-from marin.experiment.eval import evaluate
-from marin.experiment.story_chat import story_chats
-from marin.experiment.train import checkpoint, train_lm
+from marin.experiment import DEFAULT_CHAT_TEMPLATE, checkpoint, evaluate, story_chats, tokenized_chat, train_lm
 
 SEQ_LEN = 256
 

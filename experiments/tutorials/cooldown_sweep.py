@@ -18,8 +18,7 @@ from experiments.llama import llama_nano
 from experiments.train_nano import tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
-from marin.experiment.data import bundled_corpus
-from marin.experiment.train import checkpoint, train_lm
+from marin.experiment import bundled_corpus, checkpoint, train_lm
 
 STABLE_STEPS = 300
 COOLDOWN = 40

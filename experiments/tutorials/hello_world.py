@@ -10,9 +10,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from marin.execution.lazy import lower
-from marin.execution.step import Step, output_path_of
-from marin.execution.step_runner import StepRunner
+from marin.experiment import Step, StepRunner, output_path_of
 from rigging import filesystem as fs
 
 
@@ -51,7 +49,7 @@ stats = Step(name="hello/stats", fn=compute_stats, config=StatsConfig(numbers_pa
 steps = [stats]
 
 if __name__ == "__main__":
-    result = StepRunner().run([lower(stats)])
+    result = StepRunner().run([stats])
     for outcome in result.steps:
         print(f"{outcome.outcome.value:8s} {outcome.name} -> {outcome.output_path}")
     raise SystemExit(0 if result.ok else 1)

@@ -8,7 +8,7 @@ import pytest
 
 from iris.admission import Demand, MachineCapacity, ResourcesTooLarge
 from iris.cluster import ResourceConfig
-from iris.simulate import SimCluster, SimResult, SimStep, critical_path, simulate
+from iris.simulate import Priority, SimCluster, SimResult, SimStep, critical_path, simulate
 
 HOST = MachineCapacity(cpus=32, memory=256 * 2**30, tpu_chips=4)  # a v4 TPU VM, roughly
 CLUSTER = SimCluster(num_hosts=64, host=HOST)
@@ -94,3 +94,25 @@ def test_a_step_no_host_can_hold_is_refused_before_scheduling():
 def test_a_cycle_is_an_error():
     with pytest.raises(ValueError, match="cycle"):
         simulate([SimStep("a", ResourceConfig(), 1.0, ("b",)), SimStep("b", ResourceConfig(), 1.0, ("a",))], CLUSTER)
+
+
+def test_slots_given_order_running_steps_and_empty_steps_as_a_runner_schedules_them():
+    one_cpu = ResourceConfig()
+    big = MachineCapacity(cpus=64, memory=0)
+    steps = [SimStep("a", one_cpu, 1.0), SimStep("b", one_cpu, 5.0, ("a",)), SimStep("c", one_cpu, 2.0, ("a",)),
+             SimStep("d", one_cpu, 1.0, ("b", "c")), SimStep("z", one_cpu, 0.0)]
+    cluster = SimCluster(1, big)
+    assert simulate(steps, cluster, max_parallel=1, priority=Priority.GIVEN_ORDER).makespan == 9.0
+    assert simulate(steps, cluster, max_parallel=2, priority=Priority.GIVEN_ORDER).makespan == 7.0
+    # "a" is running with half a second left: it holds a slot, and its dependents wait for it.
+    result = simulate(steps, cluster, max_parallel=2, priority=Priority.GIVEN_ORDER, running={"a": 0.5})
+    assert result.makespan == 6.5
+    assert next(p for p in result.placements if p.step == "a").start == 0.0
+    # The machine, not the slots, limits: two steps of 2 CPUs on a 2-CPU host never overlap.
+    two = ResourceConfig.with_cpu(2)
+    pair = [SimStep("x", two, 3.0), SimStep("y", two, 3.0)]
+    assert simulate(pair, SimCluster(1, MachineCapacity(cpus=2, memory=0)), max_parallel=4).makespan == 6.0
+    with pytest.raises(ValueError, match="max_parallel must be >= 1, got 0"):
+        simulate(steps, cluster, max_parallel=0)
+    with pytest.raises(ValueError, match=r"running steps \['q'\] are not in the graph"):
+        simulate(steps, cluster, running={"q": 1.0})

@@ -330,6 +330,21 @@ def test_errors_of_the_users_to_fix_are_one_line_without_traceback(tmp_path):
     assert "internal error" not in result.stderr
 
 
+def test_a_handle_refusing_a_value_while_the_file_is_imported_is_a_user_error_naming_the_line(tmp_path):
+    exp = _exp(tmp_path, "bad_checkpoint", """
+        import steps_for_tests as t
+        from marin.experiment.train import checkpoint
+        ref = checkpoint(t.node("m/x"), step=0)
+        steps = [t.node("m/x")]
+        """)
+    for verb in ("plan", "run"):
+        result = _invoke([verb, exp, "--prefix", str(tmp_path / "store")])
+        assert result.exit_code == 2, result.output
+        _check_user_error(result.stderr, f"{exp}:4: ValueError: ")
+        assert "internal error" not in result.stderr and "hint: fix the experiment file" in result.stderr
+    assert not os.path.exists(tmp_path / "store")
+
+
 def test_run_budget_refuses_an_estimate_over_it(tmp_path, counter):
     body = """
         import steps_for_tests as t

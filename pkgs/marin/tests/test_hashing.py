@@ -209,3 +209,16 @@ def test_unhashed_field_lives_in_rigging_and_marin_re_exports_it():
 
     assert step.unhashed_field is rigging.fields.unhashed_field is rigging.unhashed_field
     assert step.UNHASHED == rigging.fields.UNHASHED
+
+
+def test_a_step_function_with_traits_keeps_the_identity_and_hash_of_its_function():
+    import pickle
+
+    from marin.execution.core.traits import StepTraits, step_function, traits_of
+
+    traits = StepTraits(scale_fields=("value",))
+    wrapped = step_function(traits)(t.noop)
+    assert Step("id/x", wrapped, {"a": 1}).hash == Step("id/x", t.noop, {"a": 1}).hash
+    assert traits_of(wrapped) is traits and traits_of(t.noop) == StepTraits()
+    # A module-level step function with traits travels to workers by reference, as a function does.
+    assert pickle.loads(pickle.dumps(t.timed)) is t.timed

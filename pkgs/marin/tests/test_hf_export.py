@@ -7,6 +7,7 @@ once for the module; every test reads it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -119,8 +120,17 @@ def test_cli_export_by_path_and_by_step_name(built, tmp_path):
     assert "INFO" not in missing.output  # Orbax's narration of the restore is not shown
     unknown = runner.invoke(cli, ["export-hf", "checkpoints/nope", "-o", str(tmp_path / "y"), "--prefix",
                                   built["prefix"]])
-    assert unknown.exit_code == 2 and "neither a trained step's output folder nor a finished step name" in unknown.output
+    assert unknown.exit_code == 2 and "'checkpoints/nope' is not an output folder, nor an output or step name" \
+        in unknown.output
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    # The form `marin run` prints (the output name under the prefix) names the same build, for
+    # export-hf as for show.
+    output_name = os.path.relpath(built["checkpoints/hf-nano"], built["prefix"])
+    by_output_name = runner.invoke(cli, ["export-hf", output_name, "-o", str(tmp_path / "z"), "--prefix", built["prefix"]])
+    assert by_output_name.exit_code == 0, by_output_name.output
+    assert (tmp_path / "z" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    shown = runner.invoke(cli, ["show", output_name, "--prefix", built["prefix"]])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["output_path"] == built["checkpoints/hf-nano"]
 
 
 def _hub_with_export(built, tmp_path: Path, monkeypatch, repo: str) -> str:

@@ -62,7 +62,7 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, link: bool = Fal
     of a local ``src`` are hard-linked into a local ``dst`` where the file system allows (finished
     outputs are never written in place: records are replaced by renames), else copied.
     """
-    import os
+
 
     copied = 0
     linking = link and fs.is_local(src) and fs.is_local(dst)
