@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fray import DistributedClient, JobFailed, LocalClient
+from rigging import filesystem as fs
 from zephyr.errors import ShardFailed
 from zephyr.worker_context import Counters, WorkerContext
 
@@ -95,9 +96,7 @@ def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink,
 
 
 def _in_process_only(dataset: Dataset, sink: Sink) -> bool:
-    from rigging import filesystem as fs
-
-    paths = [piece.path for shard in dataset.shards for _reader, piece in getattr(shard, "pieces", ())]
+    paths = [path for shard in dataset.shards for path in shard.paths()]
     if sink.output_path:
         paths.append(sink.output_path)
     return any(fs.protocol_of(p) == "memory" for p in paths)
