@@ -11,6 +11,9 @@ time. Transforms are applied to each shard independently and in order, so functi
 worker runs several shards, those threads carry on from one shard to the next
 (:meth:`Dataset.run_shards`), so the pipeline fills and drains once per worker, not once per shard.
 
+``group_by`` (and ``deduplicate``, ``count_by`` built on it) brings records with equal keys
+together across shards: a shuffle through files, deterministic and resumable (:mod:`zephyr.shuffle`).
+
 >>> ds = Dataset.from_files("corpus/*.jsonl").map(str.lower).filter(bool).take_per_shard(1000)
 >>> result = ds.write(JsonlSink("out/"))  # doctest: +SKIP
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zephyr.readers import OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
+from zephyr.shuffle import GroupBy, KeyFn, Reducer, count_records, identity, keep_first, key_only
 from zephyr.sources import FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.stages import ShardStream, staged_shards
 from zephyr.worker_context import WorkerContext, worker_context
@@ -192,6 +196,70 @@ class Dataset:
         if size <= 0:
             raise ValueError(f"prefetch size must be > 0, got {size}")
         return self._then(_Prefetch(size))
+
+    def group_by(
+        self,
+        key: KeyFn,
+        reducer: Reducer,
+        *,
+        num_partitions: int | None = None,
+        sort_within: Callable[[Any], Any] | None = None,
+        work_path: str | None = None,
+        name: str = "group_by",
+    ) -> Dataset:
+        """Group records with equal ``key(record)`` across all shards; each group becomes ``reducer(key, records)``.
+
+        The result has ``num_partitions`` shards of reducer outputs, groups in the byte order of
+        their keys' canonical JSON; a reducer sees its group's records in input order (shard, then
+        position), or sorted by ``sort_within(record)``. Keys and records must be JSON values.
+        Semantics, files and resume: :mod:`zephyr.shuffle`.
+
+        Args:
+            key: gives each record's key (a JSON value).
+            reducer: ``(key, records iterator) -> iterable of outputs`` for one group.
+            num_partitions: reduce tasks and output shards (default: this dataset's shard count).
+            sort_within: orders each group's records before the reducer sees them.
+            work_path: folder for the partition files (default: the folder of the sink written to).
+            name: the stage's folder under ``<work>/.shuffle/``; distinct per stage of a pipeline.
+        """
+        stage = GroupBy(self, key, reducer, self.num_shards if num_partitions is None else num_partitions,
+                        sort_within, work_path, name)
+        return Dataset(stage.pending())
+
+    def deduplicate(
+        self,
+        key: KeyFn,
+        *,
+        sort_within: Callable[[Any], Any] | None = None,
+        num_partitions: int | None = None,
+        work_path: str | None = None,
+        name: str = "deduplicate",
+    ) -> Dataset:
+        """Keep one record per key: the first in input order, or the least by ``sort_within``
+        (ties in input order). Arguments as for :meth:`group_by`."""
+        return self.group_by(key, keep_first, num_partitions=num_partitions, sort_within=sort_within,
+                             work_path=work_path, name=name)
+
+    def count_by(
+        self,
+        key: KeyFn,
+        *,
+        num_partitions: int | None = None,
+        work_path: str | None = None,
+        name: str = "count_by",
+    ) -> Dataset:
+        """One ``{"key": k, "count": n}`` per distinct key. Arguments as for :meth:`group_by`."""
+        # Only the key travels through the shuffle files, not the record.
+        keys = self.map(functools.partial(key_only, key))
+        stage = GroupBy(keys, identity, count_records, self.num_shards if num_partitions is None else num_partitions,
+                        None, work_path, name, key_label=GroupBy.label_of(key))
+        return Dataset(stage.pending())
+
+    def replace_shards(self, shards: Sequence[ShardSource]) -> Dataset:
+        """The same transforms over other shard sources, as many (the driver's view of a stage that has run)."""
+        if len(shards) != len(self._shards):
+            raise ValueError(f"replace_shards needs {len(self._shards)} shards, got {len(shards)}")
+        return Dataset(shards, self._ops)
 
     def iter_shard(self, ctx: WorkerContext) -> Iterator[Any]:
         """Run shard ``ctx.shard_index`` in this process and yield its records."""
