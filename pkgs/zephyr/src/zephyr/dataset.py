@@ -28,7 +28,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zephyr.readers import OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
-from zephyr.shuffle import GroupBy, KeyFn, Reducer, count_records, identity, keep_first, key_only
+from zephyr.shuffle import (
+    GroupBy,
+    KeyFn,
+    Reducer,
+    callable_label,
+    count_records,
+    identity,
+    keep_first,
+    key_only,
+)
 from zephyr.sources import FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.stages import ShardStream, staged_shards
 from zephyr.worker_context import WorkerContext, worker_context
@@ -252,7 +261,7 @@ class Dataset:
         # Only the key travels through the shuffle files, not the record.
         keys = self.map(functools.partial(key_only, key))
         stage = GroupBy(keys, identity, count_records, self.num_shards if num_partitions is None else num_partitions,
-                        None, work_path, name, key_label=GroupBy.label_of(key))
+                        None, work_path, name, key_label=callable_label(key))
         return Dataset(stage.pending())
 
     def replace_shards(self, shards: Sequence[ShardSource]) -> Dataset:

@@ -66,7 +66,20 @@ from zephyr.worker_context import WorkerContext
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = ["SHUFFLE_FORMAT", "GroupBy", "KeyFn", "PartitionSink", "PendingPartition", "ReducePartition", "Reducer"]
+__all__ = [
+    "SHUFFLE_FORMAT",
+    "GroupBy",
+    "KeyFn",
+    "PartitionSink",
+    "PendingPartition",
+    "ReducePartition",
+    "Reducer",
+    "callable_label",
+    "count_records",
+    "identity",
+    "keep_first",
+    "key_only",
+]
 
 KeyFn = Callable[[Any], Any]
 """Gives a record's grouping key (a JSON value)."""
@@ -76,14 +89,14 @@ Reducer = Callable[[Any, Iterator[Any]], Iterable[Any]]
 SHUFFLE_FORMAT = "zephyr.shuffle/v1"
 _EXTENSION = "shuffle"
 _WORK_FOLDER = ".shuffle"
-# zstd level 3 (its default): about 4x smaller JSON lines at a few hundred MB/s per core.
+# zstd level 3 (its default): JSON lines of words came out 3x smaller (benchmarks/bench_shuffle.py).
 _ZSTD_LEVEL = 3
 
 
-def _callable_label(fn: Callable[..., Any]) -> str:
+def callable_label(fn: Callable[..., Any]) -> str:
     """A name for ``fn`` that is the same in every run (for commit records, never for hashing)."""
     if isinstance(fn, functools.partial):
-        label = f"partial({_callable_label(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
+        label = f"partial({callable_label(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
     elif hasattr(fn, "__qualname__"):
         label = f"{getattr(fn, '__module__', None)}.{fn.__qualname__}"
     else:
@@ -124,12 +137,7 @@ class GroupBy:
         if self.work_path is not None and not self.work_path:
             raise ValueError("work_path must be a non-empty path or None, got ''")
         if not self.key_label:
-            object.__setattr__(self, "key_label", _callable_label(self.key))
-
-    @staticmethod
-    def label_of(fn: Callable[..., Any]) -> str:
-        """The name of ``fn`` stored in commit records: the same in every run."""
-        return _callable_label(fn)
+            object.__setattr__(self, "key_label", callable_label(self.key))
 
     def pending(self) -> list[PendingPartition]:
         """The output shards before the stage has run: one per partition."""
@@ -340,7 +348,7 @@ class ReducePartition(ShardSource):
                 values = iter(sorted(values, key=self.sort_within))
             outputs = self.reducer(key, values)
             if outputs is None:
-                raise TypeError(f"reducer {_callable_label(self.reducer)} returned None for key "
+                raise TypeError(f"reducer {callable_label(self.reducer)} returned None for key "
                                 f"{key_bytes.decode()[:200]}; it must return an iterable of outputs")
             yield from outputs
 
@@ -353,6 +361,7 @@ class ReducePartition(ShardSource):
                 f"{len(self.segments)} map outputs sha256:{digest}"]
 
     def paths(self) -> list[str]:
+        # An empty partition still names the stage folder: the driver runs memory:// stages here.
         return [s.path for s in self.segments] or [self.folder]
 
 
