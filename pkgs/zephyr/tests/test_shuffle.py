@@ -169,6 +169,22 @@ def test_a_damaged_map_output_is_redone_or_reported(tmp_path: Path) -> None:
         _grouped(work).write(JsonlSink(str(tmp_path / "third")), in_process=True)
 
 
+def test_map_outputs_are_reused_only_for_the_same_key_and_partition_count(tmp_path: Path) -> None:
+    work = str(tmp_path)
+
+    def waves(key, partitions: int) -> tuple:
+        ds = Dataset.from_items(helpers.planted()).count_by(key, num_partitions=partitions, work_path=work)
+        wave = run(ds, CollectSink(), in_process=True).shuffles[0]
+        return wave.written, wave.reused
+
+    assert waves(helpers.word_of, 3) == ((0, 1, 2), ())
+    assert waves(helpers.word_of, 3) == ((), (0, 1, 2))
+    assert waves(helpers.rank_of, 3) == ((0, 1, 2), ())  # same stage folder, another key: redone
+    assert waves(helpers.rank_of, 2) == ((0, 1, 2), ())
+    assert waves(operator.itemgetter("word"), 2) == ((0, 1, 2), ())
+    assert waves(operator.itemgetter("word"), 2) == ((), (0, 1, 2))
+
+
 def test_output_bytes_do_not_depend_on_worker_count_or_finish_order(tmp_path: Path) -> None:
     # Shard 0's map task is held back, so with two workers the others finish first.
     ds = Dataset.from_items(helpers.planted()).map(helpers.slow_first_shard)
