@@ -1,9 +1,11 @@
-"""zephyr: streaming data pipelines (readers, lazy sharded transforms, parallel runs, writers)."""
+"""zephyr: streaming data pipelines (readers, lazy sharded transforms, grouping across shards, parallel runs,
+writers)."""
 
 from zephyr.compression import Compression
 from zephyr.dataset import Dataset, FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.errors import DataError, ShardFailed
 from zephyr.execution import RunResult, run
+from zephyr.keys import encode_json, stable_hash
 from zephyr.readers import (
     FileSlice,
     JsonlReader,
@@ -58,6 +60,7 @@ __all__ = [
     "WorkerContext",
     "current_context",
     "decode_tokens",
+    "encode_json",
     "expand_paths",
     "local_shard",
     "plan_file_shards",
@@ -66,6 +69,7 @@ __all__ = [
     "reader_for_path",
     "run",
     "shard_name",
+    "stable_hash",
     "verify_shard_index",
     "worker_context",
     "write_index",

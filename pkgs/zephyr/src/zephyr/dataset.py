@@ -11,6 +11,9 @@ time. Transforms are applied to each shard independently and in order, so functi
 worker runs several shards, those threads carry on from one shard to the next
 (:meth:`Dataset.run_shards`), so the pipeline fills and drains once per worker, not once per shard.
 
+``group_by`` (and ``deduplicate``, ``count_by`` built on it) brings records with equal keys
+together across shards: a shuffle through files, deterministic and resumable (:mod:`zephyr.shuffle`).
+
 >>> ds = Dataset.from_files("corpus/*.jsonl").map(str.lower).filter(bool).take_per_shard(1000)
 >>> result = ds.write(JsonlSink("out/"))  # doctest: +SKIP
 """
@@ -19,15 +22,23 @@ from __future__ import annotations
 
 import abc
 import functools
-import hashlib
 import itertools
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rigging import filesystem as fs
-from zephyr.readers import FileSlice, OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
+from zephyr.readers import OnError, Reader, RecordFn, TextMode, expand_paths, reader_for_path
+from zephyr.shuffle import (
+    GroupBy,
+    KeyFn,
+    Reducer,
+    callable_label,
+    count_records,
+    identity,
+    keep_first,
+    key_only,
+)
+from zephyr.sources import FileShard, ItemShard, ShardSource, plan_file_shards
 from zephyr.stages import ShardStream, staged_shards
 from zephyr.worker_context import WorkerContext, worker_context
 
@@ -39,58 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "FileShard", "ItemShard", "ShardSource", "plan_file_shards"]
 
 T = TypeVar("T")
-
-
-class ShardSource(abc.ABC):
-    """Where one shard's records come from."""
-
-    @abc.abstractmethod
-    def records(self, ctx: WorkerContext) -> Iterator[Any]:
-        """Yield the shard's source records."""
-
-    @abc.abstractmethod
-    def describe(self) -> list[str]:
-        """A stable description of the inputs (stored in commit records to detect stale shards)."""
-
-
-@dataclass(frozen=True)
-class FileShard(ShardSource):
-    """Documents read from files or byte ranges of files, each with its own reader.
-
-    Attributes:
-        pieces: ``(reader, slice)`` pairs read in order.
-    """
-
-    pieces: tuple[tuple[Reader, FileSlice], ...]
-
-    def records(self, ctx: WorkerContext) -> Iterator[str]:
-        for reader, piece in self.pieces:
-            yield from reader.read(piece, ctx.counters)
-
-    def describe(self) -> list[str]:
-        # The size is there so that a file rewritten in place with other content is not taken
-        # for the one a committed shard was made from (a cheap check, not a content hash).
-        return [f"{p.path}[{p.start}:{'' if p.end is None else p.end}] size={fs.size(p.path)}"
-                for _r, p in self.pieces]
-
-
-@dataclass(frozen=True)
-class ItemShard(ShardSource):
-    """Records held in memory (small inputs, tests).
-
-    Attributes:
-        items: the records, in order.
-    """
-
-    items: tuple[Any, ...]
-
-    def records(self, ctx: WorkerContext) -> Iterator[Any]:
-        return iter(self.items)
-
-    def describe(self) -> list[str]:
-        # In-memory items have no name; their repr's digest tells one list from another.
-        digest = hashlib.sha256(repr(self.items).encode("utf-8")).hexdigest()[:16]
-        return [f"<{len(self.items)} items sha256:{digest}>"]
 
 
 class _Op(abc.ABC):
@@ -165,36 +124,6 @@ def _source_shards(dataset: Dataset, ctxs: Sequence[WorkerContext]) -> ShardStre
                 close()
 
 
-def plan_file_shards(files: Sequence[str], readers: Sequence[Reader], num_shards: int | None) -> list[FileShard]:
-    """Cut files into shards with a stable plan.
-
-    ``num_shards=None`` gives one shard per file. Fewer shards than files groups neighbouring
-    files; more shards than files cuts splittable (uncompressed line-based) files into byte
-    ranges of about equal size. Shards that nothing is left for are empty (never an error: the
-    output layout keeps ``num_shards`` parts).
-    """
-    if num_shards is None:
-        return [FileShard(((r, FileSlice(f)),)) for f, r in zip(files, readers, strict=True)]
-    if num_shards <= 0:
-        raise ValueError(f"num_shards must be > 0, got {num_shards}")
-    pieces: list[tuple[Reader, FileSlice]]
-    if num_shards <= len(files):
-        pieces = [(r, FileSlice(f)) for f, r in zip(files, readers, strict=True)]
-    else:
-        sizes = [fs.size(f) if r.splittable(f) else 0 for f, r in zip(files, readers, strict=True)]
-        total = sum(sizes)
-        target = max(1, math.ceil(total / num_shards)) if total else 1
-        pieces = []
-        for f, r, size in zip(files, readers, sizes, strict=True):
-            if not r.splittable(f) or size <= target:
-                pieces.append((r, FileSlice(f)))
-                continue
-            parts = math.ceil(size / target)
-            bounds = [size * k // parts for k in range(parts + 1)]
-            for k in range(parts):
-                pieces.append((r, FileSlice(f, bounds[k], None if k == parts - 1 else bounds[k + 1])))
-    n = len(pieces)
-    return [FileShard(tuple(pieces[i * n // num_shards:(i + 1) * n // num_shards])) for i in range(num_shards)]
 
 
 class Dataset:
@@ -276,6 +205,70 @@ class Dataset:
         if size <= 0:
             raise ValueError(f"prefetch size must be > 0, got {size}")
         return self._then(_Prefetch(size))
+
+    def group_by(
+        self,
+        key: KeyFn,
+        reducer: Reducer,
+        *,
+        num_partitions: int | None = None,
+        sort_within: Callable[[Any], Any] | None = None,
+        work_path: str | None = None,
+        name: str = "group_by",
+    ) -> Dataset:
+        """Group records with equal ``key(record)`` across all shards; each group becomes ``reducer(key, records)``.
+
+        The result has ``num_partitions`` shards of reducer outputs, groups in the byte order of
+        their keys' canonical JSON; a reducer sees its group's records in input order (shard, then
+        position), or sorted by ``sort_within(record)``. Keys and records must be JSON values.
+        Semantics, files and resume: :mod:`zephyr.shuffle`.
+
+        Args:
+            key: gives each record's key (a JSON value).
+            reducer: ``(key, records iterator) -> iterable of outputs`` for one group.
+            num_partitions: reduce tasks and output shards (default: this dataset's shard count).
+            sort_within: orders each group's records before the reducer sees them.
+            work_path: folder for the partition files (default: the folder of the sink written to).
+            name: the stage's folder under ``<work>/.shuffle/``; distinct per stage of a pipeline.
+        """
+        stage = GroupBy(self, key, reducer, self.num_shards if num_partitions is None else num_partitions,
+                        sort_within, work_path, name)
+        return Dataset(stage.pending())
+
+    def deduplicate(
+        self,
+        key: KeyFn,
+        *,
+        sort_within: Callable[[Any], Any] | None = None,
+        num_partitions: int | None = None,
+        work_path: str | None = None,
+        name: str = "deduplicate",
+    ) -> Dataset:
+        """Keep one record per key: the first in input order, or the least by ``sort_within``
+        (ties in input order). Arguments as for :meth:`group_by`."""
+        return self.group_by(key, keep_first, num_partitions=num_partitions, sort_within=sort_within,
+                             work_path=work_path, name=name)
+
+    def count_by(
+        self,
+        key: KeyFn,
+        *,
+        num_partitions: int | None = None,
+        work_path: str | None = None,
+        name: str = "count_by",
+    ) -> Dataset:
+        """One ``{"key": k, "count": n}`` per distinct key. Arguments as for :meth:`group_by`."""
+        # Only the key travels through the shuffle files, not the record.
+        keys = self.map(functools.partial(key_only, key))
+        stage = GroupBy(keys, identity, count_records, self.num_shards if num_partitions is None else num_partitions,
+                        None, work_path, name, key_label=callable_label(key))
+        return Dataset(stage.pending())
+
+    def replace_shards(self, shards: Sequence[ShardSource]) -> Dataset:
+        """The same transforms over other shard sources, as many (the driver's view of a stage that has run)."""
+        if len(shards) != len(self._shards):
+            raise ValueError(f"replace_shards needs {len(self._shards)} shards, got {len(shards)}")
+        return Dataset(shards, self._ops)
 
     def iter_shard(self, ctx: WorkerContext) -> Iterator[Any]:
         """Run shard ``ctx.shard_index`` in this process and yield its records."""

@@ -10,6 +10,10 @@ written and committed.
 reads or writes ``memory://`` runs its shards one after another in the calling process, whatever
 client is given.
 
+A pipeline with ``group_by`` stages (:mod:`zephyr.shuffle`) runs in waves: a stage's map wave
+is a run of its input into partition files; its partitions then stand as the shards of what
+follows (the next stage's map wave, or the sink's shards).
+
 Shards already committed to the sink are not submitted again, so a run that was killed or
 failed resumes where it stopped. When a shard fails, the shards still running are cancelled and
 :class:`~zephyr.errors.ShardFailed` names the shard and carries the worker's one-line error.
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fray import DistributedClient, JobFailed, LocalClient
+from rigging import filesystem as fs
 from zephyr.errors import ShardFailed
+from zephyr.shuffle import PendingPartition, ReducePartition
 from zephyr.worker_context import Counters, WorkerContext
 
 if TYPE_CHECKING:
@@ -54,6 +60,8 @@ class RunResult:
         reused: indices of the shards found committed and skipped.
         counters: counters summed over every shard (reused ones included).
         index: the index the sink wrote last (None for sinks without one).
+        shuffles: the map wave of each ``group_by`` stage, in the order they ran (the stages a
+            stage reads from before it).
     """
 
     shard_records: list[dict[str, Any]]
@@ -61,6 +69,7 @@ class RunResult:
     reused: tuple[int, ...]
     counters: Counters = field(default_factory=Counters)
     index: dict[str, Any] | None = None
+    shuffles: tuple[RunResult, ...] = ()
 
 
 def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink,
@@ -95,9 +104,7 @@ def _run_shard_group(dataset: Dataset, indices: list[int], sink: Sink,
 
 
 def _in_process_only(dataset: Dataset, sink: Sink) -> bool:
-    from rigging import filesystem as fs
-
-    paths = [piece.path for shard in dataset.shards for _reader, piece in getattr(shard, "pieces", ())]
+    paths = [path for shard in dataset.shards for path in shard.paths()]
     if sink.output_path:
         paths.append(sink.output_path)
     return any(fs.protocol_of(p) == "memory" for p in paths)
@@ -173,6 +180,17 @@ def _run_on_client(
             client.shutdown()
 
 
+@dataclass(frozen=True)
+class _Options:
+    """What every wave of one run shares."""
+
+    client: DistributedClient | None
+    max_parallel: int
+    env: dict[str, str] | None
+    in_process: bool
+    default_work: str | None  # the folder of the run's sink: group_by stages default to it
+
+
 def run(
     dataset: Dataset,
     sink: Sink,
@@ -183,11 +201,47 @@ def run(
     in_process: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
-    """Run the shards of ``dataset`` not yet committed to ``sink``; see :meth:`Dataset.write`."""
+    """Run the shards of ``dataset`` not yet committed to ``sink``; see :meth:`Dataset.write`.
+
+    A pipeline with ``group_by`` stages runs in waves: each stage's map wave (its input's shards,
+    written to partition files) once the stages before it are done, then the sink's shards.
+    """
     if max_parallel is None:
         max_parallel = os.cpu_count() or 1
     if max_parallel <= 0:
         raise ValueError(f"max_parallel must be > 0, got {max_parallel}")
+    options = _Options(client, max_parallel, env, in_process, sink.output_path)
+    return _run(dataset, sink, options, progress, set())
+
+
+def _run_stages(dataset: Dataset, options: _Options, folders: set[str]) -> tuple[Dataset, tuple[RunResult, ...]]:
+    """Run the map wave of every group_by stage ``dataset`` reads from; return the dataset with
+    those stages' partitions in place of its pending shards, and the map waves' results."""
+    stages = list({id(s.stage): s.stage for s in dataset.shards if isinstance(s, PendingPartition)}.values())
+    if not stages:
+        return dataset, ()
+    waves: list[RunResult] = []
+    partitions: dict[int, list[ReducePartition]] = {}
+    for stage in stages:
+        folder = stage.folder(options.default_work)
+        if folder in folders:
+            raise ValueError(f"two group_by stages of one pipeline write to {folder}: give them distinct names")
+        folders.add(folder)
+        try:
+            wave = _run(stage.upstream, stage.sink(folder), options, None, folders)
+        except ShardFailed as e:
+            raise ShardFailed(f"group_by {stage.name!r} map task: {e}", e.shard_index, e.remote_traceback) from None
+        logger.info("group_by %r: %d map tasks done (%d reused)", stage.name, len(wave.shard_records), len(wave.reused))
+        waves.extend(wave.shuffles)
+        waves.append(wave)
+        partitions[id(stage)] = stage.reduce_partitions(folder, wave.shard_records)
+    shards = [partitions[id(s.stage)][s.partition] if isinstance(s, PendingPartition) else s for s in dataset.shards]
+    return dataset.replace_shards(shards), tuple(waves)
+
+
+def _run(dataset: Dataset, sink: Sink, options: _Options, progress: Callable[[int, int], None] | None,
+         folders: set[str]) -> RunResult:
+    dataset, shuffles = _run_stages(dataset, options, folders)
     num_shards = dataset.num_shards
     sink.prepare(num_shards)
     records: list[dict[str, Any] | None] = [None] * num_shards
@@ -204,13 +258,13 @@ def run(
 
     if progress is not None:
         progress(len(reused), num_shards)
-    if in_process or _in_process_only(dataset, sink):
+    if options.in_process or _in_process_only(dataset, sink):
         logger.debug("running %d shards in this process", len(pending))
         count = itertools.count(len(reused) + 1)
         on_shard = (lambda: progress(next(count), num_shards)) if progress is not None else None
         _take_outcome(_run_shard_group(dataset, pending, sink, on_shard), records, num_shards)
     else:
-        _run_on_client(dataset, sink, pending, records, client, max_parallel, env, progress)
+        _run_on_client(dataset, sink, pending, records, options.client, options.max_parallel, options.env, progress)
 
     done = [r for r in records if r is not None]
     counters = Counters.total(r.get("counters", {}) for r in done)
@@ -218,4 +272,5 @@ def run(
     if counters.get("skipped_records") or counters.get("skipped_files"):
         logger.warning("skipped bad input: %d records, %d files (see warnings above)",
                        counters.get("skipped_records", 0), counters.get("skipped_files", 0))
-    return RunResult(shard_records=done, written=written, reused=tuple(reused), counters=counters, index=index)
+    return RunResult(shard_records=done, written=written, reused=tuple(reused), counters=counters, index=index,
+                     shuffles=shuffles)

@@ -25,19 +25,17 @@ ends its file and counts in ``skipped_files``), and the driver reports the total
 
 from __future__ import annotations
 
-import abc
 import enum
-import io
 import json
-import logging
-import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
-from rigging import filesystem as fs
 from zephyr.compression import Compression, decompression_errors, open_decompressed
 from zephyr.errors import DataError
+from zephyr.parquet_reader import ParquetReader
+from zephyr.paths import expand_paths
+from zephyr.reader_base import FileSlice, OnError, Reader, RecordFn, open_raw
 from zephyr.worker_context import Counters
 
 __all__ = [
@@ -55,31 +53,8 @@ __all__ = [
     "reader_for_path",
 ]
 
-logger = logging.getLogger(__name__)
-
-_GLOB_CHARS = frozenset("*?[")
-
-RecordFn = Callable[[dict[str, Any]], Any]
-"""Turns one JSON object or Parquet row into a record; raises ValueError naming what is wrong."""
 _JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 _PARQUET_EXTENSIONS = (".parquet",)
-
-
-class OnError(enum.Enum):
-    """What a reader does with a bad line or record."""
-
-    RAISE = "raise"
-    SKIP = "skip"
-
-    @classmethod
-    def coerce(cls, value: OnError | str) -> OnError:
-        """Accept the enum or its string value; anything else names the bad value."""
-        if isinstance(value, OnError):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"on_error must be one of 'raise', 'skip', got {value!r}") from None
 
 
 class TextMode(enum.Enum):
@@ -89,46 +64,10 @@ class TextMode(enum.Enum):
     PARAGRAPHS = "paragraphs"
 
 
-@dataclass(frozen=True)
-class FileSlice:
-    """A file, or the byte range ``[start, end)`` of it (lines belong to the range they start in).
-
-    Attributes:
-        path: the file's URL.
-        start: first byte of the range.
-        end: end of the range (exclusive); None means the end of the file.
-    """
-
-    path: str
-    start: int = 0
-    end: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.start < 0:
-            raise ValueError(f"start must be >= 0, got {self.start}")
-        if self.end is not None and self.end < self.start:
-            raise ValueError(f"end must be >= start ({self.start}), got {self.end}")
-
-    @property
-    def whole(self) -> bool:
-        """True when the slice is the whole file."""
-        return self.start == 0 and self.end is None
-
-
-def _open_raw(path: str) -> IO[bytes]:
-    try:
-        if fs.is_local(path):
-            # The builtin file is markedly faster per line than fsspec's wrapper around it.
-            return open(fs.strip_protocol(path), "rb")  # noqa: SIM115 - returned to a with
-        return fs.open_file(path, "rb")
-    except FileNotFoundError:
-        raise DataError(path, "", "file not found") from None
-
-
 def _line_number_at(path: str, offset: int) -> int:
     """1-based number of the line that starts at byte ``offset`` of an uncompressed file."""
     count = 0
-    with _open_raw(path) as f:
+    with open_raw(path) as f:
         remaining = offset
         while remaining > 0:
             block = f.read(min(remaining, 1 << 22))
@@ -137,27 +76,6 @@ def _line_number_at(path: str, offset: int) -> int:
             count += block.count(b"\n")
             remaining -= len(block)
     return count + 1
-
-
-class Reader(abc.ABC):
-    """Reads documents (strings) from one file or byte range of a file."""
-
-    on_error: OnError
-
-    @abc.abstractmethod
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[str]:
-        """Yield the documents of ``piece`` in file order."""
-
-    def splittable(self, path: str) -> bool:
-        """True when byte ranges of ``path`` can be read independently."""
-        return False
-
-    def _bad(self, counters: Counters | None, error: DataError, counter: str = "skipped_records") -> None:
-        if self.on_error is OnError.RAISE:
-            raise error
-        if counters is not None:
-            counters.increment(counter)
-        logger.warning("skipped: %s", error)
 
 
 class _LineReader(Reader):
@@ -174,7 +92,7 @@ class _LineReader(Reader):
         means reading them, so only an error pays for it (see :meth:`_file_line_number`).
         """
         path = piece.path
-        with _open_raw(path) as raw:
+        with open_raw(path) as raw:
             stream = open_decompressed(path, raw)
             in_range = piece.start > 0
             pos = 0
@@ -212,7 +130,7 @@ class _LineReader(Reader):
         """The file line number of a line numbered by :meth:`_lines`."""
         if number > 0:
             return number
-        with _open_raw(piece.path) as f:
+        with open_raw(piece.path) as f:
             f.seek(piece.start - 1)
             first = piece.start - 1 + len(f.readline())
         return _line_number_at(piece.path, first) + (-number) - 1
@@ -318,96 +236,6 @@ class JsonlReader(_LineReader):
             yield value
 
 
-@dataclass(frozen=True)
-class ParquetReader(Reader):
-    """Parquet files (optionally whole-file gzip/zstd compressed); documents are a string column.
-
-    Attributes:
-        text_field: name of the column holding the document text.
-        batch_size: rows read at a time (bounds memory).
-        on_error: ``raise`` (default) or ``skip`` rows whose text is null.
-        record_fn: if given, each row (a dict of all columns) goes through it instead.
-    """
-
-    text_field: str = "text"
-    batch_size: int = 4096
-    on_error: OnError = OnError.RAISE
-    record_fn: RecordFn | None = None
-
-    def __post_init__(self) -> None:
-        if not self.text_field:
-            raise ValueError(f"text_field must be a non-empty string, got {self.text_field!r}")
-        if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
-        object.__setattr__(self, "on_error", OnError.coerce(self.on_error))
-
-    def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        path = piece.path
-        if not piece.whole:
-            raise ValueError(f"parquet files are read whole, got a byte range of {path}")
-        with _open_raw(path) as raw:
-            source: Any = raw
-            if Compression.of(path) is not Compression.NONE:
-                # Parquet needs random access, which a compressed stream cannot give.
-                try:
-                    source = io.BytesIO(open_decompressed(path, raw).read())
-                except decompression_errors() as e:
-                    self._bad(counters, DataError(path, "", f"corrupt compressed stream: {e}"), "skipped_files")
-                    return
-            # Damaged files fail in many ways: pyarrow's own errors (any ArrowException), OSError,
-            # and, for string data that is no longer UTF-8, UnicodeDecodeError.
-            unreadable = (pa.ArrowException, OSError, ValueError)
-            try:
-                parquet = pq.ParquetFile(source)
-            except unreadable as e:
-                raise DataError(path, "", f"not a readable parquet file: {type(e).__name__}: {e}") from None
-            names = parquet.schema_arrow.names
-            if self.record_fn is not None:
-                yield from self._rows(parquet, path, counters, unreadable)
-                return
-            if self.text_field not in names:
-                raise DataError(path, "", f"no {self.text_field!r} column (columns: {', '.join(names)})")
-            row = 0
-            try:
-                for batch in parquet.iter_batches(batch_size=self.batch_size, columns=[self.text_field]):
-                    column = batch.column(0)
-                    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                        raise DataError(path, "", f"column {self.text_field!r} is {column.type}, not a string")
-                    for value in column.to_pylist():
-                        row += 1
-                        if value is None:
-                            self._bad(counters, DataError(path, f"record {row - 1}",
-                                                          f"column {self.text_field!r} is null"))
-                            continue
-                        yield value
-            except DataError:
-                raise
-            except unreadable as e:
-                raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
-
-    def _rows(self, parquet: Any, path: str, counters: Counters | None,
-              unreadable: tuple[type[BaseException], ...]) -> Iterator[Any]:
-        assert self.record_fn is not None
-        row = 0
-        try:
-            for batch in parquet.iter_batches(batch_size=self.batch_size):
-                for obj in batch.to_pylist():
-                    row += 1
-                    try:
-                        record = self.record_fn(obj)
-                    except ValueError as e:
-                        self._bad(counters, DataError(path, f"record {row - 1}", str(e)))
-                        continue
-                    yield record
-        except DataError:
-            raise
-        except unreadable as e:
-            raise DataError(path, f"record {row}", f"unreadable parquet data: {type(e).__name__}: {e}") from None
-
-
 def reader_for_path(
     path: str,
     *,
@@ -430,61 +258,6 @@ def reader_for_path(
         raise DataError(path, "", "structured records need JSON lines (.jsonl/.json) or Parquet, "
                                   "not a plain text file")
     return TextReader(mode=text_mode, on_error=on_error)  # type: ignore[arg-type]
-
-
-def _is_dir(path: str) -> bool:
-    if fs.is_local(path):
-        return os.path.isdir(fs.strip_protocol(path))
-    return bool(fs.filesystem(path).isdir(path))
-
-
-def _hidden(relative: str) -> bool:
-    # Bookkeeping files of writers and tools (.tmp-*, _SUCCESS, .commits/) are not data.
-    return any(part.startswith((".", "_")) for part in relative.split("/"))
-
-
-def _hf_hint(entry: str) -> str:
-    if not entry.startswith("hf://"):
-        return ""
-    return " (hf:// needs network access to the Hugging Face Hub; offline, point at a local copy instead)"
-
-
-def expand_paths(source: str | Iterable[str]) -> list[str]:
-    """Expand a path, glob, folder, or a list of them, into files (sorted within each entry).
-
-    Raises:
-        DataError: an entry names nothing (a missing file, a glob matching nothing, an empty folder).
-    """
-    entries = [source] if isinstance(source, str) else list(source)
-    if not entries:
-        raise DataError("<source>", "", "no input paths given")
-    files: list[str] = []
-    for entry in entries:
-        try:
-            if any(c in entry for c in _GLOB_CHARS):
-                # A pattern matches hidden files only when it asks for them (".tmp-*").
-                wants_hidden = entry.rstrip("/").rsplit("/", 1)[-1].startswith((".", "_"))
-                matched = [p for p in fs.glob(entry)
-                           if (wants_hidden or not _hidden(p.rsplit("/", 1)[-1])) and not _is_dir(p)]
-                if not matched:
-                    raise DataError(entry, "", "no files match this pattern")
-                files.extend(matched)
-            elif not fs.exists(entry):
-                raise DataError(entry, "", "file not found" + _hf_hint(entry))
-            elif _is_dir(entry):
-                found = [fs.join(entry, rel) for rel, _size in fs.walk_files(entry) if not _hidden(rel)]
-                if not found:
-                    raise DataError(entry, "", "folder holds no data files")
-                files.extend(found)
-            else:
-                files.append(entry)
-        except DataError:
-            raise
-        except Exception as e:  # noqa: BLE001 - re-raised as one clear error naming the path
-            # hf:// offline (httpx errors are not OSErrors), an unreachable bucket, a protocol
-            # whose package is missing: all mean "this source cannot be listed".
-            raise DataError(entry, "", f"cannot be listed: {type(e).__name__}: {e}{_hf_hint(entry)}") from e
-    return files
 
 
 def read_documents(
