@@ -18,7 +18,14 @@ from experiments.marin_tokenizer import marin_tokenizer
 from experiments.train_nano import nano_model, tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
-from marin.experiment import DEFAULT_CHAT_TEMPLATE, checkpoint, evaluate, story_chats, tokenized_chat, train_lm
+from marin.experiment import (
+                           DEFAULT_CHAT_TEMPLATE,
+                           checkpoint,
+                           evaluate,
+                           story_chats,
+                           tokenized_chat,
+                           train_lm,
+)
 
 SEQ_LEN = 256
 
