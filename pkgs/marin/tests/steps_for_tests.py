@@ -329,3 +329,95 @@ def warm_step(config: WarmConfig, output_path: str) -> None:
     seen = {"pid": os.getpid(), "ppid": os.getppid(), "globals": list(_LEFT_BEHIND),
             "threads": sorted(t.name for t in threading.enumerate())}
     fs.atomic_write(fs.join(output_path, "seen.json"), json.dumps(seen))
+
+
+# -- steps whose outputs decide more steps (expansion) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class FanConfig:
+    """Config of :func:`fan`: it writes ``width``; its expansion is that many :func:`fan_item` steps
+    (and, while ``depth`` > 0, another fan one level down, ``width + 1`` wide).
+
+    Attributes:
+        width: how many items this level expands into.
+        depth: how many more levels below this one.
+        item_sleep: seconds the first two items of this level sleep on their first call (a runner can
+            be killed meanwhile).
+        broken: its expansion raises (the step itself builds).
+        counter_dir: where calls are counted (not hashed).
+    """
+
+    width: int
+    depth: int = 0
+    item_sleep: float = 0.0
+    broken: bool = False
+    counter_dir: str = unhashed_field(default="")
+
+
+@dataclass(frozen=True)
+class FanItemConfig:
+    """Config of :func:`fan_item`: it writes ``index * index``."""
+
+    label: str
+    index: int
+    sleep: float = 0.0
+    counter_dir: str = unhashed_field(default="")
+
+
+def _fan_expand(step: Step, output_path: str) -> list[Step]:
+    config = step.config
+    if config.broken:
+        raise ValueError("no such width")
+    width = json.loads(fs.read_text(fs.join(output_path, "fan.json")))["width"]
+    items = [Step(f"{step.name}/item-{i}", fan_item,
+                  FanItemConfig(f"{step.name}/item-{i}".replace("/", "."), i, config.item_sleep if i < 2 else 0.0,
+                                config.counter_dir))
+             for i in range(width)]
+    if config.depth > 0:
+        below = FanConfig(width=width + 1, depth=config.depth - 1, counter_dir=config.counter_dir)
+        items.append(Step(f"{step.name}/next", fan, below))
+    return items
+
+
+@step_function(StepTraits(expand=_fan_expand))
+def fan(config: FanConfig, output_path: str) -> None:
+    """An expanding step: its output (``fan.json``) decides how many items are built."""
+    _count(config.counter_dir, "fan" if config.depth else "fan.leaf")
+    fs.atomic_write(fs.join(output_path, "fan.json"), json.dumps({"width": config.width}))
+
+
+def fan_item(config: FanItemConfig, output_path: str) -> None:
+    _count(config.counter_dir, config.label)
+    if config.sleep and _count(config.counter_dir, config.label + ".slept") == 1:
+        time.sleep(config.sleep)
+    fs.atomic_write(fs.join(output_path, "out.txt"), str(config.index * config.index))
+
+
+@dataclass(frozen=True)
+class GatherConfig:
+    """Config of :func:`gather`: the fan whose expansion it sums."""
+
+    fan: Any
+    counter_dir: str = unhashed_field(default="")
+
+
+def gather(config: GatherConfig, output_path: str) -> None:
+    """Sums what every item the fan expanded into (at every depth) wrote; runs after all of them."""
+    from marin.execution.run.worker import current_step
+
+    _count(config.counter_dir, "gather")
+    running = current_step()
+    assert running is not None
+    found = running.expanded(config.fan)
+    items = [path for name, path in found if "/item-" in name]
+    total = sum(int(fs.read_text(fs.join(path, "out.txt"))) for path in items)
+    fs.atomic_write(fs.join(output_path, "total.json"), json.dumps({"items": len(items), "total": total}))
+
+
+def fan_graph(counter_dir: str = "", width: int = 3, depth: int = 1, item_sleep: float = 0.0,
+              broken: bool = False) -> dict[str, Step]:
+    """``fan/root`` (expanding, ``depth`` levels below it) and ``fan/gather`` reading it."""
+    root = Step("fan/root", fan, FanConfig(width=width, depth=depth, item_sleep=item_sleep, broken=broken,
+                                           counter_dir=counter_dir))
+    return {"root": root, "gather": Step("fan/gather", gather, GatherConfig(output_path_of(root), counter_dir))}

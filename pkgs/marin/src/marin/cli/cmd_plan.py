@@ -46,5 +46,8 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     reused = f", {n_reuse} to reuse (inputs rebuilt with identical output)" if n_reuse else ""
     click.echo(f"{n_run} to run, {n_fetch} to fetch from caches{reused}, "
                f"{len(the_plan.steps) - n_run - n_fetch - n_reuse} cached or unneeded")
+    for pos in the_plan.unexpanded():
+        click.echo(f"expands after {the_plan.steps[pos].name}: the steps its output decides are planned once it is "
+                   "built (estimates leave them out)")
     for line in estimate_lines(the_plan):
         click.echo(line)

@@ -179,6 +179,11 @@ class PlainReporter:
         note = f" ({outcome.note})" if outcome.note else ""
         self._line(f"[{outcome.outcome.value}] {outcome.name}{took}{note}{extra}")
 
+    def expanded(self, planned: PlannedStep, plan: Plan, added: Sequence[PlannedStep]) -> None:
+        self.watch.planned(plan)
+        to_run = sum(1 for p in added if p.action is not Action.CACHED and p.action is not Action.UNNEEDED)
+        self._line(f"[expand] {planned.name}: {len(added)} more steps ({to_run} to build)")
+
     def tick(self, running: Sequence[PlannedStep]) -> None:
         now = self.watch.clock()
         if now - self._last_round < self.progress_interval or not running:

@@ -19,7 +19,7 @@ from typing import Any
 
 from marin.execution.core.step import Step
 
-__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "StartDescriber", "StepFunction", "StepTraits", "step_function",
+__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "StartDescriber", "StepFunction", "StepTraits", "step_function",
            "traits_of", "volatile_patterns"]
 
 EarlierBuilds = Callable[[str], Sequence[tuple[str, Mapping[str, Any]]]]
@@ -28,6 +28,11 @@ EarlierBuilds = Callable[[str], Sequence[tuple[str, Mapping[str, Any]]]]
 StartDescriber = Callable[[Step, Mapping[int, str], EarlierBuilds], "str | None"]
 """Where a build of a step would start (a branch, an extension), given the plan's hashes
 (``{id(step): hash}``) and the earlier builds; None for "from scratch"."""
+
+Expander = Callable[[Step, str], Sequence[Any]]
+"""The steps (or handles) a built step's output decides: called with the step (its config as
+written, placeholders and all, so new steps can read the step's inputs) and its output folder,
+which it may read. A pure function of the output: the same output always gives the same steps."""
 
 ALWAYS_VOLATILE: tuple[str, ...] = (".commits/*",)
 """Output files that differ between two builds of the same inputs, whatever the step: zephyr's
@@ -45,11 +50,15 @@ class StepTraits:
         volatile_files: glob patterns (``*`` spans folders) of output files that differ between
             two builds of the same inputs (times, random names); left out of the output digest.
         describe_start: says, for ``marin plan``, where a build would start (:data:`StartDescriber`).
+        expand: the steps its output decides (:data:`Expander`): once the step is built (or found
+            built), the runner plans and runs them in the same run; steps that read this step
+            wait until everything it expanded into is built.
     """
 
     scale_fields: tuple[str, ...] = ()
     volatile_files: tuple[str, ...] = ()
     describe_start: StartDescriber | None = None
+    expand: Expander | None = None
 
     def __post_init__(self) -> None:
         for name in ("scale_fields", "volatile_files"):
@@ -57,8 +66,9 @@ class StepTraits:
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                 raise TypeError(f"StepTraits.{name} must be a tuple of non-empty strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
-        if self.describe_start is not None and not callable(self.describe_start):
-            raise TypeError(f"StepTraits.describe_start must be callable, got {self.describe_start!r}")
+        for name in ("describe_start", "expand"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
 
 
 _DEFAULT = StepTraits()

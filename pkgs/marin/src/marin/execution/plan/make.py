@@ -7,6 +7,7 @@ has something to build.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -18,6 +19,7 @@ from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower_targets
 from marin.execution.core.placeholders import Placeholder
 from marin.execution.core.step import DEV_VERSION, Step
+from marin.execution.plan.expansion import expands, expansion_of
 from marin.execution.plan.explain import earlier_attempt, start_note, why_changed
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind, StoreView, UnknownStep
 from marin.execution.plan.reuse import plan_reuse
@@ -72,14 +74,16 @@ class HashedGraph:
     """Positions of the targets."""
 
 
-def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None) -> HashedGraph:
-    """Hash every step reachable from ``roots`` and place each distinct one under the prefix.
+def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None,
+               extra: Sequence[Step] = ()) -> HashedGraph:
+    """Hash every step reachable from ``roots`` (and ``extra``: planned too, but not targets) and
+    place each distinct one under the prefix.
 
     Raises:
         InvalidStep: an output folder would resolve outside the prefix (a symlink).
     """
-    graph = collect_graph(roots)
-    hashes = hash_graph(roots, salt, graph=graph)
+    graph = collect_graph([*roots, *extra])
+    hashes = hash_graph([*roots, *extra], salt, graph=graph)
     index: dict[str, int] = {}
     entries: list[Step] = []
     pos_of: dict[int, int] = {}
@@ -212,8 +216,13 @@ def make_plan(
     env_digest: str | None = None,
     caches: Sequence[str] = (),
     early_cutoff: bool = True,
+    view: StoreView | None = None,
 ) -> Plan:
     """Plan ``targets``: which steps are cached, which run and why.
+
+    Expanding steps (:mod:`marin.execution.plan.expansion`) found built are expanded, and what
+    they expand into is planned too, until no built expanding step is left unexpanded; one that
+    must be built first says so (its expansion is planned by the run, once it is built).
 
     Args:
         targets: the steps (or lazy handles) asked for.
@@ -226,12 +235,39 @@ def make_plan(
         caches: read-only caches (other prefixes) to fetch finished steps from.
         early_cutoff: reuse an earlier build of a step whose inputs' content is unchanged
             (:mod:`marin.execution.store.realisations`); off, every step downstream of a rebuilt one runs.
+        view: what an earlier plan of this run read of the store (reused, not read again).
     """
-    graph = hash_steps(select(targets, only), store, salt)
+    roots = select(targets, only)
+    view = view or StoreView(store)
+    # id(expanding step) -> (the steps it expanded into, whether it was needed): a needed step's
+    # expansion is built with it; an unneeded one's is planned (shown) but not asked for.
+    expanded: dict[int, tuple[list[Step], bool]] = {}
+    while True:
+        asked = [s for found, was_needed in expanded.values() if was_needed for s in found]
+        shown = [s for found, was_needed in expanded.values() if not was_needed for s in found]
+        plan, needed = _plan_once([*roots, *asked], shown, store, force=force, salt=salt,
+                                  explain_reasons=explain_reasons, env_digest=env_digest, caches=caches,
+                                  early_cutoff=early_cutoff, view=view)
+        fresh = [(pos, p) for pos, p in enumerate(plan.steps)
+                 if p.action is Action.CACHED and expands(p.step) and id(p.step) not in expanded]
+        if not fresh:
+            break
+        for pos, p in fresh:
+            expanded[id(p.step)] = (expansion_of(p.step, p.output_path), needed[pos])
+    expansions = {plan.position(step): tuple(sorted({plan.position(s) for s in expanded[id(step)][0]}))
+                  for step in (q.step for q in plan.steps) if id(step) in expanded}
+    return dataclasses.replace(plan, expansions=expansions) if expansions else plan
+
+
+def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, force: Sequence[str],
+               salt: str | None, explain_reasons: bool, env_digest: str | None, caches: Sequence[str],
+               early_cutoff: bool, view: StoreView) -> tuple[Plan, list[bool]]:
+    """One pass of the phases over ``targets`` (and ``shown``, planned but not asked for): the
+    plan, and which of its entries are needed."""
+    graph = hash_steps(targets, store, salt, extra=shown)
     for pattern in force:
         if not any(_match_any(s.name, [pattern]) for steps in graph.steps_at for s in steps):
             raise UnknownStep(f"--force {pattern!r} matches no step")
-    view = StoreView(store)
     names = [f"{s.name}-{graph.hashes[id(s)][:16]}" for s in graph.entries]
     # One listing of the store's done index answers for every step (store.done_index).
     built_in = done_outputs(store.prefix, names, view.listings)
@@ -253,14 +289,16 @@ def make_plan(
             reasons = (Reason(ReasonKind.IN_CACHE, hits[pos].cache),)
         elif action is Action.RUN:
             reasons = explained.get(pos, ())
+        if action in (Action.RUN, Action.FETCH) and expands(step):
+            reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
                         reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None)
         if action is Action.CACHED and explain_reasons and env_digest:
             note = _env_note(p, built_in.get(names[pos]), env_digest)
             if note is not None:
-                p = PlannedStep(**{**p.__dict__, "env_note": note})
+                p = dataclasses.replace(p, env_note=note)
         planned.append(p)
     plan = Plan(store, tuple(planned), graph.pos_of, view, salt=salt)
     if early_cutoff and any(a is Action.RUN for a in actions):
         plan = plan_reuse(plan, [store.prefix, *caches])
-    return plan
+    return plan, needed

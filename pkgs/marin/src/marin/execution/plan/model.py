@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.step import Step
+from marin.execution.core.traits import traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.realisations import Realised
 from marin.execution.store.store import FolderListings, StepStore, parent_folder
@@ -53,6 +54,7 @@ class ReasonKind(enum.Enum):
     IN_CACHE = "in cache"
     REUSE = "reuse"
     STARTS_FROM = "start"  # not a cause: where the build would start (a branch, an extension)
+    EXPANDS = "expands"  # not a cause: its output decides more steps, planned once it is built
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,14 @@ class Plan:
     """The environment digest in every hash (``--strict-env``)."""
     estimate: PlanEstimate | None = None
     """Durations and accelerator-hours of the steps that would run (:meth:`with_estimate`)."""
+    expansions: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """Expanding steps found built (:mod:`marin.execution.plan.expansion`): position → positions of
+    the steps their output expanded into."""
+
+    def unexpanded(self) -> list[int]:
+        """Positions of expanding steps whose expansion is not known yet (they are to be built)."""
+        return [pos for pos, p in enumerate(self.steps) if pos not in self.expansions
+                and p.action is not Action.UNNEEDED and traits_of(p.step.fn).expand is not None]
 
     @property
     def listings(self) -> FolderListings:
@@ -190,6 +200,8 @@ class Plan:
             "steps": [p.to_json() for p in self.steps],
             "summary": {a.value: sum(1 for p in self.steps if p.action is a) for a in Action},
             "estimate": self.estimate.to_json() if self.estimate is not None else None,
+            "expansions": {self.steps[k].name: [self.steps[v].name for v in vs] for k, vs in self.expansions.items()},
+            "expands_after": [self.steps[pos].name for pos in self.unexpanded()],
         }
 
     def dumps(self) -> str:

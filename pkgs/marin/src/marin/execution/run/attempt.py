@@ -93,11 +93,13 @@ class StepAttempt:
     # -- start ----------------------------------------------------------------------------
     @classmethod
     def start(cls, p: PlannedStep, lease: Lease, ctx: AttemptContext, paths: dict[int, str], *,
-              clear: bool) -> StepAttempt | StepOutcome:
+              clear: bool, expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+              ) -> StepAttempt | StepOutcome:
         """Start ``p`` under ``lease`` (already taken); a step that cannot start is a failed outcome.
 
         Args:
             clear: empty the output folder first (a forced rebuild).
+            expansions: what its expanding inputs expanded into (:attr:`StepPayload.expansions`).
         """
         from rigging.process import end_orphaned_process, process_identity  # psutil: only when building
 
@@ -132,6 +134,7 @@ class StepAttempt:
                 config_pickle=config_bytes,
                 output_path=p.output_path,
                 prefix=ctx.prefix,
+                expansions=expansions,
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,

@@ -94,6 +94,7 @@ class Reporter(Protocol):
     def waiting(self, planned: PlannedStep, holder: str) -> None: ...
     def finished(self, outcome: StepOutcome) -> None: ...
     def tick(self, running: Sequence[PlannedStep]) -> None: ...
+    def expanded(self, planned: PlannedStep, plan: Plan, added: Sequence[PlannedStep]) -> None: ...
 
 
 class QuietReporter:
@@ -113,3 +114,6 @@ class QuietReporter:
 
     def tick(self, running: Sequence[PlannedStep]) -> None:
         pass
+
+    def expanded(self, planned: PlannedStep, plan: Plan, added: Sequence[PlannedStep]) -> None:
+        logger.info("%s expanded into %d more steps", planned.output_name, len(added))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.core.placeholders import Placeholder
 from marin.execution.plan.estimate import OverBudget, PlanEstimate, estimate_plan, over_budget
 from marin.execution.plan.make import make_plan
-from marin.execution.plan.model import Action, Plan, reasons_of
+from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
 from marin.execution.run import capture
 from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
@@ -154,6 +154,10 @@ class StepRunner:
     def _env(self) -> tuple[dict[str, Any], str]:
         return current_environment()
 
+    def _salt(self) -> str | None:
+        """The environment digest every hash holds (``--strict-env``), or None."""
+        return self._env()[1] if self.strict_env else None
+
     def plan(self, steps: Iterable[Placeholder], *, explain: bool = True, note_env: bool = False,
              estimate: bool = False) -> Plan:
         """The plan for ``steps``: cached, or the reason each would run.
@@ -164,18 +168,19 @@ class StepRunner:
                 cached step's provenance: for ``marin plan``, not for the no-op path of a run).
             estimate: estimate the steps that would run (from earlier builds' durations).
         """
-        salt = env_digest = None
-        if self.strict_env:
-            _, salt = self._env()
-            env_digest = salt
-        elif note_env:
-            _, env_digest = self._env()
-        plan = make_plan(steps, self.store, force=self.force, only=self.only, salt=salt,
-                         explain_reasons=explain, env_digest=env_digest if note_env else None,
-                         caches=self.caches, early_cutoff=self.early_cutoff)
+        salt = self._salt()
+        env_digest = salt if salt is not None else (self._env()[1] if note_env else None)
+        plan = self._make_plan(steps, salt=salt, explain=explain, env_digest=env_digest if note_env else None)
         if estimate and plan.to_run():
             plan = plan.with_estimate(estimate_plan(plan, self.max_parallel))
         return plan
+
+    def _make_plan(self, steps: Iterable[Placeholder], *, salt: str | None, explain: bool,
+                   env_digest: str | None = None, view: StoreView | None = None, only: Sequence[str] | None = None
+                   ) -> Plan:
+        return make_plan(steps, self.store, force=self.force, only=self.only if only is None else only, salt=salt,
+                         explain_reasons=explain, env_digest=env_digest, caches=self.caches,
+                         early_cutoff=self.early_cutoff, view=view)
 
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
@@ -201,8 +206,8 @@ class StepRunner:
         state.start(known)
         if state.pending:
             execute(state, self._scheduling())
-        outcomes = state.outcomes
-        return RunResult([outcomes[i] for i in range(len(plan.steps))], self.store.prefix, state.current_plan())
+        final = state.current_plan()
+        return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
 
     def _check_budget(self, estimate: PlanEstimate | None) -> None:
         """Raise ``OverBudget`` when the estimate exceeds a budget this runner was given."""
@@ -236,4 +241,6 @@ class StepRunner:
             holder=self.holder, prefix=self.store.prefix, caches=tuple(self.caches),
             early_cutoff=self.early_cutoff, reporter=self.reporter, admit=backends.admit,
             attempt_context=lambda: backends.attempt_context(self.holder, self.strict_env, self._env, places),
-            wait=lambda busy: backends.wait(busy, self.poll_interval))
+            wait=lambda busy: backends.wait(busy, self.poll_interval),
+            # What a step expands into is built whatever --only said: it is part of that step's build.
+            plan_more=lambda found, view: self._make_plan(found, salt=self._salt(), explain=True, view=view, only=()))

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from marin.execution.plan.model import Action, PlannedStep, reasons_of
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.step import Step
+from marin.execution.plan.expansion import expansion_of, merge_plans
+from marin.execution.plan.model import Action, Plan, PlannedStep, StoreView, reasons_of
 from marin.execution.run.attempt import StepAttempt
 from marin.execution.run.attempt_context import AttemptContext, Releasable
 from marin.execution.run.outcome import Outcome, Reporter, StepOutcome
@@ -49,6 +52,9 @@ class Scheduling:
     attempt_context: Callable[[], AttemptContext]
     wait: Callable[[bool], None]
     """Wait a poll interval (``True``: steps run; a warm pool wakes when one ends)."""
+    plan_more: Callable[[list[Step], StoreView], Plan]
+    """Plan more targets as the run's plan was made (same options), reading the store through
+    the run's view: what a built step expanded into."""
 
     @property
     def places(self) -> list[str]:
@@ -62,6 +68,7 @@ def execute(state: RunState, s: Scheduling) -> None:
         while state.pending or state.running:
             progressed = _start_what_can_start(state, s)
             progressed = _finish_what_ended(state) or progressed
+            progressed = _expand_what_was_built(state, s) or progressed
             if not progressed and not state.running and not state.waiting_on and state.pending:
                 stuck = ", ".join(state.plan.steps[pos].name for pos in state.pending[:5])
                 raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
@@ -135,6 +142,28 @@ def _finish_what_ended(state: RunState) -> bool:
     return progressed
 
 
+def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
+    """Plan what each built expanding step's output decides and add it to the run
+    (:mod:`marin.execution.plan.expansion`); a failed expansion fails the step."""
+    progressed = False
+    for pos in state.to_expand():
+        p = state.entry(pos)
+        progressed = True
+        try:
+            found = expansion_of(p.step, p.output_path)
+            more = s.plan_more(found, state.plan.view)
+        except InvalidStep as e:
+            state.expansions[pos] = ()
+            state.settle(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=str(e)))
+            continue
+        merged, mapping = merge_plans(state.plan, more)
+        roots = sorted({mapping[more.position(step)] for step in found})
+        before = len(state.plan.steps)
+        state.extend(merged, pos, roots)
+        s.reporter.expanded(p, merged, [merged.steps[q] for q in range(before, len(merged.steps))])
+    return progressed
+
+
 def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     """Take the step's lease and act on it: settle it (built by another runner, fetched, reused)
     or start its attempt; None when it did not start."""
@@ -180,7 +209,8 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     clear = forced and pos not in state.waiting_on
     # What a forced rebuild replaces, to compare the new build with (nondeterminism).
     replaced = snapshot_build(record) if clear else None
-    started = StepAttempt.start(p, lease, s.attempt_context(), state.paths, clear=clear)
+    started = StepAttempt.start(p, lease, s.attempt_context(), state.paths, clear=clear,
+                                expansions=state.expanded_inputs(pos))
     if isinstance(started, StepOutcome):
         state.settle(pos, started)
         return None

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from marin.execution.plan.expansion import closure, expands
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind
 from marin.execution.run.outcome import Outcome, StepOutcome
 from marin.execution.store.cache import CacheHit
@@ -39,6 +40,8 @@ class RunState:
 
     def __init__(self, plan: Plan, on_settle: Callable[[StepOutcome], None] = lambda outcome: None):
         self.plan = plan
+        self.expansions: dict[int, tuple[int, ...]] = dict(plan.expansions)
+        """Expanding steps whose expansion is known: position → the positions it expanded into."""
         self._on_settle = on_settle
         self._entries: dict[int, PlannedStep] = {}
         self._published: dict[int, str] = {}
@@ -51,7 +54,8 @@ class RunState:
     # -- queries ----------------------------------------------------------------------------
     @functools.cached_property
     def paths(self) -> dict[int, str]:
-        """``{id(step): output path}`` of every step object (for placeholders), made once."""
+        """``{id(step): output path}`` of every step object (for placeholders), made once (and
+        grown with the plan, :meth:`extend`)."""
         return self.plan.paths()
 
     def entry(self, pos: int) -> PlannedStep:
@@ -75,9 +79,36 @@ class RunState:
         return [self.plan.steps[d].name for d in p.deps
                 if d in self.outcomes and self.outcomes[d].outcome in _FAILED]
 
+    def built(self, pos: int) -> bool:
+        """True when the step at ``pos`` is built (cached, ran or reused in this run)."""
+        return pos in self.outcomes and self.outcomes[pos].outcome in _BUILT
+
     def inputs_ready(self, pos: int) -> bool:
-        """True when every input of ``pos`` is built (cached, ran or reused in this run)."""
-        return all(d in self.outcomes and self.outcomes[d].outcome in _BUILT for d in self.plan.steps[pos].deps)
+        """True when every input of ``pos`` is built, and, for an input whose output decides more
+        steps, every step it expanded into (:mod:`marin.execution.plan.expansion`)."""
+        for d in self.plan.steps[pos].deps:
+            if not self.built(d):
+                return False
+            if expands(self.plan.steps[d].step):
+                if d not in self.expansions or not all(self.built(q) for q in closure(self.expansions, d)):
+                    return False
+        return True
+
+    def expanded_inputs(self, pos: int) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """For each input of ``pos`` that expanded: its output folder and the (name, output folder)
+        of every step it expanded into, in plan order (handed to the running step)."""
+        out = []
+        for d in self.plan.steps[pos].deps:
+            if d in self.expansions:
+                found = sorted(closure(self.expansions, d))
+                out.append((self.plan.steps[d].output_path,
+                            tuple((self.plan.steps[q].name, self.plan.steps[q].output_path) for q in found)))
+        return tuple(out)
+
+    def to_expand(self) -> list[int]:
+        """Built steps whose output decides more steps, not expanded yet."""
+        return [pos for pos in self.outcomes if pos not in self.expansions and self.built(pos)
+                and expands(self.plan.steps[pos].step)]
 
     # -- changes ----------------------------------------------------------------------------
     def start(self, outcomes: dict[int, StepOutcome]) -> None:
@@ -111,6 +142,29 @@ class RunState:
                                     reasons=(Reason(ReasonKind.REUSE, why),))
         self._entries[pos] = entry
         return entry
+
+    def extend(self, plan: Plan, expander: int, roots: Sequence[int]) -> None:
+        """The run grows: ``plan`` is the run's plan with what the step at ``expander`` expanded into
+        (``roots``, and what they read) merged in (:func:`~marin.execution.plan.expansion.merge_plans`:
+        earlier positions kept). New steps are cached, unneeded or pending as the plan says."""
+        old = self.plan
+        self.plan = plan
+        self.expansions.update({k: v for k, v in plan.expansions.items() if k not in self.expansions})
+        self.expansions[expander] = tuple(roots)
+        self.paths.update(plan.paths())
+        for pos, p in enumerate(plan.steps):
+            known = self.outcomes.get(pos)
+            revived = known is not None and known.outcome is Outcome.UNNEEDED and p.action is not Action.UNNEEDED
+            if pos < len(old.steps) and not revived:
+                continue
+            if revived:
+                del self.outcomes[pos]
+            if p.action is Action.CACHED:
+                self.outcomes[pos] = StepOutcome.of(p, Outcome.CACHED, note=p.env_note)
+            elif p.action is Action.UNNEEDED:
+                self.outcomes[pos] = StepOutcome.of(p, Outcome.UNNEEDED)
+            elif pos not in self.pending and pos not in self.running:
+                self.pending.append(pos)
 
     def activate_inputs(self, pos: int, caches: Sequence[str],
                         find_in_caches: Callable[[str, Sequence[str]], CacheHit | None]) -> bool:

@@ -38,6 +38,9 @@ class StepPayload:
     log_path: str | None
     prefix: str = ""
     """The store's prefix: a running step is handed it (:func:`current_step`), never parses its output path."""
+    expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    """For each input whose output decided more steps: (its output folder, the (name, output folder)
+    of every step it expanded into, in plan order); see :meth:`RunningStep.expanded`."""
     sys_path: tuple[str, ...] = ()
     step_version: str = "v1"
     """The step's version (its name and version are what a running ``fn`` may ask of :func:`current_step`)."""
@@ -56,6 +59,17 @@ class RunningStep:
     output_path: str
     prefix: str
     """The store the step writes into (its earlier builds are there)."""
+    expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def expanded(self, input_path: str) -> list[tuple[str, str]]:
+        """The steps an input (given by its output folder, as the step's config holds it) expanded
+        into, as (name, output folder), in plan order; [] for an input that expands into nothing.
+        They are all built before this step runs."""
+        wanted = input_path.rstrip("/")
+        for path, found in self.expansions:
+            if path.rstrip("/") == wanted:
+                return list(found)
+        return []
 
 
 _CURRENT: contextvars.ContextVar[RunningStep | None] = contextvars.ContextVar("marin_current_step", default=None)
@@ -123,7 +137,8 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
-    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix))
+    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
+                                    payload.expansions))
     try:
         fn(config, payload.output_path)
     except Preempted as e:
