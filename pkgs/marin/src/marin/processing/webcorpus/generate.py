@@ -129,7 +129,7 @@ def _render(site: Site, article: Article, charset: str = "utf-8") -> str:
 
 def _contaminate(article: Article, item: dict, mode: str, rng: random.Random) -> Article:
     paragraphs = list(article.paragraphs)
-    slot = rng.randint(1, len(paragraphs) - 1)
+    slot = rng.randint(1, len(paragraphs) - 2)  # a story: paragraph 0 is the intro, the last the outro
     if mode == "verbatim":
         paragraphs.insert(slot, item["text"])
     elif mode == "rewrapped":
@@ -138,7 +138,7 @@ def _contaminate(article: Article, item: dict, mode: str, rng: random.Random) ->
         # Inside a story, between two of its sentences, on the same line.
         host = paragraphs[slot]
         cut = host.find(". ", len(host) // 3)
-        cut = cut + 2 if cut >= 0 else len(host)
+        cut = cut + 2 if cut >= 0 else 0
         paragraphs[slot] = f"{host[:cut]}{item['text']} {host[cut:]}"
     return Article(article.title, tuple(paragraphs))
 
