@@ -15,7 +15,6 @@ and a normalised text, so dedup, decontamination and the heuristics agree.
 from __future__ import annotations
 
 import functools
-import sys
 import unicodedata
 from collections.abc import Iterator
 
@@ -29,10 +28,19 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).lower().split())
 
 
+class _PunctuationToSpace(dict):
+    """A ``str.translate`` table filled as characters are met: Unicode punctuation (category ``P*``)
+    maps to a space, anything else to itself (building it for all of Unicode up front takes seconds)."""
+
+    def __missing__(self, code: int) -> str:
+        value = " " if unicodedata.category(chr(code)).startswith("P") else chr(code)
+        self[code] = value
+        return value
+
+
 @functools.cache
-def _punctuation_to_space() -> dict[int, str]:
-    # Built on first use (about 0.3 s over all of Unicode), never at import.
-    return {i: " " for i in range(sys.maxunicode + 1) if unicodedata.category(chr(i)).startswith("P")}
+def _punctuation_to_space() -> _PunctuationToSpace:
+    return _PunctuationToSpace()
 
 
 def words(text: str) -> list[str]:
