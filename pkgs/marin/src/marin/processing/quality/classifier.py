@@ -4,7 +4,8 @@ Training (:func:`quality_classifier_step`): every document becomes one fastText 
 ``__label__hq`` or ``__label__lq`` followed by :func:`fasttext_text` of its text. A document is held
 out for validation when the xxh3-64 of ``(seed, its text)`` falls below ``validation_fraction``
 (identical texts never straddle the split). The training lines are shuffled with ``seed`` and
-trained with ``thread=1`` and fastText's own ``seed``: two trainings give the same model bytes.
+trained with ``thread=1`` and fastText's own ``seed`` in a fresh child process (see
+:mod:`marin.processing.quality.fasttext_train` for why): two trainings give the same model bytes.
 
 Output: ``model.bin`` and ``_summary.json`` with the counts and the validation precision, recall
 and F1 of the positive label at probability 0.5 (and accuracy).
@@ -29,6 +30,7 @@ from marin.processing.attributes import (
     write_sidecar,
     write_summary,
 )
+from marin.processing.quality.fasttext_train import MIN_MATRIX_VALUES, train_in_child
 from marin.processing.text import words
 from rigging import filesystem as fs
 
@@ -87,6 +89,9 @@ class QualityClassifierConfig:
         for name in ("epoch", "dim", "word_ngrams", "min_count", "bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.bucket * self.dim < MIN_MATRIX_VALUES:
+            raise ValueError(f"bucket * dim must be >= {MIN_MATRIX_VALUES} (so fastText's input matrix starts "
+                             f"zeroed, see fasttext_train), got {self.bucket} * {self.dim}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.max_documents is not None and self.max_documents < 1:
@@ -138,11 +143,11 @@ def quality_classifier_step(config: QualityClassifierConfig, output_path: str) -
         train_file = os.path.join(scratch, "train.txt")
         with open(train_file, "w", encoding="utf-8") as f:
             f.writelines(f"{label} {fasttext_text(text)}\n" for label, text in train)
-        model = fasttext.train_supervised(
-            input=train_file, lr=config.lr, dim=config.dim, epoch=config.epoch, wordNgrams=config.word_ngrams,
-            minCount=config.min_count, bucket=config.bucket, thread=1, seed=config.seed, verbose=0)
         local_model = os.path.join(scratch, MODEL_FILE)
-        model.save_model(local_model)
+        train_in_child(train_file, local_model, {
+            "lr": config.lr, "dim": config.dim, "epoch": config.epoch, "wordNgrams": config.word_ngrams,
+            "minCount": config.min_count, "bucket": config.bucket, "thread": 1, "seed": config.seed, "verbose": 0})
+        model = fasttext.load_model(local_model)
         with open(local_model, "rb") as f:
             fs.atomic_write(fs.join(output_path, MODEL_FILE), f.read())
     scores = _positive_scores(model, [text for _, text in validation])
