@@ -27,7 +27,8 @@ from marin.processing.dedup import (
 )
 from marin.processing.quality import HeuristicRule, HeuristicsConfig, heuristics_step
 from marin.processing.webcorpus import WebCorpusConfig, generate_web_corpus
-from zephyr import DataError, read_documents as zephyr_documents
+from zephyr import DataError
+from zephyr import read_documents as zephyr_documents
 
 
 @pytest.fixture(scope="module")
