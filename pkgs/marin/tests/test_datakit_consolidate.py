@@ -25,7 +25,16 @@ from marin.processing.dedup import (
     fuzzy_dedup_step,
     paragraph_dedup_step,
 )
-from marin.processing.quality import HeuristicRule, HeuristicsConfig, heuristics_step
+from marin.processing.html import Extractor, HtmlToTextConfig, html_to_text_step
+from marin.processing.quality import (
+    ClassifyConfig,
+    HeuristicRule,
+    HeuristicsConfig,
+    QualityClassifierConfig,
+    classify_step,
+    heuristics_step,
+    quality_classifier_step,
+)
 from marin.processing.webcorpus import WebCorpusConfig, generate_web_corpus
 from zephyr import DataError
 from zephyr import read_documents as zephyr_documents
@@ -121,3 +130,35 @@ def test_mismatched_sidecars_name_the_file_and_line(tmp_path: Path) -> None:
                                            filters=(DropDuplicates(str(tmp_path / "none")),)), str(tmp_path / "out"))
     with pytest.raises(ValueError, match="filter names must be distinct"):
         ConsolidateConfig(input="x", filters=(DropDuplicates("a"), DropDuplicates("b")))
+
+
+def test_whole_pipeline_on_an_object_store(memory_prefix: str) -> None:
+    """Every step reads and writes through rigging's file systems (memory:// here), and every
+    attribute step's sidecars carry the names and order of the input shards."""
+    root = memory_prefix
+    generate_web_corpus(f"{root}/corpus", WebCorpusConfig(num_pages=60, seed=6, bad_pages_per_kind=1,
+                                                          oversized_bytes=20_000, eval_items=10, contaminated_pages=3))
+    text = f"{root}/text"
+    html_to_text_step(HtmlToTextConfig(input=f"{root}/corpus/html", extractor=Extractor.RESILIPARSE,
+                                       max_bytes=15_000, num_shards=3), text)
+    quality_classifier_step(QualityClassifierConfig(positive=text, negative=f"{root}/corpus/documents"), f"{root}/model")
+    steps = {
+        "exact": (exact_dedup_step, ExactDedupConfig(input=text)),
+        "fuzzy": (fuzzy_dedup_step, FuzzyDedupConfig(input=text)),
+        "para": (paragraph_dedup_step, ParagraphDedupConfig(input=text)),
+        "heur": (heuristics_step, HeuristicsConfig(input=text)),
+        "dc": (decontaminate_step, DecontaminateConfig(input=text, against=(EvalSet("qa", f"{root}/corpus/eval"),))),
+        "cls": (classify_step, ClassifyConfig(input=text, model=f"{root}/model")),
+    }
+    input_shards = [s.name for s in list_shards(text)]
+    assert input_shards == [f"part-{k:05d}.jsonl.gz" for k in range(3)]
+    for name, (fn, config) in steps.items():
+        fn(config, f"{root}/{name}")
+        assert [s.name for s in list_shards(f"{root}/{name}")] == input_shards, name
+    consolidate_step(ConsolidateConfig(input=text, filters=(
+        DropContaminated(f"{root}/dc"), DropDuplicates(f"{root}/fuzzy"), KeepScore(f"{root}/cls", min_score=0.0),
+        KeepHeuristics(f"{root}/heur", rules=(HeuristicRule.C4_CURLY_BRACE,)), RemoveDuplicateSpans(f"{root}/para"))),
+        f"{root}/out")
+    summary = read_summary(f"{root}/out")
+    assert summary["documents"] == read_summary(text)["documents"] == summary["kept"] + sum(summary["removed"].values())
+    assert summary["removed"]["contaminated"] == 3 and summary["removed"]["duplicates"] > 0

@@ -118,7 +118,8 @@ def decode_page(data: bytes, max_bytes: int) -> Decoded:
             return Decoded(text)
     from resiliparse.parse.encoding import detect_encoding  # resiliparse: a compiled module, loaded on need
 
-    for candidate in (_codec("utf-8"), _codec(detect_encoding(data)), _codec("cp1252")):
+    detected = detect_encoding(data)
+    for candidate in (_codec("utf-8"), _codec(detected) if detected else None, _codec("cp1252")):
         if candidate is None or candidate == declared:
             continue
         text = _strict(data, candidate)
