@@ -79,8 +79,8 @@ def _base_of(entry: str) -> str:
 
 
 def _relative(path: str, base: str) -> str:
-    if not base:
-        return posixpath.normpath(fs.strip_protocol(path)).lstrip("/") if "://" in path else posixpath.normpath(path)
+    if not base:  # a bare file name or pattern: names are the relative paths themselves
+        return posixpath.normpath(path)
     prefix = base.rstrip("/") + "/"
     if path.startswith(prefix):
         return path[len(prefix):]

@@ -140,6 +140,7 @@ def _pages(shards: list[Shard], config: HtmlToTextConfig) -> Iterator[tuple[Any,
 
 
 def _count(shards: list[Shard]) -> int:
+    # Output shards are cut by page index, so the total is needed first (JSON lines are read twice).
     return sum(1 if s.path.lower().endswith(HTML_SUFFIXES) else sum(1 for _ in read_records(s.path)) for s in shards)
 
 

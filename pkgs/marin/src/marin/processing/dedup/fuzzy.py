@@ -156,7 +156,7 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
     t = time.perf_counter()
     bucket_pairs = group_by(band_records, _first, _bucket_reducer)
     candidates = list(group_by(bucket_pairs, _pair_key, _one_pair))
-    largest_bucket = max((c for c in _bucket_sizes(band_records)), default=0)
+    largest_bucket = max(_bucket_sizes(band_records), default=0)
     timings["candidates_s"] = time.perf_counter() - t
 
     # 4. verification by real Jaccard similarity.
