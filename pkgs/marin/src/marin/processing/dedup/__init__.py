@@ -9,7 +9,7 @@ from marin.processing.dedup.exact import (
     paragraph_dedup_step,
 )
 from marin.processing.dedup.fuzzy import FuzzyDedupConfig, FuzzyResult, fuzzy_dedup, fuzzy_dedup_step
-from marin.processing.dedup.grouping import GroupBy, group_in_process
+from marin.processing.dedup.grouping import GroupBy, default_group_by, group_in_process
 from marin.processing.dedup.minhash import (
     MinHasher,
     detection_probability,
@@ -29,6 +29,7 @@ __all__ = [
     "UnionFind",
     "dedup_exact_documents",
     "dedup_exact_paragraphs",
+    "default_group_by",
     "detection_probability",
     "exact_dedup_step",
     "fuzzy_dedup",

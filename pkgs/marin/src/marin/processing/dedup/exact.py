@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
-from marin.processing.dedup.grouping import GroupBy, group_in_process
+from marin.processing.dedup.grouping import GroupBy, default_group_by
 from marin.processing.text import content_hash, paragraph_spans
 
 __all__ = [
@@ -69,7 +69,7 @@ def _doc_reducer(key: str, members: list[tuple[str, tuple[int, int], Any]]) -> I
         yield order, {"duplicate": i > 0, "cluster": key, "representative": representative}
 
 
-def dedup_exact_documents(shards: list[Shard], group_by: GroupBy = group_in_process) -> tuple[list[list[Any]], list[list[dict]]]:
+def dedup_exact_documents(shards: list[Shard], group_by: GroupBy = default_group_by) -> tuple[list[list[Any]], list[list[dict]]]:
     """Ids and exact-duplicate attributes of every document of ``shards``, per shard."""
     ids: list[list[Any]] = [[] for _ in shards]
     records = []
@@ -111,7 +111,7 @@ def _para_reducer(key: str, members: list[tuple[str, tuple[int, int, int], tuple
     yield from ((order, span) for _key, order, span in sorted(members, key=lambda m: m[1])[1:])
 
 
-def dedup_exact_paragraphs(shards: list[Shard], min_chars: int = 0, group_by: GroupBy = group_in_process
+def dedup_exact_paragraphs(shards: list[Shard], min_chars: int = 0, group_by: GroupBy = default_group_by
                            ) -> tuple[list[list[Any]], list[list[dict]]]:
     """Ids and duplicate-paragraph attributes of every document of ``shards``, per shard."""
     ids: list[list[Any]] = [[] for _ in shards]

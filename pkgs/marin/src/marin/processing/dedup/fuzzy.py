@@ -34,7 +34,7 @@ import numpy as np
 import xxhash
 
 from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
-from marin.processing.dedup.grouping import GroupBy, group_in_process
+from marin.processing.dedup.grouping import GroupBy, default_group_by
 from marin.processing.dedup.minhash import MinHasher, jaccard, optimal_bands, shingle_set
 from marin.processing.dedup.unionfind import UnionFind
 
@@ -126,7 +126,7 @@ def _one_pair(pair: tuple[int, int], _members: list[tuple[int, int]]) -> Iterato
     yield pair
 
 
-def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = group_in_process) -> FuzzyResult:
+def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by) -> FuzzyResult:
     """Near-duplicate attributes of every document of ``shards`` (see the module docstring)."""
     started = time.perf_counter()
     ids: list[list[Any]] = [[] for _ in shards]

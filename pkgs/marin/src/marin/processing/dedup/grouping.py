@@ -4,8 +4,9 @@ A :data:`GroupBy` takes records, a key function and a reducer, and yields what t
 for every group. Results must not depend on the order groups are visited or on how records were
 partitioned: :func:`group_in_process` visits keys in sorted order and keeps each group's records in
 arrival order, and the dedup reducers sort what they need. The same shape is zephyr's
-``Dataset.group_by(key, reducer, num_partitions=...)``; switching to it means passing another
-``GroupBy`` (module-level key and reducer functions are used so they can be shipped to workers).
+``Dataset.group_by(key, reducer, num_partitions=...)``; switching to it means changing
+:func:`default_group_by` (the default of every dedup function) or passing another ``GroupBy``
+(module-level key and reducer functions are used so they can be shipped to workers).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["GroupBy", "group_in_process"]
+__all__ = ["GroupBy", "default_group_by", "group_in_process"]
 
 R = TypeVar("R")
 
@@ -34,3 +35,9 @@ def group_in_process(records: Iterable[Any], key: Callable[[Any], Any],
             group.append(record)
     for k in sorted(groups):
         yield from reducer(k, groups.pop(k))
+
+
+def default_group_by(records: Iterable[Any], key: Callable[[Any], Any],
+                     reducer: Callable[[Any, list[Any]], Iterable[R]]) -> Iterator[R]:
+    """The grouping every dedup step uses: in this process today (the one place to switch)."""
+    return group_in_process(records, key, reducer)
