@@ -1,0 +1,42 @@
+"""Deduplication: exact documents and paragraphs, near-duplicate documents (MinHash LSH, verified)."""
+
+from marin.processing.dedup.exact import (
+    ExactDedupConfig,
+    ParagraphDedupConfig,
+    dedup_exact_documents,
+    dedup_exact_paragraphs,
+    exact_dedup_step,
+    paragraph_dedup_step,
+)
+from marin.processing.dedup.fuzzy import FuzzyDedupConfig, FuzzyResult, fuzzy_dedup, fuzzy_dedup_step
+from marin.processing.dedup.grouping import GroupBy, default_group_by, group_in_process
+from marin.processing.dedup.minhash import (
+    MinHasher,
+    detection_probability,
+    jaccard,
+    optimal_bands,
+    shingle_set,
+)
+from marin.processing.dedup.unionfind import UnionFind
+
+__all__ = [
+    "ExactDedupConfig",
+    "FuzzyDedupConfig",
+    "FuzzyResult",
+    "GroupBy",
+    "MinHasher",
+    "ParagraphDedupConfig",
+    "UnionFind",
+    "dedup_exact_documents",
+    "dedup_exact_paragraphs",
+    "default_group_by",
+    "detection_probability",
+    "exact_dedup_step",
+    "fuzzy_dedup",
+    "fuzzy_dedup_step",
+    "group_in_process",
+    "jaccard",
+    "optimal_bands",
+    "paragraph_dedup_step",
+    "shingle_set",
+]

@@ -1,0 +1,227 @@
+"""Near-duplicate documents: MinHash LSH candidates, each verified by its real Jaccard similarity.
+
+Stages (each grouping goes through one :data:`~marin.processing.dedup.grouping.GroupBy`):
+
+1. map: every document's shingle set (:func:`~marin.processing.dedup.minhash.shingle_set`).
+   Documents with identical shingle sets are grouped first (Jaccard 1 by definition) and only
+   the first of each enters LSH, so thousands of copies never make thousands squared pairs.
+2. band keys: the signature of each remaining document, cut into bands, one key per band.
+3. group by band key: every pair of documents sharing a key is a candidate; pairs found in
+   several bands are grouped again so each is counted and verified once.
+4. verify: a candidate pair becomes an edge only when the Jaccard similarity of the two shingle
+   sets is ``>= threshold``; rejected pairs (templated pages sharing boilerplate, unlucky band
+   collisions) never join a cluster.
+5. union-find over the edges; a cluster's representative is its first document in the corpus's
+   total order (shard, line). It terminates by construction and gives one answer whatever the
+   order of edges.
+
+Sidecar attributes: ``{"duplicate": bool, "cluster": <hex>|None, "representative": <id>,
+"jaccard": <real Jaccard to the representative>|None}``. ``cluster`` is the xxh3-64 of the
+representative's shingle set (the same for every member, stable under resharding); a document
+without words has ``cluster`` None and is never a duplicate. ``jaccard`` is computed against the
+representative directly, so it can fall below the threshold for a document that joined through a
+chain of verified pairs (counted as ``below_threshold_to_representative``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
+from marin.processing.dedup.grouping import GroupBy, default_group_by
+from marin.processing.dedup.minhash import MinHasher, jaccard, optimal_bands, shingle_set
+from marin.processing.dedup.unionfind import UnionFind
+
+__all__ = ["FuzzyDedupConfig", "FuzzyResult", "fuzzy_dedup", "fuzzy_dedup_step"]
+
+_MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class FuzzyDedupConfig:
+    """Near-duplicate documents by MinHash LSH with verified Jaccard similarity."""
+
+    input: Any
+    """Documents: a folder, glob or list of JSON-lines shards, or a step/handle output."""
+    threshold: float = 0.8
+    """Documents are near-duplicates when the Jaccard similarity of their shingle sets is >= this."""
+    ngram: int = 5
+    """Words per shingle."""
+    num_perm: int = 128
+    """MinHash permutations (signature length)."""
+    seed: int = 0
+    """Seed of the permutations."""
+    false_negative_weight: float = 0.9
+    """Weight of missed pairs against candidate pairs below the threshold when choosing bands x
+    rows (every candidate is verified, so a false positive costs one Jaccard computation while a
+    false negative loses a duplicate: recall is weighted up)."""
+    bands: int | None = None
+    """Override the derived number of bands (with ``rows``)."""
+    rows: int | None = None
+    """Override the derived rows per band (with ``bands``)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+        if self.ngram < 1:
+            raise ValueError(f"ngram must be >= 1, got {self.ngram}")
+        if self.num_perm < 1:
+            raise ValueError(f"num_perm must be >= 1, got {self.num_perm}")
+        if not 0 <= self.false_negative_weight <= 1:
+            raise ValueError(f"false_negative_weight must be in [0, 1], got {self.false_negative_weight}")
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError(f"bands and rows go together, got bands={self.bands}, rows={self.rows}")
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
+                raise ValueError(f"bands * rows must be <= num_perm ({self.num_perm}) and both >= 1, "
+                                 f"got {self.bands} * {self.rows}")
+
+    def hasher(self) -> MinHasher:
+        """The MinHasher these settings describe (bands x rows derived from the threshold)."""
+        if self.bands is not None and self.rows is not None:
+            bands, rows = self.bands, self.rows
+        else:
+            bands, rows = optimal_bands(self.threshold, self.num_perm, self.false_negative_weight)
+        return MinHasher(num_perm=self.num_perm, bands=bands, rows=rows, seed=self.seed)
+
+
+@dataclass
+class FuzzyResult:
+    """Per-shard ids and attributes, and the counts of every stage."""
+
+    ids: list[list[Any]]
+    attributes: list[list[dict[str, Any]]]
+    stats: dict[str, Any]
+
+
+def _first(record: tuple[Any, int]) -> Any:
+    return record[0]
+
+
+def _identical_reducer(_key: bytes, members: list[tuple[bytes, int]]) -> Iterator[tuple[int, int]]:
+    """(first member, member) for every member of a set of identical shingle sets."""
+    order = sorted(m[1] for m in members)
+    yield from ((order[0], other) for other in order)
+
+
+def _bucket_reducer(_key: int, members: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Every pair of documents sharing one band key."""
+    order = sorted({m[1] for m in members})
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            yield a, b
+
+
+def _pair_key(pair: tuple[int, int]) -> tuple[int, int]:
+    return pair
+
+
+def _one_pair(pair: tuple[int, int], _members: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    yield pair
+
+
+def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by) -> FuzzyResult:
+    """Near-duplicate attributes of every document of ``shards`` (see the module docstring)."""
+    started = time.perf_counter()
+    ids: list[list[Any]] = [[] for _ in shards]
+    where: list[tuple[int, int]] = []
+    sets: list[np.ndarray] = []
+    for index, doc in iter_corpus(shards):
+        where.append((index, len(ids[index])))
+        ids[index].append(doc["id"])
+        sets.append(shingle_set(doc["text"], config.ngram))
+    n = len(sets)
+    timings = {"shingles_s": time.perf_counter() - started}
+
+    # 1. identical shingle sets collapse before LSH.
+    keyed = [(sets[g].tobytes(), g) for g in range(n) if sets[g].size]
+    first_of: dict[int, int] = {}
+    for head, member in group_by(keyed, _first, _identical_reducer):
+        first_of[member] = head
+    uf = UnionFind(n)
+    identical = sum(uf.union(head, member) for member, head in first_of.items() if head != member)
+
+    # 2-3. band keys of the heads, grouped into candidate pairs.
+    t = time.perf_counter()
+    hasher = config.hasher()
+    band_records = [(key, g) for g, head in sorted(first_of.items()) if g == head
+                    for key in hasher.band_keys(hasher.signature(sets[g]))]
+    timings["signatures_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    bucket_pairs = group_by(band_records, _first, _bucket_reducer)
+    candidates = list(group_by(bucket_pairs, _pair_key, _one_pair))
+    largest_bucket = max(_bucket_sizes(band_records), default=0)
+    timings["candidates_s"] = time.perf_counter() - t
+
+    # 4. verification by real Jaccard similarity.
+    t = time.perf_counter()
+    edges = [(a, b) for a, b in candidates if jaccard(sets[a], sets[b]) >= config.threshold]
+    timings["verify_s"] = time.perf_counter() - t
+
+    # 5. clusters.
+    uf.union_all(edges)
+    roots = uf.roots()
+    attributes: list[list[dict[str, Any]]] = [[{}] * len(shard_ids) for shard_ids in ids]
+    below = 0
+    for g, root in enumerate(roots):
+        index, line = where[g]
+        representative = ids[where[root][0]][where[root][1]]
+        if sets[g].size == 0:
+            attrs: dict[str, Any] = {"duplicate": False, "cluster": None, "representative": representative,
+                                     "jaccard": None}
+        else:
+            similarity = None
+            if root != g:
+                similarity = round(jaccard(sets[g], sets[root]), 6)
+                below += similarity < config.threshold
+            attrs = {"duplicate": root != g, "cluster": xxhash.xxh3_64_hexdigest(sets[root].tobytes()),
+                     "representative": representative, "jaccard": similarity}
+        attributes[index][line] = attrs
+    members: dict[int, int] = {}
+    for root in roots:
+        members[root] = members.get(root, 0) + 1
+    stats = {
+        "documents": n, "duplicates": sum(1 for g, r in enumerate(roots) if r != g),
+        "clusters": sum(1 for count in members.values() if count > 1),
+        "largest_cluster": max(members.values(), default=0),
+        "no_shingles": sum(1 for s in sets if s.size == 0), "identical_shingle_sets": identical,
+        "candidate_pairs": len(candidates), "verified_pairs": len(edges),
+        "rejected_pairs": len(candidates) - len(edges), "largest_bucket": largest_bucket,
+        "below_threshold_to_representative": below,
+        "bands": hasher.bands, "rows": hasher.rows, "num_perm": hasher.num_perm,
+        "threshold": config.threshold, "ngram": config.ngram,
+        "seconds": {k: round(v, 3) for k, v in timings.items()},
+    }
+    return FuzzyResult(ids, attributes, stats)
+
+
+def _bucket_sizes(band_records: list[tuple[int, int]]) -> Iterator[int]:
+    sizes: dict[int, int] = {}
+    for key, _g in band_records:
+        sizes[key] = sizes.get(key, 0) + 1
+    return iter(sizes.values())
+
+
+def fuzzy_dedup_step(config: FuzzyDedupConfig, output_path: str) -> None:
+    """Step function: near-duplicate sidecars and ``_summary.json``.
+
+    Summary: ``documents``, ``duplicates`` (removed if consolidation drops duplicates),
+    ``clusters``, ``candidate_pairs``, ``verified_pairs``, ``rejected_pairs`` and the other counts
+    of :func:`fuzzy_dedup`, with a few examples (id, representative, Jaccard).
+    """
+    shards = list_shards(config.input)
+    result = fuzzy_dedup(shards, config)
+    for shard, shard_ids, attrs in zip(shards, result.ids, result.attributes, strict=True):
+        write_sidecar(output_path, shard, shard_ids, attrs)
+    examples = [{"id": doc_id, "representative": a["representative"], "jaccard": a["jaccard"]}
+                for shard_ids, attrs in zip(result.ids, result.attributes, strict=True)
+                for doc_id, a in zip(shard_ids, attrs, strict=True) if a["duplicate"]][:_MAX_EXAMPLES]
+    summary = {"step": "dedup_fuzzy", "shards": len(shards), **result.stats, "examples": examples}
+    summary.pop("seconds")  # timings differ between runs; the summary must not
+    write_summary(output_path, summary)

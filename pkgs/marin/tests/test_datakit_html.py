@@ -1,0 +1,107 @@
+"""html_to_text: real trafilatura and resiliparse on generated pages; bad pages counted, never fatal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marin.processing.attributes import list_shards, read_documents, read_summary, write_jsonl
+from marin.processing.html import Extractor, Favor, HtmlToTextConfig, html_to_text_step
+from marin.processing.html_decode import PageProblem, decode_page
+from marin.processing.webcorpus import WebCorpusConfig, generate_web_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    out = str(tmp_path_factory.mktemp("webcorpus"))
+    truth = generate_web_corpus(out, WebCorpusConfig(num_pages=40, seed=5, num_sites=4, bad_pages_per_kind=1,
+                                                     oversized_bytes=60_000, templated_families=1,
+                                                     contaminated_pages=3, eval_items=10))
+    return out, truth
+
+
+def _docs(folder: str) -> list[dict]:
+    return [d for s in list_shards(folder) for d in read_documents(s.path)]
+
+
+def _clean(root: str) -> dict[str, str]:
+    return {d["id"]: d["text"] for d in _docs(f"{root}/documents")}
+
+
+@pytest.mark.parametrize("extractor", list(Extractor))
+def test_pages_become_their_article_text_and_bad_pages_are_named(corpus: tuple[str, dict], tmp_path: Path,
+                                                                 extractor: Extractor) -> None:
+    root, truth = corpus
+    out = str(tmp_path / "out")
+    html_to_text_step(HtmlToTextConfig(input=f"{root}/html", extractor=extractor, max_bytes=50_000), out)
+    summary = read_summary(out)
+    docs = _docs(out)
+    clean = _clean(root)
+    # The extractors drop navigation, cookie banners, sidebars and footers: the text is the article.
+    assert {d["id"]: d["text"] for d in docs} == clean
+    assert summary["pages"] == truth["pages"] == summary["documents"] + summary["skipped"]
+    named = {kind: sorted(p["id"] for p in entry["pages"]) for kind, entry in summary["problems"].items()}
+    bad = truth["bad_pages"]
+    assert named["empty"] == sorted(bad["empty"] + bad["whitespace"])
+    assert named["binary"] == bad["binary"] and named["oversized"] == bad["oversized"]
+    # A navigation-only page gives either no text or too little of it, by extractor.
+    assert named.get("no_text", []) + named.get("too_short", []) == bad["no_text"]
+    # Pages in windows-1252 that declare utf-8 are repaired, counted, and kept with their accents.
+    assert named["wrong_charset"] == bad["wrong_charset"]
+    for page in bad["wrong_charset"]:
+        assert "Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e" in clean[page]
+
+
+def test_sharding_follows_input_order(corpus: tuple[str, dict], tmp_path: Path) -> None:
+    root, _truth = corpus
+    config = {"input": f"{root}/html", "extractor": Extractor.RESILIPARSE, "max_bytes": 50_000}
+    html_to_text_step(HtmlToTextConfig(**config, num_shards=1), str(tmp_path / "one"))
+    html_to_text_step(HtmlToTextConfig(**config, num_shards=4, compress=False), str(tmp_path / "four"))
+    html_to_text_step(HtmlToTextConfig(**config, num_shards=4, compress=False), str(tmp_path / "again"))
+    four = list_shards(str(tmp_path / "four"))
+    assert [s.name for s in four] == [f"part-{k:05d}.jsonl" for k in range(4)]
+    assert _docs(str(tmp_path / "one")) == _docs(str(tmp_path / "four"))
+    ids = [d["id"] for d in _docs(str(tmp_path / "four"))]
+    assert ids == sorted(ids)  # files are taken in listing order, blocks are contiguous
+    for shard in four:
+        assert Path(shard.path).read_bytes() == (tmp_path / "again" / shard.name).read_bytes()
+
+
+def test_page_records_in_json_lines(tmp_path: Path) -> None:
+    article = "<html><body><article><h1>Title</h1><p>" + "A sentence about rivers and boats. " * 12 + "</p></article></body></html>"
+    records = [
+        {"id": "good", "url": "https://example.org/a", "html": article},
+        {"id": "blank", "url": "https://example.org/b", "html": "   "},
+        {"id": "none", "url": "https://example.org/c", "html": None},
+        {"id": "nul", "html": "\x00\x01\x02 binary"},
+        {"id": "huge", "html": article * 50},
+    ]
+    write_jsonl(str(tmp_path / "pages" / "crawl.jsonl.gz"), records)
+    html_to_text_step(HtmlToTextConfig(input=str(tmp_path / "pages"), max_bytes=20_000), str(tmp_path / "out"))
+    docs = _docs(str(tmp_path / "out"))
+    assert [(d["id"], d["url"]) for d in docs] == [("good", "https://example.org/a")]
+    assert docs[0]["text"].startswith("Title\nA sentence about rivers and boats.")
+    problems = read_summary(str(tmp_path / "out"))["problems"]
+    assert {k: [p["id"] for p in v["pages"]] for k, v in problems.items()} == {
+        "empty": ["blank", "none"], "binary": ["nul"], "oversized": ["huge"]}
+
+
+def test_decoding_rules() -> None:
+    page = '<html><head><meta charset="iso-8859-1"></head><body>na\u00efve</body></html>'
+    # Declares latin-1 but is utf-8: decoded as utf-8, flagged.
+    decoded = decode_page(page.encode("utf-8"), 10_000)
+    assert decoded.problem is PageProblem.WRONG_CHARSET and "na\u00efve" in (decoded.html or "")
+    # Declared correctly: no problem.
+    assert decode_page(page.encode("latin-1"), 10_000).problem is None
+    assert decode_page(b"\xef\xbb\xbf<p>bom</p>", 100).html == "<p>bom</p>"
+    assert decode_page(b"%PDF-1.4 ...", 100).problem is PageProblem.BINARY
+    assert decode_page(b"x" * 101, 100).problem is PageProblem.OVERSIZED
+    assert decode_page(b" \n ", 100).problem is PageProblem.EMPTY
+
+
+def test_config_rejects_what_it_cannot_do() -> None:
+    with pytest.raises(ValueError, match="favor='precision' is a trafilatura option"):
+        HtmlToTextConfig(input="x", extractor=Extractor.RESILIPARSE, favor=Favor.PRECISION)
+    with pytest.raises(ValueError, match="max_bytes must be > 0, got 0"):
+        HtmlToTextConfig(input="x", max_bytes=0)
