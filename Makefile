@@ -38,7 +38,8 @@ lint: setup
 	$(RUN)ruff check .
 	$(RUN)lint-imports
 	$(RUN)basedpyright
-	$(RUN)mkdocs build --strict --quiet
+	@# Not --quiet: it drops the warnings that --strict counts, and the build would always pass.
+	$(RUN)mkdocs build --strict
 
 docs: setup
 	$(RUN)mkdocs build --strict
