@@ -4,10 +4,14 @@ are the README and the tutorial modules, unchanged."""
 from __future__ import annotations
 
 import ast
+import importlib.util
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
+import griffe
+import pytest
 from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.plugins import BasePlugin
@@ -66,3 +70,49 @@ def test_site_builds_with_readme_as_home_and_a_page_per_tutorial(tmp_path: Path)
     for package in ("rigging", "fray", "iris", "zephyr", "levanter", "marin"):
         html = (site / "api" / f"{package}.html").read_text(encoding="utf-8")
         assert f'id="{package}"' in html, package
+
+
+def _load_docs_module(name: str) -> Any:
+    """A module of docs/ (the site's build code, not a package), imported from its file."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "docs" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docstring_roles_become_cross_references_and_stale_ones_are_reported(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    griffe_ext = _load_docs_module("griffe_ext")
+    package = tmp_path / "docpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        '"""See :func:`helper`, :class:`~docpkg.mod.Here`, :mod:`json`, :func:`gone` and :func:`docpkg.mod.gone`.\n\n'
+        'Layout::\n\n    a/b\n"""\n\nfrom docpkg.mod import Here\n\n__all__ = ["Here", "helper"]\n\n\n'
+        'def helper() -> None:\n    """Help."""\n')
+    (package / "mod.py").write_text('"""Mod."""\n\n\nclass Here:\n    """Here; see :meth:`go`."""\n\n'
+                                    '    def go(self) -> None:\n        """Go."""\n')
+    loader = griffe.GriffeLoader(search_paths=[str(tmp_path)],
+                                 extensions=griffe.load_extensions(griffe_ext.ApiReference()))
+    with caplog.at_level(logging.WARNING):
+        module = loader.load("docpkg")
+
+    def ref(identifier: str, shown: str) -> str:
+        return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
+
+    assert module.docstring.value == (
+        f"See {ref('docpkg.helper', 'helper')}, {ref('docpkg.mod.Here', 'Here')}, {ref('json', 'json')}, "
+        "`gone` and `docpkg.mod.gone`.\n\nLayout:\n\n    a/b")
+    assert module["mod.Here"].docstring.value == f"Here; see {ref('docpkg.mod.Here.go', 'go')}."
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "`gone`, which names nothing in its scope" in warnings[0] \
+        and "`docpkg.mod.gone`, which names nothing" in warnings[1], warnings
+    # The re-export is documented where it is defined (docpkg.mod), not again in docpkg.
+    assert module.members["Here"].public is False and module.members["helper"].is_public
+
+
+def test_literal_block_markers_read_as_markdown() -> None:
+    griffe_ext = _load_docs_module("griffe_ext")
+    assert griffe_ext.literal_blocks_as_markdown("Layout::\n\n    a\n") == "Layout:\n\n    a\n"
+    assert griffe_ext.literal_blocks_as_markdown("Layout ::\n::\nkeep a::b and x: y") == \
+        "Layout\n\nkeep a::b and x: y"
