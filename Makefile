@@ -7,8 +7,10 @@ VENV := .venv
 # interpreter, not a `uv run` they would try to repeat from another folder.
 RUN := $(VENV)/bin/
 export UV_PYTHON_DOWNLOADS := never
+# mkdocs-material's banner about its successor, printed on every build.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help setup test test-fast lint bench bench-peers train-nano experiments nix-check soak clean
+.PHONY: help setup test test-fast lint docs bench bench-peers train-nano experiments nix-check soak clean
 
 help:
 	@echo "make setup       create .venv from uv.lock (installs uv if missing)"
@@ -17,7 +19,8 @@ help:
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
 	@echo "make bench-peers fresh local builds beside GNU make, Snakemake and DVC (in .venv-bench)"
-	@echo "make lint        ruff, import-linter and pyright (basic mode, via basedpyright)"
+	@echo "make lint        ruff, import-linter, pyright (basic mode, via basedpyright), the docs site (--strict)"
+	@echo "make docs        the documentation site (mkdocs.yml) into build/site"
 
 $(UV):
 	$(PYTHON) -m pip install --user --quiet "uv>=0.5"
@@ -35,6 +38,12 @@ lint: setup
 	$(RUN)ruff check .
 	$(RUN)lint-imports
 	$(RUN)basedpyright
+	@# Not --quiet: it drops the warnings that --strict counts, and the build would always pass.
+	$(RUN)mkdocs build --strict
+
+docs: setup
+	$(RUN)mkdocs build --strict
+	@echo "open build/site/index.html (or run .venv/bin/mkdocs serve for a live preview)"
 
 test: lint
 	$(RUN)pytest -q

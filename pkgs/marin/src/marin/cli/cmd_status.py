@@ -16,7 +16,7 @@ _STATES = ("done", "failed", "running", "interrupted", "killed", "missing")
 
 def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, dict]:
     """(state, provenance or status fields) of one output folder: ``done`` or a
-    :class:`~marin.execution.store.BuildState` value (missing, running, failed, interrupted, killed).
+    :class:`~marin.execution.store.records.BuildState` value (missing, running, failed, interrupted, killed).
 
     Args:
         done: whether the step is done, when the caller already knows (from the store's done

@@ -200,7 +200,9 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         model: the Llama shape (vocabulary size comes from the data).
         optimizer: ``AdamConfig``.
         datasets: ``{tokenized handle: weight}``.
-        batch_size, seq_len, num_train_steps: the usual.
+        batch_size: sequences per optimizer step.
+        seq_len: tokens per sequence.
+        num_train_steps: optimizer steps to train.
         evals: held-out data to score the final model on, by an eval step built with it
             (``evals/<name>``): a list of tokenized handles or raw text sources (labelled by their
             step names or paths), or a mapping of label to either (see ``marin.experiment.eval``).

@@ -1,9 +1,10 @@
 """Experiment reports: the step graph, states, provenance and training curves as one HTML page.
 
-``collect_plan`` / ``collect_run`` gather a :class:`ReportData` from a plan or a run's result and
-the step store; ``render_html`` turns it into a self-contained page; ``write_run_report`` writes
-the report of a run under the prefix; ``plot_metrics`` draws a step's training curves as a PNG.
-Names load on first use (the report after a no-op run must not pay for the renderer).
+``collect_plan`` / ``collect_run`` gather a :class:`~marin.report.collect.ReportData` from a plan
+or a run's result and the step store; ``render_html`` turns it into a self-contained page;
+``write_run_report`` writes the report of a run under the prefix; ``plot_metrics`` draws a step's
+training curves as a PNG. Names load on first use (the report after a no-op run must not pay for
+the renderer).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ def plot_metrics(metrics: Metrics, *, width: int = 1000, height: int = 700, titl
 
     Args:
         metrics: the series to draw (see :func:`marin.report.outputs.read_metrics`).
-        width, height: the image size in pixels.
+        width: the image's width in pixels.
+        height: the image's height in pixels.
         title: a title over the panels (the step's name).
         dpi: dots per inch of the figure (the pixel size does not depend on it).
 

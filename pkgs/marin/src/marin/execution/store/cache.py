@@ -3,7 +3,7 @@
 A cache is another prefix (local folder, ``gs://``, ``memory://``) holding finished step
 outputs at the same ``<name>-<hash16>`` paths. A hit is copied into the local prefix, verified
 against its manifest, and only then marked done; a partial or corrupt entry is refused.
-Publishing (:func:`push`) copies every file first and the success record last, so a half-pushed
+Publishing (:func:`push_output`) copies every file first and the success record last, so a half-pushed
 entry never looks finished.
 """
 
