@@ -15,10 +15,12 @@ Nothing is downloaded: the model is ours, and task data comes from local files o
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from lm_eval import simple_evaluate
@@ -32,6 +34,7 @@ from rigging import filesystem as fs
 __all__ = ["RESULTS_FILE", "run_tasks", "samples_file"]
 
 RESULTS_FILE = "results.json"
+_NO_FORK = "DISABLE_MULTIPROC"
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +59,12 @@ def run_tasks(lm: LM, config: TaskRunConfig, output_dir: str | None = None) -> d
     tracker = EvaluationTracker()
     with tempfile.TemporaryDirectory(prefix="lm-eval-") as scratch:
         tracker.output_path = os.path.join(scratch, RESULTS_FILE) if output_dir is not None else None
-        results = simple_evaluate(
-            model=lm, tasks=built, task_manager=manager,
-            num_fewshot=config.num_fewshot, limit=config.limit, log_samples=True, evaluation_tracker=tracker,
-            bootstrap_iters=config.bootstrap_iters, random_seed=config.seed, numpy_random_seed=config.seed,
-            torch_random_seed=config.seed, fewshot_random_seed=config.seed)
+        with _bootstrap_in_process():
+            results = simple_evaluate(
+                model=lm, tasks=built, task_manager=manager,
+                num_fewshot=config.num_fewshot, limit=config.limit, log_samples=True, evaluation_tracker=tracker,
+                bootstrap_iters=config.bootstrap_iters, random_seed=config.seed, numpy_random_seed=config.seed,
+                torch_random_seed=config.seed, fewshot_random_seed=config.seed)
         if results is None:
             raise RuntimeError("the harness returned no results (not the process of rank 0)")
         samples = results.pop("samples")
@@ -68,6 +72,22 @@ def run_tasks(lm: LM, config: TaskRunConfig, output_dir: str | None = None) -> d
             _publish(tracker, results, samples, scratch, output_dir)
     results["samples"] = samples
     return results
+
+
+@contextlib.contextmanager
+def _bootstrap_in_process() -> Iterator[None]:
+    """Bootstrap standard errors in this process: the harness otherwise forks a pool (its
+    ``DISABLE_MULTIPROC`` switch, read when it bootstraps), and forking a process whose JAX runtime
+    has threads running can deadlock the children."""
+    previous = os.environ.get(_NO_FORK)
+    os.environ[_NO_FORK] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_NO_FORK, None)
+        else:
+            os.environ[_NO_FORK] = previous
 
 
 def _publish(tracker: EvaluationTracker, results: dict[str, Any], samples: dict[str, Any], scratch: str,
