@@ -22,7 +22,7 @@ from typing import Any
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._factory import TaskFactory
 
-from rigging.hf_hub import hub_cache_dir, hub_offline
+from levanter.compat.hub import HubIdInvalid, HubSnapshotMissing, hub_snapshot
 
 __all__ = ["TaskDataUnavailable", "UnknownTask", "load_tasks", "task_manager"]
 
@@ -140,20 +140,13 @@ def _relative_to(files: Any, base: Path) -> Any:
 
 def _hub_snapshot(task: str, repo: str, revision: str | None) -> str:
     """The folder of dataset ``repo`` in the hub cache (downloaded into it first when online)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    offline, cache = hub_offline(), hub_cache_dir()
     at = "" if revision is None else f" at revision {revision!r}"
     try:
-        return snapshot_download(repo, repo_type="dataset", revision=revision, cache_dir=cache,
-                                 local_files_only=offline)
-    except HFValidationError:
+        return hub_snapshot(repo, repo_type="dataset", revision=revision)
+    except HubIdInvalid:
         raise TaskDataUnavailable(f"task {task!r}: dataset_path {repo!r} is not a Hugging Face dataset id") from None
-    except (LocalEntryNotFoundError, RepositoryNotFoundError, OSError) as e:
-        why = "not in the hub cache (HF_HUB_OFFLINE=1)" if offline else \
-            f"not cached and not downloadable ({(str(e).splitlines() or [type(e).__name__])[0]})"
+    except HubSnapshotMissing as e:
         raise TaskDataUnavailable(
-            f"task {task!r} needs Hugging Face dataset {repo!r}{at}, which is {why}; cache: {cache}; download it "
-            f"where the Hub is reachable (`hf download {repo} --repo-type dataset`, same HF_HOME) or point the "
+            f"task {task!r} needs Hugging Face dataset {repo!r}{at}, which is {e.state}; cache: {e.cache}; download "
+            f"it where the Hub is reachable (`hf download {repo} --repo-type dataset`, same HF_HOME) or point the "
             "task's dataset_path at local files") from None
