@@ -79,6 +79,38 @@ def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vo
     return root
 
 
+def random_params(config: LlamaConfig, seed: int = 0) -> dict:
+    """Random parameters of ``config``'s shapes: weights N(0, 0.05), norm scales 1 + N(0, 0.05) (not all ones).
+
+    Drawn with numpy from the shapes Haiku reports (``eval_shape``): compiling Haiku's initialisers
+    costs tens of seconds on a small CPU, and tests need only some fixed, varied numbers.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from levanter.models.llama import transformed_llama
+
+    shapes = jax.eval_shape(lambda key: transformed_llama(config).init(key, jnp.zeros((1, 8), jnp.int32)),
+                            jax.random.PRNGKey(0))
+    rng = np.random.default_rng(seed)
+    return {module: {name: ((1.0 if name == "scale" else 0.0) + 0.05 * rng.standard_normal(leaf.shape)).astype(np.float32)
+                     for name, leaf in sorted(leaves.items())}
+            for module, leaves in sorted(shapes.items())}
+
+
+def byte_level_tokenizer(texts: Sequence[str], vocab_size: int, eos_token: str = "<|endoftext|>") -> str:
+    """The ``tokenizer.json`` text of a byte-level BPE trained on ``texts`` (``eos_token`` is id 0)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[eos_token], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer.to_str()
+
+
 def pattern_documents(n: int, vocab_size: int, seed: int) -> list[list[int]]:
     """Documents with learnable structure (arithmetic runs) so the loss can fall in a few steps."""
     rng = np.random.default_rng(seed)

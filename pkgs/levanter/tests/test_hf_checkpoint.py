@@ -7,11 +7,10 @@ import json
 import os
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from levanter_testlib import final_params, tiny_config
+from levanter_testlib import final_params, random_params, tiny_config
 from safetensors.numpy import save
 
 from levanter.checkpoint import read_checkpoint_params
@@ -26,22 +25,13 @@ from levanter.compat.hf_checkpoint import (
     to_hf_tensors,
 )
 from levanter.generate import load_final_model
-from levanter.models.llama import LlamaConfig, transformed_llama
+from levanter.models.llama import LlamaConfig
 from levanter.trainer import main
 
 # Grouped-query attention (4 query heads over 2 key/value heads) and an 8-wide head, so the rotary
 # layout and the head grouping both matter for the logits.
 CONFIG = LlamaConfig(vocab_size=96, hidden_dim=32, intermediate_dim=80, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=64)
-
-
-def _random_params(config: LlamaConfig, seed: int = 0) -> dict:
-    """Initialised parameters with every tensor perturbed (norm scales are not all ones)."""
-    model = transformed_llama(config)
-    params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, 8), jnp.int32))
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
-    return jax.tree.unflatten(tree, [np.asarray(x + 0.05 * jax.random.normal(k, x.shape)) for x, k in zip(leaves, keys, strict=True)])
 
 
 def _tokens(config: LlamaConfig, batch: int = 2, length: int = 24) -> np.ndarray:
@@ -58,7 +48,7 @@ def _assert_same_params(a: dict, b: dict) -> None:
 
 
 def test_hf_tensor_names_and_shapes_follow_pytorch_layout():
-    params = _random_params(CONFIG)
+    params = random_params(CONFIG)
     tensors = to_hf_tensors(CONFIG, params)
     assert tensors["model.embed_tokens.weight"].shape == (96, 32)
     assert tensors["model.layers.1.self_attn.q_proj.weight"].shape == (32, 32)
@@ -73,7 +63,7 @@ def test_hf_tensor_names_and_shapes_follow_pytorch_layout():
 @pytest.mark.parametrize("tie", [False, True])
 def test_round_trip_through_files_is_exact(tmp_path, tie):
     config = dataclasses.replace(CONFIG, tie_embeddings=tie, rope_theta=500000.0, norm_eps=1e-6)
-    params = _random_params(config)
+    params = random_params(config)
     save_hf_model(str(tmp_path), config, params, eos_token_id=0)
     assert ("lm_head.weight" in read_hf_tensors(str(tmp_path))) is not tie
     hf = json.loads((tmp_path / "config.json").read_text())
@@ -83,7 +73,7 @@ def test_round_trip_through_files_is_exact(tmp_path, tie):
 
 
 def test_bfloat16_and_sharded_checkpoints_load(tmp_path):
-    params = _random_params(CONFIG)
+    params = random_params(CONFIG)
     tensors = to_hf_tensors(CONFIG, params)
     names = sorted(tensors)
     weight_map = {}
@@ -110,7 +100,7 @@ def _write(folder, tensors: dict, config: dict) -> str:
 
 
 def test_misfits_are_one_line_errors_naming_the_parameter(tmp_path):
-    tensors = to_hf_tensors(CONFIG, _random_params(CONFIG))
+    tensors = to_hf_tensors(CONFIG, random_params(CONFIG))
     good = hf_config(CONFIG)
 
     def error(tensors=tensors, config=good, model=CONFIG) -> str:

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from levanter.compat.hub import HubIdInvalid, HubSnapshotMissing, hub_snapshot
 from levanter.models.llama import LlamaConfig
 from rigging import filesystem as fs
-from rigging.hf_hub import hub_cache_dir, hub_offline
 
 __all__ = [
     "CONFIG_FILE",
@@ -324,20 +324,12 @@ def resolve_hf_folder(repo: str, revision: str | None = None) -> str:
         if not fs.exists(repo):
             raise HfCheckpointNotFound(f"HF checkpoint folder {repo!r} does not exist")
         return repo
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    offline = hub_offline()
-    cache = hub_cache_dir()
     at = "" if revision is None else f" at revision {revision!r}"
     try:
-        return snapshot_download(repo, revision=revision, allow_patterns=_HUB_FILES, cache_dir=cache,
-                                 local_files_only=offline)
-    except HFValidationError:
+        return hub_snapshot(repo, repo_type="model", revision=revision, allow_patterns=_HUB_FILES)
+    except HubIdInvalid:
         raise HfCheckpointNotFound(f"HF checkpoint {repo!r} is neither an existing folder nor a Hub model id "
                                    "(org/name)") from None
-    except (LocalEntryNotFoundError, RepositoryNotFoundError, OSError) as e:
-        why = (str(e).splitlines() or [type(e).__name__])[0]
-        state = "not in the hub cache (HF_HUB_OFFLINE=1)" if offline else f"not cached and not downloadable ({why})"
-        raise HfCheckpointNotFound(f"HF checkpoint {repo!r}{at} is {state}; cache: {cache}; download it where "
+    except HubSnapshotMissing as e:
+        raise HfCheckpointNotFound(f"HF checkpoint {repo!r}{at} is {e.state}; cache: {e.cache}; download it where "
                                    "the Hub is reachable (same HF_HOME) or pass a local folder") from None

@@ -1,0 +1,112 @@
+"""Running harness tasks for a model and writing their results as lm-eval writes them.
+
+The harness's own evaluator runs the tasks (``lm_eval.simple_evaluate`` with the model as an
+``LM`` instance) and its own ``EvaluationTracker`` writes the files, into a scratch folder; they
+are then published under fixed names (the tracker stamps them with the time):
+
+* ``results.json``: ``results`` (task -> ``acc,none``, ``acc_stderr,none``, ...), ``configs``,
+  ``versions``, ``n-shot``, ``config`` (with the model's description), ``task_hashes``, ...
+* ``samples_<task>.jsonl``: one line per document, as ``log_samples`` gives them (``doc_id``,
+  ``doc``, ``target``, ``arguments``, ``resps``, ``filtered_resps``, the metrics, hashes).
+
+Nothing is downloaded: the model is ours, and task data comes from local files or the hub cache
+(``levanter.eval_harness.tasks``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from lm_eval import simple_evaluate
+from lm_eval.api.model import LM
+from lm_eval.loggers import EvaluationTracker
+
+from levanter.eval_harness.config import TaskRunConfig
+from levanter.eval_harness.tasks import load_tasks
+from rigging import filesystem as fs
+
+__all__ = ["RESULTS_FILE", "run_tasks", "samples_file"]
+
+RESULTS_FILE = "results.json"
+_NO_FORK = "DISABLE_MULTIPROC"
+
+logger = logging.getLogger(__name__)
+
+
+def samples_file(task: str) -> str:
+    """The name of task ``task``'s samples file in the output folder."""
+    return f"samples_{task}.jsonl"
+
+
+def run_tasks(lm: LM, config: TaskRunConfig, output_dir: str | None = None) -> dict[str, Any]:
+    """Evaluate ``lm`` on ``config.tasks`` with the harness; write its files into ``output_dir`` (any fsspec URL).
+
+    Returns:
+        The harness's results (as in ``results.json``), its per-task samples under ``"samples"``.
+
+    Raises:
+        levanter.eval_harness.tasks.UnknownTask: a task is not known.
+        levanter.eval_harness.tasks.TaskDataUnavailable: a task's dataset is not on this machine.
+        RuntimeError: the harness's tracker could not write a file.
+    """
+    manager, built = load_tasks(config.tasks, config.include_paths)
+    tracker = EvaluationTracker()
+    with tempfile.TemporaryDirectory(prefix="lm-eval-") as scratch:
+        tracker.output_path = os.path.join(scratch, RESULTS_FILE) if output_dir is not None else None
+        with _bootstrap_in_process():
+            results = simple_evaluate(
+                model=lm, tasks=built, task_manager=manager,
+                num_fewshot=config.num_fewshot, limit=config.limit, log_samples=True, evaluation_tracker=tracker,
+                bootstrap_iters=config.bootstrap_iters, random_seed=config.seed, numpy_random_seed=config.seed,
+                torch_random_seed=config.seed, fewshot_random_seed=config.seed)
+        if results is None:
+            raise RuntimeError("the harness returned no results (not the process of rank 0)")
+        samples = results.pop("samples")
+        if output_dir is not None:
+            _publish(tracker, results, samples, scratch, output_dir)
+    results["samples"] = samples
+    return results
+
+
+@contextlib.contextmanager
+def _bootstrap_in_process() -> Iterator[None]:
+    """Bootstrap standard errors in this process: the harness otherwise forks a pool (its
+    ``DISABLE_MULTIPROC`` switch, read when it bootstraps), and forking a process whose JAX runtime
+    has threads running can deadlock the children."""
+    previous = os.environ.get(_NO_FORK)
+    os.environ[_NO_FORK] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_NO_FORK, None)
+        else:
+            os.environ[_NO_FORK] = previous
+
+
+def _publish(tracker: EvaluationTracker, results: dict[str, Any], samples: dict[str, Any], scratch: str,
+             output_dir: str) -> None:
+    # The tracker logs and swallows its own write errors: every file it should have written is checked.
+    tracker.save_results_aggregated(results=results, samples=samples)
+    written = {RESULTS_FILE: _one(scratch, "results_*.json", "results")}
+    for task in results["configs"]:
+        tracker.save_results_samples(task_name=task, samples=samples[task])
+        written[samples_file(task)] = _one(scratch, f"samples_{glob.escape(task)}_*.jsonl", f"samples of {task}")
+    # Samples first, results last: a folder with results.json holds everything.
+    for name in sorted(written, key=lambda n: n == RESULTS_FILE):
+        with open(written[name], "rb") as f:
+            fs.atomic_write(fs.join(output_dir, name), f.read())
+    logger.info("lm-eval results of %d tasks written to %s", len(results["configs"]), output_dir)
+
+
+def _one(folder: str, pattern: str, what: str) -> str:
+    found = glob.glob(os.path.join(glob.escape(folder), pattern))
+    if len(found) != 1:
+        raise RuntimeError(f"lm-eval's tracker did not write the {what} file into {folder} (found {found})")
+    return found[0]

@@ -1,0 +1,96 @@
+"""The device side of benchmark evaluation: jitted forward passes over packed ``[batch, seq_len]`` rows.
+
+Two programs, each compiled once per shape: :meth:`PackedModel.score` (the log-probability of a
+target at every position, and whether it is the argmax) and :meth:`PackedModel.generate_step`
+(one greedy token for every sequence of the batch at once). On a mesh the parameters follow the
+trainer's sharding rules (``levanter.sharding``) and rows are split over its batch axes, so the
+model a trainer holds can be evaluated where it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from levanter.models.llama import LlamaConfig, transformed_llama
+from levanter.sharding import activation_sharder, batch_spec, tree_shardings
+
+__all__ = ["PackedModel"]
+
+
+class PackedModel:
+    """A Llama and its parameters, answering packed batches of ``batch_size`` rows of ``seq_len`` tokens.
+
+    Args:
+        config: the model's shape.
+        params: its parameters (a Haiku params tree; numpy or JAX arrays, sharded or not).
+        batch_size: rows per batch; on a mesh, a multiple of its ``data x fsdp`` batch shards.
+        seq_len: tokens per row.
+        compute_dtype: the forward pass's precision.
+        mesh: a ``jax.sharding.Mesh`` with levanter's axes (None: the default device).
+
+    Raises:
+        ValueError: ``batch_size`` does not split over the mesh's batch shards.
+    """
+
+    def __init__(self, config: LlamaConfig, params: Any, *, batch_size: int, seq_len: int,
+                 compute_dtype: Any = jnp.float32, mesh: Any = None):
+        self.config, self.batch_size, self.seq_len, self.mesh = config, batch_size, seq_len, mesh
+        units = {"heads": config.num_heads, "kv_heads": config.num_kv_heads}
+        if mesh is not None:
+            shards = mesh.shape["data"] * mesh.shape["fsdp"]
+            if batch_size % shards:
+                raise ValueError(f"batch_size {batch_size} must be divisible by the {shards} batch shards "
+                                 f"(data x fsdp) of mesh {dict(mesh.shape)}")
+            self._rows: Any = NamedSharding(mesh, P(*batch_spec()))
+            self.params = jax.device_put(params, tree_shardings(params, mesh, units))
+            model = transformed_llama(config, compute_dtype, shard=activation_sharder(mesh, units))
+        else:
+            self._rows = None
+            self.params = jax.tree.map(jnp.asarray, params)
+            model = transformed_llama(config, compute_dtype)
+
+        def logits(params: Any, tokens: jax.Array, segments: jax.Array) -> jax.Array:
+            cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
+            return model.apply(cast, None, tokens, segment_ids=segments)  # float32
+
+        def score(params: Any, tokens: jax.Array, segments: jax.Array,
+                  targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+            out = logits(params, tokens, segments)
+            picked = jnp.take_along_axis(out, targets[..., None], axis=-1)[..., 0]
+            logprob = picked - jax.nn.logsumexp(out, axis=-1)
+            return logprob, jnp.argmax(out, axis=-1) == targets
+
+        def generate_step(params: Any, tokens: jax.Array, segments: jax.Array, gen_index: jax.Array,
+                          step: jax.Array) -> jax.Array:
+            # The token chosen at column c is written at c + 1, where gen_index says step ``step``
+            # of a sequence's generation goes; later columns of a segment cannot change earlier logits.
+            chosen = jnp.argmax(logits(params, tokens, segments), axis=-1).astype(tokens.dtype)
+            shifted = jnp.concatenate([jnp.zeros_like(chosen[:, :1]), chosen[:, :-1]], axis=1)
+            return jnp.where(gen_index == step, shifted, tokens)
+
+        self._score = jax.jit(score)
+        self._generate_step = jax.jit(generate_step, donate_argnums=(1,))
+
+    def place(self, array: np.ndarray) -> jax.Array:
+        """``[batch_size, ...]`` rows on the device (split over the mesh's batch axes)."""
+        if array.shape[0] != self.batch_size or array.shape[1] != self.seq_len:
+            raise ValueError(f"expected [{self.batch_size}, {self.seq_len}] rows, got {list(array.shape)}")
+        return jax.device_put(array, self._rows) if self._rows is not None else jnp.asarray(array)
+
+    def score(self, tokens: np.ndarray, segments: np.ndarray, targets: np.ndarray) -> tuple[jax.Array, jax.Array]:
+        """``(log p(target), target is the argmax)`` at every position, ``[batch_size, seq_len]`` each.
+
+        Returned without waiting for the device (JAX dispatches asynchronously), so the caller can
+        queue the next batch before reading this one.
+        """
+        return self._score(self.params, self.place(tokens), self.place(segments), self.place(targets))
+
+    def generate_step(self, tokens: jax.Array, segments: jax.Array, gen_index: jax.Array, step: int) -> jax.Array:
+        """``tokens`` with each sequence's greedy token written where ``gen_index == step`` (inputs on the device)."""
+        return self._generate_step(self.params, tokens, segments, gen_index, jnp.int32(step))

@@ -1,0 +1,132 @@
+"""Harness tasks offline: a Hub dataset id read from the hub cache, a missing one named in one line, and
+the generated story tasks run by the real harness with a small levanter model (nothing downloaded)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "pkgs" / "levanter" / "tests"))
+
+from hub_cache import write_hub_dataset  # noqa: E402
+from levanter_testlib import byte_level_tokenizer, random_params  # noqa: E402
+
+from levanter.eval_harness import (  # noqa: E402
+    HarnessConfig,
+    LevanterLM,
+    TaskDataUnavailable,
+    TaskRunConfig,
+    run_tasks,
+)
+from levanter.models.llama import LlamaConfig  # noqa: E402
+from marin.experiment.corpus import generate_story  # noqa: E402
+from marin.experiment.story_tasks import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
+
+MODEL = LlamaConfig(vocab_size=384, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2, num_layers=2,
+                    max_seq_len=512)
+
+# ARC's layout on the Hub: a config per subset, declared in the README, Parquet files per split.
+_ARC_README = b"""---
+configs:
+- config_name: ARC-Easy
+  data_files:
+  - split: test
+    path: ARC-Easy/test-*
+---
+"""
+_ARC_TASK = """task: cached_arc
+dataset_path: allenai/ai2_arc
+dataset_name: ARC-Easy
+output_type: multiple_choice
+test_split: test
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_target: "{{choices.label.index(answerKey)}}"
+doc_to_choice: "{{choices.text}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+@pytest.fixture
+def hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+@pytest.fixture(scope="module")
+def lm() -> LevanterLM:
+    tokenizer = byte_level_tokenizer([generate_story(0, i) for i in range(200)], vocab_size=MODEL.vocab_size)
+    return LevanterLM(MODEL, random_params(MODEL, seed=1), tokenizer, HarnessConfig(batch_size=4, seq_len=512),
+                      name="nano-random")
+
+
+def _arc_parquet(n: int) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": f"q{i}", "question": f"Which friend did story {i} meet?",
+             "choices": {"text": ["an owl", "a goat", "a bee"], "label": ["A", "B", "C"]}, "answerKey": "ABC"[i % 3]}
+            for i in range(n)]
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue()
+
+
+def test_a_hub_dataset_id_is_read_from_the_hub_cache(hf_home: Path, tmp_path: Path, lm: LevanterLM) -> None:
+    snapshot = write_hub_dataset(hf_home, "allenai/ai2_arc", {"README.md": _ARC_README,
+                                                             "ARC-Easy/test-00000-of-00001.parquet": _arc_parquet(9)})
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "cached_arc.yaml").write_text(_ARC_TASK)
+    results = run_tasks(lm, TaskRunConfig(tasks=("cached_arc",), include_paths=(str(tasks),)), str(tmp_path / "out"))
+    assert results["n-samples"]["cached_arc"] == {"original": 9, "effective": 9}
+    config = results["configs"]["cached_arc"]
+    assert config["dataset_path"] == str(snapshot)
+    assert (config["metadata"]["hub_dataset"], config["metadata"]["hub_revision"]) == ("allenai/ai2_arc", snapshot.name)
+    assert [s["doc"]["id"] for s in results["samples"]["cached_arc"]] == [f"q{i}" for i in range(9)]
+
+
+def test_a_dataset_missing_from_the_cache_is_one_line_naming_task_dataset_and_remedy(hf_home: Path, tmp_path: Path,
+                                                                                  lm: LevanterLM) -> None:
+    (tmp_path / "absent.yaml").write_text(_ARC_TASK.replace("cached_arc", "absent_arc")
+                                          .replace("allenai/ai2_arc", "someone/absent-benchmark"))
+    with pytest.raises(TaskDataUnavailable) as info:
+        run_tasks(lm, TaskRunConfig(tasks=(str(tmp_path / "absent.yaml"),)), str(tmp_path / "out"))
+    message = str(info.value)
+    assert "\n" not in message and info.value.__cause__ is None and info.value.__suppress_context__
+    assert "task 'absent_arc' needs Hugging Face dataset 'someone/absent-benchmark'" in message
+    assert "not in the hub cache (HF_HUB_OFFLINE=1)" in message and str(hf_home / "hub") in message
+    assert "hf download someone/absent-benchmark --repo-type dataset" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_story_task_runs_through_the_harness_with_its_benchmarks_metrics(tmp_path: Path, lm: LevanterLM) -> None:
+    written = write_story_tasks(str(tmp_path / "tasks"), StoryTasksConfig(num_docs=12))
+    # By name from the folder as an include path, and by YAML path: the same tasks.
+    names = tuple(t.value for t in StoryTask)
+    results = run_tasks(lm, TaskRunConfig(tasks=names, include_paths=(str(tmp_path / "tasks"),), limit=8),
+                        str(tmp_path / "out"))
+    metrics = {task: {k.split(",")[0] for k in values if k.endswith(",none")} for task, values in results["results"].items()}
+    for task in ("story_qa", "story_place", "story_ending"):
+        assert metrics[task] == {"acc", "acc_stderr", "acc_norm", "acc_norm_stderr"}, task
+    assert metrics["story_cloze"] == {"acc", "acc_stderr", "perplexity", "perplexity_stderr"}
+    assert {"word_perplexity", "byte_perplexity", "bits_per_byte"} <= metrics["story_text"]
+    assert all(results["n-samples"][t]["effective"] == 8 for t in names)
+    written_results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(written_results["results"]) == set(names) and written_results["config"]["model"] == "nano-random"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["results.json"] + [f"samples_{t}.jsonl" for t in names])
+    by_path = run_tasks(lm, TaskRunConfig(tasks=(written["story_cloze"],), limit=8))
+    assert by_path["results"]["story_cloze"]["acc,none"] == results["results"]["story_cloze"]["acc,none"]
