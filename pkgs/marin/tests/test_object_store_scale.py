@@ -18,7 +18,8 @@ from marin.execution.step import Step, output_path_of
 from marin.execution.step_runner import Outcome, StepRunner
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
-from rigging.testing import LatencyProxy, start_gcs_emulator, use_gcs_emulator
+from testsupport.gcs import start_gcs_emulator, use_gcs_emulator
+from testsupport.latency import LatencyProxy
 
 N = 200
 # A no-op reads the done index (a page of listing per 1,000 markers), each parent folder of the
