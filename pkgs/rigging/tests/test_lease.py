@@ -174,6 +174,38 @@ def test_clear_leases_removes_every_lease_file(folder):
     assert fs.listdir(folder) == ["status.json"]
 
 
+def test_clear_keeps_the_newest_number_released_so_numbers_never_repeat(folder):
+    first = Lease.acquire(folder, ttl=30, holder="otherhost:1:a")
+    first.release()
+    second = Lease.acquire(folder, ttl=30, holder="otherhost:2:b")
+    second.clear()  # published: older files go, the newest stays, released
+    assert fs.listdir(folder) == ["lease-00000002.json"]
+    info = current_lease(folder)
+    assert info.token == 2 and info.released and not info.live()
+    third = Lease.acquire(folder, ttl=30, holder="otherhost:3:c")
+    assert third is not None and third.token == 3
+
+
+def test_a_holder_whose_late_renewal_lands_after_the_next_holder_published_stays_fenced(folder):
+    """The old holder's heartbeat checked its lease, then stalled before its write; meanwhile the
+    lease expired, another holder took it over, built, published and cleared it. The stalled write
+    then lands: it rewrites the old holder's file with a fresh expiry. The old holder must still find
+    itself fenced (were the newest file deleted on clear, its own number would be the newest again)."""
+    old = Lease.acquire(folder, ttl=0.2, holder="otherhost:1:old")
+    time.sleep(0.3)
+    new = Lease.acquire(folder, ttl=30, holder="otherhost:2:new")
+    assert new is not None and new.token == old.token + 1
+    new.clear()
+    late = time.time() + 30  # what the stalled renewal computed, and now writes
+    fs.atomic_write(old.path, json.dumps({"holder": old.holder, "expires_at": late, "token": old.token}))
+    old.expires_at = late
+    with pytest.raises(LeaseLost, match="taken over"):
+        old.check()
+    # And nobody else mistakes the rewritten old file for the current lease.
+    assert current_lease(folder).token == new.token
+    assert Lease.acquire(folder, ttl=30, holder="otherhost:3:next").token == new.token + 1
+
+
 def test_ttl_must_be_positive(folder):
     with pytest.raises(ValueError, match="ttl"):
         Lease.acquire(folder, ttl=0)
