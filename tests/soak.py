@@ -20,9 +20,10 @@ the graph to the end and checks what a researcher relies on:
 * no runner ended in a way the round does not explain (a traceback, a hang, a step process that
   outlived its killed runner).
 
-It prints how many kills of each kind and races it survived, how many leases were taken over
-(lease numbers above 1 seen on a step's ``.marin/``) and how often a runner waited for another's
-lease, and exits 1 when any check fails. Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for
+It prints how many kills of each kind and races it survived, how often a step's lease was taken
+again (a lease number above 1 seen on its ``.marin/``: a takeover from a dead or expired holder, or
+after a release) and how often a runner waited for another's lease, and exits 1 when any check
+fails. Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for
 inspection), ``--prefix`` (``local``: a folder of the workdir; ``gs``: a bucket on a
 fake-gcs-server the soak starts, which enforces the store's preconditions as GCS does).
 """
@@ -96,7 +97,7 @@ class Tally:
     races: int = 0
     racers: int = 0
     resumed_from_checkpoint: int = 0
-    takeovers: Counter = field(default_factory=Counter)  # step name -> lease numbers > 1 seen
+    leases_taken_again: Counter = field(default_factory=Counter)  # ("takeover" | "after release" | "?", step)
     waits: int = 0  # "[wait]" lines: a runner found another holding a step's lease
     built_by_another: int = 0  # steps a runner took as "built by another runner"
     unexpected: list[str] = field(default_factory=list)
@@ -226,6 +227,11 @@ def _wait_until(condition: Callable[[], bool], timeout: float, runners: list[Run
     return False
 
 
+def _why_not(runners: list[Runner], timeout: float) -> str:
+    """Why a wait of :func:`_wait_until` gave up (for the log)."""
+    return "the runners ended" if all(r.proc.poll() is not None for r in runners) else f"waited {timeout:.0f}s"
+
+
 def _output_folder(prefix: str, name: str) -> str | None:
     parent = fs.join(prefix, os.path.dirname(name))
     base = os.path.basename(name)
@@ -239,22 +245,41 @@ def _checkpoint_entries(prefix: str) -> set[str]:
 
 
 class LeaseWatch:
-    """Samples the lease files of the soak's steps while runners run, in a thread of its own:
-    which lease numbers each step's ``.marin/`` showed (a number above 1 is a takeover)."""
+    """Watches the lease files of the soak's steps while runners run, in a thread of its own.
+
+    A lease number above 1 appearing on a step's ``.marin/`` is the lease taken again, classified by
+    the file of the number before it: not released (its holder died or let it expire: a takeover)
+    or released (its holder gave it up: its step failed or its runner was interrupted).
+    """
 
     def __init__(self, prefix: str, interval: float = 0.1):
         self.prefix = prefix
         self.interval = interval
-        self.seen: set[tuple[str, int]] = set()  # (step output name, lease number)
+        self.newest: dict[str, int] = {}  # output folder -> newest lease number seen on it
+        self.events: list[tuple[str, int, str]] = []  # (step name, number, "takeover" | "after release" | "?")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
         for output in fs.listdir(fs.join(self.prefix, "soak")):
-            for name in fs.listdir(fs.join(self.prefix, "soak", output, ".marin")):
-                m = _LEASE_RE.match(name)
-                if m:
-                    self.seen.add((f"soak/{output.rsplit('-', 1)[0]}", int(m.group(1))))
+            meta = fs.join(self.prefix, "soak", output, ".marin")
+            numbers = sorted(int(m.group(1)) for m in map(_LEASE_RE.match, fs.listdir(meta)) if m)
+            if not numbers:
+                continue
+            known = self.newest.get(output, 0)
+            if numbers[-1] < known:
+                known = 0  # the output was removed and built anew: its numbering started again
+            for number in range(max(known + 1, 2), numbers[-1] + 1):
+                self.events.append((f"soak/{output.rsplit('-', 1)[0]}", number, self._how(meta, number - 1)))
+            self.newest[output] = numbers[-1]
+
+    @staticmethod
+    def _how(meta: str, before: int) -> str:
+        try:
+            data = json.loads(fs.read_bytes(fs.join(meta, f"lease-{before:08d}.json")))
+        except (FileNotFoundError, ValueError):
+            return "?"  # already cleared by a publish, or unreadable
+        return "after release" if isinstance(data, dict) and data.get("released") is True else "takeover"
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -262,7 +287,7 @@ class LeaseWatch:
                 self.sample()
 
     def __enter__(self) -> LeaseWatch:
-        self.seen.clear()
+        self.events.clear()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="lease-watch", daemon=True)
         self._thread.start()
@@ -272,10 +297,6 @@ class LeaseWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-
-    def takeovers(self) -> Counter:
-        """Per step, the lease numbers above 1 seen (each one taken over from an earlier holder)."""
-        return Counter(step for step, number in self.seen if number > 1)
 
 
 class Soak:
@@ -317,13 +338,13 @@ class Soak:
         if kind == "step-start":
             delay = self.rng.uniform(0.0, 4.0)
             if not _wait_until(lambda: any(step_processes(r) for r in runners), 60, runners):
-                return "runners ended before any step started"
+                return f"when no step had started ({_why_not(runners, 60)})"
             _wait_until(lambda: False, delay, runners)
             return f"{delay:.2f}s after a step process started"
         before = _checkpoint_entries(self.prefix)
         delay = self.rng.uniform(0.0, 0.25)
         if not _wait_until(lambda: bool(_checkpoint_entries(self.prefix) - before), 90, runners, interval=0.02):
-            return "runners ended before a new checkpoint appeared"
+            return f"when no new checkpoint had appeared ({_why_not(runners, 90)})"
         _wait_until(lambda: False, delay, runners)
         return f"{delay:.3f}s after a new checkpoint entry appeared"
 
@@ -337,6 +358,7 @@ class Soak:
             return
         workers = templates(victim) if what == "template" else step_processes(victim)
         if what != "runner" and not workers:
+            when += f" (drew {what}, but no such process was running)"
             what = "runner"  # between steps (or before its first): nothing else to kill
         if what == "runner":
             descendants = []
@@ -441,10 +463,9 @@ class Soak:
         self._make_work()
         with self.leases:
             self._round(n)
-        for step, count in sorted(self.leases.takeovers().items()):
-            self.tally.takeovers[step] += count
-            self.log(f"  {step}: {count} lease takeover(s) seen (numbers "
-                     f"{sorted(k for s, k in self.leases.seen if s == step)})")
+        for step, number, how in self.leases.events:
+            self.tally.leases_taken_again[how, step] += 1
+            self.log(f"  {step}: lease {number} taken ({how})")
 
     def _round(self, n: int) -> None:
         kind = self.rng.choice(["kill", "kill", "race"])
@@ -633,10 +654,13 @@ def main(argv: list[str] | None = None) -> int:
     t = soak.tally
     problems = t.unexpected + t.failures
     kills = ", ".join(f"{t.kills[k]} {k}" for k in KILL_KINDS)
-    takeovers = ", ".join(f"{s} {n}" for s, n in sorted(t.takeovers.items())) or "none"
+    again = {how: sorted((step, n) for (h, step), n in t.leases_taken_again.items() if h == how)
+             for how in ("takeover", "after release", "?")}
+    taken = "; ".join(f"{sum(n for _s, n in rows)} {how} ({', '.join(f'{s} {n}' for s, n in rows)})"
+                      for how, rows in again.items() if rows) or "none"
     print(f"\nsoak seed {args.seed} on {args.prefix}: {t.rounds} rounds in {time.monotonic() - started:.0f}s; "
           f"survived {t.total_kills} kills ({kills}) and {t.races} races ({t.racers} runners)")
-    print(f"lease takeovers seen: {sum(t.takeovers.values())} ({takeovers}); runners waited on another's lease "
+    print(f"leases taken again: {taken}; runners waited on another's lease "
           f"{t.waits} times and took {t.built_by_another} steps as built by another runner")
     for p in problems:
         print(f"PROBLEM: {p}")
