@@ -3,14 +3,18 @@
 * ``gcs_emulator`` (session): a running in-memory ``gcp-storage-emulator`` on 127.0.0.1 with
   ``STORAGE_EMULATOR_HOST``, ``TENSORSTORE_GCS_HTTP_URL`` and
   ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` set in ``os.environ`` (child processes inherit
-  them); yields a :class:`rigging.testing.GcsEmulator`. Started only when a test asks for it.
+  them); yields a :class:`testsupport.gcs.GcsEmulator`. Started only when a test asks for it.
 * ``gcs_bucket``: a fresh, empty bucket on that emulator, as ``"gs://<bucket>"``.
+* ``strict_gcs_emulator`` (session), ``strict_gcs_bucket``: the same with ``fake-gcs-server``,
+  which enforces ``ifGenerationMatch=0`` on the uploads the store sends (see
+  :mod:`testsupport.gcs`): create-if-absent races, lease takeovers and fencing on gs:// are proven
+  there.
 * ``memory_prefix``: a fresh ``"memory://test-<uuid>"`` root, removed afterwards.
-* ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory`` and ``gcs``;
-  for contract suites that every store must pass.
+* ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory``,
+  ``gs-gcp-emulator`` and ``gs-fake-gcs``; for contract suites that every store must pass.
 
-The emulator does not enforce generation preconditions (see ``rigging.testing``): prove
-create-if-absent races and fencing on the local and memory stores.
+Only one emulator is the target of ``gs://`` at a time (the environment names one): asking for a
+bucket of one switches the environment to it, and the session fixtures put back what they found.
 """
 
 from __future__ import annotations
@@ -24,48 +28,63 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import pytest  # noqa: E402
 
-from rigging import testing as _testing  # noqa: E402
+from testsupport import gcs as _gcs  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[_testing.GcsEmulator]:
-    emulator = _testing.start_gcs_emulator()
+def gcs_emulator() -> Iterator[_gcs.GcsEmulator]:
+    emulator = _gcs.start_gcs_emulator()
     try:
-        with _testing.use_gcs_emulator(emulator.url):
+        with _gcs.use_gcs_emulator(emulator.url):
             yield emulator
     finally:
         emulator.stop()
 
 
+@pytest.fixture(scope="session")
+def strict_gcs_emulator() -> Iterator[_gcs.GcsEmulator]:
+    emulator = _gcs.start_fake_gcs_server()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+def _bucket_on(emulator: _gcs.GcsEmulator) -> Iterator[str]:
+    if not emulator.alive():
+        raise RuntimeError(f"the {emulator.kind.value} emulator at {emulator.url} has exited: {emulator.stderr()[-500:]}")
+    with _gcs.use_gcs_emulator(emulator.url):
+        yield emulator.create_bucket()
+
+
 @pytest.fixture
-def gcs_bucket(gcs_emulator: _testing.GcsEmulator) -> str:
-    if not gcs_emulator.alive():
-        raise RuntimeError(f"the GCS emulator at {gcs_emulator.url} has exited")
-    # Another fixture or test may have swapped the env; make sure gs:// still means the emulator.
-    if os.environ.get("STORAGE_EMULATOR_HOST") != gcs_emulator.url:
-        raise RuntimeError(
-            f"STORAGE_EMULATOR_HOST is {os.environ.get('STORAGE_EMULATOR_HOST')!r}, "
-            f"expected the emulator at {gcs_emulator.url}"
-        )
-    return gcs_emulator.create_bucket()
+def gcs_bucket(gcs_emulator: _gcs.GcsEmulator) -> Iterator[str]:
+    yield from _bucket_on(gcs_emulator)
+
+
+@pytest.fixture
+def strict_gcs_bucket(strict_gcs_emulator: _gcs.GcsEmulator) -> Iterator[str]:
+    yield from _bucket_on(strict_gcs_emulator)
 
 
 @pytest.fixture
 def memory_prefix() -> Iterator[str]:
-    prefix = _testing.new_memory_prefix()
+    prefix = _gcs.new_memory_prefix()
     yield prefix
     from rigging.filesystem import rm_tree
 
     rm_tree(prefix)
 
 
-@pytest.fixture(params=["local", "memory", "gcs"])
+@pytest.fixture(params=["local", "memory", "gs-gcp-emulator", "gs-fake-gcs"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "local":
         return str(tmp_path / "store")
     if request.param == "memory":
         return request.getfixturevalue("memory_prefix")
-    return request.getfixturevalue("gcs_bucket")
+    if request.param == "gs-gcp-emulator":
+        return request.getfixturevalue("gcs_bucket")
+    return request.getfixturevalue("strict_gcs_bucket")
 
 
 @pytest.fixture(scope="session")

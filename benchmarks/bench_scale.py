@@ -1,7 +1,7 @@
 """Scale: no-op commands on 1,000 cached steps on gs:// (requests and time with 30 ms round
 trips), and fresh builds of trivial chains and fans locally beside GNU make.
 
-The gs:// store is the GCS emulator behind :class:`rigging.testing.LatencyProxy`, which adds a
+The gs:// store is the GCS emulator behind :class:`testsupport.latency.LatencyProxy`, which adds a
 fixed delay to every request (a cloud VM's round trip) and counts requests. The cached graph is
 really built (by the runner, into ``memory://``) and then copied, so its records are the ones a
 user's store has.
@@ -138,7 +138,8 @@ def _upload_tree(url: str, bucket: str, local_root: str, key_prefix: str) -> Non
 
 def gcs_noop(work: str, n: int, rows: list) -> None:
     from benchmarks.chain_steps import chain
-    from rigging.testing import LatencyProxy, emulator_env, start_gcs_emulator
+    from testsupport.gcs import emulator_env, start_gcs_emulator
+    from testsupport.latency import LatencyProxy
 
     emulator = start_gcs_emulator(linear_writes=True)
     try:
@@ -166,7 +167,8 @@ def gcs_noop(work: str, n: int, rows: list) -> None:
 def gcs_build(work: str, n: int, rows: list) -> None:
     """A fresh build of a chain of ``n`` trivial steps on gs://, through the 30 ms proxy: requests
     and wall time per step, and how many of them are not for the step's own file."""
-    from rigging.testing import LatencyProxy, emulator_env, start_gcs_emulator
+    from testsupport.gcs import emulator_env, start_gcs_emulator
+    from testsupport.latency import LatencyProxy
 
     emulator = start_gcs_emulator(linear_writes=True)
     try:

@@ -11,12 +11,12 @@ import numpy as np
 
 from iris.cluster import ResourceConfig
 from iris.multihost import MultihostEnv
-from iris.testjobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from testsupport.iris_jobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
 
 # float32 sums over 16 rows, reduced in a different order across processes.
 RTOL, ATOL = 1e-5, 1e-6

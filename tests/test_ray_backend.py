@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fray.testing import ray_client, ray_cluster  # noqa: F401 - fixtures
 from iris.cluster import ResourceConfig
 from marin.execution.lazy import lower
 from marin.execution.step import Step, output_path_of
@@ -33,6 +32,7 @@ from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from testsupport.ray_cluster import ray_client, ray_cluster  # noqa: F401 - fixtures
 
 # Experiments import as ``experiments.*`` from the workspace root, here and in every worker.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

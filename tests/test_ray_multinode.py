@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from fray.testing import NODE_ENV, ray_multinode
 from iris.admission import ResourcesTooLarge
 from iris.cluster import ResourceConfig
 from marin.execution.step import Step
@@ -25,6 +24,7 @@ from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from testsupport.ray_cluster import NODE_ENV, ray_multinode
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def test_steps_that_run_together_spread_over_nodes_by_their_cpus(cluster, tmp_pa
 
 def jax_process(config: dict, output_path: str) -> None:
     """One process of a two-host step: join the JAX job, record where it ran and what it saw."""
-    from iris.testjobs import data_parallel_loss_and_grad
+    from testsupport.iris_jobs import data_parallel_loss_and_grad
 
     result = data_parallel_loss_and_grad(config["batch"], config["features"], config["seed"])
     result["node"] = os.environ.get(NODE_ENV, "?")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,10 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     assert "soak: OK" in out
     assert "survived" in out and "bit for bit equal to the clean run" in out
     assert "KILL" in out, "the seed must draw at least one kill"
+    # Its kill rounds wait for a step process (or a checkpoint) before they kill: a step process,
+    # its group or the warm template, not only runners (warm workers hid those from the soak once).
+    assert re.search(r"KILL (step|step-group|template) \d+ of runner", out), out[-6000:]
+    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template\)", out)
 
 
 def test_soak_rejects_bad_options():

@@ -1,1 +1,1 @@
-from fray.testing import ray_client, ray_cluster  # noqa: F401 - fixtures
+from testsupport.ray_cluster import ray_client, ray_cluster  # noqa: F401 - fixtures

@@ -8,9 +8,9 @@ import time
 import psutil
 import pytest
 
-from fray import testjobs
 from fray.cluster import DistributedClient, JobCancelled, JobFailed, LocalClient
 from fray.inprocess import InProcessClient
+from testsupport import fray_jobs
 
 
 @pytest.fixture(scope="module")
@@ -37,34 +37,34 @@ def process_client(request) -> DistributedClient:
 
 
 def test_submit_returns_the_value(client):
-    handle = client.submit(testjobs.add, 2, 3, scale=10, name="add")
+    handle = client.submit(fray_jobs.add, 2, 3, scale=10, name="add")
     assert handle.result(timeout=60) == 50
     assert handle.done()
     assert handle.name == "add"
 
 
 def test_a_job_is_named_after_its_function_unless_named(client):
-    handle = client.submit(testjobs.square, 3)
+    handle = client.submit(fray_jobs.square, 3)
     assert handle.name == "square"
     handle.result(timeout=60)
 
 
 def test_an_exception_reaches_the_caller_with_its_traceback(client):
-    handle = client.submit(testjobs.raise_value_error, "bad input 42")
+    handle = client.submit(fray_jobs.raise_value_error, "bad input 42")
     with pytest.raises(JobFailed, match="ValueError: bad input 42") as info:
         handle.result(timeout=60)
     assert "raise_value_error" in info.value.remote_traceback
 
 
 def test_a_process_that_dies_is_a_failure(process_client):
-    handle = process_client.submit(testjobs.die_hard, 3)
+    handle = process_client.submit(fray_jobs.die_hard, 3)
     with pytest.raises(JobFailed) as info:
         handle.result(timeout=60)
     assert info.value.process_died and info.value.exitcode == 3
 
 
 def test_result_times_out(process_client):
-    handle = process_client.submit(testjobs.sleep_then_return, 30, "late")
+    handle = process_client.submit(fray_jobs.sleep_then_return, 30, "late")
     with pytest.raises(TimeoutError):
         handle.result(timeout=0.5)
     assert not handle.done()
@@ -72,13 +72,13 @@ def test_result_times_out(process_client):
 
 
 def test_env_is_set_for_the_call(client):
-    handle = client.submit(testjobs.echo_env, "FRAY_CONTRACT_VAR", env={"FRAY_CONTRACT_VAR": "hello"})
+    handle = client.submit(fray_jobs.echo_env, "FRAY_CONTRACT_VAR", env={"FRAY_CONTRACT_VAR": "hello"})
     assert handle.result(timeout=60) == "hello"
-    assert client.submit(testjobs.echo_env, "FRAY_CONTRACT_VAR").result(timeout=60) is None
+    assert client.submit(fray_jobs.echo_env, "FRAY_CONTRACT_VAR").result(timeout=60) is None
 
 
 def test_logs_capture_stdout_stderr_and_grandchildren(process_client):
-    handle = process_client.submit(testjobs.print_lines, 3)
+    handle = process_client.submit(fray_jobs.print_lines, 3)
     assert handle.result(timeout=60) == 3
     deadline = time.monotonic() + 10
     while "from grandchild" not in handle.logs() and time.monotonic() < deadline:
@@ -89,7 +89,7 @@ def test_logs_capture_stdout_stderr_and_grandchildren(process_client):
 
 
 def test_logs_stream_while_the_job_runs(process_client):
-    handle = process_client.submit(testjobs.print_lines, 30, 0.1)
+    handle = process_client.submit(fray_jobs.print_lines, 30, 0.1)
     chunks = list(handle.iter_logs(poll_interval=0.05))
     assert len(chunks) > 1, "output arrived only at the end, not streamed"
     assert "line 29" in "".join(chunks)
@@ -98,7 +98,7 @@ def test_logs_stream_while_the_job_runs(process_client):
 
 def test_cancel_ends_the_job_and_its_grandchildren(process_client, tmp_path):
     pid_file = str(tmp_path / "grandchild.pid")
-    handle = process_client.submit(testjobs.spawn_grandchild_and_wait, pid_file)
+    handle = process_client.submit(fray_jobs.spawn_grandchild_and_wait, pid_file)
     deadline = time.monotonic() + 60
     while not os.path.exists(pid_file):
         assert time.monotonic() < deadline, "grandchild never started"
@@ -113,16 +113,16 @@ def test_cancel_ends_the_job_and_its_grandchildren(process_client, tmp_path):
 
 
 def test_map_returns_results_in_order(client):
-    assert client.map(testjobs.square, [3, 1, 4, 1, 5]) == [9, 1, 16, 1, 25]
+    assert client.map(fray_jobs.square, [3, 1, 4, 1, 5]) == [9, 1, 16, 1, 25]
 
 
 def test_map_fails_when_one_item_fails(client):
     with pytest.raises(JobFailed, match="boom"):
-        client.map(testjobs.raise_value_error, ["boom"])
+        client.map(fray_jobs.raise_value_error, ["boom"])
 
 
 def test_actor_keeps_state_and_returns_futures(client):
-    counter = client.create_actor(testjobs.Counter, 10, env={"FRAY_ACTOR_VAR": "set"})
+    counter = client.create_actor(fray_jobs.Counter, 10, env={"FRAY_ACTOR_VAR": "set"})
     try:
         futures = [counter.incr(i) for i in range(1, 5)]
         assert [f.result(timeout=60) for f in futures] == [11, 13, 16, 20]
@@ -136,7 +136,7 @@ def test_actor_keeps_state_and_returns_futures(client):
 
 
 def test_an_actor_whose_constructor_fails_fails_its_calls(client):
-    actor = client.create_actor(testjobs.FailingActor)
+    actor = client.create_actor(fray_jobs.FailingActor)
     with pytest.raises(JobFailed, match="cannot construct"):
         actor.ping().result(timeout=60)
     actor.kill()
@@ -144,7 +144,7 @@ def test_an_actor_whose_constructor_fails_fails_its_calls(client):
 
 def test_resources_must_be_ray_options(client):
     with pytest.raises(TypeError, match="to_ray_options"):
-        client.submit(testjobs.add, 1, 2, resources=42)
+        client.submit(fray_jobs.add, 1, 2, resources=42)
 
 
 class _Duck:
@@ -153,13 +153,13 @@ class _Duck:
 
 
 def test_resources_with_to_ray_options_are_accepted(client):
-    assert client.submit(testjobs.add, 1, 2, resources=_Duck()).result(timeout=60) == 3
+    assert client.submit(fray_jobs.add, 1, 2, resources=_Duck()).result(timeout=60) == 3
 
 
 def test_inprocess_logs_hold_what_the_call_printed_and_its_traceback(inprocess_client):
-    handle = inprocess_client.submit(testjobs.print_lines, 2)
+    handle = inprocess_client.submit(fray_jobs.print_lines, 2)
     assert handle.result() == 2
     assert "line 0" in handle.logs() and "line 1" in handle.logs()
-    failed = inprocess_client.submit(testjobs.raise_value_error, "shown in the log")
+    failed = inprocess_client.submit(fray_jobs.raise_value_error, "shown in the log")
     assert failed.done()
     assert "ValueError: shown in the log" in failed.logs()

@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from fray import testjobs
 from fray.pool import PoolConfig, WorkerPool
 from fray.types import JobCancelled, JobFailed
+from testsupport import fray_jobs
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def pool():
 
 
 def test_calls_share_one_template_and_each_gets_its_own_process(pool):
-    handles = [pool.submit(testjobs.add, i, 1, scale=2) for i in range(6)]
+    handles = [pool.submit(fray_jobs.add, i, 1, scale=2) for i in range(6)]
     assert [h.result(timeout=60) for h in handles] == [2 * (i + 1) for i in range(6)]
     assert pool.templates_started == 1
     pids = {h.pid for h in handles}
@@ -35,28 +35,28 @@ def test_calls_share_one_template_and_each_gets_its_own_process(pool):
 
 def test_calls_are_forked_from_the_template_which_keeps_what_it_imported(pool):
     module = "xml.dom.minidom"  # imported by nothing here
-    was_loaded, parent = pool.submit(testjobs.loaded, module).result(timeout=60)
+    was_loaded, parent = pool.submit(fray_jobs.loaded, module).result(timeout=60)
     assert not was_loaded
     template = pool._template.process.pid
     assert parent == template  # a fork of the warm template, not a fresh interpreter
-    assert pool.submit(testjobs.loaded, module, preload=(module,)).result(timeout=60) == (True, template)
-    assert pool.submit(testjobs.loaded, module).result(timeout=60) == (True, template)
+    assert pool.submit(fray_jobs.loaded, module, preload=(module,)).result(timeout=60) == (True, template)
+    assert pool.submit(fray_jobs.loaded, module).result(timeout=60) == (True, template)
     assert pool.templates_started == 1
 
 
 def test_a_crashed_call_fails_alone_and_the_next_gets_a_fresh_template(pool):
-    assert pool.submit(testjobs.square, 3).result(timeout=60) == 9
-    for crash, args, code in ((testjobs.die_hard, (7,), 7), (testjobs.segfault, (), -signal.SIGSEGV)):
+    assert pool.submit(fray_jobs.square, 3).result(timeout=60) == 9
+    for crash, args, code in ((fray_jobs.die_hard, (7,), 7), (fray_jobs.segfault, (), -signal.SIGSEGV)):
         handle = pool.submit(crash, *args, name="crash")
         with pytest.raises(JobFailed) as info:
             handle.result(timeout=60)
         assert info.value.process_died and info.value.exitcode == code
-    assert pool.submit(testjobs.square, 4).result(timeout=60) == 16
+    assert pool.submit(fray_jobs.square, 4).result(timeout=60) == 16
     assert pool.templates_started == 3  # replaced after each failure
 
 
 def test_an_exception_reaches_the_caller_with_its_traceback_and_log(pool):
-    handle = pool.submit(testjobs.raise_value_error, "bad input 42", name="bad")
+    handle = pool.submit(fray_jobs.raise_value_error, "bad input 42", name="bad")
     with pytest.raises(JobFailed, match="ValueError: bad input 42") as info:
         handle.result(timeout=60)
     assert "raise_value_error" in info.value.remote_traceback
@@ -64,9 +64,9 @@ def test_an_exception_reaches_the_caller_with_its_traceback_and_log(pool):
 
 
 def test_a_global_or_thread_left_by_one_call_is_not_seen_by_the_next(pool):
-    leaker = pool.submit(testjobs.leave_state_behind, "leaked")
+    leaker = pool.submit(fray_jobs.leave_state_behind, "leaked")
     leaker_pid = leaker.result(timeout=60)
-    value, threads, pid = pool.submit(testjobs.inspect_state).result(timeout=60)
+    value, threads, pid = pool.submit(fray_jobs.inspect_state).result(timeout=60)
     assert pid != leaker_pid
     assert value is None
     assert "left-behind" not in threads
@@ -78,19 +78,19 @@ def test_the_template_is_replaced_after_max_calls():
     pool = WorkerPool(PoolConfig(max_calls=2))
     try:
         for i in range(5):
-            assert pool.submit(testjobs.square, i).result(timeout=60) == i * i
+            assert pool.submit(fray_jobs.square, i).result(timeout=60) == i * i
         assert pool.templates_started == 3
     finally:
         pool.shutdown()
 
 
 def test_env_is_set_for_the_call_only(pool):
-    assert pool.submit(testjobs.echo_env, "FRAY_POOL_VAR", env={"FRAY_POOL_VAR": "x"}).result(timeout=60) == "x"
-    assert pool.submit(testjobs.echo_env, "FRAY_POOL_VAR").result(timeout=60) is None
+    assert pool.submit(fray_jobs.echo_env, "FRAY_POOL_VAR", env={"FRAY_POOL_VAR": "x"}).result(timeout=60) == "x"
+    assert pool.submit(fray_jobs.echo_env, "FRAY_POOL_VAR").result(timeout=60) is None
 
 
 def test_cancel_ends_the_call(pool):
-    handle = pool.submit(testjobs.sleep_then_return, 60, "late")
+    handle = pool.submit(fray_jobs.sleep_then_return, 60, "late")
     pid = handle.pid
     handle.cancel(grace_s=0.5)
     with pytest.raises(JobCancelled):
@@ -108,10 +108,10 @@ def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):
     pid_file = tmp_path / "pids"
     script = textwrap.dedent(f"""
         import os, time
-        from fray import testjobs
+        from testsupport import fray_jobs
         from fray.pool import WorkerPool
         pool = WorkerPool()
-        handle = pool.submit(testjobs.sleep_then_return, 120, "never")
+        handle = pool.submit(fray_jobs.sleep_then_return, 120, "never")
         template = pool._template.process.pid
         with open({str(pid_file)!r}, "w") as f:
             f.write(f"{{template}} {{handle.pid}}")
@@ -139,10 +139,10 @@ def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_templa
         "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the template takes the caller's sys.path
     name = "fray_threaded_module"
-    first = pool.submit(testjobs.loaded, name, preload=(name,)).result(timeout=60)
+    first = pool.submit(fray_jobs.loaded, name, preload=(name,)).result(timeout=60)
     # Forking a threaded template is unsafe: the call was handed to a fresh template that did not
     # import the module, and ran there.
     assert first[0] is False
     assert pool.templates_started == 2
-    again = pool.submit(testjobs.loaded, name, preload=(name,)).result(timeout=60)
+    again = pool.submit(fray_jobs.loaded, name, preload=(name,)).result(timeout=60)
     assert again == (False, first[1]) and pool.templates_started == 2

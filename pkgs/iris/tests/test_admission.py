@@ -6,9 +6,9 @@ import time
 import pytest
 
 from fray.cluster import LocalClient
-from fray.testjobs import sleep_then_return
 from iris.admission import AdmissionController, Demand, MachineCapacity, ResourcesTooLarge
 from iris.cluster import ResourceConfig
+from testsupport.fray_jobs import sleep_then_return
 
 TWO_CPUS = MachineCapacity(cpus=2, memory=8 * 2**30)
 

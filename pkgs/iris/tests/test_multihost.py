@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from fray.cluster import JobFailed, LocalClient
-from fray.testjobs import echo_env, raise_value_error
 from iris.cluster import ResourceConfig
 from iris.multihost import (
     COORDINATOR_ENV,
@@ -17,7 +16,8 @@ from iris.multihost import (
     launch_local,
     launch_ray,
 )
-from iris.testjobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
+from testsupport.fray_jobs import echo_env, raise_value_error
+from testsupport.iris_jobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
 
 # float32 sums over 16 rows, reduced in a different order across processes.
 RTOL, ATOL = 1e-5, 1e-6

@@ -12,6 +12,7 @@ from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, RunResult, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
+from rigging.lease import current_lease
 
 
 def _runner(prefix: str, client=None, **kwargs) -> StepRunner:
@@ -168,7 +169,11 @@ def test_a_runner_whose_lease_was_taken_does_not_publish(tmp_path, counter):
     assert out == {"call": 2, "published_before": False}
     rec = StepRecord(result.steps[0].output_path)
     assert rec.is_done()
-    assert not [n for n in fs.listdir(rec.meta) if n.startswith("lease-")]  # cleared after publishing
+    # Cleared after publishing: the runner's first lease (1), the thief's (2) and its own (3, kept,
+    # released, so that the folder never hands out a number twice).
+    assert [n for n in fs.listdir(rec.meta) if n.startswith("lease-")] == ["lease-00000003.json"]
+    info = current_lease(rec.meta)
+    assert info is not None and info.token == 3 and info.released and not info.live()
 
 
 def test_memory_prefix_with_the_default_client_keeps_outputs(memory_prefix, counter):

@@ -1,9 +1,12 @@
 """Contract suite for ``rigging.filesystem``: every test runs on local, memory:// and gs:// stores.
 
-The gs:// store is a real ``gcp-storage-emulator`` (see the root conftest). That emulator does
-not enforce ``ifGenerationMatch=0``, so the exactly-one-winner race of ``create_if_absent`` is
-proven on local (several processes) and memory:// (many threads) only; on gs:// we still check
-that an existing object is never replaced.
+gs:// is two real emulators (see the root conftest): ``gcp-storage-emulator``, which does not
+enforce ``ifGenerationMatch=0``, and ``fake-gcs-server``, which does on the multipart uploads
+``create_if_absent`` sends. Real GCS enforces the precondition on every upload (an object insert
+with ``ifGenerationMatch=0`` succeeds only if no live generation exists, else 412), which is all
+the code relies on. So the exactly-one-winner race of ``create_if_absent`` is proven on local
+(several processes), memory:// (many threads) and fake-gcs-server (threads and processes); on
+``gcp-storage-emulator`` we still check that an existing object is never replaced.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from gcsfs.core import GCSFileSystem
 
 from rigging import filesystem as rfs
+from rigging import gcs
 
 
 def _root(store_url: str) -> str:
@@ -89,7 +93,7 @@ def test_sha256_of_streams_the_whole_file(store_url):
 def test_sha256_of_a_file_of_known_size_reads_it_in_ranges(store_url, monkeypatch):
     import hashlib
 
-    monkeypatch.setattr(rfs, "_DIGEST_CHUNK", 1 << 20)
+    monkeypatch.setattr(gcs, "DIGEST_CHUNK", 1 << 20)
     path = rfs.join(_root(store_url), "blob")
     data = os.urandom(3 << 20) + b"tail"  # four ranges of at most 1 MiB
     rfs.atomic_write(path, data)
@@ -180,42 +184,53 @@ def test_create_if_absent_leaves_no_temporaries(store_url):
 # Each process waits for all the others before every attempt, so all of them race for each path.
 _CREATOR = r"""
 import os, sys, time
-from rigging.filesystem import create_if_absent
-root, me, meet, n, n_procs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+from rigging.filesystem import create_if_absent, join
+root, me, meet, n, n_procs, listed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 for i in range(n):
     here = os.path.join(meet, str(i))
     os.makedirs(here, exist_ok=True)
     open(os.path.join(here, me), "w").close()
     deadline = time.monotonic() + 30
     while len(os.listdir(here)) < n_procs and time.monotonic() < deadline:
-        pass
-    if create_if_absent(os.path.join(root, f"lease-{i}"), me):
+        time.sleep(0.0005)  # a spin that leaves the cores to the store's server and the other racers
+    if create_if_absent(join(root, f"lease-{i}"), me, listed_absent=listed == "listed"):
         print(i, flush=True)
 """
 
 
-def test_create_if_absent_single_winner_across_processes(tmp_path):
-    n_procs, n_paths = 4, 30
-    args = [str(tmp_path / "locks"), "", str(tmp_path / "meet"), str(n_paths), str(n_procs)]
+def _race_processes(root: str, meet: str, n_procs: int, n_paths: int, *, listed_absent: bool) -> None:
+    """``n_procs`` processes race for each of ``n_paths`` paths under ``root``: exactly one wins each,
+    and what the path holds is the winner's."""
+    args = [root, "", meet, str(n_paths), str(n_procs), "listed" if listed_absent else "look"]
     procs = []
     for k in range(n_procs):
         args[1] = f"proc-{k}"
         procs.append(subprocess.Popen([sys.executable, "-c", _CREATOR, *args], stdout=subprocess.PIPE, text=True))
     won: dict[int, list[str]] = {}
     for k, p in enumerate(procs):
-        out, _ = p.communicate(timeout=60)
+        out, _ = p.communicate(timeout=120)
         assert p.returncode == 0
         for line in out.split():
             won.setdefault(int(line), []).append(f"proc-{k}")
     assert sorted(won) == list(range(n_paths))
     assert {i: len(w) for i, w in won.items() if len(w) != 1} == {}
     for i, (winner,) in won.items():
-        assert (tmp_path / "locks" / f"lease-{i}").read_text() == winner
-    assert sorted(os.listdir(tmp_path / "locks")) == sorted(f"lease-{i}" for i in range(n_paths))
+        assert rfs.read_text(rfs.join(root, f"lease-{i}")) == winner
+    assert rfs.listdir(root) == sorted(f"lease-{i}" for i in range(n_paths))
 
 
-def test_create_if_absent_single_winner_across_threads_memory(memory_prefix):
-    n_threads, n_paths = 8, 150
+def test_create_if_absent_single_winner_across_processes(tmp_path):
+    _race_processes(str(tmp_path / "locks"), str(tmp_path / "meet"), 4, 30, listed_absent=False)
+
+
+def test_create_if_absent_single_winner_across_processes_on_strict_gcs(strict_gcs_bucket, tmp_path):
+    """Processes with their own gcsfs clients race on fake-gcs-server, none looking before its
+    upload: its precondition check, as real GCS's, refuses every upload but one."""
+    _race_processes(_root(strict_gcs_bucket), str(tmp_path / "meet"), 3, 25, listed_absent=True)
+
+
+def _race_threads(root: str, n_threads: int, n_paths: int, *, listed_absent: bool = False) -> None:
+    """``n_threads`` threads of this process race for each of ``n_paths`` paths under ``root``."""
     barrier = threading.Barrier(n_threads)
     wins: list[tuple[int, str]] = []
     errors: list[BaseException] = []
@@ -224,7 +239,7 @@ def test_create_if_absent_single_winner_across_threads_memory(memory_prefix):
         try:
             for i in range(n_paths):
                 barrier.wait(timeout=30)  # every thread races for every path at once
-                if rfs.create_if_absent(rfs.join(memory_prefix, f"lease-{i}"), me):
+                if rfs.create_if_absent(rfs.join(root, f"lease-{i}"), me, listed_absent=listed_absent):
                     wins.append((i, me))
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
@@ -242,7 +257,17 @@ def test_create_if_absent_single_winner_across_threads_memory(memory_prefix):
     assert not errors, errors
     assert sorted(i for i, _ in wins) == list(range(n_paths)), "some path had zero or several winners"
     for i, me in wins:
-        assert rfs.read_text(rfs.join(memory_prefix, f"lease-{i}")) == me
+        assert rfs.read_text(rfs.join(root, f"lease-{i}")) == me
+
+
+def test_create_if_absent_single_winner_across_threads_memory(memory_prefix):
+    _race_threads(memory_prefix, 8, 150)
+
+
+def test_create_if_absent_single_winner_across_threads_on_strict_gcs(strict_gcs_bucket):
+    """Threads share one gcsfs client, whose event loop sends their uploads concurrently; the
+    precondition (real GCS: ``ifGenerationMatch=0`` on insert) leaves one winner per path."""
+    _race_threads(_root(strict_gcs_bucket), 8, 60, listed_absent=True)
 
 
 # ---------------------------------------------------------------- exists / delete

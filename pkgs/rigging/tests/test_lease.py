@@ -1,4 +1,11 @@
-"""Leases: acquire, contend, renew, expire, take over, release, fencing, dead holders."""
+"""Leases: acquire, contend, renew, expire, take over, release, fencing, dead holders.
+
+Every test runs on the stores whose create-if-absent is atomic against concurrent creators: local
+(hard links), memory:// (one lock of this process) and gs:// on fake-gcs-server, which enforces
+``ifGenerationMatch=0`` on the multipart uploads the lease's create-if-absent sends, as real GCS
+does on every object insert (412 when a live generation exists). ``gcp-storage-emulator`` ignores
+preconditions, so races are never judged on it.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +23,14 @@ from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, holder_is_dead
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(params=["local", "memory", "gs-fake-gcs"])
 def folder(request, tmp_path) -> str:
-    """Fencing relies on create-if-absent, which the GCS emulator does not enforce."""
+    """A step's ``.marin/`` folder on each store that enforces create-if-absent."""
     if request.param == "local":
         return str(tmp_path / "step" / ".marin")
-    return request.getfixturevalue("memory_prefix") + "/step/.marin"
+    if request.param == "memory":
+        return request.getfixturevalue("memory_prefix") + "/step/.marin"
+    return request.getfixturevalue("strict_gcs_bucket") + "/step/.marin"
 
 
 def _dead_pid() -> int:
@@ -165,6 +174,150 @@ def test_clear_leases_removes_every_lease_file(folder):
     assert fs.listdir(folder) == ["status.json"]
 
 
+def test_clear_keeps_the_newest_number_released_so_numbers_never_repeat(folder):
+    first = Lease.acquire(folder, ttl=30, holder="otherhost:1:a")
+    first.release()
+    second = Lease.acquire(folder, ttl=30, holder="otherhost:2:b")
+    second.clear()  # published: older files go, the newest stays, released
+    assert fs.listdir(folder) == ["lease-00000002.json"]
+    info = current_lease(folder)
+    assert info.token == 2 and info.released and not info.live()
+    third = Lease.acquire(folder, ttl=30, holder="otherhost:3:c")
+    assert third is not None and third.token == 3
+
+
+def test_a_holder_whose_late_renewal_lands_after_the_next_holder_published_stays_fenced(folder):
+    """The old holder's heartbeat checked its lease, then stalled before its write; meanwhile the
+    lease expired, another holder took it over, built, published and cleared it. The stalled write
+    then lands: it rewrites the old holder's file with a fresh expiry. The old holder must still find
+    itself fenced (were the newest file deleted on clear, its own number would be the newest again)."""
+    old = Lease.acquire(folder, ttl=0.2, holder="otherhost:1:old")
+    time.sleep(0.3)
+    new = Lease.acquire(folder, ttl=30, holder="otherhost:2:new")
+    assert new is not None and new.token == old.token + 1
+    new.clear()
+    late = time.time() + 30  # what the stalled renewal computed, and now writes
+    fs.atomic_write(old.path, json.dumps({"holder": old.holder, "expires_at": late, "token": old.token}))
+    old.expires_at = late
+    with pytest.raises(LeaseLost, match="taken over"):
+        old.check()
+    # And nobody else mistakes the rewritten old file for the current lease.
+    assert current_lease(folder).token == new.token
+    assert Lease.acquire(folder, ttl=30, holder="otherhost:3:next").token == new.token + 1
+
+
 def test_ttl_must_be_positive(folder):
     with pytest.raises(ValueError, match="ttl"):
         Lease.acquire(folder, ttl=0)
+
+
+def _expire(folder: str) -> None:
+    """Make the newest lease look as a holder that stopped renewing leaves it: its expiry passed."""
+    info = current_lease(folder)
+    if info is not None:
+        fs.atomic_write(fs.join(folder, f"lease-{info.token:08d}.json"),
+                        json.dumps({"holder": info.holder, "expires_at": time.time() - 1, "token": info.token}))
+
+
+def test_rounds_of_racing_takeovers_give_each_number_to_one_thread(folder):
+    """Eight threads race to take over the expired lease, round after round: each round exactly one
+    wins, with the next number, and the file of that number names it."""
+    n_threads, rounds = 8, 12
+    barrier = threading.Barrier(n_threads, action=lambda: _expire(folder))
+    won: list[tuple[int, int, str]] = []
+    errors: list[BaseException] = []
+
+    def contend(k: int) -> None:
+        try:
+            for r in range(rounds):
+                barrier.wait(timeout=60)
+                lease = Lease.acquire(folder, ttl=60, holder=f"otherhost:{k}:r{r}")
+                if lease is not None:
+                    won.append((r, lease.token, lease.holder))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=contend, args=(k,)) for k in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors, errors
+    assert sorted((r, token) for r, token, _ in won) == [(r, r + 1) for r in range(rounds)]
+    for _r, token, holder in won:
+        assert json.loads(fs.read_bytes(fs.join(folder, f"lease-{token:08d}.json")))["holder"] == holder
+
+
+# One process of a takeover race. Each round it meets the others, tries to take the lease over and
+# meets them again (every contender has tried); then the round's winner lets its lease expire (it
+# writes the expiry a holder that stopped renewing leaves), and whoever won the round before asks
+# whether its lease is still its own. That lease has 60 s to go by its holder's clock (a renewal
+# racing the takeover, or a clock behind the others' look the same): only the numbers on the
+# folder can tell it that it lost.
+_TAKER = r"""
+import json, os, sys, time
+from rigging import filesystem as fs
+from rigging.lease import Lease, LeaseLost
+folder, me, meet, rounds, n_procs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+
+def gather(name):
+    here = os.path.join(meet, name)
+    os.makedirs(here, exist_ok=True)
+    open(os.path.join(here, me), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(here)) < n_procs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{me}: the others never came to {name}")
+        time.sleep(0.0005)
+
+fs.listdir(folder)  # the store's client is ready before the first race
+mine = None
+for r in range(rounds):
+    gather(f"{r}-try")
+    lease = Lease.acquire(folder, ttl=60, holder=f"otherhost:{me}:r{r}")
+    if lease is not None:
+        print(json.dumps({"won": r, "token": lease.token}), flush=True)
+    gather(f"{r}-tried")
+    if mine is not None:
+        try:
+            mine.check()
+            print(json.dumps({"kept": mine.token}), flush=True)
+        except LeaseLost as e:
+            print(json.dumps({"fenced": mine.token, "why": str(e)}), flush=True)
+    mine = lease
+    if lease is not None and r < rounds - 1:
+        fs.atomic_write(lease.path, json.dumps({"holder": lease.holder, "expires_at": time.time() - 1,
+                                                "token": lease.token}))
+if mine is not None:
+    mine.check()
+    print(json.dumps({"holds": mine.token}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("store", ["local", "gs-fake-gcs"])
+def test_processes_racing_to_take_over_an_expired_lease_one_wins_each_number_and_losers_are_fenced(
+        store, request, tmp_path):
+    """Three processes (each its own store client) race to take over the expired lease, round after
+    round: exactly one wins each number, in order; each round's winner, asked in the next round
+    (its own clock still says its lease is live), finds by fencing (``Lease.check``) that it lost."""
+    if store == "local":
+        folder = str(tmp_path / "step" / ".marin")
+    else:
+        folder = request.getfixturevalue("strict_gcs_bucket") + "/step/.marin"
+    n_procs, rounds = 3, 10
+    procs = [subprocess.Popen([sys.executable, "-c", _TAKER, folder, f"p{k}", str(tmp_path / "meet"), str(rounds),
+                               str(n_procs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k in range(n_procs)]
+    events: list[tuple[str, dict]] = []
+    for k, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        events += [(f"p{k}", json.loads(line)) for line in out.splitlines()]
+    wins = sorted((e["won"], e["token"], who) for who, e in events if "won" in e)
+    assert [(r, token) for r, token, _ in wins] == [(r, r + 1) for r in range(rounds)]
+    fenced = sorted((e["fenced"], who) for who, e in events if "fenced" in e)
+    # Every winner but the last learns it lost its number to the next round's winner.
+    assert fenced == [(token, who) for _r, token, who in wins[:-1]]
+    assert all("taken over" in e["why"] for _who, e in events if "fenced" in e)
+    assert not [e for _who, e in events if "kept" in e]
+    assert [(who, e["holds"]) for who, e in events if "holds" in e] == [(wins[-1][2], rounds)]

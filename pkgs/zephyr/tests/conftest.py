@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fray.testing import ray_client, ray_cluster  # noqa: F401 - fixtures
+from testsupport.ray_cluster import ray_client, ray_cluster  # noqa: F401 - fixtures
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
+from rigging import gcs
+
 __all__ = [
     "AlreadyExists",
     "atomic_write",
@@ -67,16 +69,7 @@ def filesystem(path: str) -> Any:
 
     protocol = protocol_of(path)
     if protocol == "gs":
-        # Plain buckets only. gcsfs picks its zonal/HNS subclass (which talks gRPC and hangs
-        # against the local emulator) when GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT is unset *at its
-        # import*, which may have happened before we run; so name the core class directly, and
-        # set the variable for child processes that import gcsfs later.
-        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        from gcsfs.core import GCSFileSystem
-
-        # Other processes write the same bucket: a cached listing would hide their objects or
-        # report stale sizes (and a read sized from a stale listing returns a truncated file).
-        return GCSFileSystem(use_listings_cache=False)
+        return gcs.filesystem()
     return fsspec.filesystem(protocol)
 
 
@@ -133,13 +126,7 @@ def file_exists(path: str) -> bool:
     fs, p = _fs_path(path)
     if protocol_of(path) != "gs":
         return bool(fs.isfile(p))
-    from fsspec.asyn import sync
-
-    try:
-        sync(fs.loop, fs._get_object, p)
-    except FileNotFoundError:
-        return False
-    return True
+    return gcs.object_exists(fs, p)
 
 
 def makedirs(path: str) -> None:
@@ -200,16 +187,12 @@ def size(path: str) -> int:
     return int(fs.size(p))
 
 
-_DIGEST_CHUNK = 64 << 20
-"""Bytes per ranged read when hashing an object of known size (one request each)."""
-
-
 def sha256_of(path: str, size: int | None = None) -> str:
     """The SHA-256 (hex) of the content of the file at ``path``, read as a stream.
 
     Args:
         size: the file's size when the caller has just listed it: on an object store the content
-            is then read in ranged GETs of :data:`_DIGEST_CHUNK` bytes (one request for most
+            is then read in ranged GETs of :data:`rigging.gcs.DIGEST_CHUNK` bytes (one request for most
             files) instead of opening it, which first asks for its metadata (gcsfs: two more
             round trips per file).
     """
@@ -219,10 +202,7 @@ def sha256_of(path: str, size: int | None = None) -> str:
             return hashlib.file_digest(f, "sha256").hexdigest()
     if size is not None and protocol_of(path) == "gs":
         fs, p = _fs_path(path)
-        h = hashlib.sha256()
-        for start in range(0, size, _DIGEST_CHUNK):
-            h.update(fs.cat_file(p, start=start, end=min(size, start + _DIGEST_CHUNK)))
-        return h.hexdigest()
+        return gcs.sha256_of(fs, p, size)
     with open_file(path, "rb") as f:
         # fsspec's files and BytesIO have readinto, which IO[Any] does not promise.
         return hashlib.file_digest(f, "sha256").hexdigest()  # pyright: ignore[reportArgumentType]
@@ -272,15 +252,17 @@ _MEMORY_CREATE_LOCK = threading.Lock()
 def create_if_absent(path: str, data: bytes | str, *, durable: bool = True, listed_absent: bool = False) -> bool:
     """Atomically create ``path`` with ``data`` unless it exists; True when this call created it.
 
-    Locally this is a hard link of a fully written temporary file (link fails if the target
-    exists), so the file is never seen half-written. On GCS it is a conditional PUT
-    (``ifGenerationMatch=0``). On ``memory://`` a check and write under one lock of this process.
-    ``durable`` as for :func:`atomic_write`.
+    Every precondition the store relies on (lease numbers, success records, cache entries) is
+    this function. Locally it is a hard link of a fully written temporary file (link fails if the
+    target exists), so the file is never seen half-written. On GCS it is an upload with the
+    precondition ``ifGenerationMatch=0`` (:func:`rigging.gcs.create_object`), which GCS refuses
+    with 412 when the object exists. On ``memory://`` a check and write under one lock of this
+    process. ``durable`` as for :func:`atomic_write`.
 
     Args:
         listed_absent: the caller has just listed the folder and ``path`` was not in it: on GCS
-            skip the look before the write (a round trip; the write's precondition is what
-            refuses an object that appeared since).
+            skip the look before the write (a round trip that saves an upload where the object
+            is likely there; the precondition is what refuses an object that appeared since).
     """
     payload = _as_bytes(data)
     protocol = protocol_of(path)
@@ -303,38 +285,14 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True, list
             os.unlink(tmp)
     fs, p = _fs_path(path)
     if protocol == "gs":
-        return _gcs_create_if_absent(fs, p, payload, look_first=not listed_absent)
+        if not listed_absent and gcs.object_exists(fs, p):
+            return False
+        return gcs.create_object(fs, p, payload)
     with _MEMORY_CREATE_LOCK:
         if fs.exists(p):
             return False
         fs.pipe_file(p, payload)
         return True
-
-
-def _gcs_create_if_absent(fs: Any, p: str, payload: bytes, *, look_first: bool) -> bool:
-    # The existence check saves an upload where the object is likely there; the precondition is
-    # what makes it safe against a concurrent creator (the local emulator does not enforce it).
-    if look_first and file_exists(f"gs://{p}"):
-        return False
-    bucket, key, _ = fs.split_path(p)
-    try:
-        fs.call(
-            "POST",
-            f"{fs._location}/upload/storage/v1/b/{bucket}/o",
-            uploadType="media",
-            name=key,
-            ifGenerationMatch="0",
-            data=payload,
-            headers={"Content-Type": "application/octet-stream"},
-            json_out=True,
-        )
-    except FileExistsError:
-        return False
-    except OSError as e:
-        if "412" in str(e) or "Precondition" in str(e):
-            return False
-        raise
-    return True
 
 
 def delete(path: str) -> None:
@@ -388,29 +346,12 @@ def listdir(path: str) -> list[str]:
             return [os.path.basename(p)]  # as fsspec lists a file: itself
     fs, p = _fs_path(path)
     if protocol_of(path) == "gs":
-        return _gcs_listdir(fs, p)
+        return gcs.list_names(fs, p)
     try:
         entries = fs.ls(p, detail=False)
     except FileNotFoundError:
         return []
     names = {posixpath.basename(e.rstrip("/")) for e in entries}
-    names.discard("")
-    return sorted(names)
-
-
-def _gcs_listdir(fs: Any, p: str) -> list[str]:
-    # One listing (a page per 1,000 names). gcsfs's ls follows an empty listing with a GET of the
-    # folder's own name (is it a file?): a second round trip for every empty or missing folder,
-    # which is most folders a build looks into.
-    from fsspec.asyn import sync
-
-    bucket, key, _ = fs.split_path(p)
-    folder = f"{bucket}/{key.rstrip('/')}/" if key else f"{bucket}/"
-    listed: Any = sync(fs.loop, fs._do_list_objects, p)
-    items, prefixes = listed
-    # An object named like the folder itself (a folder marker) is not an entry of it.
-    names = {posixpath.basename(entry["name"].rstrip("/")) for entry in items if entry["name"] != folder}
-    names.update(posixpath.basename(folder.rstrip("/")) for folder in prefixes)
     names.discard("")
     return sorted(names)
 

@@ -7,6 +7,12 @@ heartbeats by rewriting its own file with a later expiry. A contender takes over
 expiry has passed (holder dead or stuck) by creating the next number. A holder checks, before it
 publishes, that its number is still the highest and its expiry has not passed: a holder that lost
 its lease cannot publish.
+
+Numbers never repeat on a folder: giving a lease up for good (:meth:`Lease.clear`) deletes the
+older files but leaves the newest, marked released. Were it deleted, the next contender would take
+number 1 again, and a holder of an old number that was stalled inside a renewal (its check passed,
+its write had not landed) would, on waking, write its file back and then pass every check: the
+highest number on the folder would be its own again.
 """
 
 from __future__ import annotations
@@ -135,6 +141,14 @@ def held(folder: str) -> LeaseInfo | None:
     return None
 
 
+def _body(holder: str, token: int, expires_at: float, *, released: bool = False) -> str:
+    """What a lease file holds."""
+    fields: dict[str, object] = {"holder": holder, "expires_at": expires_at, "token": token}
+    if released:
+        fields["released"] = True
+    return json.dumps(fields)
+
+
 def default_holder() -> str:
     """A holder id naming this host and process, unique per call."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -175,7 +189,7 @@ class Lease:
         else:
             next_token = 1
         expires_at = time.time() + ttl
-        body = json.dumps({"holder": holder, "expires_at": expires_at, "token": next_token})
+        body = _body(holder, next_token, expires_at)
         # The listing just showed the number free; on GCS the write's precondition still refuses
         # it to a contender that created it meanwhile.
         if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body, durable=False,
@@ -213,8 +227,7 @@ class Lease:
         self.check()
         expires_at = time.time() + self.ttl
         # Not durable: after a machine crash every lease of it is void anyway.
-        fs.atomic_write(self.path, json.dumps({"holder": self.holder, "expires_at": expires_at, "token": self.token}),
-                        durable=False)
+        fs.atomic_write(self.path, _body(self.holder, self.token, expires_at), durable=False)
         self.expires_at = expires_at
 
     def start_heartbeat(self, interval: float | None = None) -> None:
@@ -252,22 +265,26 @@ class Lease:
         self.stop_heartbeat()
         tokens = _tokens(self.folder)
         if tokens and tokens[-1] == self.token:
-            fs.atomic_write(
-                self.path,
-                json.dumps({"holder": self.holder, "expires_at": 0.0, "token": self.token, "released": True}),
-                durable=False,
-            )
-
+            fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, released=True), durable=False)
 
     def clear(self) -> None:
-        """Give the lease up for good once the folder's result is published: delete this lease
-        file and every older one the newest listing showed (:func:`clear_leases` without a listing)."""
+        """Give the lease up for good once the folder's result is published: delete every older
+        lease file the newest listing showed, and mark this one released.
+
+        This file stays (one request, as deleting it would be), so the next lease on the folder
+        takes the next number: a number is never handed out twice (see the module docstring).
+        """
         self.stop_heartbeat()
-        for token in sorted({t for t in _tokens_in(self.listing) if t < self.token} | {self.token}):
+        for token in sorted(t for t in _tokens_in(self.listing) if t < self.token):
             fs.delete(fs.join(self.folder, _lease_name(token)))
+        fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, released=True), durable=False)
 
 
 def clear_leases(folder: str) -> None:
-    """Remove every lease file of ``folder`` (after the step's success record is published)."""
+    """Remove every lease file of ``folder``, so its numbering starts again at 1.
+
+    Only for a folder nobody holds or will come back to (its step's output is being deleted):
+    a stalled holder of an old number could otherwise come back as the holder of the newest one.
+    """
     for token in _tokens(folder):
         fs.delete(fs.join(folder, _lease_name(token)))

@@ -1,6 +1,7 @@
 """An importable multi-host job for tests: data-parallel loss and gradient of a linear model.
 
-Lives in the package (not a test module) so spawned processes and Ray workers can import it.
+Lives in an installed package (the workspace root's ``testsupport``), not a test module, so
+spawned processes and Ray workers can import it by name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Small importable jobs and actors that exercise a ``DistributedClient`` (used by contract tests).
 
-They live in the package, not in a test module, so that any worker (a spawned process, a Ray
-worker on another host) can import them by name.
+They live in an installed package (the workspace root's ``testsupport``), not in a test module,
+so that any worker (a spawned process, a process forked from a warm template, a Ray worker) can
+import them by name.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared fixtures themselves: the GCS emulator, fresh buckets and memory roots."""
+"""The shared fixtures themselves: the GCS emulators, fresh buckets and memory roots."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import fsspec
 import pytest
 
 from rigging import filesystem as rfs
-from rigging import testing
+from testsupport import gcs as testing
 
 
 def test_emulator_environment_is_set(gcs_emulator):
@@ -95,3 +96,52 @@ def test_the_emulator_survives_clients_dropping_mid_request():
     finally:
         emulator.stop()
     assert not emulator.alive()
+
+
+def test_strict_bucket_points_gs_at_fake_gcs_server(strict_gcs_bucket, strict_gcs_emulator):
+    assert strict_gcs_emulator.kind is testing.EmulatorKind.FAKE_GCS_SERVER
+    assert os.environ["STORAGE_EMULATOR_HOST"] == strict_gcs_emulator.url
+    assert os.environ["TENSORSTORE_GCS_HTTP_URL"] == strict_gcs_emulator.url
+    assert fsspec.filesystem("gs")._location == strict_gcs_emulator.url
+    rfs.atomic_write(rfs.join(strict_gcs_bucket, "a/b.txt"), b"strict")
+    assert rfs.listdir(strict_gcs_bucket) == ["a"]
+    assert rfs.read_bytes(rfs.join(strict_gcs_bucket, "a/b.txt")) == b"strict"
+
+
+def test_fake_gcs_server_enforces_the_precondition_on_multipart_uploads_only(strict_gcs_emulator):
+    """What makes it the strict emulator, measured on its wire protocol: a second multipart upload
+    with ``ifGenerationMatch=0`` gets 412; a second media upload with the same precondition goes
+    through (real GCS refuses both with 412: the store sends only multipart ones)."""
+    bucket = strict_gcs_emulator.create_bucket().removeprefix("gs://")
+    base = f"{strict_gcs_emulator.url}/upload/storage/v1/b/{bucket}/o?ifGenerationMatch=0"
+
+    def media(body: bytes) -> int:
+        return _status(urllib.request.Request(f"{base}&uploadType=media&name=m", data=body, method="POST"))
+
+    def multipart(body: bytes) -> int:
+        data = (b'--b\r\nContent-Type: application/json\r\n\r\n{"name": "p"}\r\n--b\r\n'
+                b"Content-Type: application/octet-stream\r\n\r\n" + body + b"\r\n--b--")
+        return _status(urllib.request.Request(f"{base}&uploadType=multipart", data=data, method="POST",
+                                              headers={"Content-Type": 'multipart/related; boundary="b"'}))
+
+    assert [multipart(b"1"), multipart(b"2")] == [200, 412]
+    assert [media(b"1"), media(b"2")] == [200, 200]
+
+
+def _status(request: urllib.request.Request) -> int:
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_a_stopped_fake_gcs_server_no_longer_answers():
+    emulator = testing.start_fake_gcs_server()
+    try:
+        assert emulator.create_bucket("named-bucket") == "gs://named-bucket"
+    finally:
+        emulator.stop()
+    assert not emulator.alive()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(emulator.url + "/storage/v1/b", timeout=2)

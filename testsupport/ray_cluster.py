@@ -1,7 +1,7 @@
 """Test fixtures: a real Ray head on 127.0.0.1 for one test session, and a client connected to it.
 
-Use from any package's tests with ``pytest_plugins = ["fray.testing"]`` in a ``conftest.py``, or
-import :func:`ray_head` directly.
+Use from any package's tests with ``pytest_plugins = ["testsupport.ray_cluster"]`` in a
+``conftest.py`` (or import the fixtures there), or call :func:`ray_head` directly.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,27 +22,15 @@ import pytest
 
 from fray.ray_client import RayClient
 from rigging.environ import updated_environ
+from testsupport.net import LOOPBACK, free_port, reachable
 
-__all__ = ["MultiNodeCluster", "free_port", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
+__all__ = ["NODE_ENV", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
 
 _START_TIMEOUT_S = 90.0
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _reachable(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 @contextlib.contextmanager
-def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
+def ray_head(num_cpus: int = 2, host: str = LOOPBACK) -> Iterator[str]:
     """Start a Ray head (``ray start --head --block``) of its own and yield its address.
 
     Every fixed port Ray would otherwise use is replaced by a free one and the temporary folder is
@@ -75,7 +62,7 @@ def ray_head(num_cpus: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             deadline = time.monotonic() + _START_TIMEOUT_S
-            while not _reachable(host, port):
+            while not reachable(host, port):
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     raise RuntimeError(
