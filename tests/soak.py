@@ -450,7 +450,7 @@ class Soak:
         from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
 
-        plan = make_plan(steps(), StepStore(self.prefix), explain_reasons=False)
+        plan = make_plan(steps(), StepStore(self.prefix), explain=False)
         if not all(StepRecord(p.output_path).is_done() for p in plan.steps):
             return
         k = self.rng.choice([1, 1, 2, len(plan.steps)])

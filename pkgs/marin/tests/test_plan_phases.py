@@ -10,7 +10,7 @@ import pytest
 import steps_for_tests as t
 
 from marin.execution.core.errors import InvalidStep
-from marin.execution.plan.make import decide, explain, hash_steps, make_plan, need, select
+from marin.execution.plan.make import decide, explain_runs, hash_steps, make_plan, need, select
 from marin.execution.plan.model import Action, Plan, PlannedStep, ReasonKind, StoreView, UnknownStep
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.run.outcome import Outcome, StepOutcome
@@ -107,7 +107,7 @@ def test_explain_names_new_changed_and_upstream_steps(tmp_path):
     changed = t.diamond(b={"value": 5})
     graph = hash_steps([changed["d"]], store)
     actions = [Action.CACHED, Action.RUN, Action.CACHED, Action.RUN]
-    reasons = explain(graph, actions, StoreView(store))
+    reasons = explain_runs(graph, actions, StoreView(store))
     assert set(reasons) == {1, 3}
     assert [r.kind for r in reasons[1]] == [ReasonKind.CONFIG_CHANGED]
     assert reasons[1][0].detail == "value: 0 → 5"

@@ -29,7 +29,7 @@ from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 
-__all__ = ["HashedGraph", "decide", "explain", "hash_steps", "make_plan", "need", "select"]
+__all__ = ["HashedGraph", "decide", "explain_runs", "hash_steps", "make_plan", "need", "select"]
 
 
 def _match_any(name: str, patterns: Sequence[str]) -> bool:
@@ -174,7 +174,7 @@ def decide(done: bool, forced: bool, needed: bool, hit: CacheHit | None) -> Acti
 
 # -- explain ----------------------------------------------------------------------------------
 
-def explain(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, tuple[Reason, ...]]:
+def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, tuple[Reason, ...]]:
     """Why each entry that runs (and is not forced) runs, and where it would start."""
     runs: set[int] = set()
     for pos, action in enumerate(actions):
@@ -212,7 +212,7 @@ def make_plan(
     force: Sequence[str] = (),
     only: Sequence[str] = (),
     salt: str | None = None,
-    explain_reasons: bool = True,
+    explain: bool = True,
     env_digest: str | None = None,
     caches: Sequence[str] = (),
     early_cutoff: bool = True,
@@ -230,7 +230,7 @@ def make_plan(
         force: glob patterns of step names to rebuild even if cached.
         only: glob patterns: run only matching steps and their dependencies.
         salt: the environment fingerprint digest, when it is part of the hash (--strict-env).
-        explain_reasons: compute the reasons (reads earlier builds); off for the fast no-op path.
+        explain: compute the reasons (reads earlier builds); off for the fast no-op path.
         env_digest: the current environment's digest, to note cached steps built elsewhere.
         caches: read-only caches (other prefixes) to fetch finished steps from.
         early_cutoff: reuse an earlier build of a step whose inputs' content is unchanged
@@ -246,7 +246,7 @@ def make_plan(
         asked = [s for found, was_needed in expanded.values() if was_needed for s in found]
         shown = [s for found, was_needed in expanded.values() if not was_needed for s in found]
         plan, needed = _plan_once([*roots, *asked], shown, store, force=force, salt=salt,
-                                  explain_reasons=explain_reasons, env_digest=env_digest, caches=caches,
+                                  explain=explain, env_digest=env_digest, caches=caches,
                                   early_cutoff=early_cutoff, view=view)
         fresh = [(pos, p) for pos, p in enumerate(plan.steps)
                  if p.action is Action.CACHED and expands(p.step) and id(p.step) not in expanded]
@@ -260,7 +260,7 @@ def make_plan(
 
 
 def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, force: Sequence[str],
-               salt: str | None, explain_reasons: bool, env_digest: str | None, caches: Sequence[str],
+               salt: str | None, explain: bool, env_digest: str | None, caches: Sequence[str],
                early_cutoff: bool, view: StoreView) -> tuple[Plan, list[bool]]:
     """One pass of the phases over ``targets`` (and ``shown``, planned but not asked for): the
     plan, and which of its entries are needed."""
@@ -276,7 +276,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     needed, hits = need(graph, done, forced,
                         lambda pos: find_in_caches(names[pos], caches) if caches else None)
     actions = [decide(done[pos], forced[pos], needed[pos], hits.get(pos)) for pos in range(len(names))]
-    explained = explain(graph, actions, view) if explain_reasons else {}
+    explained = explain_runs(graph, actions, view) if explain else {}
     planned = []
     for pos, step in enumerate(graph.entries):
         action = actions[pos]
@@ -293,7 +293,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
                         reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None)
-        if action is Action.CACHED and explain_reasons and env_digest:
+        if action is Action.CACHED and explain and env_digest:
             note = _env_note(p, built_in.get(names[pos]), env_digest)
             if note is not None:
                 p = dataclasses.replace(p, env_note=note)

@@ -179,7 +179,7 @@ class StepRunner:
                    env_digest: str | None = None, view: StoreView | None = None, only: Sequence[str] | None = None
                    ) -> Plan:
         return make_plan(steps, self.store, force=self.force, only=self.only if only is None else only, salt=salt,
-                         explain_reasons=explain, env_digest=env_digest, caches=self.caches,
+                         explain=explain, env_digest=env_digest, caches=self.caches,
                          early_cutoff=self.early_cutoff, view=view)
 
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
