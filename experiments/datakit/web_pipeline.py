@@ -19,15 +19,17 @@ from __future__ import annotations
 from experiments.marin_tokenizer import marin_tokenizer
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.experiment import evaluate, tokenized, train_lm
-from marin.experiment.datakit import (
+from marin.experiment import (
     classify,
     consolidate,
     decontaminate,
     dedup,
+    evaluate,
     html_to_text,
     keep,
     quality_classifier,
+    tokenized,
+    train_lm,
     web_corpus,
 )
 
