@@ -18,7 +18,8 @@ help:
 	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
-	@echo "make bench-peers fresh local builds beside GNU make, Snakemake and DVC (in .venv-bench)"
+	@echo "make bench-peers fresh local builds beside GNU make, Snakemake and DVC; near-duplicates beside"
+	@echo "                 datatrove and datasketch (in .venv-bench)"
 	@echo "make lint        ruff, import-linter, pyright (basic mode, via basedpyright), the docs site (--strict)"
 	@echo "make docs        the documentation site (mkdocs.yml) into build/site"
 
@@ -54,8 +55,8 @@ test-fast: setup
 bench: setup
 	$(RUN)python -m benchmarks
 
-# Snakemake and DVC (the `bench` extra) in an environment of their own, so .venv (and CI) never
-# has them: uv.lock resolves the extra apart from the dev group (see pyproject.toml).
+# Snakemake, DVC, datatrove and datasketch (the `bench` extra) in an environment of their own, so
+# .venv (and CI) never has them: uv.lock resolves the extra apart from the dev group (see pyproject.toml).
 BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(BENCH_VENV) $(UV) sync --frozen --all-packages --extra bench --no-dev
@@ -64,6 +65,7 @@ $(BENCH_VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) 
 
 bench-peers: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_scale local
+	$(BENCH_VENV)/bin/python -m benchmarks.bench_datakit_peers
 
 clean:
 	rm -rf .marin/store .pytest_cache

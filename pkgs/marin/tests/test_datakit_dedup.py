@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from marin.processing.attributes import list_shards, read_documents, read_record
 from marin.processing.dedup import (
     ExactDedupConfig,
     FuzzyDedupConfig,
+    Grouping,
     MinHasher,
     ParagraphDedupConfig,
     UnionFind,
+    ZephyrGroupBy,
     detection_probability,
     exact_dedup_step,
     fuzzy_dedup,
@@ -224,6 +227,42 @@ def test_exact_dedup_is_independent_of_sharding(corpus: tuple[str, dict], tmp_pa
     exact_pairs = [p for p in truth["pairs"] if p["kind"] == "exact"]
     assert exact_pairs and all(results[0][p["b"]]["representative"] == results[0][p["a"]]["representative"]
                                for p in exact_pairs)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_zephyrs_shuffle_gives_the_same_sidecars_and_leaves_no_work_files(corpus: tuple[str, dict], tmp_path: Path) -> None:
+    root, _truth = corpus
+    docs = f"{root}/documents"
+    for name, fn, config in (("exact", exact_dedup_step, ExactDedupConfig(input=docs)),
+                             ("para", paragraph_dedup_step, ParagraphDedupConfig(input=docs, min_chars=20)),
+                             ("fuzzy", fuzzy_dedup_step, FuzzyDedupConfig(input=docs))):
+        fn(config, str(tmp_path / f"{name}-dict"))
+        fn(replace(config, grouping=Grouping.ZEPHYR), str(tmp_path / f"{name}-zephyr"))
+        dict_files, zephyr_files = _files(tmp_path / f"{name}-dict"), _files(tmp_path / f"{name}-zephyr")
+        assert dict_files == zephyr_files, name  # byte for byte; no .shuffle/ left behind
+        assert any(a["duplicate"] if "duplicate" in a else a["duplicate_spans"]
+                   for a in _attributes(str(tmp_path / f"{name}-zephyr")).values()), name
+
+
+def test_zephyr_group_by_writes_its_partitions_under_the_work_folder(tmp_path: Path) -> None:
+    records = [(f"k{i % 7}", i) for i in range(50)]
+    group_by = ZephyrGroupBy(str(tmp_path / "work"), map_tasks=3, num_partitions=2)
+    grouped = sorted(group_by(records, _key_of, _sizes))
+    assert grouped == sorted(group_in_process(records, _key_of, _sizes))
+    assert grouped[0] == ("k0", 8)
+    assert sorted(p.name for p in (tmp_path / "work" / ".shuffle" / "sizes").glob("*.shuffle")) == [
+        "part-00000.shuffle", "part-00001.shuffle", "part-00002.shuffle"]
+
+
+def _key_of(record: tuple[str, int]) -> str:
+    return record[0]
+
+
+def _sizes(key: str, members: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+    yield key, sum(1 for _ in members)
 
 
 def test_configs_name_bad_values() -> None:

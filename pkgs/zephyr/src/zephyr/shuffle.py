@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHUFFLE_FORMAT",
+    "WORK_FOLDER",
     "GroupBy",
     "KeyFn",
     "PartitionSink",
@@ -88,7 +89,8 @@ Reducer = Callable[[Any, Iterator[Any]], Iterable[Any]]
 
 SHUFFLE_FORMAT = "zephyr.shuffle/v1"
 _EXTENSION = "shuffle"
-_WORK_FOLDER = ".shuffle"
+WORK_FOLDER = ".shuffle"
+"""The folder under a stage's work path that holds its stages' files (``<work>/.shuffle/<name>/``)."""
 # zstd level 3 (its default): JSON lines of words came out 3x smaller (benchmarks/bench_shuffle.py).
 _ZSTD_LEVEL = 3
 
@@ -149,7 +151,7 @@ class GroupBy:
         if work is None:
             raise ValueError(f"group_by stage {self.name!r} needs a work_path: the pipeline writes to no folder "
                              "(collect()), so pass work_path= for its partition files")
-        return fs.join(work, _WORK_FOLDER, self.name)
+        return fs.join(work, WORK_FOLDER, self.name)
 
     def sink(self, folder: str) -> PartitionSink:
         """The sink of the map wave: each upstream shard to one partitioned file in ``folder``."""

@@ -1,6 +1,7 @@
 """What an experiment file uses, in one place: ``from marin.experiment import train_lm, tokenized, ...``.
 
-Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), training
+Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), data curation
+(``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
 (``train_lm``, ``checkpoint``), evaluation and export. Each lives in a module of its own
 (:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`, ...); this package re-exports the
 names experiment files write, as optax re-exports its transforms.
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
     from marin.experiment.chat_data import tokenized_chat
     from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
+    from marin.experiment.datakit import (
+        classify,
+        consolidate,
+        decontaminate,
+        dedup,
+        heuristics,
+        html_to_text,
+        keep,
+        quality_classifier,
+        web_corpus,
+    )
     from marin.experiment.eval import eval_data, evaluate
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.story_chat import story_chats
@@ -43,6 +55,15 @@ _WHERE = {
     "bundled_corpus": "marin.experiment.data",
     "tokenized": "marin.experiment.data",
     "trained_tokenizer": "marin.experiment.data",
+    "classify": "marin.experiment.datakit",
+    "consolidate": "marin.experiment.datakit",
+    "decontaminate": "marin.experiment.datakit",
+    "dedup": "marin.experiment.datakit",
+    "heuristics": "marin.experiment.datakit",
+    "html_to_text": "marin.experiment.datakit",
+    "keep": "marin.experiment.datakit",
+    "quality_classifier": "marin.experiment.datakit",
+    "web_corpus": "marin.experiment.datakit",
     "eval_data": "marin.experiment.eval",
     "evaluate": "marin.experiment.eval",
     "export_hf": "marin.experiment.hf",
@@ -61,16 +82,25 @@ __all__ = [
     "StepRunner",
     "bundled_corpus",
     "checkpoint",
+    "classify",
+    "consolidate",
+    "decontaminate",
+    "dedup",
     "eval_data",
     "evaluate",
     "export_hf",
+    "heuristics",
     "hf_checkpoint",
+    "html_to_text",
+    "keep",
     "output_path_of",
+    "quality_classifier",
     "story_chats",
     "tokenized",
     "tokenized_chat",
     "train_lm",
     "trained_tokenizer",
+    "web_corpus",
 ]
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.lazy import Lazy, StepHandle
+from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.step import Step
 from marin.experiment.train import FINAL
 
@@ -47,8 +48,9 @@ class EvalData:
     label: str
     """Name of the column in results and reports."""
     data: Any
-    """A tokenize step or handle (its ``split``), or a raw text source: a path, glob, URL or a step
-    whose output holds text files (tokenized with the model's own tokenizer)."""
+    """A tokenize step or handle (its ``split``), or a raw text source: a path, glob, URL, a step
+    whose output holds text files, or a path in one (``output_path_of``), tokenized with the model's
+    own tokenizer."""
     kind: EvalDataKind
     """How ``data`` is read."""
     split: str = "validation"
@@ -205,9 +207,9 @@ def eval_data(label: str, data: Any, *, text_field: str = "text") -> EvalData:
 
     if _is_tokenized(data):
         return EvalData(label=label, data=data, kind=EvalDataKind.TOKENIZED)
-    if not isinstance(data, str | Step | Lazy):
+    if not isinstance(data, str | Step | Lazy | OutputPath):
         raise ValueError(f"eval dataset {label!r}: expected a tokenized handle or a raw text source "
-                         f"(a path, glob, URL or step), got {type(data).__name__}")
+                         f"(a path, glob, URL, step or output_path_of(step, ...)), got {type(data).__name__}")
     if isinstance(data, str) and "://" not in data and not any(c in data for c in "*?[") \
             and not os.path.exists(data) and not is_hf_id(data):
         raise ValueError(f"eval dataset {label!r}: {data!r} is not a tokenized handle, a step, an existing path, "

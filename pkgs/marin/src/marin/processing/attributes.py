@@ -12,7 +12,8 @@ attribute step writes, for every input shard, a sidecar with the **same name** h
 sidecars in lockstep (:func:`iter_lockstep`), which checks that the ids agree.
 
 A shard's name is its path relative to the input: below the folder given, below the fixed part
-of a glob (the folders before the first ``*?[``), or the file name of a single file. Shards are
+of a glob (the folders before the first ``*?[``), the file name of a single file, or below the
+snapshot of a Hugging Face dataset id (resolved from the hub cache). Shards are
 ordered as :func:`zephyr.expand_paths` lists them; the corpus's total order is (shard, line).
 
 Files are written whole (``rigging.filesystem.atomic_write``) with keys sorted, so the same records
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.experiment.sources import is_hf_id, resolve_source
 from rigging import filesystem as fs
 from zephyr import Compression, DataError, FileSlice, JsonlReader, expand_paths
 
@@ -91,11 +93,29 @@ def _relative(path: str, base: str) -> str:
     raise ValueError(f"{path} is not below {base}")
 
 
+def _hub_files(repo_id: str, suffixes: Sequence[str]) -> list[Shard]:
+    """The train files of a Hugging Face dataset in the hub cache, named below its snapshot folder."""
+    files = resolve_source(repo_id)
+    paths = [files] if isinstance(files, str) else list(files)
+    base = posixpath.commonpath([posixpath.dirname(p) for p in paths]) if paths else ""
+    matched = [Shard(p, posixpath.relpath(p, base)) for p in paths if p.lower().endswith(tuple(x.lower() for x in suffixes))]
+    if not matched:
+        found = sorted({posixpath.basename(p).split(".", 1)[-1] for p in paths})
+        raise DataError(repo_id, "", f"the Hugging Face dataset's train files are {', '.join(found)}; this step "
+                                     f"reads files ending in {', '.join(suffixes)}")
+    return matched
+
+
 def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
-    """The files of ``source`` (a path, folder, glob, or a list of them) whose names end in ``suffixes``.
+    """The files of ``source`` (a path, folder, glob, a Hugging Face dataset id, or a list of them)
+    whose names end in ``suffixes``.
+
+    A Hugging Face id (``owner/name`` that is no local path) resolves to its train files in the
+    hub cache (:func:`marin.experiment.sources.resolve_source`), named below the snapshot.
 
     Raises:
         DataError: an entry names nothing, or holds no file with one of ``suffixes``.
+        DataSourceError: a Hugging Face id is not in the hub cache (and cannot be downloaded).
         ValueError: two files of the source would get the same name.
     """
     entries = [source] if isinstance(source, str) else list(source)
@@ -104,6 +124,9 @@ def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
     shards: list[Shard] = []
     lowered = tuple(s.lower() for s in suffixes)
     for entry in entries:
+        if is_hf_id(entry):
+            shards.extend(_hub_files(entry, suffixes))
+            continue
         base = _base_of(entry)
         matched = [Shard(p, _relative(p, base)) for p in expand_paths(entry) if p.lower().endswith(lowered)]
         if not matched:

@@ -18,8 +18,11 @@ Filters (one dataclass each; ``name`` is its key in the summary):
 * :class:`RemoveDuplicateSpans`: cut the duplicate paragraphs (spans of paragraph dedup) out of
   the text; a document left with no text is removed.
 
-Summary: ``documents``, ``kept``, ``removed`` and ``edited`` per filter, and per filter a few
-``examples``: id, a snippet, why, and for duplicates the representative's id and snippet.
+Summary: ``documents``, ``kept``, ``removed`` and ``edited`` per filter, per filter a few
+``examples``: id, a snippet (the text's start and end), why, and for duplicates the representative's
+id and snippet; and
+``kept_examples``: the first few documents kept, each with what every filter saw in it
+(``notes``: a score, an overlap, "not a duplicate"), to show beside the removed ones.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from marin.processing.quality.heuristics import HeuristicRule
 from rigging import filesystem as fs
 
 __all__ = [
+    "SNIPPET_CUT",
     "ConsolidateConfig",
     "DropContaminated",
     "DropDuplicates",
@@ -51,7 +55,10 @@ __all__ = [
     "consolidate_step",
 ]
 
-_SNIPPET = 160
+# A snippet: the text's first and last characters (its whitespace collapsed), with SNIPPET_CUT
+# between them when it is longer than both (a page's tail tells boilerplate from an article).
+_HEAD, _TAIL = 220, 80
+SNIPPET_CUT = " \u2026 "
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,7 @@ class ConsolidateConfig:
 
 def _snippet(text: str) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= _SNIPPET else flat[:_SNIPPET] + "..."
+    return flat if len(flat) <= _HEAD + _TAIL else flat[:_HEAD] + SNIPPET_CUT + flat[-_TAIL:]
 
 
 def _cut(text: str, spans: list[list[int]]) -> str:
@@ -204,6 +211,20 @@ def _verdict(spec: Filter, attrs: dict[str, Any], position: tuple[int, int], tex
     return None, text
 
 
+def _note(spec: Filter, attrs: dict[str, Any]) -> str:
+    """What ``spec`` saw in a document it let through."""
+    if isinstance(spec, DropDuplicates):
+        return "not a duplicate"
+    if isinstance(spec, DropContaminated):
+        return f"largest overlap {attrs['overlap']}"
+    if isinstance(spec, KeepScore):
+        return f"{spec.key} {float(attrs[spec.key])}"
+    if isinstance(spec, KeepHeuristics):
+        return "passed"
+    spans = len(attrs["duplicate_spans"])
+    return f"{spans} duplicate paragraph{'s' if spans != 1 else ''} cut" if spans else "no duplicate paragraph"
+
+
 def consolidate_step(config: ConsolidateConfig, output_path: str) -> None:
     """Step function: write the kept documents and ``_summary.json`` (see the module docstring).
 
@@ -218,6 +239,7 @@ def consolidate_step(config: ConsolidateConfig, output_path: str) -> None:
     removed = {f.name: 0 for f in config.filters}
     edited = {f.name: 0 for f in config.filters}
     examples: dict[str, list[dict[str, Any]]] = {f.name: [] for f in config.filters}
+    kept_examples: list[dict[str, Any]] = []
     documents = kept = 0
     for index, shard in enumerate(shards):
         rows = []
@@ -240,12 +262,15 @@ def consolidate_step(config: ConsolidateConfig, output_path: str) -> None:
             else:
                 rows.append({**doc, "text": text})
                 kept += 1
+                if len(kept_examples) < config.max_examples:
+                    kept_examples.append({"id": doc["id"], "snippet": _snippet(text), "notes": {
+                        spec.name: _note(spec, spec_attrs) for spec, spec_attrs in zip(config.filters, attrs, strict=True)}})
         write_jsonl(fs.join(output_path, shard.name), rows)
     _fill_representatives(shards, examples)
     write_summary(output_path, {
         "step": "consolidate", "shards": len(shards), "documents": documents, "kept": kept,
         "removed": removed, "edited": {k: v for k, v in edited.items() if v},
-        "examples": {k: v for k, v in examples.items() if v},
+        "examples": {k: v for k, v in examples.items() if v}, "kept_examples": kept_examples,
     })
 
 

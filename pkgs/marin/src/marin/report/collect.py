@@ -17,6 +17,8 @@ from marin.report.outputs import (
     INDEX_FILE,
     MEMORY_FILE,
     METRICS_FILE,
+    SUMMARY_FILE,
+    read_data_summary,
     read_log_tail,
     read_memory,
     read_metrics,
@@ -83,6 +85,7 @@ class ReportStep:
         metrics: the series of its ``metrics.jsonl`` (training steps).
         memory: per-device bytes of parameters, optimizer state and step temporaries (training steps).
         tokenized: the summary of its ``index.json`` (tokenize steps).
+        data: the counts and examples of its ``_summary.json`` (data-curation steps).
     """
 
     name: str
@@ -113,6 +116,7 @@ class ReportStep:
     metrics: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     tokenized: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None
 
     @property
     def short_hash(self) -> str:
@@ -149,6 +153,7 @@ class ReportStep:
             "metrics": self.metrics,
             "memory": self.memory,
             "tokenized": self.tokenized,
+            "data": self.data,
         }
 
 
@@ -328,6 +333,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     step.memory = read_memory(output_path) if files is None or MEMORY_FILE in files else None
     tokenized = read_tokenized(output_path) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
+    step.data = read_data_summary(output_path) if files is None or SUMMARY_FILE in files else None
     return step
 
 

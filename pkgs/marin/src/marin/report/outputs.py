@@ -1,4 +1,5 @@
-"""Read what steps leave in their output folders: training metrics, tokenized indexes, logs.
+"""Read what steps leave in their output folders: training metrics, tokenized indexes, data-curation
+summaries, logs.
 
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training or tokenize step at all) and returns ``None`` rather than raising.
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from levanter.memory import MEMORY_FILE
+from marin.processing.attributes import SUMMARY_FILE
+from marin.processing.consolidate import SNIPPET_CUT
 from rigging import filesystem as fs
 from zephyr.shards import INDEX_FILE, TOKENIZED_FORMAT
 
@@ -21,8 +24,10 @@ __all__ = [
     "MEMORY_FILE",
     "METRICS_FILE",
     "Metrics",
+    "SUMMARY_FILE",
     "SplitSummary",
     "TokenizedSummary",
+    "read_data_summary",
     "read_eval_results",
     "read_log_tail",
     "read_memory",
@@ -189,6 +194,31 @@ def _read_json_object(path: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool) and k != "step"}
+
+
+def read_data_summary(output_path: str) -> dict[str, Any] | None:
+    """What a data-curation step says of its output (its ``_summary.json``, see
+    :mod:`marin.processing.attributes`), or None for other steps.
+
+    Returns ``{"step": kind, "counts": {name: number or text}}``; a consolidate step's also has
+    ``removed`` and ``edited`` per filter, the removed ``examples`` per filter (with, for duplicates,
+    the representative kept), ``kept_examples``, and ``snippet_cut``, what joins a snippet's head
+    and tail.
+    """
+    summary = _read_json_object(fs.join(output_path, SUMMARY_FILE))
+    if summary is None or not isinstance(summary.get("step"), str):
+        return None
+    data: dict[str, Any] = {"step": summary["step"], "counts": _scalars(summary)}
+    if summary["step"] == "consolidate":
+        for key in ("removed", "edited", "examples"):
+            data[key] = summary.get(key) if isinstance(summary.get(key), dict) else {}
+        data["kept_examples"] = summary.get("kept_examples") if isinstance(summary.get("kept_examples"), list) else []
+        data["snippet_cut"] = SNIPPET_CUT
+    return data
 
 
 def read_train_summary(output_path: str) -> dict[str, Any] | None:

@@ -47,6 +47,10 @@ _PAGE = """<!DOCTYPE html>
     <h2>Training curves</h2>
     <div id="training-list" class="training-list"></div>
   </section>
+  <section id="curation" class="card wide" aria-label="data curation" hidden>
+    <h2>Data curation</h2>
+    <div id="curation-list" class="curation-list"></div>
+  </section>
   <section id="compare" class="card wide" aria-label="compared runs" hidden>
     <h2>Compared runs</h2>
     <div id="compare-curves" class="charts"></div>

@@ -9,7 +9,13 @@ from marin.processing.dedup.exact import (
     paragraph_dedup_step,
 )
 from marin.processing.dedup.fuzzy import FuzzyDedupConfig, FuzzyResult, fuzzy_dedup, fuzzy_dedup_step
-from marin.processing.dedup.grouping import GroupBy, default_group_by, group_in_process
+from marin.processing.dedup.grouping import (
+    GroupBy,
+    Grouping,
+    ZephyrGroupBy,
+    default_group_by,
+    group_in_process,
+)
 from marin.processing.dedup.minhash import (
     MinHasher,
     detection_probability,
@@ -24,9 +30,11 @@ __all__ = [
     "FuzzyDedupConfig",
     "FuzzyResult",
     "GroupBy",
+    "Grouping",
     "MinHasher",
     "ParagraphDedupConfig",
     "UnionFind",
+    "ZephyrGroupBy",
     "dedup_exact_documents",
     "dedup_exact_paragraphs",
     "default_group_by",

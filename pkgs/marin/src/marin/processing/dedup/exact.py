@@ -16,13 +16,14 @@ Sidecar attributes:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
-from marin.processing.dedup.grouping import GroupBy, default_group_by
+from marin.processing.dedup.grouping import GroupBy, Grouping, default_group_by, step_group_by
 from marin.processing.text import content_hash, paragraph_spans
+from rigging.fields import unhashed_field
 
 __all__ = [
     "ExactDedupConfig",
@@ -42,6 +43,8 @@ class ExactDedupConfig:
 
     input: Any
     """Documents: a folder, glob or list of JSON-lines shards, or a step/handle output."""
+    grouping: Grouping = unhashed_field(default=Grouping.IN_PROCESS)
+    """Where documents are grouped by key (the same attributes either way)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class ParagraphDedupConfig:
     """Documents: a folder, glob or list of JSON-lines shards, or a step/handle output."""
     min_chars: int = 0
     """Paragraphs shorter than this (stripped) are never marked duplicate."""
+    grouping: Grouping = unhashed_field(default=Grouping.IN_PROCESS)
+    """Where paragraphs are grouped by key (the same attributes either way)."""
 
     def __post_init__(self) -> None:
         if self.min_chars < 0:
@@ -62,10 +67,10 @@ def _doc_key(record: tuple[str, tuple[int, int], Any]) -> str:
     return record[0]
 
 
-def _doc_reducer(key: str, members: list[tuple[str, tuple[int, int], Any]]) -> Iterator[tuple[tuple[int, int], dict]]:
-    members = sorted(members, key=lambda m: m[1])
-    representative = members[0][2]
-    for i, (_key, order, _id) in enumerate(members):
+def _doc_reducer(key: str, members: Iterable[tuple[str, tuple[int, int], Any]]) -> Iterator[tuple[tuple[int, int], dict]]:
+    ordered = sorted(members, key=lambda m: m[1])
+    representative = ordered[0][2]
+    for i, (_key, order, _id) in enumerate(ordered):
         yield order, {"duplicate": i > 0, "cluster": key, "representative": representative}
 
 
@@ -89,7 +94,8 @@ def exact_dedup_step(config: ExactDedupConfig, output_path: str) -> None:
     more than one document), ``examples`` (a few duplicates with their representative).
     """
     shards = list_shards(config.input)
-    ids, attributes = dedup_exact_documents(shards)
+    with step_group_by(config.grouping, output_path) as group_by:
+        ids, attributes = dedup_exact_documents(shards, group_by)
     for shard, shard_ids, attrs in zip(shards, ids, attributes, strict=True):
         write_sidecar(output_path, shard, shard_ids, attrs)
     flat = [(doc_id, a) for shard_ids, attrs in zip(ids, attributes, strict=True) for doc_id, a in zip(shard_ids, attrs, strict=True)]
@@ -105,7 +111,7 @@ def _para_key(record: tuple[str, tuple[int, int, int], tuple[int, int]]) -> str:
     return record[0]
 
 
-def _para_reducer(key: str, members: list[tuple[str, tuple[int, int, int], tuple[int, int]]]
+def _para_reducer(key: str, members: Iterable[tuple[str, tuple[int, int, int], tuple[int, int]]]
                   ) -> Iterator[tuple[tuple[int, int, int], tuple[int, int]]]:
     # Every occurrence after the first in the total order is a duplicate.
     yield from ((order, span) for _key, order, span in sorted(members, key=lambda m: m[1])[1:])
@@ -145,7 +151,8 @@ def paragraph_dedup_step(config: ParagraphDedupConfig, output_path: str) -> None
     ``documents_with_duplicates``.
     """
     shards = list_shards(config.input)
-    ids, attributes = dedup_exact_paragraphs(shards, config.min_chars)
+    with step_group_by(config.grouping, output_path) as group_by:
+        ids, attributes = dedup_exact_paragraphs(shards, config.min_chars, group_by)
     for shard, shard_ids, attrs in zip(shards, ids, attributes, strict=True):
         write_sidecar(output_path, shard, shard_ids, attrs)
     flat = [a for attrs in attributes for a in attrs]

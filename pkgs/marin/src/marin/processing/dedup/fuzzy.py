@@ -3,8 +3,9 @@
 Stages (each grouping goes through one :data:`~marin.processing.dedup.grouping.GroupBy`):
 
 1. map: every document's shingle set (:func:`~marin.processing.dedup.minhash.shingle_set`).
-   Documents with identical shingle sets are grouped first (Jaccard 1 by definition) and only
-   the first of each enters LSH, so thousands of copies never make thousands squared pairs.
+   Documents with identical shingle sets (keyed by the xxh3-128 of the set) are grouped first
+   (Jaccard 1 by definition) and only the first of each enters LSH, so thousands of copies never
+   make thousands squared pairs.
 2. band keys: the signature of each remaining document, cut into bands, one key per band.
 3. group by band key: every pair of documents sharing a key is a candidate; pairs found in
    several bands are grouped again so each is counted and verified once.
@@ -26,7 +27,7 @@ chain of verified pairs (counted as ``below_threshold_to_representative``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +35,10 @@ import numpy as np
 import xxhash
 
 from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
-from marin.processing.dedup.grouping import GroupBy, default_group_by
+from marin.processing.dedup.grouping import GroupBy, Grouping, default_group_by, step_group_by
 from marin.processing.dedup.minhash import MinHasher, jaccard, optimal_bands, shingle_set
 from marin.processing.dedup.unionfind import UnionFind
+from rigging.fields import unhashed_field
 
 __all__ = ["FuzzyDedupConfig", "FuzzyResult", "fuzzy_dedup", "fuzzy_dedup_step"]
 
@@ -65,6 +67,8 @@ class FuzzyDedupConfig:
     """Override the derived number of bands (with ``rows``)."""
     rows: int | None = None
     """Override the derived rows per band (with ``bands``)."""
+    grouping: Grouping = unhashed_field(default=Grouping.IN_PROCESS)
+    """Where records are grouped by key (the same attributes either way)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 1:
@@ -104,13 +108,13 @@ def _first(record: tuple[Any, int]) -> Any:
     return record[0]
 
 
-def _identical_reducer(_key: bytes, members: list[tuple[bytes, int]]) -> Iterator[tuple[int, int]]:
+def _identical_reducer(_key: str, members: Iterable[tuple[str, int]]) -> Iterator[tuple[int, int]]:
     """(first member, member) for every member of a set of identical shingle sets."""
     order = sorted(m[1] for m in members)
     yield from ((order[0], other) for other in order)
 
 
-def _bucket_reducer(_key: int, members: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+def _bucket_reducer(_key: int, members: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     """Every pair of documents sharing one band key."""
     order = sorted({m[1] for m in members})
     for i, a in enumerate(order):
@@ -122,7 +126,7 @@ def _pair_key(pair: tuple[int, int]) -> tuple[int, int]:
     return pair
 
 
-def _one_pair(pair: tuple[int, int], _members: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+def _one_pair(pair: tuple[int, int], _members: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     yield pair
 
 
@@ -140,7 +144,7 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
     timings = {"shingles_s": time.perf_counter() - started}
 
     # 1. identical shingle sets collapse before LSH.
-    keyed = [(sets[g].tobytes(), g) for g in range(n) if sets[g].size]
+    keyed = [(xxhash.xxh3_128_hexdigest(sets[g].tobytes()), g) for g in range(n) if sets[g].size]
     first_of: dict[int, int] = {}
     for head, member in group_by(keyed, _first, _identical_reducer):
         first_of[member] = head
@@ -216,7 +220,8 @@ def fuzzy_dedup_step(config: FuzzyDedupConfig, output_path: str) -> None:
     of :func:`fuzzy_dedup`, with a few examples (id, representative, Jaccard).
     """
     shards = list_shards(config.input)
-    result = fuzzy_dedup(shards, config)
+    with step_group_by(config.grouping, output_path) as group_by:
+        result = fuzzy_dedup(shards, config, group_by)
     for shard, shard_ids, attrs in zip(shards, result.ids, result.attributes, strict=True):
         write_sidecar(output_path, shard, shard_ids, attrs)
     examples = [{"id": doc_id, "representative": a["representative"], "jaccard": a["jaccard"]}

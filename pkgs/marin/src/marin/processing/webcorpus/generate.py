@@ -6,6 +6,8 @@ Output of :func:`generate_web_corpus` (and of the step :func:`web_corpus_step`):
     <out>/documents/part-00000.jsonl.gz  the clean text of every page that has one ({id, text, url}),
                                          sorted by id, in contiguous shards: what a perfect extractor gives
     <out>/eval/items.jsonl            the evaluation set ({id, question, answer, text})
+    <out>/quality/positive.jsonl.gz   documents to train a quality classifier on: clean articles that
+    <out>/quality/negative.jsonl.gz   are not in the corpus, and boilerplate-only pages (see .quality)
     <out>/truth.json                  what was planted (below)
 
 Pages are articles (a title, story paragraphs, intro and outro lines) wrapped in a site's
@@ -48,10 +50,20 @@ from marin.processing.webcorpus.articles import (
     replacements_for,
     wrap,
 )
+from marin.processing.webcorpus.quality import negative_documents, positive_documents
 from marin.processing.webcorpus.templates import Site, make_site, render_page
 from rigging import filesystem as fs
 
-__all__ = ["BAD_PAGE_KINDS", "CONTAMINATION_MODES", "WebCorpusConfig", "generate_web_corpus", "web_corpus_step"]
+__all__ = ["BAD_PAGE_KINDS", "CONTAMINATION_MODES", "DOCUMENTS_FOLDER", "EVAL_ITEMS_FILE", "HTML_FOLDER", "NEGATIVE_FILE",
+           "POSITIVE_FILE", "TRUTH_FILE", "WebCorpusConfig", "generate_web_corpus", "web_corpus_step"]
+
+# The layout of the output (module docstring).
+HTML_FOLDER = "html"
+DOCUMENTS_FOLDER = "documents"
+EVAL_ITEMS_FILE = "eval/items.jsonl"
+POSITIVE_FILE = "quality/positive.jsonl.gz"
+NEGATIVE_FILE = "quality/negative.jsonl.gz"
+TRUTH_FILE = "truth.json"
 
 CONTAMINATION_MODES = ("verbatim", "rewrapped", "embedded")
 BAD_PAGE_KINDS = ("empty", "whitespace", "binary", "oversized", "no_text", "wrong_charset")
@@ -90,6 +102,8 @@ class WebCorpusConfig:
     """Size of an oversized page."""
     num_shards: int = 4
     """Shards of ``documents/``."""
+    quality_documents: int = 100
+    """Documents in each of ``quality/positive`` and ``quality/negative``."""
 
     def __post_init__(self) -> None:
         if self.num_pages < 10:
@@ -106,7 +120,7 @@ class WebCorpusConfig:
         for name in ("num_sites", "eval_items", "num_shards"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("templated_families", "contaminated_pages", "bad_pages_per_kind"):
+        for name in ("templated_families", "contaminated_pages", "bad_pages_per_kind", "quality_documents"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.templated_fraction > 0 and self.templated_families == 0:
@@ -246,16 +260,18 @@ def generate_web_corpus(output_path: str, config: WebCorpusConfig) -> dict:
     for page, number in zip(everything, numbers, strict=True):
         page.page_id = f"site{page.site:02d}/{number:06d}.html"
         page.url_path = f"https://{all_sites[page.site].domain}/{number:06d}.html"
-        fs.atomic_write(fs.join(output_path, "html", page.page_id), page.data, durable=False)
+        fs.atomic_write(fs.join(output_path, HTML_FOLDER, page.page_id), page.data, durable=False)
     documents = sorted((p for p in everything if p.text is not None), key=lambda p: p.page_id)
     for shard in range(config.num_shards):
         lo, hi = shard * len(documents) // config.num_shards, (shard + 1) * len(documents) // config.num_shards
-        write_jsonl(fs.join(output_path, "documents", f"part-{shard:05d}.jsonl.gz"),
+        write_jsonl(fs.join(output_path, DOCUMENTS_FOLDER, f"part-{shard:05d}.jsonl.gz"),
                     ({"id": p.page_id, "text": p.text, "url": p.url_path} for p in documents[lo:hi]))
-    write_jsonl(fs.join(output_path, "eval", "items.jsonl"), items)
+    write_jsonl(fs.join(output_path, EVAL_ITEMS_FILE), items)
+    write_jsonl(fs.join(output_path, POSITIVE_FILE), positive_documents(config.seed, config.quality_documents))
+    write_jsonl(fs.join(output_path, NEGATIVE_FILE), negative_documents(config.seed, config.quality_documents))
     truth = _truth(config, everything, pages, copies, variants, targets, templated, contaminated, bad)
     truth["documents"] = len(documents)
-    fs.atomic_write(fs.join(output_path, "truth.json"), json.dumps(truth, indent=1, sort_keys=True) + "\n")
+    fs.atomic_write(fs.join(output_path, TRUTH_FILE), json.dumps(truth, indent=1, sort_keys=True) + "\n")
     return truth
 
 

@@ -12,7 +12,7 @@ import html
 import random
 from dataclasses import dataclass
 
-__all__ = ["Site", "make_site", "render_page"]
+__all__ = ["Site", "chrome_text", "make_site", "render_page"]
 
 _PREFIXES = ("The Daily", "Morning", "Evening", "Weekly", "Hillside", "Riverside", "Maple Street", "Northern",
              "Lakeside", "Old Town", "Greenfield", "Harbor", "Meadow", "Sunrise", "Pinewood", "Brookside")
@@ -81,6 +81,15 @@ def make_site(seed: int, number: int, shared_block: str = "") -> Site:
         layout=rng.choice(_LAYOUTS),
         shared_block=shared_block,
     )
+
+
+def chrome_text(site: Site) -> str:
+    """The text of a site's boilerplate alone (logo, navigation, cookie banner, sidebar, footer),
+    one block per line: what a page of it gives when nothing finds the main content."""
+    return "\n".join([
+        site.name, " ".join(site.sections), f"{site.cookie} Accept Manage", "Popular now",
+        *site.teasers, " | ".join(site.footer), f"\u00a9 {site.name}. All rights reserved.",
+    ])
 
 
 def _paragraph_html(paragraph: str) -> str:

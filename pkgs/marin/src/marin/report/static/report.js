@@ -14,7 +14,9 @@
   var GROUP_OPEN_MAX = 8;
   var NULLABLE = ["fn", "version", "config", "started_at", "finished_at", "duration_s", "attempts", "host",
                   "output_bytes", "output_files", "error", "traceback", "log_path", "log_tail", "note",
-                  "metrics", "tokenized", "estimate_s", "estimate_basis"];
+                  "metrics", "tokenized", "data", "estimate_s", "estimate_basis"];
+  // Colours of a consolidate step's filters in its bar (kept documents are green).
+  var FILTER_COLORS = ["#d93636", "#e0662f", "#b8860b", "#8a5cd6", "#0f9fb5", "#d0417e", "#5d6d7e"];
   // The page leaves empty fields out and names each build environment once: fill them back in.
   STEPS.forEach(function (st) {
     ["deps", "reasons", "built_because"].forEach(function (k) { if (!st[k]) st[k] = []; });
@@ -473,6 +475,128 @@
             h("p", { "class": "hint", text: "mesh " + mesh + "; measured at start from the arrays' shards and the compiled step" })];
   }
 
+  // -- data curation: counts per filter, removed documents beside kept ones ----------------------
+  function countsTable(counts) {
+    return h("table", { "class": "kv", "data-role": "data-counts" }, Object.keys(counts).map(function (k) {
+      var v = counts[k];
+      return h("tr", null, h("th", { text: k.replace(/_/g, " ") }), h("td", { text: typeof v === "number" ? fmtNum(v) : String(v) }));
+    }));
+  }
+
+  function filterNames(data) { return Object.keys(data.removed || {}); }
+
+  function filterTable(data) {
+    var total = data.counts.documents || 0;
+    function share(n) { return total ? (100 * n / total).toFixed(1) + "%" : "–"; }
+    var rows = filterNames(data).map(function (name, k) {
+      var n = data.removed[name];
+      return h("tr", { "data-filter": name },
+        h("td", null, h("i", { "class": "swatch", style: "background:" + FILTER_COLORS[k % FILTER_COLORS.length] }), name),
+        h("td", { text: fmtCount(n) }), h("td", { text: share(n) }), h("td", { text: data.edited[name] ? fmtCount(data.edited[name]) : "" }));
+    });
+    rows.push(h("tr", { "class": "total", "data-filter": "" }, h("td", { text: "kept" }), h("td", { text: fmtCount(data.counts.kept) }),
+                h("td", { text: share(data.counts.kept) }), h("td")));
+    return h("table", { "class": "stats", "data-role": "filters" },
+      h("tr", null, h("th", { text: "filter (in order)" }), h("th", { text: "removed" }), h("th", { text: "of input" }), h("th", { text: "edited" })),
+      rows);
+  }
+
+  function funnelBar(data) {
+    var total = data.counts.documents || 0, bar = h("div", { "class": "funnel", "data-role": "funnel" });
+    if (!total) return bar;
+    filterNames(data).forEach(function (name, k) {
+      var n = data.removed[name];
+      if (n) bar.appendChild(h("span", { "class": "seg", title: name + ": " + fmtCount(n) + " removed",
+        style: "width:" + (100 * n / total) + "%;background:" + FILTER_COLORS[k % FILTER_COLORS.length] }));
+    });
+    bar.appendChild(h("span", { "class": "seg kept", title: fmtCount(data.counts.kept) + " kept", style: "width:" + (100 * data.counts.kept / total) + "%" }));
+    return bar;
+  }
+
+  // A snippet's words that its counterpart lacks, marked (what differs between near-duplicates).
+  // Snippets are a text's head and tail joined by `cut`; each part is compared with the same part
+  // of the other, and only where both cover it: a word near where a part was cut is never marked.
+  function markedText(text, other, cut) {
+    function norm(w) { return w.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, ""); }
+    function words(t) { return t.split(/\s+/).filter(function (w) { return w; }); }
+    var parts = cut ? text.split(cut) : [text], others = other === undefined ? [] : cut ? other.split(cut) : [other], out = [];
+    parts.forEach(function (part, p) {
+      if (p) out.push(h("span", { "class": "cut", title: "text left out", text: cut }));
+      var mine = other === undefined ? [] : parts.length === others.length ? words(others[p]) : words(other);
+      var seen = {};
+      mine.forEach(function (w) { seen[norm(w)] = true; });
+      var count = words(part).length, k = 0, fromEnd = p > 0;
+      part.split(/(\s+)/).forEach(function (w) {
+        if (!w.trim()) { out.push(w); return; }
+        var at = fromEnd ? count - 1 - k : k;
+        k++;
+        out.push(at < mine.length - 2 && !seen[norm(w)] ? h("mark", { text: w }) : w);
+      });
+    });
+    return out;
+  }
+
+  function docCard(kind, label, id, snippet, why, other, cut) {
+    return h("div", { "class": "doc " + kind, "data-role": kind },
+      h("div", { "class": "doc-head" }, h("span", { "class": "doc-kind", text: label }), h("span", { "class": "mono", text: String(id) })),
+      why ? h("div", { "class": "doc-why", text: why }) : null,
+      h("p", { "class": "doc-text" }, snippet === null || snippet === undefined ? h("span", { "class": "hint", text: "(not found)" })
+        : markedText(snippet, other === null ? undefined : other, cut)));
+  }
+
+  function examplePairs(data, name) {
+    var kept = data.kept_examples || [];
+    return (data.examples[name] || []).map(function (ex, k) {
+      var right;
+      if (ex.representative) {
+        var rep = ex.representative;
+        right = docCard("kept", "kept: representative", rep.id, rep.snippet, null, ex.snippet, data.snippet_cut);
+        return h("div", { "class": "pair", "data-filter": name },
+                 docCard("removed", "removed", ex.id, ex.snippet, ex.why, rep.snippet || "", data.snippet_cut), right);
+      }
+      var other = kept.length ? kept[k % kept.length] : null;
+      right = other ? docCard("kept", "kept", other.id, other.snippet, (other.notes || {})[name] || null, undefined, data.snippet_cut)
+                    : h("div", { "class": "doc kept hint", text: "no document was kept" });
+      return h("div", { "class": "pair", "data-filter": name }, docCard("removed", "removed", ex.id, ex.snippet, ex.why, undefined, data.snippet_cut), right);
+    });
+  }
+
+  function curationBlock(data) {
+    var out = [funnelBar(data), filterTable(data)];
+    filterNames(data).forEach(function (name) {
+      if (!(data.examples[name] || []).length) return;
+      out.push(h("h4", { text: name + ": " + fmtCount(data.removed[name]) + " removed" +
+                               (data.examples[name].length < data.removed[name] ? " (" + data.examples[name].length + " shown)" : "") }));
+      out.push(examplePairs(data, name));
+    });
+    return out;
+  }
+
+  function dataSummary(data) {
+    var c = data.counts;
+    if (data.step === "consolidate") {
+      return fmtCount(c.documents) + " docs → " + fmtCount(c.kept) + " kept (" + (c.documents ? (100 * c.kept / c.documents).toFixed(1) : "–") + "%)";
+    }
+    var parts = [];
+    ["documents", "duplicates", "contaminated", "pages"].forEach(function (k) { if (c[k] !== undefined) parts.push(fmtCount(c[k]) + " " + k); });
+    if (c.mean_score !== undefined && c.mean_score !== null) parts.push("mean score " + fmtNum(c.mean_score));
+    return parts.join(" · ");
+  }
+
+  function drawCuration() {
+    var found = [];
+    STEPS.forEach(function (st, i) { if (st.data && st.data.step === "consolidate") found.push(i); });
+    if (!found.length) return;
+    var list = document.getElementById("curation-list");
+    found.forEach(function (i) {
+      var st = STEPS[i];
+      list.appendChild(h("div", { "class": "curation-item", "data-step": st.name },
+        h("h3", null, stepButton(i), " ", badge(st.state), " ", h("span", { "class": "hint", text: dataSummary(st.data) })),
+        curationBlock(st.data)));
+    });
+    document.getElementById("curation").hidden = false;
+  }
+
   function stepButton(i) {
     return h("button", { "class": "link", type: "button", text: STEPS[i].name, onclick: function () { select(i, true); } });
   }
@@ -508,6 +632,10 @@
     if (st.tokenized) {
       append(panel, h("h3", { text: "Tokenized data" }));
       append(panel, tokenizedTable(st.tokenized));
+    }
+    if (st.data) {
+      append(panel, h("h3", { text: "Data (" + st.data.step.replace(/_/g, " ") + ")" }));
+      append(panel, st.data.step === "consolidate" ? [funnelBar(st.data), filterTable(st.data)] : countsTable(st.data.counts));
     }
     append(panel, h("h3", { text: "Dependencies" }));
     if (st.deps.length) {
@@ -575,6 +703,7 @@
       var t = st.tokenized.totals;
       return fmtCount(t.documents) + " docs · " + fmtCount(t.tokens) + " tokens · " + fmtCount(t.shards) + " shards";
     }
+    if (st.data) return dataSummary(st.data);
     if (st.error) {
       var first = st.error.split("\n")[0];
       return first.length > 160 ? first.slice(0, 157) + "…" : first;
@@ -730,6 +859,7 @@
   drawSummary();
   drawGraph();
   drawTraining();
+  drawCuration();
   drawCompare();
   drawTable();
   if (STEPS.length) select(initialSelection(), false, true);

@@ -1,0 +1,109 @@
+"""Handles for where documents come from: the generated web corpus, and text extracted from HTML."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin.execution.core.lazy import StepHandle
+from marin.execution.core.placeholders import OutputPath, output_path_of
+from marin.experiment.datakit.inputs import check_options, document_source, variant
+from marin.processing.html import Extractor, Favor, HtmlToTextConfig, html_to_text_step
+from marin.processing.webcorpus import (
+    DOCUMENTS_FOLDER,
+    EVAL_ITEMS_FILE,
+    HTML_FOLDER,
+    NEGATIVE_FILE,
+    POSITIVE_FILE,
+    TRUTH_FILE,
+    WebCorpusConfig,
+    web_corpus_step,
+)
+
+__all__ = ["HtmlText", "WebCorpus", "html_to_text", "web_corpus"]
+
+
+class WebCorpus(StepHandle, fn=web_corpus_step):
+    """Handle to a generated web-like corpus (:mod:`marin.processing.webcorpus`); its parts are
+    placeholders for other steps' configs."""
+
+    @property
+    def html(self) -> OutputPath:
+        """The pages: ``.html`` files, ids their paths below this folder."""
+        return output_path_of(self, HTML_FOLDER)
+
+    @property
+    def documents(self) -> OutputPath:
+        """The clean text of every page that has one (what a perfect extractor gives)."""
+        return output_path_of(self, DOCUMENTS_FOLDER)
+
+    @property
+    def eval_items(self) -> OutputPath:
+        """The evaluation set some pages quote (JSON lines ``{id, question, answer, text}``)."""
+        return output_path_of(self, EVAL_ITEMS_FILE)
+
+    @property
+    def quality_positive(self) -> OutputPath:
+        """Clean articles that are not pages of the corpus (a quality classifier's positives)."""
+        return output_path_of(self, POSITIVE_FILE)
+
+    @property
+    def quality_negative(self) -> OutputPath:
+        """Boilerplate-only pages (a quality classifier's negatives)."""
+        return output_path_of(self, NEGATIVE_FILE)
+
+    @property
+    def truth(self) -> OutputPath:
+        """What was planted: duplicate families and their Jaccard similarities, quotes, bad pages."""
+        return output_path_of(self, TRUTH_FILE)
+
+
+def web_corpus(name: str = "raw/webcorpus", num_pages: int = 1000, seed: int = 0, *, version: str = "v1",
+               **options: Any) -> WebCorpus:
+    """A generated web-like HTML corpus with planted duplicates, quotes of eval items and bad pages.
+
+    Args:
+        name: the step's name.
+        num_pages: article pages (duplicates and templated pages included; bad pages on top).
+        seed: the seed (the same arguments give byte-identical files).
+        version: as for every step.
+        options: other fields of :class:`~marin.processing.webcorpus.WebCorpusConfig`.
+
+    Raises:
+        ValueError: an unknown option or a bad value (named).
+    """
+    check_options(options, WebCorpusConfig, "web_corpus")
+    return WebCorpus(name, WebCorpusConfig(num_pages=num_pages, seed=seed, **options), version=version)
+
+
+class HtmlText(StepHandle, fn=html_to_text_step):
+    """Handle to an HTML-to-text step: documents ``{id, text, url}`` and a summary of bad pages."""
+
+
+def html_to_text(name: str, source: Any, extractor: Extractor | str = Extractor.TRAFILATURA, *,
+                 favor: Favor | str = Favor.BALANCED, include_tables: bool = True, include_comments: bool = False,
+                 min_chars: int = 200, max_bytes: int = 1_000_000, num_shards: int | None = None,
+                 compress: bool = True, html_field: str = "html", version: str = "v1") -> HtmlText:
+    """The main text of every page of ``source``.
+
+    Args:
+        name: the step's name.
+        source: ``.html`` files (a folder or glob; a page's id is its path below the glob's fixed
+            part) or JSON-lines records ``{id, url, html}``; a handle, path or Hugging Face id.
+        extractor: ``"trafilatura"`` or ``"resiliparse"`` (:class:`~marin.processing.html.Extractor`).
+        favor: trafilatura's ``"balanced"``, ``"precision"`` or ``"recall"``.
+        include_tables, include_comments: keep those parts of a page.
+        min_chars: pages with less text are dropped (counted ``too_short``).
+        max_bytes: larger pages are not parsed (counted ``oversized``).
+        num_shards: output shards (None: one per 5,000 pages).
+        compress: write ``.jsonl.gz``.
+        html_field: the field holding the page in JSON-lines input.
+        version: as for every step.
+
+    Raises:
+        ValueError: a bad source, extractor or favor (named), or a bad number.
+    """
+    return HtmlText(name, HtmlToTextConfig(
+        input=document_source(source), extractor=variant(Extractor, extractor, "extractor"),
+        favor=variant(Favor, favor, "favor"), include_tables=include_tables, include_comments=include_comments,
+        min_chars=min_chars, max_bytes=max_bytes, num_shards=num_shards, compress=compress,
+        html_field=html_field), version=version)
