@@ -146,3 +146,78 @@ def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_templa
     assert pool.templates_started == 2
     again = pool.submit(testjobs.loaded, name, preload=(name,)).result(timeout=60)
     assert again == (False, first[1]) and pool.templates_started == 2
+
+
+def _module_that_logs_its_importers(folder, name: str, body: str = "") -> str:
+    """Write module ``name`` into ``folder``: importing it appends the importing pid to a file."""
+    folder.mkdir(exist_ok=True)
+    log = folder / f"{name}.importers"
+    (folder / f"{name}.py").write_text(f"import os\nopen({str(log)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{body}")
+    return str(log)
+
+
+def _importers(log: str) -> set[int]:
+    with open(log) as f:
+        return {int(line) for line in f.read().split()}
+
+
+def test_what_a_call_imported_is_imported_into_the_template_for_later_calls(pool, tmp_path, monkeypatch):
+    name = "fray_learned_module"
+    log = _module_that_logs_its_importers(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert pool.submit(testjobs.import_module, name).result(timeout=60)[0] is False
+    assert pool.settle(timeout=60)
+    template = pool._template.process.pid
+    # The next call starts with the module imported: in the template it was forked from.
+    assert pool.submit(testjobs.import_module, name).result(timeout=60) == (True, template)
+    assert template in _importers(log)
+    later = pool.submit(testjobs.import_module, name)
+    later.result(timeout=60)
+    assert later.pid not in _importers(log)  # found imported, not imported again
+    assert pool.templates_started == 1
+
+
+def test_a_learned_module_that_starts_a_thread_is_never_imported_into_the_template(pool, tmp_path, monkeypatch):
+    threaded = "fray_learned_threaded"
+    log = _module_that_logs_its_importers(
+        tmp_path, threaded, "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    # And one that starts no thread itself but imports it: not safe either.
+    wrapper = "fray_learned_wrapper"
+    (tmp_path / f"{wrapper}.py").write_text(f"import {threaded}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for _ in range(3):  # taught again and again: tried once
+        assert pool.submit(testjobs.import_module, wrapper).result(timeout=60)[0] is False
+        assert pool.settle(timeout=60)
+    template = pool._template.process.pid
+    assert pool.submit(testjobs.loaded, threaded).result(timeout=60) == (False, template)
+    assert pool.submit(testjobs.loaded, wrapper).result(timeout=60) == (False, template)
+    assert template not in _importers(log)
+    # The three calls, and one throwaway probe of the template (not one per call).
+    assert len(_importers(log)) == 4
+    assert {threaded, wrapper} <= pool._refused
+    assert pool.templates_started == 1  # the template was never put at risk
+
+
+def test_jax_is_never_imported_into_the_template(pool):
+    assert pool.submit(testjobs.import_module, "jax").result(timeout=120)[0] is False
+    assert pool.settle(timeout=120)
+    template = pool._template.process.pid
+    assert pool.submit(testjobs.loaded, "jax").result(timeout=60) == (False, template)
+    assert pool.submit(testjobs.loaded, "jaxlib").result(timeout=60) == (False, template)
+    assert pool.templates_started == 1
+
+
+def test_a_learned_module_found_elsewhere_or_not_at_all_by_the_template_is_left_out(pool, tmp_path, monkeypatch):
+    """A call that imported a module from a folder it put on ``sys.path`` taught a name that the
+    template finds elsewhere (another module) or nowhere: neither is imported into the template."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    shadow_log = _module_that_logs_its_importers(ours, "fray_shadowed")
+    _module_that_logs_its_importers(theirs, "fray_shadowed")
+    _module_that_logs_its_importers(theirs, "fray_only_theirs")
+    monkeypatch.syspath_prepend(str(ours))  # the template takes the caller's sys.path
+    for name in ("fray_shadowed", "fray_only_theirs"):
+        assert pool.submit(testjobs.import_module, name, str(theirs)).result(timeout=60)[0] is False
+        assert pool.settle(timeout=60)
+        assert pool.submit(testjobs.loaded, name).result(timeout=60)[0] is False
+    assert not os.path.exists(shadow_log)  # the template's module of that name was never imported
+    assert {"fray_shadowed", "fray_only_theirs"} <= pool._refused

@@ -17,6 +17,7 @@ __all__ = [
     "add",
     "die_hard",
     "echo_env",
+    "import_module",
     "inspect_state",
     "kill_parent_once",
     "leave_state_behind",
@@ -152,3 +153,15 @@ def segfault() -> None:
 def loaded(module: str) -> tuple[bool, int]:
     """(whether ``module`` was imported before this call, the parent pid of this process)."""
     return module in sys.modules, os.getppid()
+
+
+def import_module(module: str, folder: str | None = None) -> tuple[bool, int]:
+    """Import ``module`` (from ``folder``, put first on ``sys.path``, if given); return :func:`loaded`
+    as it was before the import."""
+    import importlib
+
+    before = loaded(module)
+    if folder is not None:
+        sys.path.insert(0, folder)
+    importlib.import_module(module)
+    return before
