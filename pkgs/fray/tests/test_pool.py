@@ -3,6 +3,7 @@ a crash fails alone; state left by one call is never seen by the next."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -221,3 +222,29 @@ def test_a_learned_module_found_elsewhere_or_not_at_all_by_the_template_is_left_
         assert pool.submit(testjobs.loaded, name).result(timeout=60)[0] is False
     assert not os.path.exists(shadow_log)  # the template's module of that name was never imported
     assert {"fray_shadowed", "fray_only_theirs"} <= pool._refused
+
+
+def test_a_caller_whose_main_script_starts_a_thread_gets_calls_that_import_it_themselves(tmp_path):
+    """A script that imports numpy at the top (OpenBLAS starts threads) cannot be imported into a
+    template: the first template says so and exits; the next leaves the script to each call."""
+    script = tmp_path / "threaded_main.py"
+    script.write_text(textwrap.dedent("""
+        import json, threading, time
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        from fray import testjobs
+        from fray.pool import WorkerPool
+
+        if __name__ == "__main__":
+            pool = WorkerPool()
+            try:
+                first = [pool.submit(testjobs.square, i).result(timeout=60) for i in range(3)]
+                print(json.dumps([first, pool.submit(testjobs.main_file).result(timeout=60), pool.templates_started]))
+            finally:
+                pool.shutdown()
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    squares, main_file, templates = json.loads(done.stdout.strip().splitlines()[-1])
+    assert squares == [0, 1, 4]
+    assert main_file == str(script)  # each call imported the caller's script itself
+    assert templates == 2  # one refused the script; the next took every call

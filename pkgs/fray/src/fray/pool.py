@@ -47,7 +47,7 @@ from typing import Any
 import cloudpickle
 
 from fray import pool_template
-from fray.process_job import Outcome, ProcessJobHandle
+from fray.pool_job import PoolJobHandle
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
 
@@ -110,9 +110,11 @@ class _Template:
         data = multiprocessing.spawn.get_preparation_data("fray-pool-template")
         data.pop("authkey", None)  # not needed here, and never to be pickled
         config = pool.config
-        self.conn.send((data, {"never_in_template": config.never_in_template, "learn_imports": config.learn_imports}))
+        self.conn.send((data, pool_template.TemplateSettings(config.never_in_template, config.learn_imports,
+                                                             main_in_calls=pool._main_in_calls)))
         self.calls = 0
         self.retired = False
+        self.unsafe_main = False
         self.taught = 0  # how many of the pool's learned modules were sent to this template
         self.settled = threading.Event()  # set while it has nothing left to learn
         self.settled.set()
@@ -160,6 +162,11 @@ class _Template:
             except (EOFError, OSError):
                 break
             kind, call_id, *rest = message
+            if kind == "unsafe-main":
+                # Importing the caller's main script made the template unsafe to fork; it exits,
+                # and what was sent to it goes to one that leaves main to each call (below).
+                self._pool._main_in_calls = self.unsafe_main = self.retired = True
+                continue
             if kind == "learned":
                 _imported, excluded, unsafe, more = rest
                 self._pool._refused.update(excluded)
@@ -190,9 +197,12 @@ class _Template:
         self.process.wait()
         self.retired = True
         self.settled.set()
-        for handle in list(self._handles.values()):
-            handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
-        self._handles.clear()
+        handles, self._handles = list(self._handles.values()), {}
+        for handle in handles:
+            if self.unsafe_main:
+                self._pool._start(handle)
+            else:
+                handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -200,57 +210,6 @@ class _Template:
         with contextlib.suppress(OSError):
             self.conn.close()
         self.process.wait(timeout=5)
-
-
-class PoolJobHandle(ProcessJobHandle):
-    """A call running in a process forked from the pool's template; ``pid`` is that process."""
-
-    def __init__(self, name: str, call_id: int, log_path: str, result_path: str, payload: bytes,
-                 modules: Sequence[str], env: Mapping[str, str]):
-        super().__init__(name, log_path)
-        self._payload = payload
-        self._modules = tuple(modules)
-        self._env = dict(env)
-        self.call_id = call_id
-        self.result_path = result_path
-        self._pid: int | None = None
-        self._event = threading.Event()
-        self._pid_known = threading.Event()
-        self._on_finish: Callable[[], None] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        self._pid_known.wait(timeout=10)
-        return self._pid
-
-    def _started(self, pid: int) -> None:
-        self._pid = pid
-        self._pid_known.set()
-
-    def _finish(self, outcome: Outcome) -> None:
-        if self._outcome is None:
-            self._outcome = outcome
-        self._pid_known.set()
-        self._event.set()
-        if self._on_finish is not None:
-            self._on_finish()
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def _wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
-
-    def _end(self, grace_s: float) -> None:
-        pid = self.pid
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
-        if not self._event.wait(grace_s):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            self._event.wait(5)
 
 
 class WorkerPool(DistributedClient):
@@ -275,6 +234,7 @@ class WorkerPool(DistributedClient):
         self._refused: set[str] = set()  # modules (and all under them) never imported into a template
         self._learned: list[ModuleEntry] = []  # modules calls imported, in order, and where found
         self._learned_names: set[str] = set()
+        self._main_in_calls = False  # the caller's __main__ is imported by each call, not the template
         self._handles: list[PoolJobHandle] = []
         self._ids = itertools.count()
         self._closed = False

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -28,7 +29,7 @@ from fray.template_imports import (
     under,
 )
 
-__all__ = ["BOOTSTRAPPING", "read_result", "template_main"]
+__all__ = ["BOOTSTRAPPING", "TemplateSettings", "read_result", "template_main"]
 
 WATCH_INTERVAL_S = 0.2
 BOOTSTRAPPING = False  # True while a template imports its caller's __main__ (see fray.pool._Template)
@@ -42,15 +43,40 @@ def _call_watchdog(template_pid: int) -> None:
         time.sleep(WATCH_INTERVAL_S)
 
 
+@dataclass(frozen=True)
+class TemplateSettings:
+    """What the caller tells a template when it starts (see :class:`fray.pool.PoolConfig`)."""
+
+    never_in_template: tuple[str, ...]
+    """Packages never imported into the template."""
+    learn_imports: bool
+    """Calls report the modules they imported, for the template to import too."""
+    main_in_calls: bool = False
+    """Each call imports the caller's ``__main__`` itself: importing it made a template unsafe to fork."""
+
+
+def _import_main(main: dict[str, str]) -> None:
+    """Import the caller's main script or module as ``__mp_main__``, as multiprocessing's spawn does."""
+    import multiprocessing.spawn
+
+    global BOOTSTRAPPING
+    BOOTSTRAPPING = True
+    try:
+        multiprocessing.spawn.prepare(main)
+    finally:
+        BOOTSTRAPPING = False
+
+
 def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: dict[str, str], log_path: str,
-              result_path: str, learn: bool, never_in_template: Sequence[str]) -> NoReturn:
+              result_path: str, settings: TemplateSettings, main: dict[str, str]) -> NoReturn:
     """The body of a forked call: never returns.
 
-    Its result file holds ``(outcome, modules the call imported)`` (those only when ``learn``).
+    Its result file holds ``(outcome, modules the call imported)`` (those only when
+    ``settings.learn_imports``). ``main``: the caller's ``__main__``, when the call imports it.
     """
     code = 1
     try:
-        before = set(sys.modules) if learn else set()
+        before = set(sys.modules) if settings.learn_imports else set()
         for thing in inherited:  # the template's own channels are not this call's business
             thing.close()
         os.setsid()
@@ -64,10 +90,12 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         os.environ.update(env)
         learned: list[ModuleEntry] = []
         try:
+            if main:
+                _import_main(main)
             fn, args, kwargs = cloudpickle.loads(payload)
             message = ("ok", cloudpickle.dumps(fn(*args, **kwargs)), None)
-            if learn:
-                learned = imported_since(before, never_in_template)
+            if settings.learn_imports:
+                learned = imported_since(before, settings.never_in_template)
         except BaseException as e:  # noqa: BLE001 - everything is reported to the caller
             import traceback
 
@@ -109,13 +137,19 @@ def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
     # ``__mp_main__``), so what the caller pickled from its main script unpickles here.
     import multiprocessing.spawn
 
-    global BOOTSTRAPPING
     preparation, settings = conn.recv()
-    never: tuple[str, ...] = settings["never_in_template"]
-    learn: bool = settings["learn_imports"]
-    BOOTSTRAPPING = True
+    assert isinstance(settings, TemplateSettings)
+    never = settings.never_in_template
+    main = {k: preparation.pop(k) for k in ("init_main_from_name", "init_main_from_path") if k in preparation}
     multiprocessing.spawn.prepare(preparation)
-    BOOTSTRAPPING = False
+    if main and not settings.main_in_calls:
+        _import_main(main)
+        main = {}
+        hazard = fork_hazard(never)
+        if hazard is not None:
+            # A main script that imports numpy (OpenBLAS starts threads), say: each call imports it.
+            conn.send(("unsafe-main", None, hazard))
+            return
     import_into_template(preload, never)
     hazard = fork_hazard(never)
     if hazard is not None:
@@ -162,11 +196,11 @@ def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
                         conn.send(("learned", None, [], [], unsafe is not None, False))
                     continue
                 _, call_id, modules, payload, env, log_path, result_path = request
-                failed, threaded = import_into_template([m for m in modules if not under(m, learner.excluded)],
-                                                         never)
-                unsafe = unsafe or threaded
+                failed, unsafe_now = import_into_template([m for m in modules if not under(m, learner.excluded)],
+                                                          never)
+                unsafe = unsafe or unsafe_now
                 if unsafe is not None:
-                    # Forking a multi-threaded process is unsafe: hand the call back, retire.
+                    # This template may not fork any more (fork_hazard): hand the call back, retire.
                     conn.send(("refused", call_id, unsafe))
                     retiring = True
                     continue
@@ -174,7 +208,7 @@ def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
                 pid = os.fork()
                 if pid == 0:
                     os.close(read_end)
-                    _run_call(os.getppid(), (conn, selector), payload, env, log_path, result_path, learn, never)
+                    _run_call(os.getppid(), (conn, selector), payload, env, log_path, result_path, settings, main)
                 os.close(write_end)
                 children[read_end] = (call_id, pid)
                 selector.register(read_end, selectors.EVENT_READ, "exit")

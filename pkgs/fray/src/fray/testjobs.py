@@ -22,6 +22,7 @@ __all__ = [
     "kill_parent_once",
     "leave_state_behind",
     "loaded",
+    "main_file",
     "print_lines",
     "raise_value_error",
     "segfault",
@@ -165,3 +166,8 @@ def import_module(module: str, folder: str | None = None) -> tuple[bool, int]:
         sys.path.insert(0, folder)
     importlib.import_module(module)
     return before
+
+
+def main_file() -> str | None:
+    """The file of this process's ``__main__`` module (the caller's script, as spawn imports it)."""
+    return getattr(sys.modules["__main__"], "__file__", None)
