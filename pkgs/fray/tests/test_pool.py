@@ -248,3 +248,27 @@ def test_a_caller_whose_main_script_starts_a_thread_gets_calls_that_import_it_th
     assert squares == [0, 1, 4]
     assert main_file == str(script)  # each call imported the caller's script itself
     assert templates == 2  # one refused the script; the next took every call
+
+
+def test_a_package_that_starts_a_thread_is_probed_once_not_once_per_submodule(pool, tmp_path, monkeypatch):
+    """The modules a call imported come in the order their imports ended: a package's submodules
+    before the package. Importing a submodule runs its package first, so a package that starts a
+    thread (through a module it imports, as numpy does) is tried before its submodules: one probe
+    runs the package, not one per submodule."""
+    threaded = "fray_threaded_dependency"
+    thread_log = _module_that_logs_its_importers(
+        tmp_path, threaded, "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    package = "fray_package_with_a_thread"
+    # Its submodules' imports end before its thread's module's does (as numpy's do).
+    package_log = _module_that_logs_its_importers(tmp_path / package, "__init__",
+                                                  f"from . import a, b, c, d, e, f\nimport {threaded}\n")
+    for sub in "abcdef":
+        (tmp_path / package / f"{sub}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert pool.submit(testjobs.import_modules, [f"{package}.{sub}" for sub in "abcdef"]).result(timeout=60) is None
+    assert pool.settle(timeout=60)
+    assert len(_importers(package_log)) == 2  # the call and one probe
+    assert len(_importers(thread_log)) == 3  # and the probe that tried it alone
+    assert {package, threaded} <= pool._refused
+    assert pool.submit(testjobs.loaded, threaded).result(timeout=60)[0] is False
+    assert pool.templates_started == 1

@@ -112,6 +112,26 @@ def imported_since(before: set[str], never_in_template: Sequence[str]) -> list[M
     return found
 
 
+def _parents_first(entries: Sequence[ModuleEntry]) -> list[ModuleEntry]:
+    """``entries`` with each package among them moved before its first submodule.
+
+    ``sys.modules`` lists a module when its import ends, so a package after its submodules; but
+    importing a submodule imports its package first, and a package at fault must be tried alone
+    (else each of its submodules is tried, and fails, in a round of its own).
+    """
+    origins = dict(entries)
+    done: set[str] = set()
+    ordered = []
+    for name, _ in entries:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            if prefix in origins and prefix not in done:
+                done.add(prefix)
+                ordered.append((prefix, origins[prefix]))
+    return ordered
+
+
 class _Refuser(importlib.abc.MetaPathFinder):
     """In a probe: refuses to import excluded modules, and remembers that it was asked to."""
 
@@ -180,7 +200,7 @@ class Learner:
         self.pending = [(n, o) for n, o in self.pending if n not in sys.modules and not under(n, self.excluded)]
         if self.probe is not None or not self.pending:
             return None
-        entries, self.pending = self.pending, []
+        entries, self.pending = _parents_first(self.pending), []
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:

@@ -18,6 +18,7 @@ __all__ = [
     "die_hard",
     "echo_env",
     "import_module",
+    "import_modules",
     "inspect_state",
     "kill_parent_once",
     "leave_state_behind",
@@ -171,3 +172,11 @@ def import_module(module: str, folder: str | None = None) -> tuple[bool, int]:
 def main_file() -> str | None:
     """The file of this process's ``__main__`` module (the caller's script, as spawn imports it)."""
     return getattr(sys.modules["__main__"], "__file__", None)
+
+
+def import_modules(modules: list[str]) -> None:
+    """Import each of ``modules``."""
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
