@@ -6,7 +6,7 @@ import importlib
 import sys
 
 BENCHES = ("bench_engine", "bench_scale", "bench_report", "bench_tokenize", "bench_train", "bench_cutoff",
-           "bench_sharding", "bench_extend")
+           "bench_sharding", "bench_extend", "bench_warm")
 
 
 def main(argv: list[str]) -> None:
