@@ -102,6 +102,8 @@ def test_cancel_ends_the_call(pool):
 def test_bad_config_is_refused_by_name():
     with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
         PoolConfig(max_calls=0)
+    with pytest.raises(ValueError, match="never_in_template must be a tuple of module names, got 'jax'"):
+        PoolConfig(never_in_template="jax")
 
 
 def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):

@@ -76,16 +76,12 @@ class PoolConfig:
             raise ValueError(f"max_calls must be an int >= 1, got {self.max_calls!r}")
         for field in ("preload", "never_in_template"):
             names = getattr(self, field)
-            if not isinstance(names, tuple) or not all(isinstance(m, str) and m for m in names):
+            if isinstance(names, str) or not all(isinstance(m, str) and m for m in names):
                 raise ValueError(f"{field} must be a tuple of module names, got {names!r}")
 
 
-# ---------------------------------------------------------------------------------------------
-# In the caller.
-
-
 class _Template:
-    """The caller's side of one template process."""
+    """The caller's side of one template process (its own side: :mod:`fray.pool_template`)."""
 
     def __init__(self, pool: WorkerPool, preload: Sequence[str]):
         import socket
