@@ -18,8 +18,8 @@ help:
 	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
-	@echo "make bench-peers fresh local builds beside GNU make, Snakemake and DVC; near-duplicates beside"
-	@echo "                 datatrove and datasketch (in .venv-bench)"
+	@echo "make bench-peers fresh local builds (and chains whose steps import fsspec) beside GNU make, Snakemake and"
+	@echo "                 DVC; near-duplicates beside datatrove and datasketch (in .venv-bench)"
 	@echo "make lint        ruff, import-linter, pyright (basic mode, via basedpyright), the docs site (--strict)"
 	@echo "make docs        the documentation site (mkdocs.yml) into build/site"
 
@@ -66,6 +66,7 @@ $(BENCH_VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) 
 bench-peers: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_scale local
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_datakit_peers
+	$(BENCH_VENV)/bin/python -m benchmarks.bench_warm
 
 clean:
 	rm -rf .marin/store .pytest_cache

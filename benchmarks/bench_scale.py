@@ -190,10 +190,11 @@ def gcs_build(work: str, n: int, rows: list) -> None:
 _TRIVIAL = "import sys; open(sys.argv[1], \"w\").write(sys.argv[1])"
 
 
-def _make_build(folder: str, kind: str, n: int, jobs: int) -> float:
-    """GNU make building the same graph, one trivial Python process per target."""
+def _make_build(folder: str, kind: str, n: int, jobs: int, script: str = _TRIVIAL) -> float:
+    """GNU make building the same graph, one trivial Python process per target (``script``, given
+    the target's name; no single quotes in it)."""
     os.makedirs(folder, exist_ok=True)
-    py = f"{sys.executable} -c '{_TRIVIAL}'"
+    py = f"{sys.executable} -c '{script}'"
     with open(os.path.join(folder, "Makefile"), "w") as f:
         f.write(f"all: {' '.join(f't{i}' for i in range(n)) if kind == 'fan' else f't{n - 1}'}\n")
         for i in range(n):
@@ -222,7 +223,7 @@ def _timed_peer(cmd: list[str], env: dict[str, str], cwd: str, timeout: float) -
 
 
 def _snakemake_build(exe: str, folder: str, kind: str, n: int, jobs: int, timeout: float,
-                     recursion_limit: int | None = None) -> float:
+                     recursion_limit: int | None = None, script: str = _TRIVIAL) -> float:
     """Snakemake building the same graph: one wildcard rule, each job the same trivial Python
     process as GNU make's, run through Snakemake's shell (bash) as make's runs through sh.
 
@@ -241,7 +242,7 @@ def _snakemake_build(exe: str, folder: str, kind: str, n: int, jobs: int, timeou
                 input: {deps}
                 output: "t{{i}}"
                 wildcard_constraints: i=r"\\d+"
-                shell: {repr(f"{sys.executable} -c '{_TRIVIAL}' {{output}}")}
+                shell: {repr(f"{sys.executable} -c '{script}' {{output}}")}
         """))
     cmd = [exe]
     if recursion_limit:

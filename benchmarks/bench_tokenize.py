@@ -11,6 +11,9 @@ Every number comes from this one run, on the bundled corpus (default size) and o
   JSON-lines files to train/validation ArrayRecord shards, index and checksums, one shard per
   input file; below 16 MB of input in that process, above it one worker process per core
   (process start-up included).
+* as a step: the ``tokenized`` step built by a ``StepRunner`` (in a fresh process, as ``marin
+  run``), its ``run`` timed: once forked from a warm worker (``warm_workers=True``, the default),
+  once in a fresh interpreter (``warm_workers=False``), side by side.
 * each side runs ``REPEATS`` times, interleaved, and the best time of each is reported.
 * peak memory: the largest resident set of any tokenizing process (the step's own process, which
   tokenizes a small corpus itself, or a worker), sampled five times a second
@@ -50,6 +53,8 @@ class _Measure:
     bare_seconds: float
     bare_fast_seconds: float
     e2e_seconds: float
+    warm_seconds: float
+    fresh_seconds: float
     worker_peak_rss_mb: float
     workers_seen: int
 
@@ -142,14 +147,56 @@ def _e2e_once(corpus: str, tokenizer_path: str, out: str, cores: int) -> tuple[f
     return facts["seconds"], facts["tokens"], sampler
 
 
+def _step_child(corpus: str, tokenizer_path: str, prefix: str, warm: bool) -> None:
+    """In a fresh process (as ``marin run``): build the tokenize step; print seconds and tokens as JSON."""
+    from benchmarks.bench_scale import _Silent
+    from marin.execution.lazy import lower
+    from marin.execution.step_runner import StepRunner
+    from marin.experiment.data import tokenized
+    from rigging import filesystem as fs
+
+    step = lower(tokenized("bench/tokenized", corpus, tokenizer_path, validation_fraction=0.01))
+    runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False, warm_workers=warm, reporter=_Silent())
+    try:
+        start = time.perf_counter()
+        result = runner.run([step])
+        seconds = time.perf_counter() - start
+    finally:
+        runner.close()
+    if not result.ok:
+        raise RuntimeError(f"the tokenize step failed: {result.failed[0].error}")
+    index = json.loads(fs.read_text(fs.join(result.by_name("bench/tokenized").output_path, "index.json")))
+    print(json.dumps({"seconds": seconds, "tokens": sum(s["tokens"] for s in index["splits"].values())}))
+
+
+def _in_fresh_process(*args: str) -> dict:
+    """Run this module with ``args`` in a fresh interpreter; the JSON its last line printed."""
+    import subprocess
+    import sys
+
+    # As a user's shell runs it: bytecode caching on (some sandboxes turn it off).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_tokenize", *args], capture_output=True, text=True,
+                          env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_tokenize {args[0]} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _step_once(corpus: str, tokenizer_path: str, prefix: str, warm: bool) -> tuple[float, int]:
+    facts = _in_fresh_process("--step", corpus, tokenizer_path, prefix, "warm" if warm else "fresh")
+    shutil.rmtree(prefix)
+    return facts["seconds"], facts["tokens"]
+
+
 def _measure(label: str, corpus: str, tokenizer_path: str, work: str, cores: int) -> _Measure:
     texts = _load_texts(corpus)
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    bare = bare_fast = e2e = float("inf")
+    bare = bare_fast = e2e = warm = fresh = float("inf")
     peak = 0
     workers: set[int] = set()
     # Interleaved repeats, best of each: other load on the machine hits every side alike.
-    for _ in range(REPEATS[label]):
+    for r in range(REPEATS[label]):
         seconds, tokens = _bare_once(tokenizer_path, texts, "encode_batch")
         bare = min(bare, seconds)
         seconds, fast_tokens = _bare_once(tokenizer_path, texts, "encode_batch_fast")
@@ -162,7 +209,17 @@ def _measure(label: str, corpus: str, tokenizer_path: str, work: str, cores: int
         workers |= sampler.pids
         if written != tokens:
             raise RuntimeError(f"end to end wrote {written} tokens, bare encode_batch made {tokens}")
-    return _Measure(label, megabytes, len(texts), tokens, bare, bare_fast, e2e, peak / 2**20, len(workers))
+        # Warm first in odd rounds, fresh first in even ones: neither always follows the bare run.
+        for is_warm in (True, False) if r % 2 == 0 else (False, True):
+            seconds, written = _step_once(corpus, tokenizer_path, os.path.join(work, f"store-{label}"), is_warm)
+            if written != tokens:
+                raise RuntimeError(f"the tokenize step wrote {written} tokens, bare encode_batch made {tokens}")
+            if is_warm:
+                warm = min(warm, seconds)
+            else:
+                fresh = min(fresh, seconds)
+    return _Measure(label, megabytes, len(texts), tokens, bare, bare_fast, e2e, warm, fresh, peak / 2**20,
+                    len(workers))
 
 
 def run(work: str) -> list[_Measure]:
@@ -193,12 +250,15 @@ def main() -> None:
     print(f"tokenize: end to end (read, tokenize, write ArrayRecord) vs bare encode_batch, {cores} cores")
     print("  bare = encode_batch on the texts in memory (the goal's baseline); fast = encode_batch_fast "
           "(same ids, no offsets: the call the pipeline makes)")
+    print("  step warm / step fresh = the tokenize step run by StepRunner, forked from a warm worker / in a "
+          "fresh interpreter (warm_workers=True / False), against bare")
     print(f"{'corpus':>8} {'MB':>7} {'docs':>8} {'tokens':>10} {'bare MB/s':>10} {'fast MB/s':>10} "
-          f"{'e2e MB/s':>9} {'e2e/bare':>8} {'e2e/fast':>8} {'peak RSS':>9}")
+          f"{'e2e MB/s':>9} {'e2e/bare':>8} {'e2e/fast':>8} {'peak RSS':>9} {'step warm':>10} {'step fresh':>10}")
     for m in results:
         print(f"{m.label:>8} {m.megabytes:7.1f} {m.documents:8d} {m.tokens:10d} {m.megabytes / m.bare_seconds:10.2f} "
               f"{m.megabytes / m.bare_fast_seconds:10.2f} {m.megabytes / m.e2e_seconds:9.2f} {m.ratio:8.0%} "
-              f"{m.ratio_fast:8.0%} {m.worker_peak_rss_mb:6.0f} MB")
+              f"{m.ratio_fast:8.0%} {m.worker_peak_rss_mb:6.0f} MB {m.bare_seconds / m.warm_seconds:10.0%} "
+              f"{m.bare_seconds / m.fresh_seconds:10.0%}")
     growth = results[1].worker_peak_rss_mb / results[0].worker_peak_rss_mb
     print(f"peak RSS of any tokenizing process, x{SCALE} corpus / default: {growth:.2f}  (goal: flat); "
           f"e2e/bare goal >= 80%; bench took {total:.0f} s")
@@ -211,5 +271,7 @@ if __name__ == "__main__":
 
     if sys.argv[1:2] == ["--e2e"]:
         _e2e_child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif sys.argv[1:2] == ["--step"]:
+        _step_child(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "warm")
     else:
         main()

@@ -22,14 +22,29 @@ def link(config: LinkConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "index.txt"), str(config.index))
 
 
-def chain(n: int) -> list[Step]:
-    """A chain of ``n`` steps, each reading the previous one's output; returns [last]."""
+def link_importing(config: LinkConfig, output_path: str) -> None:
+    """:func:`link`, whose function imports a library inside, as step functions do so that planning
+    stays light: what a warm worker that keeps its imports saves."""
+    import fsspec  # inside on purpose: this import is what the step measures
+
+    if config.previous is not None and not fsspec.filesystem("file").exists(config.previous):
+        raise FileNotFoundError(config.previous)
+    link(config, output_path)
+
+
+def chain(n: int, fn: Any = link, group: str = "chain") -> list[Step]:
+    """A chain of ``n`` steps of ``fn``, each reading the previous one's output; returns [last]."""
     previous = None
     for i in range(n):
-        step = Step(name=f"chain/link{i:05d}", fn=link,
+        step = Step(name=f"{group}/link{i:05d}", fn=fn,
                     config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
         previous = step
     return [previous]
+
+
+def chain_importing(n: int) -> list[Step]:
+    """A chain of ``n`` steps of :func:`link_importing`; returns [last]."""
+    return chain(n, fn=link_importing, group="chain-importing")
 
 
 def fan(n: int) -> list[Step]:

@@ -18,10 +18,13 @@ __all__ = [
     "add",
     "die_hard",
     "echo_env",
+    "import_module",
+    "import_modules",
     "inspect_state",
     "kill_parent_once",
     "leave_state_behind",
     "loaded",
+    "main_file",
     "print_lines",
     "raise_value_error",
     "segfault",
@@ -153,3 +156,28 @@ def segfault() -> None:
 def loaded(module: str) -> tuple[bool, int]:
     """(whether ``module`` was imported before this call, the parent pid of this process)."""
     return module in sys.modules, os.getppid()
+
+
+def import_module(module: str, folder: str | None = None) -> tuple[bool, int]:
+    """Import ``module`` (from ``folder``, put first on ``sys.path``, if given); return :func:`loaded`
+    as it was before the import."""
+    import importlib
+
+    before = loaded(module)
+    if folder is not None:
+        sys.path.insert(0, folder)
+    importlib.import_module(module)
+    return before
+
+
+def main_file() -> str | None:
+    """The file of this process's ``__main__`` module (the caller's script, as spawn imports it)."""
+    return getattr(sys.modules["__main__"], "__file__", None)
+
+
+def import_modules(modules: list[str]) -> None:
+    """Import each of ``modules``."""
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)

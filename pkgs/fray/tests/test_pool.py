@@ -3,6 +3,7 @@ a crash fails alone; state left by one call is never seen by the next."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -101,6 +102,8 @@ def test_cancel_ends_the_call(pool):
 def test_bad_config_is_refused_by_name():
     with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
         PoolConfig(max_calls=0)
+    with pytest.raises(ValueError, match="never_in_template must be a tuple of module names, got 'jax'"):
+        PoolConfig(never_in_template="jax")
 
 
 def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):
@@ -146,3 +149,128 @@ def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_templa
     assert pool.templates_started == 2
     again = pool.submit(fray_jobs.loaded, name, preload=(name,)).result(timeout=60)
     assert again == (False, first[1]) and pool.templates_started == 2
+
+
+def _module_that_logs_its_importers(folder, name: str, body: str = "") -> str:
+    """Write module ``name`` into ``folder``: importing it appends the importing pid to a file."""
+    folder.mkdir(exist_ok=True)
+    log = folder / f"{name}.importers"
+    (folder / f"{name}.py").write_text(f"import os\nopen({str(log)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{body}")
+    return str(log)
+
+
+def _importers(log: str) -> set[int]:
+    with open(log) as f:
+        return {int(line) for line in f.read().split()}
+
+
+def test_what_a_call_imported_is_imported_into_the_template_for_later_calls(pool, tmp_path, monkeypatch):
+    name = "fray_learned_module"
+    log = _module_that_logs_its_importers(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert pool.submit(fray_jobs.import_module, name).result(timeout=60)[0] is False
+    assert pool.settle(timeout=60)
+    template = pool._template.process.pid
+    # The next call starts with the module imported: in the template it was forked from.
+    assert pool.submit(fray_jobs.import_module, name).result(timeout=60) == (True, template)
+    assert template in _importers(log)
+    later = pool.submit(fray_jobs.import_module, name)
+    later.result(timeout=60)
+    assert later.pid not in _importers(log)  # found imported, not imported again
+    assert pool.templates_started == 1
+
+
+def test_a_learned_module_that_starts_a_thread_is_never_imported_into_the_template(pool, tmp_path, monkeypatch):
+    threaded = "fray_learned_threaded"
+    log = _module_that_logs_its_importers(
+        tmp_path, threaded, "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    # And one that starts no thread itself but imports it: not safe either.
+    wrapper = "fray_learned_wrapper"
+    (tmp_path / f"{wrapper}.py").write_text(f"import {threaded}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for _ in range(3):  # taught again and again: tried once
+        assert pool.submit(fray_jobs.import_module, wrapper).result(timeout=60)[0] is False
+        assert pool.settle(timeout=60)
+    template = pool._template.process.pid
+    assert pool.submit(fray_jobs.loaded, threaded).result(timeout=60) == (False, template)
+    assert pool.submit(fray_jobs.loaded, wrapper).result(timeout=60) == (False, template)
+    assert template not in _importers(log)
+    # The three calls, and one throwaway probe of the template (not one per call).
+    assert len(_importers(log)) == 4
+    assert {threaded, wrapper} <= pool._refused
+    assert pool.templates_started == 1  # the template was never put at risk
+
+
+def test_jax_is_never_imported_into_the_template(pool):
+    assert pool.submit(fray_jobs.import_module, "jax").result(timeout=120)[0] is False
+    assert pool.settle(timeout=120)
+    template = pool._template.process.pid
+    assert pool.submit(fray_jobs.loaded, "jax").result(timeout=60) == (False, template)
+    assert pool.submit(fray_jobs.loaded, "jaxlib").result(timeout=60) == (False, template)
+    assert pool.templates_started == 1
+
+
+def test_a_learned_module_found_elsewhere_or_not_at_all_by_the_template_is_left_out(pool, tmp_path, monkeypatch):
+    """A call that imported a module from a folder it put on ``sys.path`` taught a name that the
+    template finds elsewhere (another module) or nowhere: neither is imported into the template."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    shadow_log = _module_that_logs_its_importers(ours, "fray_shadowed")
+    _module_that_logs_its_importers(theirs, "fray_shadowed")
+    _module_that_logs_its_importers(theirs, "fray_only_theirs")
+    monkeypatch.syspath_prepend(str(ours))  # the template takes the caller's sys.path
+    for name in ("fray_shadowed", "fray_only_theirs"):
+        assert pool.submit(fray_jobs.import_module, name, str(theirs)).result(timeout=60)[0] is False
+        assert pool.settle(timeout=60)
+        assert pool.submit(fray_jobs.loaded, name).result(timeout=60)[0] is False
+    assert not os.path.exists(shadow_log)  # the template's module of that name was never imported
+    assert {"fray_shadowed", "fray_only_theirs"} <= pool._refused
+
+
+def test_a_caller_whose_main_script_starts_a_thread_gets_calls_that_import_it_themselves(tmp_path):
+    """A script that imports numpy at the top (OpenBLAS starts threads) cannot be imported into a
+    template: the first template says so and exits; the next leaves the script to each call."""
+    script = tmp_path / "threaded_main.py"
+    script.write_text(textwrap.dedent("""
+        import json, threading, time
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        from testsupport import fray_jobs as testjobs
+        from fray.pool import WorkerPool
+
+        if __name__ == "__main__":
+            pool = WorkerPool()
+            try:
+                first = [pool.submit(fray_jobs.square, i).result(timeout=60) for i in range(3)]
+                print(json.dumps([first, pool.submit(fray_jobs.main_file).result(timeout=60), pool.templates_started]))
+            finally:
+                pool.shutdown()
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    squares, main_file, templates = json.loads(done.stdout.strip().splitlines()[-1])
+    assert squares == [0, 1, 4]
+    assert main_file == str(script)  # each call imported the caller's script itself
+    assert templates == 2  # one refused the script; the next took every call
+
+
+def test_a_package_that_starts_a_thread_is_probed_once_not_once_per_submodule(pool, tmp_path, monkeypatch):
+    """The modules a call imported come in the order their imports ended: a package's submodules
+    before the package. Importing a submodule runs its package first, so a package that starts a
+    thread (through a module it imports, as numpy does) is tried before its submodules: one probe
+    runs the package, not one per submodule."""
+    threaded = "fray_threaded_dependency"
+    thread_log = _module_that_logs_its_importers(
+        tmp_path, threaded, "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    package = "fray_package_with_a_thread"
+    # Its submodules' imports end before its thread's module's does (as numpy's do).
+    package_log = _module_that_logs_its_importers(tmp_path / package, "__init__",
+                                                  f"from . import a, b, c, d, e, f\nimport {threaded}\n")
+    for sub in "abcdef":
+        (tmp_path / package / f"{sub}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert pool.submit(fray_jobs.import_modules, [f"{package}.{sub}" for sub in "abcdef"]).result(timeout=60) is None
+    assert pool.settle(timeout=60)
+    assert len(_importers(package_log)) == 2  # the call and one probe
+    assert len(_importers(thread_log)) == 3  # and the probe that tried it alone
+    assert {package, threaded} <= pool._refused
+    assert pool.submit(fray_jobs.loaded, threaded).result(timeout=60)[0] is False
+    assert pool.templates_started == 1

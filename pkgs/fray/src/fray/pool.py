@@ -11,9 +11,12 @@ once, and runs each call in a child ``fork``-ed from it:
   its exit code, like a fresh process would; the template is untouched;
 * the template is replaced after a call fails and after ``max_calls`` calls (so what it has
   imported for earlier calls does not grow without end);
-* a module is imported into the template only when the template stays single-threaded after
-  importing it (forking a multi-threaded process is unsafe); one that starts threads on import
-  is imported by each call's own process instead, and the template that imported it is replaced.
+* the template keeps what calls import (``learn_imports``): what a call imported is imported
+  into the template too, for later calls, once a throwaway fork of the template showed it safe;
+* a template must stay safe to fork: one thread (forking a multi-threaded process is unsafe) and
+  no JAX (``never_in_template``: it initialises in each call's own process). A module a call
+  asked for (``preload``) that breaks this is imported by each call's own process instead, and
+  the template replaced. The rule, and learning: :mod:`fray.template_imports`.
 
 Each call's process leads its own process group (cancel ends everything it started) and watches
 its template, which watches the caller: if the caller dies (even by SIGKILL) every call's
@@ -29,14 +32,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,20 +46,12 @@ from typing import Any
 
 import cloudpickle
 
-from fray.process_job import Outcome, ProcessJobHandle
-from fray.types import (
-    ActorHandle,
-    DistributedClient,
-    ResourcesLike,
-    job_name,
-    ray_options_of,
-)
+from fray import pool_template
+from fray.pool_job import PoolJobHandle
+from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
+from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
 
 __all__ = ["PoolConfig", "PoolJobHandle", "WorkerPool"]
-
-_WATCH_INTERVAL_S = 0.2
-_BOOTSTRAPPING = False  # True while a template imports its caller's __main__
-
 
 @dataclass(frozen=True)
 class PoolConfig:
@@ -67,170 +60,33 @@ class PoolConfig:
     Attributes:
         max_calls: calls forked from one template before it is replaced.
         preload: modules the template imports when it starts.
+        learn_imports: after a call returns, import into the template what it imported (if that
+            is safe: see :mod:`fray.template_imports`), so that later calls find it imported.
+        never_in_template: packages never imported into a template, nor any module that imports
+            them: they must initialise in each call's own process.
     """
 
     max_calls: int = 200
     preload: tuple[str, ...] = ()
+    learn_imports: bool = True
+    never_in_template: tuple[str, ...] = NEVER_IN_TEMPLATE
 
     def __post_init__(self) -> None:
         if type(self.max_calls) is not int or self.max_calls < 1:
             raise ValueError(f"max_calls must be an int >= 1, got {self.max_calls!r}")
-        if isinstance(self.preload, str) or not all(isinstance(m, str) and m for m in self.preload):
-            raise ValueError(f"preload must be a tuple of module names, got {self.preload!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Inside the template process.
-
-
-def _thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-def _import_into_template(modules: Sequence[str]) -> tuple[list[str], str | None]:
-    """Import ``modules`` here: (names whose import failed, the name whose import started a thread).
-
-    A failed import is left for the call's own process to repeat and report.
-    """
-    import importlib
-
-    failed = []
-    for name in modules:
-        if name in sys.modules:
-            continue
-        try:
-            importlib.import_module(name)
-        except BaseException:  # noqa: BLE001 - the call's own process imports it again and reports
-            failed.append(name)
-            continue
-        if _thread_count() > 1:
-            return failed, name
-    return failed, None
-
-
-def _call_watchdog(template_pid: int) -> None:
-    # The template dies only when the caller did (or it was killed): end this call's whole group.
-    while True:
-        if os.getppid() != template_pid:
-            os.killpg(0, signal.SIGKILL)
-        time.sleep(_WATCH_INTERVAL_S)
-
-
-def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: dict[str, str], log_path: str, result_path: str) -> None:
-    """The body of a forked call: never returns."""
-    code = 1
-    try:
-        for thing in inherited:  # the template's own channels are not this call's business
-            thing.close()
-        os.setsid()
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-        threading.Thread(target=_call_watchdog, args=(template_pid,), daemon=True, name="fray-watchdog").start()
-        os.environ.update(env)
-        try:
-            fn, args, kwargs = cloudpickle.loads(payload)
-            message = ("ok", cloudpickle.dumps(fn(*args, **kwargs)), None)
-        except BaseException as e:  # noqa: BLE001 - everything is reported to the caller
-            import traceback
-
-            tb = traceback.format_exc()
-            sys.stderr.write(tb)
-            message = ("error", f"{type(e).__name__}: {e}", tb)
-        tmp = result_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(cloudpickle.dumps(message))
-        os.replace(tmp, result_path)  # whole or absent: a call killed mid-write "died"
-        code = 0
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-
-def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
-    """The template's loop: fork a child per call, report each start and exit to the caller."""
-    conn = Connection(fd)
-    # As multiprocessing's spawn does: the caller's sys.path, folder and ``__main__`` module (as
-    # ``__mp_main__``), so what the caller pickled from its main script unpickles here.
-    import multiprocessing.spawn
-
-    global _BOOTSTRAPPING
-    _BOOTSTRAPPING = True
-    multiprocessing.spawn.prepare(conn.recv())
-    _BOOTSTRAPPING = False
-    _import_into_template(preload)
-    if _thread_count() > 1:
-        raise SystemExit(f"fray pool: preloading {list(preload)} started threads; a template must have one")
-    selector = selectors.DefaultSelector()
-    selector.register(conn, selectors.EVENT_READ, None)
-    children: dict[int, tuple[int, int]] = {}  # read end of the exit pipe -> (call id, pid)
-    retiring = False
-    while True:
-        if os.getppid() != caller_pid:
-            for _call, pid in children.values():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-            os._exit(0)
-        if retiring and not children:
-            os._exit(0)
-        for key, _ in selector.select(_WATCH_INTERVAL_S):
-            if key.data is None:
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    retiring = True
-                    selector.unregister(conn)
-                    continue
-                if request[0] == "retire":
-                    retiring = True
-                    continue
-                _, call_id, modules, payload, env, log_path, result_path = request
-                failed, threaded = _import_into_template(modules)
-                if threaded is not None:
-                    # Forking a multi-threaded process is unsafe: hand the call back, retire.
-                    conn.send(("refused", call_id, threaded))
-                    retiring = True
-                    continue
-                read_end, write_end = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(read_end)
-                    _run_call(os.getppid(), (conn, selector), payload, env, log_path, result_path)
-                os.close(write_end)
-                children[read_end] = (call_id, pid)
-                selector.register(read_end, selectors.EVENT_READ, "exit")
-                conn.send(("started", call_id, pid, failed))
-            else:
-                read_end = key.fd
-                call_id, pid = children.pop(read_end)
-                selector.unregister(read_end)
-                os.close(read_end)
-                _, status = os.waitpid(pid, 0)
-                # Anything the call started and left behind in its group ends with it.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                conn.send(("exited", call_id, os.waitstatus_to_exitcode(status)))
-
-
-# ---------------------------------------------------------------------------------------------
-# In the caller.
+        for field in ("preload", "never_in_template"):
+            names = getattr(self, field)
+            if isinstance(names, str) or not all(isinstance(m, str) and m for m in names):
+                raise ValueError(f"{field} must be a tuple of module names, got {names!r}")
 
 
 class _Template:
-    """The caller's side of one template process."""
+    """The caller's side of one template process (its own side: :mod:`fray.pool_template`)."""
 
     def __init__(self, pool: WorkerPool, preload: Sequence[str]):
         import socket
 
-        if _BOOTSTRAPPING:
+        if pool_template.BOOTSTRAPPING:
             # The caller's script, imported here as multiprocessing's spawn would, starts work at
             # import: without this, every template would start another one, without end.
             raise RuntimeError("a worker pool was started while importing the main script into a worker; "
@@ -239,7 +95,8 @@ class _Template:
         ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
         child_fd = theirs.detach()
-        code = "import sys; from fray.pool import template_main; template_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])"
+        code = ("import sys; from fray.pool_template import template_main; "
+                "template_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])")
         # A session of its own: a Ctrl-C meant for the caller must not reach the template.
         self.process = subprocess.Popen([sys.executable, "-c", code, str(child_fd), str(os.getpid()), *preload],
                                         pass_fds=(child_fd,), stdin=subprocess.DEVNULL, start_new_session=True)
@@ -248,9 +105,15 @@ class _Template:
 
         data = multiprocessing.spawn.get_preparation_data("fray-pool-template")
         data.pop("authkey", None)  # not needed here, and never to be pickled
-        self.conn.send(data)
+        config = pool.config
+        self.conn.send((data, pool_template.TemplateSettings(config.never_in_template, config.learn_imports,
+                                                             main_in_calls=pool._main_in_calls)))
         self.calls = 0
         self.retired = False
+        self.unsafe_main = False
+        self.taught = 0  # how many of the pool's learned modules were sent to this template
+        self.settled = threading.Event()  # set while it has nothing left to learn
+        self.settled.set()
         self._pool = pool
         self._send_lock = threading.Lock()
         self._handles: dict[int, PoolJobHandle] = {}
@@ -268,11 +131,20 @@ class _Template:
     def start(self, handle: PoolJobHandle) -> None:
         self.calls += 1
         self._handles[handle.call_id] = handle
-        modules = [m for m in handle._modules if m not in self._pool._refused]
+        modules = [m for m in handle._modules if not under(m, self._pool._refused)]
         if not self.send(("run", handle.call_id, modules, handle._payload, handle._env, handle.log_path,
                           handle.result_path)):
             self._handles.pop(handle.call_id, None)
             handle._finish(("died", "the worker pool's template process is gone", -1))
+
+    def teach(self, learned: Sequence[ModuleEntry], refused: set[str]) -> None:
+        """Send the learned modules this template has not been sent yet (with what is refused)."""
+        entries = [(name, origin) for name, origin in learned[self.taught:] if not under(name, refused)]
+        self.taught = len(learned)
+        if entries and not self.retired:
+            self.settled.clear()
+            if not self.send(("learn", entries, sorted(refused))):
+                self.settled.set()
 
     def retire(self) -> None:
         if not self.retired:
@@ -286,6 +158,18 @@ class _Template:
             except (EOFError, OSError):
                 break
             kind, call_id, *rest = message
+            if kind == "unsafe-main":
+                # Importing the caller's main script made the template unsafe to fork; it exits,
+                # and what was sent to it goes to one that leaves main to each call (below).
+                self._pool._main_in_calls = self.unsafe_main = self.retired = True
+                continue
+            if kind == "learned":
+                _imported, excluded, unsafe, more = rest
+                self._pool._refused.update(excluded)
+                self.retired = self.retired or unsafe
+                if not more:
+                    self.settled.set()
+                continue
             handle = self._handles.get(call_id)
             if handle is None:
                 continue
@@ -300,14 +184,21 @@ class _Template:
                 handle._started(pid)
             else:
                 self._handles.pop(call_id, None)
-                handle._exited(rest[0])
+                outcome, learned = pool_template.read_result(handle.result_path, rest[0])
+                if learned:  # taught before the caller hears of the result: settle() then waits for it
+                    self._pool._learn(learned)
+                handle._finish(outcome)
                 if handle._outcome is not None and handle._outcome[0] != "ok":
                     self.retire()
         self.process.wait()
         self.retired = True
-        for handle in list(self._handles.values()):
-            handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
-        self._handles.clear()
+        self.settled.set()
+        handles, self._handles = list(self._handles.values()), {}
+        for handle in handles:
+            if self.unsafe_main:
+                self._pool._start(handle)
+            else:
+                handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -315,66 +206,6 @@ class _Template:
         with contextlib.suppress(OSError):
             self.conn.close()
         self.process.wait(timeout=5)
-
-
-class PoolJobHandle(ProcessJobHandle):
-    """A call running in a process forked from the pool's template; ``pid`` is that process."""
-
-    def __init__(self, name: str, call_id: int, log_path: str, result_path: str, payload: bytes,
-                 modules: Sequence[str], env: Mapping[str, str]):
-        super().__init__(name, log_path)
-        self._payload = payload
-        self._modules = tuple(modules)
-        self._env = dict(env)
-        self.call_id = call_id
-        self.result_path = result_path
-        self._pid: int | None = None
-        self._event = threading.Event()
-        self._pid_known = threading.Event()
-        self._on_finish: Callable[[], None] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        self._pid_known.wait(timeout=10)
-        return self._pid
-
-    def _started(self, pid: int) -> None:
-        self._pid = pid
-        self._pid_known.set()
-
-    def _exited(self, code: int) -> None:
-        try:
-            with open(self.result_path, "rb") as f:
-                outcome = cloudpickle.loads(f.read())
-            os.unlink(self.result_path)
-        except FileNotFoundError:
-            outcome = ("died", f"process died with exit code {code}", code)
-        self._finish(outcome)
-
-    def _finish(self, outcome: Outcome) -> None:
-        if self._outcome is None:
-            self._outcome = outcome
-        self._pid_known.set()
-        self._event.set()
-        if self._on_finish is not None:
-            self._on_finish()
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def _wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
-
-    def _end(self, grace_s: float) -> None:
-        pid = self.pid
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
-        if not self._event.wait(grace_s):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            self._event.wait(5)
 
 
 class WorkerPool(DistributedClient):
@@ -396,7 +227,10 @@ class WorkerPool(DistributedClient):
         self._lock = threading.Lock()
         self._template: _Template | None = None
         self._templates: list[_Template] = []
-        self._refused: set[str] = set()  # modules that may not be imported into a template
+        self._refused: set[str] = set()  # modules (and all under them) never imported into a template
+        self._learned: list[ModuleEntry] = []  # modules calls imported, in order, and where found
+        self._learned_names: set[str] = set()
+        self._main_in_calls = False  # the caller's __main__ is imported by each call, not the template
         self._handles: list[PoolJobHandle] = []
         self._ids = itertools.count()
         self._closed = False
@@ -421,6 +255,14 @@ class WorkerPool(DistributedClient):
         with self._lock:
             self._current()
 
+    def settle(self, timeout: float) -> bool:
+        """Wait until the current template has imported (or excluded) what calls taught it; True if it did.
+
+        Learning goes on beside the calls: a call started meanwhile may not find everything imported.
+        """
+        t = self._template
+        return t is None or t.settled.wait(timeout)
+
     def _current(self) -> _Template:
         t = self._template
         if t is None or t.retired or t.process.poll() is not None or t.calls >= self.config.max_calls:
@@ -429,7 +271,19 @@ class WorkerPool(DistributedClient):
             t = _Template(self, self.config.preload)
             self._template = t
             self._templates.append(t)
+            t.teach(self._learned, self._refused)
         return t
+
+    def _learn(self, entries: Sequence[ModuleEntry]) -> None:
+        """Remember what a call imported and teach it to the current template."""
+        with self._lock:
+            for name, origin in entries:
+                if name not in self._learned_names:
+                    self._learned_names.add(name)
+                    self._learned.append((name, origin))
+            t = self._template
+            if t is not None and not t.retired:
+                t.teach(self._learned, self._refused)
 
     def _start(self, handle: PoolJobHandle) -> None:
         with self._lock:
