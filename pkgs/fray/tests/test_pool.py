@@ -233,7 +233,7 @@ def test_a_caller_whose_main_script_starts_a_thread_gets_calls_that_import_it_th
     script.write_text(textwrap.dedent("""
         import json, threading, time
         threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
-        from testsupport import fray_jobs as testjobs
+        from testsupport import fray_jobs
         from fray.pool import WorkerPool
 
         if __name__ == "__main__":
