@@ -83,6 +83,6 @@ def test_marin_plan_reports_a_bad_setting_in_one_line_without_touching_the_store
     proc = subprocess.run([sys.executable, "-m", "marin.cli.main", "plan", str(exp), "--prefix", str(prefix)],
                           capture_output=True, text=True, cwd=t.WORKSPACE, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines()[0] == ("error: train_lm 'checkpoints/x': batch_size must be divisible by "
-                                           "grad_accum, got batch_size=6 and grad_accum=4")
+    assert proc.stderr.splitlines()[0] == (f"error: {exp}:8: train_lm 'checkpoints/x': batch_size must be "
+                                           "divisible by grad_accum, got batch_size=6 and grad_accum=4")
     assert "Traceback" not in proc.stderr and not prefix.exists()

@@ -13,17 +13,21 @@ from marin.cli.errors import MarinError
 def _find_metrics(ctx: click.Context, what: str, prefix: str | None) -> tuple[str, str]:
     """(output folder or metrics file, display name) for a metrics file, or a step's output as
     every verb names one (:func:`marin.cli.common.resolve_output`)."""
+    from marin.execution.store.records import META_DIR
     from marin.report.outputs import METRICS_FILE
     from rigging import filesystem as fs
 
     what = what.rstrip("/")
-    if what.endswith(".jsonl"):
-        return what, os.path.basename(what)
+    if what.endswith(".jsonl") or fs.exists(fs.join(what, METRICS_FILE)):
+        # A metrics file, or a folder holding one (a training run's output, made by marin or not).
+        return what, os.path.basename(what) or what
+    if fs.exists(what) and not fs.exists(fs.join(what, META_DIR)):
+        raise MarinError(f"no {METRICS_FILE} in {what}", hint="give the output folder or name of a training step")
     output = resolve_output(ctx, what, prefix, finished=False)
     if not fs.exists(fs.join(output, METRICS_FILE)):
         raise MarinError(f"no {METRICS_FILE} in {output}: not a training step, or it has not logged yet",
                          hint="give the output folder or name of a training step, e.g. checkpoints/<name>-<hash>")
-    return output, what if not fs.exists(fs.join(what, METRICS_FILE)) else (os.path.basename(what) or what)
+    return output, what
 
 
 @click.command("plot")

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from marin.cli.errors import MarinError
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.identity import module_name_for_path
 from marin.execution.core.lazy import Lazy, lower_targets
 from marin.execution.core.step import Step
@@ -70,8 +71,9 @@ def _experiment_error(e: Exception, path: str) -> Exception:
         return e
     frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
     where = f"{path}:{frames[-1].lineno}" if frames else path
-    return MarinError(f"{where}: {type(e).__name__}: {e}",
-                      hint="fix the experiment file (run again with --verbose for the traceback)")
+    # The engine's own refusals say what is wrong in words; other exceptions are named by type.
+    what = str(e) if isinstance(e, InvalidStep) else f"{type(e).__name__}: {e}"
+    return MarinError(f"{where}: {what}", hint="fix the experiment file (run again with --verbose for the traceback)")
 
 
 def _steps_from(obj: Any, where: str) -> list[Step]:

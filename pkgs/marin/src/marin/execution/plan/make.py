@@ -248,12 +248,14 @@ def make_plan(
         plan, needed = _plan_once([*roots, *asked], shown, store, force=force, salt=salt,
                                   explain=explain, env_digest=env_digest, caches=caches,
                                   early_cutoff=early_cutoff, view=view)
-        fresh = [(pos, p) for pos, p in enumerate(plan.steps)
-                 if p.action is Action.CACHED and expands(p.step) and id(p.step) not in expanded]
+        # A built expanding step is expanded from its output: here, or the cache it is fetched from.
+        fresh = [(pos, p, p.output_path if p.action is Action.CACHED else p.cache_hit.path)
+                 for pos, p in enumerate(plan.steps) if id(p.step) not in expanded and expands(p.step)
+                 and (p.action is Action.CACHED or (p.action is Action.FETCH and p.cache_hit is not None))]
         if not fresh:
             break
-        for pos, p in fresh:
-            expanded[id(p.step)] = (expansion_of(p.step, p.output_path), needed[pos])
+        for pos, p, built_at in fresh:
+            expanded[id(p.step)] = (expansion_of(p.step, built_at), needed[pos])
     expansions = {plan.position(step): tuple(sorted({plan.position(s) for s in expanded[id(step)][0]}))
                   for step in (q.step for q in plan.steps) if id(step) in expanded}
     return dataclasses.replace(plan, expansions=expansions) if expansions else plan
@@ -289,7 +291,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons = (Reason(ReasonKind.IN_CACHE, hits[pos].cache),)
         elif action is Action.RUN:
             reasons = explained.get(pos, ())
-        if action in (Action.RUN, Action.FETCH) and expands(step):
+        if action is Action.RUN and expands(step):
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
                         reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None)

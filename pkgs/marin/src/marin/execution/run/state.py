@@ -74,10 +74,14 @@ class RunState:
         return digest_of_build(q.output_path, q.step)
 
     def upstream_failed(self, pos: int) -> list[str]:
-        """Names of the inputs of ``pos`` that failed (or whose own inputs did)."""
-        p = self.plan.steps[pos]
-        return [self.plan.steps[d].name for d in p.deps
-                if d in self.outcomes and self.outcomes[d].outcome in _FAILED]
+        """Names of the inputs of ``pos`` that failed (or whose own inputs did), and of the steps an
+        expanding input expanded into that failed (its readers wait for all of them)."""
+        failed = []
+        for d in self.plan.steps[pos].deps:
+            for q in (d, *sorted(closure(self.expansions, d))):
+                if q in self.outcomes and self.outcomes[q].outcome in _FAILED:
+                    failed.append(self.plan.steps[q].name)
+        return failed
 
     def built(self, pos: int) -> bool:
         """True when the step at ``pos`` is built (cached, ran or reused in this run)."""
