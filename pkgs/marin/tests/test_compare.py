@@ -54,7 +54,8 @@ def test_compare_shows_the_differing_fields_as_columns_beside_results(built):
     header, body = rows[0], rows[1:]
     # Only what differs between the two runs becomes a column (not batch size, model, data ...).
     assert header[:3] == ["step", "optimizer.learning_rate", "trainer.num_train_steps"]
-    assert header[3:] == ["loss", "val_loss", "steps_trained", "held-out.loss", "held-out.bpb", "tiny.loss", "tiny.bpb"]
+    assert header[3:] == ["loss", "val_loss", "steps_trained", "params", "model_flops", "mfu", "held-out.loss",
+                          "held-out.bpb", "tiny.loss", "tiny.bpb"]
     by_name = {r[0].rsplit("-", 1)[0]: dict(zip(header, r, strict=True)) for r in body}
     assert by_name["checkpoints/slow"]["trainer.num_train_steps"] == "10"
     assert by_name["checkpoints/fast"]["trainer.num_train_steps"] == "20"
