@@ -104,3 +104,26 @@ def fake_train(config: TrainLmConfig, output_path: str) -> None:
 
 class FakeTrain(StepHandle, fn=fake_train):
     """A training config "trained" by :func:`fake_train`."""
+
+
+@dataclass(frozen=True)
+class LawConfig:
+    """A run of ``params`` parameters on ``tokens`` tokens whose loss follows a known scaling law."""
+
+    params: float
+    tokens: float
+
+
+def law_loss(params: float, tokens: float) -> float:
+    return 1.69 + 406.4 / params ** 0.34 + 410.7 / tokens ** 0.28
+
+
+def law_run(config: LawConfig, output_path: str) -> None:
+    """Step function: write the summary a training run of this size would, its loss from the law."""
+    fs.atomic_write(fs.join(output_path, "train_summary.json"), json.dumps({
+        "val_loss": law_loss(config.params, config.tokens), "num_params": config.params, "steps": 10,
+        "start_step": 0, "model_flops": 6.0 * config.params * config.tokens}))
+
+
+class LawRun(StepHandle, fn=law_run):
+    """A stand-in run of a scaling ladder."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,29 @@ def test_the_fit_step_writes_its_fit_and_plot_from_the_runs_recorded_losses(tmp_
     assert abs(document["params_law"]["exponent"] - N_EXPONENT) < 0.02  # the recorded params, not the nominal 1
     assert document["skipped"] == ["C=1e+18 N=5: 0 steps < min_steps=10"] and len(document["budgets"]) == 5
     assert (tmp_path / "fit" / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_report_shows_the_fit_of_a_ladder_its_plot_and_exponents(tmp_path):
+    from sweep_trials import LawConfig, LawRun
+
+    from fray.inprocess import InProcessClient
+    from marin.execution.core.placeholders import output_path_of
+    from marin.execution.step_runner import StepRunner
+    from marin.experiment.scaling import IsoflopFitStep
+    from marin.report import collect_plan, render_html
+
+    ladder_runs = []
+    for c in (1e18, 1e19, 1e20):
+        for n in math.sqrt(c / 120) * np.logspace(-1, 1, 5):
+            run = LawRun(name=f"ladder/{c:.0e}-{n:.3g}".replace("+", ""), config=LawConfig(float(n), c / (6 * n)))
+            ladder_runs.append(LadderRun(c, 1, int(c / (6 * n)), (output_path_of(run),)))
+    fit = IsoflopFitStep(name="ladder/fit", config=FitConfig(runs=tuple(ladder_runs), objective="val_loss"))
+    runner = StepRunner(prefix=str(tmp_path / "store"), client=InProcessClient(), max_parallel=1, strict_env=False)
+    assert runner.run([fit]).ok
+    plan = runner.plan([fit])
+    page = render_html(collect_plan(plan, title="ladder"))
+    assert '<section id="scaling"' in page and 'data-step="ladder/fit"' in page
+    assert re.search(r'<img class="isoflop-plot"[^>]*src="data:image/png;base64,iVBORw0KGgo', page)
+    fit_output = next(p.output_path for p in plan.steps if p.name == "ladder/fit")
+    exponent = json.loads(Path(fit_output, FIT_FILE).read_text())["params_law"]
+    assert f"N*(C) = {exponent['coefficient']:.3g} · C^{exponent['exponent']:.3f} (standard error" in page
