@@ -86,7 +86,7 @@ def isoflop_fit_step(config: FitConfig, output_path: str) -> None:
     document = {"format": FIT_FORMAT, "objective": config.objective, "skipped": list(config.skipped), **fit.to_json()}
     fs.atomic_write(fs.join(output_path, FIT_FILE), json.dumps(document, indent=2))
     with tempfile.TemporaryDirectory(prefix="marin-isoflop-") as scratch:  # matplotlib writes local files
-        plot_isoflop(fit, os.path.join(scratch, PLOT_FILE), config.title)
+        plot_isoflop(fit, os.path.join(scratch, PLOT_FILE), config.title, config.objective)
         with open(os.path.join(scratch, PLOT_FILE), "rb") as f:
             fs.atomic_write(fs.join(output_path, PLOT_FILE), f.read())
     for budget in fit.budgets:

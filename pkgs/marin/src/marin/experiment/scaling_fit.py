@@ -160,9 +160,10 @@ def fit_isoflop(runs: Sequence[Run]) -> IsoflopFit:
                       fit_power_law(compute, [b.optimum_tokens for b in used]))
 
 
-def plot_isoflop(fit: IsoflopFit, path: str, title: str = "IsoFLOP ladder") -> None:
+def plot_isoflop(fit: IsoflopFit, path: str, title: str = "IsoFLOP ladder", loss_name: str = "loss") -> None:
     """Draw the fit as a PNG at ``path`` (local): loss against parameters per budget with each
-    parabola and its minimum; beside it N*(C) and D*(C) with the power laws."""
+    parabola and its minimum; beside it N*(C) and D*(C) with the power laws. ``loss_name``: what
+    the loss is (its metric's name)."""
     # matplotlib takes ~0.5 s to import: only the fit step draws. Agg: no display needed.
     import matplotlib
 
@@ -184,7 +185,7 @@ def plot_isoflop(fit: IsoflopFit, path: str, title: str = "IsoFLOP ladder") -> N
                          edgecolor="black", zorder=4)
     left.set_xscale("log")
     left.set_xlabel("parameters N")
-    left.set_ylabel("loss")
+    left.set_ylabel(loss_name)
     left.set_title("loss at fixed compute (★ fitted optimum)")
     left.legend(fontsize=8)
     used = [b for b in fit.budgets if b.inside and b.optimum_params is not None]
