@@ -322,3 +322,24 @@ def test_a_plan_against_a_cache_holding_a_finished_sweep_lists_its_trials_as_the
                        caches=[cache])
     there = {p.name: p.hash for p in fresh.plan([best(sw)]).steps}
     assert there == here
+
+
+def test_a_trial_that_records_no_objective_fails_the_sweep_naming_the_trial_and_the_metric(tmp_path):
+    base = toy.ToyTrial(name="unused", config=toy.ToyConfig())
+    sw = sweep("sweeps/nompu", base=base, space={"lr": [1e-3, 1e-2]}, objective="mfu")
+    result = _in_process(str(tmp_path / "store")).run([sw])
+    assert not result.ok
+    error = result.by_name("sweeps/nompu/results").error
+    assert "sweeps/nompu/trial-0" in error and "recorded no mfu; its metrics: loss=1.85, val_loss=1.75, steps_trained=3" in error
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="engine (marin.execution.run): a step reading an expanding step whose expansion has a "
+                          "failed step is never marked upstream-failed: the scheduler stalls ('scheduler stalled "
+                          "with no step runnable: sweeps/nompu/best')")
+def test_a_reader_of_a_sweep_whose_results_failed_is_upstream_failed(tmp_path):
+    base = toy.ToyTrial(name="unused", config=toy.ToyConfig())
+    sw = sweep("sweeps/nompu", base=base, space={"lr": [1e-3, 1e-2]}, objective="mfu")
+    result = _in_process(str(tmp_path / "store")).run([best(sw)])
+    assert not result.ok and result.by_name("sweeps/nompu/results").outcome is Outcome.FAILED
+    assert result.by_name("sweeps/nompu/best").outcome is Outcome.UPSTREAM_FAILED

@@ -141,6 +141,7 @@ class FinishedTrial:
     """A trial as later steps read it: its raw values, and the outputs holding its objective."""
 
     index: int
+    """Its number, in the order proposed."""
     raw: tuple[tuple[str, Any], ...]
     """Its raw values by field (a sampler's view)."""
     outputs: tuple[Any, ...]
@@ -152,9 +153,17 @@ class RoundConfig:
     """Round ``round`` of a sweep, after the trials of the rounds before it."""
 
     spec: SweepSpec
+    """The sweep."""
     template: TrialTemplate
+    """How its trials are made."""
     round: int = 0
+    """Which round (0 is the sweep's head)."""
     earlier: tuple[FinishedTrial, ...] = ()
+    """The trials of the rounds before, in index order: this round reads their objectives."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.round, bool) or not isinstance(self.round, int) or not 0 <= self.round < self.spec.rounds:
+            raise ValueError(f"round must be in 0..{self.spec.rounds - 1}, got {self.round!r}")
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,9 @@ class ResultsConfig:
     """Every trial of a sweep, read once they are all built."""
 
     spec: SweepSpec
+    """The sweep."""
     trials: tuple[FinishedTrial, ...]
+    """All its trials, in index order."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,9 @@ class BestConfig:
     """The best trial of the sweep whose first round is ``head``."""
 
     spec: SweepSpec
+    """The sweep."""
     head: Any
+    """Its first round (a placeholder): the best step waits for all it expanded into."""
 
 
 def _objective(spec: SweepSpec, trial: FinishedTrial) -> float:
