@@ -54,7 +54,8 @@ def test_compare_shows_the_differing_fields_as_columns_beside_results(built):
     header, body = rows[0], rows[1:]
     # Only what differs between the two runs becomes a column (not batch size, model, data ...).
     assert header[:3] == ["step", "optimizer.learning_rate", "trainer.num_train_steps"]
-    assert header[3:] == ["loss", "val_loss", "steps_trained", "held-out.loss", "held-out.bpb", "tiny.loss", "tiny.bpb"]
+    assert header[3:] == ["loss", "val_loss", "steps_trained", "params", "model_flops", "mfu", "held-out.loss",
+                          "held-out.bpb", "tiny.loss", "tiny.bpb"]
     by_name = {r[0].rsplit("-", 1)[0]: dict(zip(header, r, strict=True)) for r in body}
     assert by_name["checkpoints/slow"]["trainer.num_train_steps"] == "10"
     assert by_name["checkpoints/fast"]["trainer.num_train_steps"] == "20"
@@ -128,6 +129,38 @@ def test_a_run_whose_training_steps_were_cached_still_draws_their_curves(built):
     compared = {row["hash"] for row in data.comparison["rows"]}
     curves = {s.name: len(s.metrics["series"]["loss"]) for s in data.steps if s.hash in compared}
     assert curves == {"checkpoints/slow": 10, "checkpoints/fast": 20}
+
+
+def test_each_run_records_its_flops_and_a_speedrun_file_and_the_report_ranks_them(built, tmp_path):
+    import dataclasses
+
+    import jax
+    from lm_graph import TINY
+
+    from marin.cli.targets import load_targets
+
+    prefix, experiment = built
+    plan = runner(prefix).plan(load_targets([str(experiment)]))
+    comparison = compare_plan(plan)
+    for row in comparison.rows:
+        record = json.loads(Path(row.output_path, "speedrun.json").read_text())
+        summary = json.loads(Path(row.output_path, "train_summary.json").read_text())
+        trained = json.loads(Path(row.output_path, "config.json").read_text())["model"]
+        model = dataclasses.replace(TINY, vocab_size=trained["vocab_size"])  # the data's vocabulary
+        tokens = int(row.metrics["steps_trained"]) * 4 * 32
+        assert record["params"] == model.num_params() == row.metrics["params"]
+        assert record["tokens"] == tokens
+        assert record["model_flops"] == pytest.approx(model.flops_per_token(32) * tokens) == row.metrics["model_flops"]
+        assert record["val_loss"] == summary["val_loss"] and record["steps"] == summary["steps"]
+        assert record["device_kind"] == jax.devices()[0].device_kind and record["device_count"] == 1
+        assert record["wall_s"] > 0 and 0 < row.metrics["mfu"] < 1
+    # The report's leaderboard: held-out bits per byte against model FLOPs, the frontier marked.
+    page = Path(write_report(collect_plan(plan, title="compare"), str(tmp_path / "report.html"))).read_text()
+    assert "Leaderboard: held-out.bpb against model FLOPs" in page
+    cheap, costly = sorted(comparison.rows, key=lambda r: r.metrics["model_flops"])
+    frontier = ["true", "true" if costly.metrics["held-out.bpb"] < cheap.metrics["held-out.bpb"] else "false"]
+    for row, mark in zip((cheap, costly), frontier, strict=True):
+        assert f'<tr data-run="{row.label}" data-frontier="{mark}">' in page
 
 
 def test_a_single_run_has_no_differing_fields(built):

@@ -2,7 +2,9 @@
 
 Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), data curation
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
-(``train_lm``, ``checkpoint``), evaluation and export. Each lives in a module of its own
+(``train_lm``, ``checkpoint``), evaluation and export, the best trial of a sweep (``best``;
+``sweep`` itself is :func:`marin.experiment.sweep.sweep`: the name is its module's) and scaling
+ladders (``isoflop``). Each lives in a module of its own
 (:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`, ...); this package re-exports the
 names experiment files write, as optax re-exports its transforms.
 
@@ -40,7 +42,9 @@ if TYPE_CHECKING:
     )
     from marin.experiment.eval import eval_data, evaluate
     from marin.experiment.hf import export_hf, hf_checkpoint
+    from marin.experiment.scaling import isoflop
     from marin.experiment.story_chat import story_chats
+    from marin.experiment.sweep import best
     from marin.experiment.train import FINAL, checkpoint, train_lm
 
 # Each name is imported from its module when first used: importing this package loads nothing
@@ -68,7 +72,9 @@ _WHERE = {
     "evaluate": "marin.experiment.eval",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
+    "isoflop": "marin.experiment.scaling",
     "story_chats": "marin.experiment.story_chat",
+    "best": "marin.experiment.sweep",
     "FINAL": "marin.experiment.train",
     "checkpoint": "marin.experiment.train",
     "train_lm": "marin.experiment.train",
@@ -80,6 +86,7 @@ __all__ = [
     "ChatTemplate",
     "Step",
     "StepRunner",
+    "best",
     "bundled_corpus",
     "checkpoint",
     "classify",
@@ -92,6 +99,7 @@ __all__ = [
     "heuristics",
     "hf_checkpoint",
     "html_to_text",
+    "isoflop",
     "keep",
     "output_path_of",
     "quality_classifier",

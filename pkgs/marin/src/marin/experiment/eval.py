@@ -17,6 +17,7 @@ from typing import Any
 from marin.execution.core.lazy import Lazy, StepHandle
 from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.step import Step
+from marin.experiment.results import EVAL_FORMAT, EVAL_RESULTS_FILE
 from marin.experiment.train import FINAL
 
 __all__ = [
@@ -30,8 +31,6 @@ __all__ = [
     "evaluate_step",
 ]
 
-EVAL_RESULTS_FILE = "eval_results.json"
-EVAL_FORMAT = "marin.eval/v1"
 
 
 class EvalDataKind(enum.Enum):
@@ -238,9 +237,10 @@ def evaluate(name: str, model: Any, datasets: Mapping[str, Any], *, checkpoint: 
     Raises:
         ValueError: a bad argument, or a checkpoint the training run never writes or does not keep.
     """
-    from marin.experiment.train import check_checkpoint_kept, training_config
+    from marin.experiment.train import check_checkpoint_kept, final_only, training_config
 
     train_config = training_config(model)
+    final_only(model, checkpoint)
     if not isinstance(datasets, Mapping) or not datasets:
         raise ValueError("datasets must be a non-empty mapping of label to dataset")
     if checkpoint != FINAL:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, StepTraits, step_function
 from marin.execution.run.worker import current_step
 from marin.execution.store.store import StepStore
+from marin.experiment.flops import SPEEDRUN_FILE, flops_accounting, speedrun_record
+from marin.experiment.results import METRICS_FILE, TRAIN_SUMMARY_FILE
 from marin.experiment.warm_start import Extension, find_extension, translate_dependencies
 from rigging import filesystem as fs
 
@@ -37,19 +40,18 @@ __all__ = [
     "CheckpointRef",
     "TrainLm",
     "TrainLmConfig",
+    "TrainedModelHandle",
     "check_checkpoint_kept",
     "checkpoint",
+    "final_only",
     "train_lm",
     "train_lm_step",
     "training_config",
     "unigram_entropy",
 ]
 
-TRAIN_SUMMARY_FILE = "train_summary.json"
-"""What a training step reports beside its model: losses, steps, the step it started from."""
 FINAL = "final"
 """Names a training step's final parameters where a checkpoint step could be given."""
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ TRAIN_TRAITS = StepTraits(
     volatile_files=(
         "config.json",  # the run's config: absolute dataset paths
         TRAIN_SUMMARY_FILE,  # what this step writes of main()'s result: paths, tokens/s, MFU
+        SPEEDRUN_FILE,  # wall time, MFU
         METRICS_FILE,  # step times, tokens/s, MFU, input wait, wall time
         "tensorboard/*",  # event files named by time and host, holding the same timings
         "checkpoints/*/_CHECKPOINT_METADATA",  # Orbax: init and commit timestamps
@@ -155,11 +158,19 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
             if isinstance(extension, Extension):
                 config = dataclasses.replace(
                     config, trainer=dataclasses.replace(config.trainer, initialize_from=extension.start()))
+    began = time.perf_counter()
     result = main(config, output_path)
+    wall_s = time.perf_counter() - began
     summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
+    summary.update(flops_accounting(result, seq_len=config.trainer.seq_len, batch_size=config.trainer.batch_size))
     start = config.trainer.initialize_from
     summary["started_from"] = str(start.checkpoint_path) if isinstance(start, CheckpointStart) else None
     fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
+    import jax  # already loaded by the trainer; asked only for the kind of device it trained on
+
+    record = speedrun_record(summary, wall_s=wall_s, device_kind=jax.devices()[0].device_kind,
+                             device_count=int(result.get("devices") or jax.device_count()))
+    fs.atomic_write(fs.join(output_path, SPEEDRUN_FILE), json.dumps(record, indent=2, default=str))
     print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
 
 
@@ -272,10 +283,30 @@ def _eval_datasets(evals: Any) -> tuple[Any, ...]:
     return tuple(items)
 
 
+class TrainedModelHandle(StepHandle):
+    """Base of handles whose output holds a trained model laid out as a training step's (final
+    parameters, tokenizer, ``train_summary.json``) without being one: a sweep's best trial. They
+    are fine-tuned from (``checkpoint(handle)``) and evaluated at their final parameters only."""
+
+    def training_config(self) -> TrainLmConfig:
+        """The training config as known before the step is built (what it picks may differ)."""
+        raise NotImplementedError(f"{type(self).__name__} must say what it was trained as")
+
+
+def final_only(model: Any, step: int | str | None) -> None:
+    """Raise ValueError when ``step`` names a checkpoint of a model known only by its final parameters."""
+    if isinstance(model, TrainedModelHandle) and step not in (None, FINAL):
+        raise ValueError(f"{model.name} holds only final parameters (which run it copies is decided when it "
+                         f"is built), got checkpoint step {step!r}")
+
+
 def training_config(model: Any) -> TrainLmConfig:
-    """The config of a ``train_lm(...)`` handle or its step; raises ValueError for anything else."""
+    """The config of a ``train_lm(...)`` handle or its step (or of a :class:`TrainedModelHandle`);
+    raises ValueError for anything else."""
     if isinstance(model, TrainLm):
         return model.config
+    if isinstance(model, TrainedModelHandle):
+        return model.training_config()
     if isinstance(model, Step) and isinstance(model.config, TrainLmConfig):
         return model.config
     raise ValueError(f"model must be a train_lm(...) handle or its step, got {type(model).__name__}: {model!r}")
@@ -318,6 +349,7 @@ def checkpoint(model: Any, step: int | None = None) -> Any:
             checkpoint ``step`` (keep it with ``CheckpointConfig(keep_every=...)``).
     """
     config = training_config(model)
+    final_only(model, step)
     if step is None:
         return TrainedModel(path=model)
     check_checkpoint_kept(config, step)

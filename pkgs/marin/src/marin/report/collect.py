@@ -168,6 +168,7 @@ class ReportData:
     generated_at: float = field(default_factory=time.time)
     environment: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None  # marin.report.compare.Comparison.to_json(), with training steps
+    views: dict[str, Any] | None = None  # marin.report.views: the leaderboard and the scaling-law fits
 
     def summary(self) -> dict[str, int]:
         """How many steps are in each state (states with none left out)."""
@@ -218,7 +219,15 @@ class ReportData:
             "summary": self.summary(),
             "steps": steps,
             "comparison": self.comparison,
+            "views": self._views_json(),
         }
+
+    def _views_json(self) -> dict[str, Any] | None:
+        if self.views is None:
+            return None
+        from marin.report.views import views_json  # the views' module loads with the leaderboard's
+
+        return views_json(self.views)
 
 
 def _reason_lines(reasons: Any) -> list[str]:
@@ -353,12 +362,14 @@ def _current_environment() -> dict[str, Any]:
     return current_environment()[0]
 
 
-def _comparison(plan: Plan | None, steps: list[ReportStep]) -> dict[str, Any] | None:
-    """The comparison of the plan's training steps, or None when it has none. A compared step
-    whose curves the report did not read (cached in a run) gets the metrics the table read."""
+def _comparison(plan: Plan | None, steps: list[ReportStep]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The comparison of the plan's training steps (None when it has none) and the views drawn from
+    it (:mod:`marin.report.views`). A compared step whose curves the report did not read (cached
+    in a run) gets the metrics the table read."""
     if plan is None:
-        return None
+        return None, None
     from marin.report.compare import compare_plan
+    from marin.report.views import collect_views
 
     comparison = compare_plan(plan)
     by_hash = {s.hash: s for s in steps}
@@ -366,7 +377,7 @@ def _comparison(plan: Plan | None, steps: list[ReportStep]) -> dict[str, Any] | 
         step = by_hash.get(row.hash)
         if step is not None and step.metrics is None and row.series is not None:
             step.metrics = row.series.to_json()
-    return comparison.to_json() if comparison.rows else None
+    return (comparison.to_json() if comparison.rows else None), collect_views(plan, comparison)
 
 
 def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
@@ -377,8 +388,9 @@ def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     """
     paths = plan.paths()
     steps = [_build_step(p, None, paths) for p in plan.steps]
+    comparison, views = _comparison(plan, steps)
     return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
-                      environment=_current_environment(), comparison=_comparison(plan, steps))
+                      environment=_current_environment(), comparison=comparison, views=views)
 
 
 def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
@@ -394,5 +406,6 @@ def collect_run(result: RunResult, title: str = "Run report") -> ReportData:
     else:
         steps = [_build_step(None, o, {}) for o in result.steps]
         _deps_from_provenance(steps)
+    comparison, views = _comparison(plan, steps)
     return ReportData(title=title, prefix=result.prefix, source="run", steps=steps,
-                      environment=_current_environment(), comparison=_comparison(plan, steps))
+                      environment=_current_environment(), comparison=comparison, views=views)

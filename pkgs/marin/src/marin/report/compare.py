@@ -7,19 +7,22 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.core.encoding import describe_encoded, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.model import Plan
-from marin.report.outputs import read_eval_results, read_metrics, read_train_summary
+from marin.experiment.results import (
+    FLOPS_METRICS,
+    TRAIN_METRICS,
+    eval_metrics,
+    read_eval_results,
+    read_metrics,
+    train_metrics,
+)
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]
-
-# Training results every row gets, in this order; evaluation results follow.
-TRAIN_METRICS = ("loss", "val_loss", "steps_trained")
 
 
 @dataclass
@@ -32,7 +35,7 @@ class CompareRow:
     fields: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
     series: Any = field(default=None, repr=False, compare=False)
-    """The run's ``metrics.jsonl`` as read for the table (``marin.report.outputs.Metrics``), for curves."""
+    """The run's ``metrics.jsonl`` as read for the table (``marin.experiment.results.Metrics``), for curves."""
 
     @property
     def label(self) -> str:
@@ -96,15 +99,9 @@ class Comparison:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    if float(value).is_integer() and abs(value) < 1e15:
+    if float(value).is_integer() and abs(value) < 1e9:  # counts; FLOPs read better as 1.2e+12
         return str(int(value))
     return f"{value:.4g}"
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _show(encoded: str, names: dict[str, str]) -> str:
@@ -160,16 +157,10 @@ def compare_plan(plan: Plan) -> Comparison:
     for p, f in zip(training, flat, strict=True):
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
                          fields={k: _cell(k, f, names) for k in differing})
-        metrics = read_metrics(p.output_path)
-        row.series = metrics
-        summary = read_train_summary(p.output_path) or {}
-        last = {k: metrics.last(k) if metrics is not None else None for k in ("loss", "val_loss")}
-        row.metrics["loss"] = last["loss"][1] if last["loss"] else _number(summary.get("final_loss"))
-        row.metrics["val_loss"] = last["val_loss"][1] if last["val_loss"] else _number(summary.get("val_loss"))
-        steps, start = _number(summary.get("steps")), _number(summary.get("start_step")) or 0.0
-        row.metrics["steps_trained"] = steps - start if steps is not None else None
+        row.series = read_metrics(p.output_path)
+        row.metrics.update(train_metrics(p.output_path, row.series))
         rows.append(row)
-    eval_metrics: list[str] = []
+    eval_names: list[str] = []
     eval_sets: list[str] = []
     for p in plan.steps:
         if not isinstance(p.step.config, EvalConfig):
@@ -178,17 +169,13 @@ def compare_plan(plan: Plan) -> Comparison:
         results = read_eval_results(p.output_path)
         if not models or results is None:
             continue
-        checkpoint = results.get("checkpoint")
-        suffix = "" if checkpoint == "final" else f"@{checkpoint}"
-        for label, scores in (results.get("results") or {}).items():
-            if not isinstance(scores, dict):
-                continue
-            eval_set = f"{label}{suffix}"
+        scores = eval_metrics(results)
+        for name, value in scores.items():
+            eval_set = name.rsplit(".", 1)[0]
             if eval_set not in eval_sets:
                 eval_sets.append(eval_set)
-            for short, key in (("loss", "loss"), ("bpb", "bits_per_byte")):
-                name = f"{eval_set}.{short}"
-                if name not in eval_metrics:
-                    eval_metrics.append(name)
-                rows[models[0]].metrics[name] = _number(scores.get(key))
-    return Comparison(rows=rows, fields=differing, metrics=[*TRAIN_METRICS, *eval_metrics], eval_sets=eval_sets)
+            if name not in eval_names:
+                eval_names.append(name)
+            rows[models[0]].metrics[name] = value
+    return Comparison(rows=rows, fields=differing, metrics=[*TRAIN_METRICS, *FLOPS_METRICS, *eval_names],
+                      eval_sets=eval_sets)

@@ -1,6 +1,8 @@
 """Read what steps leave in their output folders: training metrics, tokenized indexes, data-curation
 summaries, logs.
 
+Training and eval results are read by :mod:`marin.experiment.results` (re-exported here).
+
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training or tokenize step at all) and returns ``None`` rather than raising.
 """
@@ -8,11 +10,21 @@ be a training or tokenize step at all) and returns ``None`` rather than raising.
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from levanter.memory import MEMORY_FILE
+from marin.experiment.results import (
+    KNOWN_SERIES,
+    METRICS_FILE,
+    Metrics,
+    parse_metrics,
+    read_eval_results,
+    read_json_object,
+    read_metrics,
+    read_text_if_any,
+    read_train_summary,
+)
 from marin.processing.attributes import SUMMARY_FILE
 from marin.processing.consolidate import SNIPPET_CUT
 from rigging import filesystem as fs
@@ -29,98 +41,13 @@ __all__ = [
     "TokenizedSummary",
     "read_data_summary",
     "read_eval_results",
+    "parse_metrics",
     "read_log_tail",
     "read_memory",
     "read_metrics",
     "read_tokenized",
     "read_train_summary",
 ]
-
-METRICS_FILE = "metrics.jsonl"
-
-# The series a training step may log, in the order they are shown; others are kept after these.
-KNOWN_SERIES = ("loss", "val_loss", "lr", "tokens_per_s", "grad_norm", "mfu")
-
-
-@dataclass
-class Metrics:
-    """The numeric series of one ``metrics.jsonl``: ``{key: [(step, value), ...]}``.
-
-    Attributes:
-        series: each numeric key's finite values by step, in file order.
-        rows: how many JSON rows with a ``step`` were read.
-        skipped: lines that were not such rows (blank, malformed, or a half-written last line).
-    """
-
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    rows: int = 0
-    skipped: int = 0
-
-    def last(self, key: str) -> tuple[float, float] | None:
-        """The last ``(step, value)`` of ``key``, or None when it was never logged."""
-        points = self.series.get(key)
-        return points[-1] if points else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "skipped": self.skipped,
-            "series": {key: [[x, y] for x, y in points] for key, points in self.series.items()},
-        }
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def parse_metrics(text: str) -> Metrics:
-    """Parse the text of a ``metrics.jsonl`` (one JSON object per line, each with a ``step``)."""
-    metrics = Metrics()
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            metrics.skipped += 1
-            continue
-        step = _number(row.get("step")) if isinstance(row, dict) else None
-        if step is None:
-            metrics.skipped += 1
-            continue
-        metrics.rows += 1
-        for key, raw in row.items():
-            if key == "step":
-                continue
-            value = _number(raw)
-            if value is not None:
-                metrics.series.setdefault(key, []).append((step, value))
-    order = {key: i for i, key in enumerate(KNOWN_SERIES)}
-    metrics.series = dict(sorted(metrics.series.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
-    return metrics
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        return fs.read_text(path)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError):
-        return None
-
-
-def read_metrics(output_path: str) -> Metrics | None:
-    """The metrics of the step at ``output_path`` (or of a ``metrics.jsonl`` path itself).
-
-    Returns None when there is no metrics file or it holds no row with a ``step``.
-    """
-    path = output_path if output_path.endswith(".jsonl") else fs.join(output_path, METRICS_FILE)
-    text = _read_text(path)
-    if text is None:
-        return None
-    metrics = parse_metrics(text)
-    return metrics if metrics.rows else None
 
 
 @dataclass(frozen=True)
@@ -166,7 +93,7 @@ def _count(value: Any) -> int | None:
 
 def read_tokenized(output_path: str) -> TokenizedSummary | None:
     """The summary of the ``index.json`` a tokenize step wrote, or None when there is none."""
-    text = _read_text(fs.join(output_path, INDEX_FILE))
+    text = read_text_if_any(fs.join(output_path, INDEX_FILE))
     if text is None:
         return None
     try:
@@ -185,17 +112,6 @@ def read_tokenized(output_path: str) -> TokenizedSummary | None:
     return TokenizedSummary(vocab_size=_count(index.get("vocab_size")), splits=tuple(splits))
 
 
-def _read_json_object(path: str) -> dict[str, Any] | None:
-    text = _read_text(path)
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool) and k != "step"}
 
@@ -209,7 +125,7 @@ def read_data_summary(output_path: str) -> dict[str, Any] | None:
     the representative kept), ``kept_examples``, and ``snippet_cut``, what joins a snippet's head
     and tail.
     """
-    summary = _read_json_object(fs.join(output_path, SUMMARY_FILE))
+    summary = read_json_object(fs.join(output_path, SUMMARY_FILE))
     if summary is None or not isinstance(summary.get("step"), str):
         return None
     data: dict[str, Any] = {"step": summary["step"], "counts": _scalars(summary)}
@@ -221,26 +137,11 @@ def read_data_summary(output_path: str) -> dict[str, Any] | None:
     return data
 
 
-def read_train_summary(output_path: str) -> dict[str, Any] | None:
-    """The ``train_summary.json`` a training step wrote, or None."""
-    from marin.experiment.train import TRAIN_SUMMARY_FILE
-
-    return _read_json_object(fs.join(output_path, TRAIN_SUMMARY_FILE))
-
-
-def read_eval_results(output_path: str) -> dict[str, Any] | None:
-    """The ``eval_results.json`` an eval step wrote (format ``marin.eval/v1``), or None."""
-    from marin.experiment.eval import EVAL_FORMAT, EVAL_RESULTS_FILE
-
-    results = _read_json_object(fs.join(output_path, EVAL_RESULTS_FILE))
-    return results if results is not None and results.get("format") == EVAL_FORMAT else None
-
-
 def read_memory(output_path: str) -> dict[str, Any] | None:
     """The per-device memory a training step measured at start (levanter's ``memory.json``), or None."""
     from levanter.memory import MemoryReport
 
-    text = _read_text(fs.join(output_path, MEMORY_FILE))
+    text = read_text_if_any(fs.join(output_path, MEMORY_FILE))
     if text is None:
         return None
     try:
@@ -251,7 +152,7 @@ def read_memory(output_path: str) -> dict[str, Any] | None:
 
 def read_log_tail(log_path: str, max_lines: int = 60, max_chars: int = 20_000) -> str | None:
     """The last ``max_lines`` lines (at most ``max_chars`` characters) of a step's log, or None."""
-    text = _read_text(log_path)
+    text = read_text_if_any(log_path)
     if not text:
         return None
     tail = "\n".join(text.rstrip("\n").splitlines()[-max_lines:])

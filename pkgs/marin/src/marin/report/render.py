@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 from marin.report.collect import ReportData
+from marin.report.views import render_views
 from rigging import filesystem as fs
 
 __all__ = ["embed_json", "render_html", "write_report"]
@@ -60,6 +61,7 @@ _PAGE = """<!DOCTYPE html>
       <div class="table-scroll"><table id="eval-table" class="steps"></table></div>
     </div>
   </section>
+  {views}
   <section class="card wide" aria-label="all steps">
     <h2>Steps</h2>
     <div class="table-scroll"><table id="steps-table" class="steps"></table></div>
@@ -97,6 +99,7 @@ def render_html(report: ReportData) -> str:
         css=_static("report.css"),
         js=_static("report.js"),
         data=embed_json(report.to_json()),
+        views=render_views(report.views),
     )
 
 

@@ -248,10 +248,9 @@ def make_plan(
         plan, needed = _plan_once([*roots, *asked], shown, store, force=force, salt=salt,
                                   explain=explain, env_digest=env_digest, caches=caches,
                                   early_cutoff=early_cutoff, view=view)
-        # A built expanding step is expanded from its output: here, or the cache it is fetched from.
-        fresh = [(pos, p, p.output_path if p.action is Action.CACHED else p.cache_hit.path)
-                 for pos, p in enumerate(plan.steps) if id(p.step) not in expanded and expands(p.step)
-                 and (p.action is Action.CACHED or (p.action is Action.FETCH and p.cache_hit is not None))]
+        fresh = [(pos, p, built_at) for pos, p in enumerate(plan.steps)
+                 if id(p.step) not in expanded and expands(p.step)
+                 and (built_at := _built_at(p, caches)) is not None]
         if not fresh:
             break
         for pos, p, built_at in fresh:
@@ -259,6 +258,19 @@ def make_plan(
     expansions = {plan.position(step): tuple(sorted({plan.position(s) for s in expanded[id(step)][0]}))
                   for step in (q.step for q in plan.steps) if id(step) in expanded}
     return dataclasses.replace(plan, expansions=expansions) if expansions else plan
+
+
+def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
+    """Where a built copy of ``p`` is, to expand it from: its output here, or the cache it is fetched
+    from (or, unneeded here, would be); None when it is built nowhere yet."""
+    if p.action is Action.CACHED:
+        return p.output_path
+    if p.action is Action.FETCH and p.cache_hit is not None:
+        return p.cache_hit.path
+    if p.action is Action.UNNEEDED and caches:
+        hit = find_in_caches(p.output_name, caches)
+        return hit.path if hit is not None else None
+    return None
 
 
 def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, force: Sequence[str],
