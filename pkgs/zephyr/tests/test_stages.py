@@ -108,3 +108,31 @@ def test_staged_shards_chains_transforms_and_checks_their_count() -> None:
     assert not _stage_threads()
     with pytest.raises(ValueError, match="one transform more than stage sizes, got 2 and 2"):
         next(staged_shards(source, [add_one, add_one], [1, 1], ctxs))
+
+
+def test_the_last_events_of_a_stage_that_just_ended_are_read_not_taken_for_a_crash() -> None:
+    # The consumer's wait can give up just before the thread queues its last events and ends: the
+    # consumer must then read them, not report a stage that stopped early (seen under load).
+    import queue
+
+    from zephyr.stages import _Stage
+
+    ctxs = {0: WorkerContext(shard_index=0, num_shards=1)}
+    stage = _Stage(lambda: iter([(0, iter([1, 2]))]), lambda records: records, ctxs, 4, threading.Event())
+    stage.join()  # every event is queued and the thread is gone
+
+    class GivesUpOnce:
+        def __init__(self, inner: queue.SimpleQueue):
+            self.inner, self.gave_up = inner, False
+
+        def get(self, timeout: float):
+            if not self.gave_up:
+                self.gave_up = True
+                raise queue.Empty
+            return self.inner.get(timeout=timeout)
+
+        def get_nowait(self):
+            return self.inner.get_nowait()
+
+    stage._queue = GivesUpOnce(stage._queue)  # type: ignore[assignment]
+    assert [(shard, list(records)) for shard, records in stage.shards()] == [(0, [1, 2])]

@@ -100,9 +100,13 @@ class _Stage:
             try:
                 event = self._queue.get(timeout=_STOP_POLL_SECONDS)
             except queue.Empty:
-                if self._stop.is_set() or not self._thread.is_alive():
+                if not self._stop.is_set() and self._thread.is_alive():
+                    continue
+                # The thread may have queued its last events just after the wait above gave up.
+                try:
+                    event = self._queue.get_nowait()
+                except queue.Empty:
                     raise RuntimeError("zephyr: a pipeline stage stopped before the end of its shards") from None
-                continue
             if event[0] == _ITEM:
                 self._slots.release()
             elif event[0] == _DONE:
