@@ -247,6 +247,7 @@ def test_own_paths_prefix_paths_and_env_vars_are_filled_in_when_the_step_runs(mo
     import os
 
     from marin.execution.executor import ExecutorStep, InputName, run_executor_step, this_output_path
+    from marin.execution.run.worker import RunningStep, running
 
     monkeypatch.delenv("STEP_COLOUR", raising=False)
     step = ExecutorStep(name="a/b", fn=_record, env_vars={"STEP_COLOUR": "blue"},
@@ -254,10 +255,14 @@ def test_own_paths_prefix_paths_and_env_vars_are_filled_in_when_the_step_runs(mo
                                 "raw": InputName.hardcoded("raw/data"), "keep": [1, (2, "3")]})
     lowered = step.lower()
     SEEN.clear()
-    run_executor_step(lowered.config, "/p/q/a/b-0123456789abcdef")
+    # The runner hands a running step its prefix; nothing parses it out of the output path.
+    with running(RunningStep("a/b", "v1", "/p/q/a/b-0123456789abcdef", prefix="/p/q")):
+        run_executor_step(lowered.config, "/p/q/a/b-0123456789abcdef")
     assert SEEN == [({"out": "/p/q/a/b-0123456789abcdef", "log": "/p/q/a/b-0123456789abcdef/logs/x.txt",
                       "raw": "/p/q/raw/data", "keep": [1, (2, "3")]}, "blue")]
     assert "STEP_COLOUR" not in os.environ
+    with pytest.raises(RuntimeError, match="a/b: an ExecutorStep's function runs inside a runner"):
+        run_executor_step(lowered.config, "/p/q/a/b-0123456789abcdef")
 
 
 ARTIFACT_STEPS = '''\

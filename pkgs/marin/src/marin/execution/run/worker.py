@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import importlib.util
@@ -10,12 +11,13 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from rigging.log import setup_logging
 
-__all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step"]
+__all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step", "running"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,17 @@ def current_step() -> RunningStep | None:
     return _CURRENT.get()
 
 
+@contextlib.contextmanager
+def running(step: RunningStep) -> Iterator[None]:
+    """Make ``step`` what :func:`current_step` returns while the block runs: the worker does this
+    around ``fn``; code that calls a step function itself (a test, an embedding) does too."""
+    token = _CURRENT.set(step)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
 def _load_module(ref: FnRef):
     try:
         return importlib.import_module(ref.module)
@@ -137,10 +150,11 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
-    token = _CURRENT.set(RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
-                                    payload.expansions))
+    step = RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
+                       payload.expansions)
     try:
-        fn(config, payload.output_path)
+        with running(step):
+            fn(config, payload.output_path)
     except Preempted as e:
         if not payload.exit_on_preemption:
             raise
@@ -149,8 +163,6 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(e.exit_code)
-    finally:
-        _CURRENT.reset(token)
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()
