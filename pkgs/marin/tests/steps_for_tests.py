@@ -421,3 +421,48 @@ def fan_graph(counter_dir: str = "", width: int = 3, depth: int = 1, item_sleep:
     root = Step("fan/root", fan, FanConfig(width=width, depth=depth, item_sleep=item_sleep, broken=broken,
                                            counter_dir=counter_dir))
     return {"root": root, "gather": Step("fan/gather", gather, GatherConfig(output_path_of(root), counter_dir))}
+
+
+# -- a step that runs until it is stopped (lost leases) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class TickConfig:
+    """Config of :func:`ticker`: on its first call it writes its pid, then a tick file every 20 ms
+    for ``seconds``; later calls finish at once."""
+
+    seconds: float = 60.0
+    counter_dir: str = unhashed_field(default="")
+
+
+def ticker(config: TickConfig, output_path: str) -> None:
+    if _count(config.counter_dir, "ticker") == 1:
+        fs.atomic_write(os.path.join(config.counter_dir, "ticker.pid"), str(os.getpid()))
+        deadline = time.monotonic() + config.seconds
+        while time.monotonic() < deadline:
+            fs.atomic_write(os.path.join(config.counter_dir, "ticker.tick"), repr(time.time()), durable=False)
+            time.sleep(0.02)
+    fs.atomic_write(fs.join(output_path, "out.txt"), "done")
+
+
+@dataclass(frozen=True)
+class ResumableConfig:
+    """Config of :func:`resumable`: ``units`` units of ``seconds_per_unit``, each committed to the
+    output as it is done (``unit-<i>``), so a later attempt continues where an earlier one stopped."""
+
+    units: int = 20
+    seconds_per_unit: float = 0.2
+    after: Any = None
+    counter_dir: str = unhashed_field(default="")
+
+
+def resumable(config: ResumableConfig, output_path: str) -> None:
+    _count(config.counter_dir, "resumable")
+    for i in range(config.units):
+        unit = fs.join(output_path, f"unit-{i:03d}")
+        if fs.exists(unit):
+            continue  # committed by an earlier attempt: not done again
+        time.sleep(config.seconds_per_unit)
+        _count(config.counter_dir, "resumable.unit")
+        fs.atomic_write(unit, str(i))
+    fs.atomic_write(fs.join(output_path, "out.txt"), "done")

@@ -63,12 +63,13 @@ class ProcessJobHandle(JobHandle):
         assert self._outcome is not None
         return outcome_value(f"job {self.name}", self._outcome, self._cancelled)
 
-    def cancel(self, grace_s: float = 3.0) -> None:
-        """End the call's process and everything it started (SIGTERM, then SIGKILL after ``grace_s``)."""
+    def cancel(self, grace_s: float | None = None) -> None:
+        """End the call's process and everything it started (SIGTERM, then SIGKILL after ``grace_s``,
+        3 s by default; 0: SIGKILL at once)."""
         if self.done():
             return
         self._cancelled = True
-        self._end(grace_s)
+        self._end(3.0 if grace_s is None else grace_s)
 
     def logs(self) -> str:
         try:

@@ -152,22 +152,24 @@ class RayJobHandle(_RayFuture, JobHandle):
         self.job_id = job_id
         self._sink = sink
 
-    def cancel(self, grace_s: float = 10.0) -> None:
+    def cancel(self, grace_s: float | None = None) -> None:
         """Stop the job and its process tree.
 
         A plain cancel first: the task is interrupted and its wrapper ends the job's process group.
-        Only if it is still running after ``grace_s`` is the worker killed outright (Ray then kills
-        the job's process, but what that started may outlive it).
+        Only if it is still running after ``grace_s`` (10 s by default; 0: at once) is the worker
+        killed outright (Ray then kills the job's process, but what that started may outlive it).
         """
         import ray
 
         if self.done():
             return
         self._cancelled = True
-        ray.cancel(self._ref, force=False)
-        ready, _ = ray.wait([self._ref], timeout=grace_s)
-        if not ready:
-            ray.cancel(self._ref, force=True)
+        if grace_s != 0:
+            ray.cancel(self._ref, force=False)
+            ready, _ = ray.wait([self._ref], timeout=10.0 if grace_s is None else grace_s)
+            if ready:
+                return
+        ray.cancel(self._ref, force=True)
 
     def logs(self) -> str:
         import ray

@@ -143,6 +143,16 @@ class JobHandle(Future):
     name: str
 
     @abc.abstractmethod
+    def cancel(self, grace_s: float | None = None) -> None:
+        """Stop the call and what it started; a no-op once it is done.
+
+        Args:
+            grace_s: seconds the call may take to end after it is asked to (SIGTERM: a training
+                step commits a checkpoint) before it is killed; 0 kills it at once (it must not
+                write anything more); None: the handle's default.
+        """
+
+    @abc.abstractmethod
     def logs(self) -> str:
         """Everything the job wrote to stdout and stderr so far (one interleaved stream)."""
 

@@ -144,9 +144,9 @@ class MultihostJob:
             if self.done():
                 self._finish()
 
-    def cancel(self) -> None:
+    def cancel(self, grace_s: float | None = None) -> None:
         for h in self.handles:
-            h.cancel()
+            h.cancel(grace_s)
         self._finish()
 
     def logs(self) -> list[str]:
@@ -195,8 +195,8 @@ class MultihostJobHandle(JobHandle):
             raise error
         return value
 
-    def cancel(self) -> None:
-        self._job.cancel()
+    def cancel(self, grace_s: float | None = None) -> None:
+        self._job.cancel(grace_s)
 
     def logs(self) -> str:
         return "".join(self._job.logs())

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
@@ -164,8 +164,13 @@ class Lease:
     ttl: float
     expires_at: float
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
+    _threads: list[threading.Thread] = field(default_factory=list, repr=False)
+    _lost_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: str | None = field(default=None, repr=False)
+    on_lost: Callable[[str], None] | None = field(default=None, repr=False)
+    """Called once, from the heartbeat thread, with why, when the heartbeat finds the lease lost
+    (taken over, or expired while the store could not be reached): the holder stops its work at
+    once rather than when it next looks."""
     listing: tuple[str, ...] = field(default=(), repr=False)
     """The folder's file names at its newest listing (when the lease was taken, or last checked):
     callers read from it what else the folder holds instead of looking again."""
@@ -231,7 +236,11 @@ class Lease:
         self.expires_at = expires_at
 
     def start_heartbeat(self, interval: float | None = None) -> None:
-        """Renew in a background thread every ``interval`` seconds (default ttl/4)."""
+        """Renew in a background thread every ``interval`` seconds (default ttl/4).
+
+        A second thread watches the expiry: a renewal stuck on an unreachable store cannot keep
+        the holder from learning, at its expiry, that the lease is lost (:attr:`on_lost`).
+        """
         interval = interval if interval is not None else max(self.ttl / 4, 0.05)
 
         def beat() -> None:
@@ -239,21 +248,40 @@ class Lease:
                 try:
                     self.renew()
                 except LeaseLost as e:
-                    self._lost = str(e)
-                    logger.warning("%s", e)
+                    self._mark_lost(str(e))
                     return
                 except OSError as e:
                     # A passing storage error: keep trying until the lease actually expires.
                     logger.warning("lease heartbeat on %s failed: %s", self.folder, e)
 
-        self._thread = threading.Thread(target=beat, name=f"lease-{self.token}", daemon=True)
-        self._thread.start()
+        def watch_expiry() -> None:
+            while not self._stop.wait(min(interval, max(self.expires_at - time.time(), 0.0) + 0.01)):
+                if self._lost:
+                    return
+                if time.time() >= self.expires_at:
+                    self._mark_lost(f"lease {self.token} on {self.folder} expired: it could not be renewed in time")
+                    return
+
+        self._threads = [threading.Thread(target=beat, name=f"lease-{self.token}", daemon=True),
+                         threading.Thread(target=watch_expiry, name=f"lease-{self.token}-expiry", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def _mark_lost(self, why: str) -> None:
+        with self._lost_lock:
+            if self._lost:
+                return
+            self._lost = why
+        logger.warning("%s", why)
+        if self.on_lost is not None:
+            self.on_lost(why)
 
     def stop_heartbeat(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        self._threads = []
 
     @property
     def lost(self) -> str | None:

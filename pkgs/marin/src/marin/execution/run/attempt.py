@@ -45,7 +45,7 @@ from marin.execution.store.manifest import (
     meta_names,
     remove_orphan_temporaries,
 )
-from marin.execution.store.records import BuildState, StepRecord, StepStatus
+from marin.execution.store.records import LOST_PREFIX, BuildState, StepRecord, StepStatus
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
@@ -89,6 +89,8 @@ class StepAttempt:
     logs_polled: float = 0.0
     replaced: tuple[dict[str, Any], dict[str, Any]] | None = None
     """A forced rebuild: the success record and manifest of the build it replaces."""
+    lost_at: float | None = None
+    """When the heartbeat found the lease lost (and stopped the step)."""
 
     # -- start ----------------------------------------------------------------------------
     @classmethod
@@ -145,6 +147,7 @@ class StepAttempt:
             self.retries_left = resources.max_retries
             self.resubmit = self._submitter(payload, resources)
             self.handle = self.resubmit()
+            lease.on_lost = self._stop_lost
             # One status record per start, written once the process exists so that it can name it.
             worker_pid = getattr(self.handle, "pid", None)
             local = isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS
@@ -187,6 +190,12 @@ class StepAttempt:
                                                           traceback=tb, worker=worker)
 
     # -- while it runs -------------------------------------------------------------------
+    def _stop_lost(self, why: str) -> None:
+        """The heartbeat found the lease lost: the step stops now, killed, writing nothing more
+        (a holder whose lease was taken over must not touch the step's output)."""
+        self.lost_at = time.time()
+        self.handle.cancel(grace_s=0)
+
     def done(self) -> bool:
         """True once the job ended or the lease was lost (either way: retry or finish it now)."""
         return self.handle.done() or bool(self.lease.lost)
@@ -263,7 +272,8 @@ class StepAttempt:
             if self.lease.lost:
                 raise LeaseLost(self.lease.lost)
         except LeaseLost as e:
-            self.handle.cancel()
+            self.handle.cancel(grace_s=0)
+            self._record_lost(str(e))
             logger.warning("%s: %s; waiting for the new holder", p.output_name, e)
             return None
         except BaseException as e:  # noqa: BLE001 - a step's failure is data, not a crash of the runner
@@ -287,13 +297,18 @@ class StepAttempt:
             # One listing of the whole output: its files for the manifest, its leases for the check
             # that this runner still holds the step before it writes any record.
             files = list(fs.walk_files(p.output_path))
-            self.lease.check(meta_names(files))
+            meta = meta_names(files)
+            self.lease.check(meta)
             manifest = compute_manifest(p.output_path, files)
             fields = realisation_fields(state, p, manifest)
             odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
             if odd is not None:
                 logger.warning("%s: %s", p.output_name, odd)
             provenance = self._provenance(state, timing, manifest)
+            lost = sorted(name for name in meta if name.startswith(LOST_PREFIX))
+            if lost:
+                # Earlier attempts that lost their lease and were stopped (not failed): their records.
+                provenance["lost_attempts"] = [record.read_json(fs.join(record.meta, name)) for name in lost]
             if odd is not None:
                 provenance["nondeterminism"] = odd.to_json()
             in_parallel(lambda rec: record.write_json(*rec), [(record.manifest, manifest),
@@ -305,11 +320,19 @@ class StepAttempt:
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
+            self._record_lost(str(e))
             return None
         self.lease.clear()
         return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
                               duration=duration, note=str(odd) if odd is not None else None,
                               provenance=provenance, manifest=manifest)
+
+    def _record_lost(self, why: str) -> None:
+        """Say, in a record of this lease's own (the status record is the new holder's), that this
+        attempt lost its lease and was stopped: lost, not failed."""
+        StepRecord(self.planned.output_path).write_lost(self.lease.token, {
+            "state": "lost", "attempt": self.attempt, "holder": self.ctx.holder, "why": why,
+            "lost_at": self.lost_at, "stopped_at": time.time()})
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""

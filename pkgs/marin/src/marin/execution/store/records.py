@@ -24,10 +24,13 @@ from typing import Any
 from rigging import filesystem as fs
 from rigging.lease import held
 
-__all__ = ['META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'manifest_digest']
+__all__ = ['LOST_PREFIX', 'META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'manifest_digest']
 
 
 META_DIR = ".marin"
+LOST_PREFIX = "lost-"
+"""``.marin/lost-<lease number>.json``: an attempt that lost its lease and was stopped (one file per
+lease, so no runner ever writes another's record)."""
 
 
 class BuildState(enum.Enum):
@@ -97,6 +100,13 @@ class StepRecord:
     @property
     def log(self) -> str:
         return fs.join(self.meta, "log.txt")
+
+    def lost(self, token: int) -> str:
+        """The record of an attempt that lost lease ``token`` (written by that attempt's runner)."""
+        return fs.join(self.meta, f"{LOST_PREFIX}{token:08d}.json")
+
+    def write_lost(self, token: int, data: dict[str, Any]) -> None:
+        self.write_json(self.lost(token), data)
 
     def is_done(self) -> bool:
         if fs.is_local(self.output_path):

@@ -1,0 +1,71 @@
+"""A ``marin run`` SIGKILLed mid-graph on gs:// (the strict emulator) and started again on another
+"machine" (another process, another working folder): no finished step is built again, and the step
+that was running continues from what it had committed."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import steps_for_tests as t
+
+pytestmark = pytest.mark.slow
+
+GRAPH = textwrap.dedent("""
+    import os
+
+    import steps_for_tests as t
+    from marin.execution.step import Step, output_path_of
+
+    counter = os.environ["COUNTER"]
+    first = t.node("coord/first", counter)
+    slow = Step("coord/slow", t.resumable, t.ResumableConfig(after=output_path_of(first), counter_dir=counter))
+    last = t.node("coord/last", counter, slow)
+    steps = [last]
+""")
+
+
+def _calls(counter: Path) -> dict[str, int]:
+    return dict(t.calls(str(counter)))
+
+
+def test_a_coordinator_killed_mid_graph_is_replaced_by_another_that_repeats_nothing(tmp_path, strict_gcs_bucket,
+                                                                                    subprocess_env):
+    machine_a, machine_b = tmp_path / "a", tmp_path / "b"
+    for folder in (machine_a, machine_b):
+        folder.mkdir()
+        (folder / "graph.py").write_text(GRAPH)
+    counter = tmp_path / "counter"
+    counter.mkdir()
+    prefix = strict_gcs_bucket + "/store"
+    env = {**subprocess_env, "COUNTER": str(counter)}
+    marin = [sys.executable, "-m", "marin.cli.main", "run", "graph.py", "--prefix", prefix]
+    first = subprocess.Popen(marin, cwd=machine_a, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while _calls(counter).get("resumable.unit", 0) < 5:
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the slow step never got going"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    done_before = _calls(counter)["resumable.unit"]
+
+    second = subprocess.run(marin, cwd=machine_b, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    calls = _calls(counter)
+    assert calls["coord.first"] == 1 and calls["coord.last"] == 1, calls  # nothing finished is rebuilt
+    assert calls["resumable"] == 2  # the killed attempt and the one that finished it
+    # Every unit was done once: the replacement continued from the units the dead one committed.
+    assert calls["resumable.unit"] == 20 and done_before >= 5, (calls, done_before)
+    assert "[ran] coord/slow" in second.stdout and "coord/first" not in [
+        line.split()[1] for line in second.stdout.splitlines() if line.startswith("[ran]")]
+    status = json.loads(subprocess.run([sys.executable, "-m", "marin.cli.main", "show", "coord/slow", "--prefix",
+                                        prefix], cwd=machine_b, env=env, capture_output=True, text=True,
+                                       check=True).stdout)
+    assert status["state"] == "done" and status["attempts"] == 2

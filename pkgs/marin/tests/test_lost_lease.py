@@ -1,0 +1,131 @@
+"""A lost lease stops its step: taken over by another runner, or expired while the store could not
+be reached, the step's process is killed at once and the attempt is recorded as lost, not failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import psutil
+import steps_for_tests as t
+
+from marin.execution.step import Step
+from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.store.records import StepRecord
+from rigging import filesystem as fs
+from rigging.lease import current_lease
+
+TTL = 1.0  # the heartbeat renews every TTL / 4
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _pid(counter: str) -> int | None:
+    path = os.path.join(counter, "ticker.pid")
+    return int(open(path).read()) if os.path.exists(path) else None
+
+
+def _run_in_thread(runner: StepRunner, step: Step) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        out["result"] = runner.run([step])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _take_over(meta: str) -> tuple[int, str]:
+    """Another runner takes the step's lease over (the next number), as it would an expired one."""
+    info = current_lease(meta)
+    assert info is not None
+    token = info.token + 1
+    path = fs.join(meta, f"lease-{token:08d}.json")
+    body = {"holder": "elsewhere:1:thief", "token": token, "expires_at": time.time() + 3600, "released": False}
+    assert fs.create_if_absent(path, json.dumps(body))
+    return token, path
+
+
+def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_failed(tmp_path, counter):
+    prefix = str(tmp_path / "store")
+    step = Step("lost/ticker", t.ticker, t.TickConfig(counter_dir=counter))
+    runner = StepRunner(prefix=prefix, lease_ttl=TTL, poll_interval=0.02)
+    record = StepRecord(os.path.join(prefix, step.output_name))
+    thread, out = _run_in_thread(runner, step)
+    try:
+        _wait_for(lambda: _pid(counter) is not None, 120, "the step to start")
+        process = psutil.Process(_pid(counter))
+        token, thief = _take_over(record.meta)
+        taken = time.monotonic()
+        process.wait(timeout=30)  # killed, long before its 60 s
+        stopped_after = time.monotonic() - taken
+        # The thief gives the step up (released), so this runner takes it again and builds it.
+        fs.atomic_write(thief, json.dumps({"holder": "elsewhere:1:thief", "token": token, "expires_at": 0.0,
+                                           "released": True}))
+        thread.join(timeout=120)
+    finally:
+        runner.close()
+    assert not thread.is_alive()
+    result = out["result"]
+    assert result.ok and result.by_name("lost/ticker").outcome is Outcome.RAN
+    assert t.calls(counter)["ticker"] == 2
+    # Two heartbeat periods, with room for a loaded machine: the process did not run on to its end.
+    assert stopped_after < 10 * TTL / 4 + 5, stopped_after
+    lost = record.read_json(record.lost(token - 1))
+    assert lost is not None and lost["state"] == "lost" and "taken over" in lost["why"]
+    provenance = record.read_json(record.provenance)
+    assert [a["state"] for a in provenance["lost_attempts"]] == ["lost"]
+    assert record.read_status().error is None  # lost is not failed
+
+
+def test_a_step_that_published_while_its_lease_was_valid_reports_no_lease_error(tmp_path, counter, caplog):
+    prefix = str(tmp_path / "store")
+    step = Step("lost/quick", t.ticker, t.TickConfig(seconds=0.3, counter_dir=counter))
+    runner = StepRunner(prefix=prefix, lease_ttl=TTL, poll_interval=0.02)
+    try:
+        result = runner.run([step])
+    finally:
+        runner.close()
+    assert result.ok and result.by_name("lost/quick").outcome is Outcome.RAN
+    record = StepRecord(result.by_name("lost/quick").output_path)
+    time.sleep(TTL)  # past the lease's expiry: nothing is still watching it
+    assert "lost_attempts" not in record.read_json(record.provenance)
+    assert not [r for r in caplog.records if "lease" in r.getMessage() and r.levelname == "WARNING"]
+
+
+def test_a_lease_that_expires_while_the_store_cannot_be_reached_stops_the_step(tmp_path, counter, strict_gcs_emulator):
+    from testsupport.gcs import use_gcs_emulator
+    from testsupport.latency import LatencyProxy
+
+    with LatencyProxy(strict_gcs_emulator.url) as proxy, use_gcs_emulator(proxy.url):
+        prefix = strict_gcs_emulator.create_bucket() + "/store"
+        step = Step("lost/unreachable", t.ticker, t.TickConfig(counter_dir=counter))
+        runner = StepRunner(prefix=prefix, lease_ttl=TTL, poll_interval=0.02)
+        thread, out = _run_in_thread(runner, step)
+        try:
+            _wait_for(lambda: _pid(counter) is not None, 120, "the step to start")
+            process = psutil.Process(_pid(counter))
+            proxy.delay_s = 3 * TTL  # every request now outlasts the lease: its renewal cannot land
+            cut = time.monotonic()
+            process.wait(timeout=30)
+            stopped_after = time.monotonic() - cut
+            proxy.delay_s = 0.0  # the store is back: the runner takes the step again and builds it
+            thread.join(timeout=180)
+        finally:
+            proxy.delay_s = 0.0
+            runner.close()
+        assert not thread.is_alive()
+        assert out["result"].ok and t.calls(counter)["ticker"] == 2
+        # At the latest when the lease expires (TTL after the last renewal), then at once.
+        assert stopped_after < TTL + 5, stopped_after
+        record = StepRecord(out["result"].by_name("lost/unreachable").output_path)
+        (lost,) = record.read_json(record.provenance)["lost_attempts"]
+        assert lost["state"] == "lost" and "could not be renewed in time" in lost["why"]
