@@ -311,10 +311,15 @@ class StepAttempt:
                 provenance["lost_attempts"] = [record.read_json(fs.join(record.meta, name)) for name in lost]
             if odd is not None:
                 provenance["nondeterminism"] = odd.to_json()
-            in_parallel(lambda rec: record.write_json(*rec), [(record.manifest, manifest),
-                                                               (record.provenance, provenance)])
+            # Created, not overwritten: a holder that lost the lease cannot replace them afterwards.
+            in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
+                        [(record.manifest, manifest), (record.provenance, provenance)])
             self.lease.check()  # fencing: a runner that lost its lease never publishes
-            record.publish(p.name, p.hash, manifest, extra=fields, listed_absent=not record_listed(record.success, self.lease))
+            published = record.publish(p.name, p.hash, manifest, extra=fields,
+                                       listed_absent=not record_listed(record.success, self.lease))
+            if not published:
+                # Another runner published first (it held the lease after ours was lost): its build stands.
+                raise LeaseLost(f"{record.success} was written by another runner")
             state.published(state.plan.position(p.step), fields["output_digest"])
             done_index.mark(state.plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:

@@ -77,7 +77,8 @@ def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
     try:
         manifest, fields = copy()
         lease.check()
-        record.publish(p.name, p.hash, manifest, extra=fields)
+        if not record.publish(p.name, p.hash, manifest, extra=fields):
+            raise LeaseLost(f"{record.success} was written by another runner")
         done_index.mark(prefix, p.output_name, done_index.env_of(record.read_json(record.provenance)))
     except CacheMiss as e:
         logger.warning("%s; %s", e, instead)
@@ -108,10 +109,10 @@ def fetch_from_cache(state: RunState, pos: int, lease: Lease, prefix: str) -> bo
     return publish_copy(state, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
 
 
-def copy_realisation(state: RunState, pos: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str, Any], dict[str, Any]]:
     """Copy the earlier build that stands in for ``pos`` into the step's own folder, verified
-    against its manifest, and record where it came from; returns (manifest, success-record
-    fields) for :func:`publish_copy` to publish.
+    against its manifest, and record where it came from (under ``lease``); returns (manifest,
+    success-record fields) for :func:`publish_copy` to publish.
 
     Raises:
         CacheMiss: the earlier build cannot be used (the folder is cleaned).
@@ -139,7 +140,8 @@ def copy_realisation(state: RunState, pos: int) -> tuple[dict[str, Any], dict[st
         "realised_from": {"path": found.output_path, "hash": found.hash, "output_digest": found.output_digest,
                           "copied_in_s": time.time() - started},
     })
-    record.write_json(record.provenance, provenance)
+    # Replaced only under the lease, and created so that no holder that lost it can replace it again.
+    record.write_once(record.provenance, provenance, listed=(), still_ours=lease.check)
     return manifest, fields
 
 

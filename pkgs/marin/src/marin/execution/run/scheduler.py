@@ -201,7 +201,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
             return None
     if not forced and (p.action is Action.REUSE or (s.early_cutoff and realisable(state, pos, s.places))):
         p = state.entry(pos)
-        if publish_copy(state, pos, lease, s.prefix, lambda: copy_realisation(state, pos),
+        if publish_copy(state, pos, lease, s.prefix, lambda: copy_realisation(state, pos, lease),
                         f"building {p.output_name} instead"):
             state.settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=reasons_of(p.reasons)))
             return None

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = ['LOST_PREFIX', 'META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 
 
 
 META_DIR = ".marin"
+_WRITE_ONCE_TRIES = 5
 LOST_PREFIX = "lost-"
 """``.marin/lost-<lease number>.json``: an attempt that lost its lease and was stopped (one file per
 lease, so no runner ever writes another's record)."""
@@ -155,6 +157,31 @@ class StepRecord:
         if lease is not None:
             return StepStatus(BuildState.RUNNING, attempt, lease.holder, error, data, written)
         return StepStatus(BuildState.KILLED, attempt, holder, error, data, written)
+
+    def write_once(self, path: str, data: dict[str, Any], *, listed: Collection[str],
+                   still_ours: Callable[[], None]) -> None:
+        """Write a record of the build being published so that no other writer can replace it:
+        created only where absent (``rigging.filesystem.create_if_absent``). A copy already there
+        (left by an earlier attempt, or written just now by a holder that lost the lease) is
+        deleted and the create tried again, each time only after ``still_ours()`` (the lease
+        check) passed.
+
+        Args:
+            listed: the names in ``.marin/`` at the caller's newest listing (an absent record is
+                created at once, in one request).
+
+        Raises:
+            LeaseLost: from ``still_ours``; RuntimeError when the record keeps coming back.
+        """
+        body = json.dumps(data, indent=2, sort_keys=True, default=str)
+        absent = path.rpartition("/")[2] not in listed
+        for _ in range(_WRITE_ONCE_TRIES):
+            if fs.create_if_absent(path, body, listed_absent=absent):
+                return
+            still_ours()
+            fs.delete(path)
+            absent = True
+        raise RuntimeError(f"{path} was written by another holder {_WRITE_ONCE_TRIES} times over; not publishing")
 
     def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None, *,
                 listed_absent: bool = False) -> bool:
