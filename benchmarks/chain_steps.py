@@ -62,3 +62,27 @@ def sweeps(n: int, per_group: int = 100) -> list[Step]:
                             config=LinkConfig(index=i, previous=output_path_of(previous) if previous else None))
         targets.append(previous)
     return targets
+
+
+@dataclass(frozen=True)
+class TickConfig:
+    """Config of :func:`tick_until_stopped`: where it says its pid, how long it would run."""
+
+    pid_file: str
+    seconds: float = 120.0
+
+
+def tick_until_stopped(config: TickConfig, output_path: str) -> None:
+    """Write a tick into the output every 20 ms until ``seconds`` pass (a step that must be stopped);
+    run again (its pid file there), it finishes at once."""
+    import os
+    import time
+
+    if os.path.exists(config.pid_file):
+        fs.atomic_write(fs.join(output_path, "tick.txt"), "done")
+        return
+    fs.atomic_write(config.pid_file, str(os.getpid()))
+    deadline = time.monotonic() + config.seconds
+    while time.monotonic() < deadline:
+        fs.atomic_write(fs.join(output_path, "tick.txt"), repr(time.time()), durable=False)
+        time.sleep(0.02)
