@@ -165,3 +165,26 @@ def test_a_bad_schedule_is_refused(kwargs, message):
 def test_a_hook_must_be_callable():
     with pytest.raises(ValueError, match="a hook must be callable, got str"):
         ScheduledHook("log")  # type: ignore[arg-type]
+
+
+def test_preemption_commits_the_checkpoint_of_its_step_once(tmp_path):
+    from levanter.checkpoint import CheckpointConfig, Checkpointer, committed_steps
+    from levanter.training import Checkpointing
+
+    directory = str(tmp_path / "ckpt")
+    checkpointer = Checkpointer(directory, CheckpointConfig(save_every=2, keep_last=5))
+    synced: list[int] = []
+    checkpointing = Checkpointing(checkpointer, lambda: {"position": len(synced)}, on_saved=lambda: synced.append(1))
+    try:
+        assert checkpointing.scheduled().every == 2 and checkpointing.scheduled().at_end
+        state = _state()
+        info = StepInfo(step=2, state=state, metrics={"loss": 1.0}, last=False)
+        checkpointing(info)  # the step's save, in the background
+        # SIGTERM after the same step: that save is waited for, not written again.
+        assert checkpointing.preempt(info) == directory
+        assert committed_steps(directory) == [2] and len(synced) == 1
+        # After a step with no save due, preemption saves it, committed before it returns.
+        assert checkpointing.preempt(StepInfo(step=3, state=state, metrics={"loss": 1.0}, last=False)) == directory
+        assert committed_steps(directory) == [2, 3] and len(synced) == 2
+    finally:
+        checkpointer.close()

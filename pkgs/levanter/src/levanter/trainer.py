@@ -234,10 +234,10 @@ def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHo
     if val_batches:
         loop.add_hook(validation, every=trainer.eval_every or None)
     checkpointing = Checkpointing(checkpointer, iterator.get_state, on_saved=writer.sync)
-    loop.add_hook(checkpointing, every=trainer.checkpoint.save_every)
+    loop.add_scheduled(checkpointing.scheduled())
     loop.on_preempt(checkpointing.preempt)
     for hook in hooks:
-        loop.add_hook(hook.fn, every=hook.every, at_end=hook.at_end)
+        loop.add_scheduled(hook)
     if progress is not None:
         loop.add_listener(progress)
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from levanter.checkpoint import Checkpointer
-from levanter.training.hooks import StepInfo
+from levanter.training.hooks import ScheduledHook, StepInfo
 
 __all__ = ["Checkpointing", "Progress", "Validation"]
 
@@ -17,7 +17,7 @@ __all__ = ["Checkpointing", "Progress", "Validation"]
 class Checkpointing:
     """A hook that saves a checkpoint (the state and the data position) when it is called.
 
-    Add it with ``every=checkpoint.save_every`` (it is also due at the last step); give
+    Add :meth:`scheduled` to the loop (every ``save_every`` steps and after the last); give
     :meth:`preempt` to ``Trainer.on_preempt``.
 
     Args:
@@ -33,6 +33,10 @@ class Checkpointing:
         self._data_state = data_state
         self._on_saved = on_saved
         self._saved_step: int | None = None
+
+    def scheduled(self) -> ScheduledHook:
+        """This hook, due every ``CheckpointConfig.save_every`` steps and after the last step."""
+        return ScheduledHook(self, every=self._checkpointer.config.save_every, at_end=True)
 
     def __call__(self, info: StepInfo) -> None:
         self._save(info, wait=False)

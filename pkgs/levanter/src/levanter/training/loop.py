@@ -22,7 +22,7 @@ import numpy as np
 
 from levanter.flops import utilisation
 from levanter.training.errors import NonFiniteLossError, TrainingPreempted
-from levanter.training.hooks import Hook, Hooks, MetricsListener, StepInfo
+from levanter.training.hooks import Hook, Hooks, MetricsListener, ScheduledHook, StepInfo
 from levanter.training.state import TrainState
 
 __all__ = ["MetricsSink", "Throughput", "Trainer"]
@@ -122,6 +122,10 @@ class Trainer:
         """Call ``fn(StepInfo)`` after every ``every``-th step (None: none) and, with ``at_end``, after the
         last; what it returns is written as metrics at that step. See :meth:`Hooks.add`."""
         self._hooks.add(fn, every=every, at_end=at_end)
+
+    def add_scheduled(self, hook: ScheduledHook) -> None:
+        """Add ``hook.fn`` as :meth:`add_hook` would, with the schedule ``hook`` names."""
+        self._hooks.add(hook.fn, every=hook.every, at_end=hook.at_end)
 
     def add_listener(self, fn: MetricsListener) -> None:
         """Call ``fn(step, metrics)`` with every step's numbers, one step late (no state, no waiting)."""
