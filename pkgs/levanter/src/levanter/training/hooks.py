@@ -11,6 +11,9 @@ benchmark evaluation run every N steps is::
     trainer.add_hook(harness_scores, every=500)
 
 or, through ``levanter.trainer.main``, ``main(config, output_path, hooks=[ScheduledHook(harness_scores, every=500)])``.
+
+In a multi-process run every process calls every hook at the same steps (the state is split over
+processes, so computing on it is a collective); process 0 alone writes what they return.
 """
 
 from __future__ import annotations
