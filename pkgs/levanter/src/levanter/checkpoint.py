@@ -113,10 +113,6 @@ class Checkpointer:
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
 
-    def should_save(self, step: int, final_step: int) -> bool:
-        """True when the checkpoint after ``step`` completed steps is due."""
-        return step % self.config.save_every == 0 or step == final_step
-
     def steps(self) -> list[int]:
         """Committed checkpoint steps, oldest first."""
         self._join_pending()

@@ -4,7 +4,7 @@ Shaped as levanter's own ``train_lm`` nests it::
 
     TrainLmConfig
       data:      DataConfig     the tokenized mixture and how it is read
-      model:     LlamaConfig    the network's shape
+      model:     ModelConfig    the network's shape (a LlamaConfig, or another family's config)
       optimizer: AdamConfig     AdamW and its learning-rate schedule
       trainer:   TrainerConfig  the loop: steps, batch, precision, evaluation, checkpoints, logging
       z_loss_weight
@@ -33,6 +33,7 @@ from levanter.initialize import (
     initialize_kinds,
     initialize_to_dict,
 )
+from levanter.models.family import ModelConfig, model_config_from_dict, model_family
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
@@ -200,8 +201,9 @@ class TrainLmConfig:
 
     data: DataConfig
     """The tokenized mixture."""
-    model: LlamaConfig = LlamaConfig()
-    """Model shape; its vocab_size is replaced by the data's when ``data.vocab_from_data``."""
+    model: ModelConfig = LlamaConfig()
+    """Model family and shape (a config class of ``levanter.models.family.MODEL_FAMILIES``); its
+    vocab_size is replaced by the data's when ``data.vocab_from_data``."""
     optimizer: AdamConfig = AdamConfig()
     """Optimizer and learning-rate schedule."""
     trainer: TrainerConfig = TrainerConfig()
@@ -212,10 +214,10 @@ class TrainLmConfig:
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
     def __post_init__(self) -> None:
-        for name, kind in (("data", DataConfig), ("model", LlamaConfig), ("optimizer", AdamConfig),
-                           ("trainer", TrainerConfig)):
+        for name, kind in (("data", DataConfig), ("optimizer", AdamConfig), ("trainer", TrainerConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        model_family(self.model)  # raises, naming the families, for anything else
         if self.z_loss_weight is None:
             object.__setattr__(self, "z_loss_weight", 0.0)
         weight = self.z_loss_weight
@@ -229,7 +231,7 @@ class TrainLmConfig:
                              f"(num_train_steps={self.trainer.num_train_steps})")
 
     @classmethod
-    def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: LlamaConfig, optimizer: AdamConfig,
+    def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: ModelConfig, optimizer: AdamConfig,
                       **settings: Any) -> TrainLmConfig:
         """Build the tree from flat keywords, each naming a field of one section (``batch_size=``,
         ``prefetch=``, ``z_loss_weight=`` ...).
@@ -259,7 +261,7 @@ def _setting_owners() -> dict[str, str]:
 # --------------------------------------------------------------------------- (de)serialisation
 
 def config_to_dict(config: TrainLmConfig) -> dict[str, Any]:
-    """JSON-ready form of ``config`` (enums as their values)."""
+    """JSON-ready form of ``config`` (enums as their values; ``model_family`` names the model's class)."""
     def plain(value: Any) -> Any:
         if isinstance(value, enum.Enum):
             return value.value
@@ -270,6 +272,7 @@ def config_to_dict(config: TrainLmConfig) -> dict[str, Any]:
         return value
     out = plain(dataclasses.asdict(config))
     out["trainer"]["initialize_from"] = initialize_to_dict(config.trainer.initialize_from)
+    out["model_family"] = model_family(config.model)
     return out
 
 
@@ -284,6 +287,6 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
     if "mesh" in t:
         t["mesh"] = MeshConfig(**t["mesh"])
-    return TrainLmConfig(data=DataConfig(**d), model=LlamaConfig(**data["model"]),
+    return TrainLmConfig(data=DataConfig(**d), model=model_config_from_dict(data["model"], data.get("model_family")),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
                          z_loss_weight=data.get("z_loss_weight", 0.0))

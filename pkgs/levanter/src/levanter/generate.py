@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from levanter.models.llama import LlamaConfig, transformed_llama
+from levanter.models.family import ModelConfig, model_config_from_dict
 from rigging import filesystem as fs
 
 __all__ = ["generate", "load_final_model", "load_model", "read_model_config"]
 
 
-def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
+def load_final_model(output_path: str) -> tuple[ModelConfig, dict[str, Any]]:
     """Read ``<output_path>/config.json`` and ``<output_path>/final/params.npz`` of a training run.
 
     Raises:
@@ -26,7 +26,7 @@ def load_final_model(output_path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     return load_model(output_path)
 
 
-def load_model(output_path: str, step: int | None = None) -> tuple[LlamaConfig, dict[str, Any]]:
+def load_model(output_path: str, step: int | None = None) -> tuple[ModelConfig, dict[str, Any]]:
     """The model config and parameters of a training run: final (``step`` None) or checkpoint ``step``.
 
     Raises:
@@ -52,12 +52,13 @@ def load_model(output_path: str, step: int | None = None) -> tuple[LlamaConfig, 
     return config, params
 
 
-def read_model_config(output_path: str) -> LlamaConfig:
-    """The model shape a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
-    return LlamaConfig(**json.loads(fs.read_text(fs.join(output_path, "config.json")))["model"])
+def read_model_config(output_path: str) -> ModelConfig:
+    """The model a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
+    saved = json.loads(fs.read_text(fs.join(output_path, "config.json")))
+    return model_config_from_dict(saved["model"], saved.get("model_family"))
 
 
-def generate(config: LlamaConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
+def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
              temperature: float = 0.0, seed: int = 0, eos_id: int | None = None) -> list[int]:
     """Continue ``prompt`` by up to ``max_new_tokens`` ids; returns only the new ids.
 
@@ -78,7 +79,7 @@ def generate(config: LlamaConfig, params: dict[str, Any], prompt: Sequence[int],
     length = min(len(ids) + max_new_tokens, config.max_seq_len)
     if len(ids) >= length:
         return []
-    model = transformed_llama(config)
+    model = config.build()
 
     @jax.jit
     def next_token(params: Any, buffer: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:

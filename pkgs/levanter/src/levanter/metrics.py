@@ -122,6 +122,7 @@ class _WandbRun:
             import wandb
         except ImportError:
             raise ImportError("wandb logging needs the wandb package: pip install 'levanter[wandb]'") from None
+        self._wandb = wandb
         self._scratch = tempfile.mkdtemp(prefix="levanter-wandb-")
         self._run = wandb.init(project=config.project, entity=config.entity, group=config.group,
                                mode=config.mode, name=run_id, id=_wandb_id(run_id) if run_id else None,
@@ -133,6 +134,10 @@ class _WandbRun:
 
     def finish(self, destination: str) -> None:
         self._run.finish()
+        # finish() only tells W&B's service process the run ended; the service flushes and closes the
+        # run's files afterwards, so copying them now could copy a run file holding nothing but its
+        # header. Tearing the service down waits for that.
+        self._wandb.teardown()
         root = os.path.join(self._scratch, "wandb")
         for dirpath, _dirs, files in os.walk(root):
             for name in files:

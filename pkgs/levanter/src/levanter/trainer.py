@@ -1,35 +1,32 @@
-"""Training a Llama on tokenized data: ``main(config, output_path)`` over one :class:`TrainLmConfig`.
+"""Training a language model on tokenized data: ``main(config, output_path)`` over one :class:`TrainLmConfig`.
 
 Run from a shell with ``python -m levanter.trainer CONFIG.json OUTPUT_PATH``; a run stopped by
 SIGTERM saves a checkpoint and exits with :data:`PREEMPTED_EXIT_CODE` (75), and running it again
-resumes. The config classes live in :mod:`levanter.config` (no JAX import) and are re-exported here.
+resumes. ``main`` puts together the parts in :mod:`levanter.training` (state, step, loop, hooks) for
+the model the config describes (any :class:`~levanter.models.family.ModelConfig`). The config
+classes live in :mod:`levanter.config` (no JAX import) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
-import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fray.types import PREEMPTED_EXIT_CODE, Preempted
-from levanter.checkpoint import Checkpointer, checkpoint_dir, restore_checkpoint
+from fray.types import PREEMPTED_EXIT_CODE
+from levanter.checkpoint import Checkpointer, checkpoint_dir
 from levanter.config import (
     ComputeDtype,
     DataConfig,
@@ -40,14 +37,27 @@ from levanter.config import (
     config_to_dict,
 )
 from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
-from levanter.data.chat import ROW_IDS, ROW_SEGMENTS, loss_weights
-from levanter.flops import device_peak_flops
-from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel, initial_params
+from levanter.flops import CONFIG_SOURCE, FlopsSummary, PeakFlops, compiled_step_flops, peak_flops
 from levanter.memory import MEMORY_FILE, measure_memory
 from levanter.metrics import MetricsWriter
-from levanter.models.llama import LlamaConfig, transformed_llama
-from levanter.optim import learning_rate
-from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows, tree_shardings
+from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows
+from levanter.training import (
+    Checkpointing,
+    NonFiniteLossError,
+    Progress,
+    ScheduledHook,
+    StepInfo,
+    Throughput,
+    Trainer,
+    TrainingPreempted,
+    TrainState,
+    Validation,
+    abstract_state,
+    loss_fn,
+    make_train_step,
+    starting_state,
+)
+from levanter.training.final import save_final_params
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
@@ -56,7 +66,10 @@ __all__ = [
     "ComputeDtype",
     "DataConfig",
     "NonFiniteLossError",
+    "ScheduledHook",
+    "StepInfo",
     "TrainLmConfig",
+    "TrainState",
     "TrainerConfig",
     "TrainingPreempted",
     "WandbConfig",
@@ -67,164 +80,15 @@ __all__ = [
     "loss_fn",
     "main",
     "make_train_step",
+    "resolve_model",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-class TrainingPreempted(Preempted):
-    """SIGTERM arrived: a checkpoint of ``step`` was committed and the run can be resumed.
-
-    ``exit_code`` is what a command-line wrapper should exit with (:data:`PREEMPTED_EXIT_CODE`).
-    """
-
-    def __init__(self, step: int, checkpoint_path: str):
-        super().__init__(f"preempted by SIGTERM after step {step}; checkpoint saved under {checkpoint_path}; "
-                         "run again to resume")
-        self.step = step
-        self.checkpoint_path = checkpoint_path
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite; ``step`` names the (1-based) step."""
-
-    def __init__(self, step: int, loss: float):
-        super().__init__(f"training loss is {loss} at step {step}; stopping (lower the learning rate, "
-                         "enable gradient clipping or use float32 compute)")
-        self.step = step
-        self.loss = loss
-
-
-# --------------------------------------------------------------------------- the math
-
-def _loss_terms(model: hk.Transformed, params: Any, batch: jax.Array,
-                compute_dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
-    """(mean next-token cross entropy, mean squared log-partition) of ``batch``.
-
-    ``batch`` is ``[b, seq_len + 1]`` token ids (every target counts), or chat windows
-    ``[b, 3, seq_len + 1]`` (ids, loss mask, segment ids; ``levanter.data.chat``): then attention
-    stays inside each segment and both means run over the targets whose mask is on and whose
-    segment is the input's (never across a conversation boundary, never padding).
-    """
-    # Master weights stay float32; a bfloat16 policy runs the forward on a cast copy.
-    cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
-    if batch.ndim == 3:
-        tokens, segments = batch[:, ROW_IDS], batch[:, ROW_SEGMENTS]
-        logits = model.apply(cast, None, tokens[:, :-1], segment_ids=segments[:, :-1])
-        weights = loss_weights(batch).astype(jnp.float32)
-    else:
-        tokens, weights = batch, None
-        logits = model.apply(cast, None, tokens[:, :-1])  # float32
-    targets = tokens[:, 1:]
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    if weights is None:
-        return jnp.mean(logz - picked), jnp.mean(jnp.square(logz))
-    count = jnp.maximum(jnp.sum(weights), 1.0)
-    return jnp.sum((logz - picked) * weights) / count, jnp.sum(jnp.square(logz) * weights) / count
-
-
-def loss_fn(model: hk.Transformed, params: Any, batch: jax.Array, compute_dtype: jnp.dtype,
-            z_loss_weight: float = 0.0) -> jax.Array:
-    """Mean next-token cross entropy of ``batch`` (float32; shapes in ``_loss_terms``), plus the z-loss
-    ``z_loss_weight * mean(logsumexp(logits)^2)`` when the weight is not 0."""
-    ce, z = _loss_terms(model, params, batch, compute_dtype)
-    return ce + z_loss_weight * z if z_loss_weight else ce
-
-
-def make_train_step(model: hk.Transformed, tx: optax.GradientTransformation, compute_dtype: jnp.dtype,
-                    grad_accum: int, batch_sharding: NamedSharding | None = None,
-                    z_loss_weight: float = 0.0) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
-    """The un-jitted step ``(state, batch) -> (state, metrics)``.
-
-    ``state`` is ``{"params", "opt_state", "step", "key"}``. With ``grad_accum > 1`` the batch is
-    split into micro-batches whose gradients are averaged (a scan, so memory holds one micro-batch
-    of activations); row ``r`` goes to micro-batch ``r % grad_accum`` so each device keeps its rows.
-    Metrics: ``loss`` is the cross entropy (comparable to the validation loss), ``z_loss`` the
-    weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied.
-    """
-    def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
-        ce, z = _loss_terms(model, params, batch, compute_dtype)
-        return (ce + z_loss_weight * z if z_loss_weight else ce), ce
-
-    grad_fn = jax.value_and_grad(objective, has_aux=True)
-
-    def step(state: dict, batch: jax.Array) -> tuple[dict, dict]:
-        params = state["params"]
-        if grad_accum == 1:
-            (total, loss), grads = grad_fn(params, batch)
-        else:
-            micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
-            if batch_sharding is not None:
-                micro = jax.lax.with_sharding_constraint(
-                    micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
-
-            def body(carry, mb):
-                total_sum, loss_sum, grad_sum = carry
-                (total_i, loss_i), grads_i = grad_fn(params, mb)
-                return (total_sum + total_i, loss_sum + loss_i, jax.tree.map(jnp.add, grad_sum, grads_i)), None
-
-            zeros = jax.tree.map(jnp.zeros_like, params)
-            zero = jnp.zeros((), jnp.float32)
-            (total_sum, loss_sum, grad_sum), _ = jax.lax.scan(body, (zero, zero, zeros), micro)
-            total, loss = total_sum / grad_accum, loss_sum / grad_accum
-            grads = jax.tree.map(lambda g: g / grad_accum, grad_sum)
-        updates, opt_state = tx.update(grads, state["opt_state"], params)
-        new_state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
-                     "step": state["step"] + 1, "key": state["key"]}
-        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
-        if z_loss_weight:
-            metrics["z_loss"] = total - loss
-        return new_state, metrics
-
-    return step
-
-
-# --------------------------------------------------------------------------- helpers
-
-class _SigtermFlag:
-    """Turns SIGTERM into a flag the loop polls between steps (only the main thread can install it)."""
-
-    def __init__(self) -> None:
-        self.set = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _SigtermFlag:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.set = True
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-
-def _flatten_params(params: Any) -> dict[str, np.ndarray]:
-    return {f"{module}/{name}": np.asarray(value)
-            for module, names in params.items() for name, value in names.items()}
-
-
-def _save_final(output_path: str, params: Any) -> str:
-    path = fs.join(output_path, "final", "params.npz")
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        host = multihost_utils.process_allgather(params, tiled=True)  # a collective: every process calls it
-    else:
-        host = jax.device_get(params)
-    if jax.process_index() == 0:
-        buffer = io.BytesIO()
-        np.savez(buffer, **_flatten_params(host))
-        fs.atomic_write(path, buffer.getvalue())
-    return path
-
-
 def _join_distributed() -> None:
     """Join the multi-host JAX job this process was launched into (``iris.multihost``), once."""
-    from iris.multihost import initialize_jax
+    from iris.multihost import initialize_jax  # deferred: only runs launched by iris have a job to join
 
     if not jax.distributed.is_initialized():
         initialize_jax()
@@ -243,7 +107,9 @@ class _NullWriter:
         pass
 
 
-def _resolve_model(config: TrainLmConfig) -> LlamaConfig:
+def resolve_model(config: TrainLmConfig) -> Any:
+    """The model ``config`` trains: its ``model`` with the data's vocabulary (``vocab_from_data``) and
+    a context at least the training ``seq_len``."""
     model = config.model
     if config.data.vocab_from_data:
         vocab = data_vocab_size(config.data.datasets)
@@ -258,40 +124,23 @@ def _resolve_model(config: TrainLmConfig) -> LlamaConfig:
     return model
 
 
-def _state_initializer(model_config: LlamaConfig, tx: optax.GradientTransformation,
-                       seq_len: int) -> Callable[[jax.Array], dict]:
-    """``key -> state``: fresh float32 parameters, optimizer state, step 0 and the PRNG key."""
-    init_model = transformed_llama(model_config, jnp.float32)
-
-    def init_state(key: jax.Array) -> dict:
-        init_key, key = jax.random.split(key)
-        params = init_model.init(init_key, jnp.zeros((1, seq_len), jnp.int32))
-        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32), "key": key}
-
-    return init_state
-
-
-def abstract_state(model_config: LlamaConfig, tx: optax.GradientTransformation, seq_len: int,
-                   mesh: jax.sharding.Mesh) -> Any:
-    """Shapes, dtypes and shardings on ``mesh`` of the training state (a restore target; allocates nothing)."""
-    shapes = jax.eval_shape(_state_initializer(model_config, tx, seq_len), jax.random.PRNGKey(0))
-    shardings = tree_shardings(shapes, mesh, units={"heads": model_config.num_heads,
-                                                    "kv_heads": model_config.num_kv_heads})
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
-
-
-# --------------------------------------------------------------------------- main
-
-def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
+def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHook] = ()) -> dict[str, Any]:
     """Train (or resume training) as ``config`` says, writing into ``output_path``; return a summary.
 
     ``output_path`` (local or gs://) receives ``config.json``, ``metrics.jsonl``, TensorBoard
-    events, checkpoints (:func:`checkpoint_dir`) and ``final/params.npz``.
+    events, ``memory.json``, checkpoints (:func:`checkpoint_dir`) and ``final/params.npz``.
+    ``hooks`` run in the loop after the trainer's own (validation, checkpoints); what they return is
+    logged at their step (:mod:`levanter.training.hooks`).
 
     Returns:
-        ``{"final_loss", "val_loss", "steps", "start_step", "output_path", "checkpoint_path",
-        "params_path", "config_path", "metrics_path", "model", "tokens_per_s", "mfu", "run_id"}``
-        (``val_loss`` is None without validation data; ``start_step`` > 0 after a resume).
+        ``final_loss``, ``val_loss`` (None without validation data), ``steps``, ``start_step`` (> 0
+        after a resume), the paths (``output_path``, ``checkpoint_path``, ``params_path``,
+        ``config_path``, ``metrics_path``), ``model`` (its config as a dict), ``tokens_per_s`` (of the
+        last step), ``checkpoint_blocked_s``, ``devices``, ``mesh``, ``processes``, ``memory``,
+        ``run_id``, and the FLOPs accounting of :class:`~levanter.flops.FlopsSummary`:
+        ``num_params``, ``flops_per_token``, ``tokens_trained``, ``model_flops``, ``hardware_flops``,
+        ``mfu`` and ``hfu`` (this attempt's steps over its training time), ``peak_flops_per_device``
+        and ``peak_flops_source``.
 
     Raises:
         TrainingPreempted: SIGTERM arrived; a checkpoint was committed first.
@@ -300,7 +149,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
     _join_distributed()
-    model_config = _resolve_model(config)
+    model_config = resolve_model(config)
     config = dataclasses.replace(config, model=model_config)
     trainer, data = config.trainer, config.data
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
@@ -319,36 +168,16 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
     primary = jax.process_index() == 0
     dtype = trainer.compute_dtype.jnp
 
-    units = {"heads": model_config.num_heads, "kv_heads": model_config.num_kv_heads}
-    model = transformed_llama(model_config, dtype, shard=activation_sharder(mesh, units))
+    model = model_config.build(dtype, shard=activation_sharder(mesh, model_config.sharding_units()))
     tx = config.optimizer.build(trainer.num_train_steps)
-    init_state = _state_initializer(model_config, tx, trainer.seq_len)
 
     start_wall = time.perf_counter()
     target = abstract_state(model_config, tx, trainer.seq_len, mesh)
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpoints = checkpoint_dir(output_path)
     checkpointer = Checkpointer(checkpoints, trainer.checkpoint)
-    # Restored onto this run's mesh, whatever mesh saved it.
-    restored = checkpointer.restore_latest(target)
-    # Another run's checkpoint (a branch or an extension) is restored whole, like a resume.
-    start = trainer.initialize_from if restored is None and isinstance(trainer.initialize_from, CheckpointStart) \
-        else None
-    if start is not None:
-        restored = restore_checkpoint(str(start.checkpoint_path), start.step, target)
-        logger.info("starting from step %d of %s", start.step, start.checkpoint_path)
-    start_step = 0
-    if restored is not None:
-        state, start_step = restored.state, restored.step
-        logger.info("resuming from checkpoint step %d", start_step)
-    else:
-        # Parameters are created already split: no device ever holds the whole model.
-        state = jax.jit(init_state, out_shardings=state_shardings)(jax.random.PRNGKey(trainer.seed))
-        if isinstance(trainer.initialize_from, HfCheckpoint | TrainedModel):
-            params = initial_params(trainer.initialize_from, model_config)
-            state = jax.jit(lambda p, s: {**s, "params": p, "opt_state": tx.init(p)},
-                            out_shardings=state_shardings)(params, state)
-            logger.info("initialised from %s", trainer.initialize_from)
+    start = starting_state(checkpointer, target, model_config, tx, seq_len=trainer.seq_len, seed=trainer.seed,
+                           initialize_from=trainer.initialize_from)
 
     # Chat data comes as [3, seq_len + 1] windows (ids, loss mask, segment ids; levanter.data.chat).
     window = (3, trainer.seq_len + 1) if data_is_chat(data.datasets) else (trainer.seq_len + 1,)
@@ -359,7 +188,7 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
                                          z_loss_weight=config.z_loss_weight),
                          in_shardings=(state_shardings, batch_sharding), out_shardings=(state_shardings, replicated),
                          donate_argnums=0).lower(target, batch_shape).compile()
-    memory = measure_memory(mesh, state["params"], state["opt_state"], train_step)
+    memory = measure_memory(mesh, start.state.params, start.state.opt_state, train_step)
     logger.info("%s", memory.summary())
     if primary:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
@@ -369,112 +198,62 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
         return jax.make_array_from_process_local_data(batch_sharding, local, batch_shape.shape)
 
     eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype),
-                        in_shardings=(state_shardings["params"], batch_sharding), out_shardings=replicated)
+                        in_shardings=(state_shardings.params, batch_sharding), out_shardings=replicated)
     val_batches = (eval_batches(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
                                 max_batches=trainer.eval_batches, cache_dir=data.shard_cache_dir)
                    if trainer.eval_batches else [])
-    val_batches = [b[rows] for b in val_batches]
     if trainer.eval_batches and not val_batches:
         logger.warning("no validation loss: the validation split cannot fill one batch of %d x %d tokens",
                        trainer.batch_size, trainer.seq_len + 1)
+    validation = Validation(eval_loss, [b[rows] for b in val_batches], place)
 
-    def validate(params: Any) -> float | None:
-        if not val_batches:
-            return None
-        losses = [eval_loss(params, place(b)) for b in val_batches]
-        return float(np.mean(jax.device_get(losses)))
-
-    peak = trainer.peak_flops_per_device or device_peak_flops(dtype, devices[0])
-    flops_per_step = model_config.flops_per_token(trainer.seq_len) * trainer.batch_size * trainer.seq_len
+    peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
+            else peak_flops(dtype, devices[0]))
     tokens_per_step = trainer.batch_size * trainer.seq_len
+    flops_per_token = model_config.flops_per_token(trainer.seq_len)
 
     config_json = config_to_dict(config)
     if primary:
         fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
-    earlier_rows = str(start.metrics_path) if start is not None and start.metrics_path else None
-    writer = (MetricsWriter(output_path, resume_step=start_step, run_id=run_id, tags=trainer.tags,
+    earlier_rows = str(start.source.metrics_path) if start.source is not None and start.source.metrics_path else None
+    writer = (MetricsWriter(output_path, resume_step=start.step, run_id=run_id, tags=trainer.tags,
                             wandb=trainer.wandb, run_config=config_json, earlier_rows=earlier_rows)
               if primary else _NullWriter())
-    # How far the run has got, beside its output, for whoever watches it (marin's runner display).
-    reported = ProgressWriter(output_path, total=trainer.num_train_steps, unit="step") if primary else None
-    progress = None
-    if primary and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        progress = tqdm(total=trainer.num_train_steps, initial=start_step, desc="train", dynamic_ncols=True)
+    progress = Progress(ProgressWriter(output_path, total=trainer.num_train_steps, unit="step"),
+                        _progress_bar(trainer.num_train_steps, start.step)) if primary else None
 
     iterator = iter(train_dataset(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
                                   seed=trainer.seed, prefetch=data.prefetch, cache_dir=data.shard_cache_dir,
                                   rows=rows))
-    if restored is not None and not (start is not None and start.reset_data_loader):
-        iterator.set_state(restored.data_state)
+    if start.data_state is not None:
+        iterator.set_state(start.data_state)
 
-    # Metrics of a step are read one step late so the host never waits on the device mid-loop.
-    pending: list[tuple[int, dict, float]] = []
-    last = {"loss": math.nan, "tokens_per_s": math.nan, "mfu": math.nan, "time": None}
-    val_loss: float | None = None
+    loop = Trainer(train_step, iterator, place, num_train_steps=trainer.num_train_steps, writer=writer,
+                   throughput=Throughput(tokens_per_step, flops_per_token * tokens_per_step, n_dev, peak.flops_per_s),
+                   log_every=trainer.log_every, started_at=start_wall)
+    if val_batches:
+        loop.add_hook(validation, every=trainer.eval_every or None)
+    checkpointing = Checkpointing(checkpointer, iterator.get_state, on_saved=writer.sync)
+    loop.add_scheduled(checkpointing.scheduled())
+    loop.on_preempt(checkpointing.preempt)
+    for hook in hooks:
+        loop.add_scheduled(hook)
+    if progress is not None:
+        loop.add_listener(progress)
 
-    def drain(keep: int) -> None:
-        while len(pending) > keep:
-            step_no, metrics, wait_s = pending.pop(0)
-            values = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            now = time.perf_counter()
-            if not math.isfinite(values["loss"]):
-                raise NonFiniteLossError(step_no, values["loss"])
-            step_time = now - last["time"] if last["time"] is not None else math.nan
-            last["time"] = now
-            last["loss"] = values["loss"]
-            if step_time == step_time:
-                values["step_time"] = step_time
-                values["tokens_per_s"] = last["tokens_per_s"] = tokens_per_step / step_time
-                values["mfu"] = last["mfu"] = flops_per_step / step_time / (peak * n_dev)
-                values["input_wait_frac"] = min(wait_s / step_time, 1.0)
-            if step_no == start_step + 1:
-                # Start-up cost (init or restore, compilation, first batch): what a resume pays.
-                values["time_to_first_step_s"] = now - start_wall
-            if (step_no % trainer.log_every == 0 or step_no == trainer.num_train_steps
-                    or step_no == start_step + 1):
-                writer.write(step_no, values)
-            if reported is not None:
-                reported.update(step_no, loss=values["loss"], tokens_per_s=last["tokens_per_s"])
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(loss=f"{values['loss']:.3f}")
-
-    step = start_step
+    final_loss = math.nan
     try:
-        with _SigtermFlag() as sigterm:
-            last["time"] = time.perf_counter()
-            while step < trainer.num_train_steps:
-                t0 = time.perf_counter()
-                batch = next(iterator)
-                wait_s = time.perf_counter() - t0
-                state, metrics = train_step(state, place(batch))
-                step += 1
-                pending.append((step, metrics, wait_s))
-                drain(keep=1)
-                due_eval = trainer.eval_every and step % trainer.eval_every == 0 and step < trainer.num_train_steps
-                due_save = checkpointer.should_save(step, trainer.num_train_steps)
-                if due_eval or due_save or sigterm.set:
-                    drain(keep=0)  # never checkpoint a state whose loss was not checked
-                if due_eval:
-                    val_loss = validate(state["params"])
-                    writer.write(step, {"val_loss": val_loss})
-                if due_save or sigterm.set:
-                    checkpointer.save(step, state, iterator.get_state(), wait=sigterm.set)
-                    writer.sync()
-                if sigterm.set:
-                    raise TrainingPreempted(step, checkpoints)
-            drain(keep=0)
-            # The last step's save was started in the loop; it must be committed before we return.
-            checkpointer.wait()
-        val_loss = validate(state["params"])
-        if val_loss is not None:
-            writer.write(step, {"val_loss": val_loss})
-        if start_step == trainer.num_train_steps:
-            # Resumed a finished run: report the loss of the final state on one fresh batch.
-            last["loss"] = float(eval_loss(state["params"], place(next(iterator))))
-        params_path = _save_final(output_path, state["params"])
+        state = loop.run(start.state, start.step)
+        # The last step's save was started in the loop; it must be committed before we return.
+        checkpointer.wait()
+        step = loop.step
+        final_loss = loop.last_metrics.get("loss", math.nan)
+        if loop.steps_run == 0:
+            # Resumed a finished run: validate, and report the loss of the final state on one fresh batch.
+            if validation.evaluate(state.params) is not None:
+                writer.write(step, {"val_loss": validation.last})
+            final_loss = float(eval_loss(state.params, place(next(iterator))))
+        params_path = save_final_params(output_path, state.params)
         writer.write(step, {"blocked_in_checkpoint_s": checkpointer.blocked_seconds,
                             "wall_s": time.perf_counter() - start_wall})
     finally:
@@ -483,26 +262,40 @@ def main(config: TrainLmConfig, output_path: str) -> dict[str, Any]:
         checkpointer.close()
         if progress is not None:
             progress.close()
+    flops = FlopsSummary.of_run(
+        num_params=model_config.num_params(), flops_per_token=flops_per_token, tokens_per_step=tokens_per_step,
+        steps=step, steps_run=loop.steps_run, train_seconds=loop.train_seconds, num_devices=n_dev, peak=peak,
+        # XLA counts a loop's body once, so a step that accumulates gradients in a scan is not counted.
+        step_hardware_flops=compiled_step_flops(train_step, n_dev) if trainer.grad_accum == 1 else None)
     return {
-        "final_loss": last["loss"],
-        "val_loss": val_loss,
+        "final_loss": final_loss,
+        "val_loss": validation.last,
         "steps": step,
-        "start_step": start_step,
+        "start_step": start.step,
         "output_path": output_path,
         "checkpoint_path": checkpoints,
         "params_path": params_path,
         "config_path": fs.join(output_path, "config.json"),
         "metrics_path": fs.join(output_path, "metrics.jsonl"),
         "model": dataclasses.asdict(model_config),
-        "tokens_per_s": last["tokens_per_s"],
-        "mfu": last["mfu"],
+        "tokens_per_s": loop.last_metrics.get("tokens_per_s", math.nan),
         "checkpoint_blocked_s": checkpointer.blocked_seconds,
         "devices": n_dev,
         "mesh": dict(mesh.shape),
         "processes": jax.process_count(),
         "memory": memory.to_json(),
         "run_id": run_id,
+        **flops.to_json(),
     }
+
+
+def _progress_bar(total: int, initial: int) -> Any:
+    """A tqdm bar on a terminal, else None."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm  # deferred: only a terminal shows a bar
+
+    return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
 
 
 def _cli(argv: list[str]) -> int:

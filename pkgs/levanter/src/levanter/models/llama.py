@@ -7,6 +7,7 @@ cheap so experiment files and the planner can name a model without loading JAX.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["LlamaConfig", "llama_forward", "transformed_llama"]
@@ -75,16 +76,28 @@ class LlamaConfig:
         return self.vocab_size * d + self.num_layers * per_layer + d + head
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs (forward and backward) per token at context ``seq_len``.
+        """Model FLOPs of training (forward and backward) per token at context ``seq_len``.
 
-        6 FLOPs per matmul weight (the output projection included, embedding lookups excluded) plus
-        the attention score and value products, 12 * layers * hidden * seq_len, with no discount
-        for the causal mask (the usual MFU convention).
+        The convention MFU is quoted in (PaLM's appendix B; Chinchilla's and Marin's 6N): each
+        matmul weight costs 2 FLOPs forward and 4 backward, so 6 per weight, counting every
+        projection and the output head but not the embedding lookup, nor norms, activations or the
+        softmax. Attention adds its two products per layer (scores ``q k^T`` and ``p v``): 2 * 2 *
+        seq_len * hidden forward per token, 12 * layers * hidden * seq_len with the backward, with
+        no discount for the causal mask.
         """
         d, kv = self.hidden_dim, self.num_kv_heads * self.head_dim
         matmul = self.num_layers * (2 * d * d + 2 * d * kv + 3 * d * self.intermediate_dim)
         matmul += d * self.vocab_size
         return 6.0 * matmul + 12.0 * self.num_layers * d * seq_len
+
+
+    def sharding_units(self) -> Mapping[str, int]:
+        """Whole heads per logical axis: a mesh splits ``heads`` and ``kv_heads`` only between heads."""
+        return {"heads": self.num_heads, "kv_heads": self.num_kv_heads}
+
+    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None) -> Any:
+        """This Llama as a Haiku ``Transformed`` (:func:`transformed_llama`)."""
+        return transformed_llama(self, compute_dtype, shard)
 
 
 def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, shard: Any = None) -> Any:

@@ -1,0 +1,91 @@
+"""The training state: one typed pytree (step, parameters, optimizer state, PRNG key).
+
+Its pytree paths are those of the dict the state used to be (``['params']['embed']['embeddings']``),
+and its leaves come in that dict's order, so checkpoints written before and after it are the same
+files (Orbax names arrays by path), sharding rules match the same paths, and the compiled step
+takes the same arguments in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.tree_util import DictKey
+
+from levanter.sharding import tree_shardings
+
+__all__ = ["TrainState", "abstract_state", "state_initializer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    """Everything a step reads and writes; a checkpoint saves it whole."""
+
+    step: Any
+    """Completed optimizer steps (an int32 scalar array)."""
+    params: Any
+    """Model parameters, float32 (Haiku's ``{module: {name: array}}``)."""
+    opt_state: Any
+    """The optimizer's state."""
+    key: Any
+    """PRNG key of the run."""
+
+    def replace(self, **changes: Any) -> TrainState:
+        """A copy with ``changes`` (field name -> value)."""
+        return dataclasses.replace(self, **changes)
+
+    def __getitem__(self, name: str) -> Any:
+        """``state["params"]``: the state used to be a dict, and code that indexes it keeps working."""
+        if name not in _CHILDREN:
+            raise KeyError(f"TrainState has no field {name!r}; fields are {list(_CHILDREN)}")
+        return getattr(self, name)
+
+    @classmethod
+    def of(cls, state: TrainState | Mapping[str, Any]) -> TrainState:
+        """``state`` as a ``TrainState`` (the dict form ``{"params", "opt_state", "step", "key"}`` too)."""
+        if isinstance(state, TrainState):
+            return state
+        missing = [name for name in _CHILDREN if name not in state]
+        if missing:
+            raise KeyError(f"training state lacks {missing}; it needs {list(_CHILDREN)}")
+        return cls(**{name: state[name] for name in _CHILDREN})
+
+
+# Children in the sorted key order of the dict the state was, keyed as that dict's entries.
+_CHILDREN = ("key", "opt_state", "params", "step")
+
+# Registering a pytree type is part of defining it (as a dataclass decorator would), not a registry
+# that dispatches on what was imported.
+jax.tree_util.register_pytree_with_keys(
+    TrainState,
+    lambda s: (tuple((DictKey(name), getattr(s, name)) for name in _CHILDREN), None),
+    lambda _aux, children: TrainState(**dict(zip(_CHILDREN, children, strict=True))),
+    flatten_func=lambda s: (tuple(getattr(s, name) for name in _CHILDREN), None),
+)
+
+
+def state_initializer(model_config: Any, tx: optax.GradientTransformation,
+                      seq_len: int) -> Callable[[jax.Array], TrainState]:
+    """``key -> state``: fresh float32 parameters of ``model_config`` (a ``ModelConfig``), optimizer
+    state, step 0 and the rest of the PRNG key."""
+    init_model = model_config.build(jnp.float32)
+
+    def init_state(key: jax.Array) -> TrainState:
+        init_key, key = jax.random.split(key)
+        params = init_model.init(init_key, jnp.zeros((1, seq_len), jnp.int32))
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key)
+
+    return init_state
+
+
+def abstract_state(model_config: Any, tx: optax.GradientTransformation, seq_len: int,
+                   mesh: jax.sharding.Mesh) -> TrainState:
+    """Shapes, dtypes and shardings on ``mesh`` of the training state (a restore target; allocates nothing)."""
+    shapes = jax.eval_shape(state_initializer(model_config, tx, seq_len), jax.random.PRNGKey(0))
+    shardings = tree_shardings(shapes, mesh, units=model_config.sharding_units())
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)

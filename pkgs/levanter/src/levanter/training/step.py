@@ -1,0 +1,68 @@
+"""One optimizer step, with gradient accumulation over micro-batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from levanter.optim import learning_rate
+from levanter.training.loss import loss_terms
+from levanter.training.state import TrainState
+
+__all__ = ["make_train_step"]
+
+
+def make_train_step(model: Any, tx: optax.GradientTransformation, compute_dtype: jnp.dtype,
+                    grad_accum: int, batch_sharding: NamedSharding | None = None,
+                    z_loss_weight: float = 0.0
+                    ) -> Callable[[TrainState | Mapping[str, Any], jax.Array], tuple[TrainState, dict[str, jax.Array]]]:
+    """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
+
+    ``state`` is a :class:`TrainState` (or its dict form). With ``grad_accum > 1`` the batch is
+    split into micro-batches whose gradients are averaged (a scan, so memory holds one micro-batch
+    of activations); row ``r`` goes to micro-batch ``r % grad_accum`` so each device keeps its rows.
+    Metrics: ``loss`` is the cross entropy (comparable to the validation loss), ``z_loss`` the
+    weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied,
+    ``grad_norm`` the global norm of the (averaged) gradient.
+    """
+    def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
+        ce, z = loss_terms(model, params, batch, compute_dtype)
+        return (ce + z_loss_weight * z if z_loss_weight else ce), ce
+
+    grad_fn = jax.value_and_grad(objective, has_aux=True)
+
+    def accumulated(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
+        micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
+        if batch_sharding is not None:
+            micro = jax.lax.with_sharding_constraint(
+                micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
+
+        def body(carry: Any, mb: jax.Array) -> tuple[Any, None]:
+            total_sum, loss_sum, grad_sum = carry
+            (total_i, loss_i), grads_i = grad_fn(params, mb)
+            return (total_sum + total_i, loss_sum + loss_i, jax.tree.map(jnp.add, grad_sum, grads_i)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        zero = jnp.zeros((), jnp.float32)
+        (total_sum, loss_sum, grad_sum), _ = jax.lax.scan(body, (zero, zero, zeros), micro)
+        return (total_sum / grad_accum, loss_sum / grad_accum), jax.tree.map(lambda g: g / grad_accum, grad_sum)
+
+    def step(state: TrainState | Mapping[str, Any], batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        state = TrainState.of(state)
+        params = state.params
+        (total, loss), grads = grad_fn(params, batch) if grad_accum == 1 else accumulated(params, batch)
+        updates, opt_state = tx.update(grads, state.opt_state, params)
+        new_state = state.replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
+                                  step=state.step + 1)
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
+        if z_loss_weight:
+            metrics["z_loss"] = total - loss
+        return new_state, metrics
+
+    return step

@@ -1,0 +1,79 @@
+"""``TrainState`` keeps the checkpoint format of the dict it replaced: same paths, same files, either way round."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from levanter.checkpoint import CheckpointConfig, Checkpointer, read_checkpoint_params
+from levanter.training import TrainState
+
+
+def _dict_state() -> dict:
+    params = {"embed": {"embeddings": jnp.arange(12.0).reshape(4, 3)}, "lm_head": {"w": jnp.ones((3, 4))}}
+    return {"params": params, "opt_state": (jnp.zeros((), jnp.int32), {"embed": {"embeddings": jnp.full((4, 3), 0.5)}}),
+            "step": jnp.asarray(7, jnp.int32), "key": jax.random.PRNGKey(3)}
+
+
+def _target(tree):
+    device = jax.devices()[0]
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                       sharding=jax.sharding.SingleDeviceSharding(device)), tree)
+
+
+def _same(a, b) -> bool:
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(leaves_a) == len(leaves_b) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b, strict=True))
+
+
+def test_paths_and_leaf_order_are_the_dicts():
+    as_dict = _dict_state()
+    state = TrainState.of(as_dict)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(state)]
+    assert paths == [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(as_dict)]
+    assert "['params']['embed']['embeddings']" in paths
+    assert _same(state, as_dict)
+    assert state["params"] is state.params and state.replace(step=1).step == 1
+    with pytest.raises(KeyError, match="no field 'parameters'"):
+        state["parameters"]
+    with pytest.raises(KeyError, match=r"lacks \['key'\]"):
+        TrainState.of({k: v for k, v in as_dict.items() if k != "key"})
+
+
+@pytest.mark.parametrize("saved_as", ["dict", "TrainState"])
+def test_a_checkpoint_restores_into_either_form(tmp_path, saved_as):
+    as_dict = _dict_state()
+    saved = as_dict if saved_as == "dict" else TrainState.of(as_dict)
+    directory = str(tmp_path / "ckpt")
+    checkpointer = Checkpointer(directory, CheckpointConfig(async_save=False))
+    try:
+        checkpointer.save(7, saved, {"position": 3})
+        restored = checkpointer.restore_latest(_target(TrainState.of(as_dict)))
+        assert restored is not None and isinstance(restored.state, TrainState)
+        assert _same(restored.state, as_dict) and restored.data_state == {"position": 3}
+        old_form = checkpointer.restore_latest(_target(as_dict))
+        assert old_form is not None and isinstance(old_form.state, dict) and _same(old_form.state, as_dict)
+    finally:
+        checkpointer.close()
+    # Read without a target (how `marin` reads a branch's or an extension's parameters).
+    params = read_checkpoint_params(directory, 7)
+    assert _same(params, as_dict["params"])
+
+
+def test_both_forms_write_the_same_checkpoint_metadata(tmp_path):
+    written = {}
+    for name, state in (("dict", _dict_state()), ("typed", TrainState.of(_dict_state()))):
+        directory = str(tmp_path / name)
+        checkpointer = Checkpointer(directory, CheckpointConfig(async_save=False))
+        try:
+            checkpointer.save(1, state, {})
+        finally:
+            checkpointer.close()
+        with open(os.path.join(directory, "1", "state", "_METADATA")) as f:
+            written[name] = f.read()
+    assert written["dict"] == written["typed"]

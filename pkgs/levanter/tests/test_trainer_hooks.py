@@ -1,0 +1,54 @@
+"""``levanter.trainer.main`` with a caller's hook, and the FLOPs accounting in its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from levanter_testlib import tiny_config
+
+from levanter.trainer import ScheduledHook, StepInfo, main, resolve_model
+
+
+def test_a_callers_hook_sees_each_step_and_its_metrics_are_logged(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    config = tiny_config(tiny_dataset, num_train_steps=3)
+    seen: list[tuple[int, float, bool]] = []
+
+    def param_norm(info: StepInfo) -> dict[str, float]:
+        norm = float(np.sqrt(sum(np.sum(np.square(x)) for x in jax.tree.leaves(jax.device_get(info.state.params)))))
+        seen.append((info.step, info.metrics["loss"], info.last))
+        return {"hook/param_norm": norm}
+
+    result = main(config, out, hooks=[ScheduledHook(param_norm, every=2)])
+    assert [(s, last) for s, _, last in seen] == [(2, False), (3, True)]
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    losses = {r["step"]: r["loss"] for r in rows if "loss" in r}
+    assert [loss for _, loss, _ in seen] == [losses[2], losses[3]]
+    logged = [(r["step"], r["hook/param_norm"]) for r in rows if "hook/param_norm" in r]
+    assert [s for s, _ in logged] == [2, 3] and all(v > 0 for _, v in logged)
+    # The final parameters are those the hook saw at the last step.
+    with np.load(os.path.join(out, "final", "params.npz")) as final:
+        norm = float(np.sqrt(sum(np.sum(np.square(final[k].astype(np.float64))) for k in final.files)))
+    assert logged[-1][1] == pytest.approx(norm, rel=1e-5)
+
+    # FLOPs accounting of the 3 steps x 8 sequences x 32 tokens.
+    model = resolve_model(config)
+    assert result["num_params"] == model.num_params()
+    assert result["flops_per_token"] == model.flops_per_token(32)
+    assert result["tokens_trained"] == 3 * 8 * 32
+    assert result["model_flops"] == model.flops_per_token(32) * 3 * 8 * 32
+    # XLA counts more than the model's matmuls (norms, softmax, the optimizer), never less.
+    assert result["hardware_flops"] > result["model_flops"]
+    assert (result["peak_flops_per_device"], result["peak_flops_source"]) == (1e11, "config")
+    assert 0 < result["mfu"] < result["hfu"]
+    assert result["hfu"] / result["mfu"] == pytest.approx(result["hardware_flops"] / result["model_flops"])
+
+
+def test_with_gradient_accumulation_hardware_flops_are_not_guessed(tiny_dataset, tmp_path):
+    result = main(tiny_config(tiny_dataset, num_train_steps=1, grad_accum=2, eval_batches=0), str(tmp_path / "run"))
+    assert result["hardware_flops"] is None and result["hfu"] is None
+    assert result["model_flops"] == result["flops_per_token"] * 8 * 32 and result["mfu"] > 0
