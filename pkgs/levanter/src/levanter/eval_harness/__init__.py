@@ -5,6 +5,9 @@
   (``scoring``).
 * :func:`run_tasks`: the harness's evaluator over task names or task YAML files, writing
   ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
+* :func:`evaluate_model`: the tasks run on a model in hand (a trainer's parameters), its scores returned.
+* :func:`task_scores`, :class:`TaskScores`: a results file read back by metric (no lm_eval needed).
+* :func:`check_task_data`: whether the tasks' data is on this machine, read before a run.
 * :class:`HarnessConfig`, :class:`TaskRunConfig`: their settings (importing them loads neither JAX
   nor lm_eval; names are loaded on first use).
 """
@@ -20,10 +23,15 @@ __all__ = [
     "PackStats",
     "TaskDataUnavailable",
     "TaskRunConfig",
+    "TaskScores",
     "UnknownTask",
+    "check_task_data",
+    "evaluate_model",
+    "flat_metrics",
     "load_tasks",
     "run_tasks",
     "samples_file",
+    "task_scores",
 ]
 
 _WHERE = {
@@ -31,12 +39,17 @@ _WHERE = {
     "TaskRunConfig": "levanter.eval_harness.config",
     "LevanterLM": "levanter.eval_harness.lm",
     "PackStats": "levanter.eval_harness.packing",
-    "TaskDataUnavailable": "levanter.eval_harness.tasks",
-    "UnknownTask": "levanter.eval_harness.tasks",
+    "TaskDataUnavailable": "levanter.eval_harness.errors",
+    "UnknownTask": "levanter.eval_harness.errors",
     "load_tasks": "levanter.eval_harness.tasks",
-    "RESULTS_FILE": "levanter.eval_harness.run",
+    "RESULTS_FILE": "levanter.eval_harness.scores",
+    "TaskScores": "levanter.eval_harness.scores",
+    "flat_metrics": "levanter.eval_harness.scores",
+    "task_scores": "levanter.eval_harness.scores",
+    "samples_file": "levanter.eval_harness.scores",
+    "check_task_data": "levanter.eval_harness.tasks",
+    "evaluate_model": "levanter.eval_harness.run",
     "run_tasks": "levanter.eval_harness.run",
-    "samples_file": "levanter.eval_harness.run",
 }
 
 __getattr__ = lazy_getattr(__name__, _WHERE)
