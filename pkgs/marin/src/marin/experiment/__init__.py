@@ -1,9 +1,10 @@
 """What an experiment file uses, in one place: ``from marin.experiment import train_lm, tokenized, ...``.
 
 Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), training
-(``train_lm``, ``checkpoint``), evaluation and export. Each lives in a module of its own
-(:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`, ...); this package re-exports the
-names experiment files write, as optax re-exports its transforms.
+(``train_lm``, ``checkpoint``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and
+export. Each lives in a module of its own (:mod:`marin.experiment.data`,
+:mod:`~marin.experiment.train`, ...); this package re-exports the names experiment files write,
+as optax re-exports its transforms.
 
 An experiment file exposes its steps as a module-level ``steps`` list::
 
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
     from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
     from marin.experiment.eval import eval_data, evaluate
+    from marin.experiment.eval_report import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.story_chat import story_chats
+    from marin.experiment.story_task import story_tasks
     from marin.experiment.train import FINAL, checkpoint, train_lm
 
 # Each name is imported from its module when first used: importing this package loads nothing
@@ -45,9 +48,11 @@ _WHERE = {
     "trained_tokenizer": "marin.experiment.data",
     "eval_data": "marin.experiment.eval",
     "evaluate": "marin.experiment.eval",
+    "eval_report": "marin.experiment.eval_report",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
     "story_chats": "marin.experiment.story_chat",
+    "story_tasks": "marin.experiment.story_task",
     "FINAL": "marin.experiment.train",
     "checkpoint": "marin.experiment.train",
     "train_lm": "marin.experiment.train",
@@ -62,11 +67,13 @@ __all__ = [
     "bundled_corpus",
     "checkpoint",
     "eval_data",
+    "eval_report",
     "evaluate",
     "export_hf",
     "hf_checkpoint",
     "output_path_of",
     "story_chats",
+    "story_tasks",
     "tokenized",
     "tokenized_chat",
     "train_lm",

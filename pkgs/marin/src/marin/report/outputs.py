@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from levanter.memory import MEMORY_FILE
+from marin.experiment.eval_results import read_eval_results  # the one reader, beside its format: re-exported
 from rigging import filesystem as fs
 from zephyr.shards import INDEX_FILE, TOKENIZED_FORMAT
 
@@ -196,14 +197,6 @@ def read_train_summary(output_path: str) -> dict[str, Any] | None:
     from marin.experiment.train import TRAIN_SUMMARY_FILE
 
     return _read_json_object(fs.join(output_path, TRAIN_SUMMARY_FILE))
-
-
-def read_eval_results(output_path: str) -> dict[str, Any] | None:
-    """The ``eval_results.json`` an eval step wrote (format ``marin.eval/v1``), or None."""
-    from marin.experiment.eval import EVAL_FORMAT, EVAL_RESULTS_FILE
-
-    results = _read_json_object(fs.join(output_path, EVAL_RESULTS_FILE))
-    return results if results is not None and results.get("format") == EVAL_FORMAT else None
 
 
 def read_memory(output_path: str) -> dict[str, Any] | None:
