@@ -55,6 +55,10 @@ _PAGE = """<!DOCTYPE html>
       <h3>Evaluations (bits per byte; loss in the tooltip)</h3>
       <div class="table-scroll"><table id="eval-table" class="steps"></table></div>
     </div>
+    <div id="task-scores" hidden>
+      <h3>Benchmark tasks (&plusmn; standard error; best of each column in bold)</h3>
+      <div class="table-scroll"><table id="task-table" class="steps"></table></div>
+    </div>
   </section>
   <section class="card wide" aria-label="all steps">
     <h2>Steps</h2>

@@ -675,6 +675,52 @@
     document.getElementById("compare").hidden = false;
   }
 
+  // -- compared runs: benchmark task scores, a column per task metric under its task ------------
+  function drawTaskScores() {
+    var cmp = DATA.comparison;
+    if (!cmp || !cmp.rows.length || !cmp.task_metrics || !cmp.task_metrics.length) return;
+    // Column names are "<task>.<metric>" with a task from cmp.tasks (which may itself hold dots).
+    var columns = cmp.task_metrics.map(function (name) {
+      var task = cmp.tasks.filter(function (t) { return name.indexOf(t + ".") === 0; })
+        .sort(function (a, b) { return b.length - a.length; })[0] || name.split(".")[0];
+      return { name: name, task: task, metric: name.slice(task.length + 1) };
+    });
+    var best = {};
+    columns.forEach(function (col) {
+      var values = cmp.rows.map(function (row) { return row.metrics[col.name]; })
+        .filter(function (v) { return v !== null && v !== undefined; });
+      if (values.length < 2) return;
+      var better = (cmp.higher_is_better || {})[col.name];
+      if (better === undefined) return;  // the task does not say which way is better
+      best[col.name] = better ? Math.max.apply(null, values) : Math.min.apply(null, values);
+    });
+    var table = document.getElementById("task-table");
+    var groups = [];
+    columns.forEach(function (col) {
+      var last = groups[groups.length - 1];
+      if (last && last.task === col.task) last.span++; else groups.push({ task: col.task, span: 1 });
+    });
+    table.appendChild(h("thead", null,
+      h("tr", null, [h("th", { rowspan: 2, text: "model" })].concat(groups.map(function (g) {
+        return h("th", { "class": "task", colspan: g.span, "data-task": g.task, text: g.task });
+      }))),
+      h("tr", null, columns.map(function (col) { return h("th", { "class": "num", text: col.metric }); }))));
+    var body = h("tbody");
+    cmp.rows.forEach(function (row, k) {
+      body.appendChild(h("tr", { "data-run": row.label }, [h("td", { "class": "name" },
+        h("i", { "class": "swatch", style: "background:" + RUN_COLORS[k % RUN_COLORS.length] }), row.label)]
+        .concat(columns.map(function (col) {
+          var v = row.metrics[col.name], err = (row.stderr || {})[col.name];
+          var shown = v === null || v === undefined ? "–" : fmtNum(v);
+          return h("td", { "class": "num" + (v !== undefined && v !== null && best[col.name] === v ? " best" : ""),
+                           "data-metric": col.name, title: err === undefined ? null : "standard error " + fmtNum(err) },
+            shown, err === undefined || shown === "–" ? null : h("span", { "class": "err", text: " ± " + fmtNum(err) }));
+        }))));
+    });
+    table.appendChild(body);
+    document.getElementById("task-scores").hidden = false;
+  }
+
   function stepRow(st, i) {
     var why = st.reasons.length ? st.reasons.join("; ") : st.state === "cached" ? "cached" : "";
     return h("tr", { "data-id": i, "data-name": st.name, "data-state": st.state, "class": i === selected ? "selected" : null },
@@ -731,6 +777,7 @@
   drawGraph();
   drawTraining();
   drawCompare();
+  drawTaskScores();
   drawTable();
   if (STEPS.length) select(initialSelection(), false, true);
   document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
