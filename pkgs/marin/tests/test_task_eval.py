@@ -161,23 +161,27 @@ def test_the_report_shows_task_scores_beside_the_losses(built, browser: Any, tmp
         time.sleep(0.05)
     tasks = browser.find_element(By.ID, "task-scores")
     assert tasks.is_displayed()
-    assert [th.text for th in tasks.find_elements(By.CSS_SELECTOR, "th.task")] == ["story_qa", "story_cloze"]
-    heads = tasks.find_elements(By.CSS_SELECTOR, "thead tr:nth-child(2) th")
-    assert [th.text for th in heads] == ["acc", "acc_norm", "perplexity", "acc"]
-    rows = tasks.find_elements(By.CSS_SELECTOR, "tbody tr")
-    assert len(rows) == 2
     compared = json.loads(CliRunner().invoke(cli, ["compare", str(experiment), "--prefix", str(prefix), "--format",
                                                    "json"]).output)
+    # A row per task metric (grouped under its task), a column per run.
+    assert [td.text for td in tasks.find_elements(By.CSS_SELECTOR, "td.task")] == ["story_qa", "story_cloze"]
+    rows = tasks.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert [r.get_attribute("data-metric") for r in rows] == compared["task_metrics"]
+    runs = [th.get_attribute("data-run") for th in tasks.find_elements(By.CSS_SELECTOR, "th.run")]
+    assert runs == [r["label"] for r in compared["rows"]]
     by_label = {r["label"]: r for r in compared["rows"]}
-    for row in rows:
-        cell = row.find_element(By.CSS_SELECTOR, 'td[data-metric="story_qa.acc"]')
-        value = by_label[row.get_attribute("data-run")]["metrics"]["story_qa.acc"]
-        assert abs(float(cell.text.split(" ± ")[0]) - value) < 1e-3, (cell.text, value)
-    # The best of each column (more accuracy is better, as the task says) is bold.
-    values = {label: r["metrics"]["story_qa.acc"] for label, r in by_label.items()}
-    bold = {r.get_attribute("data-run") for r in rows
-            if "best" in r.find_element(By.CSS_SELECTOR, 'td[data-metric="story_qa.acc"]').get_attribute("class")}
+    acc = tasks.find_element(By.CSS_SELECTOR, 'tr[data-metric="story_qa.acc"]')
+    for label in runs:
+        cell = acc.find_element(By.CSS_SELECTOR, f'td[data-run="{label}"]')
+        value, err = by_label[label]["metrics"]["story_qa.acc"], by_label[label]["stderr"]["story_qa.acc"]
+        shown, shown_err = cell.text.split(" ± ")
+        assert abs(float(shown) - value) < 1e-3 and abs(float(shown_err) - err) < 1e-3, (cell.text, value, err)
+    # The best run of a metric (more accuracy is better, as the task says) is bold.
+    values = {label: by_label[label]["metrics"]["story_qa.acc"] for label in runs}
+    bold = {label for label in runs
+            if "best" in acc.find_element(By.CSS_SELECTOR, f'td[data-run="{label}"]').get_attribute("class")}
     assert bold == {label for label, v in values.items() if v == max(values.values())}
+    assert acc.find_element(By.CSS_SELECTOR, "td.mono").text == "acc ↑"
 
 
 def test_a_dataset_missing_offline_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path,

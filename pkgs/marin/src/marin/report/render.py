@@ -56,7 +56,7 @@ _PAGE = """<!DOCTYPE html>
       <div class="table-scroll"><table id="eval-table" class="steps"></table></div>
     </div>
     <div id="task-scores" hidden>
-      <h3>Benchmark tasks (&plusmn; standard error; best of each column in bold)</h3>
+      <h3>Benchmark tasks (&plusmn; standard error; &uarr; more is better, &darr; less; the best run in bold)</h3>
       <div class="table-scroll"><table id="task-table" class="steps"></table></div>
     </div>
   </section>
