@@ -76,8 +76,8 @@ class TaskEvalConfig:
 
     def __post_init__(self) -> None:
         check_checkpoint(self.checkpoint)
-        if isinstance(self.harness, dict):
-            object.__setattr__(self, "harness", HarnessConfig(**self.harness))
+        if not isinstance(self.harness, HarnessConfig):
+            raise ValueError(f"harness must be a HarnessConfig, got {type(self.harness).__name__}")
         self.run_config("task")  # its checks name the bad setting
 
     def run_config(self, spec: str) -> TaskRunConfig:
