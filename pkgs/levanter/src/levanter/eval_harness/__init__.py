@@ -1,15 +1,18 @@
 """Benchmark tasks through EleutherAI's lm-evaluation-harness, with a levanter model as its ``LM``.
 
-* :class:`LevanterLM`: the model answering ``loglikelihood``, ``loglikelihood_rolling`` and
-  ``generate_until`` requests, packed many to a row (``packing``) and scored on the device or mesh
-  (``scoring``).
-* :func:`run_tasks`: the harness's evaluator over task names or task YAML files, writing
-  ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
-* :func:`evaluate_model`: the tasks run on a model in hand (a trainer's parameters), its scores returned.
-* :func:`task_scores`, :class:`TaskScores`: a results file read back by metric (no lm_eval needed).
-* :func:`check_task_data`: whether the tasks' data is on this machine, read before a run.
-* :class:`HarnessConfig`, :class:`TaskRunConfig`: their settings (importing them loads neither JAX
-  nor lm_eval; names are loaded on first use).
+* :class:`~levanter.eval_harness.lm.LevanterLM`: the model answering ``loglikelihood``,
+  ``loglikelihood_rolling`` and ``generate_until`` requests, packed many to a row (``packing``)
+  and scored on the device or mesh (``scoring``).
+* :func:`~levanter.eval_harness.run.run_tasks`: the harness's evaluator over task names or task
+  YAML files, writing ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
+* :func:`~levanter.eval_harness.run.evaluate_model`: the tasks run on a model in hand (a
+  trainer's parameters), its scores returned.
+* :func:`~levanter.eval_harness.scores.task_scores`, :class:`~levanter.eval_harness.scores.TaskScores`:
+  a results file read back by metric (no lm_eval needed).
+* :func:`~levanter.eval_harness.tasks.check_task_data`: whether the tasks' data is on this
+  machine, checked before a run.
+* :class:`~levanter.eval_harness.config.HarnessConfig`, :class:`~levanter.eval_harness.config.TaskRunConfig`:
+  their settings (importing them loads neither JAX nor lm_eval; names are loaded on first use).
 """
 
 from __future__ import annotations

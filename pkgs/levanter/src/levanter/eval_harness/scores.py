@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["RESULTS_FILE", "TaskScores", "flat_metrics", "metric_name", "samples_file", "task_scores"]
 
 RESULTS_FILE = "results.json"
-"""The harness's results, as :func:`levanter.eval_harness.run_tasks` writes them into its output folder."""
+"""The harness's results, as :func:`levanter.eval_harness.run.run_tasks` writes them into its output folder."""
 
 _NO_FILTER = "none"
 _STDERR = "_stderr"
