@@ -20,11 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from levanter.eval_harness.config import HarnessConfig
+from levanter.eval_harness.scores import RESULTS_FILE, task_scores
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.step import Step
-from marin.experiment.eval_results import EVAL_FORMAT, EVAL_RESULTS_FILE, EvalResults, write_eval_results
+from marin.experiment.eval_results import (
+    EVAL_FORMAT,
+    EVAL_RESULTS_FILE,
+    EvalResults,
+    read_eval_results,
+    write_eval_results,
+)
 from marin.experiment.task_eval import check_checkpoint, task_evals
-from marin.experiment.train import FINAL
+from marin.experiment.train import FINAL, TRAIN_SUMMARY_FILE
+from rigging import filesystem as fs
 
 __all__ = [
     "EVAL_FORMAT",
@@ -107,9 +115,6 @@ class EvalConfig:
 
 
 def _trained_steps(model_output: str) -> int | None:
-    from marin.experiment.train import TRAIN_SUMMARY_FILE
-    from rigging import filesystem as fs
-
     path = fs.join(model_output, TRAIN_SUMMARY_FILE)
     if not fs.exists(path):
         return None
@@ -209,10 +214,6 @@ class EvalSummaryConfig:
 
 def eval_summary_step(config: EvalSummaryConfig, output_path: str) -> None:
     """Step function: read the datasets' scores and each task's lm-eval results; write ``eval_results.json``."""
-    from levanter.eval_harness.scores import RESULTS_FILE, task_scores
-    from marin.experiment.eval_results import read_eval_results
-    from rigging import filesystem as fs
-
     model_output = str(config.model)
     losses = None
     if config.losses is not None:

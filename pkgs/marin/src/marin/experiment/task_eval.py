@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import re
 from collections.abc import Iterable
@@ -188,9 +189,7 @@ def _tasks_of(tasks: Any) -> list[_Task]:
 
 @functools.cache
 def _lm_eval_version() -> str:
-    from importlib.metadata import version
-
-    return version("lm_eval")
+    return importlib.metadata.version("lm_eval")
 
 
 def task_evals(model: Any, model_name: str, checkpoint: int | str, tasks: Any, *, harness: HarnessConfig,
