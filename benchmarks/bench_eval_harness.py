@@ -28,7 +28,7 @@ from levanter.eval_harness import HarnessConfig, LevanterLM, TaskRunConfig, load
 from levanter.eval_harness.packing import plan_rows
 from levanter.models.llama import LlamaConfig, transformed_llama
 from marin.experiment.corpus import generate_corpus
-from marin.experiment.story_tasks import StoryTask, StoryTasksConfig, write_story_tasks
+from marin.experiment.story_task import StoryTask, StoryTasksConfig, write_story_tasks
 from marin.experiment.tokenizer_train import train_bpe_tokenizer
 
 REPS = 3

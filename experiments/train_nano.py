@@ -1,8 +1,9 @@
-"""The default graph: bundled corpus -> trained tokenizer -> tokenized shards -> nano Llama.
+"""The default graph: bundled corpus -> trained tokenizer -> tokenized shards -> nano Llama -> story tasks.
 
 ``make train-nano`` (or ``python -m experiments.train_nano``) runs it, then prints where the
-outputs are, the final training and validation loss beside the unigram baseline, and a sample.
-A second run finds every step cached and does no work.
+outputs are, the final training and validation loss beside the unigram baseline, a sample, and
+the model's scores on the five story tasks (benchmarks generated from stories it never saw, run
+through the lm-evaluation-harness). A second run finds every step cached and does no work.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from experiments.llama import llama_nano
 from experiments.marin_tokenizer import corpus, marin_tokenizer
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
-from marin.experiment import tokenized, train_lm
+from marin.experiment import evaluate, story_tasks, tokenized, train_lm
 
 tinystories = tokenized(name="tokenized/tinystories-synthetic", source=corpus, tokenizer=marin_tokenizer)
 
@@ -31,7 +32,11 @@ nano_model = train_lm(
     checkpoint=CheckpointConfig(save_every=100),
 )
 
-steps = [nano_model]
+# ARC-, PIQA-, HellaSwag-, LAMBADA- and WikiText-shaped tasks about held-out stories; a step per task.
+story = story_tasks("tasks/story")
+nano_tasks = evaluate("evals/marin-nano/story-tasks", nano_model, tasks=story)
+
+steps = [nano_model, nano_tasks]
 
 PROMPT = "Once upon a time"
 
@@ -40,6 +45,7 @@ def main() -> int:
     """Run the graph and report what it made."""
     from marin.cli.display import make_reporter, summary_table
     from marin.execution.step_runner import StepRunner
+    from marin.experiment.eval_results import format_number, read_eval_results
     from marin.experiment.sampling import sample_text
     from marin.experiment.train import unigram_entropy
     from rigging import filesystem as fs
@@ -62,6 +68,11 @@ def main() -> int:
     print(f"final validation loss {val:.3f} nats/token" if val is not None else "final validation loss: none (validation split too small)")
     print(f"unigram baseline      {baseline:.3f} nats/token (validation split)")
     print(f"sample> {PROMPT}{sample_text(model_out, PROMPT, max_new_tokens=48)}")
+    scores = read_eval_results(result.by_name(nano_tasks.name).output_path)
+    for task, found in (scores.tasks if scores is not None else {}).items():
+        shown = ", ".join(f"{m} {format_number(v)}" + (f" ± {format_number(found.stderr[m])}" if m in found.stderr else "")
+                          for m, v in found.metrics.items())
+        print(f"task {task:13s} {shown}")
     return 0
 
 

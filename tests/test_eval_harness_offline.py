@@ -22,11 +22,12 @@ from levanter.eval_harness import (  # noqa: E402
     LevanterLM,
     TaskDataUnavailable,
     TaskRunConfig,
+    check_task_data,
     run_tasks,
 )
 from levanter.models.llama import LlamaConfig  # noqa: E402
 from marin.experiment.corpus import generate_story  # noqa: E402
-from marin.experiment.story_tasks import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
+from marin.experiment.story_task import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
 
 MODEL = LlamaConfig(vocab_size=384, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2, num_layers=2,
                     max_seq_len=512)
@@ -111,6 +112,24 @@ def test_a_dataset_missing_from_the_cache_is_one_line_naming_task_dataset_and_re
     assert "not in the hub cache (HF_HUB_OFFLINE=1)" in message and str(hf_home / "hub") in message
     assert "hf download someone/absent-benchmark --repo-type dataset" in message
     assert not (tmp_path / "out").exists()
+    # Found before any run, the same line, without the harness reading any data.
+    with pytest.raises(TaskDataUnavailable) as checked:
+        check_task_data([str(tmp_path / "absent.yaml")])
+    assert str(checked.value) == message
+
+
+def test_a_check_of_task_data_reads_the_configs_and_loads_no_data(hf_home: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    write_hub_dataset(hf_home, "allenai/ai2_arc", {"README.md": _ARC_README,
+                                                   "ARC-Easy/test-00000-of-00001.parquet": _arc_parquet(3)})
+    (tmp_path / "cached_arc.yaml").write_text(_ARC_TASK)
+    loads: list[object] = []
+    original = datasets.load_dataset  # the harness calls it as datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: loads.append(a) or original(*a, **k))
+    check_task_data([str(tmp_path / "cached_arc.yaml")])
+    assert loads == []
 
 
 def test_every_story_task_runs_through_the_harness_with_its_benchmarks_metrics(tmp_path: Path, lm: LevanterLM) -> None:

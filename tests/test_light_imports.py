@@ -29,7 +29,7 @@ def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() ->
 
 def test_naming_harness_settings_and_story_tasks_does_not_import_jax_or_the_harness() -> None:
     # Eval steps name their harness settings in configs; planning them must not pay for JAX or lm_eval.
-    code = ("import sys, levanter.eval_harness as h, marin.experiment.story_tasks; h.HarnessConfig; h.TaskRunConfig; "
+    code = ("import sys, levanter.eval_harness as h, marin.experiment.story_task; h.HarnessConfig; h.TaskRunConfig; "
             "print(sorted(m for m in ('jax', 'lm_eval', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

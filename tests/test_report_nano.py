@@ -47,9 +47,13 @@ def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factor
 
     _open(browser, page)
     nodes = {n.get_attribute("data-name"): n for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    tasks = ("story_qa", "story_place", "story_ending", "story_cloze", "story_text")
     assert set(nodes) == {"raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",
-                          "checkpoints/marin-nano", "hello/numbers", "hello/stats"}
+                          "checkpoints/marin-nano", "hello/numbers", "hello/stats", "tasks/story",
+                          *(f"evals/checkpoints/marin-nano/{t}" for t in tasks), "evals/marin-nano/story-tasks"}
     assert {n.get_attribute("data-state") for n in nodes.values()} == {"cached"}
+    # The model's story-task scores, a column group per task.
+    assert [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#task-table td.task")] == list(tasks)
 
     nodes["checkpoints/marin-nano"].click()
     panel = browser.find_element(By.ID, "panel")

@@ -45,6 +45,19 @@ def test_sft_nano_fine_tunes_below_the_pretrained_loss_and_answers_in_the_chat_f
     compared = json.loads(marin("compare", "experiments/sft/sft_nano.py", "--format", "json", env=env).stdout)
     losses = {row["name"]: row["metrics"].get("story-chats.loss") for row in compared["rows"]}
     assert losses == {"checkpoints/marin-nano": pretrained, "checkpoints/marin-nano-sft": tuned}, compared
+    # Beside the losses, both models' story-task scores, the harness's own numbers.
+    tasks = {"pretrained": "evals/marin-nano/story-tasks", "fine-tuned": "evals/marin-nano-sft/story-tasks"}
+    model_of = {"pretrained": "checkpoints/marin-nano", "fine-tuned": "checkpoints/marin-nano-sft"}
+    by_model = {row["name"]: row for row in compared["rows"]}
+    for label, name in tasks.items():
+        gathered = json.loads((entry(prefix, name) / "eval_results.json").read_text())
+        harness = json.loads((Path(gathered["task_outputs"]["story_qa"]) / "results.json").read_text())
+        assert by_model[model_of[label]]["metrics"]["story_qa.acc"] == harness["results"]["story_qa"]["acc,none"]
+        assert set(gathered["tasks"]) == {"story_qa", "story_place", "story_ending", "story_cloze", "story_text"}
+    # ... and the two evaluations in eval_report's table.
+    table = (entry(prefix, "reports/story-tasks") / "eval_report.md").read_text().splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| pretrained", "| fine-tuned"], table
+    print("\n".join(table))
 
     # The fine-tune grew the pretrained vocabulary by the template's four special tokens.
     data = entry(prefix, "tokenized/story-chats")

@@ -21,8 +21,10 @@ from experiment_fixtures import clean_env, events, marin, nano_prefix, run, succ
 
 from marin.execution.store.records import StepRecord  # noqa: E402
 
+TASKS = ("story_qa", "story_place", "story_ending", "story_cloze", "story_text")
 STEPS = ("raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",
-         "checkpoints/marin-nano")
+         "checkpoints/marin-nano", "tasks/story", *(f"evals/checkpoints/marin-nano/{t}" for t in TASKS),
+         "evals/marin-nano/story-tasks")
 MARGIN = 0.5  # validation loss < MARGIN x unigram baseline
 
 
@@ -30,6 +32,14 @@ def _number(label: str, stdout: str) -> float:
     found = re.search(rf"^{label}\s+([0-9.]+) nats/token", stdout, re.M)
     assert found, f"no {label!r} line in:\n{stdout}"
     return float(found.group(1))
+
+
+def _task_lines(stdout: str) -> dict[str, dict[str, float]]:
+    """``{task: {metric: value}}`` of the ``task <name> <metric> <value> [± <stderr>], ...`` lines."""
+    found = {}
+    for task, shown in re.findall(r"^task (\S+)\s+(.*)$", stdout, re.M):
+        found[task] = {m: float(v) for m, v in re.findall(r"(\w+) ([0-9.e+-]+)(?: ± [0-9.e+-]+)?(?:, |$)", shown)}
+    return found
 
 
 @pytest.mark.slow
@@ -56,18 +66,24 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
     # A short sample that continues the prompt.
     sample = re.search(r"^sample> Once upon a time(.*)$", out, re.M)
     assert sample and len(sample.group(1).split()) >= 5, out
+    # The model's scores on the story tasks, a line per task as the harness computed them.
+    scores = _task_lines(out)
+    assert sorted(scores) == sorted(TASKS), out
+    assert all(0 <= scores[t]["acc"] <= 1 for t in ("story_qa", "story_place", "story_ending", "story_cloze")), scores
+    assert 0 < scores["story_text"]["bits_per_byte"] < 8, scores
     print(f"nano: train {train:.3f}, validation {val:.3f}, unigram baseline {baseline:.3f} nats/token; "
-          f"first run {first.seconds:.1f}s")
+          f"first run {first.seconds:.1f}s; story tasks {scores}")
 
     before = success_records(prefix)
     second = run([sys.executable, "-m", "experiments.train_nano"], env=clean_env(MARIN_PREFIX=str(prefix)))
 
     assert events(second.stdout, "start") == [] and events(second.stdout, "ran") == [], second.describe()
-    assert re.search(r"^plan: 4 steps: 4 cached$", second.stdout, re.M), second.describe()
+    assert re.search(rf"^plan: {len(STEPS)} steps: {len(STEPS)} cached$", second.stdout, re.M), second.describe()
     assert success_records(prefix) == before
     # Same numbers, read back from the cached outputs.
     assert _number("final validation loss", second.stdout) == val
     assert _number("unigram baseline", second.stdout) == baseline
+    assert _task_lines(second.stdout) == scores
     assert second.seconds < 30 and second.seconds < first.seconds / 2, \
         f"no-op run took {second.seconds:.1f}s (first run {first.seconds:.1f}s)"
 

@@ -5,8 +5,10 @@
 pretrained model's final parameters (``initialize_from=checkpoint(nano_model)``); the chat
 template's special tokens are new to its tokenizer, so its vocabulary grows by them (old rows kept).
 An eval step per model scores it on the held-out conversations (loss over the assistant's tokens
-only, as the fine-tune minimises it); ``marin compare experiments/sft/`` and the report put the two
-side by side. Then ask the fine-tuned model a question::
+only, as the fine-tune minimises it), and both run the five story tasks (the pretrained model's
+task steps are ``make train-nano``'s: one step per checkpoint and task, whoever asks);
+``marin compare experiments/sft/`` and the report put the two side by side, and
+``reports/story-tasks`` is their table (``eval_report.md``). Then ask the fine-tuned model a question::
 
     marin sample checkpoints/marin-nano-sft --chat --prompt "$(cat story.txt) Who is the story about?"
 """
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 from experiments.llama import llama_nano
 from experiments.marin_tokenizer import marin_tokenizer
-from experiments.train_nano import nano_model, tinystories
+from experiments.train_nano import nano_model, nano_tasks, story, tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
 from marin.experiment import (
                            DEFAULT_CHAT_TEMPLATE,
                            checkpoint,
+                           eval_report,
                            evaluate,
                            story_chats,
                            tokenized_chat,
@@ -53,4 +56,8 @@ sft_model = train_lm(
 evaluations = [evaluate(f"evals/story-chats/{label}", model, {"story-chats": chat_data, "tinystories": tinystories})
                for label, model in (("pretrained", nano_model), ("fine-tuned", sft_model))]
 
-steps = evaluations
+# Both models on the story tasks, and the two evaluations in one table.
+sft_tasks = evaluate("evals/marin-nano-sft/story-tasks", sft_model, tasks=story)
+task_table = eval_report("reports/story-tasks", {"pretrained": nano_tasks, "fine-tuned": sft_tasks})
+
+steps = [*evaluations, task_table]

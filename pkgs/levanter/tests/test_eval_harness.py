@@ -24,9 +24,13 @@ from levanter.eval_harness import (
     HarnessConfig,
     LevanterLM,
     TaskRunConfig,
+    TaskScores,
     UnknownTask,
+    evaluate_model,
+    flat_metrics,
     run_tasks,
     samples_file,
+    task_scores,
 )
 from levanter.eval_harness.packing import plan_rows
 from levanter.generate import generate
@@ -280,7 +284,8 @@ def _write_mc_task(folder) -> str:
     return path
 
 
-def test_a_multiple_choice_task_through_the_harness_scores_as_recomputed_by_hand(lm, tmp_path, monkeypatch):
+def test_a_multiple_choice_task_through_the_harness_scores_as_recomputed_by_hand(lm, params, tokenizer_json, tmp_path,
+                                                                                 monkeypatch):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     yaml_path = _write_mc_task(str(tasks))
@@ -310,10 +315,34 @@ def test_a_multiple_choice_task_through_the_harness_scores_as_recomputed_by_hand
     assert task["acc,none"] == pytest.approx(np.mean(acc)) and task["acc_norm,none"] == pytest.approx(np.mean(acc_norm))
     assert task["acc_stderr,none"] == pytest.approx(np.std(acc, ddof=1) / np.sqrt(len(acc)))
     assert acc != acc_norm  # the normalisation mattered somewhere, so both are really checked
+    # Read back by metric: the harness's numbers under their own names, standard errors apart.
+    scores = task_scores(written)["toy_arc"]
+    assert scores.metrics == {"acc": task["acc,none"], "acc_norm": task["acc_norm,none"]}
+    assert scores.stderr == {"acc": task["acc_stderr,none"], "acc_norm": task["acc_norm_stderr,none"]}
+    assert (scores.samples, scores.num_fewshot, scores.version) == (20, 0, 1.0)
+    assert scores.higher_is_better == {"acc": True, "acc_norm": True}
+    assert TaskScores.from_json(json.loads(json.dumps(scores.to_json()))) == scores
 
-    # The same run again writes the same samples, byte for byte.
-    run_tasks(lm, TaskRunConfig(tasks=(yaml_path,), limit=20), str(tmp_path / "again"))
+    # The same run again, from the parameters in hand (what a trainer's hook calls), writes the same
+    # samples byte for byte and returns the same scores.
+    again = evaluate_model(CONFIG, params, tokenizer_json, TaskRunConfig(tasks=(yaml_path,), limit=20), lm.harness_config,
+                           output_dir=str(tmp_path / "again"))
     assert (tmp_path / "again" / samples_file("toy_arc")).read_text().splitlines() == lines
+    assert again == {"toy_arc": scores} and flat_metrics(again) == {"toy_arc.acc": task["acc,none"],
+                                                                    "toy_arc.acc_norm": task["acc_norm,none"]}
+
+
+def test_task_scores_name_filtered_metrics_and_groups_and_skip_what_is_no_number():
+    results = {"results": {"gsm": {"alias": "gsm", "exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": 0.1,
+                                   "exact_match,none": 0.5, "exact_match_stderr,none": "N/A", "sample_len": 4}},
+               "groups": {"maths": {"alias": "maths", "exact_match,none": 0.5, "exact_match_stderr,none": 0.2}},
+               "n-samples": {"gsm": {"original": 8, "effective": 4}}, "n-shot": {"gsm": 5}, "versions": {"gsm": 3}}
+    scores = task_scores(results)
+    assert scores["gsm"] == TaskScores(metrics={"exact_match,strict-match": 0.25, "exact_match": 0.5},
+                                       stderr={"exact_match,strict-match": 0.1}, samples=4, num_fewshot=5, version=3)
+    assert scores["maths"].metrics == {"exact_match": 0.5} and scores["maths"].stderr == {"exact_match": 0.2}
+    with pytest.raises(ValueError, match="not lm-eval results"):
+        task_scores({"configs": {}})
 
 
 def test_unknown_tasks_and_bad_settings_are_named(lm, tokenizer_json, tmp_path):

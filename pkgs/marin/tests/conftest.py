@@ -4,7 +4,9 @@
   in spawned step workers (which inherit ``sys.path``) and in subprocess runners (``PYTHONPATH``);
 * ``counter``: a folder where step functions count their calls across processes;
 * ``store``: a (prefix, client) pair parametrized over the local, ``memory://`` and ``gs://``
-  stores. ``memory://`` lives inside one process, so its steps run in this process.
+  stores. ``memory://`` lives inside one process, so its steps run in this process;
+* ``trained_prefix``: ``lm_graph``'s data with ``tiny_model(steps=10)`` and ``tiny_model(steps=20)``
+  trained, built once per session; tests copy it (``lm_graph.copy_prefix``) and add their steps.
 """
 
 from __future__ import annotations
@@ -46,3 +48,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path):
     if request.param == "memory":
         return request.getfixturevalue("memory_prefix"), steps_for_tests.InProcessClient()
     return request.getfixturevalue("gcs_bucket") + "/store", None
+
+
+@pytest.fixture(scope="session")
+def trained_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lm_graph import build_data, runner, tiny_model
+
+    prefix = build_data(tmp_path_factory.mktemp("trained") / "store")
+    # The longer run first: built after the shorter one it would extend it, and keep only its own
+    # later checkpoints (tests read checkpoint 10 of the 20-step run).
+    for model in (tiny_model(steps=20), tiny_model(steps=10)):
+        result = runner(prefix).run([model])
+        assert result.ok, [(s.name, s.error) for s in result.failed]
+    return prefix

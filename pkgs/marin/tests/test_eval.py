@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from lm_graph import build_data, copy_prefix, data, held_out, runner, tiny_model
+from lm_graph import copy_prefix, data, held_out, runner, tiny_model
 
 from marin.execution.step_runner import Outcome
 from marin.experiment.data import tokenized, trained_tokenizer
@@ -15,8 +15,8 @@ from rigging import filesystem as fs
 
 
 @pytest.fixture(scope="module")
-def data_prefix(tmp_path_factory):
-    return build_data(tmp_path_factory.mktemp("lm") / "store")
+def data_prefix(trained_prefix):
+    return trained_prefix  # the tiny models of 10 and 20 steps are built there already
 
 
 def _results(result, name):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from marin.experiment.corpus import generate_story, story_facts
-from marin.experiment.story_tasks import StoryTask, StoryTasksConfig, story_task_docs, write_story_tasks
+from marin.experiment.story_task import StoryTask, StoryTasksConfig, story_task_docs, write_story_tasks
 
 SMALL = StoryTasksConfig(num_docs=40)
 

@@ -1,12 +1,18 @@
 """Benchmark tasks through EleutherAI's lm-evaluation-harness, with a levanter model as its ``LM``.
 
-* :class:`~levanter.eval_harness.lm.LevanterLM`: the model answering ``loglikelihood``, ``loglikelihood_rolling`` and
-  ``generate_until`` requests, packed many to a row (``packing``) and scored on the device or mesh
-  (``scoring``).
-* :func:`~levanter.eval_harness.run.run_tasks`: the harness's evaluator over task names or task YAML files, writing
-  ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
-* :class:`~levanter.eval_harness.config.HarnessConfig`, :class:`~levanter.eval_harness.config.TaskRunConfig`: their settings (importing them loads neither JAX
-  nor lm_eval; names are loaded on first use).
+* :class:`~levanter.eval_harness.lm.LevanterLM`: the model answering ``loglikelihood``,
+  ``loglikelihood_rolling`` and ``generate_until`` requests, packed many to a row (``packing``)
+  and scored on the device or mesh (``scoring``).
+* :func:`~levanter.eval_harness.run.run_tasks`: the harness's evaluator over task names or task
+  YAML files, writing ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
+* :func:`~levanter.eval_harness.run.evaluate_model`: the tasks run on a model in hand (a
+  trainer's parameters), its scores returned.
+* :func:`~levanter.eval_harness.scores.task_scores`, :class:`~levanter.eval_harness.scores.TaskScores`:
+  a results file read back by metric (no lm_eval needed).
+* :func:`~levanter.eval_harness.tasks.check_task_data`: whether the tasks' data is on this
+  machine, checked before a run.
+* :class:`~levanter.eval_harness.config.HarnessConfig`, :class:`~levanter.eval_harness.config.TaskRunConfig`:
+  their settings (importing them loads neither JAX nor lm_eval; names are loaded on first use).
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ __all__ = [
     "PackStats",
     "TaskDataUnavailable",
     "TaskRunConfig",
+    "TaskScores",
     "UnknownTask",
+    "check_task_data",
+    "evaluate_model",
+    "flat_metrics",
     "load_tasks",
     "run_tasks",
     "samples_file",
+    "task_scores",
 ]
 
 _WHERE = {
@@ -31,12 +42,17 @@ _WHERE = {
     "TaskRunConfig": "levanter.eval_harness.config",
     "LevanterLM": "levanter.eval_harness.lm",
     "PackStats": "levanter.eval_harness.packing",
-    "TaskDataUnavailable": "levanter.eval_harness.tasks",
-    "UnknownTask": "levanter.eval_harness.tasks",
+    "TaskDataUnavailable": "levanter.eval_harness.errors",
+    "UnknownTask": "levanter.eval_harness.errors",
     "load_tasks": "levanter.eval_harness.tasks",
-    "RESULTS_FILE": "levanter.eval_harness.run",
+    "RESULTS_FILE": "levanter.eval_harness.scores",
+    "TaskScores": "levanter.eval_harness.scores",
+    "flat_metrics": "levanter.eval_harness.scores",
+    "task_scores": "levanter.eval_harness.scores",
+    "samples_file": "levanter.eval_harness.scores",
+    "check_task_data": "levanter.eval_harness.tasks",
+    "evaluate_model": "levanter.eval_harness.run",
     "run_tasks": "levanter.eval_harness.run",
-    "samples_file": "levanter.eval_harness.run",
 }
 
 __getattr__ = lazy_getattr(__name__, _WHERE)

@@ -27,21 +27,16 @@ from lm_eval import simple_evaluate
 from lm_eval.api.model import LM
 from lm_eval.loggers import EvaluationTracker
 
-from levanter.eval_harness.config import TaskRunConfig
+from levanter.eval_harness.config import HarnessConfig, TaskRunConfig
+from levanter.eval_harness.scores import RESULTS_FILE, TaskScores, samples_file, task_scores
 from levanter.eval_harness.tasks import load_tasks
 from rigging import filesystem as fs
 
-__all__ = ["RESULTS_FILE", "run_tasks", "samples_file"]
+__all__ = ["RESULTS_FILE", "evaluate_model", "run_tasks", "samples_file"]
 
-RESULTS_FILE = "results.json"
 _NO_FORK = "DISABLE_MULTIPROC"
 
 logger = logging.getLogger(__name__)
-
-
-def samples_file(task: str) -> str:
-    """The name of task ``task``'s samples file in the output folder."""
-    return f"samples_{task}.jsonl"
 
 
 def run_tasks(lm: LM, config: TaskRunConfig, output_dir: str | None = None) -> dict[str, Any]:
@@ -72,6 +67,32 @@ def run_tasks(lm: LM, config: TaskRunConfig, output_dir: str | None = None) -> d
             _publish(tracker, results, samples, scratch, output_dir)
     results["samples"] = samples
     return results
+
+
+def evaluate_model(model_config: Any, params: Any, tokenizer_json: str, tasks: TaskRunConfig,
+                   harness: HarnessConfig = HarnessConfig(), *, mesh: Any = None, output_dir: str | None = None,
+                   name: str = "levanter") -> dict[str, TaskScores]:
+    """Run ``tasks`` on a model in hand (a trainer's parameters, or a checkpoint's) and return its scores.
+
+    Args:
+        model_config: the model's shape (a ``LlamaConfig``).
+        params: its parameters (a Haiku params tree, possibly sharded on ``mesh``).
+        tokenizer_json: the text of its ``tokenizer.json``.
+        tasks: the tasks and the harness's settings.
+        harness: batch shape, end token and precision of the requests.
+        mesh: the ``jax.sharding.Mesh`` to run on (None: the default device).
+        output_dir: where to write ``results.json`` and the samples (None: nowhere).
+        name: how the results name the model.
+
+    Returns:
+        Task (and group) -> :class:`~levanter.eval_harness.scores.TaskScores`;
+        :func:`~levanter.eval_harness.scores.flat_metrics` names them ``<task>.<metric>`` for a tracker.
+    """
+    # The model's module loads JAX: only when a model is evaluated, not when results are read.
+    from levanter.eval_harness.lm import LevanterLM
+
+    lm = LevanterLM(model_config, params, tokenizer_json, harness, mesh=mesh, name=name)
+    return task_scores(run_tasks(lm, tasks, output_dir))
 
 
 @contextlib.contextmanager

@@ -23,20 +23,13 @@ from lm_eval.tasks import TaskManager
 from lm_eval.tasks._factory import TaskFactory
 
 from levanter.compat.hub import HubIdInvalid, HubSnapshotMissing, hub_snapshot
+from levanter.eval_harness.errors import TaskDataUnavailable, UnknownTask
 
-__all__ = ["TaskDataUnavailable", "UnknownTask", "load_tasks", "task_manager"]
+__all__ = ["TaskDataUnavailable", "UnknownTask", "check_task_data", "load_tasks", "task_manager"]
 
 # datasets' file-format builders: their data_files are paths, not a dataset on the Hub.
 _FILE_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "webdataset"})
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-class TaskDataUnavailable(FileNotFoundError):
-    """A task's dataset is neither on this machine nor obtainable (one line naming task and dataset)."""
-
-
-class UnknownTask(ValueError):
-    """A task spec that is no task, group or tag name and no YAML file."""
 
 
 def _is_yaml_path(spec: str) -> bool:
@@ -85,6 +78,19 @@ def load_tasks(specs: Sequence[str], include_paths: Sequence[str] = ()) -> tuple
     return manager, built
 
 
+def check_task_data(specs: Sequence[str], include_paths: Sequence[str] = ()) -> None:
+    """Check that every task ``specs`` name (a group's and tag's members too) has its data on this
+    machine, loading none of it: what :func:`load_tasks` would find missing, found before a run.
+
+    Raises:
+        UnknownTask: see :func:`task_manager`.
+        TaskDataUnavailable: a task's dataset is not on this machine and cannot be fetched.
+    """
+    manager = task_manager(specs, include_paths)
+    manager._factory = _CheckingFactory()  # the harness's seam (see the module docstring)
+    manager.load([os.path.abspath(spec) if _is_yaml_path(spec) else spec for spec in specs])
+
+
 class _Manager(TaskManager):
     def __init__(self, include_path: list[str], include_defaults: bool):
         super().__init__(include_path=include_path or None, include_defaults=include_defaults)
@@ -96,6 +102,18 @@ class _LocalDataFactory(TaskFactory):
         config = super()._load_full_config(entry, overrides)
         base = Path(entry.yaml_path).parent if getattr(entry, "yaml_path", None) else Path.cwd()
         return localize_dataset(config, base)
+
+
+class _Unbuilt:
+    """A task whose config was localised but that was not built (its data is not read)."""
+
+    def __init__(self, name: str):
+        self.task_name = name
+
+
+class _CheckingFactory(_LocalDataFactory):
+    def _build_task(self, entry: Any, overrides: dict[str, Any] | None) -> Any:
+        return _Unbuilt(self._load_full_config(entry, overrides)["task"])
 
 
 def localize_dataset(config: dict[str, Any], base: Path) -> dict[str, Any]:

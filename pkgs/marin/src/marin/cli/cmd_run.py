@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -50,7 +51,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     except ValueError as e:
         raise MarinError(f"--budget: {e}") from None
     steps = load_targets(list(targets))
-    reporter = make_reporter()
+    reporter = make_reporter() if dry_run else _InputsChecked(make_reporter())
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address,
@@ -74,3 +75,24 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         raise MarinError(f"{len(result.failed)} step(s) failed: {', '.join(s.name for s in result.failed)}",
                          hint="read the logs above, fix, and run again (finished steps stay cached)", exit_code=1)
     sys.stdout.flush()
+
+
+class _InputsChecked:
+    """The run's reporter, told of the plan once what its steps will read from this machine is
+    there: a benchmark task's dataset missing from the hub cache is a user error before anything
+    runs, not a failed step after the model trained."""
+
+    def __init__(self, reporter: Any):
+        self._reporter = reporter
+
+    def planned(self, plan: Any) -> None:
+        to_run = plan.to_run()
+        if to_run:
+            # The harness's task settings: only when there is something to build.
+            from marin.experiment.task_eval import check_task_data
+
+            check_task_data(p.step for p in to_run)
+        self._reporter.planned(plan)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reporter, name)

@@ -48,6 +48,7 @@ class _UserFacingError(click.ClickException):
 def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     """Every exception that is the user's to fix: (type, hint, exit code), first match wins."""
     from iris.admission import ResourcesTooLarge
+    from levanter.eval_harness.errors import TaskDataUnavailable, UnknownTask
     from marin.execution.core.errors import InvalidStep
     from marin.execution.plan.estimate import OverBudget
     from marin.execution.run.outcome import NotCached
@@ -66,6 +67,8 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
         (CacheMiss, "run `marin verify` and rebuild the step", 2),
         (SecretNotFound, None, 2),  # the message says what to export
         (DataSourceError, "check the data source named above", 2),
+        (TaskDataUnavailable, None, 2),  # the message names the task, the dataset and what to do
+        (UnknownTask, "`lm-eval ls tasks` lists lm-eval's tasks; a task of your own is a YAML file path", 2),
     ]
 
 

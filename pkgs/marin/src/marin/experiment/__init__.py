@@ -2,11 +2,11 @@
 
 Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), data curation
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
-(``train_lm``, ``checkpoint``), evaluation and export, the best trial of a sweep (``best``;
-``sweep`` itself is :func:`marin.experiment.sweep.sweep`: the name is its module's) and scaling
-ladders (``isoflop``). Each lives in a module of its own
-(:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`, ...); this package re-exports the
-names experiment files write, as optax re-exports its transforms.
+(``train_lm``, ``checkpoint``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and
+export, the best trial of a sweep (``best``; ``sweep`` itself is
+:func:`marin.experiment.sweep.sweep`: the name is its module's) and scaling ladders (``isoflop``).
+Each lives in a module of its own (:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`,
+...); this package re-exports the names experiment files write, as optax re-exports its transforms.
 
 An experiment file exposes its steps as a module-level ``steps`` list::
 
@@ -42,9 +42,11 @@ if TYPE_CHECKING:
         web_corpus,
     )
     from marin.experiment.eval import eval_data, evaluate
+    from marin.experiment.eval_report import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.scaling import isoflop
     from marin.experiment.story_chat import story_chats
+    from marin.experiment.story_task import story_tasks
     from marin.experiment.sweep import best
     from marin.experiment.train import FINAL, checkpoint, train_lm
 
@@ -71,10 +73,12 @@ _WHERE = {
     "web_corpus": "marin.experiment.datakit",
     "eval_data": "marin.experiment.eval",
     "evaluate": "marin.experiment.eval",
+    "eval_report": "marin.experiment.eval_report",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
     "isoflop": "marin.experiment.scaling",
     "story_chats": "marin.experiment.story_chat",
+    "story_tasks": "marin.experiment.story_task",
     "best": "marin.experiment.sweep",
     "FINAL": "marin.experiment.train",
     "checkpoint": "marin.experiment.train",
@@ -95,6 +99,7 @@ __all__ = [
     "decontaminate",
     "dedup",
     "eval_data",
+    "eval_report",
     "evaluate",
     "export_hf",
     "heuristics",
@@ -105,6 +110,7 @@ __all__ = [
     "output_path_of",
     "quality_classifier",
     "story_chats",
+    "story_tasks",
     "tokenized",
     "tokenized_chat",
     "train_lm",

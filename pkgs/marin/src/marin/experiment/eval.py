@@ -1,9 +1,14 @@
-"""``evaluate()``: a lazy handle to an evaluation step of one checkpoint of a trained model.
+"""``evaluate()``: a lazy handle to an evaluation of one checkpoint of a trained model.
 
 The step reads exactly the checkpoint it names: its key holds the training step's hash and the
 checkpoint (``"final"`` or a step number), never "whatever is newest now". A new checkpoint of the
 same model is a new eval step; the same one is cached. Results are ``eval_results.json`` in the
-step's output (format :data:`EVAL_FORMAT`).
+step's output (format :data:`EVAL_FORMAT`, :mod:`marin.experiment.eval_results`).
+
+With ``datasets`` alone it is one step scoring loss, perplexity and bits per byte. With ``tasks``
+each benchmark task is a step of its own, shared with every other evaluation of the same
+checkpoint and task (:mod:`marin.experiment.task_eval`), the datasets' scores are a step named
+``<name>/losses``, and the step ``<name>`` gathers them: adding a task runs only that task.
 """
 
 from __future__ import annotations
@@ -14,11 +19,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.core.lazy import Lazy, StepHandle
+from levanter.eval_harness.config import HarnessConfig
+from levanter.eval_harness.scores import RESULTS_FILE, task_scores
+from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.step import Step
-from marin.experiment.results import EVAL_FORMAT, EVAL_RESULTS_FILE
-from marin.experiment.train import FINAL
+from marin.experiment.eval_results import (
+    EVAL_FORMAT,
+    EVAL_RESULTS_FILE,
+    EvalResults,
+    read_eval_results,
+    write_eval_results,
+)
+from marin.experiment.task_eval import check_checkpoint, task_evals
+from marin.experiment.train import FINAL, TRAIN_SUMMARY_FILE
+from rigging import filesystem as fs
 
 __all__ = [
     "EVAL_FORMAT",
@@ -26,9 +41,13 @@ __all__ = [
     "EvalConfig",
     "EvalData",
     "EvalDataKind",
+    "EvalSummary",
+    "EvalSummaryConfig",
     "Evaluate",
+    "eval_summary_step",
     "evaluate",
     "evaluate_step",
+    "writes_eval_results",
 ]
 
 
@@ -82,10 +101,7 @@ class EvalConfig:
     """Score at most about this many tokens of each dataset (None: all of it)."""
 
     def __post_init__(self) -> None:
-        checkpoint_ok = self.checkpoint == FINAL or (
-            isinstance(self.checkpoint, int) and not isinstance(self.checkpoint, bool) and self.checkpoint > 0)
-        if not checkpoint_ok:
-            raise ValueError(f"checkpoint must be 'final' or a step number > 0, got {self.checkpoint!r}")
+        check_checkpoint(self.checkpoint)
         if not isinstance(self.datasets, tuple):
             object.__setattr__(self, "datasets", tuple(self.datasets))
         if not self.datasets:
@@ -102,9 +118,6 @@ class EvalConfig:
 
 
 def _trained_steps(model_output: str) -> int | None:
-    from marin.experiment.train import TRAIN_SUMMARY_FILE
-    from rigging import filesystem as fs
-
     path = fs.join(model_output, TRAIN_SUMMARY_FILE)
     if not fs.exists(path):
         return None
@@ -142,7 +155,6 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
 
     from levanter.eval import evaluate_split, read_tokenizer_json, token_byte_lengths, vocabulary_extends
     from levanter.generate import load_model
-    from rigging import filesystem as fs
 
     model_output = str(config.model)
     step = None if config.checkpoint == FINAL else int(config.checkpoint)
@@ -174,19 +186,66 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
             results[data.label] = {"kind": data.kind.value, **scores.to_json()}
             print(f"eval {data.label}: loss {scores.loss:.4f}, perplexity {scores.perplexity:.3f}, "
                   f"bits/byte {scores.bits_per_byte:.4f} over {scores.tokens} tokens")
-    document = {
-        "format": EVAL_FORMAT,
-        "model": model_output,
-        "checkpoint": config.checkpoint,
-        "step": step if step is not None else _trained_steps(model_output),
-        "seq_len": config.seq_len,
-        "results": results,
-    }
-    fs.atomic_write(fs.join(output_path, EVAL_RESULTS_FILE), json.dumps(document, indent=2))
+    write_eval_results(output_path, EvalResults(
+        model=model_output, checkpoint=config.checkpoint, step=step if step is not None else _trained_steps(model_output),
+        seq_len=config.seq_len, datasets=results))
 
 
 class Evaluate(StepHandle, fn=evaluate_step):
     """Handle to an eval step; its output holds ``eval_results.json``."""
+
+
+@dataclass(frozen=True)
+class EvalSummaryConfig:
+    """The results of one checkpoint's eval steps, gathered into one ``eval_results.json``."""
+
+    model: Any
+    """The training step (a placeholder resolved to its output folder)."""
+    checkpoint: int | str
+    """``"final"`` or the step number of the checkpoint."""
+    losses: Any = None
+    """The eval step scoring the datasets (``<name>/losses``), or None."""
+    tasks: tuple[Any, ...] = ()
+    """The task eval steps (``marin.experiment.task_eval.TaskEval``)."""
+
+    def __post_init__(self) -> None:
+        check_checkpoint(self.checkpoint)
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.losses is None and not self.tasks:
+            raise ValueError("an eval summary needs a losses step or task steps, got neither")
+
+
+def eval_summary_step(config: EvalSummaryConfig, output_path: str) -> None:
+    """Step function: read the datasets' scores and each task's lm-eval results; write ``eval_results.json``."""
+    model_output = str(config.model)
+    losses = None
+    if config.losses is not None:
+        losses = read_eval_results(str(config.losses))
+        if losses is None:
+            raise FileNotFoundError(f"{config.losses} holds no eval results")
+    tasks, outputs = {}, {}
+    for folder in map(str, config.tasks):
+        for task, scores in task_scores(json.loads(fs.read_text(fs.join(folder, RESULTS_FILE)))).items():
+            if task in tasks:
+                raise ValueError(f"task {task!r} is scored by two of the task steps ({outputs[task]} and {folder}); "
+                                 "ask for it once")
+            tasks[task], outputs[task] = scores, folder
+            shown = ", ".join(f"{m} {v:.4f}" for m, v in scores.metrics.items())
+            print(f"{task}: {shown}")
+    step = losses.step if losses is not None else (
+        config.checkpoint if isinstance(config.checkpoint, int) else _trained_steps(model_output))
+    write_eval_results(output_path, EvalResults(
+        model=model_output, checkpoint=config.checkpoint, step=step, seq_len=losses.seq_len if losses else None,
+        datasets=losses.datasets if losses else {}, tasks=tasks, task_outputs=outputs))
+
+
+class EvalSummary(Evaluate, fn=eval_summary_step):
+    """Handle to the step gathering an evaluation's results; its output holds ``eval_results.json``."""
+
+
+def writes_eval_results(step: Step) -> bool:
+    """Whether ``step`` writes ``eval_results.json`` (an ``evaluate(...)`` step)."""
+    return isinstance(step.config, EvalConfig | EvalSummaryConfig)
 
 
 def _is_tokenized(data: Any) -> bool:
@@ -212,44 +271,69 @@ def eval_data(label: str, data: Any, *, text_field: str = "text") -> EvalData:
     if isinstance(data, str) and "://" not in data and not any(c in data for c in "*?[") \
             and not os.path.exists(data) and not is_hf_id(data):
         raise ValueError(f"eval dataset {label!r}: {data!r} is not a tokenized handle, a step, an existing path, "
-                         "a URL or a Hugging Face dataset id (eval harness tasks are not supported)")
+                         "a URL or a Hugging Face dataset id (benchmark tasks go in tasks=[...])")
     return EvalData(label=label, data=normalize_path(data), kind=EvalDataKind.RAW_TEXT, text_field=text_field)
 
 
-def evaluate(name: str, model: Any, datasets: Mapping[str, Any], *, checkpoint: int | str = FINAL,
-             seq_len: int | None = None, batch_size: int = 8, max_eval_tokens: int | None = None,
-             text_field: str = "text", version: str = "v1") -> Evaluate:
-    """An eval step: loss, perplexity and bits per byte of one checkpoint of ``model`` on ``datasets``.
+def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *, tasks: Any = None,
+             checkpoint: int | str = FINAL, seq_len: int | None = None, batch_size: int = 8,
+             max_eval_tokens: int | None = None, text_field: str = "text", num_fewshot: int | None = None,
+             limit: int | float | None = None, harness: HarnessConfig | None = None, bootstrap_iters: int = 1000,
+             version: str = "v1") -> Evaluate:
+    """An evaluation of one checkpoint of ``model``: losses on ``datasets``, scores on benchmark ``tasks``.
 
     Args:
         name: the step's name (its output folder is ``<prefix>/<name>-<hash>``).
         model: a ``train_lm(...)`` handle (or its step).
         datasets: ``{label: data}``; data is a tokenized handle (scored on its validation split)
             or a raw text source (a path, glob, URL or a step whose output holds text files),
-            tokenized with the model's own tokenizer and scored whole.
+            tokenized with the model's own tokenizer and scored whole: loss, perplexity, bits per byte.
+        tasks: benchmark tasks run through the lm-evaluation-harness, each a step of its own
+            (``evals/<model name>/<task>``, shared by every evaluation asking for it): lm-eval
+            task names (``"arc_easy"``; their data from the hub cache), paths of task YAML files
+            with local data, or the tasks of a ``story_tasks(...)`` handle (all of them, or one
+            by ``.task("story_qa")``).
         checkpoint: ``"final"`` or the step number of a checkpoint the training run keeps.
-        seq_len: context of each scored window (default: the model's training ``seq_len``).
-        batch_size: windows scored at once (does not change the scores).
+        seq_len: context of each scored window, and of the harness's rows when ``harness`` is not
+            given (default: the model's training ``seq_len``).
+        batch_size: windows (harness rows) scored at once (does not change the scores).
         max_eval_tokens: score at most about this many tokens per dataset (None: all).
         text_field: field holding the text of raw JSON-lines or Parquet sources.
-        version: bump to re-evaluate when the evaluation code changed.
+        num_fewshot: few-shot examples per prompt of every task (None: each task's default).
+        limit: documents per task: a count, or a share below 1.0 (None: all).
+        harness: the harness's batch shape, context, end token and precision (default: ``seq_len``
+            and ``batch_size`` above).
+        bootstrap_iters: resamples for the standard errors of non-mean task metrics.
+        version: bump to re-evaluate when the evaluation code changed (the task steps have their own).
 
     Raises:
-        ValueError: a bad argument, or a checkpoint the training run never writes or does not keep.
+        ValueError: a bad argument, neither datasets nor tasks, or a checkpoint the training run
+            never writes or does not keep.
     """
     from marin.experiment.train import check_checkpoint_kept, final_only, training_config
 
     train_config = training_config(model)
     final_only(model, checkpoint)
-    if not isinstance(datasets, Mapping) or not datasets:
+    if datasets is None and tasks is None:
+        raise ValueError(f"evaluate {name!r}: give datasets={{label: data}}, tasks=[...] or both")
+    if datasets is not None and (not isinstance(datasets, Mapping) or not datasets):
         raise ValueError("datasets must be a non-empty mapping of label to dataset")
     if checkpoint != FINAL:
         check_checkpoint_kept(train_config, checkpoint)
         if checkpoint == train_config.trainer.num_train_steps:
             checkpoint = FINAL  # the same parameters: one key for them
-    config = EvalConfig(
-        model=model, checkpoint=checkpoint,
-        datasets=tuple(eval_data(label, data, text_field=text_field) for label, data in datasets.items()),
-        seq_len=seq_len if seq_len is not None else train_config.trainer.seq_len, batch_size=batch_size,
-        max_eval_tokens=max_eval_tokens)
-    return Evaluate(name=name, config=config, version=version)
+    seq_len = seq_len if seq_len is not None else train_config.trainer.seq_len
+    losses = None
+    if datasets is not None:
+        config = EvalConfig(
+            model=model, checkpoint=checkpoint,
+            datasets=tuple(eval_data(label, data, text_field=text_field) for label, data in datasets.items()),
+            seq_len=seq_len, batch_size=batch_size, max_eval_tokens=max_eval_tokens)
+        losses = Evaluate(name=name if tasks is None else f"{name}/losses", config=config, version=version)
+        if tasks is None:
+            return losses
+    harness = harness if harness is not None else HarnessConfig(batch_size=batch_size, seq_len=seq_len)
+    steps = task_evals(model, lower(model).name, checkpoint, tasks, harness=harness, num_fewshot=num_fewshot,
+                       limit=limit, bootstrap_iters=bootstrap_iters)
+    return EvalSummary(name=name, config=EvalSummaryConfig(model=model, checkpoint=checkpoint, losses=losses,
+                                                           tasks=steps), version=version)

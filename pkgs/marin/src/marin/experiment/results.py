@@ -6,8 +6,9 @@ the same way:
 
 * ``loss``, ``val_loss``, ``steps_trained``: the training step's last logged values;
 * ``params``, ``model_flops``, ``mfu``: its FLOPs accounting (``train_summary.json``);
-* ``<eval set>.loss``, ``<eval set>.bpb``: an eval step's scores of the run's final parameters
-  (``<eval set>@<step>.loss`` for another checkpoint).
+* ``<eval set>.loss``, ``<eval set>.bpb``, ``<task>.<metric>``: an eval step's scores of the run's
+  final parameters (``<eval set>@<step>.loss`` for another checkpoint), named by
+  :mod:`marin.experiment.eval_results`, which owns their format.
 
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training step at all) and returns ``None`` rather than raising.
@@ -17,26 +18,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.experiment.eval_results import dataset_metric_names, read_eval_results
 from rigging import filesystem as fs
 
 __all__ = [
-    "EVAL_FORMAT",
-    "EVAL_RESULTS_FILE",
-    "EVAL_SCORES",
     "FLOPS_METRICS",
     "KNOWN_SERIES",
     "METRICS_FILE",
     "TRAIN_METRICS",
     "TRAIN_SUMMARY_FILE",
     "Metrics",
-    "eval_metrics",
     "metric_names",
     "parse_metrics",
-    "read_eval_results",
     "read_json_object",
     "read_metrics",
     "read_text_if_any",
@@ -49,9 +46,6 @@ METRICS_FILE = "metrics.jsonl"
 """A training step's logged series, one JSON object per line, each with a ``step``."""
 TRAIN_SUMMARY_FILE = "train_summary.json"
 """What a training step reports beside its model: losses, steps, FLOPs, the step it started from."""
-EVAL_RESULTS_FILE = "eval_results.json"
-"""An eval step's scores, per labelled dataset (format :data:`EVAL_FORMAT`)."""
-EVAL_FORMAT = "marin.eval/v1"
 
 # The series a training step may log, in the order they are shown; others are kept after these.
 KNOWN_SERIES = ("loss", "val_loss", "lr", "tokens_per_s", "grad_norm", "mfu")
@@ -61,8 +55,6 @@ TRAIN_METRICS = ("loss", "val_loss", "steps_trained")
 FLOPS_METRICS = ("params", "model_flops", "mfu")
 """The FLOPs accounting shown beside them: parameters, model FLOPs trained, model FLOPs utilisation."""
 _FLOPS_KEYS = {"params": "num_params", "model_flops": "model_flops", "mfu": "mfu"}  # train_summary.json's names
-EVAL_SCORES = (("loss", "loss"), ("bpb", "bits_per_byte"))
-"""(metric suffix, key in an eval result) of each score an eval set gets."""
 
 
 @dataclass
@@ -164,12 +156,6 @@ def read_train_summary(output_path: str) -> dict[str, Any] | None:
     return read_json_object(fs.join(output_path, TRAIN_SUMMARY_FILE))
 
 
-def read_eval_results(output_path: str) -> dict[str, Any] | None:
-    """The ``eval_results.json`` an eval step wrote (format ``marin.eval/v1``), or None."""
-    results = read_json_object(fs.join(output_path, EVAL_RESULTS_FILE))
-    return results if results is not None and results.get("format") == EVAL_FORMAT else None
-
-
 def train_metrics(output_path: str, metrics: Metrics | None = None) -> dict[str, float | None]:
     """The training metrics (:data:`TRAIN_METRICS`, :data:`FLOPS_METRICS`) of the training step at
     ``output_path``; ``metrics``: its ``metrics.jsonl`` when already read. None where not recorded."""
@@ -187,29 +173,16 @@ def train_metrics(output_path: str, metrics: Metrics | None = None) -> dict[str,
     return out
 
 
-def eval_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
-    """The metrics of one eval step's results (an ``eval_results.json`` document), in its order:
-    ``<eval set>.<score>`` for each labelled dataset and each of :data:`EVAL_SCORES`."""
-    checkpoint = results.get("checkpoint")
-    suffix = "" if checkpoint == "final" else f"@{checkpoint}"
-    out: dict[str, float | None] = {}
-    for label, scores in (results.get("results") or {}).items():
-        if isinstance(scores, dict):
-            for short, key in EVAL_SCORES:
-                out[f"{label}{suffix}.{short}"] = _number(scores.get(key))
-    return out
-
-
 def run_metrics(train_output: str, eval_outputs: Iterable[str] = ()) -> dict[str, float | None]:
     """Every metric of one run: its training step's and those of the eval steps that scored it."""
     out = train_metrics(train_output)
     for path in eval_outputs:
         results = read_eval_results(path)
         if results is not None:
-            out.update(eval_metrics(results))
+            out.update(results.metrics(results.suffix))
     return out
 
 
 def metric_names(eval_labels: Iterable[str] = ()) -> list[str]:
     """The metric names a run with eval sets ``eval_labels`` (final parameters) can have."""
-    return [*TRAIN_METRICS, *FLOPS_METRICS, *(f"{label}.{short}" for label in eval_labels for short, _ in EVAL_SCORES)]
+    return [*TRAIN_METRICS, *FLOPS_METRICS, *(name for label in eval_labels for name in dataset_metric_names(label))]

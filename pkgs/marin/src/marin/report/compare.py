@@ -1,10 +1,15 @@
 """Compare training runs: one row per training step, the config fields in which they differ as
 columns, beside their training and evaluation results (``marin compare`` and the HTML report).
+
+Evaluation results are read through ``marin.experiment.eval_results`` and named as it names
+them: ``<dataset>.loss``, ``<dataset>.bpb`` and ``<task>.<metric>`` (``story_qa.acc``), with
+``@<step>`` after the dataset or task for a checkpoint other than the final one.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from dataclasses import dataclass, field
@@ -13,14 +18,9 @@ from typing import Any
 from marin.execution.core.encoding import describe_encoded, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.model import Plan
-from marin.experiment.results import (
-    FLOPS_METRICS,
-    TRAIN_METRICS,
-    eval_metrics,
-    read_eval_results,
-    read_metrics,
-    train_metrics,
-)
+from marin.experiment.eval_results import format_number as _fmt
+from marin.experiment.eval_results import markdown_table, read_eval_results
+from marin.experiment.results import FLOPS_METRICS, TRAIN_METRICS, read_metrics, train_metrics
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]
 
@@ -36,6 +36,8 @@ class CompareRow:
     metrics: dict[str, float | None] = field(default_factory=dict)
     series: Any = field(default=None, repr=False, compare=False)
     """The run's ``metrics.jsonl`` as read for the table (``marin.experiment.results.Metrics``), for curves."""
+    stderr: dict[str, float] = field(default_factory=dict)
+    """Standard errors of task metrics, by the metric's column name."""
 
     @property
     def label(self) -> str:
@@ -43,7 +45,7 @@ class CompareRow:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "hash": self.hash, "label": self.label, "output_path": self.output_path,
-                "fields": self.fields, "metrics": self.metrics}
+                "fields": self.fields, "metrics": self.metrics, "stderr": self.stderr}
 
 
 @dataclass
@@ -54,6 +56,12 @@ class Comparison:
     fields: list[str]
     metrics: list[str]
     eval_sets: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    """Benchmark tasks with scores (``@<step>`` for another checkpoint than the final one)."""
+    task_metrics: list[str] = field(default_factory=list)
+    """The columns of :attr:`metrics` that are task scores (``<task>.<metric>``)."""
+    higher_is_better: dict[str, bool] = field(default_factory=dict)
+    """Task score column -> whether more is better, as its task declares."""
 
     def sorted_by(self, metric: str, *, descending: bool = False) -> Comparison:
         """The rows ordered by ``metric`` (rows without it last); raises ValueError for an unknown metric."""
@@ -66,7 +74,7 @@ class Comparison:
                 return True, 0.0
             return False, -value if descending else value
 
-        return Comparison(sorted(self.rows, key=key), self.fields, self.metrics, self.eval_sets)
+        return dataclasses.replace(self, rows=sorted(self.rows, key=key))
 
     def header(self) -> list[str]:
         return ["step", *self.fields, *self.metrics]
@@ -77,8 +85,8 @@ class Comparison:
                  *(_fmt(row.metrics.get(m)) for m in self.metrics)] for row in self.rows]
 
     def to_json(self) -> dict[str, Any]:
-        return {"fields": self.fields, "metrics": self.metrics, "eval_sets": self.eval_sets,
-                "rows": [r.to_json() for r in self.rows]}
+        return {"fields": self.fields, "metrics": self.metrics, "eval_sets": self.eval_sets, "tasks": self.tasks,
+                "task_metrics": self.task_metrics, "higher_is_better": self.higher_is_better, "rows": [r.to_json() for r in self.rows]}
 
     def to_csv(self) -> str:
         out = io.StringIO()
@@ -90,18 +98,7 @@ class Comparison:
         return out.getvalue()
 
     def to_markdown(self) -> str:
-        header = self.header()
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in self.cells()]
-        return "\n".join(lines) + "\n"
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if float(value).is_integer() and abs(value) < 1e9:  # counts; FLOPs read better as 1.2e+12
-        return str(int(value))
-    return f"{value:.4g}"
+        return markdown_table(self.header(), self.cells())
 
 
 def _show(encoded: str, names: dict[str, str]) -> str:
@@ -144,7 +141,6 @@ def _differing(flat: list[dict[str, str]]) -> list[str]:
 
 def compare_plan(plan: Plan) -> Comparison:
     """The comparison of every training step in ``plan``, with the eval steps that read them."""
-    from marin.experiment.eval import EvalConfig
     from marin.experiment.train import TrainLmConfig
 
     hashes = plan.hashes()
@@ -160,22 +156,45 @@ def compare_plan(plan: Plan) -> Comparison:
         row.series = read_metrics(p.output_path)
         row.metrics.update(train_metrics(p.output_path, row.series))
         rows.append(row)
-    eval_names: list[str] = []
-    eval_sets: list[str] = []
+    evals = _eval_columns(plan, rows, row_of, hashes)
+    return Comparison(rows=rows, fields=differing,
+                      metrics=[*TRAIN_METRICS, *FLOPS_METRICS, *evals.dataset_metrics, *evals.task_metrics],
+                      eval_sets=evals.eval_sets, tasks=evals.tasks, task_metrics=evals.task_metrics,
+                      higher_is_better=evals.higher_is_better)
+
+
+@dataclass
+class _EvalColumns:
+    eval_sets: list[str] = field(default_factory=list)
+    dataset_metrics: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    task_metrics: list[str] = field(default_factory=list)
+    higher_is_better: dict[str, bool] = field(default_factory=dict)
+
+
+def _extend(names: list[str], more: Any) -> None:
+    names += [n for n in more if n not in names]
+
+
+def _eval_columns(plan: Plan, rows: list[CompareRow], row_of: dict[str, int], hashes: dict[int, str]) -> _EvalColumns:
+    """Put the results of the plan's eval steps into the rows of the models they evaluated; the columns they fill."""
+    from marin.experiment.eval import writes_eval_results
+
+    columns = _EvalColumns()
     for p in plan.steps:
-        if not isinstance(p.step.config, EvalConfig):
+        if not writes_eval_results(p.step):
             continue
         models = [row_of[hashes[id(d)]] for d in dependencies_of(p.step) if hashes[id(d)] in row_of]
         results = read_eval_results(p.output_path)
         if not models or results is None:
             continue
-        scores = eval_metrics(results)
-        for name, value in scores.items():
-            eval_set = name.rsplit(".", 1)[0]
-            if eval_set not in eval_sets:
-                eval_sets.append(eval_set)
-            if name not in eval_names:
-                eval_names.append(name)
-            rows[models[0]].metrics[name] = value
-    return Comparison(rows=rows, fields=differing, metrics=[*TRAIN_METRICS, *FLOPS_METRICS, *eval_names],
-                      eval_sets=eval_sets)
+        suffix = results.suffix
+        row = rows[models[0]]
+        _extend(columns.eval_sets, [f"{label}{suffix}" for label in results.datasets])
+        _extend(columns.tasks, [f"{task}{suffix}" for task in results.tasks])
+        _extend(columns.dataset_metrics, results.dataset_metrics(suffix))
+        _extend(columns.task_metrics, results.task_metrics(suffix))
+        row.metrics.update(results.metrics(suffix))
+        row.stderr.update(results.stderr(suffix))
+        columns.higher_is_better.update(results.higher_is_better(suffix))
+    return columns

@@ -1,7 +1,8 @@
 """Read what steps leave in their output folders: training metrics, tokenized indexes, data-curation
 summaries, logs.
 
-Training and eval results are read by :mod:`marin.experiment.results` (re-exported here).
+Training results are read by :mod:`marin.experiment.results`, eval results by
+:mod:`marin.experiment.eval_results` (both re-exported here).
 
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training or tokenize step at all) and returns ``None`` rather than raising.
@@ -14,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from levanter.memory import MEMORY_FILE
+from marin.experiment.eval_results import read_eval_results  # the one reader, beside its format: re-exported
 from marin.experiment.results import (
     KNOWN_SERIES,
     METRICS_FILE,
     Metrics,
     parse_metrics,
-    read_eval_results,
     read_json_object,
     read_metrics,
     read_text_if_any,

@@ -60,6 +60,10 @@ _PAGE = """<!DOCTYPE html>
       <h3>Evaluations (bits per byte; loss in the tooltip)</h3>
       <div class="table-scroll"><table id="eval-table" class="steps"></table></div>
     </div>
+    <div id="task-scores" hidden>
+      <h3>Benchmark tasks (&plusmn; standard error; &uarr; more is better, &darr; less; the best run in bold)</h3>
+      <div class="table-scroll"><table id="task-table" class="steps"></table></div>
+    </div>
   </section>
   {views}
   <section class="card wide" aria-label="all steps">

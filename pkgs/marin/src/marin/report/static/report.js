@@ -804,6 +804,47 @@
     document.getElementById("compare").hidden = false;
   }
 
+  // -- compared runs: benchmark task scores, a row per task metric, a column per run ------------
+  // (Runs are few and task metrics many: rows keep the table inside its card.)
+  function drawTaskScores() {
+    var cmp = DATA.comparison;
+    if (!cmp || !cmp.rows.length || !cmp.task_metrics || !cmp.task_metrics.length) return;
+    // Column names are "<task>.<metric>" with a task from cmp.tasks (which may itself hold dots).
+    var metrics = cmp.task_metrics.map(function (name) {
+      var task = cmp.tasks.filter(function (t) { return name.indexOf(t + ".") === 0; })
+        .sort(function (a, b) { return b.length - a.length; })[0] || name.split(".")[0];
+      return { name: name, task: task, metric: name.slice(task.length + 1) };
+    });
+    var table = document.getElementById("task-table");
+    table.appendChild(h("thead", null, h("tr", null, [h("th", { text: "task" }), h("th", { text: "metric" })]
+      .concat(cmp.rows.map(function (row, k) {
+        return h("th", { "class": "num run", "data-run": row.label, title: row.label },
+          h("i", { "class": "swatch", style: "background:" + RUN_COLORS[k % RUN_COLORS.length] }), row.name,
+          h("span", { "class": "mono hash", text: " " + row.hash.slice(0, 8) }));
+      })))));
+    var body = h("tbody");
+    metrics.forEach(function (m, i) {
+      var values = cmp.rows.map(function (row) { return row.metrics[m.name]; });
+      var present = values.filter(function (v) { return v !== null && v !== undefined; });
+      var better = (cmp.higher_is_better || {})[m.name];  // undefined: the task does not say
+      var best = present.length < 2 || better === undefined ? null
+        : better ? Math.max.apply(null, present) : Math.min.apply(null, present);
+      var first = i === 0 || metrics[i - 1].task !== m.task;
+      var span = metrics.filter(function (o) { return o.task === m.task; }).length;
+      body.appendChild(h("tr", { "data-metric": m.name, "class": first ? "task-start" : null },
+        first ? h("td", { "class": "name task", rowspan: span, text: m.task }) : null,
+        h("td", { "class": "mono", text: m.metric + (better === false ? " ↓" : better ? " ↑" : "") }),
+        cmp.rows.map(function (row, k) {
+          var v = values[k], err = (row.stderr || {})[m.name];
+          var missing = v === null || v === undefined;
+          return h("td", { "class": "num" + (!missing && v === best ? " best" : ""), "data-run": row.label },
+            missing ? "–" : fmtNum(v), missing || err === undefined ? null : h("span", { "class": "err", text: " ± " + fmtNum(err) }));
+        })));
+    });
+    table.appendChild(body);
+    document.getElementById("task-scores").hidden = false;
+  }
+
   function stepRow(st, i) {
     var why = st.reasons.length ? st.reasons.join("; ") : st.state === "cached" ? "cached" : "";
     return h("tr", { "data-id": i, "data-name": st.name, "data-state": st.state, "class": i === selected ? "selected" : null },
@@ -861,6 +902,7 @@
   drawTraining();
   drawCuration();
   drawCompare();
+  drawTaskScores();
   drawTable();
   if (STEPS.length) select(initialSelection(), false, true);
   document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));

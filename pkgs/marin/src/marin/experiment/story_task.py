@@ -19,6 +19,10 @@ them apart and a model that does not scores chance. Stories are drawn from ``fir
 by default far past any generated corpus, so they are held out from training; the same settings
 write the same bytes. The YAML names its data file by a relative path, resolved against the
 YAML's folder by ``levanter.eval_harness``.
+
+``story_tasks(name)`` is the step that writes them (a handle, content-hashed like any step);
+``evaluate(..., tasks=story_tasks(...))`` runs each of its tasks on a model
+(:mod:`marin.experiment.task_eval`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ from typing import Any
 
 import yaml
 
+from marin.execution.core.lazy import StepHandle
+from marin.execution.core.placeholders import OutputPath, output_path_of
 from marin.experiment.corpus import generate_story, story_facts
 from rigging import filesystem as fs
 
-__all__ = ["StoryTask", "StoryTasksConfig", "story_task_docs", "write_story_tasks"]
+__all__ = ["StoryTask", "StoryTasks", "StoryTasksConfig", "story_task_docs", "story_tasks", "story_tasks_step",
+           "write_story_tasks"]
 
 
 class StoryTask(enum.Enum):
@@ -196,3 +203,32 @@ def write_story_tasks(folder: str, config: StoryTasksConfig = StoryTasksConfig()
         fs.atomic_write(path, yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=1000))
         written[task.value] = path
     return written
+
+
+def story_tasks_step(config: StoryTasksConfig, output_path: str) -> None:
+    """Step function: write the tasks of ``config`` into the step's output."""
+    write_story_tasks(output_path, config)
+
+
+class StoryTasks(StepHandle, fn=story_tasks_step):
+    """Handle to a step writing story tasks; its output holds ``<task>.yaml`` and ``<task>.jsonl`` per task."""
+
+    def task(self, task: StoryTask | str) -> OutputPath:
+        """The YAML file of one of its tasks (``StoryTask.QA`` or ``"story_qa"``)."""
+        chosen = StoryTask(task)
+        if chosen not in self.config.tasks:
+            raise ValueError(f"{self.name} does not write {chosen.value!r}; it writes "
+                             f"{[t.value for t in self.config.tasks]}")
+        return output_path_of(self, f"{chosen.value}.yaml")
+
+    def task_files(self) -> tuple[OutputPath, ...]:
+        """The YAML file of every task it writes, in its config's order."""
+        return tuple(self.task(t) for t in self.config.tasks)
+
+
+def story_tasks(name: str = "tasks/story", *, seed: int = 0, num_docs: int = 200, first_index: int = 1_000_000,
+                tasks: tuple[StoryTask | str, ...] = tuple(StoryTask), version: str = "v1") -> StoryTasks:
+    """A step writing harness tasks generated from the bundled stories (see :class:`StoryTasksConfig`)."""
+    return StoryTasks(name=name, config=StoryTasksConfig(seed=seed, num_docs=num_docs, first_index=first_index,
+                                                        tasks=tuple(StoryTask(t) for t in tasks)),
+                      version=version)
