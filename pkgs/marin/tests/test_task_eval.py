@@ -113,7 +113,9 @@ def test_marin_compare_shows_task_scores_beside_losses_with_the_harness_values(b
     document = json.loads(invoke.output)
     assert document["tasks"] == ["story_qa", "story_cloze"]
     assert document["task_metrics"] == ["story_qa.acc", "story_qa.acc_norm", "story_cloze.perplexity", "story_cloze.acc"]
-    assert document["metrics"][3:5] == ["tiny.loss", "tiny.bpb"] and document["metrics"][5:] == document["task_metrics"]
+    # After the training and FLOPs columns: the dataset's, then the tasks'.
+    assert document["metrics"][:6] == ["loss", "val_loss", "steps_trained", "params", "model_flops", "mfu"]
+    assert document["metrics"][6:8] == ["tiny.loss", "tiny.bpb"] and document["metrics"][8:] == document["task_metrics"]
     assert document["higher_is_better"]["story_qa.acc"] is True and document["higher_is_better"]["story_cloze.perplexity"] is False
     for row in document["rows"]:
         steps = 10 if row["fields"]["trainer.num_train_steps"] == "10" else 20

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         web_corpus,
     )
     from marin.experiment.eval import eval_data, evaluate
-    from marin.experiment.eval_report import eval_report
+    from marin.experiment.eval_table import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.scaling import isoflop
     from marin.experiment.story_chat import story_chats
@@ -73,7 +73,7 @@ _WHERE = {
     "web_corpus": "marin.experiment.datakit",
     "eval_data": "marin.experiment.eval",
     "evaluate": "marin.experiment.eval",
-    "eval_report": "marin.experiment.eval_report",
+    "eval_report": "marin.experiment.eval_table",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
     "isoflop": "marin.experiment.scaling",
