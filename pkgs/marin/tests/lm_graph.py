@@ -31,12 +31,13 @@ data = tokenized(name="tokenized/tiny", source=corpus, tokenizer=tokenizer, vali
 def tiny_model(name: str = "checkpoints/tiny", *, steps: int = 20, optimizer: AdamConfig | None = None,
                save_every: int = 10, keep_every: int | None = 10, **kwargs: Any):
     """A tiny Llama trained on :data:`data` (checkpoints every ``save_every`` steps)."""
+    settings = {"eval_every": 0, **kwargs}
     return train_lm(name=name, version="v1", model=TINY,
                     optimizer=optimizer or AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant"),
-                    datasets={data: 1.0}, batch_size=4, seq_len=32, num_train_steps=steps, eval_every=0,
+                    datasets={data: 1.0}, batch_size=4, seq_len=32, num_train_steps=steps,
                     checkpoint=CheckpointConfig(save_every=save_every, keep_last=2, keep_every=keep_every,
                                                 async_save=False),
-                    **kwargs)
+                    **settings)
 
 
 def runner(prefix: str | Path) -> StepRunner:

@@ -222,3 +222,17 @@ def test_a_step_function_with_traits_keeps_the_identity_and_hash_of_its_function
     assert traits_of(wrapped) is traits and traits_of(t.noop) == StepTraits()
     # A module-level step function with traits travels to workers by reference, as a function does.
     assert pickle.loads(pickle.dumps(t.timed)) is t.timed
+
+
+def test_a_field_added_to_a_config_class_keeps_the_hashes_of_configs_that_leave_it_at_its_default():
+    from levanter.config import TrainerConfig
+    from marin.execution.core.encoding import encode, flatten_config
+
+    plain = TrainerConfig()
+    encoded = json.dumps(encode(plain, {}))
+    # The fields added this round are in the encoding only when set, so earlier builds keep their hashes.
+    assert "eval_tasks" not in encoded and "eval_task_limit" not in encoded
+    assert "eval_tasks" not in flatten_config(plain, {})
+    tasked = TrainerConfig(eval_tasks=("story_qa",))
+    assert "eval_tasks" in json.dumps(encode(tasked, {})) and flatten_config(tasked, {})["eval_tasks"]
+    assert encode(tasked, {}) != encode(plain, {})

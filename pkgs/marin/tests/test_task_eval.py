@@ -261,3 +261,24 @@ def test_a_task_files_key_is_its_content_and_a_builtin_tasks_key_holds_lm_evals_
     assert builtin.name == "evals/checkpoints/tiny/arc_easy" and builtin.config.lm_eval_version == version("lm_eval")
     [at_ten] = evaluate("evals/x", tiny_model(steps=20), tasks=["arc_easy"], checkpoint=10).config.tasks
     assert at_ten.name == "evals/checkpoints/tiny/step-10/arc_easy" and at_ten.config.checkpoint == 10
+
+
+def test_tasks_run_during_training_log_curves_that_end_at_the_final_evaluation(trained_prefix: Path,
+                                                                               tmp_path: Path) -> None:
+    # train_lm(..., eval_tasks=[...], eval_every=N): the harness on the trainer's parameters every N
+    # steps and at the end, scores in metrics.jsonl as <task>.<metric>; the last equal what an eval
+    # step of the final parameters finds.
+    prefix = copy_prefix(trained_prefix, tmp_path / "store")
+    story = story_tasks("tasks/story-small", num_docs=8)
+    model = tiny_model("checkpoints/tiny-tasks", steps=4, eval_every=2, eval_tasks=[story.task("story_qa")])
+    after = evaluate("evals/tiny-tasks", model, tasks=[story.task("story_qa")])
+    result = runner(prefix).run([after])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    rows = [json.loads(line) for line in
+            fs.read_text(fs.join(result.by_name("checkpoints/tiny-tasks").output_path, "metrics.jsonl")).splitlines()]
+    logged = {row["step"]: row["story_qa.acc"] for row in rows if "story_qa.acc" in row}
+    assert sorted(logged) == [2, 4]
+    final = read_eval_results(result.by_name("evals/tiny-tasks").output_path)
+    assert final is not None and final.tasks["story_qa"].metrics["acc"] == logged[4]
+    # The tasks are part of the run's identity only when given: runs without them keep their hashes.
+    assert tiny_model("checkpoints/tiny-tasks", steps=4, eval_every=2).lower().hash != model.lower().hash

@@ -37,7 +37,7 @@ from levanter.models.family import ModelConfig, model_config_from_dict, model_fa
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
-from rigging.fields import unhashed_field
+from rigging.fields import added_field, unhashed_field
 
 __all__ = [
     "ComputeDtype",
@@ -159,6 +159,13 @@ class TrainerConfig:
     mesh: MeshConfig = unhashed_field(default=MeshConfig())
     """Device mesh: data replicas x fsdp shards x tensor shards (default: data parallel over all devices).
     Not hashed: the same run resumes on a different slice shape (results agree to float rounding)."""
+    eval_tasks: tuple[Any, ...] = added_field(default=())
+    """Benchmark tasks run through the lm-evaluation-harness every ``eval_every`` steps and at the
+    end (lm-eval task names or task YAML paths); their scores are logged as ``<task>.<metric>``."""
+    eval_task_limit: int | float | None = added_field(default=None)
+    """Documents per task at each of those evaluations: a count, or a share below 1.0 (None: all)."""
+    eval_task_fewshot: int | None = added_field(default=None)
+    """Few-shot examples per prompt of every task (None: each task's default)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.compute_dtype, str):
@@ -188,6 +195,18 @@ class TrainerConfig:
             raise ValueError(f"tags must be a sequence of non-empty strings, got {self.tags!r}")
         if not isinstance(self.mesh, MeshConfig):
             raise ValueError(f"mesh must be a MeshConfig, got {type(self.mesh).__name__}")
+        if isinstance(self.eval_tasks, list):
+            object.__setattr__(self, "eval_tasks", tuple(self.eval_tasks))
+        if not isinstance(self.eval_tasks, tuple) or not all(t is not None and t != "" for t in self.eval_tasks):
+            raise ValueError(f"eval_tasks must be a sequence of task names or task YAML paths, got {self.eval_tasks!r}")
+        if self.eval_task_limit is not None and (isinstance(self.eval_task_limit, bool)
+                                                 or not isinstance(self.eval_task_limit, int | float)
+                                                 or not self.eval_task_limit > 0):
+            raise ValueError(f"eval_task_limit must be a positive count or share, got {self.eval_task_limit!r}")
+        if self.eval_task_fewshot is not None and (not isinstance(self.eval_task_fewshot, int)
+                                                   or isinstance(self.eval_task_fewshot, bool)
+                                                   or self.eval_task_fewshot < 0):
+            raise ValueError(f"eval_task_fewshot must be an int >= 0 or None, got {self.eval_task_fewshot!r}")
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
         if self.initialize_from is not None and not isinstance(self.initialize_from, InitializeFrom):
@@ -283,6 +302,7 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     d["datasets"] = tuple(DatasetSpec(**spec) for spec in d["datasets"])
     t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
     t["tags"] = tuple(t.get("tags", ()))
+    t["eval_tasks"] = tuple(t.get("eval_tasks", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
     t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
     if "mesh" in t:

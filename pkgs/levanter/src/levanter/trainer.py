@@ -37,12 +37,14 @@ from levanter.config import (
     config_to_dict,
 )
 from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
+from levanter.eval import read_tokenizer_json
 from levanter.flops import CONFIG_SOURCE, FlopsSummary, PeakFlops, compiled_step_flops, peak_flops
 from levanter.memory import MEMORY_FILE, measure_memory
 from levanter.metrics import MetricsWriter
 from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows
 from levanter.training import (
     Checkpointing,
+    Hook,
     NonFiniteLossError,
     Progress,
     ScheduledHook,
@@ -122,6 +124,19 @@ def resolve_model(config: TrainLmConfig) -> Any:
         logger.warning("seq_len %d exceeds model max_seq_len %d; extending max_seq_len", seq_len, model.max_seq_len)
         model = dataclasses.replace(model, max_seq_len=seq_len)
     return model
+
+
+def _task_eval(config: TrainLmConfig, model_config: Any, mesh: Any) -> Hook:
+    """The hook of ``trainer.eval_tasks``: the harness on the current parameters, with the data's tokenizer."""
+    # lm_eval (and the datasets library under it) takes seconds to import: only for runs with tasks.
+    from levanter.eval_harness.config import HarnessConfig
+    from levanter.eval_harness.hook import task_eval_hook
+
+    trainer = config.trainer
+    harness = HarnessConfig(batch_size=trainer.batch_size, seq_len=trainer.seq_len, compute_dtype=trainer.compute_dtype)
+    return task_eval_hook(model_config, read_tokenizer_json(str(config.data.datasets[0].path)), trainer.eval_tasks,
+                          harness=harness, num_fewshot=trainer.eval_task_fewshot, limit=trainer.eval_task_limit,
+                          mesh=mesh)
 
 
 def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHook] = ()) -> dict[str, Any]:
@@ -233,6 +248,8 @@ def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHo
                    log_every=trainer.log_every, started_at=start_wall)
     if val_batches:
         loop.add_hook(validation, every=trainer.eval_every or None)
+    if trainer.eval_tasks:
+        loop.add_hook(_task_eval(config, model_config, mesh), every=trainer.eval_every or None)
     checkpointing = Checkpointing(checkpointer, iterator.get_state, on_saved=writer.sync)
     loop.add_scheduled(checkpointing.scheduled())
     loop.on_preempt(checkpointing.preempt)

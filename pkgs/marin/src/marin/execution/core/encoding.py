@@ -15,7 +15,7 @@ from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.identity import fn_identity, qualified_name, workspace_root
 from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.walk import Kind, items_of, iter_placeholders, kind_of, placeholder_step
-from rigging.fields import UNHASHED
+from rigging.fields import in_hash
 from rigging.secrets import Secret
 
 __all__ = ['config_to_json', 'describe_encoded', 'encode', 'flatten_config', 'holds_dependency']
@@ -76,7 +76,7 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
         return ["dep", hashes[id(step)], sub_path]
     items = items_of(value, kind)
     if kind is Kind.DATACLASS:
-        fields = [[f.name, encode(v, hashes, f"{where}.{f.name}")] for f, v in items if not f.metadata.get(UNHASHED)]
+        fields = [[f.name, encode(v, hashes, f"{where}.{f.name}")] for f, v in items if in_hash(f, v)]
         return ["dc", qualified_name(type(value)), fields]
     if kind is Kind.MAPPING:
         pairs = []
@@ -204,7 +204,7 @@ def flatten_config(value: Any, hashes: Mapping[int, str], prefix: str = "",
         kind = kind_of(v)
         if kind is Kind.DATACLASS:
             for f, child in items_of(v, kind):
-                if not f.metadata.get(UNHASHED):
+                if in_hash(f, child):
                     stack.append((f"{path}.{f.name}" if path else f.name, child))
         elif kind is Kind.MAPPING and v and all(isinstance(k, str) for k in v):
             for k, child in items_of(v, kind):
