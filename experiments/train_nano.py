@@ -19,6 +19,9 @@ from marin.experiment import evaluate, story_tasks, tokenized, train_lm
 
 tinystories = tokenized(name="tokenized/tinystories-synthetic", source=corpus, tokenizer=marin_tokenizer)
 
+# ARC-, PIQA-, HellaSwag-, LAMBADA- and WikiText-shaped tasks about held-out stories; a step per task.
+story = story_tasks("tasks/story")
+
 nano_model = train_lm(
     name="checkpoints/marin-nano",
     version="v1",
@@ -29,11 +32,12 @@ nano_model = train_lm(
     seq_len=256,
     num_train_steps=400,
     eval_every=100,
+    # The ARC-shaped task during training too (a curve in metrics.jsonl), on 50 of its documents.
+    eval_tasks=[story.task("story_qa")],
+    eval_task_limit=50,
     checkpoint=CheckpointConfig(save_every=100),
 )
 
-# ARC-, PIQA-, HellaSwag-, LAMBADA- and WikiText-shaped tasks about held-out stories; a step per task.
-story = story_tasks("tasks/story")
 nano_tasks = evaluate("evals/marin-nano/story-tasks", nano_model, tasks=story)
 
 steps = [nano_model, nano_tasks]
