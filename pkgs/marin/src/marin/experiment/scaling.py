@@ -131,13 +131,15 @@ def isoflop(name: str, budgets: Sequence[float], sizes: Sequence[LlamaConfig] | 
             objective: str | None = None, version: str = "v1", **settings: Any) -> IsoflopFitStep:
     """An IsoFLOP ladder and its fit.
 
+    ``optimizer``, ``batch_size``, ``seq_len``, ``version`` and ``**settings`` are as for ``train_lm``,
+    the same for every run.
+
     Args:
         name: names the runs (``<name>/<budget>-<params>``) and the fit (``<name>/fit``).
         budgets: compute budgets in FLOPs (6 * parameters * tokens).
         sizes: the model configs tried at every budget, or a model family function: budget → configs.
         data: a tokenized handle, or ``{handle: weight}`` as ``train_lm``'s ``datasets``.
         eval: what each run's eval step scores (``train_lm``'s ``evals``); None: no eval steps.
-        optimizer, batch_size, seq_len, version, **settings: as for ``train_lm``, the same for every run.
         min_steps: sizes whose run would train fewer steps than this are left out of a budget.
         objective: the loss fitted (default: the first eval set's ``.loss``, else ``val_loss``).
 

@@ -224,9 +224,11 @@ def write_shards(dataset: Dataset, sink: TokenizedSink, inputs: str | Sequence[s
     A small corpus tokenizes faster than worker processes start: then the tokenizer's own threads
     use the cores here. Only when no client was asked for: a given client is always used.
 
+    ``max_parallel``, ``env`` and ``progress`` are as for ``zephyr.Dataset.write`` (``env`` only for
+    workers).
+
     Args:
         inputs: the input files, globs or folders (sized to choose).
-        max_parallel, env, progress: as for ``zephyr.Dataset.write`` (``env`` only for workers).
     """
     if client is None and _input_bytes(inputs) < IN_PROCESS_BELOW_BYTES:
         return dataset.write(sink, in_process=True, progress=progress)
@@ -261,6 +263,9 @@ def tokenize_to_shards(
 ) -> dict[str, Any]:
     """Tokenize ``source`` with the tokenizer at ``tokenizer_path`` into shards under ``output_path``.
 
+    ``validation_fraction``, ``sample_count``, ``num_shards``, ``seed``, ``on_error``, ``text_field``,
+    ``batch_size``, ``eos_token`` and ``max_parallel`` are those of :class:`TokenizeConfig`.
+
     Args:
         source: files, globs or folders (any fsspec URL) of text, JSON lines or Parquet.
         validation_source: the corpus's own validation files (a Hugging Face dataset's validation
@@ -269,8 +274,6 @@ def tokenize_to_shards(
         tokenizer_path: path or URL of a Hugging Face ``tokenizer.json``.
         output_path: the output folder (layout in the module docstring).
         client: fray client to run shards on (default: local processes).
-        validation_fraction, sample_count, num_shards, seed, on_error, text_field, batch_size,
-        eos_token, max_parallel: see :class:`TokenizeConfig`.
 
     Returns:
         A summary: ``index`` (what ``index.json`` holds), ``shards_written`` and

@@ -70,11 +70,12 @@ def train_bpe_tokenizer(
 ) -> str:
     """Train a byte-level BPE on the documents of ``source_paths``; write ``<output_path>/tokenizer.json``.
 
+    ``vocab_size``, ``special_tokens``, ``max_documents``, ``min_frequency``, ``text_field`` and
+    ``on_error`` are those of :class:`BpeTrainingConfig`.
+
     Args:
         source_paths: files, globs or folders (any fsspec URL) of text, JSON lines or Parquet.
         output_path: the folder to write ``tokenizer.json`` into.
-        vocab_size, special_tokens, max_documents, min_frequency, text_field, on_error:
-            see :class:`BpeTrainingConfig`.
 
     Returns:
         The path of the written ``tokenizer.json``.

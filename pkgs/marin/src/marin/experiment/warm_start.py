@@ -77,8 +77,9 @@ def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mappi
                    optimizer_from_json: Any) -> Extension | NoExtension | None:
     """The best earlier build to extend, why none can be, or None when none is a candidate.
 
+    ``name``, ``version`` and ``fn`` are the new build's step name, version and function identity.
+
     Args:
-        name, version, fn: the new build's step name, version and function identity.
         config: its training config (levanter's ``TrainLmConfig``).
         flat: its hashed fields, flattened (``{"dotted.key": canonical text}``), in the same form
             as the third item of each ``earlier`` entry.

@@ -90,13 +90,14 @@ def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY,
           grouping: Grouping | str = Grouping.IN_PROCESS, version: str = "v1") -> Dedup:
     """Duplicates in ``source``, as attributes.
 
+    Fuzzy only: ``num_perm`` and ``seed`` are the MinHash permutations and their seed.
+
     Args:
         name: the step's name.
         source: documents (a handle, Hugging Face id, or path or glob of JSON lines with ``id``, ``text``).
         method: ``"exact_document"``, ``"exact_paragraph"`` or ``"fuzzy"`` (:class:`DedupMethod`).
         threshold: fuzzy only: near-duplicates have Jaccard similarity ``>=`` this (default 0.8).
         ngram: fuzzy only: words per shingle (default 5).
-        num_perm, seed: fuzzy only: MinHash permutations and their seed.
         min_chars: exact_paragraph only: shorter paragraphs are never duplicates (default 0).
         grouping: where records are grouped (``"in_process"`` or ``"zephyr"``; not hashed: the
             same attributes either way).
@@ -156,9 +157,10 @@ def quality_classifier(name: str, positive: Any, negative: Any, *, version: str 
                        **options: Any) -> QualityClassifier:
     """A fastText classifier of ``positive`` (high-quality) against ``negative`` documents.
 
+    ``positive`` and ``negative`` are the documents of each class (handles, Hugging Face ids or paths).
+
     Args:
         name: the step's name.
-        positive, negative: documents of each class (handles, Hugging Face ids or paths).
         version: as for every step.
         options: other fields of :class:`~marin.processing.quality.QualityClassifierConfig`
             (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``validation_fraction``, ``seed``, ...).

@@ -85,13 +85,14 @@ def html_to_text(name: str, source: Any, extractor: Extractor | str = Extractor.
                  compress: bool = True, html_field: str = "html", version: str = "v1") -> HtmlText:
     """The main text of every page of ``source``.
 
+    ``include_tables`` and ``include_comments`` keep those parts of a page.
+
     Args:
         name: the step's name.
         source: ``.html`` files (a folder or glob; a page's id is its path below the glob's fixed
             part) or JSON-lines records ``{id, url, html}``; a handle, path or Hugging Face id.
         extractor: ``"trafilatura"`` or ``"resiliparse"`` (:class:`~marin.processing.html.Extractor`).
         favor: trafilatura's ``"balanced"``, ``"precision"`` or ``"recall"``.
-        include_tables, include_comments: keep those parts of a page.
         min_chars: pages with less text are dropped (counted ``too_short``).
         max_bytes: larger pages are not parsed (counted ``oversized``).
         num_shards: output shards (None: one per 5,000 pages).
