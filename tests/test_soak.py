@@ -1,4 +1,4 @@
-"""The soak test with a small count: kills and races on the nano graph, then every check of ``make soak``."""
+"""The soak test with a small count: kills and races on the soak graph, then every check of ``make soak``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,12 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     # Its kill rounds wait for a step process (or a checkpoint) before they kill: a step process,
     # its group or the warm template, not only runners (warm workers hid those from the soak once).
     assert re.search(r"KILL (step|step-group|template) \d+ of runner", out), out[-6000:]
-    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template\)", out)
+    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template, \d+ shuffle-worker\)",
+                     out)
+    # The dedup's zephyr shuffle and the sweep's expansion were built and checked against the clean run.
+    assert "soak/dedup: 4 files (sidecars, summary) byte for byte equal to the clean run" in out
+    assert re.search(r"sweep: expanded into the clean run's 8 steps, names and hashes", out)
+    assert "builds: every step published once plus once per removal" in out
 
 
 def test_soak_rejects_bad_options():
