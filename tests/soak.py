@@ -254,30 +254,51 @@ class Soak:
             return f"{delay:.3f}s after a new checkpoint entry appeared"
         if moment in ("shuffle-map", "shuffle-reduce"):
             phase = moment.removeprefix("shuffle-")
-            delay = self.rng.uniform(0.0, 0.4 if phase == "map" else 0.3)
+            # The map wave from its workers' start, or from its first new work file (its tasks
+            # commit a fraction of a second apart: a short delay lands between them); the reduce
+            # wave once the index says every map task committed and its workers run. Work files
+            # a killed attempt left count only once this round's attempt changes them.
+            files = phase == "map" and self.rng.random() < 0.5
+            delay = self.rng.uniform(0.0, 0.15 if files else 0.4 if phase == "map" else 0.3)
+            baseline: list[set[str]] = []
 
             def reached() -> bool:
-                state = seen.shuffle_state(self.prefix)
-                # Before its first work file, the map wave is its workers starting.
-                return state.phase == phase or (phase == "map" and state.phase == "none" and any(
-                    seen.shuffle_workers(r.proc.pid) for r in runners))
+                pid = self._running_dedup(runners)
+                if pid is None:
+                    return False
+                names = seen.shuffle_files(self.prefix)
+                if files:
+                    if not baseline:
+                        baseline.append(names)
+                    return bool(names - baseline[0])
+                workers = any(seen.shuffle_workers(r.proc.pid) for r in runners)
+                return workers and (seen.INDEX_FILE in {n.rsplit("/", 1)[-1] for n in names}) == (phase == "reduce")
 
-            if not _wait_until(reached, 120, runners, interval=0.02):
+            if not _wait_until(reached, 120, runners, interval=0.03):
                 return f"when the shuffle's {phase} wave had not come ({_why_not(runners, 120)})"
             _wait_until(lambda: False, delay, runners)
-            return f"{delay:.3f}s into the shuffle's {phase} wave"
+            return f"{delay:.3f}s after the shuffle's {phase} wave {'wrote' if files else 'started'}"
         delay = self.rng.uniform(0.0, 1.0)
         if not _wait_until(lambda: seen.expansion_state(self.prefix)[0] == "mid", 120, runners, interval=0.02):
             return f"when no sweep round was built before its expansion ({_why_not(runners, 120)})"
         _wait_until(lambda: False, delay, runners)
         return f"{delay:.2f}s after a sweep round was built, before its expansion"
 
+    def _running_dedup(self, runners: list[Runner]) -> int | None:
+        """The pid of the dedup step's process, while one of ``runners`` runs it."""
+        path = seen.output_folder(self.prefix, DEDUP)
+        pid = seen.running_pid(path) if path else None
+        if pid is None or not any(pid in {p.pid for p in seen.step_processes(r.proc.pid)} for r in runners):
+            return None
+        return pid
+
     def _landed(self, moment: str, runners: list[Runner]) -> tuple[str, str]:
         """Where the graph stands now, at ``moment``'s kill: (a key to count, words for the log)."""
         if moment.startswith("shuffle-"):
             state = seen.shuffle_state(self.prefix)
             workers = sum(len(seen.shuffle_workers(r.proc.pid)) for r in runners)
-            key = "map" if state.phase == "none" and workers else state.phase
+            key = ("map starting" if state.phase == "none" and workers
+                   else f"map with {state.commits} committed" if state.phase == "map" else state.phase)
             return key, f"shuffle: {state}, {workers} worker(s)"
         if moment == "mid-expansion":
             state, built = seen.expansion_state(self.prefix)
@@ -563,37 +584,19 @@ class Soak:
             self.log(f"{DEDUP}: {len(a)} files (sidecars, summary) byte for byte equal to the clean run")
 
     def _check_builds(self, names: list[str]) -> None:
-        fail = self.tally.failures.append
-        for note in self.ledger.rebuilt_after_done:
-            fail(f"built again after it was done: {note}")
-        for name in names:
-            published, expected = len(self.ledger.published.get(name, ())), 1 + self.removed[name]
-            if published != expected:
-                fail(f"{name}: published {published} times, expected {expected} (1 + {self.removed[name]} "
-                     f"removal(s) by the soak)")
         trials = [n for n in names if n.startswith(f"{SWEEP}/trial-")]
-        for label, path, removed, killed in (("clean", self.calls[self.clean_prefix], Counter(), set()),
-                                             ("soak", self.calls[self.prefix], self.removed, self.killed_pids)):
-            calls = read_calls(path)
-            for trial in trials:
-                ends = [c for c in calls if c.name == trial and c.event == "end"]
-                # A body that ended in a process the soak killed, or under a runner it killed (the
-                # process may have ended before the runner published it), may or may not have been
-                # published; every other one must have been, and each build needs one.
-                counted = [c for c in ends if c.pid not in killed and c.ppid not in self.killed_runners
-                           and c.gppid not in self.killed_runners]
-                if not len(counted) <= 1 + removed[trial] <= len(ends):
-                    fail(f"{label}: {trial} ran to the end {len(counted)} times outside killed processes and "
-                         f"runners (all: {len(ends)}), for {1 + removed[trial]} build(s) (1 + removals)")
-            if label == "soak":
-                ended = sum(1 for c in calls if c.event == "end")
-                self.log(f"trials: {ended} calls ran to the end, {len(calls) - 2 * ended} were cut short; "
-                         f"{sum(removed[t] for t in trials)} trial output(s) removed by the soak")
-        rebuilt = sum(self.removed.values())
-        self.log(f"builds: every step published once plus once per removal ({rebuilt} removals); "
-                 f"most attempts of one build: {max(self.ledger.attempts.values(), default=0)}"
-                 if not any("published" in f or "ran to the end" in f or "built again" in f
-                            for f in self.tally.failures) else "builds: SOME STEP WAS BUILT TWICE (see below)")
+        clean = read_calls(self.calls[self.clean_prefix])
+        ours = read_calls(self.calls[self.prefix])
+        problems = [f"clean: {p}" for p in seen.trial_problems(trials, clean, Counter(), set(), set())]
+        problems += seen.build_problems(names, self.ledger, self.removed)
+        problems += seen.trial_problems(trials, ours, self.removed, self.killed_pids, self.killed_runners)
+        self.tally.failures.extend(problems)
+        ended = sum(1 for c in ours if c.event == "end")
+        self.log(f"trials: {ended} calls ran to the end, {len(ours) - 2 * ended} were cut short; "
+                 f"{sum(self.removed[t] for t in trials)} trial output(s) removed by the soak")
+        self.log(f"builds: every step published once plus once per removal ({sum(self.removed.values())} "
+                 f"removals); most attempts of one build: {max(self.ledger.attempts.values(), default=0)}"
+                 if not problems else "builds: SOME STEP WAS BUILT TWICE (see below)")
 
     def _check_outputs(self) -> None:
         from marin.execution.store.gc import find_outputs

@@ -27,7 +27,7 @@ from typing import Any
 
 from fray.pool_template import template_main
 from rigging import filesystem as fs
-from tests.soak_graph import DEDUP, SWEEP
+from tests.soak_graph import DEDUP, SWEEP, Call
 from zephyr.shards import INDEX_FILE
 from zephyr.shuffle import WORK_FOLDER
 
@@ -166,6 +166,19 @@ def shuffle_state(prefix: str) -> ShuffleState:
     return ShuffleState(phase, commits)
 
 
+def shuffle_files(prefix: str) -> set[str]:
+    """The dedup step's shuffle work files: ``<stage>/<name>`` and ``<stage>/.commits/<name>``."""
+    out = output_folder(prefix, DEDUP)
+    if out is None:
+        return set()
+    work = fs.join(out, WORK_FOLDER)
+    found = set()
+    for stage in fs.listdir(work):
+        found |= {f"{stage}/{n}" for n in fs.listdir(fs.join(work, stage))}
+        found |= {f"{stage}/.commits/{n}" for n in fs.listdir(fs.join(work, stage, ".commits"))}
+    return found
+
+
 def sweep_built(prefix: str) -> list[str]:
     """The sweep's steps that are built (``round-0``, ``trial-1``, ``results`` ...)."""
     return sorted(name.removeprefix(SWEEP + "/") for name, path in outputs(prefix)
@@ -293,3 +306,34 @@ class BuildLedger:
                 self._log_lines.add(line)
                 self.map_tasks["done"] += int(match.group(1))
                 self.map_tasks["reused"] += int(match.group(2))
+
+
+def build_problems(names: list[str], ledger: BuildLedger, removed: Counter) -> list[str]:
+    """Steps built other than once plus once per removal ``removed`` counts (by their records)."""
+    problems = [f"built again after it was done: {note}" for note in ledger.rebuilt_after_done]
+    for name in names:
+        published, expected = len(ledger.published.get(name, ())), 1 + removed[name]
+        if published != expected:
+            problems.append(f"{name}: published {published} times, expected {expected} (1 + {removed[name]} "
+                            f"removal(s) by the soak)")
+    return problems
+
+
+def trial_problems(trials: list[str], calls: list[Call], removed: Counter, killed: set[int],
+                   killed_runners: set[int]) -> list[str]:
+    """Trials whose body ran to the end more often than they were built (or less).
+
+    A body that ended in a process the soak killed, or under a runner it killed (the process may
+    have ended before its runner published it), may or may not have been published; every other
+    one must have been, and each build needs one.
+    """
+    problems = []
+    for trial in trials:
+        ends = [c for c in calls if c.name == trial and c.event == "end"]
+        counted = [c for c in ends if c.pid not in killed and c.ppid not in killed_runners
+                   and c.gppid not in killed_runners]
+        builds = 1 + removed[trial]
+        if not len(counted) <= builds <= len(ends):
+            problems.append(f"{trial} ran to the end {len(counted)} times outside killed processes and runners "
+                            f"(all: {len(ends)}), for {builds} build(s) (1 + removals)")
+    return problems
