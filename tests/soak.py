@@ -12,11 +12,13 @@ The processes it kills (:data:`KILL_KINDS`): the runner; a step's process (forke
 runner's warm template, or a fresh interpreter); a step's whole process group; the warm template
 itself (the steps forked from it must end with it); one of the dedup step's shuffle workers. The
 moments (:data:`KILL_MOMENTS`): after a random time; after a step process started; just after a
-new checkpoint appeared; during the shuffle's map wave (work files under the dedup output's
-``.shuffle/``, no index yet) or its reduce wave (every map task committed); mid-expansion (a
-sweep round is built, what it expanded into is not). A round first removes outputs so that its
-moment can come (the dedup output for the shuffle's moments, part of the sweep for
-mid-expansion, the model for a checkpoint; when the graph is built, a few random ones).
+new checkpoint appeared; during the shuffle's map wave (its workers started, or its first new work
+file under the dedup output's ``.shuffle/`` appeared, no index yet) or its reduce wave (every map
+task committed, its workers run); mid-expansion (this round built a step of the sweep, a round
+among them or before them, and what the rounds expanded into is not all built). A round first
+removes outputs so that its moment can come (the dedup output for the shuffle's moments, part of
+the sweep for mid-expansion, the model for a checkpoint; when the graph is built, a few random
+ones, each with a path of the steps reading it up to a target, so that it is needed again).
 
 Then it runs the graph to the end and checks what a researcher relies on:
 
@@ -52,6 +54,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -215,11 +218,14 @@ class Soak:
         self.killed_pids: set[int] = set()  # every process the soak killed, or that was under one it killed
         self.killed_runners: set[int] = set()  # the runners the soak killed
         self.runners: list[Runner] = []
+        # The runners' temporary folder: what killed processes leave there is counted at the end.
+        self.tmp = workdir / "tmp"
+        self.tmp.mkdir(exist_ok=True)
 
     def _runner(self, round_no: int, tag: str, prefix: str | None = None) -> Runner:
         prefix = prefix or self.prefix
         runner = start_runner(prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
-                              {**self.env, CALLS_ENV: self.calls[prefix]})
+                              {**self.env, CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp)})
         self.runners.append(runner)
         self.log(f"  start runner {tag} (pid {runner.proc.pid})")
         return runner
@@ -279,10 +285,18 @@ class Soak:
             _wait_until(lambda: False, delay, runners)
             return f"{delay:.3f}s after the shuffle's {phase} wave {'wrote' if files else 'started'}"
         delay = self.rng.uniform(0.0, 1.0)
-        if not _wait_until(lambda: seen.expansion_state(self.prefix)[0] == "mid", 120, runners, interval=0.02):
-            return f"when no sweep round was built before its expansion ({_why_not(runners, 120)})"
+        # Once this round's runners build a step of the sweep and its expansion is still to build
+        # (a round, or a trial of a round built earlier): what a round left built counts only then.
+        before = set(seen.expansion_state(self.prefix)[1])
+
+        def progressed() -> bool:
+            state, built = seen.expansion_state(self.prefix)
+            return state == "mid" and bool(set(built) - before)
+
+        if not _wait_until(progressed, 120, runners, interval=0.02):
+            return f"when no step of the sweep was built before its expansion was ({_why_not(runners, 120)})"
         _wait_until(lambda: False, delay, runners)
-        return f"{delay:.2f}s after a sweep round was built, before its expansion"
+        return f"{delay:.2f}s after a step of the sweep was built, mid-expansion"
 
     def _running_dedup(self, runners: list[Runner]) -> int | None:
         """The pid of the dedup step's process, while one of ``runners`` runs it."""
@@ -361,32 +375,45 @@ class Soak:
             # next runner takes over (fray's watchdog ends them within a fraction of a second).
             self._must_end(descendants, f"killed runner {victim.tag}")
             return
-        worker = self.rng.choice(workers)
         victim.step_killed = True
-        try:
-            # Everything under it must end with it: forked steps (template), zephyr's workers (step).
-            under = worker.children(recursive=True)
-            pids = seen.tree_pids(worker)
-            if what == "step-group":
-                group = os.getpgid(worker.pid)
-                if group in (os.getpgrp(), os.getpgid(victim.proc.pid)):
-                    # Never the soak's (or the runner's) own group: a step must lead a group of its own.
-                    self.tally.unexpected.append(f"step process {worker.pid} of {victim.tag} shares group {group}")
-                    victim.step_killed = False
-                    return
-                self.killed_pids |= pids
-                os.killpg(group, signal.SIGKILL)
-            else:
-                self.killed_pids |= pids
-                worker.send_signal(signal.SIGKILL)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            self.log(f"  no kill: {what} process {worker.pid} of {victim.tag} already gone [{when}]")
+        under = None
+        for _ in range(3):  # a step of a few hundred milliseconds may end before the signal: another
+            worker = self.rng.choice(workers)
+            try:
+                under = self._signal(what, worker, victim)
+                break
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                self.log(f"  {what} process {worker.pid} of {victim.tag} already gone")
+                workers = [w for w in self._targets(what, victim, moment) if w.pid != worker.pid]
+                if not workers:
+                    break
+        if under is None:
+            self.log(f"  no kill: no {what} process of {victim.tag} left [{when}]")
             victim.step_killed = False
             return
         self._count(what, moment, landed)
         self.log(f"  KILL {what} {worker.pid} of runner {victim.tag} {when}"
                  + (f" (with {len(under)} process(es) under it)" if under else ""))
         self._must_end(under, f"killed {what} {worker.pid} of {victim.tag}")
+
+    def _signal(self, what: str, worker: Any, victim: Runner) -> list | None:
+        """SIGKILL ``worker`` (its group, for ``step-group``); returns the processes that were
+        under it (they must end with it), or None when it must not be killed."""
+        # Everything under it must end with it: forked steps (template), zephyr's workers (step).
+        under = worker.children(recursive=True)
+        pids = seen.tree_pids(worker)
+        if what == "step-group":
+            group = os.getpgid(worker.pid)
+            if group in (os.getpgrp(), os.getpgid(victim.proc.pid)):
+                # Never the soak's (or the runner's) own group: a step must lead a group of its own.
+                self.tally.unexpected.append(f"step process {worker.pid} of {victim.tag} shares group {group}")
+                return None
+            self.killed_pids |= pids
+            os.killpg(group, signal.SIGKILL)
+        else:
+            self.killed_pids |= pids
+            worker.send_signal(signal.SIGKILL)
+        return under
 
     def _count(self, what: str, moment: str, landed: str) -> None:
         self.tally.kills[what] += 1
@@ -571,6 +598,9 @@ class Soak:
         self._check_builds(sorted(ours))
         # 4. No lease left live, 5. manifests hold, 6. no temporary file visible.
         self._check_outputs()
+        left = Counter(re.sub(r"[-_]?[0-9a-z]{8,}$", "", name) for name in os.listdir(self.tmp))
+        self.log(f"note: left in the runners' temporary folder: {', '.join(f'{n} {k}*' for k, n in sorted(left.items()))}"
+                 if left else "note: nothing left in the runners' temporary folder")
 
     def _compare_files(self, name: str, ours: str, theirs: str) -> None:
         a, b = _manifest_digests(ours), _manifest_digests(theirs)
@@ -738,6 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 0:
         parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    # A SIGTERM ends the soak as Ctrl-C does: its runners are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marin-soak-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     log = Log(workdir / "soak.log")
