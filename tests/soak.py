@@ -54,7 +54,6 @@ import io
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -284,7 +283,7 @@ class Soak:
                 return f"when the shuffle's {phase} wave had not come ({_why_not(runners, 120)})"
             _wait_until(lambda: False, delay, runners)
             return f"{delay:.3f}s after the shuffle's {phase} wave {'wrote' if files else 'started'}"
-        delay = self.rng.uniform(0.0, 1.0)
+        delay = self.rng.uniform(0.0, 0.4)  # what a round expands into is built within a second or two
         # Once this round's runners build a step of the sweep and its expansion is still to build
         # (a round, or a trial of a round built earlier): what a round left built counts only then.
         before = set(seen.expansion_state(self.prefix)[1])
@@ -598,7 +597,7 @@ class Soak:
         self._check_builds(sorted(ours))
         # 4. No lease left live, 5. manifests hold, 6. no temporary file visible.
         self._check_outputs()
-        left = Counter(re.sub(r"[-_]?[0-9a-z]{8,}$", "", name) for name in os.listdir(self.tmp))
+        left = Counter(name.rsplit("-", 1)[0] + "-" for name in os.listdir(self.tmp))  # mkdtemp's prefixes
         self.log(f"note: left in the runners' temporary folder: {', '.join(f'{n} {k}*' for k, n in sorted(left.items()))}"
                  if left else "note: nothing left in the runners' temporary folder")
 

@@ -13,11 +13,10 @@ Three branches over one bundled corpus, each exercising a part of the engine a k
 The trial (:func:`bigram_trial`) counts its calls in the file named by ``$SOAK_CALLS`` (one line
 when it starts and one when it has written its output, with its step name, pid and the pids above
 it): the soak compares them with the kills and removals it made, so that no build is done twice
-unseen. The
-file is an unhashed field: the clean run and the soak share every hash.
+unseen. The file is an unhashed field: the clean run and the soak share every hash.
 
-Lives apart from ``tests/soak.py`` so that its step function has one module name (``tests.soak_graph``)
-in the runners and in the soak's own process (which runs as ``__main__``).
+Lives apart from ``tests/soak.py`` so that its step function has one module name
+(``tests.soak_graph``) in the runners and in the soak's own process (which runs as ``__main__``).
 """
 
 from __future__ import annotations
