@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -49,6 +51,34 @@ def test_soak_rejects_bad_options():
     proc = subprocess.run([sys.executable, "-m", "tests.soak", "--rounds", "-1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
+
+
+def test_the_soak_tells_a_runners_template_its_steps_and_their_workers_apart():
+    # The soak finds what to kill by command line and parent: it once looked for a template by a
+    # command line the template no longer had, and killed runners only.
+    from fray.pool import WorkerPool
+    from zephyr import Dataset
+    from zephyr.execution import run
+    from zephyr.writers import CollectSink
+
+    pool = WorkerPool()
+    me = os.getpid()
+    try:
+        # A step (a call forked from the pool's template) whose zephyr pipeline runs on a worker.
+        sleeping = Dataset.from_items([[30.0]]).map(time.sleep)
+        handle = pool.submit(run, sleeping, CollectSink(), in_process=False, max_parallel=1)
+        deadline = time.monotonic() + 60
+        while not seen.shuffle_workers(me):
+            if handle.done():
+                handle.result()  # raises what the call raised
+            assert time.monotonic() < deadline, "the call never started its worker"
+            time.sleep(0.05)
+        templates, steps, workers = seen.templates(me), seen.step_processes(me), seen.shuffle_workers(me)
+        assert len(templates) == 1 and len(steps) == 1 and len(workers) == 1
+        assert steps[0].ppid() == templates[0].pid and workers[0].ppid() == steps[0].pid
+        assert {steps[0].pid, workers[0].pid} <= seen.tree_pids(steps[0])  # and multiprocessing's resource tracker
+    finally:
+        pool.shutdown()
 
 
 def _record(prefix: Path, name: str, **records: dict) -> None:
