@@ -1,12 +1,13 @@
 """Benchmark tasks through EleutherAI's lm-evaluation-harness, with a levanter model as its ``LM``.
 
-* :class:`LevanterLM`: the model answering ``loglikelihood``, ``loglikelihood_rolling`` and
-  ``generate_until`` requests, packed many to a row (``packing``) and scored on the device or mesh
-  (``scoring``).
-* :func:`run_tasks`: the harness's evaluator over task names or task YAML files, writing
-  ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
-* :class:`HarnessConfig`, :class:`TaskRunConfig`: their settings (importing them loads neither JAX
-  nor lm_eval; names are loaded on first use).
+* :class:`~levanter.eval_harness.lm.LevanterLM`: the model answering ``loglikelihood``,
+  ``loglikelihood_rolling`` and ``generate_until`` requests, packed many to a row (``packing``)
+  and scored on the device or mesh (``scoring``).
+* :func:`~levanter.eval_harness.run.run_tasks`: the harness's evaluator over task names or task
+  YAML files, writing ``results.json`` and ``samples_<task>.jsonl`` as lm-eval writes them.
+* :class:`~levanter.eval_harness.config.HarnessConfig`,
+  :class:`~levanter.eval_harness.config.TaskRunConfig`: their settings (importing them loads
+  neither JAX nor lm_eval; names are loaded on first use).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Pages are articles (a title, story paragraphs, intro and outro lines) wrapped in
 navigation, cookie banner, sidebar and footer. Planted among them, in shuffled order:
 
 * exact duplicates: the same page bytes at another address;
-* near-duplicates: an article with words replaced (see :mod:`.articles`) at target Jaccard
+* near-duplicates: an article with words replaced (see :mod:`marin.processing.webcorpus.articles`) at target Jaccard
   similarities of the 5-word shingles (``near_duplicate_jaccards``), published on another site;
   the real Jaccard of the clean texts is recorded for every pair of pages of one family;
 * templated pages: shop pages that repeat a long policy block and differ only in a short story
