@@ -1,31 +1,49 @@
-"""Seeded soak test: build the nano graph again and again while killing and racing its runners.
+"""Seeded soak test: build a small graph again and again while killing and racing its runners.
 
-``make soak`` (``python -m tests.soak``) runs a small corpus -> tokenizer -> tokenized -> nano
-Llama graph as real ``marin run`` subprocesses on one prefix, round after round. Each round does
-one seeded, logged thing to it: SIGKILL a process of a runner, at a random moment or just after a
-new checkpoint appears, or start two or three runners at once on the same prefix (sometimes
-killing a process of one of them). The processes it kills (:data:`KILL_KINDS`): the runner; a
-step's process (forked from the runner's warm template, or a fresh interpreter); a step's whole
-process group; the warm template itself (the steps forked from it must end with it). Then it runs
-the graph to the end and checks what a researcher relies on:
+``make soak`` (``python -m tests.soak``) runs the soak graph (``tests/soak_graph.py``: a bundled
+corpus -> tokenizer -> tokenized -> nano Llama with checkpoints; an exact-dedup step whose grouping
+is zephyr's shuffle on worker processes; a seeded TPE sweep of byte-bigram trials, whose rounds
+expand into trials, and the best trial) as real ``marin run`` subprocesses on one prefix, round
+after round. Each round does one seeded, logged thing to it: SIGKILL a process of a runner at a
+seeded moment, or start two or three runners at once on the same prefix (sometimes killing a
+process of one of them).
+
+The processes it kills (:data:`KILL_KINDS`): the runner; a step's process (forked from the
+runner's warm template, or a fresh interpreter); a step's whole process group; the warm template
+itself (the steps forked from it must end with it); one of the dedup step's shuffle workers. The
+moments (:data:`KILL_MOMENTS`): after a random time; after a step process started; just after a
+new checkpoint appeared; during the shuffle's map wave (its workers started, or its first new work
+file under the dedup output's ``.shuffle/`` appeared, no index yet) or its reduce wave (every map
+task committed, its workers run); mid-expansion (this round built a step of the sweep, a round
+among them or before them, and what the rounds expanded into is not all built). A round first
+removes outputs so that its moment can come (the dedup output for the shuffle's moments, part of
+the sweep for mid-expansion, the model for a checkpoint; when the graph is built, a few random
+ones, each with a path of the steps reading it up to a target, so that it is needed again).
+
+Then it runs the graph to the end and checks what a researcher relies on:
 
 * every step eventually succeeds, and a second run finds all of them cached;
-* the final parameters equal those of a clean run (separate prefix) bit for bit, and the data
-  steps' files equal the clean run's byte for byte;
-* no lease is left live under the prefix, and of each step's lease files only the newest is left
-  (released when the step was published: numbers never repeat on a folder);
+* the final parameters equal those of a clean run (separate prefix) bit for bit, and every other
+  step's files (the dedup's sidecars, the sweep's proposals, trials, results and best) equal the
+  clean run's byte for byte; the sweep expanded into the same steps (names and hashes);
+* nothing was built twice: each step was published once, plus once per removal the soak made
+  (success records seen between rounds), no finished step was built again (a provenance record
+  newer than its success record), and each trial's body ran to the end once per build, but for
+  calls the soak killed (the trial counts its calls);
+* no lease is left live under the prefix, and of each step's lease files only the newest is left;
 * every step that claims success has all files of its manifest with matching checksums
   (and ``marin verify`` agrees);
 * no temporary file is left visible as a shard or a checkpoint;
-* no runner ended in a way the round does not explain (a traceback, a hang, a step process that
-  outlived its killed runner).
+* no runner ended in a way the round does not explain (a traceback, a hang, a process that
+  outlived the process it was started by when that was killed).
 
-It prints how many kills of each kind and races it survived, how often a step's lease was taken
-again (a lease number above 1 seen on its ``.marin/``: a takeover from a dead or expired holder, or
-after a release) and how often a runner waited for another's lease, and exits 1 when any check
-fails. Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for
-inspection), ``--prefix`` (``local``: a folder of the workdir; ``gs``: a bucket on a
-fake-gcs-server the soak starts, which enforces the store's preconditions as GCS does).
+It prints how many kills of each kind and at each moment it survived (and where the shuffle's
+and the expansion's kills landed), races, how often a step's lease was taken again (a takeover
+from a dead or expired holder, or after a release), how often a runner waited for another's
+lease, and how many of the dedup's map tasks a retry reused; it exits 1 when any check fails.
+Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for inspection), ``--prefix`` (``local``:
+a folder of the workdir; ``gs``: a bucket on a fake-gcs-server the soak starts, which enforces
+the store's preconditions as GCS does).
 """
 
 from __future__ import annotations
@@ -36,54 +54,30 @@ import io
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rigging import filesystem as fs
+from tests import soak_observe as seen
+from tests.soak_graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
 
 ROOT = Path(__file__).resolve().parents[1]
-GRAPH_FILE = Path(__file__).resolve()
-TRAIN_STEPS = 48
-SAVE_EVERY = 4
-KILL_KINDS = ("runner", "step", "step-group", "template")
+GRAPH_FILE = ROOT / "tests" / "soak_graph.py"
+KILL_KINDS = ("runner", "step", "step-group", "template", "shuffle-worker")
 """What a kill round may SIGKILL: the runner; one step process; a step's whole process group; the
-runner's warm template (fray.pool), which every step forked from it must follow."""
-_TEMPLATE_MARK = "from fray.pool import template_main"
-"""In the command line of a warm template, and of every step process forked from it."""
-_LEASE_RE = re.compile(r"^lease-(\d{8})\.json$")
-
-
-def steps() -> list:
-    """The soak graph (``marin run tests/soak.py:steps``): small enough for CI, every stage real."""
-    from levanter.checkpoint import CheckpointConfig
-    from levanter.models.llama import LlamaConfig
-    from levanter.optim import AdamConfig
-    from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-    from marin.experiment.train import train_lm
-
-    corpus = bundled_corpus(name="soak/raw", num_stories=300, seed=0, num_shards=3)
-    tokenizer = trained_tokenizer(name="soak/tokenizer", source=corpus, vocab_size=320)
-    data = tokenized(name="soak/tokenized", source=corpus, tokenizer=tokenizer, num_shards=3)
-    model = train_lm(
-        name="soak/model", version="v1",
-        model=LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=2,
-                          num_layers=2, max_seq_len=64),
-        optimizer=AdamConfig(learning_rate=3e-3, warmup=4),
-        datasets={data: 1.0}, batch_size=8, seq_len=64, num_train_steps=TRAIN_STEPS, eval_every=0,
-        eval_batches=1,
-        # Checkpoints every few steps, so kills land between checkpoints and resumes skip work.
-        checkpoint=CheckpointConfig(save_every=SAVE_EVERY, keep_last=2),
-    )
-    return [model]
+runner's warm template (fray.pool), which every step forked from it must follow; one of the
+dedup step's zephyr workers (drawn only at the shuffle's moments)."""
+KILL_MOMENTS = ("time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
+"""When a kill round kills (see the module docstring)."""
+_MOMENT_DRAW = ("time", "time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
 
 
 # -- bookkeeping ----------------------------------------------------------------------------------
@@ -94,6 +88,8 @@ class Tally:
 
     rounds: int = 0
     kills: Counter = field(default_factory=Counter)  # a kind of KILL_KINDS -> count
+    moments: Counter = field(default_factory=Counter)  # a moment of KILL_MOMENTS -> kills at it
+    landed: Counter = field(default_factory=Counter)  # (moment, what was seen when it killed) -> count
     races: int = 0
     racers: int = 0
     resumed_from_checkpoint: int = 0
@@ -133,7 +129,7 @@ class Runner:
     proc: subprocess.Popen
     output: Path
     killed: bool = False  # we SIGKILLed the runner itself
-    step_killed: bool = False  # we SIGKILLed one of its step processes, their group, or its template
+    step_killed: bool = False  # we SIGKILLed one of its step processes, their group, its template or a worker
 
 
 @dataclass(frozen=True)
@@ -176,7 +172,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def start_runner(prefix: str, output: Path, tag: str, env: dict[str, str]) -> Runner:
-    """``marin run tests/soak.py:steps --prefix P`` in the workspace, output to a file."""
+    """``marin run tests/soak_graph.py:steps --prefix P`` in the workspace, output to a file."""
     output.parent.mkdir(parents=True, exist_ok=True)
     out = open(output, "wb")  # noqa: SIM115 - the child holds it; closed below
     command = [sys.executable, "-m", "marin.cli.main", "run", f"{GRAPH_FILE}:steps", "--prefix", prefix]
@@ -185,42 +181,12 @@ def start_runner(prefix: str, output: Path, tag: str, env: dict[str, str]) -> Ru
     return Runner(tag, proc, output)
 
 
-def _descendants(runner: Runner) -> list:
-    """Every live process under ``runner``: [(process, its command line, its parent pid)]."""
-    import psutil
-
-    try:
-        children = psutil.Process(runner.proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    found = []
-    for child in children:
-        try:
-            found.append((child, " ".join(child.cmdline()), child.ppid()))
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def templates(runner: Runner) -> list:
-    """The runner's warm templates (``fray.pool``): its own children that fork the step processes."""
-    return [p for p, cmdline, ppid in _descendants(runner) if _TEMPLATE_MARK in cmdline and ppid == runner.proc.pid]
-
-
-def step_processes(runner: Runner) -> list:
-    """The step processes under ``runner``: forked from a warm template (a template's child, with
-    its command line), or a fresh interpreter of ``multiprocessing`` (not its resource tracker)."""
-    pid = runner.proc.pid
-    return [p for p, cmdline, ppid in _descendants(runner)
-            if (_TEMPLATE_MARK in cmdline and ppid != pid)
-            or ("spawn_main" in cmdline and "resource_tracker" not in cmdline)]
-
-
 def _wait_until(condition: Callable[[], bool], timeout: float, runners: list[Runner], interval: float = 0.01) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():
-            return True
+        with contextlib.suppress(OSError):  # an output folder removed or replaced while it was read
+            if condition():
+                return True
         if all(r.proc.poll() is not None for r in runners):
             return False
         time.sleep(interval)
@@ -232,73 +198,6 @@ def _why_not(runners: list[Runner], timeout: float) -> str:
     return "the runners ended" if all(r.proc.poll() is not None for r in runners) else f"waited {timeout:.0f}s"
 
 
-def _output_folder(prefix: str, name: str) -> str | None:
-    parent = fs.join(prefix, os.path.dirname(name))
-    base = os.path.basename(name)
-    found = [n for n in fs.listdir(parent) if n.rsplit("-", 1)[0] == base]
-    return fs.join(parent, found[0]) if found else None
-
-
-def _checkpoint_entries(prefix: str) -> set[str]:
-    model = _output_folder(prefix, "soak/model")
-    return set(fs.listdir(fs.join(model, "checkpoints"))) if model else set()
-
-
-class LeaseWatch:
-    """Watches the lease files of the soak's steps while runners run, in a thread of its own.
-
-    A lease number above 1 appearing on a step's ``.marin/`` is the lease taken again, classified by
-    the file of the number before it: not released (its holder died or let it expire: a takeover)
-    or released (its holder gave it up: its step failed or its runner was interrupted).
-    """
-
-    def __init__(self, prefix: str, interval: float = 0.1):
-        self.prefix = prefix
-        self.interval = interval
-        self.newest: dict[str, int] = {}  # output folder -> newest lease number seen on it
-        self.events: list[tuple[str, int, str]] = []  # (step name, number, "takeover" | "after release" | "?")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def sample(self) -> None:
-        for output in fs.listdir(fs.join(self.prefix, "soak")):
-            meta = fs.join(self.prefix, "soak", output, ".marin")
-            numbers = sorted(int(m.group(1)) for m in map(_LEASE_RE.match, fs.listdir(meta)) if m)
-            if not numbers:
-                continue
-            known = self.newest.get(output, 0)
-            if numbers[-1] < known:
-                known = 0  # the output was removed and built anew: its numbering started again
-            for number in range(max(known + 1, 2), numbers[-1] + 1):
-                self.events.append((f"soak/{output.rsplit('-', 1)[0]}", number, self._how(meta, number - 1)))
-            self.newest[output] = numbers[-1]
-
-    @staticmethod
-    def _how(meta: str, before: int) -> str:
-        try:
-            data = json.loads(fs.read_bytes(fs.join(meta, f"lease-{before:08d}.json")))
-        except (FileNotFoundError, ValueError):
-            return "?"  # already cleared by a publish, or unreadable
-        return "after release" if isinstance(data, dict) and data.get("released") is True else "takeover"
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            with contextlib.suppress(OSError):  # an output removed while it was listed
-                self.sample()
-
-    def __enter__(self) -> LeaseWatch:
-        self.events.clear()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="lease-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-
 class Soak:
     """The rounds, the final run and the checks."""
 
@@ -307,15 +206,25 @@ class Soak:
         self.prefix = stores.soak
         self.clean_prefix = stores.clean
         self.env = stores.env
+        # Each prefix's trials count their calls in a file of their own.
+        self.calls = {stores.soak: str(workdir / "calls-soak.txt"), stores.clean: str(workdir / "calls-clean.txt")}
         self.rng = random.Random(seed)
         self.log = log
         self.tally = Tally()
-        self.leases = LeaseWatch(self.prefix)
+        self.leases = seen.LeaseWatch(self.prefix)
+        self.ledger = seen.BuildLedger()
+        self.removed: Counter = Counter()  # step name -> times the soak removed its output
+        self.killed_pids: set[int] = set()  # every process the soak killed, or that was under one it killed
+        self.killed_runners: set[int] = set()  # the runners the soak killed
         self.runners: list[Runner] = []
+        # The runners' temporary folder: what killed processes leave there is counted at the end.
+        self.tmp = workdir / "tmp"
+        self.tmp.mkdir(exist_ok=True)
 
     def _runner(self, round_no: int, tag: str, prefix: str | None = None) -> Runner:
-        runner = start_runner(prefix or self.prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
-                              self.env)
+        prefix = prefix or self.prefix
+        runner = start_runner(prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
+                              {**self.env, CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp)})
         self.runners.append(runner)
         self.log(f"  start runner {tag} (pid {runner.proc.pid})")
         return runner
@@ -328,87 +237,200 @@ class Soak:
                 r.proc.wait()
 
     # -- killing ---------------------------------------------------------------------------------
-    def _trigger(self, runners: list[Runner]) -> str:
-        """Wait for a seeded moment; returns what it waited for (for the log)."""
-        kind = self.rng.choice(["time", "time", "step-start", "checkpoint"])
-        if kind == "time":
+    def _wait_for(self, moment: str, runners: list[Runner]) -> str:
+        """Wait for ``moment`` (seeded delays); returns what it waited for (for the log)."""
+        if moment == "time":
             delay = self.rng.uniform(0.3, 12.0)
             _wait_until(lambda: False, delay, runners)
             return f"after {delay:.2f}s"
-        if kind == "step-start":
+        if moment == "step-start":
             delay = self.rng.uniform(0.0, 4.0)
-            if not _wait_until(lambda: any(step_processes(r) for r in runners), 60, runners):
+            if not _wait_until(lambda: any(seen.step_processes(r.proc.pid) for r in runners), 60, runners):
                 return f"when no step had started ({_why_not(runners, 60)})"
             _wait_until(lambda: False, delay, runners)
             return f"{delay:.2f}s after a step process started"
-        before = _checkpoint_entries(self.prefix)
-        delay = self.rng.uniform(0.0, 0.25)
-        if not _wait_until(lambda: bool(_checkpoint_entries(self.prefix) - before), 90, runners, interval=0.02):
-            return f"when no new checkpoint had appeared ({_why_not(runners, 90)})"
-        _wait_until(lambda: False, delay, runners)
-        return f"{delay:.3f}s after a new checkpoint entry appeared"
+        if moment == "checkpoint":
+            before = seen.checkpoint_entries(self.prefix, MODEL)
+            delay = self.rng.uniform(0.0, 0.25)
+            if not _wait_until(lambda: bool(seen.checkpoint_entries(self.prefix, MODEL) - before), 90, runners,
+                               interval=0.02):
+                return f"when no new checkpoint had appeared ({_why_not(runners, 90)})"
+            _wait_until(lambda: False, delay, runners)
+            return f"{delay:.3f}s after a new checkpoint entry appeared"
+        if moment in ("shuffle-map", "shuffle-reduce"):
+            phase = moment.removeprefix("shuffle-")
+            # The map wave from its workers' start, or from its first new work file (its tasks
+            # commit a fraction of a second apart: a short delay lands between them); the reduce
+            # wave once the index says every map task committed and its workers run. Work files
+            # a killed attempt left count only once this round's attempt changes them.
+            files = phase == "map" and self.rng.random() < 0.5
+            delay = self.rng.uniform(0.0, 0.15 if files else 0.4 if phase == "map" else 0.3)
+            baseline: list[set[str]] = []
 
-    def _kill(self, runners: list[Runner], victim: Runner) -> None:
+            def reached() -> bool:
+                pid = self._running_dedup(runners)
+                if pid is None:
+                    return False
+                names = seen.shuffle_files(self.prefix)
+                if files:
+                    if not baseline:
+                        baseline.append(names)
+                    return bool(names - baseline[0])
+                workers = any(seen.shuffle_workers(r.proc.pid) for r in runners)
+                return workers and (seen.INDEX_FILE in {n.rsplit("/", 1)[-1] for n in names}) == (phase == "reduce")
+
+            if not _wait_until(reached, 120, runners, interval=0.03):
+                return f"when the shuffle's {phase} wave had not come ({_why_not(runners, 120)})"
+            _wait_until(lambda: False, delay, runners)
+            return f"{delay:.3f}s after the shuffle's {phase} wave {'wrote' if files else 'started'}"
+        delay = self.rng.uniform(0.0, 0.4)  # what a round expands into is built within a second or two
+        # Once this round's runners build a step of the sweep and its expansion is still to build
+        # (a round, or a trial of a round built earlier): what a round left built counts only then.
+        before = set(seen.expansion_state(self.prefix)[1])
+
+        def progressed() -> bool:
+            state, built = seen.expansion_state(self.prefix)
+            return state == "mid" and bool(set(built) - before)
+
+        if not _wait_until(progressed, 120, runners, interval=0.02):
+            return f"when no step of the sweep was built before its expansion was ({_why_not(runners, 120)})"
+        _wait_until(lambda: False, delay, runners)
+        return f"{delay:.2f}s after a step of the sweep was built, mid-expansion"
+
+    def _running_dedup(self, runners: list[Runner]) -> int | None:
+        """The pid of the dedup step's process, while one of ``runners`` runs it."""
+        path = seen.output_folder(self.prefix, DEDUP)
+        pid = seen.running_pid(path) if path else None
+        if pid is None or not any(pid in {p.pid for p in seen.step_processes(r.proc.pid)} for r in runners):
+            return None
+        return pid
+
+    def _landed(self, moment: str, runners: list[Runner]) -> tuple[str, str]:
+        """Where the graph stands now, at ``moment``'s kill: (a key to count, words for the log)."""
+        if moment.startswith("shuffle-"):
+            state = seen.shuffle_state(self.prefix)
+            workers = sum(len(seen.shuffle_workers(r.proc.pid)) for r in runners)
+            key = ("map starting" if state.phase == "none" and workers
+                   else f"map with {state.commits} committed" if state.phase == "map" else state.phase)
+            return key, f"shuffle: {state}, {workers} worker(s)"
+        if moment == "mid-expansion":
+            state, built = seen.expansion_state(self.prefix)
+            return state, f"sweep {state}: built {', '.join(built) or 'nothing'}"
+        return moment, ""
+
+    def _preferred_pids(self, moment: str) -> set[int]:
+        """The step processes a kill at ``moment`` is about (their status records name them)."""
+        if moment.startswith("shuffle-"):
+            names = [DEDUP]
+        elif moment == "mid-expansion":
+            names = [n for n, _path in seen.outputs(self.prefix) if n.startswith(SWEEP + "/")]
+        elif moment == "checkpoint":
+            names = [MODEL]
+        else:
+            return set()
+        pids = set()
+        for name in names:
+            path = seen.output_folder(self.prefix, name)
+            pid = seen.running_pid(path) if path else None
+            if pid is not None:
+                pids.add(pid)
+        return pids
+
+    def _targets(self, what: str, victim: Runner, moment: str) -> list:
+        if what == "template":
+            return seen.templates(victim.proc.pid)
+        if what == "shuffle-worker":
+            return seen.shuffle_workers(victim.proc.pid)
+        found = seen.step_processes(victim.proc.pid)
+        preferred = self._preferred_pids(moment)
+        return [p for p in found if p.pid in preferred] or found
+
+    def _kill(self, runners: list[Runner], victim: Runner, moment: str) -> None:
         import psutil
 
-        what = self.rng.choice(KILL_KINDS)
-        when = self._trigger(runners)
+        kinds = KILL_KINDS if moment.startswith("shuffle-") else tuple(k for k in KILL_KINDS if k != "shuffle-worker")
+        what = self.rng.choice(kinds)
+        when = self._wait_for(moment, runners)
         if victim.proc.poll() is not None:
             self.log(f"  no kill: runner {victim.tag} already exited ({victim.proc.returncode}) [{when}]")
             return
-        workers = templates(victim) if what == "template" else step_processes(victim)
+        landed, where = self._landed(moment, runners)
+        when += f" ({where})" if where else ""
+        workers = self._targets(what, victim, moment) if what != "runner" else []
         if what != "runner" and not workers:
             when += f" (drew {what}, but no such process was running)"
             what = "runner"  # between steps (or before its first): nothing else to kill
         if what == "runner":
             descendants = []
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 descendants = psutil.Process(victim.proc.pid).children(recursive=True)
-            except psutil.NoSuchProcess:
-                pass
+            self.killed_pids |= {victim.proc.pid, *(p.pid for p in descendants)}
+            self.killed_runners.add(victim.proc.pid)
             victim.proc.send_signal(signal.SIGKILL)
             victim.killed = True
-            self.tally.kills["runner"] += 1
+            self._count(what, moment, landed)
             self.log(f"  KILL runner {victim.tag} (pid {victim.proc.pid}) {when}")
             # Its step processes must not outlive it: they would write into an output that the
             # next runner takes over (fray's watchdog ends them within a fraction of a second).
-            _, alive = psutil.wait_procs(descendants, timeout=5)
-            alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-            if alive:
-                self.tally.unexpected.append(f"processes {[p.pid for p in alive]} outlived killed runner {victim.tag}")
-                for p in alive:
-                    p.kill()
+            self._must_end(descendants, f"killed runner {victim.tag}")
             return
-        worker = self.rng.choice(workers)
         victim.step_killed = True
-        try:
-            forked = worker.children(recursive=True) if what == "template" else []
-            if what == "step-group":
-                group = os.getpgid(worker.pid)
-                if group in (os.getpgrp(), os.getpgid(victim.proc.pid)):
-                    # Never the soak's (or the runner's) own group: a step must lead a group of its own.
-                    self.tally.unexpected.append(f"step process {worker.pid} of {victim.tag} shares group {group}")
-                    victim.step_killed = False
-                    return
-                os.killpg(group, signal.SIGKILL)
-            else:
-                worker.send_signal(signal.SIGKILL)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            self.log(f"  no kill: {what} process {worker.pid} of {victim.tag} already gone [{when}]")
+        under = None
+        for _ in range(3):  # a step of a few hundred milliseconds may end before the signal: another
+            worker = self.rng.choice(workers)
+            try:
+                under = self._signal(what, worker, victim)
+                break
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                self.log(f"  {what} process {worker.pid} of {victim.tag} already gone")
+                workers = [w for w in self._targets(what, victim, moment) if w.pid != worker.pid]
+                if not workers:
+                    break
+        if under is None:
+            self.log(f"  no kill: no {what} process of {victim.tag} left [{when}]")
             victim.step_killed = False
             return
-        self.tally.kills[what] += 1
+        self._count(what, moment, landed)
         self.log(f"  KILL {what} {worker.pid} of runner {victim.tag} {when}"
-                 + (f" (with {len(forked)} step process(es) forked from it)" if what == "template" else ""))
-        if forked:
-            # A step forked from the template must not outlive it (its watchdog ends its group).
-            _, alive = psutil.wait_procs(forked, timeout=5)
-            alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-            if alive:
-                self.tally.unexpected.append(f"processes {[p.pid for p in alive]} outlived killed template "
-                                             f"{worker.pid} of {victim.tag}")
-                for p in alive:
-                    p.kill()
+                 + (f" (with {len(under)} process(es) under it)" if under else ""))
+        self._must_end(under, f"killed {what} {worker.pid} of {victim.tag}")
+
+    def _signal(self, what: str, worker: Any, victim: Runner) -> list | None:
+        """SIGKILL ``worker`` (its group, for ``step-group``); returns the processes that were
+        under it (they must end with it), or None when it must not be killed."""
+        # Everything under it must end with it: forked steps (template), zephyr's workers (step).
+        under = worker.children(recursive=True)
+        pids = seen.tree_pids(worker)
+        if what == "step-group":
+            group = os.getpgid(worker.pid)
+            if group in (os.getpgrp(), os.getpgid(victim.proc.pid)):
+                # Never the soak's (or the runner's) own group: a step must lead a group of its own.
+                self.tally.unexpected.append(f"step process {worker.pid} of {victim.tag} shares group {group}")
+                return None
+            self.killed_pids |= pids
+            os.killpg(group, signal.SIGKILL)
+        else:
+            self.killed_pids |= pids
+            worker.send_signal(signal.SIGKILL)
+        return under
+
+    def _count(self, what: str, moment: str, landed: str) -> None:
+        self.tally.kills[what] += 1
+        self.tally.moments[moment] += 1
+        self.tally.landed[moment, landed] += 1
+
+    def _must_end(self, processes: list, after: str) -> None:
+        """``processes`` (all under one that was killed) end within 5 s (fray's watchdogs end them)."""
+        import psutil
+
+        if not processes:
+            return
+        _, alive = psutil.wait_procs(processes, timeout=5)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if alive:
+            self.tally.unexpected.append(f"processes {[p.pid for p in alive]} outlived {after}")
+            for p in alive:
+                p.kill()
 
     # -- rounds ----------------------------------------------------------------------------------
     def _finish_round(self, runners: list[Runner], timeout: float = 240.0) -> None:
@@ -444,49 +466,86 @@ class Soak:
         self.tally.built_by_another += text.count("built by another runner")
         self.log(f"  runner {r.tag} exit {rc}: {verdict}")
 
-    def _make_work(self) -> None:
-        """When the graph is already built, remove the newest outputs so the round has work."""
+    def _remove(self, paths: dict[str, str], why: str) -> None:
+        for name, path in paths.items():
+            fs.rm_tree(path)
+            self.removed[name] += 1
+        if paths:
+            self.log(f"  {why}: removed {', '.join(sorted(paths))}")
+
+    def _make_work(self, moment: str | None) -> None:
+        """Remove outputs so that the round has work, and its kill's moment can come."""
+        built = {name: path for name, path in seen.outputs(self.prefix) if seen.is_done(path)}
+        if moment in ("shuffle-map", "shuffle-reduce"):
+            self._remove({n: p for n, p in built.items() if n == DEDUP}, "for the shuffle")
+            return
+        if moment == "checkpoint":
+            self._remove({n: p for n, p in built.items() if n == MODEL}, "for a checkpoint")
+            return
+        if moment == "mid-expansion":
+            state, _ = seen.expansion_state(self.prefix)
+            if state != "built":
+                return
+            sweep = {n: p for n, p in built.items() if n.startswith(SWEEP + "/")}
+            trials = sorted(n for n in sweep if "/trial-" in n)
+            how = self.rng.choice(["head", "tail", "trials"])
+            if how == "head":  # round-0 and a trial: its expansion is built again, one trial of it anew
+                chosen = [f"{SWEEP}/round-0", self.rng.choice(trials)]
+            elif how == "tail":  # the last round and everything it expanded into
+                chosen = [n for n in sweep if n.rsplit("/", 1)[1] in ("round-1", "trial-2", "trial-3")]
+            else:  # trials only: the rounds stay built, their expansion is not
+                chosen = self.rng.sample(trials, self.rng.choice([1, 2]))
+            chosen += [f"{SWEEP}/results", f"{SWEEP}/best"]
+            self._remove({n: sweep[n] for n in chosen if n in sweep}, f"for mid-expansion ({how})")
+            return
         from marin.execution.plan.make import make_plan
-        from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
 
         plan = make_plan(steps(), StepStore(self.prefix), explain=False)
-        if not all(StepRecord(p.output_path).is_done() for p in plan.steps):
+        if len(built) < len(plan.steps):
             return
         k = self.rng.choice([1, 1, 2, len(plan.steps)])
-        removed = [p.output_name for p in plan.steps[-k:]]
-        for p in plan.steps[-k:]:
-            fs.rm_tree(p.output_path)
-        self.log(f"  graph already built: removed {', '.join(removed)}")
+        # A step is rebuilt only when something to build needs it: with each chosen step goes a
+        # path of steps reading it, up to a target (Make-style, a removed intermediate whose
+        # readers are built is left unbuilt).
+        readers = _readers(plan)
+        chosen = set()
+        for name in self.rng.sample(sorted(built), k):
+            chosen.add(name)
+            while name not in TARGETS:
+                name = self.rng.choice(sorted(readers[name]))
+                chosen.add(name)
+        self._remove({n: built[n] for n in chosen}, "graph already built")
 
     def round(self, n: int) -> None:
         self.tally.rounds += 1
-        self._make_work()
+        kind = self.rng.choice(["kill", "kill", "race"])
+        racers, kill = (1, True) if kind == "kill" else (self.rng.choice([2, 3]), self.rng.random() < 0.6)
+        moment = self.rng.choice(_MOMENT_DRAW) if kill else None
+        self._make_work(moment)
         with self.leases:
-            self._round(n)
+            self._round(n, racers, moment)
         for step, number, how in self.leases.events:
             self.tally.leases_taken_again[how, step] += 1
             self.log(f"  {step}: lease {number} taken ({how})")
+        self.ledger.sample(self.prefix)
 
-    def _round(self, n: int) -> None:
-        kind = self.rng.choice(["kill", "kill", "race"])
-        if kind == "kill":
-            self.log(f"round {n}: one runner, one kill")
+    def _round(self, n: int, racers: int, moment: str | None) -> None:
+        if racers == 1:
+            self.log(f"round {n}: one runner, one kill at {moment}")
             runner = self._runner(n, "a")
-            self._kill([runner], runner)
+            self._kill([runner], runner, moment or "time")
             self._finish_round([runner])
             return
-        k = self.rng.choice([2, 3])
-        kill_one = self.rng.random() < 0.6
-        self.log(f"round {n}: race of {k} runners{' with a kill' if kill_one else ''}")
+        self.log(f"round {n}: race of {racers} runners{f' with a kill at {moment}' if moment else ''}")
         self.tally.races += 1
-        self.tally.racers += k
+        self.tally.racers += racers
         runners = []
-        for i in range(k):
+        for i in range(racers):
             runners.append(self._runner(n, "abc"[i]))
             time.sleep(self.rng.uniform(0.0, 0.3))
-        if kill_one:
-            self._kill(runners, self.rng.choice(runners))
+        if moment:
+            self._kill(runners, self.rng.choice(runners), moment)
         self._finish_round(runners)
 
     def run_to_completion(self, prefix: str, label: str) -> bool:
@@ -502,17 +561,13 @@ class Soak:
     # -- checks ----------------------------------------------------------------------------------
     def check(self) -> None:
         from marin.execution.plan.make import make_plan
-        from marin.execution.store.gc import find_outputs
         from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
-        from marin.execution.store.verify import verify_output
-        from rigging.lease import current_lease
 
         fail = self.tally.failures.append
-        store = StepStore(self.prefix)
-        clean = StepStore(self.clean_prefix)
-        plan = make_plan(steps(), store, explain=False)
-        clean_plan = make_plan(steps(), clean, explain=False)
+        self.ledger.sample(self.prefix)
+        plan = make_plan(steps(), StepStore(self.prefix), explain=False)
+        clean_plan = make_plan(steps(), StepStore(self.clean_prefix), explain=False)
         # 1. Every step succeeded, and a rerun is a no-op.
         for p in plan.steps:
             if not StepRecord(p.output_path).is_done():
@@ -522,23 +577,66 @@ class Soak:
         text = cached.output.read_text(errors="replace")
         if cached.proc.returncode != 0 or f"{len(plan.steps)} cached" not in text:
             fail(f"a rerun after the soak was not all cached (see {cached.output})")
-        # 2. Bit-for-bit equal to the clean run.
-        for p, q in zip(plan.steps, clean_plan.steps, strict=True):
-            if p.name == "soak/model":
-                self._compare_params(p.output_path, q.output_path)
+        # 2. The same steps as the clean run, their outputs bit for bit equal.
+        ours = {p.name: p for p in plan.steps}
+        theirs = {p.name: p for p in clean_plan.steps}
+        if {n: p.hash for n, p in ours.items()} != {n: p.hash for n, p in theirs.items()}:
+            fail(f"the plans differ from the clean run's: {sorted(set(ours) ^ set(theirs))} "
+                 f"{sorted(n for n in set(ours) & set(theirs) if ours[n].hash != theirs[n].hash)}")
+        expansion = sorted(n for n in ours if n.startswith(SWEEP + "/"))
+        self.log(f"sweep: expanded into the clean run's {len(expansion)} steps, names and hashes "
+                 f"({', '.join(n.removeprefix(SWEEP + '/') for n in expansion)})"
+                 if all(n in theirs and theirs[n].hash == ours[n].hash for n in expansion)
+                 else "sweep: expanded into OTHER steps than the clean run's")
+        for name in sorted(set(ours) & set(theirs)):
+            if name == MODEL:
+                self._compare_params(ours[name].output_path, theirs[name].output_path)
             else:
-                ours = _manifest_digests(p.output_path)
-                theirs = _manifest_digests(q.output_path)
-                differ = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
-                # Shard commit records name their input files, which live under each prefix.
-                differ = [k for k in differ if k not in ours or k not in theirs or not _same_but_prefix(
-                    fs.join(p.output_path, k), fs.join(q.output_path, k), self.prefix, self.clean_prefix)]
-                if differ:
-                    fail(f"{p.name}: files differ from the clean run: {differ[:5]}")
-        # 3. No lease left live, 4. manifests hold, 5. no temporary file visible.
+                self._compare_files(name, ours[name].output_path, theirs[name].output_path)
+        # 3. Nothing built twice.
+        self._check_builds(sorted(ours))
+        # 4. No lease left live, 5. manifests hold, 6. no temporary file visible.
+        self._check_outputs()
+        left = Counter(name.rsplit("-", 1)[0] + "-" for name in os.listdir(self.tmp))  # mkdtemp's prefixes
+        self.log(f"note: left in the runners' temporary folder: {', '.join(f'{n} {k}*' for k, n in sorted(left.items()))}"
+                 if left else "note: nothing left in the runners' temporary folder")
+
+    def _compare_files(self, name: str, ours: str, theirs: str) -> None:
+        a, b = _manifest_digests(ours), _manifest_digests(theirs)
+        differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        # Shard commit records, sweep results and best.json name folders under each prefix.
+        differ = [k for k in differ if k not in a or k not in b or not _same_but_prefix(
+            fs.join(ours, k), fs.join(theirs, k), self.prefix, self.clean_prefix)]
+        if differ:
+            self.tally.failures.append(f"{name}: files differ from the clean run: {differ[:5]}")
+        elif name == DEDUP:
+            self.log(f"{DEDUP}: {len(a)} files (sidecars, summary) byte for byte equal to the clean run")
+
+    def _check_builds(self, names: list[str]) -> None:
+        trials = [n for n in names if n.startswith(f"{SWEEP}/trial-")]
+        clean = read_calls(self.calls[self.clean_prefix])
+        ours = read_calls(self.calls[self.prefix])
+        problems = [f"clean: {p}" for p in seen.trial_problems(trials, clean, Counter(), set(), set())]
+        problems += seen.build_problems(names, self.ledger, self.removed)
+        problems += seen.trial_problems(trials, ours, self.removed, self.killed_pids, self.killed_runners)
+        self.tally.failures.extend(problems)
+        ended = sum(1 for c in ours if c.event == "end")
+        self.log(f"trials: {ended} calls ran to the end, {len(ours) - 2 * ended} were cut short; "
+                 f"{sum(self.removed[t] for t in trials)} trial output(s) removed by the soak")
+        self.log(f"builds: every step published once plus once per removal ({sum(self.removed.values())} "
+                 f"removals); most attempts of one build: {max(self.ledger.attempts.values(), default=0)}"
+                 if not problems else "builds: SOME STEP WAS BUILT TWICE (see below)")
+
+    def _check_outputs(self) -> None:
+        from marin.execution.store.gc import find_outputs
+        from marin.execution.store.store import StepStore
+        from marin.execution.store.verify import verify_output
+        from rigging.lease import current_lease
+
+        fail = self.tally.failures.append
+        store = StepStore(self.prefix)
         leftover_meta_tmp = 0
-        outputs = find_outputs(store)
-        for folder in sorted(outputs):
+        for folder in sorted(find_outputs(store)):
             path = fs.join(store.prefix, folder)
             meta = fs.join(path, ".marin")
             leases = [n for n in fs.listdir(meta) if n.startswith("lease-")]
@@ -550,6 +648,8 @@ class Soak:
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
             for rel, _size in fs.walk_files(path):
                 parts = rel.split("/")
+                if parts[0] == seen.WORK_FOLDER:
+                    fail(f"{folder}: shuffle work file left: {rel}")
                 if any(".tmp-" in n or "orbax-checkpoint-tmp" in n or n.endswith((".tmp", ".partial")) for n in parts):
                     if parts[0] == ".marin":
                         leftover_meta_tmp += 1
@@ -609,6 +709,20 @@ class Soak:
                      if not any("final params differ" in f for f in self.tally.failures) else "final params DIFFER")
 
 
+def _readers(plan: Any) -> dict[str, set[str]]:
+    """Step name -> the steps that read it: through its config, or by reading an expanding step
+    it was expanded from (such a reader waits for the whole expansion)."""
+    from marin.execution.plan.expansion import closure
+
+    names = [p.name for p in plan.steps]
+    readers: dict[str, set[str]] = {name: set() for name in names}
+    for j, p in enumerate(plan.steps):
+        for d in p.deps:
+            for q in (d, *closure(plan.expansions, d)):
+                readers[names[q]].add(names[j])
+    return readers
+
+
 def _same_but_prefix(a: str, b: str, prefix_a: str, prefix_b: str) -> bool:
     return fs.read_bytes(a).replace(prefix_a.encode(), b"<prefix>") == \
         fs.read_bytes(b).replace(prefix_b.encode(), b"<prefix>")
@@ -622,6 +736,26 @@ def _manifest_digests(output_path: str) -> dict[str, str]:
     return {e["path"]: e["sha256"] for e in manifest.get("files", [])}
 
 
+def summary(t: Tally, ledger: seen.BuildLedger) -> list[str]:
+    """The report's lines: kills by kind and moment, races, leases, reuse."""
+    kills = ", ".join(f"{t.kills[k]} {k}" for k in KILL_KINDS)
+    moments = []
+    for m in KILL_MOMENTS:
+        landed = sorted((where, n) for (moment, where), n in t.landed.items() if moment == m and where != m)
+        moments.append(f"{t.moments[m]} {m}" + (f" (landed: {', '.join(f'{n} {w}' for w, n in landed)})"
+                                                if landed else ""))
+    again = {how: sorted((step, n) for (h, step), n in t.leases_taken_again.items() if h == how)
+             for how in ("takeover", "after release", "?")}
+    taken = "; ".join(f"{sum(n for _s, n in rows)} {how} ({', '.join(f'{s} {n}' for s, n in rows)})"
+                      for how, rows in again.items() if rows) or "none"
+    return [f"survived {t.total_kills} kills ({kills}) and {t.races} races ({t.racers} runners)",
+            f"kill moments: {', '.join(moments)}",
+            f"leases taken again: {taken}; runners waited on another's lease {t.waits} times and took "
+            f"{t.built_by_another} steps as built by another runner",
+            f"dedup map tasks: {ledger.map_tasks['done']} done over every attempt, {ledger.map_tasks['reused']} of them "
+            f"reused from an attempt that was killed"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
@@ -633,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 0:
         parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    # A SIGTERM ends the soak as Ctrl-C does: its runners are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marin-soak-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     log = Log(workdir / "soak.log")
@@ -655,15 +791,11 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
     t = soak.tally
     problems = t.unexpected + t.failures
-    kills = ", ".join(f"{t.kills[k]} {k}" for k in KILL_KINDS)
-    again = {how: sorted((step, n) for (h, step), n in t.leases_taken_again.items() if h == how)
-             for how in ("takeover", "after release", "?")}
-    taken = "; ".join(f"{sum(n for _s, n in rows)} {how} ({', '.join(f'{s} {n}' for s, n in rows)})"
-                      for how, rows in again.items() if rows) or "none"
+    lines = summary(t, soak.ledger)
     print(f"\nsoak seed {args.seed} on {args.prefix}: {t.rounds} rounds in {time.monotonic() - started:.0f}s; "
-          f"survived {t.total_kills} kills ({kills}) and {t.races} races ({t.racers} runners)")
-    print(f"leases taken again: {taken}; runners waited on another's lease "
-          f"{t.waits} times and took {t.built_by_another} steps as built by another runner")
+          + lines[0])
+    for line in lines[1:]:
+        print(line)
     for p in problems:
         print(f"PROBLEM: {p}")
     print("soak: OK" if not problems else f"soak: FAILED ({len(problems)} problems); logs in {workdir}")

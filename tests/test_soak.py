@@ -1,13 +1,20 @@
-"""The soak test with a small count: kills and races on the nano graph, then every check of ``make soak``."""
+"""The soak test with a small count: kills and races on the soak graph, then every check of ``make soak``."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests import soak_observe as seen
+from tests.soak_graph import Call
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_soak_small_count_survives_kills_and_races(tmp_path):
-    # Seed 3 draws both kinds of round (kills of runners and steps, and a race) in four rounds.
-    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--seed", "3", "--rounds", "4",
+    # Seed 112 draws, in two rounds, a kill of a step's process group just after a sweep round was
+    # built (mid-expansion), and a race of two runners with a kill of the warm template during the
+    # dedup's shuffle map wave.
+    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--seed", "112", "--rounds", "2",
                            "--workdir", str(tmp_path / "soak")], cwd=ROOT, capture_output=True, text=True,
                           timeout=280)
     out = proc.stdout + proc.stderr
@@ -27,10 +36,95 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     # Its kill rounds wait for a step process (or a checkpoint) before they kill: a step process,
     # its group or the warm template, not only runners (warm workers hid those from the soak once).
     assert re.search(r"KILL (step|step-group|template) \d+ of runner", out), out[-6000:]
-    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template\)", out)
+    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template, \d+ shuffle-worker\)",
+                     out)
+    assert re.search(r"KILL .*(the shuffle's (map|reduce) wave|mid-expansion)", out), out[-6000:]
+    assert re.search(r"kill moments: \d+ time, \d+ step-start, \d+ checkpoint, \d+ shuffle-map.*, \d+ shuffle-reduce"
+                     r".*, \d+ mid-expansion", out)
+    # The dedup's zephyr shuffle and the sweep's expansion were built and checked against the clean run.
+    assert "soak/dedup: 4 files (sidecars, summary) byte for byte equal to the clean run" in out
+    assert re.search(r"sweep: expanded into the clean run's 8 steps, names and hashes", out)
+    assert "builds: every step published once plus once per removal" in out
 
 
 def test_soak_rejects_bad_options():
     proc = subprocess.run([sys.executable, "-m", "tests.soak", "--rounds", "-1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
+
+
+def test_the_soak_tells_a_runners_template_its_steps_and_their_workers_apart():
+    # The soak finds what to kill by command line and parent: it once looked for a template by a
+    # command line the template no longer had, and killed runners only.
+    from fray.pool import WorkerPool
+    from zephyr import Dataset
+    from zephyr.execution import run
+    from zephyr.writers import CollectSink
+
+    pool = WorkerPool()
+    me = os.getpid()
+    try:
+        # A step (a call forked from the pool's template) whose zephyr pipeline runs on a worker.
+        sleeping = Dataset.from_items([[30.0]]).map(time.sleep)
+        handle = pool.submit(run, sleeping, CollectSink(), in_process=False, max_parallel=1)
+        deadline = time.monotonic() + 60
+        while not seen.shuffle_workers(me):
+            if handle.done():
+                handle.result()  # raises what the call raised
+            assert time.monotonic() < deadline, "the call never started its worker"
+            time.sleep(0.05)
+        templates, steps, workers = seen.templates(me), seen.step_processes(me), seen.shuffle_workers(me)
+        assert len(templates) == 1 and len(steps) == 1 and len(workers) == 1
+        assert steps[0].ppid() == templates[0].pid and workers[0].ppid() == steps[0].pid
+        assert {steps[0].pid, workers[0].pid} <= seen.tree_pids(steps[0])  # and multiprocessing's resource tracker
+    finally:
+        pool.shutdown()
+
+
+def _record(prefix: Path, name: str, **records: dict) -> None:
+    meta = prefix / f"{name}-0123456789abcdef" / ".marin"
+    meta.mkdir(parents=True, exist_ok=True)
+    for record, body in records.items():
+        (meta / f"{record}.json").write_text(json.dumps(body))
+
+
+def test_the_soaks_ledger_counts_publishes_and_sees_a_finished_step_built_again(tmp_path):
+    ledger = seen.BuildLedger()
+    _record(tmp_path, "soak/raw", success={"finished_at": 10.0}, provenance={"started_at": 5.0, "attempts": 2})
+    _record(tmp_path, "soak/sweep/trial-0", provenance={"started_at": 5.0})  # not published yet
+    ledger.sample(str(tmp_path))
+    ledger.sample(str(tmp_path))  # seen again between rounds: the same build
+    assert seen.build_problems(["soak/raw"], ledger, Counter()) == []
+    assert seen.build_problems(["soak/sweep/trial-0"], ledger, Counter()) == [
+        "soak/sweep/trial-0: published 0 times, expected 1 (1 + 0 removal(s) by the soak)"]
+    assert ledger.attempts["soak/raw"] == 2
+    # The soak removed the output and a runner built it anew: one publish per removal.
+    _record(tmp_path, "soak/raw", success={"finished_at": 20.0}, provenance={"started_at": 15.0})
+    ledger.sample(str(tmp_path))
+    assert seen.build_problems(["soak/raw"], ledger, Counter({"soak/raw": 1})) == []
+    assert seen.build_problems(["soak/raw"], ledger, Counter()) == [
+        "soak/raw: published 2 times, expected 1 (1 + 0 removal(s) by the soak)"]
+    # A runner ran the finished step again (its provenance is written just before publishing).
+    _record(tmp_path, "soak/raw", provenance={"started_at": 25.0})
+    ledger.sample(str(tmp_path))
+    assert [p.split(":")[0] for p in seen.build_problems(["soak/raw"], ledger, Counter({"soak/raw": 1}))] == [
+        "built again after it was done"]
+
+
+def test_the_soak_counts_a_trial_body_run_twice_unless_the_soak_killed_it():
+    def end(pid: int, ppid: int = 1, gppid: int = 1) -> Call:
+        return Call("soak/sweep/trial-0", "end", pid, ppid, gppid)
+
+    trials = ["soak/sweep/trial-0"]
+    assert seen.trial_problems(trials, [end(100)], Counter(), set(), set()) == []
+    twice = [end(100), end(200)]
+    assert seen.trial_problems(trials, twice, Counter(), set(), set()) == [
+        "soak/sweep/trial-0 ran to the end 2 times outside killed processes and runners (all: 2), for 1 build(s) "
+        "(1 + removals)"]
+    assert seen.trial_problems(trials, twice, Counter({"soak/sweep/trial-0": 1}), set(), set()) == []
+    assert seen.trial_problems(trials, twice, Counter(), {100}, set()) == []  # the soak killed the first
+    # The first ended in a step forked from a warm template of a runner the soak then killed.
+    assert seen.trial_problems(trials, [end(100, ppid=50, gppid=40), end(200)], Counter(), set(), {40}) == []
+    assert seen.trial_problems(trials, [], Counter(), set(), set()) == [
+        "soak/sweep/trial-0 ran to the end 0 times outside killed processes and runners (all: 0), for 1 build(s) "
+        "(1 + removals)"]

@@ -32,6 +32,7 @@ from marin.processing.dedup import (
     paragraph_dedup_step,
     shingle_set,
 )
+from marin.processing.dedup.grouping import step_group_by
 from marin.processing.webcorpus import WebCorpusConfig, generate_web_corpus
 from marin.processing.webcorpus.evaluate import score_clusters
 
@@ -245,6 +246,18 @@ def test_zephyrs_shuffle_gives_the_same_sidecars_and_leaves_no_work_files(corpus
         assert dict_files == zephyr_files, name  # byte for byte; no .shuffle/ left behind
         assert any(a["duplicate"] if "duplicate" in a else a["duplicate_spans"]
                    for a in _attributes(str(tmp_path / f"{name}-zephyr")).values()), name
+
+
+def test_zephyrs_shuffle_on_worker_processes_gives_the_same_sidecars(corpus: tuple[str, dict], tmp_path: Path) -> None:
+    root, _truth = corpus
+    with step_group_by(Grouping.ZEPHYR_WORKERS, str(tmp_path / "out")) as group_by:
+        assert isinstance(group_by, ZephyrGroupBy) and not group_by.in_process  # tasks go to worker processes
+    with step_group_by(Grouping.ZEPHYR, str(tmp_path / "out")) as group_by:
+        assert isinstance(group_by, ZephyrGroupBy) and group_by.in_process
+    config = ExactDedupConfig(input=f"{root}/documents")
+    exact_dedup_step(config, str(tmp_path / "dict"))
+    exact_dedup_step(replace(config, grouping=Grouping.ZEPHYR_WORKERS), str(tmp_path / "workers"))
+    assert _files(tmp_path / "dict") == _files(tmp_path / "workers")  # byte for byte; no .shuffle/ left
 
 
 def test_zephyr_group_by_writes_its_partitions_under_the_work_folder(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ DOCS = "/data/docs"
     (lambda: dedup("d", DOCS, method="exact_document", threshold=0.9),
      "dedup 'd': threshold=0.9 is not an option of method='exact_document'"),
     (lambda: dedup("d", DOCS, method="fuzzy", min_chars=10), "min_chars=10 is not an option of method='fuzzy'"),
-    (lambda: dedup("d", DOCS, grouping="spark"), "grouping must be one of 'in_process', 'zephyr', got 'spark'"),
+    (lambda: dedup("d", DOCS, grouping="spark"), "grouping must be one of 'in_process', 'zephyr', 'zephyr_workers', got 'spark'"),
     (lambda: dedup("d", 42), "source must be a step handle, a Hugging Face id, or a path.*got int: 42"),
     (lambda: dedup("d", ""), "source must be a step handle.*got str: ''"),
     (lambda: html_to_text("t", DOCS, extractor="beautifulsoup"),

@@ -99,8 +99,8 @@ def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY,
         threshold: fuzzy only: near-duplicates have Jaccard similarity ``>=`` this (default 0.8).
         ngram: fuzzy only: words per shingle (default 5).
         min_chars: exact_paragraph only: shorter paragraphs are never duplicates (default 0).
-        grouping: where records are grouped (``"in_process"`` or ``"zephyr"``; not hashed: the
-            same attributes either way).
+        grouping: where records are grouped (``"in_process"``, ``"zephyr"`` or
+            ``"zephyr_workers"``: :class:`Grouping`; not hashed: the same attributes either way).
         version: as for every step.
 
     Raises:

@@ -10,7 +10,8 @@ Two implementations:
 
 * :func:`group_in_process`: a dict in this process's memory; keys are visited in sorted order.
 * :class:`ZephyrGroupBy`: zephyr's ``Dataset.group_by`` (hash partitions written as files under
-  ``<work_path>/.shuffle/<reducer name>/``, then reduced), in this process or on workers.
+  ``<work_path>/.shuffle/<reducer name>/``, then reduced), in this process
+  (:attr:`Grouping.ZEPHYR`) or on local worker processes (:attr:`Grouping.ZEPHYR_WORKERS`).
 
 Which one a dedup step uses is its config's :class:`Grouping` (not part of the step's hash: both
 give the same attributes, tested). :func:`default_group_by` is the in-process one: on one machine
@@ -49,7 +50,11 @@ class Grouping(enum.Enum):
     IN_PROCESS = "in_process"
     """A dict in the step's process (:func:`group_in_process`)."""
     ZEPHYR = "zephyr"
-    """Zephyr's shuffle, its files under the step's output folder (:class:`ZephyrGroupBy`)."""
+    """Zephyr's shuffle, its files under the step's output folder (:class:`ZephyrGroupBy`), every
+    task in the step's process."""
+    ZEPHYR_WORKERS = "zephyr_workers"
+    """Zephyr's shuffle as :attr:`ZEPHYR`, its map and reduce tasks on local worker processes
+    (fray's ``LocalClient``, one per CPU at most)."""
 
 
 def group_in_process(records: Iterable[Any], key: Callable[[Any], Any],
@@ -120,10 +125,10 @@ def step_group_by(grouping: Grouping, output_path: str) -> Iterator[GroupBy]:
     Zephyr's shuffle files go under ``<output_path>/.shuffle/`` (a retry of the step reuses the map
     tasks that committed) and are removed once the step's body returns: they are work, not output.
     """
-    if grouping is not Grouping.ZEPHYR:
+    if grouping is Grouping.IN_PROCESS:
         yield default_group_by
         return
-    yield ZephyrGroupBy(output_path)
+    yield ZephyrGroupBy(output_path, in_process=grouping is Grouping.ZEPHYR)
     work = fs.join(output_path, WORK_FOLDER)
     if fs.exists(work):
         fs.rm_tree(work)
