@@ -144,8 +144,15 @@ def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):
     step = Step(name="multinode/victim", fn=until_node_lost, config=VictimConfig(),
                 resources=ResourceConfig(cpus=1, max_retries=3))
     runner = _runner(str(tmp_path / "store"), cluster.address)
-    results = []
-    thread = threading.Thread(target=lambda: results.append(runner.run([step])))
+    results: list = []
+
+    def run() -> None:
+        try:
+            results.append(runner.run([step]))
+        except BaseException as error:  # shown below: a thread's exception would otherwise be a warning
+            results.append(error)
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         first = None
@@ -161,6 +168,7 @@ def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):
     finally:
         runner.close()
     [result] = results
+    assert not isinstance(result, BaseException), f"the run raised {result!r}"
     assert result.ok, result.failed
     outcome = result.by_name("multinode/victim")
     assert outcome.outcome is Outcome.RAN
