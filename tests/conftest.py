@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +30,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if counts:
         terminalreporter.write_sep("-", "fuzz examples run")
         terminalreporter.write_line(f"{sum(counts.values())} " + json.dumps(dict(sorted(counts.items()))))
+
+
+@pytest.fixture
+def hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An offline Hugging Face home in the test's folder (the hub cache layout goes under ``hub/``)."""
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home

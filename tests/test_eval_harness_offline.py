@@ -58,13 +58,6 @@ metadata:
 """
 
 
-@pytest.fixture
-def hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "hf"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return home
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,6 @@ from marin.experiment.hf_hub import choose_split_files  # noqa: E402
 from marin.experiment.sources import DataSourceError, resolve_source, resolve_tokenizer  # noqa: E402
 
 
-@pytest.fixture
-def hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "hf"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return home
-
-
 def test_a_cached_dataset_resolves_to_its_train_parquet_files(hf_home: Path) -> None:
     snapshot = tinystories_like(hf_home)
     files = resolve_source("roneneldan/TinyStories")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from marin.execution.core.placeholders import output_path_of
 from marin.execution.core.step import Step, unhashed_field
 from marin.execution.core.traits import StepTraits, step_function
 from marin.execution.run.worker import current_step
-from marin.execution.store.records import META_DIR
+from marin.execution.store.cache import copy_tree
 from marin.experiment.results import run_metrics
 from marin.experiment.sweep_propose import propose
 from marin.experiment.sweep_space import Dimension, Direction, Method, with_fields
@@ -269,31 +268,6 @@ def best_trial(trials: Sequence[Mapping[str, Any]], direction: Direction) -> Map
     return min(scored, key=lambda t: (sign * t["objective"], t["index"]))
 
 
-def _link_or_copy(src: str, dst: str) -> int:
-    """Every file of the output ``src`` but its records (``.marin/``) into ``dst``, hard-linked where
-    both are local (finished outputs are never written in place), else copied; returns the count."""
-    linking = fs.is_local(src) and fs.is_local(dst)
-    count = 0
-    for rel, _size in fs.walk_files(src):
-        if rel.startswith(META_DIR + "/"):
-            continue
-        count += 1
-        if linking:
-            target = fs.strip_protocol(fs.join(dst, rel))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.lexists(target):
-                os.unlink(target)  # left by an attempt that was cut off
-            try:
-                os.link(fs.strip_protocol(fs.join(src, rel)), target)
-                continue
-            except OSError:
-                linking = False  # another file system, or links not allowed: copy from here on
-        with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, rel), "wb") as fout:
-            while chunk := fin.read(1 << 22):
-                fout.write(chunk)
-    return count
-
-
 def best_step(config: BestConfig, output_path: str) -> None:
     """Pick the best trial of the sweep and copy its output here, with ``best.json`` saying which."""
     spec = config.spec
@@ -305,7 +279,7 @@ def best_step(config: BestConfig, output_path: str) -> None:
         raise ValueError(f"{spec.name}/best: the sweep expanded into no {spec.results_name} step")
     results = json.loads(fs.read_text(fs.join(found[spec.results_name], RESULTS_FILE)))
     winner = best_trial(results["trials"], spec.direction)
-    files = _link_or_copy(winner["output"], output_path)
+    files = copy_tree(winner["output"], output_path, records=False, link=True)
     _write_json(fs.join(output_path, BEST_FILE), {
         "format": SWEEP_FORMAT, "sweep": spec.name, "trial": winner["index"], "name": winner["name"],
         "params": winner["params"], "objective": winner["objective"], "objective_name": spec.objective,

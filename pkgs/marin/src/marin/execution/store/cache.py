@@ -56,25 +56,28 @@ def _travels(rel: str) -> bool:
     return not (rel.startswith(META_DIR + "/") and name.startswith(_LOCAL_ONLY))
 
 
-def copy_tree(src: str, dst: str, *, skip_success: bool = True, link: bool = False) -> int:
-    """Copy every file of ``src`` into ``dst`` (streamed); returns bytes copied.
+def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = True, link: bool = False) -> int:
+    """Copy every file of ``src`` into ``dst`` (streamed); returns how many files it copied or linked.
 
-    The success record is left out unless asked for: callers write it last. With ``link``, files
-    of a local ``src`` are hard-linked into a local ``dst`` where the file system allows (finished
-    outputs are never written in place: records are replaced by renames), else copied.
+    The success record is left out unless asked for: callers write it last; ``records=False``
+    leaves out every record (``.marin/``), for an output made from another step's files. With
+    ``link``, files of a local ``src`` are hard-linked into a local ``dst`` where the file system
+    allows (finished outputs are never written in place: records are replaced by renames), else
+    copied.
     """
-
-
-    copied = 0
+    count = 0
     linking = link and fs.is_local(src) and fs.is_local(dst)
     for rel, _size in fs.walk_files(src):
         if not _travels(rel):
             continue
-        if skip_success and rel == f"{META_DIR}/success.json":
+        if (skip_success and rel == f"{META_DIR}/success.json") or (not records and rel.startswith(META_DIR + "/")):
             continue
+        count += 1
         if linking:
             target = fs.strip_protocol(fs.join(dst, rel))
             os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.lexists(target):
+                os.unlink(target)  # left by an attempt that was cut off
             try:
                 os.link(fs.strip_protocol(fs.join(src, rel)), target)
                 continue
@@ -83,8 +86,7 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, link: bool = Fal
         with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, rel), "wb") as fout:
             while chunk := fin.read(1 << 22):
                 fout.write(chunk)
-                copied += len(chunk)
-    return copied
+    return count
 
 
 def substitute(hit: CacheHit, dst: str, *, link: bool = False) -> None:
