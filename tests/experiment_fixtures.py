@@ -225,10 +225,18 @@ def nano_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ran]:
     return _SHARED["nano"]
 
 
+# A first `make experiments` trains about twenty small models and runs some forty evaluations: about
+# 12 minutes on a quiet 2-core machine, twice that on a slow one. The tests that may be the first to
+# build it are allowed that much (pytest's own limit is 600 s a test).
+MAKE_EXPERIMENTS_TIMEOUT_S = 2700
+builds_experiments = pytest.mark.timeout(MAKE_EXPERIMENTS_TIMEOUT_S + 300)
+"""Mark for a test that may be the first to call :func:`experiments_prefix`."""
+
+
 def make_experiments(prefix: Path, check: bool = True) -> Ran:
     """``make experiments`` with ``MARIN_PREFIX=prefix`` (``-o setup``: the environment is this one)."""
     return run(["make", "--no-print-directory", "-o", "setup", "experiments"],
-               env=clean_env(MARIN_PREFIX=str(prefix)), check=check)
+               env=clean_env(MARIN_PREFIX=str(prefix)), check=check, timeout=MAKE_EXPERIMENTS_TIMEOUT_S)
 
 
 def experiments_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ran]:
@@ -237,5 +245,8 @@ def experiments_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
         prefix, nano = nano_prefix(tmp_path_factory)
         if nano.returncode != 0:
             raise AssertionError(f"python -m experiments.train_nano failed\n{nano.describe()}")
-        _SHARED["experiments"] = (prefix, make_experiments(prefix))
-    return _SHARED["experiments"]
+        _SHARED["experiments"] = (prefix, make_experiments(prefix, check=False))
+    prefix, ran = _SHARED["experiments"]
+    if ran.returncode != 0:  # every test that needs it fails with it; none builds it again
+        raise AssertionError(f"make experiments failed\n{ran.describe()}")
+    return prefix, ran

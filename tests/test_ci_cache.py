@@ -22,6 +22,7 @@ from experiment_fixtures import (  # noqa: E402
     PIPELINE_STEPS,
     ROOT,
     actions,
+    builds_experiments,
     clean_env,
     edit,
     entry,
@@ -67,6 +68,7 @@ def pipeline(tmp_path: Path) -> tuple[Path, Path]:
 
 # -- make experiments ---------------------------------------------------------------------------
 
+@builds_experiments
 @pytest.mark.slow
 def test_make_experiments_twice_the_second_run_executes_no_step(tmp_path_factory: pytest.TempPathFactory) -> None:
     prefix, first = experiments_prefix(tmp_path_factory)
@@ -154,6 +156,7 @@ def _copy_checkout(dst: Path) -> Path:
     return dst
 
 
+@builds_experiments
 @pytest.mark.slow
 def test_a_second_checkout_gets_cache_hits_for_every_step(tmp_path: Path,
                                                           tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_fixtures import clean_env, entry, experiments_prefix, marin  # noqa: E402
+from experiment_fixtures import builds_experiments, clean_env, entry, experiments_prefix, marin  # noqa: E402
 
 from levanter.data.chat import decode_chat_record  # noqa: E402
 from levanter.data.tokenized import open_split  # noqa: E402
@@ -25,6 +25,7 @@ from marin.execution.store.records import StepRecord  # noqa: E402
 MARGIN = 0.25  # fine-tuned loss < MARGIN x pretrained loss
 
 
+@builds_experiments
 @pytest.mark.slow
 def test_sft_nano_fine_tunes_below_the_pretrained_loss_and_answers_in_the_chat_format(
         tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -61,19 +61,26 @@ def test_the_soak_tells_a_runners_template_its_steps_and_their_workers_apart():
     from zephyr.execution import run
     from zephyr.writers import CollectSink
 
-    pool = WorkerPool()
     me = os.getpid()
+    # Runners that other tests in this process left open keep their templates: look only at what
+    # this pool starts.
+    earlier = {p.pid for p in seen.templates(me) + seen.step_processes(me) + seen.shuffle_workers(me)}
+
+    def new(processes: list) -> list:
+        return [p for p in processes if p.pid not in earlier]
+
+    pool = WorkerPool()
     try:
         # A step (a call forked from the pool's template) whose zephyr pipeline runs on a worker.
         sleeping = Dataset.from_items([[30.0]]).map(time.sleep)
         handle = pool.submit(run, sleeping, CollectSink(), in_process=False, max_parallel=1)
         deadline = time.monotonic() + 60
-        while not seen.shuffle_workers(me):
+        while not new(seen.shuffle_workers(me)):
             if handle.done():
                 handle.result()  # raises what the call raised
             assert time.monotonic() < deadline, "the call never started its worker"
             time.sleep(0.05)
-        templates, steps, workers = seen.templates(me), seen.step_processes(me), seen.shuffle_workers(me)
+        templates, steps, workers = new(seen.templates(me)), new(seen.step_processes(me)), new(seen.shuffle_workers(me))
         assert len(templates) == 1 and len(steps) == 1 and len(workers) == 1
         assert steps[0].ppid() == templates[0].pid and workers[0].ppid() == steps[0].pid
         assert {steps[0].pid, workers[0].pid} <= seen.tree_pids(steps[0])  # and multiprocessing's resource tracker
