@@ -81,4 +81,4 @@ experiments: setup
 	$(RUN)marin run experiments/
 
 soak: setup
-	$(RUN)python -m tests.soak
+	$(RUN)python -m tests.soak $(SOAK_ARGS)
