@@ -1,6 +1,8 @@
-"""What only the Ray backend does: retry a job whose worker was lost."""
+"""What only the Ray backend does: retry a job whose worker was lost; keep a job whose log sink was lost."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -19,3 +21,25 @@ def test_without_retries_a_lost_worker_fails_the_job(ray_client, tmp_path):
     handle = ray_client.submit(fray_jobs.kill_parent_once, marker)
     with pytest.raises(JobFailed):
         handle.result(timeout=120)
+
+
+def test_a_lost_log_sink_loses_the_output_not_the_job(ray_client):
+    # The driver reads every job's output from one actor; a worker node lost with that actor on it
+    # once made the run itself raise ActorUnavailableError. Output is best effort; the result is not.
+    import ray
+
+    from fray.ray_client import RayClient
+
+    client = RayClient()  # this process's connection (made by the fixture), with a log sink of its own
+    try:
+        handle = client.submit(fray_jobs.print_lines, 30, 0.1)
+        deadline = time.monotonic() + 60
+        while "line" not in handle.logs():
+            assert time.monotonic() < deadline, "no output arrived"
+            time.sleep(0.1)
+        ray.kill(handle._sink, no_restart=True)  # the sink's node is gone
+        time.sleep(0.5)
+        assert handle.logs() == ""
+        assert handle.result(timeout=120) == 30
+    finally:
+        client.shutdown()

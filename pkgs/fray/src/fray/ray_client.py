@@ -61,6 +61,7 @@ def _run_job(payload: bytes, env: dict[str, str], job_id: str, name: str, sink) 
     from a file and forwarded to the driver's log sink as it is written.
     """
     import ray
+    from ray.exceptions import RayError
 
     local = LocalClient()
     handle = local.submit_payload(payload, name=name, env=env)
@@ -71,7 +72,10 @@ def _run_job(payload: bytes, env: dict[str, str], job_id: str, name: str, sink) 
                 time.sleep(_FORWARD_INTERVAL_S)
             last = _forward(log_file, sink, job_id)
             if last is not None:
-                ray.get(last)
+                try:
+                    ray.get(last)
+                except RayError:
+                    pass  # the sink is gone (its node was lost): the output is, not the job's result
         return handle.result()
     finally:
         local.shutdown()
@@ -172,9 +176,14 @@ class RayJobHandle(_RayFuture, JobHandle):
         ray.cancel(self._ref, force=True)
 
     def logs(self) -> str:
+        """The job's output so far; empty if the log sink was lost with its node (logs are best effort)."""
         import ray
+        from ray.exceptions import RayError
 
-        return ray.get(self._sink.read.remote(self.job_id))
+        try:
+            return ray.get(self._sink.read.remote(self.job_id))
+        except RayError:
+            return ""
 
 
 class _RayActor(ActorHandle):
@@ -243,7 +252,13 @@ class RayClient(DistributedClient):
     def _log_sink(self):
         if self._sink is None:
             # Ray types .remote() as "handle or the class" (for method completion); it is a handle.
-            self._sink = cast("RayActorHandle[_LogSink]", self._ray.remote(num_cpus=0)(_LogSink).remote())
+            # On the driver's own node (soft: anywhere if that cannot be), so that losing a worker
+            # node does not lose the output of every job with it.
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # Ray, on use as above
+
+            here = NodeAffinitySchedulingStrategy(node_id=self._ray.get_runtime_context().get_node_id(), soft=True)
+            options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": here}  # Ray's stubs lack this strategy
+            self._sink = cast("RayActorHandle[_LogSink]", self._ray.remote(**options)(_LogSink).remote())
         return self._sink
 
     def submit(
