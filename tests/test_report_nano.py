@@ -10,7 +10,6 @@ import io
 import json
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from experiment_fixtures import clean_env, marin, nano_prefix  # noqa: E402
 
-
-def _open(driver: Any, path: Path) -> None:
-    driver.get(path.resolve().as_uri())
-    deadline = time.time() + 30
-    while driver.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
-        assert time.time() < deadline, "the report page never finished drawing"
-        time.sleep(0.05)
+from testsupport.browser import open_report  # noqa: E402
 
 
 def _distinct_colours(png: bytes) -> int:
@@ -45,7 +38,7 @@ def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factor
     html = page.read_text()
     assert "<script src=" not in html and "<link " not in html  # self-contained
 
-    _open(browser, page)
+    open_report(browser, page, timeout_s=30.0)
     nodes = {n.get_attribute("data-name"): n for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
     tasks = ("story_qa", "story_place", "story_ending", "story_cloze", "story_text")
     assert set(nodes) == {"raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from levanter.optim import AdamConfig
 from marin.cli.main import cli
 from marin.report import collect_plan, write_report
 from marin.report.compare import compare_plan
+from testsupport.browser import open_report
 
 EXPERIMENT = '''\
 from levanter.optim import AdamConfig
@@ -91,11 +91,7 @@ def test_report_shows_the_comparison_and_overlaid_curves(built, browser: Any, tm
     plan = runner(prefix).plan(load_targets([str(experiment)]))
     assert len(compare_plan(plan).rows) == 2
     path = write_report(collect_plan(plan, title="compare"), str(tmp_path / "report.html"))
-    browser.get(Path(path).resolve().as_uri())
-    deadline = time.time() + 20
-    while browser.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
-        assert time.time() < deadline, "the report never finished drawing"
-        time.sleep(0.05)
+    open_report(browser, path)
     section = browser.find_element(By.ID, "compare")
     assert section.is_displayed()
     loss_chart = section.find_element(By.CSS_SELECTOR, 'svg[data-chart="compare-loss"]')

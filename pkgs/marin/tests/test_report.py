@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +32,7 @@ from marin.report.outputs import parse_metrics, read_memory
 from marin.report.render import embed_json
 from marin.report.run_report import write_run_report
 from rigging import filesystem as fs
+from testsupport.browser import open_report
 
 HELLO_WORLD = Path(__file__).resolve().parents[3] / "experiments" / "tutorials" / "hello_world.py"
 LOGGED_STEPS = 37
@@ -145,16 +145,6 @@ def _runner(prefix: str) -> StepRunner:
 
 # -- the browser ---------------------------------------------------------------------------------
 
-def _open(driver: Any, path: str) -> None:
-    driver.get(Path(path).resolve().as_uri())
-    deadline = time.time() + 20
-    while driver.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
-        if time.time() > deadline:
-            logs = driver.get_log("browser") if hasattr(driver, "get_log") else []
-            raise AssertionError(f"the report page never finished drawing; console: {logs}")
-        time.sleep(0.05)
-
-
 def _node(driver: Any, name: str) -> Any:
     from selenium.webdriver.common.by import By
 
@@ -204,7 +194,7 @@ def test_report_of_a_real_run_in_chromium(browser: Any, good_run: tuple[RunResul
     result, path = good_run
     assert path.startswith(result.prefix) and os.path.exists(path)
     assert os.path.exists(os.path.join(result.prefix, "reports", "latest.html"))
-    _open(browser, path)
+    open_report(browser, path)
 
     nodes = browser.find_elements(By.CSS_SELECTOR, "#graph g.node")
     names = {n.get_attribute("data-name") for n in nodes}
@@ -276,7 +266,7 @@ def test_report_of_a_failed_step_shows_the_error(browser: Any, failed_run: tuple
     from selenium.webdriver.common.by import By
 
     result, path = failed_run
-    _open(browser, path)
+    open_report(browser, path)
     states = {n.get_attribute("data-name"): n.get_attribute("data-state")
               for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
     assert states == {"fail-test/good": "ran", "fail-test/bad": "failed", "fail-test/after": "upstream failed"}
@@ -307,7 +297,7 @@ def test_plan_report_shows_cached_would_run_and_earlier_failures(
     runner = _runner(result.prefix)
     plan = runner.plan([changed_stats, *_graph()[1:]])
     page = write_report(collect_plan(plan), str(tmp_path / "plan.html"))
-    _open(browser, page)
+    open_report(browser, page)
     states = {n.get_attribute("data-name"): n.get_attribute("data-state")
               for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
     assert states == {"hello/numbers": "would run", "hello/stats": "would run",
@@ -345,7 +335,7 @@ def test_a_big_group_is_one_node_with_counts_per_state_until_clicked(browser: An
     assert built.ok
     data = collect_plan(make_plan([*leaves, summary], StepStore(prefix)))
     path = write_report(data, str(tmp_path / "report.html"))
-    _open(browser, path)
+    open_report(browser, path)
 
     group = browser.find_element(By.CSS_SELECTOR, '#graph g.group[data-group="sweep"]')
     assert group.get_attribute("data-count") == "12"
@@ -383,7 +373,7 @@ def test_the_rows_of_a_group_stay_under_its_header(browser: Any, tmp_path: Path)
              for i in range(2) for folder in ("alpha", "beta")]
     data = collect_plan(make_plan(steps, StepStore(str(tmp_path / "store"))))
     assert [s.name for s in data.steps] == ["alpha/s0", "beta/s0", "alpha/s1", "beta/s1"]
-    _open(browser, write_report(data, str(tmp_path / "report.html")))
+    open_report(browser, write_report(data, str(tmp_path / "report.html")))
     rows = [r.get_attribute("data-group") or r.get_attribute("data-name")
             for r in browser.find_elements(By.CSS_SELECTOR, "#steps-table tbody tr")]
     assert rows == ["alpha", "alpha/s0", "alpha/s1", "beta", "beta/s0", "beta/s1"]

@@ -5,7 +5,6 @@ the representative, with the words that differ marked)."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from marin.experiment.datakit import consolidate, decontaminate, dedup
 from marin.processing.attributes import read_summary, write_jsonl
 from marin.report import collect_run
 from marin.report.run_report import write_run_report
+from testsupport.browser import open_report
 
 VOCAB = [f"{a}{b}" for a in ("ka", "lo", "mi", "ru", "se", "to", "vi", "ze") for b in ("n", "l", "r", "sk", "mp", "th")]
 QUOTE = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa"
@@ -63,20 +63,12 @@ def test_collect_reads_the_consolidate_summary(curated_run: tuple[RunResult, str
     assert steps["report-dk/fuzzy"].data["counts"]["duplicates"] == 2  # the copy is a near-duplicate too
 
 
-def _open(driver: Any, path: str) -> None:
-    driver.get(Path(path).resolve().as_uri())
-    deadline = time.time() + 20
-    while driver.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
-        assert time.time() < deadline, "the report page never finished drawing"
-        time.sleep(0.05)
-
-
 def test_the_data_section_shows_removed_documents_beside_the_kept_ones(
         browser: Any, curated_run: tuple[RunResult, str, Path], tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     _result, path, _root = curated_run
-    _open(browser, path)
+    open_report(browser, path)
     section = browser.find_element(By.ID, "curation")
     assert section.is_displayed()
     item = section.find_element(By.CSS_SELECTOR, '.curation-item[data-step="report-dk/kept"]')

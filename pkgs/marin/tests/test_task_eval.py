@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from marin.experiment import evaluate, story_tasks
 from marin.experiment.eval_results import EVAL_RESULTS_FILE, EvalResults, read_eval_results
 from marin.experiment.task_eval import harness_eval_step
 from rigging import filesystem as fs
+from testsupport.browser import open_report
 
 EXPERIMENT = '''\
 from lm_graph import data, tiny_model
@@ -156,11 +156,7 @@ def test_the_report_shows_task_scores_beside_the_losses(built, browser: Any, tmp
     prefix, experiment, _ = built
     plan = runner(prefix).plan(load_targets([str(experiment)]))
     path = write_report(collect_plan(plan, title="tasks"), str(tmp_path / "report.html"))
-    browser.get(Path(path).resolve().as_uri())
-    deadline = time.time() + 20
-    while browser.execute_script("return document.body && document.body.getAttribute('data-ready')") != "true":
-        assert time.time() < deadline, "the report never finished drawing"
-        time.sleep(0.05)
+    open_report(browser, path)
     tasks = browser.find_element(By.ID, "task-scores")
     assert tasks.is_displayed()
     compared = json.loads(CliRunner().invoke(cli, ["compare", str(experiment), "--prefix", str(prefix), "--format",
