@@ -29,18 +29,30 @@ __all__ = ["NODE_ENV", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_hea
 _START_TIMEOUT_S = 90.0
 
 
-@contextlib.contextmanager
-def ray_head(num_cpus: int = 2, host: str = LOOPBACK) -> Iterator[str]:
-    """Start a Ray head (``ray start --head --block``) of its own and yield its address.
+@dataclass
+class _Head:
+    process: subprocess.Popen[bytes]
+    temp_dir: str
+    log: Any
+    address: str
 
-    Every fixed port Ray would otherwise use is replaced by a free one and the temporary folder is
-    private, so concurrent sessions on one machine do not collide. The head is stopped (its whole
-    process group) on exit; ``ray stop`` is never used since it would stop other users' clusters.
+    def stop(self) -> None:
+        # The whole process group: ``ray stop`` is never used since it would stop other users' clusters.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=5)
+        self.log.close()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-    Token authentication is off for the head and, while it runs, for clients in this process
-    (``RAY_AUTH_MODE=disabled``): otherwise a token left in ``~/.ray/auth_token`` by some earlier
-    local ``ray.init()`` turns it on for one side only and the client cannot connect.
-    """
+
+def _start_head(num_cpus: int, host: str) -> _Head:
+    # One attempt: a head on fresh ports that answers on its GCS port, or RuntimeError with its log.
     port = free_port(host)
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray puts unix sockets in it
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -54,34 +66,50 @@ def ray_head(num_cpus: int = 2, host: str = LOOPBACK) -> Iterator[str]:
         f"--runtime-env-agent-port={free_port(host)}",
         f"--metrics-export-port={free_port(host)}",
     ]
-    log = open(os.path.join(temp_dir, "ray-start.log"), "w+b")
+    log = open(os.path.join(temp_dir, "ray-start.log"), "w+b")  # noqa: SIM115 - closed by _Head.stop()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    head = _Head(process=process, temp_dir=temp_dir, log=log, address=f"{host}:{port}")
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not reachable(host, port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            message = f"ray head did not start on {host}:{port}: {log.read().decode(errors='replace')[-3000:]}"
+            head.stop()
+            raise RuntimeError(message)
+        time.sleep(0.2)
+    return head
+
+
+@contextlib.contextmanager
+def ray_head(num_cpus: int = 2, host: str = LOOPBACK, attempts: int = 3) -> Iterator[str]:
+    """Start a Ray head (``ray start --head --block``) of its own and yield its address.
+
+    Every fixed port Ray would otherwise use is replaced by a free one and the temporary folder is
+    private, so concurrent sessions on one machine do not collide. A head that fails to start (most
+    likely another process took one of its ports first) is tried again on new ports, ``attempts``
+    times in all. The head is stopped (its whole process group) on exit.
+
+    Token authentication is off for the head and, while it runs, for clients in this process
+    (``RAY_AUTH_MODE=disabled``): otherwise a token left in ``~/.ray/auth_token`` by some earlier
+    local ``ray.init()`` turns it on for one side only and the client cannot connect.
+    """
     with updated_environ({"RAY_AUTH_MODE": "disabled"}):
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            deadline = time.monotonic() + _START_TIMEOUT_S
-            while not reachable(host, port):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(
-                        f"ray head did not start on {host}:{port}: {log.read().decode(errors='replace')[-3000:]}"
-                    )
-                time.sleep(0.2)
-            yield f"{host}:{port}"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+        errors: list[str] = []
+        head = None
+        while head is None:
             try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
-            log.close()
-            shutil.rmtree(temp_dir, ignore_errors=True)
+                head = _start_head(num_cpus, host)
+            except RuntimeError as e:
+                errors.append(str(e))
+                if len(errors) >= attempts:
+                    raise RuntimeError(f"{attempts} tries: " + "\n---\n".join(errors)) from None
+        try:
+            yield head.address
+        finally:
+            head.stop()
 
 
 NODE_ENV = "FRAY_TEST_NODE"
