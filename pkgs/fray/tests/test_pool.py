@@ -99,6 +99,23 @@ def test_cancel_ends_the_call(pool):
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_call_killed_outright_takes_what_it_started_with_it(pool, tmp_path):
+    # SIGKILL of the call's process alone (the OOM killer; a soak's kill of one step process):
+    # nothing in it can act, yet a subprocess it started must not live on.
+    pid_file = str(tmp_path / "grandchild.pid")
+    handle = pool.submit(fray_jobs.spawn_grandchild_and_wait, pid_file)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file):
+        assert time.monotonic() < deadline, "grandchild never started"
+        time.sleep(0.1)
+    grandchild = psutil.Process(int(open(pid_file).read()))
+    os.kill(handle.pid, signal.SIGKILL)
+    with pytest.raises(JobFailed):
+        handle.result(timeout=30)
+    gone, alive = psutil.wait_procs([grandchild], timeout=15)
+    assert not alive, f"grandchild {grandchild.pid} outlived its killed call"
+
+
 def test_bad_config_is_refused_by_name():
     with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
         PoolConfig(max_calls=0)

@@ -20,6 +20,7 @@ from typing import Any
 import cloudpickle
 import psutil
 
+from fray.process_group import start_group_reaper, watch_parent
 from fray.process_job import Outcome, ProcessJobHandle, outcome_value
 from fray.types import (
     ActorHandle,
@@ -33,18 +34,6 @@ from fray.types import (
 
 __all__ = ["LocalClient", "LocalJobHandle"]
 
-_WATCH_INTERVAL_S = 0.25
-
-
-def _watch_parent(parent_pid: int) -> None:
-    # A worker whose parent died must not outlive it (it would write into an output another runner
-    # may have taken over), and neither may anything it started: end the whole process group.
-    while True:
-        if os.getppid() != parent_pid:
-            os.killpg(0, signal.SIGKILL)
-        time.sleep(_WATCH_INTERVAL_S)
-
-
 def _enter_child(env: Mapping[str, str], parent_pid: int, log_path: str) -> None:
     """Common start of every child: own session, output into the log, watchdog, environment."""
     os.setsid()  # own process group, so cancel ends the whole tree
@@ -56,7 +45,8 @@ def _enter_child(env: Mapping[str, str], parent_pid: int, log_path: str) -> None
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="fray-watchdog").start()
+    start_group_reaper()  # before any thread of this process starts
+    watch_parent(parent_pid)
     os.environ.update(env)
 
 

@@ -10,8 +10,6 @@ import os
 import selectors
 import signal
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -19,6 +17,7 @@ from typing import Any, NoReturn
 
 import cloudpickle
 
+from fray.process_group import WATCH_INTERVAL_S, start_group_reaper, watch_parent
 from fray.process_job import Outcome
 from fray.template_imports import (
     Learner,
@@ -31,16 +30,7 @@ from fray.template_imports import (
 
 __all__ = ["BOOTSTRAPPING", "TemplateSettings", "read_result", "template_main"]
 
-WATCH_INTERVAL_S = 0.2
 BOOTSTRAPPING = False  # True while a template imports its caller's __main__ (see fray.pool._Template)
-
-
-def _call_watchdog(template_pid: int) -> None:
-    # The template dies only when the caller did (or it was killed): end this call's whole group.
-    while True:
-        if os.getppid() != template_pid:
-            os.killpg(0, signal.SIGKILL)
-        time.sleep(WATCH_INTERVAL_S)
 
 
 @dataclass(frozen=True)
@@ -86,7 +76,9 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         os.close(fd)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-        threading.Thread(target=_call_watchdog, args=(template_pid,), daemon=True, name="fray-watchdog").start()
+        start_group_reaper()  # before any thread of this call starts
+        # The template dies only when the caller did (or it was killed): then so does this call's group.
+        watch_parent(template_pid)
         os.environ.update(env)
         learned: list[ModuleEntry] = []
         try:
