@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import steps_for_tests as t
+
+from marin.execution.step import Step
 from marin.execution.step_runner import StepRunner
 from rigging.config.discovery import Backend, MarinConfig, discover_config
 
@@ -36,5 +40,18 @@ def test_no_arguments_discovers_the_configuration(monkeypatch, tmp_path):
 def test_bad_arguments_name_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match="max_parallel must be >= 1, got 0"):
         StepRunner(prefix=str(tmp_path), max_parallel=0)
+    with pytest.raises(ValueError, match="lease_ttl must be a positive number of seconds, got 0"):
+        StepRunner(prefix=str(tmp_path), lease_ttl=0)
     with pytest.raises(TypeError, match="config must be a rigging MarinConfig, got str"):
         StepRunner(str(tmp_path))
+
+
+@pytest.mark.parametrize("how", ["config", "keyword"])
+def test_steps_run_under_a_lease_of_the_configured_length(tmp_path, how):
+    step = Step("lease/left", t.lease_left, t.NodeConfig(label="lease.left"))
+    config = MarinConfig(prefix=str(tmp_path / "p"), lease_ttl=7.0 if how == "config" else 60.0)
+    runner = StepRunner(config, lease_ttl=None if how == "config" else 7.0, max_parallel=1)
+    result = runner.run([step])
+    assert result.ok, [s.error for s in result.steps]
+    left = float((Path(result.steps[0].output_path) / "lease.txt").read_text())
+    assert 0 < left <= 7.0  # the default (60 s) would leave more than 50

@@ -111,6 +111,7 @@ def test_env_values_are_parsed(ws, user_file):
         "MARIN_RAY_ADDRESS": "auto",
         "MARIN_WARM_WORKERS": "off",
         "MARIN_WARM_WORKER_MAX_STEPS": "25",
+        "MARIN_LEASE_TTL": " 12.5 ",
         "MARIN_STEP_ATTEMPT": "3",  # runner plumbing, not configuration
     }
     config = discover(ws, user_file, env=env)
@@ -120,6 +121,7 @@ def test_env_values_are_parsed(ws, user_file):
     assert config.log_level == "ERROR"
     assert config.ray_address == "auto"
     assert config.warm_workers is False and config.warm_worker_max_steps == 25
+    assert config.lease_ttl == 12.5
 
 
 def test_config_is_frozen(ws, user_file):
@@ -191,6 +193,11 @@ def test_unknown_key_in_a_file_names_file_and_key(ws, user_file):
         ("warm_workers", "sometimes"),
         ("warm_worker_max_steps", 0),
         ("warm_worker_max_steps", None),
+        ("lease_ttl", 0),
+        ("lease_ttl", -3.0),
+        ("lease_ttl", "soon"),
+        ("lease_ttl", True),
+        ("lease_ttl", ".nan"),
         ("caches", 3),
         ("prefix", ""),
         ("prefix", 12),
@@ -258,6 +265,7 @@ _VALUES = {
     "strict_env": st.booleans(),
     "warm_workers": st.booleans(),
     "warm_worker_max_steps": st.integers(1, 10_000),
+    "lease_ttl": st.sampled_from([0.5, 2, 30.0, 3600]),
 }
 
 
@@ -268,6 +276,8 @@ def _expected(key: str, value):
         return value.upper()
     if key == "caches":
         return tuple(value)
+    if key == "lease_ttl":
+        return float(value)
     return value
 
 

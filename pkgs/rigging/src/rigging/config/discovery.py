@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -53,6 +54,9 @@ class MarinConfig:
             (``fray.pool``); off: a fresh interpreter per step.
         warm_worker_max_steps: steps forked from one warm worker before it is replaced by a fresh
             one (it is also replaced after a step that failed).
+        lease_ttl: seconds a step's lease lives without its runner's heartbeat (renewed every
+            quarter of it): how long a frozen or unreachable runner keeps its steps before another
+            runner may take them over. Shorter on preemptible machines, longer on a slow store.
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -66,6 +70,7 @@ class MarinConfig:
     strict_env: bool = False
     warm_workers: bool = True
     warm_worker_max_steps: int = 200
+    lease_ttl: float = 60.0
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -88,7 +93,7 @@ class MarinConfig:
 
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
-             "warm_workers", "warm_worker_max_steps")
+             "warm_workers", "warm_worker_max_steps", "lease_ttl")
 
 
 def _parse_bool(value: Any) -> bool:
@@ -99,6 +104,18 @@ def _parse_bool(value: Any) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _positive_seconds(value: Any) -> float:
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    try:
+        seconds = float(str(value).strip()) if not isinstance(value, int | float) else float(value)
+    except ValueError:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -145,6 +162,8 @@ def _coerce(key: str, value: Any) -> Any:
         return tuple(items)
     if key in ("strict_env", "warm_workers"):
         return _parse_bool(value)
+    if key == "lease_ttl":
+        return _positive_seconds(value)
     raise KeyError(key)
 
 

@@ -58,7 +58,8 @@ class StepRunner:
         force: glob patterns of step names to rebuild even when cached.
         dry_run: plan only; run nothing.
         only: glob patterns: build only matching steps and their dependencies.
-        lease_ttl: seconds a lease lives without a heartbeat before another runner may take over.
+        lease_ttl: seconds a lease lives without a heartbeat before another runner may take over;
+            default from the configuration (``lease_ttl``, 60 s).
         strict_env: make the environment fingerprint part of every hash.
         reporter: receives progress (the CLI's display); default: log lines.
         client: the ``fray`` client that runs each step in its own process; default: made from
@@ -102,7 +103,7 @@ class StepRunner:
         force: Sequence[str] = (),
         dry_run: bool = False,
         only: Sequence[str] = (),
-        lease_ttl: float = 60.0,
+        lease_ttl: float | None = None,
         reporter: Reporter | None = None,
         client: DistributedClient | None = None,
         poll_interval: float = 0.1,
@@ -118,9 +119,11 @@ class StepRunner:
                             "(pass the prefix as prefix=...)")
         if max_parallel is not None and max_parallel < 1:
             raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+        if lease_ttl is not None and not lease_ttl > 0:
+            raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl}")
         overrides = {"prefix": prefix, "max_parallel": max_parallel, "strict_env": strict_env,
                      "caches": tuple(caches) if caches is not None else None, "backend": backend,
-                     "ray_address": ray_address, "warm_workers": warm_workers}
+                     "ray_address": ray_address, "warm_workers": warm_workers, "lease_ttl": lease_ttl}
         overrides = {k: v for k, v in overrides.items() if v is not None}
         if config is None:
             config = discover_config()
@@ -133,7 +136,7 @@ class StepRunner:
         self.force = tuple(force)
         self.only = tuple(only)
         self.dry_run = dry_run
-        self.lease_ttl = lease_ttl
+        self.lease_ttl = self.config.lease_ttl
         self.reporter: Reporter = reporter or QuietReporter()
         self.backends = Backends(self.config, client, capacity)
         self.poll_interval = poll_interval
