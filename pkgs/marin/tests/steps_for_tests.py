@@ -14,6 +14,7 @@ import collections
 import enum
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -101,7 +102,9 @@ def steal_lease(config: NodeConfig, output_path: str) -> None:
     """On its first call, let a (fake) runner on another host take this step's lease over.
 
     The lease it creates expires after ``config.sleep`` seconds; until then the runner that
-    started this call has lost its lease and must not publish.
+    started this call has lost its lease and must not publish. With ``config.fail`` the call then
+    dies at once (SIGKILL), as a process the new holder ended before its runner's heartbeat
+    noticed the loss.
     """
     from rigging.lease import current_lease
 
@@ -113,8 +116,50 @@ def steal_lease(config: NodeConfig, output_path: str) -> None:
         body = json.dumps({"holder": "elsewhere:1:thief", "expires_at": time.time() + config.sleep,
                            "token": held.token + 1})
         assert fs.create_if_absent(fs.join(meta, f"lease-{held.token + 1:08d}.json"), body)
+        if config.fail:
+            os.kill(os.getpid(), signal.SIGKILL)
     published = fs.exists(fs.join(meta, "success.json"))
     fs.atomic_write(fs.join(output_path, "out.txt"), json.dumps({"call": n, "published_before": published}))
+
+
+@dataclass(frozen=True)
+class ScribbleConfig:
+    """Config of :func:`scribble`: rewrite ``v.txt`` every ``every`` seconds for ``seconds``."""
+
+    label: str
+    seconds: float = 4.0
+    every: float = 0.05
+    counter_dir: str = unhashed_field(default="")
+
+
+def scribble(config: ScribbleConfig, output_path: str) -> None:
+    """Keep rewriting ``v.txt`` with this process's pid and a count, as a training loop keeps
+    writing checkpoints: a copy of it that outlives its lease would change the published file."""
+    _count(config.counter_dir, config.label)
+    path = fs.join(output_path, "v.txt")
+    deadline = time.monotonic() + config.seconds
+    i = 0
+    while time.monotonic() < deadline:
+        fs.atomic_write(path, f"{os.getpid()} {i}", durable=False)
+        i += 1
+        time.sleep(config.every)
+    fs.atomic_write(path, f"{os.getpid()} final", durable=False)
+    _count(config.counter_dir, config.label + ".end")
+
+
+def scribble_fan(counter_dir: str, width: int = 4, seconds: float = 5.0, every: float = 0.01) -> list[Step]:
+    """``width`` independent :func:`scribble` steps named ``frozen/s<i>``."""
+    return [Step(f"frozen/s{i}", scribble, ScribbleConfig(f"frozen.s{i}", seconds, every, counter_dir))
+            for i in range(width)]
+
+
+def lease_left(config: NodeConfig, output_path: str) -> None:
+    """Write how many seconds the lease this step runs under has left (``lease.txt``)."""
+    from rigging.lease import current_lease
+
+    held = current_lease(fs.join(output_path, ".marin"))
+    assert held is not None, "the runner holds no lease while its step runs"
+    fs.atomic_write(fs.join(output_path, "lease.txt"), str(held.expires_at - time.time()))
 
 
 def calls(counter_dir: str) -> collections.Counter[str]:
@@ -428,16 +473,20 @@ def fan_graph(counter_dir: str = "", width: int = 3, depth: int = 1, item_sleep:
 
 @dataclass(frozen=True)
 class TickConfig:
-    """Config of :func:`ticker`: on its first call it writes its pid, then a tick file every 20 ms
-    for ``seconds``; later calls finish at once."""
+    """Config of :func:`ticker`: on its first call (its first ``hosts`` calls: one per host of a
+    multi-host step) it writes its pid (``ticker.pid``, then ``ticker-<n>.pid``), then a tick file
+    every 20 ms for ``seconds``; later calls finish at once."""
 
     seconds: float = 60.0
+    hosts: int = 1
     counter_dir: str = unhashed_field(default="")
 
 
 def ticker(config: TickConfig, output_path: str) -> None:
-    if _count(config.counter_dir, "ticker") == 1:
-        fs.atomic_write(os.path.join(config.counter_dir, "ticker.pid"), str(os.getpid()))
+    n = _count(config.counter_dir, "ticker")
+    if n <= config.hosts:
+        name = "ticker.pid" if n == 1 else f"ticker-{n}.pid"
+        fs.atomic_write(os.path.join(config.counter_dir, name), str(os.getpid()))
         deadline = time.monotonic() + config.seconds
         while time.monotonic() < deadline:
             fs.atomic_write(os.path.join(config.counter_dir, "ticker.tick"), repr(time.time()), durable=False)

@@ -9,13 +9,16 @@ import threading
 import time
 
 import psutil
+import pytest
 import steps_for_tests as t
 
+from iris.cluster import ResourceConfig
 from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.lease import current_lease
+from testsupport.ray_cluster import ray_cluster  # noqa: F401 - fixture
 
 TTL = 1.0  # the heartbeat renews every TTL / 4
 
@@ -54,19 +57,41 @@ def _take_over(meta: str) -> tuple[int, str]:
     return token, path
 
 
-def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_failed(tmp_path, counter):
+def _pids(counter: str, hosts: int) -> list[int] | None:
+    """The pids of the step's processes once every one has started (None before)."""
+    names = ["ticker.pid", *(f"ticker-{n}.pid" for n in range(2, hosts + 1))]
+    paths = [os.path.join(counter, name) for name in names]
+    if not all(os.path.exists(p) for p in paths):
+        return None
+    return [int(open(p).read()) for p in paths]
+
+
+# Where a step's process runs: forked from the warm worker, a fresh interpreter, a Ray task on a
+# real local cluster, or every process of a two-host step.
+WHERE = ["warm", "fresh", "ray", "two-hosts"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_failed(tmp_path, counter, where,
+                                                                                      request):
     prefix = str(tmp_path / "store")
-    step = Step("lost/ticker", t.ticker, t.TickConfig(counter_dir=counter))
-    runner = StepRunner(prefix=prefix, lease_ttl=TTL, poll_interval=0.02)
+    hosts = 2 if where == "two-hosts" else 1
+    step = Step("lost/ticker", t.ticker, t.TickConfig(hosts=hosts, counter_dir=counter),
+                resources=ResourceConfig.with_cpu(1, hosts=hosts))
+    options: dict = {"warm_workers": where == "warm"}
+    if where == "ray":
+        options.update(backend="ray", ray_address=request.getfixturevalue("ray_cluster"))
+    runner = StepRunner(prefix=prefix, lease_ttl=TTL, poll_interval=0.02, **options)
     record = StepRecord(os.path.join(prefix, step.output_name))
     thread, out = _run_in_thread(runner, step)
     try:
-        _wait_for(lambda: _pid(counter) is not None, 120, "the step to start")
-        process = psutil.Process(_pid(counter))
+        _wait_for(lambda: _pids(counter, hosts) is not None, 120, "the step's processes to start")
+        processes = [psutil.Process(pid) for pid in _pids(counter, hosts) or []]
         token, thief = _take_over(record.meta)
         taken = time.monotonic()
-        process.wait(timeout=30)  # killed, long before its 60 s
+        psutil.wait_procs(processes, timeout=30)  # killed, long before their 60 s
         stopped_after = time.monotonic() - taken
+        assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         # The thief gives the step up (released), so this runner takes it again and builds it.
         fs.atomic_write(thief, json.dumps({"holder": "elsewhere:1:thief", "token": token, "expires_at": 0.0,
                                            "released": True}))
@@ -76,7 +101,7 @@ def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_f
     assert not thread.is_alive()
     result = out["result"]
     assert result.ok and result.by_name("lost/ticker").outcome is Outcome.RAN
-    assert t.calls(counter)["ticker"] == 2
+    assert t.calls(counter)["ticker"] == 2 * hosts
     # Two heartbeat periods, with room for a loaded machine: the process did not run on to its end.
     assert stopped_after < 10 * TTL / 4 + 5, stopped_after
     lost = record.read_json(record.lost(token - 1))
@@ -129,3 +154,28 @@ def test_a_lease_that_expires_while_the_store_cannot_be_reached_stops_the_step(t
         record = StepRecord(out["result"].by_name("lost/unreachable").output_path)
         (lost,) = record.read_json(record.provenance)["lost_attempts"]
         assert lost["state"] == "lost" and "could not be renewed in time" in lost["why"]
+
+
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_a_step_ended_by_its_leases_new_holder_is_lost_not_failed_nor_retried(tmp_path, counter, max_retries):
+    # The step's lease is taken over and its process ends at once, long before this runner's
+    # heartbeat (every 15 s) could notice: as when the new holder ends the process of a runner
+    # that was frozen past its lease's expiry. It must not be recorded as failed, nor started
+    # again under the lost lease: the runner waits for the new holder, then builds it.
+    prefix = str(tmp_path / "store")
+    step = Step("lost/ended", t.steal_lease, t.NodeConfig(label="ended", sleep=1.5, fail=True, counter_dir=counter),
+                resources=ResourceConfig.with_cpu(1, max_retries=max_retries))
+    runner = StepRunner(prefix=prefix, lease_ttl=60.0, poll_interval=0.02)
+    try:
+        result = runner.run([step])
+    finally:
+        runner.close()
+    outcome = result.by_name("lost/ended")
+    assert result.ok and outcome.outcome is Outcome.RAN, outcome.error
+    assert t.calls(counter)["ended"] == 2  # the killed call, then the build after the thief's lease expired
+    record = StepRecord(outcome.output_path)
+    assert json.loads(fs.read_text(fs.join(outcome.output_path, "out.txt")))["call"] == 2
+    provenance = record.read_json(record.provenance)
+    assert [a["state"] for a in provenance["lost_attempts"]] == ["lost"]
+    assert "taken over" in provenance["lost_attempts"][0]["why"]
+    assert record.read_status().error is None

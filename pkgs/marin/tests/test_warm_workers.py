@@ -113,11 +113,13 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
     prefix = str(tmp_path / "store")
     script = tmp_path / "interrupted.py"
     script.write_text(textwrap.dedent(f"""
+        import faulthandler, signal
         import steps_for_tests as t
         from marin.execution.step_runner import StepRunner
         from rigging.config.discovery import Backend
 
         if __name__ == "__main__":
+            faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks if it hangs
             slow = t.node("ctrl-c/slow", {counter!r}, sleep=60)
             StepRunner(prefix={prefix!r}, max_parallel=1, strict_env=False, backend=Backend.LOCAL,
                        poll_interval=0.02, warm_workers=True).run([slow])
@@ -134,7 +136,14 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
             time.sleep(0.05)
         worker = int(record.read_json(record.status)["worker"].split(":")[1])
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            proc.kill()
+            _out, err = proc.communicate()
+            raise AssertionError("the interrupted runner did not end; its threads:\n" + err.decode()[-8000:]) from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,3 +42,13 @@ def test_the_identity_names_host_pid_and_start_time(sleeper):
     host, pid, started = process_identity(sleeper.pid).split(":")
     assert int(pid) == sleeper.pid and float(started) > 0 and host
     assert process_identity(sleeper.pid) == process_identity(sleeper.pid)
+
+
+def test_a_stopped_process_is_killed_without_waiting_for_it(sleeper):
+    # A frozen process (SIGSTOP, as a preempted machine's) can never end on its own: waiting out
+    # wait_s for it only delays the runner that takes its step over.
+    os.kill(sleeper.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    end_orphaned_process(process_identity(sleeper.pid), wait_s=120)
+    assert sleeper.wait(timeout=10) == -9
+    assert time.monotonic() - started < 60

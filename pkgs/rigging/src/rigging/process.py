@@ -37,12 +37,20 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def end_orphaned_process(identity: str, wait_s: float = 10.0) -> None:
     """End the process group of ``identity`` (from :func:`process_identity`) if it still runs.
 
     It gets ``wait_s`` seconds to end on its own (a worker whose parent died notices within its
-    watchdog's interval) before its group is killed. Another host's process, this process, or one
-    whose pid now belongs to another process is left alone.
+    watchdog's interval) before its group is killed; a stopped (frozen) process cannot notice
+    anything and is killed at once. Another host's process, this process, or one whose pid now
+    belongs to another process is left alone.
     """
     host, pid_text, started = (identity.split(":") + ["", ""])[:3]
     if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
@@ -52,6 +60,8 @@ def end_orphaned_process(identity: str, wait_s: float = 10.0) -> None:
     while time.monotonic() < deadline:
         if not _alive(pid) or _start_time(pid) != started:
             return
+        if _stopped(pid):
+            break
         time.sleep(0.1)
     logger.warning("ending the process %d left behind by a dead parent", pid)
     try:

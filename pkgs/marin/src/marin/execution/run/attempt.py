@@ -236,6 +236,8 @@ class StepAttempt:
             if not is_lost_process(e):
                 return False
             error = self.mask(str(e))
+        if self._lease_lost_now() is not None:
+            return False  # ended by the lease's new holder: never started again under a lost lease
         if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
             self._pull_logs(final=True)
         p = self.planned
@@ -272,11 +274,14 @@ class StepAttempt:
             if self.lease.lost:
                 raise LeaseLost(self.lease.lost)
         except LeaseLost as e:
-            self.handle.cancel(grace_s=0)
-            self._record_lost(str(e))
-            logger.warning("%s: %s; waiting for the new holder", p.output_name, e)
-            return None
+            return self._lost(str(e))
         except BaseException as e:  # noqa: BLE001 - a step's failure is data, not a crash of the runner
+            lost = self._lease_lost_now()
+            if lost is not None:
+                # Its process was ended by the lease's new holder (this runner was frozen past the
+                # expiry, and revived before its heartbeat noticed): lost, not failed, and the
+                # status record is the new holder's to write.
+                return self._lost(lost)
             tb = self.mask(getattr(e, "remote_traceback", None) or traceback.format_exc())
             message = str(e)
             if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
@@ -331,6 +336,22 @@ class StepAttempt:
         return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
                               duration=duration, note=str(odd) if odd is not None else None,
                               provenance=provenance, manifest=manifest)
+
+    def _lease_lost_now(self) -> str | None:
+        """Why this attempt's lease is lost, asking the store now; None while it still holds it."""
+        try:
+            self.lease.check()
+        except LeaseLost as e:
+            return str(e)
+        except OSError:
+            return None  # the store cannot say: the step's own failure stands
+        return None
+
+    def _lost(self, why: str) -> None:
+        """The lease was lost: the step is stopped (if anything is left of it) and recorded as lost."""
+        self.handle.cancel(grace_s=0)
+        self._record_lost(why)
+        logger.warning("%s: %s; waiting for the new holder", self.planned.output_name, why)
 
     def _record_lost(self, why: str) -> None:
         """Say, in a record of this lease's own (the status record is the new holder's), that this
