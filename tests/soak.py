@@ -6,7 +6,9 @@ is zephyr's shuffle on worker processes; a seeded TPE sweep of byte-bigram trial
 expand into trials, and the best trial) as real ``marin run`` subprocesses on one prefix, round
 after round. Each round does one seeded, logged thing to it: SIGKILL a process of a runner at a
 seeded moment, or start two or three runners at once on the same prefix (sometimes killing a
-process of one of them).
+process of one of them, or freezing one: SIGSTOP of the runner and every process under it, past
+its leases' expiry, until the other runners took over the steps it held, then SIGCONT, as a
+preempted machine comes back).
 
 The processes it kills (:data:`KILL_KINDS`): the runner; a step's process (forked from the
 runner's warm template, or a fresh interpreter); a step's whole process group; the warm template
@@ -35,9 +37,11 @@ Then it runs the graph to the end and checks what a researcher relies on:
   (and ``marin verify`` agrees);
 * no temporary file is left visible as a shard or a checkpoint;
 * no runner ended in a way the round does not explain (a traceback, a hang, a process that
-  outlived the process it was started by when that was killed).
+  outlived the process it was started by when that was killed); a revived runner ends well,
+  taking the steps it lost as built by another runner.
 
-It prints how many kills of each kind and at each moment it survived (and where the shuffle's
+It prints how many kills of each kind and at each moment it survived, how many freezes (and
+how many of the frozen runners' leases were taken over while they were frozen) (and where the shuffle's
 and the expansion's kills landed), races, how often a step's lease was taken again (a takeover
 from a dead or expired holder, or after a release), how often a runner waited for another's
 lease, and how many of the dedup's map tasks a retry reused; it exits 1 when any check fails.
@@ -78,6 +82,11 @@ dedup step's zephyr workers (drawn only at the shuffle's moments)."""
 KILL_MOMENTS = ("time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
 """When a kill round kills (see the module docstring)."""
 _MOMENT_DRAW = ("time", "time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
+LEASE_TTL_S = 10.0
+"""The soak's runners take leases of this many seconds (``MARIN_LEASE_TTL``): a frozen runner's
+steps are taken over within a round, not after the default minute."""
+_FREEZE_SHARE = 0.4
+"""Of the races with a kill, the share that freeze a runner instead."""
 
 
 # -- bookkeeping ----------------------------------------------------------------------------------
@@ -92,6 +101,9 @@ class Tally:
     landed: Counter = field(default_factory=Counter)  # (moment, what was seen when it killed) -> count
     races: int = 0
     racers: int = 0
+    freezes: int = 0
+    frozen_leases: int = 0  # leases the frozen runners held when they were frozen
+    frozen_taken_over: int = 0  # of those, taken over (or published) by another runner while frozen
     resumed_from_checkpoint: int = 0
     leases_taken_again: Counter = field(default_factory=Counter)  # ("takeover" | "after release" | "?", step)
     waits: int = 0  # "[wait]" lines: a runner found another holding a step's lease
@@ -129,6 +141,7 @@ class Runner:
     proc: subprocess.Popen
     output: Path
     killed: bool = False  # we SIGKILLed the runner itself
+    frozen: bool = False  # we froze it (SIGSTOP) and revived it (SIGCONT)
     step_killed: bool = False  # we SIGKILLed one of its step processes, their group, its template or a worker
 
 
@@ -209,6 +222,9 @@ class Soak:
         # Each prefix's trials count their calls in a file of their own.
         self.calls = {stores.soak: str(workdir / "calls-soak.txt"), stores.clean: str(workdir / "calls-clean.txt")}
         self.rng = random.Random(seed)
+        # Whether a race freezes rather than kills: a stream of its own, so that every other draw of a
+        # seed (its kills, races and moments) is what it was before freezes were added.
+        self.freeze_rng = random.Random(f"freeze-{seed}")
         self.log = log
         self.tally = Tally()
         self.leases = seen.LeaseWatch(self.prefix)
@@ -224,7 +240,8 @@ class Soak:
     def _runner(self, round_no: int, tag: str, prefix: str | None = None) -> Runner:
         prefix = prefix or self.prefix
         runner = start_runner(prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
-                              {**self.env, CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp)})
+                              {**self.env, CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp),
+                               "MARIN_LEASE_TTL": str(LEASE_TTL_S)})
         self.runners.append(runner)
         self.log(f"  start runner {tag} (pid {runner.proc.pid})")
         return runner
@@ -395,6 +412,50 @@ class Soak:
                  + (f" (with {len(under)} process(es) under it)" if under else ""))
         self._must_end(under, f"killed {what} {worker.pid} of {victim.tag}")
 
+    def _freeze(self, runners: list[Runner], victim: Runner, moment: str) -> None:
+        """Freeze ``victim`` and everything under it (SIGSTOP) at ``moment``, keep it frozen past its
+        leases' expiry until the other runners took over (or published) every step it held, then
+        revive it (SIGCONT: its processes first, the runner last, the worst order a revived machine
+        can give)."""
+        import psutil
+
+        when = self._wait_for(moment, runners)
+        if victim.proc.poll() is not None:
+            self.log(f"  no freeze: runner {victim.tag} already exited ({victim.proc.returncode}) [{when}]")
+            return
+        try:
+            tree = [psutil.Process(victim.proc.pid), *psutil.Process(victim.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            self.log(f"  no freeze: runner {victim.tag} already exited [{when}]")
+            return
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.suspend()
+        # Bodies under it may have ended without being published: counted as under a killed runner.
+        self.killed_runners.add(victim.proc.pid)
+        self.killed_pids |= {p.pid for p in tree}
+        held = seen.leases_held_by(self.prefix, victim.proc.pid)
+        victim.frozen = True
+        self.tally.freezes += 1
+        self.tally.frozen_leases += len(held)
+        self.log(f"  FREEZE runner {victim.tag} (pid {victim.proc.pid}, {len(tree)} processes) {when}, holding "
+                 f"{', '.join(f'{n} (lease {t})' for n, (_p, t) in sorted(held.items())) or 'no lease'}")
+        others = [r for r in runners if r is not victim]
+        started = time.monotonic()
+        _wait_until(lambda: False, LEASE_TTL_S + 1.0, others)  # past every lease it held
+        if held:
+            _wait_until(lambda: all(seen.moved_on(path, token) for path, token in held.values()), 120, others,
+                        interval=0.05)
+        taken = [n for n, (path, token) in held.items() if seen.moved_on(path, token)]
+        self.tally.frozen_taken_over += len(taken)
+        _wait_until(lambda: False, self.rng.uniform(0.0, 1.0), others)
+        for p in reversed(tree):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.resume()
+        self.log(f"  REVIVE runner {victim.tag} after {time.monotonic() - started:.1f}s frozen; "
+                 f"{len(taken)} of its {len(held)} lease(s) taken over meanwhile"
+                 + (f" ({', '.join(sorted(taken))})" if taken else ""))
+
     def _signal(self, what: str, worker: Any, victim: Runner) -> list | None:
         """SIGKILL ``worker`` (its group, for ``step-group``); returns the processes that were
         under it (they must end with it), or None when it must not be killed."""
@@ -449,6 +510,8 @@ class Soak:
         verdict = "ok"
         if r.killed:
             verdict = "killed"
+        elif r.frozen and rc == 0 and "Traceback" not in text:
+            verdict = "ok after it was frozen and revived"
         elif "Traceback" in text:
             verdict = "UNEXPECTED traceback"
         elif rc == 0:
@@ -545,7 +608,9 @@ class Soak:
             runners.append(self._runner(n, "abc"[i]))
             time.sleep(self.rng.uniform(0.0, 0.3))
         if moment:
-            self._kill(runners, self.rng.choice(runners), moment)
+            freeze = self.freeze_rng.random() < _FREEZE_SHARE
+            victim = self.rng.choice(runners)
+            (self._freeze if freeze else self._kill)(runners, victim, moment)
         self._finish_round(runners)
 
     def run_to_completion(self, prefix: str, label: str) -> bool:
@@ -748,7 +813,9 @@ def summary(t: Tally, ledger: seen.BuildLedger) -> list[str]:
              for how in ("takeover", "after release", "?")}
     taken = "; ".join(f"{sum(n for _s, n in rows)} {how} ({', '.join(f'{s} {n}' for s, n in rows)})"
                       for how, rows in again.items() if rows) or "none"
-    return [f"survived {t.total_kills} kills ({kills}) and {t.races} races ({t.racers} runners)",
+    return [f"survived {t.total_kills} kills ({kills}), {t.freezes} freezes and {t.races} races ({t.racers} runners)",
+            f"freezes: the frozen runners held {t.frozen_leases} lease(s), {t.frozen_taken_over} taken over by "
+            f"another runner while they were frozen",
             f"kill moments: {', '.join(moments)}",
             f"leases taken again: {taken}; runners waited on another's lease {t.waits} times and took "
             f"{t.built_by_another} steps as built by another runner",

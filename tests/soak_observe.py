@@ -132,6 +132,26 @@ def running_pid(path: str) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
+def leases_held_by(prefix: str, pid: int) -> dict[str, tuple[str, int]]:
+    """Step name -> (output folder, lease number) of every live lease the runner ``pid`` holds."""
+    from rigging.lease import current_lease
+
+    held = {}
+    for name, path in outputs(prefix):
+        info = current_lease(fs.join(path, ".marin"))
+        if info is not None and info.live() and info.holder.split(":")[1:2] == [str(pid)]:
+            held[name] = (path, info.token)
+    return held
+
+
+def moved_on(path: str, token: int) -> bool:
+    """True once the lease ``token`` on the output ``path`` is no longer its newest, or it is published."""
+    from rigging.lease import current_lease
+
+    info = current_lease(fs.join(path, ".marin"))
+    return is_done(path) or info is None or info.token != token
+
+
 @dataclass(frozen=True)
 class ShuffleState:
     """Where the dedup step's shuffle stands."""
