@@ -3,8 +3,12 @@ be reached, the step's process is killed at once and the attempt is recorded as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -178,4 +182,62 @@ def test_a_step_ended_by_its_leases_new_holder_is_lost_not_failed_nor_retried(tm
     provenance = record.read_json(record.provenance)
     assert [a["state"] for a in provenance["lost_attempts"]] == ["lost"]
     assert "taken over" in provenance["lost_attempts"][0]["why"]
+    assert record.read_status().error is None
+
+
+FROZEN_RUNNER = textwrap.dedent("""
+    import json, sys
+    import steps_for_tests as t
+    from marin.execution.step import Step
+    from marin.execution.step_runner import StepRunner
+
+    if __name__ == "__main__":
+        prefix, counter = sys.argv[1], sys.argv[2]
+        step = Step("lost/alone", t.ticker, t.TickConfig(counter_dir=counter))
+        result = StepRunner(prefix=prefix, lease_ttl=float(sys.argv[3]), poll_interval=0.02).run([step])
+        print(json.dumps({s.name: [s.outcome.name, s.note] for s in result.steps}))
+        raise SystemExit(0 if result.ok else 1)
+""")
+
+
+def test_a_step_whose_runner_is_frozen_stops_itself_when_its_lease_is_lost(tmp_path, counter, subprocess_env):
+    # Only the runner is frozen (its machine stalls; on Ray its step runs on another node): it can
+    # neither renew the lease nor stop its step, so the step watches the lease itself and ends once
+    # another runner takes it over. Nothing else here would stop it (the thief is this test).
+    prefix = str(tmp_path / "store")
+    script = tmp_path / "runner.py"
+    script.write_text(FROZEN_RUNNER)
+    proc = subprocess.Popen([sys.executable, str(script), prefix, counter, "2.0"], env=subprocess_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    step = Step("lost/alone", t.ticker, t.TickConfig(counter_dir=counter))
+    record = StepRecord(os.path.join(prefix, step.output_name))
+    runner = psutil.Process(proc.pid)
+    try:
+        _wait_for(lambda: _pid(counter) is not None or proc.poll() is not None, 120, "the step to start")
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        process = psutil.Process(_pid(counter))
+        runner.suspend()
+        token, thief = _take_over(record.meta)
+        taken = time.monotonic()
+        process.wait(timeout=30)  # ended by itself, long before its 60 s
+        stopped_after = time.monotonic() - taken
+        # The thief gives the step up and the runner comes back: it builds the step again.
+        fs.atomic_write(thief, json.dumps({"holder": "elsewhere:1:thief", "token": token, "expires_at": 0.0,
+                                           "released": True}))
+        runner.resume()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            runner.resume()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["lost/alone"][0] == "RAN"
+    assert t.calls(counter)["ticker"] == 2
+    # Within two of the watch's periods (ttl / 4), with room for a loaded machine.
+    assert stopped_after < 2 * 2.0 / 4 + 5, stopped_after
+    assert "was taken over" in fs.read_text(record.log)
+    lost = record.read_json(record.lost(token - 1))
+    assert lost is not None and lost["state"] == "lost"
     assert record.read_status().error is None

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from rigging import filesystem as fs
-from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, holder_is_dead
+from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, holder_is_dead, watch_lease
 
 
 @pytest.fixture(params=["local", "memory", "gs-fake-gcs"])
@@ -321,3 +321,55 @@ def test_processes_racing_to_take_over_an_expired_lease_one_wins_each_number_and
     assert all("taken over" in e["why"] for _who, e in events if "fenced" in e)
     assert not [e for _who, e in events if "kept" in e]
     assert [(who, e["holds"]) for who, e in events if "holds" in e] == [(wins[-1][2], rounds)]
+
+
+def _watched(folder: str, lease: Lease) -> tuple[threading.Event, list[str]]:
+    lost, why = threading.Event(), []
+
+    def on_lost(message: str) -> None:
+        why.append(message)
+        lost.set()
+
+    watch_lease(folder, lease.token, lease.ttl, on_lost)
+    return lost, why
+
+
+def test_a_watch_from_outside_the_holder_stays_quiet_while_the_holder_renews(folder):
+    lease = Lease.acquire(folder, ttl=0.4, holder="a")
+    assert lease is not None
+    lease.start_heartbeat()
+    try:
+        lost, _ = _watched(folder, lease)
+        assert not lost.wait(1.5)  # almost four lifetimes of the lease, renewed all along
+    finally:
+        lease.release()
+
+
+def test_a_watch_from_outside_the_holder_sees_a_takeover(folder):
+    lease = Lease.acquire(folder, ttl=4.0, holder="a")
+    assert lease is not None
+    lost, why = _watched(folder, lease)
+    assert fs.create_if_absent(fs.join(folder, "lease-00000002.json"),
+                               json.dumps({"holder": "b", "token": 2, "expires_at": time.time() + 30}))
+    assert lost.wait(1.0 + 2)
+    assert "taken over (newest is 2)" in why[0]
+
+
+def test_a_watch_from_outside_the_holder_sees_a_holder_that_stopped_renewing(folder):
+    # The holder is frozen: its lease file keeps the expiry it last wrote.
+    lease = Lease.acquire(folder, ttl=0.6, holder="a")
+    assert lease is not None
+    started = time.time()
+    lost, why = _watched(folder, lease)
+    assert lost.wait(10)
+    assert "did not renew it in time" in why[0]
+    assert time.time() >= lease.expires_at and time.time() - started < 5
+
+
+def test_a_watch_from_outside_the_holder_sees_a_release(folder):
+    lease = Lease.acquire(folder, ttl=4.0, holder="a")
+    assert lease is not None
+    lost, why = _watched(folder, lease)
+    lease.release()
+    assert lost.wait(1.0 + 2)
+    assert "released" in why[0]

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
 
-__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "held", "holder_is_dead", "process_alive"]
+__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "held", "holder_is_dead", "process_alive",
+           "watch_lease"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,44 @@ def held(folder: str) -> LeaseInfo | None:
     if info is not None and info.live() and not holder_is_dead(info.holder):
         return info
     return None
+
+
+def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], None]) -> threading.Thread:
+    """Watch lease ``token`` on ``folder`` from outside its holder (the process the holder runs the
+    leased work in, perhaps on another host), in a daemon thread: ``on_lost(why)`` is called once
+    the lease is taken over, released, or not renewed before its expiry.
+
+    The holder's own heartbeat stops the work when it finds the lease lost, but a holder that is
+    frozen (a stopped process, a suspended machine) cannot, while its work may still run; the work
+    watching for itself stops by the expiry, when another holder may start. The file is read every
+    ``ttl / 4`` and again at the expiry it names; a read that fails keeps the last expiry seen.
+    """
+    interval = max(ttl / 4, 0.05)
+
+    def watch() -> None:
+        expires_at = time.time() + ttl
+        while True:
+            try:
+                newest = _tokens(folder)
+                info = _read(folder, token) if newest and newest[-1] == token else None
+            except OSError:
+                newest, info = [token], None  # the store cannot say: judge by the last expiry seen
+            if newest and newest[-1] != token:
+                on_lost(f"lease {token} on {folder} was taken over (newest is {newest[-1]})")
+                return
+            if info is not None and info.holder != "<unreadable>":
+                if info.released:
+                    on_lost(f"lease {token} on {folder} was released")
+                    return
+                expires_at = info.expires_at
+            if time.time() >= expires_at:
+                on_lost(f"lease {token} on {folder} expired: its holder did not renew it in time")
+                return
+            time.sleep(min(interval, max(expires_at - time.time(), 0.0) + 0.01))
+
+    thread = threading.Thread(target=watch, name=f"lease-{token}-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _body(holder: str, token: int, expires_at: float, *, released: bool = False) -> str:

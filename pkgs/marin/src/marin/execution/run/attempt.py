@@ -140,6 +140,7 @@ class StepAttempt:
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
+                lease=(lease.folder, lease.token, lease.ttl) if ctx.worker is not WorkerKind.IN_PROCESS else None,
             )
             if fs.is_local(p.output_path):
                 os.makedirs(fs.strip_protocol(p.output_path), exist_ok=True)

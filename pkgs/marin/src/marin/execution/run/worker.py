@@ -9,12 +9,14 @@ import importlib.util
 import logging
 import os
 import pickle
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rigging.lease import watch_lease
 from rigging.log import setup_logging
 
 __all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step", "running"]
@@ -50,6 +52,10 @@ class StepPayload:
     """Leave the process with :data:`fray.types.PREEMPTED_EXIT_CODE` when ``fn`` raises
     :class:`fray.types.Preempted` (only when the step has a process of its own): the runner then
     treats it like a lost worker and retries the step if it may."""
+    lease: tuple[str, int, float] | None = None
+    """(folder, number, ttl) of the lease the step runs under, when it has a process of its own:
+    the process watches it and ends itself once the lease is lost (:func:`rigging.lease.watch_lease`),
+    so a step whose runner is frozen, or on another host, still stops by the lease's expiry."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,18 @@ def _redirect_output(log_path: str) -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
+def _end_this_step(why: str) -> None:
+    """The lease this step runs under is lost: end this process and what it started, now (a
+    holder that lost its lease must write nothing more)."""
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"[marin] {why}: this step's process stops\n")
+        sys.stderr.flush()
+    # Its own process group when it leads one (every step process with a process of its own does).
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def run_step(payload: StepPayload) -> dict[str, Any]:
     """Run one step in this (fresh) process; returns timing facts for the provenance."""
     if payload.log_path:
@@ -146,6 +164,9 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     # fray's package imports Ray (~0.8 s): not for the runner that only plans.
     from fray.types import Preempted
 
+    if payload.lease is not None:
+        folder, token, ttl = payload.lease
+        watch_lease(folder, token, ttl, _end_this_step)
     started = time.time()
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
