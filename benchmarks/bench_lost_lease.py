@@ -1,6 +1,9 @@
 """How long a step runs on after its lease is lost: taken over by another runner, on each kind of
 local worker (forked from the warm template, and a fresh interpreter), with a 1 s lease (the
 heartbeat renews every 0.25 s). Goal (issue 24): stopped within two heartbeat periods.
+
+A third row freezes the runner (SIGSTOP) before the takeover: its heartbeat cannot act, and the
+step's own watch of its lease (read every ttl/4) is what stops it.
 """
 
 from __future__ import annotations
@@ -8,10 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
@@ -25,7 +33,6 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
     from marin.execution.step_runner import StepRunner
     from marin.execution.store.records import StepRecord
     from rigging import filesystem as fs
-    from rigging.lease import current_lease
 
     pid_file = os.path.join(work, f"pid-{warm}-{round_no}")
     step = Step(f"lost/tick-{warm}-{round_no}", tick_until_stopped, TickConfig(pid_file=pid_file))
@@ -37,12 +44,7 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
         while not os.path.exists(pid_file):
             time.sleep(0.01)
         process = psutil.Process(int(open(pid_file).read()))
-        info = current_lease(meta)
-        assert info is not None
-        token = info.token + 1
-        path = fs.join(meta, f"lease-{token:08d}.json")
-        body = {"holder": "elsewhere:1:bench", "token": token, "expires_at": time.time() + 3600, "released": False}
-        fs.create_if_absent(path, json.dumps(body))
+        path, body = _take_over(meta)
         taken = time.perf_counter()
         process.wait(timeout=60)
         stopped = time.perf_counter() - taken
@@ -52,6 +54,68 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
         return stopped
     finally:
         runner.close()
+
+
+_FROZEN_RUNNER = textwrap.dedent("""
+    import sys
+    from benchmarks.chain_steps import TickConfig, tick_until_stopped
+    from marin.execution.step import Step
+    from marin.execution.step_runner import StepRunner
+
+    if __name__ == "__main__":
+        store, name, pid_file, ttl = sys.argv[1:5]
+        step = Step(name, tick_until_stopped, TickConfig(pid_file=pid_file))
+        raise SystemExit(0 if StepRunner(prefix=store, lease_ttl=float(ttl), poll_interval=0.02).run([step]).ok else 1)
+""")
+
+
+def _take_over(meta: str) -> tuple[str, dict]:
+    """Another holder takes the lease (the next number); returns its file and body."""
+    from rigging import filesystem as fs
+    from rigging.lease import current_lease
+
+    info = current_lease(meta)
+    assert info is not None
+    token = info.token + 1
+    path = fs.join(meta, f"lease-{token:08d}.json")
+    body = {"holder": "elsewhere:1:bench", "token": token, "expires_at": time.time() + 3600, "released": False}
+    fs.create_if_absent(path, json.dumps(body))
+    return path, body
+
+
+def _stop_time_frozen_runner(work: str, round_no: int) -> float:
+    from benchmarks.chain_steps import TickConfig, tick_until_stopped
+    from marin.execution.step import Step
+    from marin.execution.store.records import StepRecord
+    from rigging import filesystem as fs
+
+    pid_file = os.path.join(work, f"pid-frozen-{round_no}")
+    store = os.path.join(work, "store")
+    step = Step(f"lost/frozen-{round_no}", tick_until_stopped, TickConfig(pid_file=pid_file))
+    script = os.path.join(work, "frozen_runner.py")
+    Path(script).write_text(_FROZEN_RUNNER)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    runner = subprocess.Popen([sys.executable, script, store, step.name, pid_file, str(TTL)], env=env)
+    try:
+        while not os.path.exists(pid_file):
+            assert runner.poll() is None, "the runner ended before its step started"
+            time.sleep(0.01)
+        process = psutil.Process(int(open(pid_file).read()))
+        runner.send_signal(signal.SIGSTOP)
+        path, body = _take_over(StepRecord(os.path.join(store, step.output_name)).meta)
+        taken = time.perf_counter()
+        process.wait(timeout=60)
+        stopped = time.perf_counter() - taken
+        fs.atomic_write(path, json.dumps({**body, "expires_at": 0.0, "released": True}))
+        runner.send_signal(signal.SIGCONT)
+        runner.wait(timeout=120)
+        return stopped
+    finally:
+        runner.send_signal(signal.SIGCONT)
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
 
 
 def main() -> None:
@@ -65,6 +129,9 @@ def main() -> None:
             times = [_stop_time(work, warm, i) for i in range(REPEATS)]
             label = "warm worker (fork)" if warm else "fresh interpreter"
             print(f"{label:<22}{statistics.median(times):>10.3f}{max(times):>10.3f}")
+        times = [_stop_time_frozen_runner(work, i) for i in range(REPEATS)]
+        print(f"{'runner frozen':<22}{statistics.median(times):>10.3f}{max(times):>10.3f}"
+              "   (the step's own watch stops it)")
 
 
 if __name__ == "__main__":

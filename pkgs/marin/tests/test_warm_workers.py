@@ -120,6 +120,10 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
 
         if __name__ == "__main__":
             faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks if it hangs
+            # Ctrl-C as a terminal gives it: a process started by one that ignores SIGINT inherits
+            # that (Python then leaves it ignored), and something earlier in a full test session
+            # leaves the pytest process so; the runner then never saw the signal.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             slow = t.node("ctrl-c/slow", {counter!r}, sleep=60)
             StepRunner(prefix={prefix!r}, max_parallel=1, strict_env=False, backend=Backend.LOCAL,
                        poll_interval=0.02, warm_workers=True).run([slow])
