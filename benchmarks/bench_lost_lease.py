@@ -96,7 +96,9 @@ def _stop_time_frozen_runner(work: str, round_no: int) -> float:
     Path(script).write_text(_FROZEN_RUNNER)
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    runner = subprocess.Popen([sys.executable, script, store, step.name, pid_file, str(TTL)], env=env)
+    # Its log lines (each round loses a lease on purpose) are not the report's.
+    runner = subprocess.Popen([sys.executable, script, store, step.name, pid_file, str(TTL)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not os.path.exists(pid_file):
             assert runner.poll() is None, "the runner ended before its step started"
