@@ -8,7 +8,6 @@ step's own watch of its lease (read every ttl/4) is what stops it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -32,7 +31,7 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
     from marin.execution.step import Step
     from marin.execution.step_runner import StepRunner
     from marin.execution.store.records import StepRecord
-    from rigging import filesystem as fs
+    from testsupport.leases import take_over
 
     pid_file = os.path.join(work, f"pid-{warm}-{round_no}")
     step = Step(f"lost/tick-{warm}-{round_no}", tick_until_stopped, TickConfig(pid_file=pid_file))
@@ -44,12 +43,12 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
         while not os.path.exists(pid_file):
             time.sleep(0.01)
         process = psutil.Process(int(open(pid_file).read()))
-        path, body = _take_over(meta)
+        other = take_over(meta, holder="elsewhere:1:bench")
         taken = time.perf_counter()
         process.wait(timeout=60)
         stopped = time.perf_counter() - taken
         # The other holder gives the step up: this runner takes it again and finishes it at once.
-        fs.atomic_write(path, json.dumps({**body, "expires_at": 0.0, "released": True}))
+        other.release()
         thread.join(timeout=120)
         return stopped
     finally:
@@ -69,25 +68,11 @@ _FROZEN_RUNNER = textwrap.dedent("""
 """)
 
 
-def _take_over(meta: str) -> tuple[str, dict]:
-    """Another holder takes the lease (the next number); returns its file and body."""
-    from rigging import filesystem as fs
-    from rigging.lease import current_lease
-
-    info = current_lease(meta)
-    assert info is not None
-    token = info.token + 1
-    path = fs.join(meta, f"lease-{token:08d}.json")
-    body = {"holder": "elsewhere:1:bench", "token": token, "expires_at": time.time() + 3600, "released": False}
-    fs.create_if_absent(path, json.dumps(body))
-    return path, body
-
-
 def _stop_time_frozen_runner(work: str, round_no: int) -> float:
     from benchmarks.chain_steps import TickConfig, tick_until_stopped
     from marin.execution.step import Step
     from marin.execution.store.records import StepRecord
-    from rigging import filesystem as fs
+    from testsupport.leases import take_over
 
     pid_file = os.path.join(work, f"pid-frozen-{round_no}")
     store = os.path.join(work, "store")
@@ -105,11 +90,11 @@ def _stop_time_frozen_runner(work: str, round_no: int) -> float:
             time.sleep(0.01)
         process = psutil.Process(int(open(pid_file).read()))
         runner.send_signal(signal.SIGSTOP)
-        path, body = _take_over(StepRecord(os.path.join(store, step.output_name)).meta)
+        other = take_over(StepRecord(os.path.join(store, step.output_name)).meta, holder="elsewhere:1:bench")
         taken = time.perf_counter()
         process.wait(timeout=60)
         stopped = time.perf_counter() - taken
-        fs.atomic_write(path, json.dumps({**body, "expires_at": 0.0, "released": True}))
+        other.release()
         runner.send_signal(signal.SIGCONT)
         runner.wait(timeout=120)
         return stopped

@@ -11,6 +11,9 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
+
+import psutil
 
 __all__ = [
     "Counter",
@@ -30,6 +33,7 @@ __all__ = [
     "segfault",
     "sleep_then_return",
     "spawn_grandchild_and_wait",
+    "submit_with_grandchild",
     "square",
 ]
 
@@ -84,6 +88,19 @@ def spawn_grandchild_and_wait(pid_file: str) -> None:
         f.write(str(child.pid))
     os.replace(tmp, pid_file)
     time.sleep(600)
+
+
+def submit_with_grandchild(client: Any, pid_file: str) -> tuple[Any, psutil.Process]:
+    """Submit :func:`spawn_grandchild_and_wait` through ``client`` and wait for its subprocess:
+    (the job's handle, the subprocess)."""
+    handle = client.submit(spawn_grandchild_and_wait, pid_file)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file):
+        assert time.monotonic() < deadline, "grandchild never started"
+        time.sleep(0.1)
+    grandchild = psutil.Process(int(open(pid_file).read()))
+    assert grandchild.is_running()
+    return handle, grandchild
 
 
 def kill_parent_once(marker: str) -> str:

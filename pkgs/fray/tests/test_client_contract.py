@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import psutil
@@ -96,23 +95,10 @@ def test_logs_stream_while_the_job_runs(process_client):
     assert handle.result(timeout=10) == 30
 
 
-def _grandchild(client: DistributedClient, tmp_path):
-    """Submit a job that starts a long-sleeping subprocess; (its handle, the subprocess)."""
-    pid_file = str(tmp_path / "grandchild.pid")
-    handle = client.submit(fray_jobs.spawn_grandchild_and_wait, pid_file)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(pid_file):
-        assert time.monotonic() < deadline, "grandchild never started"
-        time.sleep(0.1)
-    grandchild = psutil.Process(int(open(pid_file).read()))
-    assert grandchild.is_running()
-    return handle, grandchild
-
-
 # None: a plain cancel first (the job ends its tree itself); 0: at once (on Ray the worker is killed).
 @pytest.mark.parametrize("grace_s", [None, 0])
 def test_cancel_ends_the_job_and_its_grandchildren(process_client, tmp_path, grace_s):
-    handle, grandchild = _grandchild(process_client, tmp_path)
+    handle, grandchild = fray_jobs.submit_with_grandchild(process_client, str(tmp_path / "grandchild.pid"))
     handle.cancel(grace_s=grace_s)
     with pytest.raises(JobCancelled):
         handle.result(timeout=30)
@@ -123,7 +109,7 @@ def test_cancel_ends_the_job_and_its_grandchildren(process_client, tmp_path, gra
 def test_a_job_killed_outright_takes_what_it_started_with_it(process_client, tmp_path):
     # SIGKILL of the job's process alone (the OOM killer; Ray's end of a force-cancelled worker's
     # children): nothing in it can act, yet what it started must not live on.
-    handle, grandchild = _grandchild(process_client, tmp_path)
+    handle, grandchild = fray_jobs.submit_with_grandchild(process_client, str(tmp_path / "grandchild.pid"))
     job = grandchild.parent()
     assert job is not None
     job.kill()

@@ -102,13 +102,7 @@ def test_cancel_ends_the_call(pool):
 def test_a_call_killed_outright_takes_what_it_started_with_it(pool, tmp_path):
     # SIGKILL of the call's process alone (the OOM killer; a soak's kill of one step process):
     # nothing in it can act, yet a subprocess it started must not live on.
-    pid_file = str(tmp_path / "grandchild.pid")
-    handle = pool.submit(fray_jobs.spawn_grandchild_and_wait, pid_file)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(pid_file):
-        assert time.monotonic() < deadline, "grandchild never started"
-        time.sleep(0.1)
-    grandchild = psutil.Process(int(open(pid_file).read()))
+    handle, grandchild = fray_jobs.submit_with_grandchild(pool, str(tmp_path / "grandchild.pid"))
     os.kill(handle.pid, signal.SIGKILL)
     with pytest.raises(JobFailed):
         handle.result(timeout=30)

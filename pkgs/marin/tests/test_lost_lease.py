@@ -21,7 +21,7 @@ from marin.execution.step import Step
 from marin.execution.step_runner import Outcome, StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
-from rigging.lease import current_lease
+from testsupport.leases import take_over
 from testsupport.ray_cluster import ray_cluster  # noqa: F401 - fixture
 
 TTL = 1.0  # the heartbeat renews every TTL / 4
@@ -48,17 +48,6 @@ def _run_in_thread(runner: StepRunner, step: Step) -> tuple[threading.Thread, di
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
-
-
-def _take_over(meta: str) -> tuple[int, str]:
-    """Another runner takes the step's lease over (the next number), as it would an expired one."""
-    info = current_lease(meta)
-    assert info is not None
-    token = info.token + 1
-    path = fs.join(meta, f"lease-{token:08d}.json")
-    body = {"holder": "elsewhere:1:thief", "token": token, "expires_at": time.time() + 3600, "released": False}
-    assert fs.create_if_absent(path, json.dumps(body))
-    return token, path
 
 
 def _pids(counter: str, hosts: int) -> list[int] | None:
@@ -91,14 +80,14 @@ def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_f
     try:
         _wait_for(lambda: _pids(counter, hosts) is not None, 120, "the step's processes to start")
         processes = [psutil.Process(pid) for pid in _pids(counter, hosts) or []]
-        token, thief = _take_over(record.meta)
+        thief = take_over(record.meta)
+        token = thief.token
         taken = time.monotonic()
         psutil.wait_procs(processes, timeout=30)  # killed, long before their 60 s
         stopped_after = time.monotonic() - taken
         assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         # The thief gives the step up (released), so this runner takes it again and builds it.
-        fs.atomic_write(thief, json.dumps({"holder": "elsewhere:1:thief", "token": token, "expires_at": 0.0,
-                                           "released": True}))
+        thief.release()
         thread.join(timeout=120)
     finally:
         runner.close()
@@ -217,13 +206,13 @@ def test_a_step_whose_runner_is_frozen_stops_itself_when_its_lease_is_lost(tmp_p
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         process = psutil.Process(_pid(counter))
         runner.suspend()
-        token, thief = _take_over(record.meta)
+        thief = take_over(record.meta)
+        token = thief.token
         taken = time.monotonic()
         process.wait(timeout=30)  # ended by itself, long before its 60 s
         stopped_after = time.monotonic() - taken
         # The thief gives the step up and the runner comes back: it builds the step again.
-        fs.atomic_write(thief, json.dumps({"holder": "elsewhere:1:thief", "token": token, "expires_at": 0.0,
-                                           "released": True}))
+        thief.release()
         runner.resume()
         out, err = proc.communicate(timeout=120)
     finally:

@@ -1,0 +1,42 @@
+"""Another runner taking a step's lease over, as tests and benchmarks play it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from rigging import filesystem as fs
+from rigging.lease import current_lease
+
+__all__ = ["TakenLease", "take_over"]
+
+
+@dataclass(frozen=True)
+class TakenLease:
+    """The lease file another holder created (the next number after the holder it took over from)."""
+
+    token: int
+    path: str
+    holder: str
+
+    def release(self) -> None:
+        """Give the step up (released), so that a waiting runner takes it again at once."""
+        fs.atomic_write(self.path, json.dumps({"holder": self.holder, "token": self.token, "expires_at": 0.0,
+                                               "released": True}))
+
+
+def take_over(meta: str, holder: str = "elsewhere:1:thief", ttl: float = 3600.0) -> TakenLease:
+    """Create the next lease number on the step's ``.marin/`` folder ``meta``, as a runner on another
+    host would take over an expired lease; it lives ``ttl`` seconds.
+
+    Raises:
+        AssertionError: there was no lease to take over, or another holder created that number first.
+    """
+    info = current_lease(meta)
+    assert info is not None, f"no lease on {meta} to take over"
+    token = info.token + 1
+    path = fs.join(meta, f"lease-{token:08d}.json")
+    body = {"holder": holder, "token": token, "expires_at": time.time() + ttl, "released": False}
+    assert fs.create_if_absent(path, json.dumps(body)), f"{path} was created by another holder first"
+    return TakenLease(token=token, path=path, holder=holder)
