@@ -158,12 +158,11 @@ def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], No
         expires_at = time.time() + ttl
         while True:
             try:
-                newest = _tokens(folder)
-                info = _read(folder, token) if newest and newest[-1] == token else None
+                info = current_lease(folder)
             except OSError:
-                newest, info = [token], None  # the store cannot say: judge by the last expiry seen
-            if newest and newest[-1] != token:
-                on_lost(f"lease {token} on {folder} was taken over (newest is {newest[-1]})")
+                info = None  # the store cannot say: judge by the last expiry seen
+            if info is not None and info.token != token:
+                on_lost(f"lease {token} on {folder} was taken over (newest is {info.token})")
                 return
             if info is not None and info.holder != "<unreadable>":
                 if info.released:
