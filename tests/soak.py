@@ -40,9 +40,9 @@ Then it runs the graph to the end and checks what a researcher relies on:
   outlived the process it was started by when that was killed); a revived runner ends well,
   taking the steps it lost as built by another runner.
 
-It prints how many kills of each kind and at each moment it survived, how many freezes (and
-how many of the frozen runners' leases were taken over while they were frozen) (and where the shuffle's
-and the expansion's kills landed), races, how often a step's lease was taken again (a takeover
+It prints how many kills of each kind and at each moment it survived (and where the shuffle's
+and the expansion's kills landed), how many freezes (and how many of the frozen runners' leases
+were taken over while they were frozen), races, how often a step's lease was taken again (a takeover
 from a dead or expired holder, or after a release), how often a runner waited for another's
 lease, and how many of the dedup's map tasks a retry reused; it exits 1 when any check fails.
 Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for inspection), ``--prefix`` (``local``:
@@ -222,8 +222,10 @@ class Soak:
         # Each prefix's trials count their calls in a file of their own.
         self.calls = {stores.soak: str(workdir / "calls-soak.txt"), stores.clean: str(workdir / "calls-clean.txt")}
         self.rng = random.Random(seed)
-        # Whether a race freezes rather than kills: a stream of its own, so that every other draw of a
-        # seed (its kills, races and moments) is what it was before freezes were added.
+        # Whether a race freezes rather than kills: a stream of its own, so that a seed's rounds up to
+        # its first freeze (all of them, for a seed that draws none) are what they were before
+        # freezes were added; a freeze's own draws (its moment, its victim, when it is revived) come
+        # from the main stream, so the rounds after it differ.
         self.freeze_rng = random.Random(f"freeze-{seed}")
         self.log = log
         self.tally = Tally()
