@@ -659,10 +659,12 @@ class Soak:
                  if all(n in theirs and theirs[n].hash == ours[n].hash for n in expansion)
                  else "sweep: expanded into OTHER steps than the clean run's")
         for name in sorted(set(ours) & set(theirs)):
+            # Where each build's files are (an attempt folder, when its records name one).
+            mine, clean = (StepRecord(x[name].output_path).published_data() for x in (ours, theirs))
             if name == MODEL:
-                self._compare_params(ours[name].output_path, theirs[name].output_path)
+                self._compare_params(mine, clean)
             else:
-                self._compare_files(name, ours[name].output_path, theirs[name].output_path)
+                self._compare_files(name, mine, clean)
         # 3. Nothing built twice.
         self._check_builds(sorted(ours))
         # 4. No lease left live, 5. manifests hold, 6. no temporary file visible.
@@ -699,6 +701,7 @@ class Soak:
 
     def _check_outputs(self) -> None:
         from marin.execution.store.gc import find_outputs
+        from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
         from marin.execution.store.verify import verify_output
         from rigging.lease import current_lease
@@ -716,7 +719,8 @@ class Soak:
             check = verify_output(folder, path)
             if check.verdict.is_problem or check.verdict.value == "not built":
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
-            for rel, _size in fs.walk_files(path):
+            files_at = StepRecord(path).published_data()
+            for rel, _size in fs.walk_files(files_at):
                 parts = rel.split("/")
                 if parts[0] == seen.WORK_FOLDER:
                     fail(f"{folder}: shuffle work file left: {rel}")
@@ -725,7 +729,7 @@ class Soak:
                         leftover_meta_tmp += 1
                     else:
                         fail(f"{folder}: temporary file left visible: {rel}")
-            self._check_listings(folder, path)
+            self._check_listings(folder, files_at)
         if leftover_meta_tmp:
             self.log(f"note: {leftover_meta_tmp} temporary record file(s) left inside .marin/ folders")
         verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:steps",

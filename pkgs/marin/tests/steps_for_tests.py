@@ -134,9 +134,12 @@ class ScribbleConfig:
 
 def scribble(config: ScribbleConfig, output_path: str) -> None:
     """Keep rewriting ``v.txt`` with this process's pid and a count, as a training loop keeps
-    writing checkpoints: a copy of it that outlives its lease would change the published file."""
+    writing checkpoints: a copy of it that outlives its lease would change the published file.
+    ``start.txt`` says what ``v.txt`` held when it started (what it could resume from)."""
     _count(config.counter_dir, config.label)
     path = fs.join(output_path, "v.txt")
+    # What an earlier attempt left to resume from (as a training step finds its checkpoints).
+    fs.atomic_write(fs.join(output_path, "start.txt"), fs.read_text(path) if fs.exists(path) else "", durable=False)
     deadline = time.monotonic() + config.seconds
     i = 0
     while time.monotonic() < deadline:
@@ -151,6 +154,27 @@ def scribble_fan(counter_dir: str, width: int = 4, seconds: float = 5.0, every: 
     """``width`` independent :func:`scribble` steps named ``frozen/s<i>``."""
     return [Step(f"frozen/s{i}", scribble, ScribbleConfig(f"frozen.s{i}", seconds, every, counter_dir))
             for i in range(width)]
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    """Config of :func:`copy_v`: the folder of the step whose ``v.txt`` it copies."""
+
+    source: Any
+    label: str
+    counter_dir: str = unhashed_field(default="")
+
+
+def copy_v(config: CopyConfig, output_path: str) -> None:
+    """Copy ``v.txt`` of the step it reads into its own output, as any step reads another's files."""
+    _count(config.counter_dir, config.label)
+    fs.atomic_write(fs.join(output_path, "v.txt"), fs.read_text(fs.join(config.source, "v.txt")))
+
+
+def scribble_then_copy(counter_dir: str, seconds: float = 3.0, every: float = 0.01) -> list[Step]:
+    """A :func:`scribble` step ``apart/s`` and a :func:`copy_v` step ``apart/r`` reading it."""
+    scribbler = Step("apart/s", scribble, ScribbleConfig("apart.s", seconds, every, counter_dir))
+    return [Step("apart/r", copy_v, CopyConfig(output_path_of(scribbler), "apart.r", counter_dir))]
 
 
 def lease_left(config: NodeConfig, output_path: str) -> None:

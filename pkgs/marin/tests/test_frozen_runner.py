@@ -18,7 +18,7 @@ import psutil
 import pytest
 import steps_for_tests as t
 
-from marin.execution.store.records import LOST_PREFIX, StepRecord
+from marin.execution.store.records import LOST_PREFIX, StepRecord, data_of
 from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
@@ -29,18 +29,25 @@ pytestmark = pytest.mark.slow
 LEASE_TTL_S = 2.0
 STEPS = 4
 
-RUNNER = textwrap.dedent(f"""
-    import json, sys
-    import steps_for_tests as t
-    from marin.execution.step_runner import StepRunner
 
-    if __name__ == "__main__":
-        prefix, counter = sys.argv[1], sys.argv[2]
-        runner = StepRunner(prefix=prefix, max_parallel=1, lease_ttl={LEASE_TTL_S}, poll_interval=0.05)
-        result = runner.run(t.scribble_fan(counter, width={STEPS}))
-        print(json.dumps({{s.name: [s.outcome.name, s.note] for s in result.steps}}))
-        raise SystemExit(0 if result.ok else 1)
-""")
+
+def _runner(graph: str) -> str:
+    """A runner script building ``graph`` (an expression of ``counter``) under short leases."""
+    return textwrap.dedent(f"""
+        import json, sys
+        import steps_for_tests as t
+        from marin.execution.step_runner import StepRunner
+
+        if __name__ == "__main__":
+            prefix, counter = sys.argv[1], sys.argv[2]
+            runner = StepRunner(prefix=prefix, max_parallel=1, lease_ttl={LEASE_TTL_S}, poll_interval=0.05)
+            result = runner.run({graph})
+            print(json.dumps({{s.name: [s.outcome.name, s.note] for s in result.steps}}))
+            raise SystemExit(0 if result.ok else 1)
+    """)
+
+
+RUNNER = _runner(f"t.scribble_fan(counter, width={STEPS})")
 
 
 def _holder_pid(holder: str) -> int:
@@ -68,6 +75,28 @@ def _wait(condition, timeout: float, what: str, procs: list[subprocess.Popen]) -
             if proc.poll() is not None and proc.returncode not in (0, -9):
                 raise AssertionError(f"a runner exited with {proc.returncode}: {proc.communicate()[1][-3000:]}")
         time.sleep(0.05)
+
+
+def _finish(procs: list[subprocess.Popen], killed: int | None = None) -> dict[int, dict]:
+    """Each runner's outcomes by pid, once all have ended: well, or (``killed``) by SIGKILL."""
+    results = {}
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        if proc.pid == killed:
+            assert proc.returncode == -9
+            continue
+        assert proc.returncode == 0, err[-3000:]
+        results[proc.pid] = json.loads(out.strip().splitlines()[-1])
+    return results
+
+
+def _clean_up(frozen: list[psutil.Process], procs: list[subprocess.Popen]) -> None:
+    """Revive what is still frozen and end the runners still running (a test that failed midway)."""
+    _signal_tree(frozen, signal.SIGCONT)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
@@ -114,20 +143,9 @@ def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
         _signal_tree(frozen[::-1], signal.SIGCONT)
         frozen = []
 
-        results = {}
-        for proc in procs:
-            out, err = proc.communicate(timeout=240)
-            if proc.pid == killed_pid:
-                assert proc.returncode == -9
-                continue
-            assert proc.returncode == 0, err[-3000:]
-            results[proc.pid] = json.loads(out.strip().splitlines()[-1])
+        results = _finish(procs, killed=killed_pid)
     finally:
-        _signal_tree(frozen, signal.SIGCONT)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        _clean_up(frozen, procs)
 
     calls = t.calls(counter)
     for name in outputs:
@@ -150,3 +168,72 @@ def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
         check = verify_output(name, path)
         assert check.verdict is Verdict.OK, (name, check.problems)
         assert fs.read_text(fs.join(path, "v.txt")).endswith(" final")
+
+
+def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
+        tmp_path: Path, strict_gcs_bucket: str, subprocess_env: dict[str, str]):
+    """A step process the new holder cannot end (its status names a process of another host, as a
+    step on a suspended machine would) is frozen with its runner past its lease; the new holder
+    writes its attempt in a folder of its own, seeded with what the frozen one wrote, and publishes
+    it. Revived, the old step writes on into the step's folder before its watches end it: the
+    published build, and the step reading it, never see those writes."""
+    prefix = strict_gcs_bucket + "/store"
+    counter = str(tmp_path / "counter")
+    script = tmp_path / "runner.py"
+    script.write_text(_runner("t.scribble_then_copy(counter)"))
+    store = StepStore(prefix)
+    (reader,) = t.scribble_then_copy(counter)
+    scribbler = reader.config.source.step
+    folder, reader_folder = store.output_path(scribbler.output_name), store.output_path(reader.output_name)
+    record = StepRecord(folder)
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), prefix, counter], env=subprocess_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = start()
+    procs, frozen = [first], []
+    try:
+        _wait(lambda: t.calls(counter)["apart.s"] >= 1 and "worker" in (record.read_json(record.status) or {})
+              and fs.exists(fs.join(folder, "v.txt")), 120, "the first runner's step writing", procs)
+        status = record.read_json(record.status) or {}
+        old_pid = int(fs.read_text(fs.join(folder, "v.txt")).split()[0])
+        # Its process, as the status names it, is on a machine no other runner can see into.
+        status["worker"] = "another-host:" + status["worker"].split(":", 1)[1]
+        record.write_json(record.status, status)
+        old_token = current_lease(record.meta).token  # type: ignore[union-attr]
+        frozen = _tree(first.pid)
+        assert any(p.pid == old_pid for p in frozen), "the step's process is not under its runner"
+        _signal_tree(frozen, signal.SIGSTOP)
+
+        second = start()
+        procs.append(second)
+        _wait(record.is_done, 180, "the step published by the second runner", procs)
+        # The step process first, the runner last: the old step runs before anything can stop it.
+        _signal_tree(frozen[::-1], signal.SIGCONT)
+        frozen = []
+        results = _finish(procs)
+    finally:
+        _clean_up(frozen, procs)
+
+    assert results[second.pid]["apart/s"][0] == "RAN"
+    assert results[first.pid]["apart/s"][0] == "CACHED"
+    calls = t.calls(counter)
+    assert calls["apart.s"] == 2 and calls["apart.s.end"] == 1, calls
+    assert fs.exists(fs.join(record.meta, f"{LOST_PREFIX}{old_token:08d}.json"))
+    # The winner wrote in its own attempt folder, which the success record names...
+    success = record.read_json(record.success) or {}
+    apart = record.attempt_folder(old_token + 1)
+    assert data_of(success) == apart and record.published_data() == fs.join(folder, apart)
+    published = fs.read_text(fs.join(folder, apart, "v.txt"))
+    assert published.endswith(" final") and int(published.split()[0]) != old_pid
+    # ...starting from a copy of what the frozen attempt had written (it could resume from it)...
+    assert fs.read_text(fs.join(folder, apart, "start.txt")).startswith(f"{old_pid} ")
+    # ...while the old process only ever wrote the step's folder itself, never the published build.
+    assert fs.read_text(fs.join(folder, "v.txt")).startswith(f"{old_pid} ")
+    time.sleep(1.0)
+    for name, path in ((scribbler.name, folder), (reader.name, reader_folder)):
+        check = verify_output(name, path)
+        assert check.verdict is Verdict.OK, (name, check.problems)
+    # The step reading it was handed the published build's folder.
+    assert fs.read_text(fs.join(StepRecord(reader_folder).published_data(), "v.txt")) == published

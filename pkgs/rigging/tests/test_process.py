@@ -22,20 +22,27 @@ def sleeper():
 
 
 def test_a_process_left_behind_is_ended_with_its_group(sleeper):
-    end_orphaned_process(process_identity(sleeper.pid), wait_s=0.3)
+    assert end_orphaned_process(process_identity(sleeper.pid), wait_s=0.3) is True
     assert sleeper.wait(timeout=10) == -9
 
 
 def test_a_process_that_ends_on_its_own_is_not_killed():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"], start_new_session=True)
-    end_orphaned_process(process_identity(proc.pid), wait_s=10)
+    assert end_orphaned_process(process_identity(proc.pid), wait_s=10) is True
     assert proc.wait(timeout=10) == 0
 
 
 @pytest.mark.parametrize("forge", [lambda i: i.rsplit(":", 1)[0] + ":12.5", lambda i: "elsewhere:" + i.split(":", 1)[1]])
 def test_a_reused_pid_or_another_hosts_process_is_left_alone(sleeper, forge):
-    end_orphaned_process(forge(process_identity(sleeper.pid)), wait_s=0.3)
+    ended = end_orphaned_process(forge(process_identity(sleeper.pid)), wait_s=0.3)
     assert sleeper.poll() is None
+    # A reused pid means the process named is gone; another host's process nobody here can judge.
+    assert ended is forge(process_identity(sleeper.pid)).startswith(process_identity(sleeper.pid).split(":")[0] + ":")
+
+
+@pytest.mark.parametrize("identity", ["", "not an identity", "host-only"])
+def test_an_identity_that_names_no_process_here_cannot_be_said_to_have_ended(identity):
+    assert end_orphaned_process(identity, wait_s=0.1) is False
 
 
 def test_the_identity_names_host_pid_and_start_time(sleeper):
@@ -49,6 +56,6 @@ def test_a_stopped_process_is_killed_without_waiting_for_it(sleeper):
     # wait_s for it only delays the runner that takes its step over.
     os.kill(sleeper.pid, signal.SIGSTOP)
     started = time.monotonic()
-    end_orphaned_process(process_identity(sleeper.pid), wait_s=120)
+    assert end_orphaned_process(process_identity(sleeper.pid), wait_s=120) is True
     assert sleeper.wait(timeout=10) == -9
     assert time.monotonic() - started < 60

@@ -44,29 +44,37 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def end_orphaned_process(identity: str, wait_s: float = 10.0) -> None:
+def end_orphaned_process(identity: str, wait_s: float = 10.0) -> bool:
     """End the process group of ``identity`` (from :func:`process_identity`) if it still runs.
 
     It gets ``wait_s`` seconds to end on its own (a worker whose parent died notices within its
     watchdog's interval) before its group is killed; a stopped (frozen) process cannot notice
     anything and is killed at once. Another host's process, this process, or one whose pid now
     belongs to another process is left alone.
+
+    Returns:
+        True when the process is known to have ended (it was gone, its pid now names another
+        process, or it was killed here and is gone); False when nothing here can say (another
+        host's process, an identity not of this form, this process, or one that outlived its kill).
     """
     host, pid_text, started = (identity.split(":") + ["", ""])[:3]
     if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return
+        return False
     pid = int(pid_text)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if not _alive(pid) or _start_time(pid) != started:
-            return
+            return True
         if _stopped(pid):
             break
         time.sleep(0.1)
     logger.warning("ending the process %d left behind by a dead parent", pid)
     try:
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
     while _alive(pid) and time.monotonic() < deadline + 5.0:
         time.sleep(0.05)
+    return not _alive(pid)

@@ -31,7 +31,7 @@ def export_hf(ctx: click.Context, path: str, out_dir: str, checkpoint: str, pref
     from marin.experiment.hf import FINAL, write_hf_folder
 
     step = _checkpoint(checkpoint)
-    output = resolve_output(ctx, path, prefix, finished=step == FINAL)
+    output = resolve_output(ctx, path, prefix, finished=step == FINAL, files=True)
     try:
         write_hf_folder(output, out_dir, step)
     except FileNotFoundError as e:

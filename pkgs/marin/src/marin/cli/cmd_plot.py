@@ -23,7 +23,7 @@ def _find_metrics(ctx: click.Context, what: str, prefix: str | None) -> tuple[st
         return what, os.path.basename(what) or what
     if fs.exists(what) and not fs.exists(fs.join(what, META_DIR)):
         raise MarinError(f"no {METRICS_FILE} in {what}", hint="give the output folder or name of a training step")
-    output = resolve_output(ctx, what, prefix, finished=False)
+    output = resolve_output(ctx, what, prefix, finished=False, files=True)
     if not fs.exists(fs.join(output, METRICS_FILE)):
         raise MarinError(f"no {METRICS_FILE} in {output}: not a training step, or it has not logged yet",
                          hint="give the output folder or name of a training step, e.g. checkpoints/<name>-<hash>")

@@ -25,7 +25,7 @@ def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temp
     """Continue PROMPT with the model of a finished training step (output folder or step name)."""
     from marin.experiment.sampling import sample_chat, sample_text
 
-    output = resolve_output(ctx, path, prefix)
+    output = resolve_output(ctx, path, prefix, files=True)
     if not prompt.strip():
         raise MarinError("--prompt must not be empty")
     if system is not None and not chat:

@@ -57,10 +57,13 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
     return StepRunner(config, reporter=reporter, **kwargs)
 
 
-def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished: bool = True) -> str:
+def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished: bool = True,
+                   files: bool = False) -> str:
     """The output folder ``ref`` names, for every verb that takes one: an output folder, an output
     name under the prefix (``checkpoints/x-<hash>``, as ``marin run`` prints it) or a step name
     (its newest finished build). With ``finished``, a step that has not finished is a user error.
+    With ``files``, where its build's files are instead (the attempt folder its records name, if
+    any: :mod:`marin.execution.store.records`), for verbs that read them.
     """
     from marin.cli.errors import MarinError
     from marin.execution.store.records import StepRecord
@@ -74,7 +77,7 @@ def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished
                               "or a step name like checkpoints/marin-nano")
     if finished and not StepRecord(output).is_done():
         raise MarinError(f"{output} is not a finished step", hint="run the step to completion first")
-    return output
+    return StepRecord(output).current_data() if files else output
 
 
 def quiet_library_logs(ctx: click.Context) -> None:

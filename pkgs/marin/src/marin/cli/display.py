@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from marin.execution.plan.estimate import format_duration, schedule
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
+from marin.execution.store.records import StepRecord
 from rigging.progress import ProgressRecord, read_progress
 
 __all__ = ["LiveReporter", "PlainReporter", "describe_progress", "estimate_lines", "make_reporter", "summary_table"]
@@ -59,6 +60,13 @@ class _RunWatch:
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.records: dict[str, ProgressRecord] = {}
+        self.files_at: dict[str, str] = {}
+        """Where each running step writes (its folder, or the attempt folder its status names)."""
+
+    def begin(self, p: PlannedStep) -> None:
+        """``p`` started (its status record, naming where it writes, is written)."""
+        self.started[p.output_name] = self.clock()
+        self.files_at.pop(p.output_name, None)
 
     def planned(self, plan: Plan) -> None:
         self.plan = plan
@@ -66,7 +74,10 @@ class _RunWatch:
 
     def read(self, p: PlannedStep) -> ProgressRecord | None:
         """The step's progress record of this attempt (an earlier attempt's is not shown)."""
-        record = read_progress(p.output_path)
+        at = self.files_at.get(p.output_name)
+        if at is None:
+            at = self.files_at[p.output_name] = StepRecord(p.output_path).current_data()
+        record = read_progress(at)
         if record is not None and record.updated_at >= self.started.get(p.output_name, 0.0) - 1.0:
             self.records[p.output_name] = record
         return self.records.get(p.output_name)
@@ -166,7 +177,7 @@ class PlainReporter:
             self._line(line)
 
     def started(self, planned: PlannedStep) -> None:
-        self.watch.started[planned.output_name] = self.watch.clock()
+        self.watch.begin(planned)
         self._line(f"[start] {planned.output_name}")
 
     def waiting(self, planned: PlannedStep, holder: str) -> None:
@@ -235,7 +246,7 @@ class LiveReporter(PlainReporter):
             self._live = True
 
     def started(self, planned: PlannedStep) -> None:
-        self.watch.started[planned.output_name] = self.watch.clock()
+        self.watch.begin(planned)
         self._start()
         self._tasks[planned.output_name] = self.bars.add_task(planned.name, total=None, detail="starting")
         if self._run_task is None and self.watch.plan is not None and self.watch.plan.estimate is not None:

@@ -150,12 +150,15 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
         step.log_tail = read_log_tail(step.log_path)
     # A step this run built has its manifest in hand: a file it does not list is not there.
     files = {f["path"] for f in outcome.manifest["files"]} if outcome is not None and outcome.manifest else None
-    metrics = read_metrics(output_path) if files is None or METRICS_FILE in files else None
+    if files is not None and not files & {METRICS_FILE, MEMORY_FILE, INDEX_FILE, SUMMARY_FILE}:
+        return step
+    at = record.current_data()  # the build's files: its folder, or the attempt folder its records name
+    metrics = read_metrics(at) if files is None or METRICS_FILE in files else None
     step.metrics = metrics.to_json() if metrics is not None else None
-    step.memory = read_memory(output_path) if files is None or MEMORY_FILE in files else None
-    tokenized = read_tokenized(output_path) if files is None or INDEX_FILE in files else None
+    step.memory = read_memory(at) if files is None or MEMORY_FILE in files else None
+    tokenized = read_tokenized(at) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
-    step.data = read_data_summary(output_path) if files is None or SUMMARY_FILE in files else None
+    step.data = read_data_summary(at) if files is None or SUMMARY_FILE in files else None
     return step
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from marin.execution.core.encoding import describe_encoded, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.model import Plan
+from marin.execution.store.records import StepRecord
 from marin.experiment.eval_results import format_number as _fmt
 from marin.experiment.eval_results import markdown_table, read_eval_results
 from marin.experiment.results import FLOPS_METRICS, TRAIN_METRICS, read_metrics, train_metrics
@@ -153,8 +154,9 @@ def compare_plan(plan: Plan) -> Comparison:
     for p, f in zip(training, flat, strict=True):
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
                          fields={k: _cell(k, f, names) for k in differing})
-        row.series = read_metrics(p.output_path)
-        row.metrics.update(train_metrics(p.output_path, row.series))
+        at = StepRecord(p.output_path).current_data()  # the attempt folder its records name, if any
+        row.series = read_metrics(at)
+        row.metrics.update(train_metrics(at, row.series))
         rows.append(row)
     evals = _eval_columns(plan, rows, row_of, hashes)
     return Comparison(rows=rows, fields=differing,
@@ -185,7 +187,7 @@ def _eval_columns(plan: Plan, rows: list[CompareRow], row_of: dict[str, int], ha
         if not writes_eval_results(p.step):
             continue
         models = [row_of[hashes[id(d)]] for d in dependencies_of(p.step) if hashes[id(d)] in row_of]
-        results = read_eval_results(p.output_path)
+        results = read_eval_results(StepRecord(p.output_path).current_data())
         if not models or results is None:
             continue
         suffix = results.suffix

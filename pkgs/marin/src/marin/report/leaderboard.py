@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.store.records import StepRecord
 from marin.experiment.flops import SPEEDRUN_FILE
 from marin.experiment.results import read_json_object
 from marin.report.compare import Comparison
@@ -82,7 +83,8 @@ def _metric(comparison: Comparison) -> str:
 
 
 def _speedrun(output_path: str) -> tuple[float | None, str | None]:
-    record = read_json_object(fs.join(output_path, SPEEDRUN_FILE)) or {}
+    at = StepRecord(output_path).current_data()  # the attempt folder its records name, if any
+    record = read_json_object(fs.join(at, SPEEDRUN_FILE)) or {}
     wall = record.get("wall_s")
     kind, count = record.get("device_kind"), record.get("device_count")
     device = f"{count} x {kind}" if kind and count else None

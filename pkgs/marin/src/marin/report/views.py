@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from marin.execution.plan.model import Plan
+from marin.execution.store.records import StepRecord
 from marin.experiment.results import read_json_object
 from marin.report.compare import Comparison
 from marin.report.leaderboard import leaderboard_of
@@ -29,10 +30,11 @@ def _scaling_fits(plan: Plan) -> list[dict[str, Any]]:
     for p in plan.steps:
         if p.step.fn is not isoflop_fit_step:
             continue
-        fit = read_json_object(fs.join(p.output_path, FIT_FILE))
+        at = StepRecord(p.output_path).published_data()
+        fit = read_json_object(fs.join(at, FIT_FILE))
         if fit is None:
             continue
-        plot = fs.join(p.output_path, PLOT_FILE)
+        plot = fs.join(at, PLOT_FILE)
         png = base64.b64encode(fs.read_bytes(plot)).decode("ascii") if fs.exists(plot) else None
         fits.append({"name": p.name, "hash": p.hash, "fit": fit, "png": png})
     return fits

@@ -264,12 +264,12 @@ def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
     """Where a built copy of ``p`` is, to expand it from: its output here, or the cache it is fetched
     from (or, unneeded here, would be); None when it is built nowhere yet."""
     if p.action is Action.CACHED:
-        return p.output_path
+        return StepRecord(p.output_path).published_data()
     if p.action is Action.FETCH and p.cache_hit is not None:
-        return p.cache_hit.path
+        return StepRecord(p.cache_hit.path).published_data()
     if p.action is Action.UNNEEDED and caches:
         hit = find_in_caches(p.output_name, caches)
-        return hit.path if hit is not None else None
+        return StepRecord(hit.path).published_data() if hit is not None else None
     return None
 
 

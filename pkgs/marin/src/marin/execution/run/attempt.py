@@ -39,13 +39,21 @@ from marin.execution.run.secrets import SecretMask
 from marin.execution.run.state import RunState
 from marin.execution.run.worker import FnRef, StepPayload, run_step
 from marin.execution.store import done_index
+from marin.execution.store.cache import copy_tree
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
     meta_names,
     remove_orphan_temporaries,
 )
-from marin.execution.store.records import LOST_PREFIX, BuildState, StepRecord, StepStatus
+from marin.execution.store.records import (
+    LOST_PREFIX,
+    BuildState,
+    StepRecord,
+    StepStatus,
+    data_folder,
+    data_of,
+)
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
@@ -91,6 +99,15 @@ class StepAttempt:
     """A forced rebuild: the success record and manifest of the build it replaces."""
     lost_at: float | None = None
     """When the heartbeat found the lease lost (and stopped the step)."""
+    data: str = ""
+    """Where this attempt writes the step's files, relative to its folder: "" for the folder
+    itself, or its own attempt folder (:meth:`StepRecord.attempt_folder`) when an earlier holder's
+    process may still be writing (:meth:`_choose_folder`)."""
+
+    @property
+    def files_at(self) -> str:
+        """The folder this attempt's step writes its files in (its ``output_path``)."""
+        return data_folder(self.planned.output_path, {"data": self.data} if self.data else None)
 
     # -- start ----------------------------------------------------------------------------
     @classmethod
@@ -103,7 +120,7 @@ class StepAttempt:
             clear: empty the output folder first (a forced rebuild).
             expansions: what its expanding inputs expanded into (:attr:`StepPayload.expansions`).
         """
-        from rigging.process import end_orphaned_process, process_identity  # psutil: only when building
+        from rigging.process import process_identity  # psutil: only when building
 
         record = StepRecord(p.output_path)
         self = cls(p, lease, ctx, mask=SecretMask.of(p.step.config))
@@ -114,13 +131,7 @@ class StepAttempt:
                 clear_output(p.output_path)
             # The lease's listing of .marin/ says whether an earlier attempt left a status record.
             earlier = record.read_status() if record_listed(record.status, lease) else StepStatus(BuildState.MISSING)
-            if earlier.written is BuildState.RUNNING and isinstance(earlier.fields.get("worker"), str):
-                # Its runner is gone, but its process may not have noticed yet: two writers must
-                # never share an output folder.
-                end_orphaned_process(earlier.fields["worker"])
-            if earlier.fields:
-                # A killed attempt may have left a half-written temporary; the new one starts clean.
-                remove_orphan_temporaries(p.output_path)
+            self._choose_folder(earlier)
             self.attempt = earlier.attempt + 1
             config = with_real_paths(p.step.config, paths)
             try:
@@ -134,7 +145,7 @@ class StepAttempt:
                 step_version=p.step.version,
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
-                output_path=p.output_path,
+                output_path=self.files_at,
                 prefix=ctx.prefix,
                 expansions=expansions,
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
@@ -142,8 +153,8 @@ class StepAttempt:
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
                 lease=(lease.folder, lease.token, lease.ttl) if ctx.worker is not WorkerKind.IN_PROCESS else None,
             )
-            if fs.is_local(p.output_path):
-                os.makedirs(fs.strip_protocol(p.output_path), exist_ok=True)
+            if fs.is_local(self.files_at):
+                os.makedirs(fs.strip_protocol(self.files_at), exist_ok=True)
             resources = resources_of(p.step)
             self.retries_left = resources.max_retries
             self.resubmit = self._submitter(payload, resources)
@@ -155,10 +166,46 @@ class StepAttempt:
             self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local and worker_pid else None)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
-            record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb)
+            record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb, data=self.data)
             lease.release()
             return StepOutcome.of(p, Outcome.FAILED, reasons=[str(r) for r in p.reasons], error=error, traceback=tb)
         return self
+
+    def _choose_folder(self, earlier: StepStatus) -> None:
+        """Decide where this attempt writes (:attr:`data`), ending what an earlier attempt left.
+
+        An earlier attempt whose process is known to have ended (its runner recorded how it
+        ended, or its process was on this host and is gone or killed now) leaves its folder to
+        this one, which resumes from what it wrote there. One whose process may still run (on
+        another host, a Ray task, a multi-host step: frozen with its machine, it may write again
+        the moment it is revived) keeps its folder: this attempt writes in a folder of its own,
+        seeded with a copy of the earlier one's files (checkpoints, committed shards) to resume
+        from, and the records name it. Nothing the earlier process writes later can then touch
+        what this attempt publishes.
+        """
+        # psutil: only when building.
+        from rigging.process import end_orphaned_process
+
+        if not earlier.fields:
+            return
+        p = self.planned
+        ended = True
+        if earlier.written is BuildState.RUNNING:
+            # Its runner is gone, but its process may not have noticed yet: two writers must
+            # never share a folder.
+            worker = earlier.fields.get("worker")
+            ended = isinstance(worker, str) and end_orphaned_process(worker)
+        before = data_of(earlier.fields)
+        if ended:
+            self.data = before
+        else:
+            self.data = StepRecord(p.output_path).attempt_folder(self.lease.token)
+            source = data_folder(p.output_path, earlier.fields)
+            logger.warning("%s: the earlier attempt's process may still run elsewhere; this attempt "
+                           "writes in %s, starting from a copy of %s", p.output_name, self.data, before or "its folder")
+            copy_tree(source, self.files_at, records=False)
+        # A killed attempt may have left a half-written temporary; the new one starts clean.
+        remove_orphan_temporaries(self.files_at)
 
     def _submitter(self, payload: StepPayload, resources: ResourceConfig) -> Callable[[], JobHandle]:
         """A function that starts the step (again, for a retry) and returns its handle."""
@@ -188,7 +235,7 @@ class StepAttempt:
     def _record(self, state: BuildState, *, error: str | None = None, tb: str | None = None,
                 worker: str | None = None) -> None:
         StepRecord(self.planned.output_path).write_status(state, self.attempt, self.ctx.holder, error=error,
-                                                          traceback=tb, worker=worker)
+                                                          traceback=tb, worker=worker, data=self.data)
 
     # -- while it runs -------------------------------------------------------------------
     def _stop_lost(self, why: str) -> None:
@@ -305,7 +352,9 @@ class StepAttempt:
             files = list(fs.walk_files(p.output_path))
             meta = meta_names(files)
             self.lease.check(meta)
-            manifest = compute_manifest(p.output_path, files)
+            if self.data:
+                files = [(rel[len(self.data) + 1:], size) for rel, size in files if rel.startswith(self.data + "/")]
+            manifest = compute_manifest(self.files_at, files)
             fields = realisation_fields(state, p, manifest)
             odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
             if odd is not None:
@@ -321,12 +370,12 @@ class StepAttempt:
             in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
                         [(record.manifest, manifest), (record.provenance, provenance)])
             self.lease.check()  # fencing: a runner that lost its lease never publishes
-            published = record.publish(p.name, p.hash, manifest, extra=fields,
+            published = record.publish(p.name, p.hash, manifest, extra=fields, data=self.data,
                                        listed_absent=not record_listed(record.success, self.lease))
             if not published:
                 # Another runner published first (it held the lease after ours was lost): its build stands.
                 raise LeaseLost(f"{record.success} was written by another runner")
-            state.published(state.plan.position(p.step), fields["output_digest"])
+            state.published(state.plan.position(p.step), fields["output_digest"], self.files_at)
             done_index.mark(state.plan.store.prefix, p.output_name, provenance["env_digest"])
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)

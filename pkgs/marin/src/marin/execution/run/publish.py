@@ -87,7 +87,7 @@ def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
         logger.warning("%s: %s", p.output_name, e)
         return False
     if isinstance(fields.get("output_digest"), str):
-        state.published(pos, fields["output_digest"])
+        state.published(pos, fields["output_digest"], p.output_path)
     lease.clear()
     return True
 

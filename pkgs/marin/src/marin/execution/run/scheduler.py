@@ -150,7 +150,7 @@ def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
         p = state.entry(pos)
         progressed = True
         try:
-            found = expansion_of(p.step, p.output_path)
+            found = expansion_of(p.step, state.files_at(pos))
             more = s.plan_more(found, state.plan.view)
         except InvalidStep as e:
             state.expansions[pos] = ()
@@ -209,7 +209,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     clear = forced and pos not in state.waiting_on
     # What a forced rebuild replaces, to compare the new build with (nondeterminism).
     replaced = snapshot_build(record) if clear else None
-    started = StepAttempt.start(p, lease, s.attempt_context(), state.paths, clear=clear,
+    started = StepAttempt.start(p, lease, s.attempt_context(), state.input_paths(pos), clear=clear,
                                 expansions=state.expanded_inputs(pos))
     if isinstance(started, StepOutcome):
         state.settle(pos, started)

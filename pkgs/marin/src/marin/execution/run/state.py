@@ -20,6 +20,7 @@ from marin.execution.run.outcome import Outcome, StepOutcome
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.realisations import Realised, digest_of_build
 from marin.execution.store.records import StepRecord
+from marin.execution.store.store import in_parallel
 
 if TYPE_CHECKING:
     from marin.execution.run.attempt import StepAttempt
@@ -45,6 +46,7 @@ class RunState:
         self._on_settle = on_settle
         self._entries: dict[int, PlannedStep] = {}
         self._published: dict[int, str] = {}
+        self._files_at: dict[int, str] = {}
         self.outcomes: dict[int, StepOutcome] = {}
         self.pending: list[int] = []
         self.running: dict[int, StepAttempt] = {}
@@ -57,6 +59,21 @@ class RunState:
         """``{id(step): output path}`` of every step object (for placeholders), made once (and
         grown with the plan, :meth:`extend`)."""
         return self.plan.paths()
+
+    def files_at(self, pos: int) -> str:
+        """Where the build of the step at ``pos`` has its files: its output folder, or the attempt
+        folder its success record names (:mod:`marin.execution.store.records`); read once a run."""
+        if pos not in self._files_at:
+            self._files_at[pos] = StepRecord(self.plan.steps[pos].output_path).published_data()
+        return self._files_at[pos]
+
+    def input_paths(self, pos: int) -> dict[int, str]:
+        """:attr:`paths`, with each input of ``pos`` (and each step an input expanded into) at
+        where its build's files are: what the step at ``pos`` is handed."""
+        wanted = sorted({q for d in self.plan.steps[pos].deps for q in (d, *closure(self.expansions, d))})
+        found = dict(zip(wanted, in_parallel(self.files_at, wanted), strict=True))
+        moved = {key: found[q] for key, q in self.plan.pos_of.items() if q in found}
+        return {**self.paths, **moved}
 
     def entry(self, pos: int) -> PlannedStep:
         """The step at ``pos`` as the run now sees it (the plan's entry, or what the run changed)."""
@@ -105,8 +122,7 @@ class RunState:
         for d in self.plan.steps[pos].deps:
             if d in self.expansions:
                 found = sorted(closure(self.expansions, d))
-                out.append((self.plan.steps[d].output_path,
-                            tuple((self.plan.steps[q].name, self.plan.steps[q].output_path) for q in found)))
+                out.append((self.files_at(d), tuple((self.plan.steps[q].name, self.files_at(q)) for q in found)))
         return tuple(out)
 
     def to_expand(self) -> list[int]:
@@ -128,9 +144,11 @@ class RunState:
             self.pending.remove(pos)
         self._on_settle(outcome)
 
-    def published(self, pos: int, digest: str) -> None:
-        """``pos`` was published with this output digest: its dependents read it from here."""
+    def published(self, pos: int, digest: str, files_at: str) -> None:
+        """``pos`` was published with this output digest, its files at ``files_at``: its
+        dependents read both from here."""
         self._published[pos] = digest
+        self._files_at[pos] = files_at
 
     def build_here(self, pos: int, why: str) -> PlannedStep:
         """``pos`` must be built here after all (its cache entry or the earlier build it would

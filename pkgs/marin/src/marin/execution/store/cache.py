@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marin.execution.store.manifest import clear_output, verify_manifest
-from marin.execution.store.records import META_DIR, StepRecord
+from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord, data_of, published_here
 from rigging import filesystem as fs
 
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
@@ -59,22 +59,31 @@ def _travels(rel: str) -> bool:
 def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = True, link: bool = False) -> int:
     """Copy every file of ``src`` into ``dst`` (streamed); returns how many files it copied or linked.
 
-    The success record is left out unless asked for: callers write it last; ``records=False``
-    leaves out every record (``.marin/``), for an output made from another step's files. With
-    ``link``, files of a local ``src`` are hard-linked into a local ``dst`` where the file system
-    allows (finished outputs are never written in place: records are replaced by renames), else
-    copied.
+    The build's files come from where ``src``'s success record says they are (an attempt folder,
+    :mod:`marin.execution.store.records`) and land in ``dst`` itself; other attempt folders never
+    travel. The success record is left out unless asked for: callers write it last;
+    ``records=False`` leaves out every record (``.marin/``), for an output made from another
+    step's files. With ``link``, files of a local ``src`` are hard-linked into a local ``dst``
+    where the file system allows (finished outputs are never written in place: records are
+    replaced by renames), else copied.
     """
-    count = 0
-    linking = link and fs.is_local(src) and fs.is_local(dst)
+    record = StepRecord(src)
+    data = data_of(record.read_json(record.success))
+    moves = []
     for rel, _size in fs.walk_files(src):
-        if not _travels(rel):
-            continue
-        if (skip_success and rel == f"{META_DIR}/success.json") or (not records and rel.startswith(META_DIR + "/")):
-            continue
-        count += 1
+        top = rel.split("/", 1)[0]
+        if top == ATTEMPTS_DIR:
+            if data and rel.startswith(data + "/"):
+                moves.append((rel, rel[len(data) + 1:]))
+        elif top == META_DIR:
+            if records and _travels(rel) and not (skip_success and rel == f"{META_DIR}/success.json"):
+                moves.append((rel, rel))
+        elif not data:
+            moves.append((rel, rel))
+    linking = link and fs.is_local(src) and fs.is_local(dst)
+    for rel, to in moves:
         if linking:
-            target = fs.strip_protocol(fs.join(dst, rel))
+            target = fs.strip_protocol(fs.join(dst, to))
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if os.path.lexists(target):
                 os.unlink(target)  # left by an attempt that was cut off
@@ -83,10 +92,10 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
                 continue
             except OSError:
                 linking = False  # another file system, or links not allowed: copy from here on
-        with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, rel), "wb") as fout:
+        with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, to), "wb") as fout:
             while chunk := fin.read(1 << 22):
                 fout.write(chunk)
-    return count
+    return len(moves)
 
 
 def substitute(hit: CacheHit, dst: str, *, link: bool = False) -> None:
@@ -126,10 +135,10 @@ def push_output(src: str, cache: str, output_name: str) -> bool:
         return False
     manifest = src_record.read_json(src_record.manifest)
     if manifest is not None:
-        problems = verify_manifest(src, manifest)
+        problems = verify_manifest(src_record.published_data(), manifest)
         if problems:
             raise CacheMiss(f"{src} changed since it was built ({problems[0]}); not pushing")
     copy_tree(src, dst)
     success = src_record.read_json(src_record.success) or {}
-    fs.create_if_absent(dst_record.success, json.dumps(success))
+    fs.create_if_absent(dst_record.success, json.dumps(published_here(success)))
     return True

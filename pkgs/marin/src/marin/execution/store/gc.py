@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from marin.execution.store.done_index import INDEX_DIR, unmark
-from marin.execution.store.records import META_DIR, StepRecord
+from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import held
@@ -34,7 +34,10 @@ def find_outputs(store: StepStore) -> dict[str, int]:
         cut = rel.find(marker)
         if cut < 0:
             continue
-        folder = rel[1:cut]
+        # An attempt folder's own .marin/ (a step's progress record) belongs to its step's folder.
+        folder = rel[1:cut].partition(f"/{ATTEMPTS_DIR}/")[0]
+        if folder.startswith(ATTEMPTS_DIR + "/"):
+            continue
         sizes[folder] = sizes.get(folder, 0) + size
     # Files of the step itself (outside .marin/) count toward its size too.
     totals = dict.fromkeys(sizes, 0)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin.execution.core.traits import ALWAYS_VOLATILE
-from marin.execution.store.records import META_DIR
+from marin.execution.store.records import META_DIR, is_reserved
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
 
@@ -25,15 +25,15 @@ _ORPHAN_TMP = re.compile(r"^\.tmp-[0-9a-f]{32}-")
 
 
 def _output_files(output_path: str, listing: Iterable[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[str]]:
-    """Which files of a listing are the output: those outside ``.marin/`` that are not orphaned
-    temporaries of killed writes; the orphans are deleted as they are met.
+    """Which files of a listing are the output: those outside ``.marin/`` and ``.attempts/`` that
+    are not orphaned temporaries of killed writes; the orphans are deleted as they are met.
 
     Returns:
         ``(the output's files with their sizes, the orphans' paths)``, relative to the output.
     """
     kept, removed = [], []
     for rel, size in listing:
-        if rel == META_DIR or rel.startswith(META_DIR + "/"):
+        if is_reserved(rel):
             continue
         if _ORPHAN_TMP.match(rel.rsplit("/", 1)[-1]):
             fs.delete(fs.join(output_path, rel))
@@ -124,7 +124,7 @@ def verify_manifest(output_path: str, manifest: dict[str, Any]) -> list[str]:
     if shape is not None:
         return [shape]
     problems = []
-    present = {rel: size for rel, size in fs.walk_files(output_path) if not rel.startswith(META_DIR + "/")}
+    present = {rel: size for rel, size in fs.walk_files(output_path) if not is_reserved(rel)}
     for entry in manifest["files"]:
         rel = entry["path"]
         if rel not in present:

@@ -9,6 +9,13 @@ Layout of one step's output folder ``<prefix>/<name>-<hash16>``::
     .marin/manifest.json     every output file with size and SHA-256
     .marin/provenance.json   resolved config, dependencies, environment, host, times, attempts
     .marin/success.json      written last: the step is done if and only if this exists
+    .attempts/<lease>/       an attempt's own folder, used in place of the step's folder by an
+                             attempt that took over from a holder whose process it could not
+                             see end (on another host); the status and success records name it
+                             (``"data"``), and every reader goes through them (:func:`data_folder`)
+
+The step's files are in its folder itself for every attempt whose predecessors are known to have
+stopped (the usual case); see docs/reliability.md, "Who may write a step's output, and when".
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import enum
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -25,10 +33,15 @@ from typing import Any
 from rigging import filesystem as fs
 from rigging.lease import held
 
-__all__ = ['LOST_PREFIX', 'META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'manifest_digest']
+__all__ = ['ATTEMPTS_DIR', 'LOST_PREFIX', 'META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'data_folder',
+           'data_of', 'is_reserved', 'manifest_digest', 'published_here']
 
 
 META_DIR = ".marin"
+ATTEMPTS_DIR = ".attempts"
+"""``<output>/.attempts/<lease number>/``: attempt folders (see the module's docstring)."""
+_DATA_FIELD = "data"
+_DATA_VALUE = re.compile(r"^\.attempts/[0-9]{8}$")
 _WRITE_ONCE_TRIES = 5
 LOST_PREFIX = "lost-"
 """``.marin/lost-<lease number>.json``: an attempt that lost its lease and was stopped (one file per
@@ -68,6 +81,32 @@ class StepStatus:
     """The state the runner wrote, before the lease was consulted."""
 
 
+def is_reserved(rel: str) -> bool:
+    """True for a path (relative to a step's folder) under ``.marin/`` or ``.attempts/``: the
+    store's, never part of the step's output."""
+    top = rel.split("/", 1)[0]
+    return top in (META_DIR, ATTEMPTS_DIR)
+
+
+def data_of(fields: dict[str, Any] | None) -> str:
+    """The attempt folder a status or success record names (relative to the step's folder), or
+    "" for the step's folder itself (no such field, or one the store would not write)."""
+    value = (fields or {}).get(_DATA_FIELD)
+    return value if isinstance(value, str) and _DATA_VALUE.match(value) else ""
+
+
+def data_folder(output_path: str, fields: dict[str, Any] | None) -> str:
+    """Where the files of the build that ``fields`` (its success or status record) describes are."""
+    rel = data_of(fields)
+    return fs.join(output_path, rel) if rel else output_path
+
+
+def published_here(success: dict[str, Any]) -> dict[str, Any]:
+    """A success record for a copy of its build whose files sit in the step's folder itself (a
+    cache push): the same record without its attempt folder."""
+    return {key: value for key, value in success.items() if key != _DATA_FIELD}
+
+
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """The digest of a manifest's file list that the success record carries (``manifest_sha256``)."""
     return hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest()
@@ -103,6 +142,21 @@ class StepRecord:
     def log(self) -> str:
         return fs.join(self.meta, "log.txt")
 
+    def attempt_folder(self, token: int) -> str:
+        """The folder, relative to the step's, of the attempt holding lease ``token`` when it
+        writes apart (:data:`ATTEMPTS_DIR`)."""
+        return f"{ATTEMPTS_DIR}/{token:08d}"
+
+    def published_data(self) -> str:
+        """Where the published build's files are (its success record says); the step's folder
+        when it is not built or the record has no attempt folder."""
+        return data_folder(self.output_path, self.read_json(self.success))
+
+    def current_data(self) -> str:
+        """Where the newest attempt writes, or the published build's files are (for progress)."""
+        success = self.read_json(self.success)
+        return data_folder(self.output_path, success if success is not None else self.read_json(self.status))
+
     def lost(self, token: int) -> str:
         """The record of an attempt that lost lease ``token`` (written by that attempt's runner)."""
         return fs.join(self.meta, f"{LOST_PREFIX}{token:08d}.json")
@@ -130,15 +184,16 @@ class StepRecord:
         fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str), durable=path != self.status)
 
     def write_status(self, state: BuildState, attempt: int, holder: str, *, error: str | None = None,
-                     traceback: str | None = None, worker: str | None = None) -> None:
-        """Record the newest attempt: ``worker`` names its process (``rigging.process.process_identity``)."""
+                     traceback: str | None = None, worker: str | None = None, data: str = "") -> None:
+        """Record the newest attempt: ``worker`` names its process (``rigging.process.process_identity``),
+        ``data`` its attempt folder when it writes apart (:meth:`attempt_folder`)."""
         if state not in _WRITTEN:
             raise ValueError(f"a runner records one of {[s.value for s in _WRITTEN]}, not {state.value!r}")
-        data: dict[str, Any] = {"state": state.value, "attempt": attempt, "holder": holder, "time": time.time()}
-        for key, value in (("worker", worker), ("error", error), ("traceback", traceback)):
+        body: dict[str, Any] = {"state": state.value, "attempt": attempt, "holder": holder, "time": time.time()}
+        for key, value in (("worker", worker), (_DATA_FIELD, data), ("error", error), ("traceback", traceback)):
             if value:
-                data[key] = value
-        self.write_json(self.status, data)
+                body[key] = value
+        self.write_json(self.status, body)
 
     def read_status(self) -> StepStatus:
         """The newest attempt's state, with the lease consulted (see :class:`BuildState`)."""
@@ -184,7 +239,7 @@ class StepRecord:
         raise RuntimeError(f"{path} was written by another holder {_WRITE_ONCE_TRIES} times over; not publishing")
 
     def publish(self, name: str, digest: str, manifest: dict[str, Any], extra: dict[str, Any] | None = None, *,
-                listed_absent: bool = False) -> bool:
+                listed_absent: bool = False, data: str = "") -> bool:
         """Write the success record (the step is done from now on); False if one already exists.
 
         Args:
@@ -192,7 +247,11 @@ class StepRecord:
                 ``marin.execution.store.realisations``).
             listed_absent: a listing of ``.marin/`` just now had no success record
                 (``rigging.filesystem.create_if_absent``).
+            data: the attempt folder holding the build's files (:meth:`attempt_folder`), "" for
+                the step's folder.
         """
         body = {"hash": digest, "name": name, "finished_at": time.time(), "manifest_sha256": manifest_digest(manifest),
                 **(extra or {})}
+        if data:
+            body[_DATA_FIELD] = data
         return fs.create_if_absent(self.success, json.dumps(body), listed_absent=listed_absent)

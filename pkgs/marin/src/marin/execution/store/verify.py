@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from marin.execution.store.manifest import verify_manifest
-from marin.execution.store.records import META_DIR, StepRecord, manifest_digest
+from marin.execution.store.records import META_DIR, StepRecord, data_folder, is_reserved, manifest_digest
 from rigging import filesystem as fs
 
 __all__ = ["StepCheck", "Verdict", "verify_output", "verify_outputs"]
@@ -59,7 +59,9 @@ def verify_output(name: str, output_path: str) -> StepCheck:
     if manifest is None:
         return StepCheck(name, output_path, Verdict.BROKEN,
                          [f"{record.manifest}: manifest missing or unreadable"])
-    problems = verify_manifest(output_path, manifest)
+    # The build's files: in the step's folder, or the attempt folder its success record names.
+    files_at = data_folder(output_path, success)
+    problems = verify_manifest(files_at, manifest)
     if problems and problems[0].startswith("manifest malformed"):
         return StepCheck(name, output_path, Verdict.BROKEN, [f"{record.manifest}: {problems[0]}"])
     expected = success.get("manifest_sha256")
@@ -67,7 +69,7 @@ def verify_output(name: str, output_path: str) -> StepCheck:
         problems.insert(0, f"{META_DIR}/manifest.json: changed after the success record was written")
     listed = {entry["path"] for entry in manifest["files"]}
     try:
-        present = [rel for rel, _size in fs.walk_files(output_path) if not rel.startswith(META_DIR + "/")]
+        present = [rel for rel, _size in fs.walk_files(files_at) if not is_reserved(rel)]
     except OSError as e:
         problems.append(f"cannot list the output: {e}")
         present = []
