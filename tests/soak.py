@@ -8,7 +8,9 @@ after round. Each round does one seeded, logged thing to it: SIGKILL a process o
 seeded moment, or start two or three runners at once on the same prefix (sometimes killing a
 process of one of them, or freezing one: SIGSTOP of the runner and every process under it, past
 its leases' expiry, until the other runners took over the steps it held, then SIGCONT, as a
-preempted machine comes back).
+preempted machine comes back; half of the freezes play it as a machine elsewhere, whose step
+processes the others can neither see end nor end, so that they must write apart in an attempt
+folder).
 
 The processes it kills (:data:`KILL_KINDS`): the runner; a step's process (forked from the
 runner's warm template, or a fresh interpreter); a step's whole process group; the warm template
@@ -42,7 +44,7 @@ Then it runs the graph to the end and checks what a researcher relies on:
 
 It prints how many kills of each kind and at each moment it survived (and where the shuffle's
 and the expansion's kills landed), how many freezes (and how many of the frozen runners' leases
-were taken over while they were frozen), races, how often a step's lease was taken again (a takeover
+were taken over while they were frozen, how many of their steps by a holder writing apart), races, how often a step's lease was taken again (a takeover
 from a dead or expired holder, or after a release), how often a runner waited for another's
 lease, and how many of the dedup's map tasks a retry reused; it exits 1 when any check fails.
 Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for inspection), ``--prefix`` (``local``:
@@ -87,6 +89,10 @@ LEASE_TTL_S = 10.0
 steps are taken over within a round, not after the default minute."""
 _FREEZE_SHARE = 0.4
 """Of the races with a kill, the share that freeze a runner instead."""
+_ELSEWHERE_SHARE = 0.5
+"""Of the freezes, the share played as a machine elsewhere: the steps the frozen runner holds name
+their process as one of another host, which the runners taking them over cannot end; they must
+write apart (an attempt folder), and the revived processes write on until their watches end them."""
 
 
 # -- bookkeeping ----------------------------------------------------------------------------------
@@ -104,6 +110,10 @@ class Tally:
     freezes: int = 0
     frozen_leases: int = 0  # leases the frozen runners held when they were frozen
     frozen_taken_over: int = 0  # of those, taken over (or published) by another runner while frozen
+    frozen_elsewhere: int = 0  # freezes played as another host's machine
+    placed_elsewhere: int = 0  # running steps of those whose process was named as another host's
+    taken_apart: int = 0  # of those steps, taken over by a holder that wrote in an attempt folder
+    written_apart: int = 0  # published builds, at the end, whose files are in an attempt folder
     resumed_from_checkpoint: int = 0
     leases_taken_again: Counter = field(default_factory=Counter)  # ("takeover" | "after release" | "?", step)
     waits: int = 0  # "[wait]" lines: a runner found another holding a step's lease
@@ -440,8 +450,15 @@ class Soak:
         victim.frozen = True
         self.tally.freezes += 1
         self.tally.frozen_leases += len(held)
+        # Its own stream, as whether to freeze: the main stream's draws stay those of a plain freeze.
+        elsewhere = self.freeze_rng.random() < _ELSEWHERE_SHARE
+        placed = [n for n, (path, _t) in sorted(held.items()) if elsewhere and seen.place_elsewhere(path)]
+        self.tally.frozen_elsewhere += elsewhere
+        self.tally.placed_elsewhere += len(placed)
         self.log(f"  FREEZE runner {victim.tag} (pid {victim.proc.pid}, {len(tree)} processes) {when}, holding "
-                 f"{', '.join(f'{n} (lease {t})' for n, (_p, t) in sorted(held.items())) or 'no lease'}")
+                 f"{', '.join(f'{n} (lease {t})' for n, (_p, t) in sorted(held.items())) or 'no lease'}"
+                 + (f"; as a machine elsewhere, its running step(s) {', '.join(placed) or 'none'} "
+                    "named as another host's" if elsewhere else ""))
         others = [r for r in runners if r is not victim]
         started = time.monotonic()
         _wait_until(lambda: False, LEASE_TTL_S + 1.0, others)  # past every lease it held
@@ -451,12 +468,18 @@ class Soak:
         taken = [n for n, (path, token) in held.items() if seen.moved_on(path, token)]
         self.tally.frozen_taken_over += len(taken)
         _wait_until(lambda: False, self.rng.uniform(0.0, 1.0), others)
+        # A new holder names its attempt folder once its step has started (after copying what to resume from).
+        _wait_until(lambda: all(seen.written_apart(held[n][0]) for n in placed if n in taken), 10.0, others)
+        apart = [n for n in placed if n in taken and seen.written_apart(held[n][0])]
+        self.tally.taken_apart += len(apart)
         for p in reversed(tree):
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.resume()
         self.log(f"  REVIVE runner {victim.tag} after {time.monotonic() - started:.1f}s frozen; "
                  f"{len(taken)} of its {len(held)} lease(s) taken over meanwhile"
-                 + (f" ({', '.join(sorted(taken))})" if taken else ""))
+                 + (f" ({', '.join(sorted(taken))})" if taken else "")
+                 + (f"; {len(apart)} of its {len(placed)} step(s) placed elsewhere written apart by their new holder"
+                    if placed else ""))
 
     def _signal(self, what: str, worker: Any, victim: Runner) -> list | None:
         """SIGKILL ``worker`` (its group, for ``step-group``); returns the processes that were
@@ -720,6 +743,7 @@ class Soak:
             if check.verdict.is_problem or check.verdict.value == "not built":
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
             files_at = StepRecord(path).published_data()
+            self.tally.written_apart += files_at != path
             for rel, _size in fs.walk_files(files_at):
                 parts = rel.split("/")
                 if parts[0] == seen.WORK_FOLDER:
@@ -824,7 +848,10 @@ def summary(t: Tally, ledger: seen.BuildLedger) -> list[str]:
                       for how, rows in again.items() if rows) or "none"
     return [f"survived {t.total_kills} kills ({kills}), {t.freezes} freezes and {t.races} races ({t.racers} runners)",
             f"freezes: the frozen runners held {t.frozen_leases} lease(s), {t.frozen_taken_over} taken over by "
-            f"another runner while they were frozen",
+            f"another runner while they were frozen; {t.frozen_elsewhere} played as a machine elsewhere "
+            f"({t.placed_elsewhere} running step(s) named as another host's, {t.taken_apart} of them taken over by "
+            f"a holder writing in an attempt folder); {t.written_apart} output(s) published from an attempt "
+            f"folder at the end",
             f"kill moments: {', '.join(moments)}",
             f"leases taken again: {taken}; runners waited on another's lease {t.waits} times and took "
             f"{t.built_by_another} steps as built by another runner",
@@ -846,6 +873,9 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM ends the soak as Ctrl-C does: its runners are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marin-soak-")).resolve()
+    if workdir.is_dir() and any(workdir.iterdir()):
+        # An earlier soak's call counts and prefixes would read as steps built twice.
+        parser.error(f"--workdir {workdir} is not empty (an earlier soak's?); give a new or empty folder")
     workdir.mkdir(parents=True, exist_ok=True)
     log = Log(workdir / "soak.log")
     started = time.monotonic()

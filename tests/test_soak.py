@@ -53,6 +53,15 @@ def test_soak_rejects_bad_options():
     assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
 
 
+def test_the_soak_refuses_a_workdir_an_earlier_soak_left(tmp_path):
+    # Its call counts would read as every step built twice.
+    (tmp_path / "calls-soak.txt").write_text("soak/sweep/trial-0 end 1 1 1\n")
+    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--workdir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"--workdir {tmp_path} is not empty" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calls-soak.txt"]
+
+
 def test_the_soak_tells_a_runners_template_its_steps_and_their_workers_apart():
     # The soak finds what to kill by command line and parent: it once looked for a template by a
     # command line the template no longer had, and killed runners only.
@@ -135,3 +144,18 @@ def test_the_soak_counts_a_trial_body_run_twice_unless_the_soak_killed_it():
     assert seen.trial_problems(trials, [], Counter(), set(), set()) == [
         "soak/sweep/trial-0 ran to the end 0 times outside killed processes and runners (all: 0), for 1 build(s) "
         "(1 + removals)"]
+
+
+def test_the_soak_places_a_running_steps_process_on_another_host(tmp_path):
+    from marin.execution.store.records import BuildState, StepRecord
+
+    record = StepRecord(str(tmp_path / "soak" / "model-0123456789abcdef"))
+    assert not seen.place_elsewhere(record.output_path)  # no status: nothing running
+    record.write_status(BuildState.FAILED, 1, "r", worker="here:12:3.5")
+    assert not seen.place_elsewhere(record.output_path)  # not running
+    record.write_status(BuildState.RUNNING, 1, "r", worker="here:12:3.5")
+    assert seen.place_elsewhere(record.output_path)
+    assert (record.read_json(record.status) or {})["worker"] == "another-host:12:3.5"
+    assert not seen.written_apart(record.output_path)
+    record.write_status(BuildState.RUNNING, 2, "r", data=record.attempt_folder(2))
+    assert seen.written_apart(record.output_path)
