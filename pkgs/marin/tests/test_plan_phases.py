@@ -150,13 +150,15 @@ def test_reuse_phase_returns_a_new_plan_and_leaves_the_old_one(tmp_path):
 
 # -- the run's state ------------------------------------------------------------------------------
 
-def _entry(name: str, action: Action, deps: tuple[int, ...] = ()) -> PlannedStep:
-    step = t.node(name)
+def _entry(name: str, action: Action, deps: tuple[int, ...] = (), *inputs: PlannedStep) -> PlannedStep:
+    step = t.node(name, "", *(i.step for i in inputs))
     return PlannedStep(step=step, hash=step.hash, output_path=f"/nowhere/{name}", action=action, deps=deps)
 
 
 def test_run_state_changes_entries_but_never_the_plan(tmp_path):
-    entries = (_entry("s/a", Action.CACHED), _entry("s/b", Action.FETCH, (0,)), _entry("s/c", Action.RUN, (1,)))
+    a = _entry("s/a", Action.CACHED)
+    b = _entry("s/b", Action.FETCH, (0,), a)
+    entries = (a, b, _entry("s/c", Action.RUN, (1,), b))
     plan = Plan(_store(tmp_path), entries, {id(p.step): i for i, p in enumerate(entries)},
                 StoreView(_store(tmp_path)))
     settled: list[StepOutcome] = []

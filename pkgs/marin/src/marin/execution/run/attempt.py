@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ from marin.execution.store.records import (
     StepStatus,
     data_folder,
     data_of,
+    folder_at,
 )
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
@@ -107,11 +108,11 @@ class StepAttempt:
     @property
     def files_at(self) -> str:
         """The folder this attempt's step writes its files in (its ``output_path``)."""
-        return data_folder(self.planned.output_path, {"data": self.data} if self.data else None)
+        return folder_at(self.planned.output_path, self.data)
 
     # -- start ----------------------------------------------------------------------------
     @classmethod
-    def start(cls, p: PlannedStep, lease: Lease, ctx: AttemptContext, paths: dict[int, str], *,
+    def start(cls, p: PlannedStep, lease: Lease, ctx: AttemptContext, paths: Mapping[int, str], *,
               clear: bool, expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
               ) -> StepAttempt | StepOutcome:
         """Start ``p`` under ``lease`` (already taken); a step that cannot start is a failed outcome.

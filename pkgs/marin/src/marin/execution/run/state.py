@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.expansion import closure, expands
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind
 from marin.execution.run.outcome import Outcome, StepOutcome
@@ -67,13 +69,16 @@ class RunState:
             self._files_at[pos] = StepRecord(self.plan.steps[pos].output_path).published_data()
         return self._files_at[pos]
 
-    def input_paths(self, pos: int) -> dict[int, str]:
-        """:attr:`paths`, with each input of ``pos`` (and each step an input expanded into) at
-        where its build's files are: what the step at ``pos`` is handed."""
-        wanted = sorted({q for d in self.plan.steps[pos].deps for q in (d, *closure(self.expansions, d))})
+    def input_paths(self, pos: int) -> Mapping[int, str]:
+        """:attr:`paths`, with each input of ``pos`` at where its build's files are: what the step
+        at ``pos`` is handed. Where the steps its inputs expanded into have theirs is looked up
+        too, side by side (:meth:`expanded_inputs` hands them over)."""
+        p = self.plan.steps[pos]
+        wanted = sorted({q for d in p.deps for q in (d, *closure(self.expansions, d))})
         found = dict(zip(wanted, in_parallel(self.files_at, wanted), strict=True))
-        moved = {key: found[q] for key, q in self.plan.pos_of.items() if q in found}
-        return {**self.paths, **moved}
+        # Its config's placeholders name the step objects it depends on.
+        moved = {id(d): found[self.plan.pos_of[id(d)]] for d in dependencies_of(p.step)}
+        return ChainMap(moved, self.paths)
 
     def entry(self, pos: int) -> PlannedStep:
         """The step at ``pos`` as the run now sees it (the plan's entry, or what the run changed)."""

@@ -34,7 +34,7 @@ from rigging import filesystem as fs
 from rigging.lease import held
 
 __all__ = ['ATTEMPTS_DIR', 'LOST_PREFIX', 'META_DIR', 'BuildState', 'StepRecord', 'StepStatus', 'data_folder',
-           'data_of', 'is_reserved', 'manifest_digest', 'published_here']
+           'data_of', 'folder_at', 'is_reserved', 'manifest_digest', 'published_here']
 
 
 META_DIR = ".marin"
@@ -95,10 +95,14 @@ def data_of(fields: dict[str, Any] | None) -> str:
     return value if isinstance(value, str) and _DATA_VALUE.match(value) else ""
 
 
+def folder_at(output_path: str, rel: str) -> str:
+    """The folder ``rel`` (an attempt folder, or "" for the step's own) of the step at ``output_path``."""
+    return fs.join(output_path, rel) if rel else output_path
+
+
 def data_folder(output_path: str, fields: dict[str, Any] | None) -> str:
     """Where the files of the build that ``fields`` (its success or status record) describes are."""
-    rel = data_of(fields)
-    return fs.join(output_path, rel) if rel else output_path
+    return folder_at(output_path, data_of(fields))
 
 
 def published_here(success: dict[str, Any]) -> dict[str, Any]:
