@@ -171,7 +171,7 @@ def copy_v(config: CopyConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "v.txt"), fs.read_text(fs.join(config.source, "v.txt")))
 
 
-def scribble_then_copy(counter_dir: str, seconds: float = 3.0, every: float = 0.01) -> list[Step]:
+def scribble_then_copy(counter_dir: str, seconds: float = 6.0, every: float = 0.01) -> list[Step]:
     """A :func:`scribble` step ``apart/s`` and a :func:`copy_v` step ``apart/r`` reading it."""
     scribbler = Step("apart/s", scribble, ScribbleConfig("apart.s", seconds, every, counter_dir))
     return [Step("apart/r", copy_v, CopyConfig(output_path_of(scribbler), "apart.r", counter_dir))]

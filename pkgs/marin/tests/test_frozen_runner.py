@@ -193,6 +193,7 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
 
     first = start()
     procs, frozen = [first], []
+    # The step runs 6 s: ample time to freeze it mid-run, even on a slow machine.
     try:
         _wait(lambda: t.calls(counter)["apart.s"] >= 1 and "worker" in (record.read_json(record.status) or {})
               and fs.exists(fs.join(folder, "v.txt")), 120, "the first runner's step writing", procs)
@@ -219,7 +220,9 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
     assert results[second.pid]["apart/s"][0] == "RAN"
     assert results[first.pid]["apart/s"][0] == "CACHED"
     calls = t.calls(counter)
-    assert calls["apart.s"] == 2 and calls["apart.s.end"] == 1, calls
+    # Nothing here could stop the revived process in time (that is the case): its body may have
+    # run to its end before its watches ended it, into a folder no record names.
+    assert calls["apart.s"] == 2 and calls["apart.s.end"] in (1, 2), calls
     assert fs.exists(fs.join(record.meta, f"{LOST_PREFIX}{old_token:08d}.json"))
     # The winner wrote in its own attempt folder, which the success record names...
     success = record.read_json(record.success) or {}
