@@ -39,6 +39,8 @@ class CompareRow:
     """The run's ``metrics.jsonl`` as read for the table (``marin.experiment.results.Metrics``), for curves."""
     stderr: dict[str, float] = field(default_factory=dict)
     """Standard errors of task metrics, by the metric's column name."""
+    files_at: str = ""
+    """Where the run's files are: its output folder, or the attempt folder its records name."""
 
     @property
     def label(self) -> str:
@@ -153,10 +155,10 @@ def compare_plan(plan: Plan) -> Comparison:
     rows = []
     for p, f in zip(training, flat, strict=True):
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
-                         fields={k: _cell(k, f, names) for k in differing})
-        at = StepRecord(p.output_path).current_data()  # the attempt folder its records name, if any
-        row.series = read_metrics(at)
-        row.metrics.update(train_metrics(at, row.series))
+                         fields={k: _cell(k, f, names) for k in differing},
+                         files_at=StepRecord(p.output_path).current_data())
+        row.series = read_metrics(row.files_at)
+        row.metrics.update(train_metrics(row.files_at, row.series))
         rows.append(row)
     evals = _eval_columns(plan, rows, row_of, hashes)
     return Comparison(rows=rows, fields=differing,

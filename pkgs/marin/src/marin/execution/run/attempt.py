@@ -51,7 +51,6 @@ from marin.execution.store.records import (
     BuildState,
     StepRecord,
     StepStatus,
-    data_folder,
     data_of,
     folder_at,
 )
@@ -201,10 +200,9 @@ class StepAttempt:
             self.data = before
         else:
             self.data = StepRecord(p.output_path).attempt_folder(self.lease.token)
-            source = data_folder(p.output_path, earlier.fields)
             logger.warning("%s: the earlier attempt's process may still run elsewhere; this attempt "
                            "writes in %s, starting from a copy of %s", p.output_name, self.data, before or "its folder")
-            copy_tree(source, self.files_at, records=False)
+            copy_tree(folder_at(p.output_path, before), self.files_at, records=False)
         # A killed attempt may have left a half-written temporary; the new one starts clean.
         remove_orphan_temporaries(self.files_at)
 

@@ -41,7 +41,7 @@ META_DIR = ".marin"
 ATTEMPTS_DIR = ".attempts"
 """``<output>/.attempts/<lease number>/``: attempt folders (see the module's docstring)."""
 _DATA_FIELD = "data"
-_DATA_VALUE = re.compile(r"^\.attempts/[0-9]{8}$")
+_DATA_VALUE = re.compile(rf"^{re.escape(ATTEMPTS_DIR)}/[0-9]{{8}}$")  # what attempt_folder names
 _WRITE_ONCE_TRIES = 5
 LOST_PREFIX = "lost-"
 """``.marin/lost-<lease number>.json``: an attempt that lost its lease and was stopped (one file per
