@@ -74,6 +74,7 @@ from typing import Any
 from rigging import filesystem as fs
 from tests import soak_observe as seen
 from tests.soak_graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
+from testsupport.leases import place_elsewhere
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH_FILE = ROOT / "tests" / "soak_graph.py"
@@ -452,7 +453,7 @@ class Soak:
         self.tally.frozen_leases += len(held)
         # Its own stream, as whether to freeze: the main stream's draws stay those of a plain freeze.
         elsewhere = self.freeze_rng.random() < _ELSEWHERE_SHARE
-        placed = [n for n, (path, _t) in sorted(held.items()) if elsewhere and seen.place_elsewhere(path)]
+        placed = [n for n, (path, _t) in sorted(held.items()) if elsewhere and place_elsewhere(path)]
         self.tally.frozen_elsewhere += elsewhere
         self.tally.placed_elsewhere += len(placed)
         self.log(f"  FREEZE runner {victim.tag} (pid {victim.proc.pid}, {len(tree)} processes) {when}, holding "

@@ -144,23 +144,6 @@ def leases_held_by(prefix: str, pid: int) -> dict[str, tuple[str, int]]:
     return held
 
 
-def place_elsewhere(path: str) -> bool:
-    """Make the running step at ``path`` look as if its process were on another host (its status
-    record names it so), as a step on a frozen machine elsewhere is to the runners here: they can
-    neither see it end nor end it. True if a running step's process was named."""
-    status = fs.join(path, ".marin", "status.json")
-    try:
-        data = json.loads(fs.read_text(status))
-    except (FileNotFoundError, ValueError):
-        return False
-    worker = data.get("worker")
-    if data.get("state") != "running" or not isinstance(worker, str) or ":" not in worker:
-        return False
-    data["worker"] = "another-host:" + worker.split(":", 1)[1]
-    fs.atomic_write(status, json.dumps(data, indent=2, sort_keys=True))
-    return True
-
-
 def written_apart(path: str) -> bool:
     """True when the newest attempt at ``path`` (or its published build) writes in an attempt folder."""
     from marin.execution.store.records import StepRecord

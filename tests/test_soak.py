@@ -15,6 +15,7 @@ import pytest
 
 from tests import soak_observe as seen
 from tests.soak_graph import Call
+from testsupport.leases import place_elsewhere
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,11 +151,11 @@ def test_the_soak_places_a_running_steps_process_on_another_host(tmp_path):
     from marin.execution.store.records import BuildState, StepRecord
 
     record = StepRecord(str(tmp_path / "soak" / "model-0123456789abcdef"))
-    assert not seen.place_elsewhere(record.output_path)  # no status: nothing running
+    assert not place_elsewhere(record.output_path)  # no status: nothing running
     record.write_status(BuildState.FAILED, 1, "r", worker="here:12:3.5")
-    assert not seen.place_elsewhere(record.output_path)  # not running
+    assert not place_elsewhere(record.output_path)  # not running
     record.write_status(BuildState.RUNNING, 1, "r", worker="here:12:3.5")
-    assert seen.place_elsewhere(record.output_path)
+    assert place_elsewhere(record.output_path)
     assert (record.read_json(record.status) or {})["worker"] == "another-host:12:3.5"
     assert not seen.written_apart(record.output_path)
     record.write_status(BuildState.RUNNING, 2, "r", data=record.attempt_folder(2))

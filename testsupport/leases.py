@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rigging import filesystem as fs
 from rigging.lease import current_lease
 
-__all__ = ["TakenLease", "take_over"]
+__all__ = ["TakenLease", "place_elsewhere", "take_over"]
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,20 @@ def take_over(meta: str, holder: str = "elsewhere:1:thief", ttl: float = 3600.0)
     body = {"holder": holder, "token": token, "expires_at": time.time() + ttl, "released": False}
     assert fs.create_if_absent(path, json.dumps(body)), f"{path} was created by another holder first"
     return TakenLease(token=token, path=path, holder=holder)
+
+
+def place_elsewhere(output_path: str) -> bool:
+    """Make the running step at ``output_path`` look as if its process were on another host (its
+    status record names it so), as a step on a frozen machine elsewhere is to the runners here:
+    they can neither see it end nor end it. True if a running step's process was named."""
+    status = fs.join(output_path, ".marin", "status.json")
+    try:
+        data = json.loads(fs.read_text(status))
+    except (FileNotFoundError, ValueError):
+        return False
+    worker = data.get("worker")
+    if data.get("state") != "running" or not isinstance(worker, str) or ":" not in worker:
+        return False
+    data["worker"] = "another-host:" + worker.split(":", 1)[1]
+    fs.atomic_write(status, json.dumps(data, indent=2, sort_keys=True))
+    return True

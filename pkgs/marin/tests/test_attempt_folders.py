@@ -19,6 +19,7 @@ from marin.execution.store.records import BuildState, StepRecord, data_folder, d
 from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
+from rigging.lease import Lease
 
 APART = ".attempts/00000002"
 
@@ -90,9 +91,9 @@ def _left_running_elsewhere(output: str) -> None:
     status naming a running process there, and a file of its attempt in the step's folder."""
     record = StepRecord(output)
     fs.atomic_write(fs.join(output, "partial.txt"), "checkpoint of the first attempt")
-    body = {"holder": "another-host:1:runner", "expires_at": time.time() - 1.0, "token": 1}
-    assert fs.create_if_absent(fs.join(record.meta, "lease-00000001.json"), json.dumps(body))
+    assert Lease.acquire(record.meta, ttl=0.05, holder="another-host:1:runner") is not None  # never renewed
     record.write_status(BuildState.RUNNING, 1, "another-host:1:runner", worker="another-host:4242:17.5")
+    time.sleep(0.1)  # past its expiry
 
 
 @pytest.mark.parametrize("where", ["another host", "this host, gone"])

@@ -23,6 +23,7 @@ from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
 from rigging.lease import current_lease
+from testsupport.leases import place_elsewhere
 
 pytestmark = pytest.mark.slow
 
@@ -197,11 +198,9 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
     try:
         _wait(lambda: t.calls(counter)["apart.s"] >= 1 and "worker" in (record.read_json(record.status) or {})
               and fs.exists(fs.join(folder, "v.txt")), 120, "the first runner's step writing", procs)
-        status = record.read_json(record.status) or {}
         old_pid = int(fs.read_text(fs.join(folder, "v.txt")).split()[0])
         # Its process, as the status names it, is on a machine no other runner can see into.
-        status["worker"] = "another-host:" + status["worker"].split(":", 1)[1]
-        record.write_json(record.status, status)
+        assert place_elsewhere(folder)
         old_token = current_lease(record.meta).token  # type: ignore[union-attr]
         frozen = _tree(first.pid)
         assert any(p.pid == old_pid for p in frozen), "the step's process is not under its runner"
