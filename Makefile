@@ -46,11 +46,16 @@ docs: setup
 	$(RUN)mkdocs build --strict
 	@echo "open build/site/index.html (or run .venv/bin/mkdocs serve for a live preview)"
 
+# The suite runs in parallel (pytest-xdist), one worker per core; tests that share one built store
+# carry an xdist_group mark and run in one worker (--dist loadgroup). PYTEST_WORKERS=0 runs it serially.
+PYTEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+
 test: lint
-	$(RUN)pytest -q
+	$(RUN)pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 test-fast: setup
-	$(RUN)pytest -q -m "not slow"
+	$(RUN)pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 bench: setup
 	$(RUN)python -m benchmarks

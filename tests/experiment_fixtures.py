@@ -5,7 +5,10 @@
   and edit, so cache behaviour is checked without training anything.
 * :func:`nano_prefix` and :func:`experiments_prefix` build the expensive graphs once per pytest
   process and share the prefix between test modules: ``python -m experiments.train_nano`` first
-  (its own test needs that first run), then ``make experiments`` on the same prefix.
+  (its own test needs that first run), then ``make experiments`` on the same prefix, at the smoke
+  size (``experiments.scale``: every step kind, a fraction of the training). The tests that use
+  them carry :data:`shares_nano_store`, so that under ``pytest -n`` they all run in one worker,
+  one after another, on that one prefix.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ class Ran:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without ``MARIN_*`` settings (they would redirect the prefix)."""
+    """This process's environment without ``MARIN_*`` settings (they would redirect the prefix), with
+    the experiments at their smoke size (``experiments.scale``; ``extra`` may set it back to full)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["EXPERIMENTS_SCALE"] = "smoke"
     env.update(extra)
     return env
 
@@ -225,12 +230,20 @@ def nano_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ran]:
     return _SHARED["nano"]
 
 
-# A first `make experiments` trains about twenty small models and runs some forty evaluations: about
-# 12 minutes on a quiet 2-core machine, twice that on a slow one. The tests that may be the first to
-# build it are allowed that much (pytest's own limit is 600 s a test).
+shares_nano_store = pytest.mark.xdist_group("nano-store")
+"""Mark for every test that calls :func:`nano_prefix` or :func:`experiments_prefix`: under ``pytest -n``
+they run in one worker (``--dist loadgroup``), so the prefix is built once and never written by two
+tests at a time."""
+
+# A first smoke-size `make experiments` trains about twenty tiny models and runs some forty
+# evaluations: a few minutes on a quiet 2-core machine, more on a slow or busy one. The tests that
+# may be the first to build it are allowed that much (pytest's own limit is 600 s a test).
 MAKE_EXPERIMENTS_TIMEOUT_S = 2700
-builds_experiments = pytest.mark.timeout(MAKE_EXPERIMENTS_TIMEOUT_S + 300)
-"""Mark for a test that may be the first to call :func:`experiments_prefix`."""
+
+
+def builds_experiments(test: Any) -> Any:
+    """Mark for a test that may be the first to call :func:`experiments_prefix` (with its time)."""
+    return shares_nano_store(pytest.mark.timeout(MAKE_EXPERIMENTS_TIMEOUT_S + 300)(test))
 
 
 def make_experiments(prefix: Path, check: bool = True) -> Ran:

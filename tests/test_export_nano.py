@@ -14,9 +14,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_fixtures import clean_env, marin, nano_prefix  # noqa: E402
+from experiment_fixtures import clean_env, marin, nano_prefix, shares_nano_store  # noqa: E402
 
 
+@shares_nano_store
 @pytest.mark.slow
 def test_exported_nano_generates_like_marin_sample(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     import jax.numpy as jnp

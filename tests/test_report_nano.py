@@ -15,7 +15,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_fixtures import clean_env, marin, nano_prefix  # noqa: E402
+from experiment_fixtures import clean_env, marin, nano_prefix, shares_nano_store  # noqa: E402
 
 from testsupport.browser import open_report  # noqa: E402
 
@@ -26,6 +26,7 @@ def _distinct_colours(png: bytes) -> int:
     return len(Image.open(io.BytesIO(png)).convert("RGB").getcolors(maxcolors=1 << 24) or [])
 
 
+@shares_nano_store
 def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factory: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 

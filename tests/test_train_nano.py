@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiment_fixtures import clean_env, events, marin, nano_prefix, run, success_records  # noqa: E402
+from experiment_fixtures import clean_env, events, marin, nano_prefix, run, shares_nano_store, success_records  # noqa: E402
 
 from marin.execution.store.records import StepRecord  # noqa: E402
 
@@ -42,6 +42,7 @@ def _task_lines(stdout: str) -> dict[str, dict[str, float]]:
     return found
 
 
+@shares_nano_store
 @pytest.mark.slow
 def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.TempPathFactory) -> None:
     prefix, first = nano_prefix(tmp_path_factory)
@@ -88,6 +89,7 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
         f"no-op run took {second.seconds:.1f}s (first run {first.seconds:.1f}s)"
 
 
+@shares_nano_store
 @pytest.mark.slow
 def test_marin_sample_continues_a_prompt_with_the_trained_model(tmp_path_factory: pytest.TempPathFactory) -> None:
     prefix, first = nano_prefix(tmp_path_factory)

@@ -17,6 +17,7 @@ step's ``_summary.json``.
 from __future__ import annotations
 
 from experiments.marin_tokenizer import marin_tokenizer
+from experiments.scale import sized
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from marin.experiment import (
@@ -63,7 +64,7 @@ llama_pico = LlamaConfig(vocab_size=4096, hidden_dim=32, intermediate_dim=64, nu
 
 model = train_lm(name="checkpoints/datakit-pico", version="v1", model=llama_pico,
                  optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=5, min_lr_ratio=0.1),
-                 datasets={web_tokens: 1.0}, batch_size=8, seq_len=SEQ_LEN, num_train_steps=40)
+                 datasets={web_tokens: 1.0}, batch_size=8, seq_len=SEQ_LEN, num_train_steps=sized(40, 8))
 
 scores = evaluate("evals/datakit-pico", model, {"web": web_tokens, "held-out stories": corpus.quality_positive})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from experiments.llama import llama_nano
 from experiments.marin_tokenizer import marin_tokenizer
+from experiments.scale import sized
 from experiments.train_nano import nano_model, nano_tasks, story, tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
@@ -45,9 +46,10 @@ sft_model = train_lm(
     datasets={chat_data: 1.0},
     batch_size=16,
     seq_len=SEQ_LEN,
-    num_train_steps=300,
-    eval_every=50,
-    checkpoint=CheckpointConfig(save_every=100),
+    # Smoke size (experiments.scale): a third of the steps, still enough to learn the chat format.
+    num_train_steps=sized(300, 100),
+    eval_every=sized(50, 25),
+    checkpoint=CheckpointConfig(save_every=sized(100, 50)),
     initialize_from=checkpoint(nano_model),
 )
 
@@ -57,7 +59,7 @@ evaluations = [evaluate(f"evals/story-chats/{label}", model, {"story-chats": cha
                for label, model in (("pretrained", nano_model), ("fine-tuned", sft_model))]
 
 # Both models on the story tasks, and the two evaluations in one table.
-sft_tasks = evaluate("evals/marin-nano-sft/story-tasks", sft_model, tasks=story)
+sft_tasks = evaluate("evals/marin-nano-sft/story-tasks", sft_model, tasks=story, limit=sized(None, 20))
 task_table = eval_report("reports/story-tasks", {"pretrained": nano_tasks, "fine-tuned": sft_tasks})
 
 steps = [*evaluations, task_table]

@@ -15,34 +15,37 @@ held-out stories (raw text, tokenized with the model's own tokenizer).
 from __future__ import annotations
 
 from experiments.llama import llama_nano
+from experiments.scale import sized
 from experiments.train_nano import tinystories
 from levanter.checkpoint import CheckpointConfig
 from levanter.optim import AdamConfig
 from marin.experiment import bundled_corpus, checkpoint, train_lm
 
-STABLE_STEPS = 300
-COOLDOWN = 40
-BRANCH_AT = (100, 150, 200)
+# Smoke size (experiments.scale): the same branches, every step count a tenth.
+STABLE_STEPS = sized(300, 30)
+COOLDOWN = sized(40, 4)
+BRANCH_AT = sized((100, 150, 200), (10, 15, 20))
+EVERY = sized(50, 5)
 PEAK = 3e-3
 
-held_out = bundled_corpus(name="raw/tinystories-held-out", num_stories=200, seed=1, num_shards=1)
+held_out = bundled_corpus(name="raw/tinystories-held-out", num_stories=sized(200, 40), seed=1, num_shards=1)
 evals = {"tinystories": tinystories, "held-out": held_out}
 
 
 def wsd(decay_steps: int) -> AdamConfig:
     """The sweep's optimizer: the same warmup and peak everywhere, a linear decay over ``decay_steps``."""
-    return AdamConfig(learning_rate=PEAK, weight_decay=0.1, warmup=20, min_lr_ratio=0.1, schedule="wsd",
+    return AdamConfig(learning_rate=PEAK, weight_decay=0.1, warmup=sized(20, 2), min_lr_ratio=0.1, schedule="wsd",
                       decay=decay_steps, decay_shape="linear")
 
 
-stable = train_lm(name="checkpoints/nano-wsd", version="v1", model=llama_nano, optimizer=wsd(60),
+stable = train_lm(name="checkpoints/nano-wsd", version="v1", model=llama_nano, optimizer=wsd(sized(60, 6)),
                   datasets={tinystories: 1.0}, batch_size=16, seq_len=256, num_train_steps=STABLE_STEPS,
-                  eval_every=50, checkpoint=CheckpointConfig(save_every=50, keep_every=50), evals=evals)
+                  eval_every=EVERY, checkpoint=CheckpointConfig(save_every=EVERY, keep_every=EVERY), evals=evals)
 
 cooldowns = [
     train_lm(name=f"checkpoints/nano-wsd-cooldown-{n}", version="v1", model=llama_nano, optimizer=wsd(COOLDOWN),
              datasets={tinystories: 1.0}, batch_size=16, seq_len=256, num_train_steps=n + COOLDOWN,
-             eval_every=50, checkpoint=CheckpointConfig(save_every=50), initialize_from=checkpoint(stable, step=n),
+             eval_every=EVERY, checkpoint=CheckpointConfig(save_every=EVERY), initialize_from=checkpoint(stable, step=n),
              evals=evals)
     for n in BRANCH_AT
 ]

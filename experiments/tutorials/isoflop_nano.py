@@ -13,6 +13,7 @@ not nature: the exponents come with wide intervals.)
 
 from __future__ import annotations
 
+from experiments.scale import sized
 from experiments.train_nano import tinystories
 from experiments.tutorials.cooldown_sweep import held_out
 from levanter.models.llama import LlamaConfig
@@ -30,7 +31,8 @@ def tiny_llama(hidden_dim: int) -> LlamaConfig:
 
 ladder = isoflop(
     "scaling/isoflop-nano",
-    budgets=[1e10, 3e10, 1e11],
+    # Smoke size (experiments.scale): budgets of a few dozen steps, every size still in each.
+    budgets=sized([1e10, 3e10, 1e11], [1e9, 2e9, 4e9]),
     sizes=[tiny_llama(8), tiny_llama(16), tiny_llama(32)],
     data=tinystories,
     eval={"held-out": held_out},
@@ -38,6 +40,7 @@ ladder = isoflop(
     batch_size=4,
     seq_len=64,
     eval_every=0,
+    min_steps=sized(10, 2),
 )
 
 steps = [ladder]

@@ -16,6 +16,7 @@ and proposes what an uninterrupted run would have.
 from __future__ import annotations
 
 from experiments.llama import llama_nano
+from experiments.scale import sized
 from experiments.train_nano import tinystories
 from experiments.tutorials.cooldown_sweep import held_out
 from levanter.optim import AdamConfig
@@ -24,11 +25,12 @@ from marin.experiment.sweep import best, sweep
 
 nano_sweep = sweep(
     "sweeps/nano-tpe",
-    base=dict(version="v1", model=llama_nano, optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=10,
+    base=dict(version="v1", model=llama_nano, optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=sized(10, 1),
                                                                     min_lr_ratio=0.1),
-              datasets={tinystories: 1.0}, batch_size=8, seq_len=128, num_train_steps=80, eval_every=0),
-    space={"optimizer.learning_rate": ("log_uniform", 5e-4, 5e-2), "optimizer.warmup": ("int", 0, 30)},
-    method="tpe", trials=8, parallel=2, seed=0, objective="val_loss",
+              datasets={tinystories: 1.0}, batch_size=8, seq_len=128, num_train_steps=sized(80, 8), eval_every=0),
+    space={"optimizer.learning_rate": ("log_uniform", 5e-4, 5e-2), "optimizer.warmup": ("int", 0, sized(30, 3))},
+    # Smoke size (experiments.scale): four trials of a tenth of the steps.
+    method="tpe", trials=sized(8, 4), parallel=2, seed=0, objective="val_loss",
 )
 
 best_nano = best(nano_sweep)

@@ -5,8 +5,9 @@
 * ``counter``: a folder where step functions count their calls across processes;
 * ``store``: a (prefix, client) pair parametrized over the local, ``memory://`` and ``gs://``
   stores. ``memory://`` lives inside one process, so its steps run in this process;
-* ``trained_prefix``: ``lm_graph``'s data with ``tiny_model(steps=10)`` and ``tiny_model(steps=20)``
-  trained, built once per session; tests copy it (``lm_graph.copy_prefix``) and add their steps.
+* ``lm_data_prefix``: ``lm_graph``'s data; ``trained_prefix``: the same with ``tiny_model(steps=10)``
+  and ``tiny_model(steps=20)`` trained; each built once per session, shared by every xdist worker
+  (``testsupport.shared``); tests copy them (``lm_graph.copy_prefix``) to add their steps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ if _TESTS_DIR not in sys.path:
 
 import steps_for_tests  # noqa: E402
 from steps_for_tests import TESTS_DIR, WORKSPACE  # noqa: E402
+
+from testsupport.shared import build_once  # noqa: E402
 
 
 @pytest.fixture
@@ -51,13 +54,26 @@ def store(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def trained_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lm_graph import build_data, runner, tiny_model
+def lm_data_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``lm_graph``'s corpus, tokenizer and shards, built once for the session (every xdist worker):
+    read it, or copy it (``lm_graph.copy_prefix``) to add steps."""
+    from lm_graph import build_data
 
-    prefix = build_data(tmp_path_factory.mktemp("trained") / "store")
-    # The longer run first: built after the shorter one it would extend it, and keep only its own
-    # later checkpoints (tests read checkpoint 10 of the 20-step run).
-    for model in (tiny_model(steps=20), tiny_model(steps=10)):
-        result = runner(prefix).run([model])
-        assert result.ok, [(s.name, s.error) for s in result.failed]
-    return prefix
+    return build_once(tmp_path_factory, "lm-data", lambda folder: build_data(folder / "store")) / "store"
+
+
+@pytest.fixture(scope="session")
+def trained_prefix(tmp_path_factory: pytest.TempPathFactory, lm_data_prefix: Path) -> Path:
+    """:func:`lm_data_prefix` with ``tiny_model(steps=20)`` and ``tiny_model(steps=10)`` trained, built
+    once for the session (every xdist worker); tests copy it to add their steps."""
+    from lm_graph import copy_prefix, runner, tiny_model
+
+    def build(folder: Path) -> None:
+        prefix = copy_prefix(lm_data_prefix, folder / "store")
+        # The longer run first: built after the shorter one it would extend it, and keep only its own
+        # later checkpoints (tests read checkpoint 10 of the 20-step run).
+        for model in (tiny_model(steps=20), tiny_model(steps=10)):
+            result = runner(prefix).run([model])
+            assert result.ok, [(s.name, s.error) for s in result.failed]
+
+    return build_once(tmp_path_factory, "lm-trained", build) / "store"

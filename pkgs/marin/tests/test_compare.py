@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lm_graph import build_data, runner, tiny_model
+from lm_graph import copy_prefix, runner, tiny_model
 
 from levanter.optim import AdamConfig
 from marin.cli.main import cli
@@ -30,9 +30,9 @@ steps = [evaluate("evals/" + m.name.split("/")[1], m, {"held-out": held_out, "ti
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, Path]:
+def built(tmp_path_factory, lm_data_prefix: Path) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("compare")
-    prefix = build_data(root / "store")
+    prefix = copy_prefix(lm_data_prefix, root / "store")
     experiment = root / "sweep.py"
     experiment.write_text(EXPERIMENT)
     from marin.cli.targets import load_targets

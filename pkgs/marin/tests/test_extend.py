@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from lm_graph import build_data, copy_prefix, runner, tiny_model
+from lm_graph import copy_prefix, runner, tiny_model
 
 from levanter.optim import AdamConfig
 from marin.experiment.train import TRAIN_SUMMARY_FILE, checkpoint
@@ -20,8 +20,8 @@ COSINE = AdamConfig(learning_rate=3e-3, warmup=2, schedule="cosine")
 
 
 @pytest.fixture(scope="module")
-def data_prefix(tmp_path_factory):
-    return build_data(tmp_path_factory.mktemp("lm") / "store")
+def data_prefix(tmp_path_factory, lm_data_prefix):
+    return copy_prefix(lm_data_prefix, tmp_path_factory.mktemp("lm") / "store")
 
 
 def final_state(output_path: str, step: int) -> list[np.ndarray]:

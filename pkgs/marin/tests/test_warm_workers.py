@@ -160,12 +160,12 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
         time.sleep(0.05)
 
 
-def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path):
-    from lm_graph import build_data, tiny_model
+def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path, lm_data_prefix):
+    from lm_graph import copy_prefix, tiny_model
 
     from levanter.checkpoint import committed_steps
 
-    prefix = build_data(tmp_path / "store")
+    prefix = copy_prefix(lm_data_prefix, tmp_path / "store")
     model = tiny_model("checkpoints/warm", steps=20)
     runner = _runner(str(prefix))
     try:
