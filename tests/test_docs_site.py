@@ -49,6 +49,12 @@ def test_site_builds_with_readme_as_home_and_a_page_per_tutorial(tmp_path: Path)
             assert (site / Path(target.split("#")[0]).with_suffix(".html")).is_file(), target
     assert (site / "index.html").is_file()
 
+    # The README is the front door: it links to every guide, so a page added to the nav is not
+    # reachable only from the site's sidebar (and not at all from GitHub).
+    guides = next(item["Guides"] for item in config.nav if isinstance(item, dict) and "Guides" in item)
+    linked = set(LINK_TARGET.findall(readme))
+    assert [page for page in guides if f"docs/{page}" not in linked] == [], "link these guides from README.md"
+
     # One page per tutorial module: the docstring's first line as title, then the rest of the module verbatim.
     tutorials = sorted(p for p in (ROOT / "experiments" / "tutorials").glob("*.py") if p.name != "__init__.py")
     assert tutorials
@@ -119,7 +125,7 @@ def test_literal_block_markers_read_as_markdown() -> None:
 
 
 # Public modules the API reference leaves out, each for a reason: the command line's verbs (the
-# home page describes the ``marin`` command), and modules that only re-export names under the
+# page docs/cli.md describes the ``marin`` command), and modules that only re-export names under the
 # paths Marin's own files import (each name is documented where it is defined).
 NOT_ON_REFERENCE_PAGES = {
     "marin",
