@@ -60,13 +60,13 @@ class _RunWatch:
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.records: dict[str, ProgressRecord] = {}
-        self.files_at: dict[str, str] = {}
+        self.files_folder: dict[str, str] = {}
         """Where each running step writes (its folder, or the attempt folder its status names)."""
 
     def begin(self, p: PlannedStep) -> None:
         """``p`` started (its status record, naming where it writes, is written)."""
         self.started[p.output_name] = self.clock()
-        self.files_at.pop(p.output_name, None)
+        self.files_folder.pop(p.output_name, None)
 
     def planned(self, plan: Plan) -> None:
         self.plan = plan
@@ -74,9 +74,9 @@ class _RunWatch:
 
     def read(self, p: PlannedStep) -> ProgressRecord | None:
         """The step's progress record of this attempt (an earlier attempt's is not shown)."""
-        at = self.files_at.get(p.output_name)
+        at = self.files_folder.get(p.output_name)
         if at is None:
-            at = self.files_at[p.output_name] = StepRecord(p.output_path).current_data()
+            at = self.files_folder[p.output_name] = StepRecord(p.output_path).files_folder(current=True)
         record = read_progress(at)
         if record is not None and record.updated_at >= self.started.get(p.output_name, 0.0) - 1.0:
             self.records[p.output_name] = record

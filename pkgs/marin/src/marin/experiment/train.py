@@ -82,7 +82,7 @@ def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
         return None  # called outside a runner: no step identity to match earlier builds against
     folder = output_path.rstrip("/")
     store = StepStore(running.prefix)
-    earlier = [(StepRecord(path).published_data(), prov, translate_dependencies(prov.get("config_flat") or {}, prov))
+    earlier = [(StepRecord(path).files_folder(), prov, translate_dependencies(prov.config_flat or {}, prov))
                for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
     return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
 
@@ -109,7 +109,7 @@ def describe_start(step: Step, hashes: Mapping[int, str], earlier_builds: Earlie
             source = lower(start.checkpoint_path.step)
             return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
         return f"starts from step {start.step} of {start.checkpoint_path}"
-    earlier = [(StepRecord(path).published_data(), prov, prov.get("config_flat") or {})
+    earlier = [(StepRecord(path).files_folder(), prov, prov.config_flat or {})
                for path, prov in earlier_builds(step.name)]
     found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
     return found.describe() if found is not None else None

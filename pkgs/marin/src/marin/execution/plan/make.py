@@ -196,8 +196,8 @@ def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView)
 
 def _env_note(p: PlannedStep, built: str | None, env_digest: str) -> str | None:
     if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
-        prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
-        built = prov.get("env_digest") or UNKNOWN_ENV
+        prov = StepRecord(p.output_path).read_provenance()
+        built = (prov.env_digest if prov is not None else None) or UNKNOWN_ENV
     if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
         return "built in a different environment"
     return None
@@ -264,12 +264,12 @@ def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
     """Where a built copy of ``p`` is, to expand it from: its output here, or the cache it is fetched
     from (or, unneeded here, would be); None when it is built nowhere yet."""
     if p.action is Action.CACHED:
-        return StepRecord(p.output_path).published_data()
+        return StepRecord(p.output_path).files_folder()
     if p.action is Action.FETCH and p.cache_hit is not None:
-        return StepRecord(p.cache_hit.path).published_data()
+        return StepRecord(p.cache_hit.path).files_folder()
     if p.action is Action.UNNEEDED and caches:
         hit = find_in_caches(p.output_name, caches)
-        return StepRecord(hit.path).published_data() if hit is not None else None
+        return StepRecord(hit.path).files_folder() if hit is not None else None
     return None
 
 

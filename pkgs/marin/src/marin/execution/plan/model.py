@@ -20,6 +20,7 @@ from marin.execution.core.step import Step
 from marin.execution.core.traits import traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.realisations import Realised
+from marin.execution.store.records import Provenance
 from marin.execution.store.store import FolderListings, StepStore, parent_folder
 
 if TYPE_CHECKING:
@@ -124,9 +125,9 @@ class StoreView:
     def __init__(self, store: StepStore):
         self.store = store
         self.listings = FolderListings()
-        self._earlier: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self._earlier: dict[str, list[tuple[str, Provenance]]] = {}
 
-    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str) -> list[tuple[str, Provenance]]:
         """Finished builds of the step ``name`` (any hash): (output path, provenance), newest
         first (:meth:`StepStore.earlier_builds`, read once per name)."""
         if name not in self._earlier:
@@ -162,7 +163,7 @@ class Plan:
     def listings(self) -> FolderListings:
         return self.view.listings
 
-    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str) -> list[tuple[str, Provenance]]:
         """Finished builds of the step ``name``, newest first (see :class:`StoreView`)."""
         return self.view.earlier_builds(name)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from marin.execution.store.records import META_DIR, StepRecord
+from marin.execution.store.records import META_DIR, Provenance, StepRecord, SuccessRecord
 from rigging import filesystem as fs
 
 __all__ = ['R', 'T', 'FolderListings', 'StepStore', 'finished_builds', 'in_parallel', 'parent_folder']
@@ -27,7 +26,7 @@ def parent_folder(prefix: str, name: str) -> str:
 
 
 def finished_builds(prefix: str, name: str, *, exclude: str = "",
-                    listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+                    listing: Iterable[str] | None = None) -> list[tuple[str, SuccessRecord]]:
     """Finished builds of the step ``name`` (any hash) under ``prefix``: (output path, success record).
 
     Args:
@@ -43,7 +42,7 @@ def finished_builds(prefix: str, name: str, *, exclude: str = "",
         if not dash or stem != base or len(digest) != 16 or fs.join(folder, entry) == exclude:
             continue
         record = StepRecord(fs.join(folder, entry))
-        success = record.read_json(record.success)
+        success = record.read_success()
         if success is not None:
             found.append((record.output_path, success))
     return found
@@ -112,7 +111,7 @@ class StepStore:
         builds = self.earlier_builds(ref)
         return builds[0][0] if builds else None
 
-    def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, Provenance]]:
         """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first.
 
         ``listing``: the names in its parent folder, as for :func:`finished_builds`.
@@ -120,11 +119,9 @@ class StepStore:
         found = []
         for output_path, success in finished_builds(self.prefix, name, listing=listing):
             record = StepRecord(output_path)
-            provenance = record.read_json(record.provenance) or {}
-            finished = success.get("finished_at")
+            provenance = record.read_provenance() or Provenance()
             # A damaged record of an old build must not stop every later plan of this name.
-            when = (float(finished) if isinstance(finished, (int, float)) and not isinstance(finished, bool)
-                    and math.isfinite(finished) else 0.0)
+            when = success.finished_at if success.finished_at is not None else 0.0
             found.append((record.output_path, provenance, when))
         found.sort(key=lambda row: row[2], reverse=True)
         return [(path, prov) for path, prov, _ in found]
