@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from marin.execution.core.step import output_name_of
 from marin.execution.plan.estimate import format_duration, schedule
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
@@ -184,7 +185,7 @@ class PlainReporter:
         self._line(f"[wait]  {planned.output_name} (another runner holds it: {holder})")
 
     def finished(self, outcome: StepOutcome) -> None:
-        self.watch.finished.add(f"{outcome.name}-{outcome.hash[:16]}")
+        self.watch.finished.add(output_name_of(outcome.name, outcome.hash))
         took = f" in {outcome.duration:.1f}s" if outcome.duration is not None else ""
         extra = f": {outcome.error.splitlines()[0]}" if outcome.error else ""
         note = f" ({outcome.note})" if outcome.note else ""
@@ -253,7 +254,7 @@ class LiveReporter(PlainReporter):
             self._run_task = self.bars.add_task("whole run", total=None, detail="")
 
     def finished(self, outcome: StepOutcome) -> None:
-        key = f"{outcome.name}-{outcome.hash[:16]}"
+        key = output_name_of(outcome.name, outcome.hash)
         self.watch.finished.add(key)
         if key in self._tasks:
             self.bars.remove_task(self._tasks.pop(key))

@@ -24,7 +24,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.identity import fn_identity
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath, output_path_of
-from marin.execution.core.step import Step
+from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import EarlierBuilds, StepTraits, step_function
 from marin.execution.run.worker import current_step
 from marin.execution.store.records import StepRecord
@@ -102,12 +102,12 @@ def describe_start(step: Step, hashes: Mapping[int, str], earlier_builds: Earlie
         source = start.path.step if isinstance(start.path, OutputPath) else start.path
         if isinstance(source, Lazy | Step):
             source = lower(source)
-            return f"fine-tunes the final parameters of {source.name}-{hashes[id(source)][:16]} (fresh optimizer)"
+            return f"fine-tunes the final parameters of {output_name_of(source.name, hashes[id(source)])} (fresh optimizer)"
         return f"fine-tunes the final parameters of {source} (fresh optimizer)"
     if start is not None:
         if isinstance(start.checkpoint_path, OutputPath):
             source = lower(start.checkpoint_path.step)
-            return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
+            return f"starts from {output_name_of(source.name, hashes[id(source)])} at step {start.step}"
         return f"starts from step {start.step} of {start.checkpoint_path}"
     earlier = [(StepRecord(path).files_folder(), prov, prov.config_flat or {})
                for path, prov in earlier_builds(step.name)]

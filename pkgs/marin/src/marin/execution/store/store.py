@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from marin.execution.core.step import output_name_of
 from marin.execution.store.records import META_DIR, Provenance, StepRecord, SuccessRecord
 from rigging import filesystem as fs
 
@@ -95,10 +96,36 @@ class StepStore:
         self.prefix = prefix.rstrip("/") if prefix != "/" else prefix
 
     def output_path(self, output_name: str) -> str:
+        """The output folder ``<prefix>/<output name>`` (``<name>-<hash16>``, :func:`output_name_of`)."""
         return fs.join(self.prefix, output_name)
 
+    def output_path_of(self, name: str, digest: str) -> str:
+        """The output folder of the step ``name`` with hash ``digest``: ``<prefix>/<name>-<hash16>``."""
+        return self.output_path(output_name_of(name, digest))
+
     def record(self, output_name: str) -> StepRecord:
+        """The records of the output ``output_name`` (``<name>-<hash16>``)."""
         return StepRecord(self.output_path(output_name))
+
+    def parent_folder(self, name: str) -> str:
+        """The folder holding the outputs of the step ``name`` (every hash of it)."""
+        return parent_folder(self.prefix, name)
+
+    @property
+    def index_folder(self) -> str:
+        """The folder of the done index (:mod:`marin.execution.store.done_index`)."""
+        from marin.execution.store.done_index import index_folder  # it reads this module's listings
+
+        return index_folder(self.prefix)
+
+    def path(self, *parts: str) -> str:
+        """A path under the prefix that is no step's output (``reports/latest.html``)."""
+        return fs.join(self.prefix, *parts)
+
+    def finished_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, SuccessRecord]]:
+        """Finished builds of the step ``name`` (any hash): (output path, success record); see
+        :func:`finished_builds`."""
+        return finished_builds(self.prefix, name, listing=listing)
 
     def resolve(self, ref: str) -> str | None:
         """The output folder a user means by ``ref``, or None: an output folder itself (a path
@@ -117,7 +144,7 @@ class StepStore:
         ``listing``: the names in its parent folder, as for :func:`finished_builds`.
         """
         found = []
-        for output_path, success in finished_builds(self.prefix, name, listing=listing):
+        for output_path, success in self.finished_builds(name, listing):
             record = StepRecord(output_path)
             provenance = record.read_provenance() or Provenance()
             # A damaged record of an old build must not stop every later plan of this name.
