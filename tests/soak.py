@@ -684,7 +684,7 @@ class Soak:
                  else "sweep: expanded into OTHER steps than the clean run's")
         for name in sorted(set(ours) & set(theirs)):
             # Where each build's files are (an attempt folder, when its records name one).
-            mine, clean = (StepRecord(x[name].output_path).published_data() for x in (ours, theirs))
+            mine, clean = (StepRecord(x[name].output_path).files_folder() for x in (ours, theirs))
             if name == MODEL:
                 self._compare_params(mine, clean)
             else:
@@ -743,9 +743,9 @@ class Soak:
             check = verify_output(folder, path)
             if check.verdict.is_problem or check.verdict.value == "not built":
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
-            files_at = StepRecord(path).published_data()
-            self.tally.written_apart += files_at != path
-            for rel, _size in fs.walk_files(files_at):
+            files_folder = StepRecord(path).files_folder()
+            self.tally.written_apart += files_folder != path
+            for rel, _size in fs.walk_files(files_folder):
                 parts = rel.split("/")
                 if parts[0] == seen.WORK_FOLDER:
                     fail(f"{folder}: shuffle work file left: {rel}")
@@ -754,7 +754,7 @@ class Soak:
                         leftover_meta_tmp += 1
                     else:
                         fail(f"{folder}: temporary file left visible: {rel}")
-            self._check_listings(folder, files_at)
+            self._check_listings(folder, files_folder)
         if leftover_meta_tmp:
             self.log(f"note: {leftover_meta_tmp} temporary record file(s) left inside .marin/ folders")
         verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:steps",

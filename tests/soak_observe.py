@@ -148,7 +148,7 @@ def written_apart(path: str) -> bool:
     """True when the newest attempt at ``path`` (or its published build) writes in an attempt folder."""
     from marin.execution.store.records import StepRecord
 
-    return StepRecord(path).current_data() != path
+    return StepRecord(path).files_folder(current=True) != path
 
 
 def moved_on(path: str, token: int) -> bool:

@@ -158,5 +158,5 @@ def test_the_soak_places_a_running_steps_process_on_another_host(tmp_path):
     assert place_elsewhere(record.output_path)
     assert (record.read_json(record.status) or {})["worker"] == "another-host:12:3.5"
     assert not seen.written_apart(record.output_path)
-    record.write_status(BuildState.RUNNING, 2, "r", data=record.attempt_folder(2))
+    record.write_status(BuildState.RUNNING, 2, "r", attempt_folder=record.attempt_folder(2))
     assert seen.written_apart(record.output_path)

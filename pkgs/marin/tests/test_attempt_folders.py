@@ -15,7 +15,7 @@ from marin.execution.step_runner import StepRunner
 from marin.execution.store.cache import copy_tree, push_output
 from marin.execution.store.gc import collect_garbage, find_outputs
 from marin.execution.store.manifest import compute_manifest, verify_manifest
-from marin.execution.store.records import BuildState, StepRecord, data_folder, data_of
+from marin.execution.store.records import BuildState, StatusRecord, StepRecord, SuccessRecord, files_folder
 from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
@@ -27,13 +27,16 @@ APART = ".attempts/00000002"
 @pytest.mark.parametrize("value", ["../x", "/tmp/x", ".attempts/2", ".attempts/00000002/..", "x", 3, None, ""])
 def test_records_name_no_folder_but_an_attempt_folder(value):
     # A damaged or hostile record cannot send readers outside the step's folder.
-    assert data_of({"data": value}) == ""
-    assert data_folder("/s/x-0123456789abcdef", {"data": value}) == "/s/x-0123456789abcdef"
+    for read in (SuccessRecord.from_json, StatusRecord.from_json):
+        record = read({"data": value})
+        assert record is not None and record.attempt_folder == ""
+        assert files_folder("/s/x-0123456789abcdef", record.attempt_folder) == "/s/x-0123456789abcdef"
 
 
 def test_records_name_an_attempt_folder():
-    assert data_of({"data": APART}) == APART
-    assert data_folder("/s/x-0123456789abcdef", {"data": APART}) == f"/s/x-0123456789abcdef/{APART}"
+    record = SuccessRecord.from_json({"data": APART})
+    assert record is not None and record.attempt_folder == APART
+    assert files_folder("/s/x-0123456789abcdef", record.attempt_folder) == f"/s/x-0123456789abcdef/{APART}"
     assert StepRecord("/s/x").attempt_folder(2) == APART
 
 
@@ -45,7 +48,7 @@ def _publish_apart(output: str) -> dict:
     fs.atomic_write(fs.join(output, APART, "sub", "w.bin"), b"\x00\x01")
     manifest = compute_manifest(fs.join(output, APART))
     record.write_json(record.manifest, manifest)
-    assert record.publish("x", "0" * 64, manifest, data=APART)
+    assert record.publish("x", "0" * 64, manifest, attempt_folder=APART)
     return manifest
 
 
@@ -55,7 +58,7 @@ def test_a_build_in_an_attempt_folder_is_verified_copied_and_pushed_from_there(s
     manifest = _publish_apart(output)
     assert sorted(e["path"] for e in manifest["files"]) == ["sub/w.bin", "v.txt"]
     record = StepRecord(output)
-    assert record.published_data() == fs.join(output, APART)
+    assert record.files_folder() == fs.join(output, APART)
     check = verify_output("x", output)
     assert check.verdict is Verdict.OK and check.files == 2, check.problems
     # A stale writer scribbling in the step's folder changes nothing published.
@@ -71,7 +74,9 @@ def test_a_build_in_an_attempt_folder_is_verified_copied_and_pushed_from_there(s
     cache = fs.join(store_url, "cache")
     assert push_output(output, cache, "x-0123456789abcdef")
     pushed = StepRecord(fs.join(cache, "x-0123456789abcdef"))
-    assert data_of(pushed.read_json(pushed.success)) == "" and pushed.published_data() == pushed.output_path
+    success = pushed.read_success()
+    assert success is not None and success.attempt_folder == "" and pushed.files_folder() == pushed.output_path
+    assert "data" not in (pushed.read_json(pushed.success) or {})
     assert verify_output("x", pushed.output_path).verdict is Verdict.OK
 
     fs.atomic_write(fs.join(output, APART, "v.txt"), "publishes")  # same size, other bytes
@@ -81,9 +86,9 @@ def test_a_build_in_an_attempt_folder_is_verified_copied_and_pushed_from_there(s
 
 def test_progress_is_read_where_the_running_attempt_writes(tmp_path):
     record = StepRecord(str(tmp_path / "x-0123456789abcdef"))
-    record.write_status(BuildState.RUNNING, 2, "runner", data=APART)
-    assert record.current_data() == fs.join(record.output_path, APART)
-    assert record.published_data() == record.output_path  # nothing published yet
+    record.write_status(BuildState.RUNNING, 2, "runner", attempt_folder=APART)
+    assert record.files_folder(current=True) == fs.join(record.output_path, APART)
+    assert record.files_folder() == record.output_path  # nothing published yet
 
 
 def _left_running_elsewhere(output: str) -> None:
@@ -112,10 +117,10 @@ def test_a_takeover_writes_apart_only_from_a_process_it_cannot_see_end(tmp_path,
         record.write_json(record.status, status)
 
     assert runner.run([b]).ok
-    success = record.read_json(record.success) or {}
+    success = record.read_success()
     files = fs.join(folder, APART) if where == "another host" else folder
-    assert data_of(success) == (APART if where == "another host" else "")
-    assert record.published_data() == files
+    assert success is not None and success.attempt_folder == (APART if where == "another host" else "")
+    assert record.files_folder() == files
     # It resumed from what the first attempt wrote (a copy of it), and published only its own folder.
     assert fs.read_text(fs.join(files, "partial.txt")) == "checkpoint of the first attempt"
     assert json.loads(fs.read_text(fs.join(files, "out.txt")))["value"] == 1
@@ -126,7 +131,7 @@ def test_a_takeover_writes_apart_only_from_a_process_it_cannot_see_end(tmp_path,
     # A later forced rebuild starts over in the step's own folder.
     assert StepRunner(prefix=store.prefix, client=t.InProcessClient(), poll_interval=0.01,
                       force=["apart/a"]).run([b]).ok
-    assert record.published_data() == folder and not fs.exists(fs.join(folder, ".attempts"))
+    assert record.files_folder() == folder and not fs.exists(fs.join(folder, ".attempts"))
 
 
 def test_gc_counts_an_attempt_folder_as_part_of_its_step(tmp_path):

@@ -29,15 +29,15 @@ def test_builds_at_100_and_200_steps_predict_400_within_20_percent(memory_prefix
     actual = StepRecord(built).read_json(StepRecord(built).provenance)["duration_s"]
     assert only.seconds == pytest.approx(actual, rel=0.2), (only.seconds, actual)
     # The plain ratio would say twice the 200-step build; the fit knows the start-up is paid once.
-    at_200 = next(prov["duration_s"] for _path, prov in runner.store.earlier_builds("train/x")
-                  if '"200"' in prov["config_flat"]["num_train_steps"])
+    at_200 = next(prov.duration_s for _path, prov in runner.store.earlier_builds("train/x")
+                  if '"200"' in (prov.config_flat or {})["num_train_steps"])
     assert only.seconds < 0.9 * 2 * at_200
 
 
 def test_one_earlier_build_scales_by_the_ratio_of_the_work(memory_prefix):
     runner = _runner(memory_prefix)
     assert runner.run([timed_step("t/one", num_train_steps=10, seconds_per_step=0.02)]).ok
-    built = runner.store.earlier_builds("t/one")[0][1]["duration_s"]
+    built = runner.store.earlier_builds("t/one")[0][1].duration_s
     estimate = estimate_plan(runner.plan([timed_step("t/one", num_train_steps=30, seconds_per_step=0.02)]), 1)
     (only,) = estimate.steps.values()
     assert only.seconds == pytest.approx(3 * built)
@@ -74,7 +74,7 @@ def _diamond(version: str):
 def test_critical_path_of_a_diamond_and_wall_time_under_parallelism(memory_prefix):
     runner = _runner(memory_prefix)
     assert runner.run([_diamond("v1")]).ok
-    took = {name: runner.store.earlier_builds(name)[0][1]["duration_s"] for name in ("d/a", "d/b", "d/c", "d/d")}
+    took = {name: runner.store.earlier_builds(name)[0][1].duration_s for name in ("d/a", "d/b", "d/c", "d/d")}
     # A version bump everywhere: every step runs again, each estimated from its v1 build.
     plan = runner.plan([_diamond("v2")])
     two = estimate_plan(plan, max_parallel=2)

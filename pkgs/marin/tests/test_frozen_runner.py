@@ -18,7 +18,7 @@ import psutil
 import pytest
 import steps_for_tests as t
 
-from marin.execution.store.records import LOST_PREFIX, StepRecord, data_of
+from marin.execution.store.records import LOST_PREFIX, StepRecord, SuccessRecord
 from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
@@ -226,7 +226,8 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
     # The winner wrote in its own attempt folder, which the success record names...
     success = record.read_json(record.success) or {}
     apart = record.attempt_folder(old_token + 1)
-    assert data_of(success) == apart and record.published_data() == fs.join(folder, apart)
+    assert (SuccessRecord.from_json(success) or SuccessRecord()).attempt_folder == apart
+    assert record.files_folder() == fs.join(folder, apart)
     published = fs.read_text(fs.join(folder, apart, "v.txt"))
     assert published.endswith(" final") and int(published.split()[0]) != old_pid
     # ...starting from a copy of what the frozen attempt had written (it could resume from it)...
@@ -238,4 +239,4 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
         check = verify_output(name, path)
         assert check.verdict is Verdict.OK, (name, check.problems)
     # The step reading it was handed the published build's folder.
-    assert fs.read_text(fs.join(StepRecord(reader_folder).published_data(), "v.txt")) == published
+    assert fs.read_text(fs.join(StepRecord(reader_folder).files_folder(), "v.txt")) == published

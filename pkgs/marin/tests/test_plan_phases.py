@@ -172,7 +172,7 @@ def test_run_state_changes_entries_but_never_the_plan(tmp_path):
     state.published(1, "d" * 64, "/elsewhere/s/b")
     assert state.digest_of(1) == "d" * 64
     # Its dependents are handed where the build's files are, as published (no record read).
-    assert state.files_at(1) == "/elsewhere/s/b"
+    assert state.files_folder(1) == "/elsewhere/s/b"
     assert state.input_paths(2)[id(entries[1].step)] == "/elsewhere/s/b"
     state.settle(1, StepOutcome.of(run, Outcome.RAN))
     assert state.pending == [2] and [o.name for o in settled] == ["s/b"] and state.inputs_ready(2)

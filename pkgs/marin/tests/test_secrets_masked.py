@@ -37,4 +37,4 @@ def test_a_printed_secret_is_masked_in_the_log_and_the_outcome(prefix_and_client
         assert outcome.error == "RuntimeError: the server refused token ***", outcome.error
         assert VALUE not in (outcome.traceback or "") and "refused token ***" in (outcome.traceback or "")
         status = StepRecord(outcome.output_path).read_status()
-        assert VALUE not in str(status.fields)
+        assert VALUE not in str(status.record)

@@ -38,7 +38,7 @@ def test_interrupted_reads_as_killed_and_failed_stays_failed_under_a_lease(recor
     lease = Lease.acquire(record.meta, ttl=30, holder="other")
     status = record.read_status()
     lease.release()
-    assert (status.state, status.error, status.fields["traceback"]) == (BuildState.FAILED, "ValueError: bad\nmore", "tb")
+    assert (status.state, status.error, status.record.traceback) == (BuildState.FAILED, "ValueError: bad\nmore", "tb")
     assert status.written is BuildState.FAILED
 
 

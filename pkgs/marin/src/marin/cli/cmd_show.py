@@ -19,13 +19,14 @@ def show(ctx: click.Context, what: str, prefix: str | None) -> None:
     from marin.execution.store.records import StepRecord
 
     record = StepRecord(resolve_output(ctx, what, prefix, finished=False))
-    provenance = record.read_json(record.provenance)
-    status = record.read_json(record.status)
+    provenance = record.read_provenance()
+    status = record.read_status_record()
     if provenance is None and status is None:
         raise MarinError(f"{record.output_path} has no provenance or status record")
     done = record.is_done()
-    body = {**(provenance or {}), "state": "done" if done else (status or {}).get("state", "unknown"),
+    written = status.state.value if status is not None and status.state is not None else "unknown"
+    body = {**(provenance.to_json() if provenance is not None else {}), "state": "done" if done else written,
             "output_path": record.output_path}
-    if not done and status:
-        body["last_attempt"] = status
+    if not done and status is not None:
+        body["last_attempt"] = status.to_json()
     click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))

@@ -3,34 +3,44 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from marin.cli.common import prefix_option, runner_from_options, targets_argument
+
+if TYPE_CHECKING:
+    from marin.execution.store.records import Provenance, StatusRecord
 
 # Up to this many steps every row is shown; a bigger graph is summarised by group (--all: rows).
 ROWS_SHOWN_UP_TO = 40
 _STATES = ("done", "failed", "running", "interrupted", "killed", "missing")
 
 
-def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, dict]:
-    """(state, provenance or status fields) of one output folder: ``done`` or a
+def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, Provenance | StatusRecord | None]:
+    """(state, provenance or status record) of one output folder: ``done`` or a
     :class:`~marin.execution.store.records.BuildState` value (missing, running, failed, interrupted, killed).
 
     Args:
         done: whether the step is done, when the caller already knows (from the store's done
             index, :mod:`marin.execution.store.done_index`): spares a lookup per step.
     """
-    from marin.execution.store.records import BuildState, StepRecord
+    from marin.execution.store.records import StepRecord
 
     record = StepRecord(output_path)
     if done if done is not None else record.is_done():
-        return "done", record.read_json(record.provenance) or {}
+        return "done", record.read_provenance()
     status = record.read_status()
-    if status.state is BuildState.MISSING and not status.fields:
-        return "missing", {}
-    return status.state.value, status.fields
+    return status.state.value, status.record
+
+
+def _times(info: Provenance | StatusRecord | None) -> tuple[float | None, float | None]:
+    """(when it finished or was last written, how long it took) of a step's record."""
+    from marin.execution.store.records import Provenance
+
+    if isinstance(info, Provenance):
+        return info.finished_at, info.duration_s
+    return (info.time if info is not None else None), None
 
 
 def _age(ts: float | None) -> str:
@@ -43,17 +53,17 @@ def _age(ts: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
-def _states(planned: list[Any], prefix: str, rows: bool) -> list[tuple[str, dict]]:
+def _states(planned: list[Any], prefix: str, rows: bool) -> list[tuple[str, Provenance | StatusRecord | None]]:
     """The state of each planned step. Done comes from the plan (one listing of the done index);
     the others' status records are read, and with ``rows`` the done steps' provenance too, in
     parallel on object stores."""
     from marin.execution.plan.model import Action
     from rigging import filesystem as fs
 
-    def one(p: Any) -> tuple[str, dict]:
+    def one(p: Any) -> tuple[str, Provenance | StatusRecord | None]:
         done = p.action is Action.CACHED
         if done and not rows:
-            return "done", {}
+            return "done", None
         return step_state(p.output_path, done=done)
 
     if fs.is_local(prefix) or len(planned) <= 1:
@@ -84,8 +94,7 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
     if rows_wanted:
         rows = []
         for p, (state, info) in zip(the_plan.steps, states, strict=True):
-            finished = info.get("finished_at") or info.get("time")
-            duration = info.get("duration_s")
+            finished, duration = _times(info)
             rows.append([p.name, state, p.output_path, _age(finished),
                          f"{duration:.1f}s" if isinstance(duration, int | float) else "-"])
         click.echo(table(rows, ["step", "state", "path", "age", "duration"]))

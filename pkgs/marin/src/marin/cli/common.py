@@ -77,7 +77,7 @@ def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished
                               "or a step name like checkpoints/marin-nano")
     if finished and not StepRecord(output).is_done():
         raise MarinError(f"{output} is not a finished step", hint="run the step to completion first")
-    return StepRecord(output).current_data() if files else output
+    return StepRecord(output).files_folder(current=True) if files else output
 
 
 def quiet_library_logs(ctx: click.Context) -> None:

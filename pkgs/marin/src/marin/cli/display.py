@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from marin.execution.core.step import output_name_of
 from marin.execution.plan.estimate import format_duration, schedule
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
@@ -60,13 +61,13 @@ class _RunWatch:
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.records: dict[str, ProgressRecord] = {}
-        self.files_at: dict[str, str] = {}
+        self.files_folder: dict[str, str] = {}
         """Where each running step writes (its folder, or the attempt folder its status names)."""
 
     def begin(self, p: PlannedStep) -> None:
         """``p`` started (its status record, naming where it writes, is written)."""
         self.started[p.output_name] = self.clock()
-        self.files_at.pop(p.output_name, None)
+        self.files_folder.pop(p.output_name, None)
 
     def planned(self, plan: Plan) -> None:
         self.plan = plan
@@ -74,9 +75,9 @@ class _RunWatch:
 
     def read(self, p: PlannedStep) -> ProgressRecord | None:
         """The step's progress record of this attempt (an earlier attempt's is not shown)."""
-        at = self.files_at.get(p.output_name)
+        at = self.files_folder.get(p.output_name)
         if at is None:
-            at = self.files_at[p.output_name] = StepRecord(p.output_path).current_data()
+            at = self.files_folder[p.output_name] = StepRecord(p.output_path).files_folder(current=True)
         record = read_progress(at)
         if record is not None and record.updated_at >= self.started.get(p.output_name, 0.0) - 1.0:
             self.records[p.output_name] = record
@@ -184,7 +185,7 @@ class PlainReporter:
         self._line(f"[wait]  {planned.output_name} (another runner holds it: {holder})")
 
     def finished(self, outcome: StepOutcome) -> None:
-        self.watch.finished.add(f"{outcome.name}-{outcome.hash[:16]}")
+        self.watch.finished.add(output_name_of(outcome.name, outcome.hash))
         took = f" in {outcome.duration:.1f}s" if outcome.duration is not None else ""
         extra = f": {outcome.error.splitlines()[0]}" if outcome.error else ""
         note = f" ({outcome.note})" if outcome.note else ""
@@ -253,7 +254,7 @@ class LiveReporter(PlainReporter):
             self._run_task = self.bars.add_task("whole run", total=None, detail="")
 
     def finished(self, outcome: StepOutcome) -> None:
-        key = f"{outcome.name}-{outcome.hash[:16]}"
+        key = output_name_of(outcome.name, outcome.hash)
         self.watch.finished.add(key)
         if key in self._tasks:
             self.bars.remove_task(self._tasks.pop(key))

@@ -24,7 +24,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.identity import fn_identity
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath, output_path_of
-from marin.execution.core.step import Step
+from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import EarlierBuilds, StepTraits, step_function
 from marin.execution.run.worker import current_step
 from marin.execution.store.records import StepRecord
@@ -82,7 +82,7 @@ def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
         return None  # called outside a runner: no step identity to match earlier builds against
     folder = output_path.rstrip("/")
     store = StepStore(running.prefix)
-    earlier = [(StepRecord(path).published_data(), prov, translate_dependencies(prov.get("config_flat") or {}, prov))
+    earlier = [(StepRecord(path).files_folder(), prov, translate_dependencies(prov.config_flat or {}, prov))
                for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
     return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
 
@@ -102,14 +102,14 @@ def describe_start(step: Step, hashes: Mapping[int, str], earlier_builds: Earlie
         source = start.path.step if isinstance(start.path, OutputPath) else start.path
         if isinstance(source, Lazy | Step):
             source = lower(source)
-            return f"fine-tunes the final parameters of {source.name}-{hashes[id(source)][:16]} (fresh optimizer)"
+            return f"fine-tunes the final parameters of {output_name_of(source.name, hashes[id(source)])} (fresh optimizer)"
         return f"fine-tunes the final parameters of {source} (fresh optimizer)"
     if start is not None:
         if isinstance(start.checkpoint_path, OutputPath):
             source = lower(start.checkpoint_path.step)
-            return f"starts from {source.name}-{hashes[id(source)][:16]} at step {start.step}"
+            return f"starts from {output_name_of(source.name, hashes[id(source)])} at step {start.step}"
         return f"starts from step {start.step} of {start.checkpoint_path}"
-    earlier = [(StepRecord(path).published_data(), prov, prov.get("config_flat") or {})
+    earlier = [(StepRecord(path).files_folder(), prov, prov.config_flat or {})
                for path, prov in earlier_builds(step.name)]
     found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
     return found.describe() if found is not None else None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.encoding import encode
+from marin.execution.store.records import Provenance
 from rigging import filesystem as fs
 
 __all__ = ["Extension", "NoExtension", "find_extension", "translate_dependencies"]
@@ -73,7 +74,7 @@ def _is_schedule_field(key: str, optimizer: Any) -> bool:
 
 
 def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mapping[str, str],
-                   earlier: Sequence[tuple[str, Mapping[str, Any], Mapping[str, str]]],
+                   earlier: Sequence[tuple[str, Provenance, Mapping[str, str]]],
                    optimizer_from_json: Any) -> Extension | NoExtension | None:
     """The best earlier build to extend, why none can be, or None when none is a candidate.
 
@@ -93,13 +94,13 @@ def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mappi
     why: list[str] = []
     new_steps = config.trainer.num_train_steps
     for path, provenance, old_flat in earlier:
-        if provenance.get("name") != name or provenance.get("fn") != fn or provenance.get("version") != version:
+        if provenance.name != name or provenance.fn != fn or provenance.version != version:
             continue
         differing = [k for k in set(flat) | set(old_flat) if flat.get(k) != old_flat.get(k)]
         if not differing or any(k not in EXTENDABLE_FIELDS and not _is_schedule_field(k, config.optimizer)
                                 for k in differing):
             continue  # the same build, or another recipe: not a candidate
-        old_config = provenance.get("config") or {}
+        old_config = provenance.config if isinstance(provenance.config, dict) else {}
         old_steps = (old_config.get("trainer") or {}).get("num_train_steps")
         if not isinstance(old_steps, int):
             continue
@@ -129,13 +130,13 @@ def _schedule_cause(optimizer: Any) -> str:
     return f"the {schedule} schedules differ"
 
 
-def translate_dependencies(old_flat: Mapping[str, str], provenance: Mapping[str, Any]) -> dict[str, str]:
+def translate_dependencies(old_flat: Mapping[str, str], provenance: Provenance) -> dict[str, str]:
     """An earlier build's flattened fields with each dependency replaced by that build's path of it.
 
     The form in which a running step sees its own (resolved) config: placeholders are paths.
     """
 
-    paths = {d.get("hash"): d.get("path") for d in provenance.get("dependencies") or [] if isinstance(d, dict)}
+    paths = provenance.dependency_paths()
 
     def resolve(value: Any) -> Any:
         if isinstance(value, list):

@@ -8,7 +8,7 @@ from marin.execution.core.encoding import config_to_json
 from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.store.records import BuildState, StepRecord
+from marin.execution.store.records import BuildState, StatusRecord, StepRecord
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
     INDEX_FILE,
@@ -56,10 +56,6 @@ def _reason_lines(reasons: Any) -> list[str]:
     return lines
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _state_from_store(planned: PlannedStep) -> StepState:
     """The state of a planned step judged from the store alone (no run in hand)."""
     if planned.action is Action.CACHED:
@@ -90,7 +86,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
         return step
     record = StepRecord(output_path)
     built = outcome.provenance if outcome is not None else None  # this run built it: no need to read back
-    provenance = built if built is not None else record.read_json(record.provenance) or {}
+    provenance = built if built is not None else record.read_provenance()
     if outcome is not None:
         state = _FROM_OUTCOME[outcome.outcome]
     elif planned is not None:
@@ -110,23 +106,20 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
         step.reasons = step.reasons or list(outcome.reasons)
         step.note = outcome.note or step.note
         step.log_path = outcome.log_path
-    if done and provenance:
-        step.fn = step.fn or provenance.get("fn")
-        step.version = step.version or provenance.get("version")
+    if done and provenance is not None:
+        step.fn = step.fn or provenance.fn
+        step.version = step.version or provenance.version
         if step.config is None:
-            step.config = provenance.get("config")
-        step.environment = provenance.get("environment")
-        step.started_at = _number(provenance.get("started_at"))
-        step.finished_at = _number(provenance.get("finished_at"))
-        step.duration_s = _number(provenance.get("duration_s"))
-        attempts = provenance.get("attempts")
-        step.attempts = attempts if isinstance(attempts, int) else None
-        step.host = provenance.get("host")
-        step.built_because = _reason_lines(provenance.get("reasons"))
-        output_bytes = provenance.get("output_bytes")
-        step.output_bytes = output_bytes if isinstance(output_bytes, int) else None
-        output_files = provenance.get("output_files")
-        step.output_files = output_files if isinstance(output_files, int) else None
+            step.config = provenance.config
+        step.environment = provenance.environment
+        step.started_at = provenance.started_at
+        step.finished_at = provenance.finished_at
+        step.duration_s = provenance.duration_s
+        step.attempts = provenance.attempts
+        step.host = provenance.host
+        step.built_because = _reason_lines(provenance.reasons)
+        step.output_bytes = provenance.output_bytes
+        step.output_files = provenance.output_files
     if done and step.output_bytes is None:
         manifest = record.read_json(record.manifest)
         if manifest is not None and isinstance(manifest.get("total_bytes"), int):
@@ -135,12 +128,11 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     if state is StepState.RAN and outcome is not None and outcome.duration is not None and step.duration_s is None:
         step.duration_s = outcome.duration
     if state in (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING):
-        status = record.read_json(record.status) or {}
-        step.error = (outcome.error if outcome is not None else None) or status.get("error")
-        step.traceback = (outcome.traceback if outcome is not None else None) or status.get("traceback")
-        attempt = status.get("attempt")
-        step.attempts = attempt if isinstance(attempt, int) and attempt > 0 else step.attempts
-        step.finished_at = _number(status.get("time")) if state is not StepState.RUNNING else None
+        status = record.read_status_record() or StatusRecord()
+        step.error = (outcome.error if outcome is not None else None) or status.error
+        step.traceback = (outcome.traceback if outcome is not None else None) or status.traceback
+        step.attempts = status.attempt if status.attempt > 0 else step.attempts
+        step.finished_at = status.time if state is not StepState.RUNNING else None
         if outcome is not None and outcome.duration is not None:
             step.duration_s = outcome.duration
     elif state is StepState.UPSTREAM_FAILED and outcome is not None:
@@ -152,7 +144,7 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     files = {f["path"] for f in outcome.manifest["files"]} if outcome is not None and outcome.manifest else None
     if files is not None and not files & {METRICS_FILE, MEMORY_FILE, INDEX_FILE, SUMMARY_FILE}:
         return step
-    at = record.current_data()  # the build's files: its folder, or the attempt folder its records name
+    at = record.files_folder(current=True)  # its folder, or the attempt folder its records name
     metrics = read_metrics(at) if files is None or METRICS_FILE in files else None
     step.metrics = metrics.to_json() if metrics is not None else None
     step.memory = read_memory(at) if files is None or MEMORY_FILE in files else None
@@ -166,9 +158,8 @@ def _deps_from_provenance(steps: list[ReportStep]) -> None:
     """Without a plan, link steps through the dependency hashes their provenance records."""
     by_hash = {s.hash: i for i, s in enumerate(steps)}
     for s in steps:
-        record = StepRecord(s.output_path)
-        provenance = record.read_json(record.provenance) or {}
-        deps = [by_hash.get(d.get("hash")) for d in provenance.get("dependencies") or [] if isinstance(d, dict)]
+        provenance = StepRecord(s.output_path).read_provenance()
+        deps = [by_hash.get(d.hash) for d in provenance.dependencies] if provenance is not None else []
         s.deps = sorted({d for d in deps if d is not None})
 
 

@@ -39,7 +39,7 @@ class CompareRow:
     """The run's ``metrics.jsonl`` as read for the table (``marin.experiment.results.Metrics``), for curves."""
     stderr: dict[str, float] = field(default_factory=dict)
     """Standard errors of task metrics, by the metric's column name."""
-    files_at: str = ""
+    files_folder: str = ""
     """Where the run's files are: its output folder, or the attempt folder its records name."""
 
     @property
@@ -156,9 +156,9 @@ def compare_plan(plan: Plan) -> Comparison:
     for p, f in zip(training, flat, strict=True):
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
                          fields={k: _cell(k, f, names) for k in differing},
-                         files_at=StepRecord(p.output_path).current_data())
-        row.series = read_metrics(row.files_at)
-        row.metrics.update(train_metrics(row.files_at, row.series))
+                         files_folder=StepRecord(p.output_path).files_folder(current=True))
+        row.series = read_metrics(row.files_folder)
+        row.metrics.update(train_metrics(row.files_folder, row.series))
         rows.append(row)
     evals = _eval_columns(plan, rows, row_of, hashes)
     return Comparison(rows=rows, fields=differing,
@@ -189,7 +189,7 @@ def _eval_columns(plan: Plan, rows: list[CompareRow], row_of: dict[str, int], ha
         if not writes_eval_results(p.step):
             continue
         models = [row_of[hashes[id(d)]] for d in dependencies_of(p.step) if hashes[id(d)] in row_of]
-        results = read_eval_results(StepRecord(p.output_path).current_data())
+        results = read_eval_results(StepRecord(p.output_path).files_folder(current=True))
         if not models or results is None:
             continue
         suffix = results.suffix

@@ -81,8 +81,8 @@ def _metric(comparison: Comparison) -> str:
     return next((m for m, n in counts.items() if n == best), "val_loss") if best else "val_loss"
 
 
-def _speedrun(files_at: str) -> tuple[float | None, str | None]:
-    record = read_json_object(fs.join(files_at, SPEEDRUN_FILE)) or {}
+def _speedrun(files_folder: str) -> tuple[float | None, str | None]:
+    record = read_json_object(fs.join(files_folder, SPEEDRUN_FILE)) or {}
     wall = record.get("wall_s")
     kind, count = record.get("device_kind"), record.get("device_count")
     device = f"{count} x {kind}" if kind and count else None
@@ -100,7 +100,7 @@ def leaderboard_of(comparison: Comparison) -> Leaderboard | None:
     on_frontier = set(pareto_frontier(points))
     entries = []
     for i, row in enumerate(rows):
-        wall, device = _speedrun(row.files_at or row.output_path)
+        wall, device = _speedrun(row.files_folder or row.output_path)
         entries.append(LeaderboardEntry(label=row.label, hash=row.hash, model_flops=points[i][0], score=points[i][1],
                                         params=row.metrics.get("params"), mfu=row.metrics.get("mfu"), wall_s=wall,
                                         device=device, frontier=i in on_frontier))

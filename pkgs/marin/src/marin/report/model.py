@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.core.step import name_group
+from marin.execution.store.store import StepStore
 from marin.report.views import views_json
-from rigging import filesystem as fs
 
 __all__ = ['ReportData', 'ReportStep', 'StepState']
 
@@ -162,6 +162,7 @@ class ReportData:
         groups: list[str] = []
         group_index: dict[str, int] = {}
         steps = []
+        store = StepStore(self.prefix) if self.prefix else None
         for step in self.steps:
             row = {k: v for k, v in step.to_json().items() if v is not None and v != [] and v != ""}
             env = row.pop("environment", None)
@@ -177,7 +178,7 @@ class ReportData:
                 groups.append(group)
             row["group"] = group_index[group]
             row.pop("short_hash", None)  # the page takes the first 8 characters of the hash
-            if step.output_path == fs.join(self.prefix, f"{step.name}-{step.hash[:16]}"):
+            if store is not None and step.output_path == store.output_path_of(step.name, step.hash):
                 del row["output_path"]  # where the store puts it: the page spells it out again
             steps.append(row)
         return {

@@ -27,7 +27,7 @@ def write_run_report(result: RunResult, store: StepStore) -> str:
     if all(s.outcome in (Outcome.CACHED, Outcome.UNNEEDED) for s in result.steps):
         states = "\n".join(f"{s.hash} {s.outcome.value}" for s in result.steps)
         noop_name = f"noop-{hashlib.sha256(states.encode()).hexdigest()[:16]}.html"
-        noop_path = fs.join(store.prefix, REPORTS_DIR, noop_name)
+        noop_path = store.path(REPORTS_DIR, noop_name)
         if fs.file_exists(noop_path):
             return noop_path
     from marin.report.collect import collect_run
@@ -37,7 +37,7 @@ def write_run_report(result: RunResult, store: StepStore) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(report.generated_at))
     name = noop_name or f"run-{stamp}-{os.getpid()}.html"
     page = render_html(report)
-    path = fs.join(store.prefix, REPORTS_DIR, name)
+    path = store.path(REPORTS_DIR, name)
     fs.atomic_write(path, page)
-    fs.atomic_write(fs.join(store.prefix, REPORTS_DIR, "latest.html"), page)
+    fs.atomic_write(store.path(REPORTS_DIR, "latest.html"), page)
     return path

@@ -30,7 +30,7 @@ def _scaling_fits(plan: Plan) -> list[dict[str, Any]]:
     for p in plan.steps:
         if p.step.fn is not isoflop_fit_step:
             continue
-        at = StepRecord(p.output_path).published_data()
+        at = StepRecord(p.output_path).files_folder()
         fit = read_json_object(fs.join(at, FIT_FILE))
         if fit is None:
             continue

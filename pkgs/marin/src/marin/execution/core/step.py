@@ -14,7 +14,7 @@ from marin.execution.core.placeholders import Placeholder
 # Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
 from rigging.fields import UNHASHED, unhashed_field
 
-__all__ = ["DEV_VERSION", "UNHASHED", "Step", "name_group", "unhashed_field", "validate_step_name"]
+__all__ = ["DEV_VERSION", "UNHASHED", "Step", "name_group", "output_name_of", "unhashed_field", "validate_step_name"]
 
 DEV_VERSION = "dev"
 """A step with this version rebuilds on every run (Marin's meaning): for iterating on code."""
@@ -49,6 +49,12 @@ def name_group(name: str) -> str:
     (``"sweep/lr-0.1"`` for ``"sweep/lr-0.1/model"``), ``""`` for a name without one."""
     return name.rpartition("/")[0]
 
+
+
+def output_name_of(name: str, digest: str) -> str:
+    """``<name>-<first 16 hex digits of digest>``: the output folder of the step ``name`` with hash
+    ``digest``, relative to the prefix (``marin.execution.store.store.StepStore`` places it)."""
+    return f"{name}-{digest[:16]}"
 
 @dataclass(frozen=True, eq=False)
 class Step(Placeholder):
@@ -94,7 +100,7 @@ class Step(Placeholder):
     @property
     def output_name(self) -> str:
         """``<name>-<first 16 hex digits of the hash>``: the output folder under the prefix."""
-        return f"{self.name}-{self.hash[:16]}"
+        return output_name_of(self.name, self.hash)
 
     def target(self) -> tuple[Step, str]:
         return self, ""

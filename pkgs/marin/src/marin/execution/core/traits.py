@@ -22,8 +22,9 @@ from marin.execution.core.step import Step
 __all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "StartDescriber", "StepFunction", "StepTraits", "step_function",
            "traits_of", "volatile_patterns"]
 
-EarlierBuilds = Callable[[str], Sequence[tuple[str, Mapping[str, Any]]]]
-"""Finished builds of a step name, newest first: (output path, provenance)."""
+EarlierBuilds = Callable[[str], Sequence[tuple[str, Any]]]
+"""Finished builds of a step name, newest first: (output path, provenance record: the store's
+``marin.execution.store.records.Provenance``, which this layer may not name)."""
 
 StartDescriber = Callable[[Step, Mapping[int, str], EarlierBuilds], "str | None"]
 """Where a build of a step would start (a branch, an extension), given the plan's hashes

@@ -25,6 +25,7 @@ from typing import Any
 from marin.execution.core.encoding import flatten_config, holds_dependency
 from marin.execution.core.traits import traits_of
 from marin.execution.plan.model import Action, Plan, PlannedStep
+from marin.execution.store.records import Provenance
 
 __all__ = [
     "OverBudget",
@@ -184,7 +185,7 @@ def _resource_of(step: Any) -> tuple[str | None, float]:
     return None, 0.0
 
 
-def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str, Any]]],
+def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Provenance]],
                   hashes: Mapping[int, str]) -> StepEstimate:
     """The estimate of one step from ``earlier`` builds of its name: (output path, provenance) pairs."""
     step = planned.step
@@ -195,12 +196,8 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Mapping[str
     new_work = work_of(new_flat, fields)
     rows: list[tuple[int, float | None, float]] = []  # (distance, work, seconds)
     for _path, prov in earlier:
-        duration = prov.get("duration_s")
-        old_flat = prov.get("config_flat")
-        if (not isinstance(duration, (int, float)) or isinstance(duration, bool) or not math.isfinite(duration)
-                or duration < 0):
-            continue
-        if not isinstance(old_flat, dict):
+        duration, old_flat = prov.duration_s, prov.config_flat
+        if duration is None or duration < 0 or old_flat is None:
             continue
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
         rows.append((_distance(old_flat, new_flat, set(fields), inputs), work_of(old_flat, fields), float(duration)))

@@ -35,14 +35,14 @@ def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBu
         # Nothing of this name was built before: it is new, whatever its inputs did.
         return [Reason(ReasonKind.NEW, "no earlier build of this name")]
     _, prov = earlier[0]
-    old_version = prov.get("version")
+    old_version = prov.version
     if old_version is not None and old_version != step.version:
         reasons.append(Reason(ReasonKind.VERSION_BUMPED, f"{old_version} → {step.version}"))
-    old_fn = prov.get("fn")
+    old_fn = prov.fn
     if old_fn is not None and old_fn != fn_identity(step.fn):
         reasons.append(Reason(ReasonKind.FN_CHANGED, f"{old_fn} → {fn_identity(step.fn)}"))
-    old_flat = prov.get("config_flat")
-    if isinstance(old_flat, dict):
+    old_flat = prov.config_flat
+    if old_flat is not None:
         # A damaged record of an old build explains less; it must never stop the plan.
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
         dependency_keys: set[str] = set()
@@ -58,7 +58,7 @@ def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBu
                 continue
             reasons.append(Reason(ReasonKind.CONFIG_CHANGED, f"{key}: {_show(before)} → {_show(after)}"))
     if not reasons:
-        if prov.get("env_digest") and prov.get("strict_env"):
+        if prov.env_digest and prov.strict_env:
             reasons.append(Reason(ReasonKind.ENV_CHANGED, "the environment fingerprint differs (--strict-env)"))
         else:
             reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))

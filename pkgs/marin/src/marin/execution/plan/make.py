@@ -18,7 +18,7 @@ from marin.execution.core.graph import collect_graph, dependencies_of
 from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower_targets
 from marin.execution.core.placeholders import Placeholder
-from marin.execution.core.step import DEV_VERSION, Step
+from marin.execution.core.step import DEV_VERSION, Step, output_name_of
 from marin.execution.plan.expansion import expands, expansion_of
 from marin.execution.plan.explain import earlier_attempt, start_note, why_changed
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind, StoreView, UnknownStep
@@ -96,7 +96,7 @@ def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None,
             pos_of[id(step)] = index[digest]
             steps_at[index[digest]].append(step)
             continue
-        output = store.output_path(f"{step.name}-{digest[:16]}")
+        output = store.output_path_of(step.name, digest)
         _refuse_escape(store, output, real_parents)
         index[digest] = pos_of[id(step)] = len(entries)
         entries.append(step)
@@ -196,8 +196,8 @@ def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView)
 
 def _env_note(p: PlannedStep, built: str | None, env_digest: str) -> str | None:
     if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
-        prov = StepRecord(p.output_path).read_json(StepRecord(p.output_path).provenance) or {}
-        built = prov.get("env_digest") or UNKNOWN_ENV
+        prov = StepRecord(p.output_path).read_provenance()
+        built = (prov.env_digest if prov is not None else None) or UNKNOWN_ENV
     if built is not None and built != UNKNOWN_ENV and built[:16] != env_digest[:16]:
         return "built in a different environment"
     return None
@@ -264,12 +264,12 @@ def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
     """Where a built copy of ``p`` is, to expand it from: its output here, or the cache it is fetched
     from (or, unneeded here, would be); None when it is built nowhere yet."""
     if p.action is Action.CACHED:
-        return StepRecord(p.output_path).published_data()
+        return StepRecord(p.output_path).files_folder()
     if p.action is Action.FETCH and p.cache_hit is not None:
-        return StepRecord(p.cache_hit.path).published_data()
+        return StepRecord(p.cache_hit.path).files_folder()
     if p.action is Action.UNNEEDED and caches:
         hit = find_in_caches(p.output_name, caches)
-        return StepRecord(hit.path).published_data() if hit is not None else None
+        return StepRecord(hit.path).files_folder() if hit is not None else None
     return None
 
 
@@ -282,7 +282,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     for pattern in force:
         if not any(_match_any(s.name, [pattern]) for steps in graph.steps_at for s in steps):
             raise UnknownStep(f"--force {pattern!r} matches no step")
-    names = [f"{s.name}-{graph.hashes[id(s)][:16]}" for s in graph.entries]
+    names = [output_name_of(s.name, graph.hashes[id(s)]) for s in graph.entries]
     # One listing of the store's done index answers for every step (store.done_index).
     built_in = done_outputs(store.prefix, names, view.listings)
     done = [name in built_in for name in names]

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import InvalidStep
-from marin.execution.core.step import Step
+from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.realisations import Realised
-from marin.execution.store.store import FolderListings, StepStore, parent_folder
+from marin.execution.store.records import Provenance
+from marin.execution.store.store import FolderListings, StepStore
 
 if TYPE_CHECKING:
     from marin.execution.plan.estimate import PlanEstimate
@@ -95,7 +96,7 @@ class PlannedStep:
 
     @property
     def output_name(self) -> str:
-        return f"{self.step.name}-{self.hash[:16]}"
+        return output_name_of(self.step.name, self.hash)
 
     @property
     def forced(self) -> bool:
@@ -124,13 +125,13 @@ class StoreView:
     def __init__(self, store: StepStore):
         self.store = store
         self.listings = FolderListings()
-        self._earlier: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self._earlier: dict[str, list[tuple[str, Provenance]]] = {}
 
-    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str) -> list[tuple[str, Provenance]]:
         """Finished builds of the step ``name`` (any hash): (output path, provenance), newest
         first (:meth:`StepStore.earlier_builds`, read once per name)."""
         if name not in self._earlier:
-            listing = self.listings.names(parent_folder(self.store.prefix, name))
+            listing = self.listings.names(self.store.parent_folder(name))
             self._earlier[name] = self.store.earlier_builds(name, listing)
         return self._earlier[name]
 
@@ -162,7 +163,7 @@ class Plan:
     def listings(self) -> FolderListings:
         return self.view.listings
 
-    def earlier_builds(self, name: str) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str) -> list[tuple[str, Provenance]]:
         """Finished builds of the step ``name``, newest first (see :class:`StoreView`)."""
         return self.view.earlier_builds(name)
 

@@ -40,6 +40,7 @@ from marin.execution.run.state import RunState
 from marin.execution.run.worker import FnRef, StepPayload, run_step
 from marin.execution.store import done_index
 from marin.execution.store.cache import copy_tree
+from marin.execution.store.environment import host_of
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
@@ -49,10 +50,12 @@ from marin.execution.store.manifest import (
 from marin.execution.store.records import (
     LOST_PREFIX,
     BuildState,
+    Dependency,
+    Provenance,
     StepRecord,
     StepStatus,
-    data_of,
-    folder_at,
+    SuccessRecord,
+    files_folder,
 )
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
@@ -95,19 +98,19 @@ class StepAttempt:
     mask: SecretMask = field(default_factory=SecretMask)
     log_offsets: dict[int, int] = field(default_factory=dict)
     logs_polled: float = 0.0
-    replaced: tuple[dict[str, Any], dict[str, Any]] | None = None
+    replaced: tuple[SuccessRecord, dict[str, Any]] | None = None
     """A forced rebuild: the success record and manifest of the build it replaces."""
     lost_at: float | None = None
     """When the heartbeat found the lease lost (and stopped the step)."""
-    data: str = ""
+    attempt_folder: str = ""
     """Where this attempt writes the step's files, relative to its folder: "" for the folder
     itself, or its own attempt folder (:meth:`StepRecord.attempt_folder`) when an earlier holder's
     process may still be writing (:meth:`_choose_folder`)."""
 
     @property
-    def files_at(self) -> str:
+    def files_folder(self) -> str:
         """The folder this attempt's step writes its files in (its ``output_path``)."""
-        return folder_at(self.planned.output_path, self.data)
+        return files_folder(self.planned.output_path, self.attempt_folder)
 
     # -- start ----------------------------------------------------------------------------
     @classmethod
@@ -145,7 +148,7 @@ class StepAttempt:
                 step_version=p.step.version,
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
-                output_path=self.files_at,
+                output_path=self.files_folder,
                 prefix=ctx.prefix,
                 expansions=expansions,
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
@@ -153,8 +156,8 @@ class StepAttempt:
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
                 lease=(lease.folder, lease.token, lease.ttl) if ctx.worker is not WorkerKind.IN_PROCESS else None,
             )
-            if fs.is_local(self.files_at):
-                os.makedirs(fs.strip_protocol(self.files_at), exist_ok=True)
+            if fs.is_local(self.files_folder):
+                os.makedirs(fs.strip_protocol(self.files_folder), exist_ok=True)
             resources = resources_of(p.step)
             self.retries_left = resources.max_retries
             self.resubmit = self._submitter(payload, resources)
@@ -166,13 +169,13 @@ class StepAttempt:
             self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local and worker_pid else None)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
             error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
-            record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb, data=self.data)
+            record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb, attempt_folder=self.attempt_folder)
             lease.release()
             return StepOutcome.of(p, Outcome.FAILED, reasons=[str(r) for r in p.reasons], error=error, traceback=tb)
         return self
 
     def _choose_folder(self, earlier: StepStatus) -> None:
-        """Decide where this attempt writes (:attr:`data`), ending what an earlier attempt left.
+        """Decide where this attempt writes (:attr:`attempt_folder`), ending what an earlier attempt left.
 
         An earlier attempt whose process is known to have ended (its runner recorded how it
         ended, or its process was on this host and is gone or killed now) leaves its folder to
@@ -186,25 +189,25 @@ class StepAttempt:
         # psutil: only when building.
         from rigging.process import end_orphaned_process
 
-        if not earlier.fields:
+        if earlier.record is None:
             return
         p = self.planned
         ended = True
         if earlier.written is BuildState.RUNNING:
             # Its runner is gone, but its process may not have noticed yet: two writers must
             # never share a folder.
-            worker = earlier.fields.get("worker")
-            ended = isinstance(worker, str) and end_orphaned_process(worker)
-        before = data_of(earlier.fields)
+            worker = earlier.record.worker
+            ended = worker is not None and end_orphaned_process(worker)
+        before = earlier.record.attempt_folder
         if ended:
-            self.data = before
+            self.attempt_folder = before
         else:
-            self.data = StepRecord(p.output_path).attempt_folder(self.lease.token)
+            self.attempt_folder = StepRecord(p.output_path).attempt_folder(self.lease.token)
             logger.warning("%s: the earlier attempt's process may still run elsewhere; this attempt "
-                           "writes in %s, starting from a copy of %s", p.output_name, self.data, before or "its folder")
-            copy_tree(folder_at(p.output_path, before), self.files_at, records=False)
+                           "writes in %s, starting from a copy of %s", p.output_name, self.attempt_folder, before or "its folder")
+            copy_tree(files_folder(p.output_path, before), self.files_folder, records=False)
         # A killed attempt may have left a half-written temporary; the new one starts clean.
-        remove_orphan_temporaries(self.files_at)
+        remove_orphan_temporaries(self.files_folder)
 
     def _submitter(self, payload: StepPayload, resources: ResourceConfig) -> Callable[[], JobHandle]:
         """A function that starts the step (again, for a retry) and returns its handle."""
@@ -234,7 +237,7 @@ class StepAttempt:
     def _record(self, state: BuildState, *, error: str | None = None, tb: str | None = None,
                 worker: str | None = None) -> None:
         StepRecord(self.planned.output_path).write_status(state, self.attempt, self.ctx.holder, error=error,
-                                                          traceback=tb, worker=worker, data=self.data)
+                                                          traceback=tb, worker=worker, attempt_folder=self.attempt_folder)
 
     # -- while it runs -------------------------------------------------------------------
     def _stop_lost(self, why: str) -> None:
@@ -351,31 +354,30 @@ class StepAttempt:
             files = list(fs.walk_files(p.output_path))
             meta = meta_names(files)
             self.lease.check(meta)
-            if self.data:
-                files = [(rel[len(self.data) + 1:], size) for rel, size in files if rel.startswith(self.data + "/")]
-            manifest = compute_manifest(self.files_at, files)
+            if self.attempt_folder:
+                files = [(rel[len(self.attempt_folder) + 1:], size) for rel, size in files if rel.startswith(self.attempt_folder + "/")]
+            manifest = compute_manifest(self.files_folder, files)
             fields = realisation_fields(state, p, manifest)
             odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
             if odd is not None:
                 logger.warning("%s: %s", p.output_name, odd)
-            provenance = self._provenance(state, timing, manifest)
             lost = sorted(name for name in meta if name.startswith(LOST_PREFIX))
-            if lost:
+            provenance = self._provenance(
+                state, timing, manifest,
                 # Earlier attempts that lost their lease and were stopped (not failed): their records.
-                provenance["lost_attempts"] = [record.read_json(fs.join(record.meta, name)) for name in lost]
-            if odd is not None:
-                provenance["nondeterminism"] = odd.to_json()
+                lost_attempts=[record.read_lost(name) for name in lost] if lost else None,
+                nondeterminism=odd.to_json() if odd is not None else None)
             # Created, not overwritten: a holder that lost the lease cannot replace them afterwards.
             in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
-                        [(record.manifest, manifest), (record.provenance, provenance)])
+                        [(record.manifest, manifest), (record.provenance, provenance.to_json())])
             self.lease.check()  # fencing: a runner that lost its lease never publishes
-            published = record.publish(p.name, p.hash, manifest, extra=fields, data=self.data,
+            published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
                                        listed_absent=not record_listed(record.success, self.lease))
             if not published:
                 # Another runner published first (it held the lease after ours was lost): its build stands.
                 raise LeaseLost(f"{record.success} was written by another runner")
-            state.published(state.plan.position(p.step), fields["output_digest"], self.files_at)
-            done_index.mark(state.plan.store.prefix, p.output_name, provenance["env_digest"])
+            state.published(state.plan.position(p.step), fields.output_digest or "", self.files_folder)
+            done_index.mark(state.plan.store.prefix, p.output_name, provenance.env_digest)
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
@@ -405,9 +407,8 @@ class StepAttempt:
     def _record_lost(self, why: str) -> None:
         """Say, in a record of this lease's own (the status record is the new holder's), that this
         attempt lost its lease and was stopped: lost, not failed."""
-        StepRecord(self.planned.output_path).write_lost(self.lease.token, {
-            "state": "lost", "attempt": self.attempt, "holder": self.ctx.holder, "why": why,
-            "lost_at": self.lost_at, "stopped_at": time.time()})
+        StepRecord(self.planned.output_path).write_lost(self.lease.token, attempt=self.attempt, holder=self.ctx.holder,
+                                                        why=why, lost_at=self.lost_at)
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""
@@ -428,32 +429,35 @@ class StepAttempt:
             shutil.rmtree(os.path.dirname(self.local_log), ignore_errors=True)
             self.local_log = self.remote_log
 
-    def _provenance(self, state: RunState, timing: Any, manifest: dict) -> dict[str, Any]:
+    def _provenance(self, state: RunState, timing: Any, manifest: dict, *, lost_attempts: list[Any] | None,
+                    nondeterminism: dict[str, Any] | None) -> Provenance:
         p, plan = self.planned, state.plan
         fingerprint, digest = self.ctx.environment()
-        return {
-            "name": p.name,
-            "hash": p.hash,
-            "version": p.step.version,
-            "fn": fn_identity(p.step.fn),
-            "config": config_to_json(p.step.config, plan.paths()),
-            "config_flat": flatten_config(p.step.config, plan.hashes()),
-            "dependencies": [{"name": plan.steps[d].name, "hash": plan.steps[d].hash,
-                              "path": plan.steps[d].output_path} for d in p.deps],
-            "environment": fingerprint,
-            "env_digest": digest,
-            "strict_env": self.ctx.strict_env,
-            "host": fingerprint.get("host"),
-            "runner": self.ctx.holder,
-            "started_at": self.started,
-            "finished_at": time.time(),
-            "duration_s": time.time() - self.started,
-            "attempts": self.attempt,
-            "retries": self.retries,
-            "client": type(self.ctx.client).__name__,
-            "resources": repr(p.step.resources) if p.step.resources is not None else None,
-            "reasons": [x.to_json() for x in p.reasons],
-            "worker": timing,
-            "output_bytes": manifest["total_bytes"],
-            "output_files": len(manifest["files"]),
-        }
+        return Provenance(
+            name=p.name,
+            hash=p.hash,
+            version=p.step.version,
+            fn=fn_identity(p.step.fn),
+            config=config_to_json(p.step.config, plan.paths()),
+            config_flat=flatten_config(p.step.config, plan.hashes()),
+            dependencies=tuple(Dependency(plan.steps[d].name, plan.steps[d].hash, plan.steps[d].output_path)
+                               for d in p.deps),
+            environment=fingerprint,
+            env_digest=digest,
+            strict_env=self.ctx.strict_env,
+            host=host_of(fingerprint),
+            runner=self.ctx.holder,
+            started_at=self.started,
+            finished_at=time.time(),
+            duration_s=time.time() - self.started,
+            attempts=self.attempt,
+            retries=self.retries,
+            client=type(self.ctx.client).__name__,
+            resources=repr(p.step.resources) if p.step.resources is not None else None,
+            reasons=[x.to_json() for x in p.reasons],
+            worker=timing,
+            output_bytes=manifest["total_bytes"],
+            output_files=len(manifest["files"]),
+            lost_attempts=lost_attempts,
+            nondeterminism=nondeterminism,
+        )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from marin.execution.plan.model import Plan, PlannedStep
+from marin.execution.store.records import Provenance
 
 __all__ = ["NotCached", "Outcome", "QuietReporter", "Reporter", "RunResult", "StepOutcome"]
 
@@ -51,7 +52,7 @@ class StepOutcome:
     note: str | None = None
     # A step this run built: the provenance and manifest it published, so that the run's report
     # takes them from here instead of reading them back from the store (a request each on gs://).
-    provenance: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    provenance: Provenance | None = field(default=None, repr=False, compare=False)
     manifest: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -3,6 +3,7 @@ from a build, a cache entry or an earlier build of the same inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,12 +20,11 @@ from marin.execution.store.manifest import clear_output, compute_manifest, outpu
 from marin.execution.store.realisations import (
     Nondeterminism,
     Realised,
-    carried_fields,
     compare_builds,
     find_nondeterminism,
     find_realisation,
 )
-from marin.execution.store.records import StepRecord
+from marin.execution.store.records import Dependency, Provenance, RealisedFrom, StepRecord, SuccessRecord
 from rigging.lease import Lease, LeaseLost
 
 __all__ = ["copy_realisation", "fetch_from_cache", "nondeterminism_of", "publish_copy", "realisable",
@@ -38,16 +38,15 @@ def record_listed(record_path: str, lease: Lease) -> bool:
     return record_path.rpartition("/")[2] in lease.listing
 
 
-def realisation_fields(state: RunState, planned: PlannedStep, manifest: Mapping[str, Any]) -> dict[str, Any]:
+def realisation_fields(state: RunState, planned: PlannedStep, manifest: Mapping[str, Any]) -> SuccessRecord:
     """What a finished build's success record says of its content: its output digest, its
     realisation key and inputs (absent when an input's digest is not known)."""
     digest = output_digest(dict(manifest), volatile_patterns(planned.step))
-    fields: dict[str, Any] = {"output_digest": digest}
     inputs = inputs_in_plan(state.plan, planned, state.digest_of)
-    if inputs is not None:
-        fields["realisation_key"] = realisation_key(planned.step, inputs[0], state.plan.salt)
-        fields["inputs"] = inputs[1]
-    return fields
+    if inputs is None:
+        return SuccessRecord(output_digest=digest)
+    return SuccessRecord(output_digest=digest, realisation_key=realisation_key(planned.step, inputs[0], state.plan.salt),
+                         inputs=inputs[1])
 
 
 def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | None:
@@ -66,9 +65,10 @@ def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | N
 
 
 def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
-                 copy: Callable[[], tuple[dict[str, Any], dict[str, Any]]], instead: str) -> bool:
+                 copy: Callable[[], tuple[dict[str, Any], SuccessRecord]], instead: str) -> bool:
     """Publish step ``pos`` from a copy of a finished build (a cache entry, an earlier build of the
-    same inputs): ``copy()`` fills its folder and returns (manifest, success-record fields); then,
+    same inputs): ``copy()`` fills its folder and returns (manifest, what its success record says of
+    its content); then,
     under the lease, the success record, the done marker and the digest dependents read. False
     (with a warning ending in ``instead``) if the copy was refused or the lease lost.
     """
@@ -77,17 +77,17 @@ def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
     try:
         manifest, fields = copy()
         lease.check()
-        if not record.publish(p.name, p.hash, manifest, extra=fields):
+        if not record.publish(p.name, p.hash, manifest, fields):
             raise LeaseLost(f"{record.success} was written by another runner")
-        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_json(record.provenance)))
+        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_provenance()))
     except CacheMiss as e:
         logger.warning("%s; %s", e, instead)
         return False
     except LeaseLost as e:
         logger.warning("%s: %s", p.output_name, e)
         return False
-    if isinstance(fields.get("output_digest"), str):
-        state.published(pos, fields["output_digest"], p.output_path)
+    if fields.output_digest is not None:
+        state.published(pos, fields.output_digest, p.output_path)
     lease.clear()
     return True
 
@@ -100,16 +100,16 @@ def fetch_from_cache(state: RunState, pos: int, lease: Lease, prefix: str) -> bo
     if hit is None:
         raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
 
-    def copy() -> tuple[dict[str, Any], dict[str, Any]]:
+    def copy() -> tuple[dict[str, Any], SuccessRecord]:
         substitute(hit, p.output_path)
-        record, cached = StepRecord(p.output_path), StepRecord(hit.path)
+        record, cached = StepRecord(p.output_path), StepRecord(hit.path).read_success()
         manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
-        return manifest, carried_fields(cached.read_json(cached.success) or {})
+        return manifest, cached.carried() if cached is not None else SuccessRecord()
 
     return publish_copy(state, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
 
 
-def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str, Any], dict[str, Any]]:
+def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str, Any], SuccessRecord]:
     """Copy the earlier build that stands in for ``pos`` into the step's own folder, verified
     against its manifest, and record where it came from (under ``lease``); returns (manifest,
     success-record fields) for :func:`publish_copy` to publish.
@@ -126,40 +126,39 @@ def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str,
     # A finished output is never written in place, so on one local file system links stand in for copies.
     substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path, link=True)
     manifest = record.read_json(record.manifest) or {"files": []}
-    fields = {**realisation_fields(state, planned, manifest), "realised_from": found.output_path}
-    if fields["output_digest"] != found.output_digest:
+    fields = dataclasses.replace(realisation_fields(state, planned, manifest), realised_from=found.output_path)
+    if fields.output_digest != found.output_digest:
         clear_output(planned.output_path)
         raise CacheMiss(f"{found.output_path} no longer has the output digest it recorded")
     plan = state.plan
-    provenance = record.read_json(record.provenance) or {}
-    provenance.update({
-        "hash": planned.hash,
-        "dependencies": [{"name": plan.steps[d].name, "hash": plan.steps[d].hash,
-                          "path": plan.steps[d].output_path} for d in planned.deps],
-        "reasons": [r.to_json() for r in planned.reasons],
-        "realised_from": {"path": found.output_path, "hash": found.hash, "output_digest": found.output_digest,
-                          "copied_in_s": time.time() - started},
-    })
+    provenance = dataclasses.replace(
+        record.read_provenance() or Provenance(),
+        hash=planned.hash,
+        dependencies=tuple(Dependency(plan.steps[d].name, plan.steps[d].hash, plan.steps[d].output_path)
+                           for d in planned.deps),
+        reasons=[r.to_json() for r in planned.reasons],
+        realised_from=RealisedFrom(found.output_path, found.hash, found.output_digest, time.time() - started),
+    )
     # Replaced only under the lease, and created so that no holder that lost it can replace it again.
-    record.write_once(record.provenance, provenance, listed=(), still_ours=lease.check)
+    record.write_once(record.provenance, provenance.to_json(), listed=(), still_ours=lease.check)
     return manifest, fields
 
 
-def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields: Mapping[str, Any],
+def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields: SuccessRecord,
                       places: Sequence[str],
-                      previous: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Nondeterminism | None:
+                      previous: tuple[SuccessRecord, dict[str, Any]] | None = None) -> Nondeterminism | None:
     """Whether a build that just finished came out different from another build of the same inputs:
     the one it replaced (``previous``: that build's success record and manifest, for a forced
     rebuild), or one with the same realisation key here or in a cache."""
-    key = fields.get("realisation_key")
-    if key is None:
+    key = fields.realisation_key
+    if key is None or fields.output_digest is None:
         return None
     volatile = volatile_patterns(planned.step)
     if previous is not None:
         success, old_manifest = previous
-        if success.get("realisation_key") == key and success.get("output_digest") != fields["output_digest"]:
+        if success.realisation_key == key and success.output_digest != fields.output_digest:
             found = compare_builds(f"the build it replaced ({planned.output_name})", old_manifest, manifest, volatile)
             if found is not None:
                 return found
-    return find_nondeterminism(planned.name, key, fields["output_digest"], manifest, volatile, places,
+    return find_nondeterminism(planned.name, key, fields.output_digest, manifest, volatile, places,
                                exclude=planned.output_path)

@@ -150,7 +150,7 @@ def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
         p = state.entry(pos)
         progressed = True
         try:
-            found = expansion_of(p.step, state.files_at(pos))
+            found = expansion_of(p.step, state.files_folder(pos))
             more = s.plan_more(found, state.plan.view)
         except InvalidStep as e:
             state.expansions[pos] = ()

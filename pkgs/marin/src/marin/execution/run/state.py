@@ -48,7 +48,7 @@ class RunState:
         self._on_settle = on_settle
         self._entries: dict[int, PlannedStep] = {}
         self._published: dict[int, str] = {}
-        self._files_at: dict[int, str] = {}
+        self._files_folders: dict[int, str] = {}
         self.outcomes: dict[int, StepOutcome] = {}
         self.pending: list[int] = []
         self.running: dict[int, StepAttempt] = {}
@@ -62,12 +62,12 @@ class RunState:
         grown with the plan, :meth:`extend`)."""
         return self.plan.paths()
 
-    def files_at(self, pos: int) -> str:
+    def files_folder(self, pos: int) -> str:
         """Where the build of the step at ``pos`` has its files: its output folder, or the attempt
         folder its success record names (:mod:`marin.execution.store.records`); read once a run."""
-        if pos not in self._files_at:
-            self._files_at[pos] = StepRecord(self.plan.steps[pos].output_path).published_data()
-        return self._files_at[pos]
+        if pos not in self._files_folders:
+            self._files_folders[pos] = StepRecord(self.plan.steps[pos].output_path).files_folder()
+        return self._files_folders[pos]
 
     def input_paths(self, pos: int) -> Mapping[int, str]:
         """:attr:`paths`, with each input of ``pos`` at where its build's files are: what the step
@@ -75,7 +75,7 @@ class RunState:
         too, side by side (:meth:`expanded_inputs` hands them over)."""
         p = self.plan.steps[pos]
         wanted = sorted({q for d in p.deps for q in (d, *closure(self.expansions, d))})
-        found = dict(zip(wanted, in_parallel(self.files_at, wanted), strict=True))
+        found = dict(zip(wanted, in_parallel(self.files_folder, wanted), strict=True))
         # Its config's placeholders name the step objects it depends on.
         moved = {id(d): found[self.plan.pos_of[id(d)]] for d in dependencies_of(p.step)}
         return ChainMap(moved, self.paths)
@@ -127,7 +127,7 @@ class RunState:
         for d in self.plan.steps[pos].deps:
             if d in self.expansions:
                 found = sorted(closure(self.expansions, d))
-                out.append((self.files_at(d), tuple((self.plan.steps[q].name, self.files_at(q)) for q in found)))
+                out.append((self.files_folder(d), tuple((self.plan.steps[q].name, self.files_folder(q)) for q in found)))
         return tuple(out)
 
     def to_expand(self) -> list[int]:
@@ -149,11 +149,11 @@ class RunState:
             self.pending.remove(pos)
         self._on_settle(outcome)
 
-    def published(self, pos: int, digest: str, files_at: str) -> None:
-        """``pos`` was published with this output digest, its files at ``files_at``: its
+    def published(self, pos: int, digest: str, files_folder: str) -> None:
+        """``pos`` was published with this output digest, its files in ``files_folder``: its
         dependents read both from here."""
         self._published[pos] = digest
-        self._files_at[pos] = files_at
+        self._files_folders[pos] = files_folder
 
     def build_here(self, pos: int, why: str) -> PlannedStep:
         """``pos`` must be built here after all (its cache entry or the earlier build it would

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marin.execution.store.manifest import clear_output, verify_manifest
-from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord, data_of, published_here
+from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
@@ -67,8 +67,8 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
     where the file system allows (finished outputs are never written in place: records are
     replaced by renames), else copied.
     """
-    record = StepRecord(src)
-    data = data_of(record.read_json(record.success))
+    success = StepRecord(src).read_success()
+    data = success.attempt_folder if success is not None else ""
     moves = []
     for rel, _size in fs.walk_files(src):
         top = rel.split("/", 1)[0]
@@ -106,7 +106,7 @@ def substitute(hit: CacheHit, dst: str, *, link: bool = False) -> None:
     """
     src_record = StepRecord(hit.path)
     manifest = src_record.read_json(src_record.manifest)
-    success = src_record.read_json(src_record.success)
+    success = src_record.read_success()
     if manifest is None or success is None:
         raise CacheMiss(f"cache entry {hit.path} has no readable manifest or success record")
     try:
@@ -135,10 +135,12 @@ def push_output(src: str, cache: str, output_name: str) -> bool:
         return False
     manifest = src_record.read_json(src_record.manifest)
     if manifest is not None:
-        problems = verify_manifest(src_record.published_data(), manifest)
+        problems = verify_manifest(src_record.files_folder(), manifest)
         if problems:
             raise CacheMiss(f"{src} changed since it was built ({problems[0]}); not pushing")
     copy_tree(src, dst)
-    success = src_record.read_json(src_record.success) or {}
-    fs.create_if_absent(dst_record.success, json.dumps(published_here(success)))
+    success = src_record.read_success()
+    if success is None:
+        raise CacheMiss(f"{src}: its success record is unreadable; not pushing")
+    fs.create_if_absent(dst_record.success, json.dumps(success.published_here().to_json()))
     return True

@@ -33,10 +33,9 @@ a marker carries nothing but its name.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from marin.execution.store.records import StepRecord
+from marin.execution.store.records import Provenance, StepRecord
 from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 
@@ -108,15 +107,14 @@ def _success_path(prefix: str, output_name: str) -> str:
     return StepRecord(fs.join(prefix, output_name)).success
 
 
-def env_of(provenance: Mapping[str, Any] | None) -> str | None:
+def env_of(provenance: Provenance | None) -> str | None:
     """The build environment's digest a ``provenance.json`` records, or None."""
-    digest = (provenance or {}).get("env_digest")
-    return digest if isinstance(digest, str) and digest else None
+    return (provenance.env_digest or None) if provenance is not None else None
 
 
 def _env_of(prefix: str, output_name: str) -> str | None:
     record = StepRecord(fs.join(prefix, output_name))
-    return env_of(record.read_json(record.provenance))
+    return env_of(record.read_provenance())
 
 
 def _cheap_lookups(prefix: str) -> bool:

@@ -16,7 +16,8 @@ from typing import Any
 from marin.execution.core.identity import workspace_root
 from rigging.config.discovery import find_workspace_root
 
-__all__ = ["KEY_PACKAGES", "current_environment", "environment_fingerprint", "environment_root", "fingerprint_digest"]
+__all__ = ["KEY_PACKAGES", "current_environment", "environment_fingerprint", "environment_root", "fingerprint_digest",
+           "host_of"]
 
 KEY_PACKAGES = (
     "jax", "jaxlib", "dm-haiku", "optax", "orbax-checkpoint", "grain", "array-record", "tensorstore",
@@ -69,6 +70,12 @@ def environment_fingerprint(root: str | None) -> dict[str, Any]:
         "git_dirty": dirty,
         "host": socket.gethostname(),
     }
+
+
+def host_of(fingerprint: dict[str, Any]) -> str | None:
+    """The host a fingerprint (:func:`environment_fingerprint`) was taken on."""
+    host = fingerprint.get("host")
+    return host if isinstance(host, str) else None
 
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:

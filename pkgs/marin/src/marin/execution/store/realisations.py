@@ -24,21 +24,21 @@ from marin.execution.core.graph import dependencies_of
 from marin.execution.core.step import Step
 from marin.execution.core.traits import volatile_patterns
 from marin.execution.store.manifest import differing_files, output_digest
-from marin.execution.store.records import StepRecord
+from marin.execution.store.records import StepRecord, SuccessRecord
 from marin.execution.store.store import finished_builds
 
-__all__ = ['CARRIED', 'Nondeterminism', 'Realised', 'carried_fields', 'compare_builds', 'digest_of_build', 'find_nondeterminism', 'find_realisation', 'inputs_of', 'snapshot_build']
+__all__ = ['Nondeterminism', 'Realised', 'compare_builds', 'digest_of_build', 'find_nondeterminism', 'find_realisation', 'inputs_of', 'snapshot_build']
 
 
 def digest_of_build(output_path: str, step: Step) -> str | None:
     """The output digest of a finished build: from its success record, else from its manifest
     (builds made before digests were recorded); None when it is not finished."""
     record = StepRecord(output_path)
-    success = record.read_json(record.success)
+    success = record.read_success()
     if success is None:
         return None
-    if isinstance(success.get("output_digest"), str):
-        return success["output_digest"]
+    if success.output_digest is not None:
+        return success.output_digest
     manifest = record.read_json(record.manifest)
     if manifest is None or not isinstance(manifest.get("files"), list):
         return None
@@ -90,12 +90,11 @@ def find_realisation(name: str, key: str, places: Sequence[str], *, exclude: str
     then caches), other than ``exclude``; None if there is none."""
     for place in places:
         for path, success in finished_builds(place, name, exclude=exclude):
-            if success.get("realisation_key") != key:
+            if success.realisation_key != key:
                 continue
-            digest = success.get("output_digest")
-            inputs = success.get("inputs")
-            if isinstance(digest, str) and isinstance(inputs, list):
-                return Realised(path, str(success.get("hash", "")), digest, [i for i in inputs if isinstance(i, dict)])
+            if success.output_digest is not None and success.inputs is not None:
+                return Realised(path, success.hash or "", success.output_digest,
+                                [i for i in success.inputs if isinstance(i, dict)])
     return None
 
 
@@ -130,7 +129,7 @@ def find_nondeterminism(name: str, key: str, digest: str, manifest: Mapping[str,
     """Another finished build of ``name`` with the same realisation key and a different output."""
     for place in places:
         for path, success in finished_builds(place, name, exclude=exclude):
-            if success.get("realisation_key") != key or success.get("output_digest") == digest:
+            if success.realisation_key != key or success.output_digest == digest:
                 continue
             record = StepRecord(path)
             found = compare_builds(path, record.read_json(record.manifest), manifest, volatile)
@@ -139,17 +138,8 @@ def find_nondeterminism(name: str, key: str, digest: str, manifest: Mapping[str,
     return None
 
 
-CARRIED = ("output_digest", "realisation_key", "inputs")
-"""The fields of a success record that describe the content, and travel with a copy of the output."""
-
-
-def carried_fields(success: Mapping[str, Any]) -> dict[str, Any]:
-    """What a copy of a build (fetched from a cache) keeps of the original's success record."""
-    return {k: success[k] for k in CARRIED if k in success}
-
-
-def snapshot_build(record: StepRecord) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def snapshot_build(record: StepRecord) -> tuple[SuccessRecord, dict[str, Any]] | None:
     """The success record and manifest of a finished build about to be replaced (a forced rebuild)."""
-    success = record.read_json(record.success)
+    success = record.read_success()
     manifest = record.read_json(record.manifest)
     return (success, manifest) if success is not None and manifest is not None else None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from marin.execution.store.records import META_DIR, StepRecord
+from marin.execution.core.step import output_name_of
+from marin.execution.store.records import META_DIR, Provenance, StepRecord, SuccessRecord
 from rigging import filesystem as fs
 
 __all__ = ['R', 'T', 'FolderListings', 'StepStore', 'finished_builds', 'in_parallel', 'parent_folder']
@@ -27,7 +27,7 @@ def parent_folder(prefix: str, name: str) -> str:
 
 
 def finished_builds(prefix: str, name: str, *, exclude: str = "",
-                    listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+                    listing: Iterable[str] | None = None) -> list[tuple[str, SuccessRecord]]:
     """Finished builds of the step ``name`` (any hash) under ``prefix``: (output path, success record).
 
     Args:
@@ -43,7 +43,7 @@ def finished_builds(prefix: str, name: str, *, exclude: str = "",
         if not dash or stem != base or len(digest) != 16 or fs.join(folder, entry) == exclude:
             continue
         record = StepRecord(fs.join(folder, entry))
-        success = record.read_json(record.success)
+        success = record.read_success()
         if success is not None:
             found.append((record.output_path, success))
     return found
@@ -96,10 +96,36 @@ class StepStore:
         self.prefix = prefix.rstrip("/") if prefix != "/" else prefix
 
     def output_path(self, output_name: str) -> str:
+        """The output folder ``<prefix>/<output name>`` (``<name>-<hash16>``, :func:`output_name_of`)."""
         return fs.join(self.prefix, output_name)
 
+    def output_path_of(self, name: str, digest: str) -> str:
+        """The output folder of the step ``name`` with hash ``digest``: ``<prefix>/<name>-<hash16>``."""
+        return self.output_path(output_name_of(name, digest))
+
     def record(self, output_name: str) -> StepRecord:
+        """The records of the output ``output_name`` (``<name>-<hash16>``)."""
         return StepRecord(self.output_path(output_name))
+
+    def parent_folder(self, name: str) -> str:
+        """The folder holding the outputs of the step ``name`` (every hash of it)."""
+        return parent_folder(self.prefix, name)
+
+    @property
+    def index_folder(self) -> str:
+        """The folder of the done index (:mod:`marin.execution.store.done_index`)."""
+        from marin.execution.store.done_index import index_folder  # it reads this module's listings
+
+        return index_folder(self.prefix)
+
+    def path(self, *parts: str) -> str:
+        """A path under the prefix that is no step's output (``reports/latest.html``)."""
+        return fs.join(self.prefix, *parts)
+
+    def finished_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, SuccessRecord]]:
+        """Finished builds of the step ``name`` (any hash): (output path, success record); see
+        :func:`finished_builds`."""
+        return finished_builds(self.prefix, name, listing=listing)
 
     def resolve(self, ref: str) -> str | None:
         """The output folder a user means by ``ref``, or None: an output folder itself (a path
@@ -112,19 +138,17 @@ class StepStore:
         builds = self.earlier_builds(ref)
         return builds[0][0] if builds else None
 
-    def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, Provenance]]:
         """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first.
 
         ``listing``: the names in its parent folder, as for :func:`finished_builds`.
         """
         found = []
-        for output_path, success in finished_builds(self.prefix, name, listing=listing):
+        for output_path, success in self.finished_builds(name, listing):
             record = StepRecord(output_path)
-            provenance = record.read_json(record.provenance) or {}
-            finished = success.get("finished_at")
+            provenance = record.read_provenance() or Provenance()
             # A damaged record of an old build must not stop every later plan of this name.
-            when = (float(finished) if isinstance(finished, (int, float)) and not isinstance(finished, bool)
-                    and math.isfinite(finished) else 0.0)
+            when = success.finished_at if success.finished_at is not None else 0.0
             found.append((record.output_path, provenance, when))
         found.sort(key=lambda row: row[2], reverse=True)
         return [(path, prov) for path, prov, _ in found]

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from marin.execution.store.manifest import verify_manifest
-from marin.execution.store.records import META_DIR, StepRecord, data_folder, is_reserved, manifest_digest
+from marin.execution.store.records import META_DIR, StepRecord, files_folder, is_reserved, manifest_digest
 from rigging import filesystem as fs
 
 __all__ = ["StepCheck", "Verdict", "verify_output", "verify_outputs"]
@@ -52,7 +52,7 @@ def verify_output(name: str, output_path: str) -> StepCheck:
     record = StepRecord(output_path)
     if not record.is_done():
         return StepCheck(name, output_path, Verdict.NOT_BUILT)
-    success = record.read_json(record.success)
+    success = record.read_success()
     manifest = record.read_json(record.manifest)
     if success is None:
         return StepCheck(name, output_path, Verdict.BROKEN, [f"{record.success}: unreadable success record"])
@@ -60,16 +60,15 @@ def verify_output(name: str, output_path: str) -> StepCheck:
         return StepCheck(name, output_path, Verdict.BROKEN,
                          [f"{record.manifest}: manifest missing or unreadable"])
     # The build's files: in the step's folder, or the attempt folder its success record names.
-    files_at = data_folder(output_path, success)
-    problems = verify_manifest(files_at, manifest)
+    folder = files_folder(output_path, success.attempt_folder)
+    problems = verify_manifest(folder, manifest)
     if problems and problems[0].startswith("manifest malformed"):
         return StepCheck(name, output_path, Verdict.BROKEN, [f"{record.manifest}: {problems[0]}"])
-    expected = success.get("manifest_sha256")
-    if isinstance(expected, str) and expected != manifest_digest(manifest):
+    if success.manifest_sha256 is not None and success.manifest_sha256 != manifest_digest(manifest):
         problems.insert(0, f"{META_DIR}/manifest.json: changed after the success record was written")
     listed = {entry["path"] for entry in manifest["files"]}
     try:
-        present = [rel for rel, _size in fs.walk_files(files_at) if not is_reserved(rel)]
+        present = [rel for rel, _size in fs.walk_files(folder) if not is_reserved(rel)]
     except OSError as e:
         problems.append(f"cannot list the output: {e}")
         present = []
