@@ -29,6 +29,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import pytest  # noqa: E402
 
 from testsupport import gcs as _gcs  # noqa: E402
+from testsupport.shared import session_root  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +95,28 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
 
     with headless_chromium(str(tmp_path_factory.mktemp("chromium-profile"))) as driver:
         yield driver
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Share compiled programs between the many identical tiny runs of the session: every xdist
+    worker, its step subprocesses and warm workers (they inherit the environment).
+
+    Compilation dominates these runs on a small CPU; a cached program is the one XLA would compile
+    again, so caching changes no result.
+    """
+    # Imported here, not at the top: the fixture is the one place the test process needs jax for.
+    import jax
+
+    cache = str(session_root(tmp_path_factory) / "jax-cache")
+    saved = {k: os.environ.get(k) for k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

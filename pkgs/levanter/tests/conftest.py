@@ -24,24 +24,3 @@ def tiny_dataset(tmp_path) -> str:
         "train": pattern_documents(200, 64, seed=1),
         "validation": pattern_documents(40, 64, seed=2),
     }, vocab_size=64, eos_id=0, docs_per_shard=120)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _jax_compilation_cache(tmp_path_factory):
-    """Share compiled programs between the many identical tiny runs (and their subprocesses).
-
-    Compilation dominates these runs on a small CPU; caching does not change what runs.
-    """
-    import jax
-
-    cache = str(tmp_path_factory.mktemp("jax-cache"))
-    previous = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    if previous is None:
-        os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-    else:
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = previous
