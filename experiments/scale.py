@@ -8,8 +8,9 @@ The default, and what ``make experiments`` builds, is ``full``.
 
 An experiment file picks each size-bearing value with :func:`sized` (``num_train_steps=sized(300, 30)``);
 values that are the same at both sizes stay plain literals. ``experiments.train_nano`` (the model
-``make train-nano`` builds and the test suite shares) and the seed example (which runs as DESIGN.md
-writes it) have one size only.
+``make train-nano`` builds and the test suite shares) has one size only; the seed example
+(``tutorials/train_tiny_model.py``) trains 5 steps of its shape at smoke size, as its own test does
+with the example verbatim.
 """
 
 from __future__ import annotations

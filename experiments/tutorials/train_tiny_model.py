@@ -9,6 +9,7 @@ Offline (as on CI machines) it reads the bundled corpus, so it runs with nothing
 
 from experiments.llama import llama_nano
 from experiments.marin_tokenizer import corpus, marin_tokenizer
+from experiments.scale import sized
 from levanter.optim import AdamConfig
 from marin.execution.lazy import lower
 from marin.execution.step_runner import StepRunner
@@ -19,7 +20,8 @@ tinystories = tokenized(name="tokenized/tinystories", source=corpus,  # or "rone
                         tokenizer=marin_tokenizer, sample_count=1_000)
 nano_model = train_lm(name="checkpoints/marin-nano-tinystories", version="v1", model=llama_nano,
                       optimizer=AdamConfig(learning_rate=6e-4, weight_decay=0.1),
-                      datasets={tinystories: 1.0}, batch_size=4, seq_len=2048, num_train_steps=100)
+                      datasets={tinystories: 1.0}, batch_size=4, seq_len=2048,
+                      num_train_steps=sized(100, 5))  # smoke size (experiments.scale): 5 steps of the same shape
 
 steps = [nano_model]
 
