@@ -42,6 +42,7 @@ _WHERE = {
     "TrainLmConfig": "levanter.config",
     "TrainerConfig": "levanter.config",
     "WandbConfig": "levanter.config",
+    "TrainSummary": "levanter.summary",
     "NonFiniteLossError": "levanter.trainer",
     "TrainingPreempted": "levanter.trainer",
     "main": "levanter.trainer",
