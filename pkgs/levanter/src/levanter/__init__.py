@@ -18,6 +18,7 @@ __all__ = [
     "NonFiniteLossError",
     "Schedule",
     "TrainLmConfig",
+    "TrainSummary",
     "TrainerConfig",
     "TrainingPreempted",
     "WandbConfig",
