@@ -103,7 +103,7 @@ def _trainer_run(mesh_config, data: str, out: str) -> dict:
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     steady = [r["step_time"] for r in rows if "step_time" in r and r["step"] > WARMUP]
-    return {"step_s": statistics.median(steady), "loss": result["final_loss"], "memory": result["memory"]}
+    return {"step_s": statistics.median(steady), "loss": result.final_loss, "memory": result.memory.to_json()}
 
 
 def _child() -> None:

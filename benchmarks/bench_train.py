@@ -115,7 +115,7 @@ def main() -> dict[str, float]:
         wait_med.append(float(np.median(waits)))
         wait_p95.append(float(np.percentile(waits, 95)))
         train_time = sum(r["step_time"] for r in rows)
-        ckpt_share.append(result["checkpoint_blocked_s"] / train_time)
+        ckpt_share.append(result.checkpoint_blocked_s / train_time)
         tok_s.append(statistics.median(r["tokens_per_s"] for r in steady))
         mfu.append(statistics.median(r["mfu"] for r in steady))
         bare_step.append(_bare_step_time(fixed_batch))

@@ -194,7 +194,7 @@ def _main(argv: list[str]) -> None:
     for i in range(0, len(args), 2):
         config, out = config_from_dict(json.load(open(args[i]))), args[i + 1]
         if command == "train":
-            results.append(main(config, out))
+            results.append(main(config, out).to_json())
         elif command == "restore":
             result = restore_state(config, out)
             np.savez(os.path.join(os.path.dirname(args[i]), f"restored-{i // 2}.npz"), **result.pop("values"))

@@ -49,7 +49,7 @@ def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grow
     config = tiny_config(chat, num_train_steps=2, eval_batches=1, initialize_from=TrainedModel(pretrained),
                          log_every=1)
     result = main(config, tuned)
-    assert result["model"]["vocab_size"] == 68 and result["start_step"] == 0
+    assert result.model.vocab_size == 68 and result.start_step == 0
     scratch = str(tmp_path / "scratch")
     main(tiny_config(chat, num_train_steps=2, eval_batches=1, log_every=1), scratch)
     # The pretrained model already knows the documents; a fresh one is at chance (log 68 = 4.2).

@@ -31,7 +31,7 @@ def test_resuming_a_finished_run_logs_nothing_twice(tiny_dataset, tmp_path):
     first = _rows(out)
     assert any("val_loss" in r for r in first) and any("wall_s" in r for r in first)
     again = main(cfg, out)
-    assert again["start_step"] == 2
+    assert again.start_step == 2
     rows = _rows(out)
     assert _logged_twice(rows) == [] and rows == first
 
@@ -57,7 +57,7 @@ def test_run_id_and_tags_are_recorded_and_sent_to_wandb_offline(tiny_dataset, tm
     out = str(tmp_path / "run")
     cfg = tiny_config(tiny_dataset, run_id="nano-run/1", tags=("tiny", "pulse"), wandb=WandbConfig(project="tests"))
     result = main(cfg, out)
-    assert result["run_id"] == "nano-run/1"
+    assert result.run_id == "nano-run/1"
     rows = _rows(out)
     assert rows[0] == {"step": 0, "run_id": "nano-run/1", "tags": ["tiny", "pulse"]}
     # W&B's own offline run folder, copied into the output without its symlinks; the id is the
@@ -72,7 +72,7 @@ def test_run_id_and_tags_are_recorded_and_sent_to_wandb_offline(tiny_dataset, tm
 
 def test_without_a_run_id_the_output_folder_names_the_run(tiny_dataset, tmp_path):
     out = str(tmp_path / "marin-nano-0123456789abcdef")
-    assert main(tiny_config(tiny_dataset, num_train_steps=1, eval_batches=0), out)["run_id"] == \
+    assert main(tiny_config(tiny_dataset, num_train_steps=1, eval_batches=0), out).run_id == \
         "marin-nano-0123456789abcdef"
     assert _rows(out)[0] == {"step": 0, "run_id": "marin-nano-0123456789abcdef", "tags": []}
     assert not os.path.exists(os.path.join(out, "wandb"))

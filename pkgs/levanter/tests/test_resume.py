@@ -63,8 +63,8 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
     assert seen < STEPS
 
     result = main(cfg, out)
-    assert 4 <= result["start_step"] < STEPS
-    assert result["steps"] == STEPS
+    assert 4 <= result.start_step < STEPS
+    assert result.steps == STEPS
     _assert_bitwise_equal(final_params(out), final_params(reference_out))
 
 
@@ -83,8 +83,8 @@ def test_sigterm_saves_and_exits_resumable(tiny_dataset, tmp_path):
     assert not os.path.exists(os.path.join(out, "final"))
 
     result = main(cfg, out)
-    assert result["start_step"] == stopped_at
-    assert result["steps"] == STEPS
+    assert result.start_step == stopped_at
+    assert result.steps == STEPS
     # Every step's metrics once: the killed attempt's rows up to the checkpoint, then the resumed run's.
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
@@ -113,7 +113,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path
 
     with caplog.at_level(logging.WARNING, logger="levanter.checkpoint"):
         result = main(cfg, out)
-    assert result["start_step"] == 4 and result["steps"] == 6
+    assert result.start_step == 4 and result.steps == 6
     assert any("unreadable" in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records)
     reference_out = str(tmp_path / "reference")
     main(tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,

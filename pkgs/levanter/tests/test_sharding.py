@@ -54,7 +54,7 @@ def runs(tmp_path_factory):
     one = main(_config(data), str(root / "one"))
     runs = [(_config(data, mesh), str(root / name)) for name, mesh in LAYOUTS.items()]
     results = run_on_devices("train", runs, str(root / "work"), devices=8)
-    return {"data": data, "root": root, "one": one, **dict(zip(LAYOUTS, results, strict=True))}
+    return {"data": data, "root": root, "one": one.to_json(), **dict(zip(LAYOUTS, results, strict=True))}
 
 
 # --------------------------------------------------------------------------- rules (no devices needed)
@@ -188,7 +188,7 @@ def test_a_run_saved_on_fsdp8_resumes_training_on_one_device(runs, tmp_path):
         config = dataclasses.replace(_config(runs["data"]), trainer=dataclasses.replace(
             _config(runs["data"]).trainer, num_train_steps=STEPS + 2))
         result = main(config, out)
-        assert result["start_step"] == STEPS and result["steps"] == STEPS + 2 and result["devices"] == 1
+        assert result.start_step == STEPS and result.steps == STEPS + 2 and result.devices == 1
         losses[name] = _losses(out)
     assert len(losses["one"]) == 2
     np.testing.assert_allclose(losses["fsdp8"], losses["one"], rtol=1e-4)

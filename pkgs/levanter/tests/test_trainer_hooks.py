@@ -37,18 +37,18 @@ def test_a_callers_hook_sees_each_step_and_its_metrics_are_logged(tiny_dataset, 
 
     # FLOPs accounting of the 3 steps x 8 sequences x 32 tokens.
     model = resolve_model(config)
-    assert result["num_params"] == model.num_params()
-    assert result["flops_per_token"] == model.flops_per_token(32)
-    assert result["tokens_trained"] == 3 * 8 * 32
-    assert result["model_flops"] == model.flops_per_token(32) * 3 * 8 * 32
+    assert result.flops.num_params == model.num_params()
+    assert result.flops.flops_per_token == model.flops_per_token(32)
+    assert result.flops.tokens_trained == 3 * 8 * 32
+    assert result.flops.model_flops == model.flops_per_token(32) * 3 * 8 * 32
     # XLA counts more than the model's matmuls (norms, softmax, the optimizer), never less.
-    assert result["hardware_flops"] > result["model_flops"]
-    assert (result["peak_flops_per_device"], result["peak_flops_source"]) == (1e11, "config")
-    assert 0 < result["mfu"] < result["hfu"]
-    assert result["hfu"] / result["mfu"] == pytest.approx(result["hardware_flops"] / result["model_flops"])
+    assert result.flops.hardware_flops > result.flops.model_flops
+    assert (result.flops.peak_flops_per_device, result.flops.peak_flops_source) == (1e11, "config")
+    assert 0 < result.flops.mfu < result.flops.hfu
+    assert result.flops.hfu / result.flops.mfu == pytest.approx(result.flops.hardware_flops / result.flops.model_flops)
 
 
 def test_with_gradient_accumulation_hardware_flops_are_not_guessed(tiny_dataset, tmp_path):
     result = main(tiny_config(tiny_dataset, num_train_steps=1, grad_accum=2, eval_batches=0), str(tmp_path / "run"))
-    assert result["hardware_flops"] is None and result["hfu"] is None
-    assert result["model_flops"] == result["flops_per_token"] * 8 * 32 and result["mfu"] > 0
+    assert result.flops.hardware_flops is None and result.flops.hfu is None
+    assert result.flops.model_flops == result.flops.flops_per_token * 8 * 32 and result.flops.mfu > 0

@@ -17,14 +17,24 @@ from levanter.generate import generate, load_final_model
 from levanter.trainer import NonFiniteLossError, config_from_dict, config_to_dict, main
 from rigging.progress import read_progress
 
+SUMMARY_KEYS = ["final_loss", "val_loss", "steps", "start_step", "output_path", "checkpoint_path", "params_path",
+                "config_path", "metrics_path", "model", "tokens_per_s", "checkpoint_blocked_s", "devices", "mesh",
+                "processes", "memory", "run_id", "num_params", "flops_per_token", "tokens_trained", "model_flops",
+                "hardware_flops", "mfu", "hfu", "peak_flops_per_device", "peak_flops_source"]
+
 
 def test_pulse_two_steps(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
     result = main(tiny_config(tiny_dataset), out)
-    assert result["steps"] == 2 and result["start_step"] == 0
-    assert math.isfinite(result["final_loss"]) and math.isfinite(result["val_loss"])
+    assert result.steps == 2 and result.start_step == 0
+    assert math.isfinite(result.final_loss) and math.isfinite(result.val_loss)
     # Untrained on a 64-token vocabulary the loss is near ln(64).
-    assert abs(result["final_loss"] - math.log(64)) < 1.0
+    assert abs(result.final_loss - math.log(64)) < 1.0
+    # The summary's JSON (what marin's train_summary.json is made from) keeps its keys, in order.
+    summary = result.to_json()
+    assert list(summary) == SUMMARY_KEYS
+    assert json.loads(json.dumps(summary)) == summary and dict(result) == summary
+    assert summary["model"]["vocab_size"] == 64 and summary["memory"] == result.memory.to_json()
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     train_rows = [r for r in rows if "loss" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
@@ -49,7 +59,7 @@ def test_vocab_size_comes_from_data(tiny_dataset, tmp_path):
     cfg = tiny_config(tiny_dataset, num_train_steps=1)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=4096))
     result = main(cfg, str(tmp_path / "run"))
-    assert result["model"]["vocab_size"] == 64
+    assert result.model.vocab_size == 64
     _, params = load_final_model(str(tmp_path / "run"))
     assert params["embed"]["embeddings"].shape == (64, 32)
 

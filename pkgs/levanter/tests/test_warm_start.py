@@ -44,7 +44,7 @@ def test_a_run_started_from_a_checkpoint_continues_the_trajectory(tiny_dataset, 
     main(_config(tiny_dataset, 4), short)
     start = CheckpointStart(os.path.join(short, "checkpoints"), 4, metrics_path=os.path.join(short, "metrics.jsonl"))
     result = main(_config(tiny_dataset, 8, initialize_from=start), long_out)
-    assert (result["start_step"], result["steps"]) == (4, 8)
+    assert (result.start_step, result.steps) == (4, 8)
     # The start is the trainer's initialize_from, of kind "checkpoint", and reads back from config.json.
     with open(os.path.join(long_out, "config.json")) as f:
         saved = json.load(f)

@@ -48,6 +48,19 @@ import cloudpickle
 
 from fray import pool_template
 from fray.pool_job import PoolJobHandle
+from fray.pool_messages import (
+    Learn,
+    Learned,
+    Prepare,
+    Refused,
+    Retire,
+    Run,
+    Started,
+    TemplateSettings,
+    ToCaller,
+    ToTemplate,
+    UnsafeMain,
+)
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
 
@@ -106,8 +119,8 @@ class _Template:
         data = multiprocessing.spawn.get_preparation_data("fray-pool-template")
         data.pop("authkey", None)  # not needed here, and never to be pickled
         config = pool.config
-        self.conn.send((data, pool_template.TemplateSettings(config.never_in_template, config.learn_imports,
-                                                             main_in_calls=pool._main_in_calls)))
+        self.conn.send(Prepare(data, TemplateSettings(config.never_in_template, config.learn_imports,
+                                                      main_in_calls=pool._main_in_calls)))
         self.calls = 0
         self.retired = False
         self.unsafe_main = False
@@ -120,7 +133,7 @@ class _Template:
         self._reader = threading.Thread(target=self._read, daemon=True, name="fray-pool-reader")
         self._reader.start()
 
-    def send(self, message: tuple) -> bool:
+    def send(self, message: Prepare | ToTemplate) -> bool:
         with self._send_lock:
             try:
                 self.conn.send(message)
@@ -132,8 +145,8 @@ class _Template:
         self.calls += 1
         self._handles[handle.call_id] = handle
         modules = [m for m in handle._modules if not under(m, self._pool._refused)]
-        if not self.send(("run", handle.call_id, modules, handle._payload, handle._env, handle.log_path,
-                          handle.result_path)):
+        if not self.send(Run(handle.call_id, modules, handle._payload, handle._env, handle.log_path,
+                             handle.result_path)):
             self._handles.pop(handle.call_id, None)
             handle._finish(("died", "the worker pool's template process is gone", -1))
 
@@ -143,13 +156,13 @@ class _Template:
         self.taught = len(learned)
         if entries and not self.retired:
             self.settled.clear()
-            if not self.send(("learn", entries, sorted(refused))):
+            if not self.send(Learn(entries, sorted(refused))):
                 self.settled.set()
 
     def retire(self) -> None:
         if not self.retired:
             self.retired = True
-            self.send(("retire",))
+            self.send(Retire())
 
     def _read(self) -> None:
         while True:
@@ -157,39 +170,7 @@ class _Template:
                 message = self.conn.recv()
             except (EOFError, OSError):
                 break
-            kind, call_id, *rest = message
-            if kind == "unsafe-main":
-                # Importing the caller's main script made the template unsafe to fork; it exits,
-                # and what was sent to it goes to one that leaves main to each call (below).
-                self._pool._main_in_calls = self.unsafe_main = self.retired = True
-                continue
-            if kind == "learned":
-                _imported, excluded, unsafe, more = rest
-                self._pool._refused.update(excluded)
-                self.retired = self.retired or unsafe
-                if not more:
-                    self.settled.set()
-                continue
-            handle = self._handles.get(call_id)
-            if handle is None:
-                continue
-            if kind == "refused":
-                self._handles.pop(call_id, None)
-                self._pool._refused.add(rest[0])
-                self.retired = True
-                self._pool._start(handle)
-            elif kind == "started":
-                pid, failed = rest
-                self._pool._refused.update(failed)
-                handle._started(pid)
-            else:
-                self._handles.pop(call_id, None)
-                outcome, learned = pool_template.read_result(handle.result_path, rest[0])
-                if learned:  # taught before the caller hears of the result: settle() then waits for it
-                    self._pool._learn(learned)
-                handle._finish(outcome)
-                if handle._outcome is not None and handle._outcome[0] != "ok":
-                    self.retire()
+            self._on_message(message)
         self.process.wait()
         self.retired = True
         self.settled.set()
@@ -199,6 +180,38 @@ class _Template:
                 self._pool._start(handle)
             else:
                 handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
+
+    def _on_message(self, message: ToCaller) -> None:
+        if isinstance(message, UnsafeMain):
+            # Importing the caller's main script made the template unsafe to fork; it exits,
+            # and what was sent to it goes to one that leaves main to each call (see _read).
+            self._pool._main_in_calls = self.unsafe_main = self.retired = True
+            return
+        if isinstance(message, Learned):
+            self._pool._refused.update(message.excluded)
+            self.retired = self.retired or message.unsafe
+            if not message.more:
+                self.settled.set()
+            return
+        handle = self._handles.get(message.call_id)
+        if handle is None:
+            return
+        if isinstance(message, Refused):
+            self._handles.pop(message.call_id, None)
+            self._pool._refused.add(message.module)
+            self.retired = True
+            self._pool._start(handle)
+        elif isinstance(message, Started):
+            self._pool._refused.update(message.failed)
+            handle._started(message.pid)
+        else:
+            self._handles.pop(message.call_id, None)
+            outcome, learned = pool_template.read_result(handle.result_path, message.code)
+            if learned:  # taught before the caller hears of the result: settle() then waits for it
+                self._pool._learn(learned)
+            handle._finish(outcome)
+            if handle._outcome is not None and handle._outcome[0] != "ok":
+                self.retire()
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

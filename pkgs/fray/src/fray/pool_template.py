@@ -1,6 +1,7 @@
 """Inside a warm template process (see :mod:`fray.pool`): its loop, and each call forked from it.
 
-What the template imports, and what it learns from the calls, is :mod:`fray.template_imports`.
+What the template imports, and what it learns from the calls, is :mod:`fray.template_imports`; the
+messages it exchanges with the pool are :mod:`fray.pool_messages`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,24 @@ import selectors
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 import cloudpickle
 
+from fray.pool_messages import (
+    Exited,
+    Learn,
+    Learned,
+    Prepare,
+    Refused,
+    Retire,
+    Run,
+    Started,
+    TemplateSettings,
+    ToTemplate,
+    UnsafeMain,
+)
 from fray.process_group import WATCH_INTERVAL_S, start_group_reaper, watch_parent
 from fray.process_job import Outcome
 from fray.template_imports import (
@@ -31,18 +44,6 @@ from fray.template_imports import (
 __all__ = ["BOOTSTRAPPING", "TemplateSettings", "read_result", "template_main"]
 
 BOOTSTRAPPING = False  # True while a template imports its caller's __main__ (see fray.pool._Template)
-
-
-@dataclass(frozen=True)
-class TemplateSettings:
-    """What the caller tells a template when it starts (see :class:`fray.pool.PoolConfig`)."""
-
-    never_in_template: tuple[str, ...]
-    """Packages never imported into the template."""
-    learn_imports: bool
-    """Calls report the modules they imported, for the template to import too."""
-    main_in_calls: bool = False
-    """Each call imports the caller's ``__main__`` itself: importing it made a template unsafe to fork."""
 
 
 def _import_main(main: dict[str, str]) -> None:
@@ -125,12 +126,22 @@ def read_result(path: str, code: int) -> tuple[Outcome, list[ModuleEntry]]:
 def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
     """The template's loop: fork a child per call, report each start and exit to the caller."""
     conn = Connection(fd)
+    prepared = _prepare(conn, preload)
+    if prepared is not None:
+        _TemplateLoop(conn, caller_pid, *prepared).serve()
+
+
+def _prepare(conn: Connection, preload: Sequence[str]) -> tuple[TemplateSettings, dict[str, str]] | None:
+    """Become like the caller and import ``preload``: the settings, and the caller's ``__main__`` when
+    each call imports it itself; None when importing that main made this template unsafe to fork
+    (the caller was told: :class:`UnsafeMain`)."""
     # As multiprocessing's spawn does: the caller's sys.path, folder and ``__main__`` module (as
     # ``__mp_main__``), so what the caller pickled from its main script unpickles here.
     import multiprocessing.spawn
 
-    preparation, settings = conn.recv()
-    assert isinstance(settings, TemplateSettings)
+    prepare = conn.recv()
+    assert isinstance(prepare, Prepare)
+    settings, preparation = prepare.settings, dict(prepare.preparation)
     never = settings.never_in_template
     main = {k: preparation.pop(k) for k in ("init_main_from_name", "init_main_from_path") if k in preparation}
     multiprocessing.spawn.prepare(preparation)
@@ -140,91 +151,123 @@ def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
         hazard = fork_hazard(never)
         if hazard is not None:
             # A main script that imports numpy (OpenBLAS starts threads), say: each call imports it.
-            conn.send(("unsafe-main", None, hazard))
-            return
+            conn.send(UnsafeMain(hazard))
+            return None
     import_into_template(preload, never)
     hazard = fork_hazard(never)
     if hazard is not None:
         raise SystemExit(f"fray pool: preloading {list(preload)} left the template unsafe to fork ({hazard})")
-    learner = Learner(never)
-    selector = selectors.DefaultSelector()
-    selector.register(conn, selectors.EVENT_READ, None)
-    children: dict[int, tuple[int, int]] = {}  # read end of the exit pipe -> (call id, pid)
-    unsafe: str | None = None  # the module that made this template unsafe to fork: it forks no more
-    retiring = False
+    return settings, main
 
-    def start_probe() -> None:
-        if unsafe is None and not retiring and (read_end := learner.start()) is not None:
-            selector.register(read_end, selectors.EVENT_READ, "probe")
 
-    while True:
-        if os.getppid() != caller_pid:
-            for _call, pid in children.values():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-            if learner.probe is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(learner.probe.pid, signal.SIGKILL)
-            os._exit(0)
-        if retiring and not children and learner.probe is None:
-            os._exit(0)
-        if learner.probe is not None:
-            learner.probe.end_if(overdue_only=not retiring)
-        for key, _ in selector.select(WATCH_INTERVAL_S):
-            if key.data is None:
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    retiring = True
-                    selector.unregister(conn)
-                    continue
-                if request[0] == "retire":
-                    retiring = True
-                    continue
-                if request[0] == "learn":
-                    learner.add(*request[1:])
-                    start_probe()
-                    if learner.probe is None:
-                        conn.send(("learned", None, [], [], unsafe is not None, False))
-                    continue
-                _, call_id, modules, payload, env, log_path, result_path = request
-                failed, unsafe_now = import_into_template([m for m in modules if not under(m, learner.excluded)],
-                                                          never)
-                unsafe = unsafe or unsafe_now
-                if unsafe is not None:
-                    # This template may not fork any more (fork_hazard): hand the call back, retire.
-                    conn.send(("refused", call_id, unsafe))
-                    retiring = True
-                    continue
-                read_end, write_end = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(read_end)
-                    _run_call(os.getppid(), (conn, selector), payload, env, log_path, result_path, settings, main)
-                os.close(write_end)
-                children[read_end] = (call_id, pid)
-                selector.register(read_end, selectors.EVENT_READ, "exit")
-                conn.send(("started", call_id, pid, failed))
-            elif key.data == "probe":
-                assert learner.probe is not None
-                if not learner.probe.read():
-                    continue
-                selector.unregister(key.fd)
-                if retiring:
-                    learner.discard()
-                    continue
-                imported, excluded, unsafe_now = learner.finish()
-                unsafe = unsafe or unsafe_now
-                retiring = retiring or unsafe is not None
-                start_probe()
-                conn.send(("learned", None, imported, excluded, unsafe is not None, learner.probe is not None))
-            else:
-                read_end = key.fd
-                call_id, pid = children.pop(read_end)
-                selector.unregister(read_end)
-                os.close(read_end)
-                _, status = os.waitpid(pid, 0)
-                # Anything the call started and left behind in its group ends with it.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                conn.send(("exited", call_id, os.waitstatus_to_exitcode(status)))
+class _TemplateLoop:
+    """The template after :func:`_prepare`: waits on the caller's requests, its children's exits and
+    its import probe, until it retires (or the caller dies)."""
+
+    def __init__(self, conn: Connection, caller_pid: int, settings: TemplateSettings, main: dict[str, str]):
+        self.conn = conn
+        self.caller_pid = caller_pid
+        self.settings = settings
+        self.main = main
+        self.never = settings.never_in_template
+        self.learner = Learner(self.never)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(conn, selectors.EVENT_READ, None)
+        self.children: dict[int, tuple[int, int]] = {}  # read end of the exit pipe -> (call id, pid)
+        self.unsafe: str | None = None  # the module that made this template unsafe to fork: it forks no more
+        self.retiring = False
+
+    def serve(self) -> NoReturn:
+        while True:
+            if os.getppid() != self.caller_pid:
+                self._kill_all()
+                os._exit(0)
+            if self.retiring and not self.children and self.learner.probe is None:
+                os._exit(0)
+            if self.learner.probe is not None:
+                self.learner.probe.end_if(overdue_only=not self.retiring)
+            for key, _ in self.selector.select(WATCH_INTERVAL_S):
+                if key.data is None:
+                    self._on_request()
+                elif key.data == "probe":
+                    self._on_probe(key.fd)
+                else:
+                    self._on_exit(key.fd)
+
+    def _kill_all(self) -> None:
+        """The caller died: so do the calls and the probe."""
+        for _call, pid in self.children.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        if self.learner.probe is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.learner.probe.pid, signal.SIGKILL)
+
+    def _start_probe(self) -> None:
+        if self.unsafe is None and not self.retiring and (read_end := self.learner.start()) is not None:
+            self.selector.register(read_end, selectors.EVENT_READ, "probe")
+
+    def _on_request(self) -> None:
+        try:
+            request: ToTemplate = self.conn.recv()
+        except (EOFError, OSError):
+            self.retiring = True
+            self.selector.unregister(self.conn)
+            return
+        if isinstance(request, Retire):
+            self.retiring = True
+        elif isinstance(request, Learn):
+            self.learner.add(request.entries, request.refused)
+            self._start_probe()
+            if self.learner.probe is None:
+                self.conn.send(Learned([], [], unsafe=self.unsafe is not None, more=False))
+        else:
+            self._start_call(request)
+
+    def _start_call(self, run: Run) -> None:
+        """Fork ``run``'s child, once the modules it asks for are imported here (if that is safe)."""
+        failed, unsafe_now = import_into_template([m for m in run.modules if not under(m, self.learner.excluded)],
+                                                  self.never)
+        self.unsafe = self.unsafe or unsafe_now
+        if self.unsafe is not None:
+            # This template may not fork any more (fork_hazard): hand the call back, retire.
+            self.conn.send(Refused(run.call_id, self.unsafe))
+            self.retiring = True
+            return
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            _run_call(os.getppid(), (self.conn, self.selector), run.payload, run.env, run.log_path, run.result_path,
+                      self.settings, self.main)
+        os.close(write_end)
+        self.children[read_end] = (run.call_id, pid)
+        self.selector.register(read_end, selectors.EVENT_READ, "exit")
+        self.conn.send(Started(run.call_id, pid, failed))
+
+    def _on_probe(self, fd: Any) -> None:
+        """The probe wrote or ended: when it ended, import what it imported safely, and say so."""
+        learner = self.learner
+        assert learner.probe is not None
+        if not learner.probe.read():
+            return
+        self.selector.unregister(fd)
+        if self.retiring:
+            learner.discard()
+            return
+        imported, excluded, unsafe_now = learner.finish()
+        self.unsafe = self.unsafe or unsafe_now
+        self.retiring = self.retiring or self.unsafe is not None
+        self._start_probe()
+        self.conn.send(Learned(imported, excluded, unsafe=self.unsafe is not None, more=learner.probe is not None))
+
+    def _on_exit(self, read_end: Any) -> None:
+        """A call's child closed its exit pipe: reap it (and its group), and tell the caller."""
+        call_id, pid = self.children.pop(read_end)
+        self.selector.unregister(read_end)
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+        # Anything the call started and left behind in its group ends with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        self.conn.send(Exited(call_id, os.waitstatus_to_exitcode(status)))

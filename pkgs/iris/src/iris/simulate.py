@@ -181,25 +181,14 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
         raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
     running = dict(running or {})
     order = _topological(steps)
-    unknown = sorted(set(running) - {s.name for s in order})
-    if unknown:
-        raise ValueError(f"running steps {unknown} are not in the graph")
-    for s in order:
-        if s.resources.num_hosts > cluster.num_hosts:
-            raise ResourcesTooLarge(
-                f"step {s.name!r} spans {s.resources.num_hosts} hosts; the cluster has {cluster.num_hosts}"
-            )
-        check_fits(s.resources, cluster.host, what=f"a host (for step {s.name!r})", demand=Demand.per_host(s.resources))
+    _check_can_run(order, cluster, running)
     level = _bottom_levels(order)
     given = {s.name: i for i, s in enumerate(steps)}
     rank = ((lambda s: (-level[s.name], s.name)) if priority is Priority.CRITICAL_PATH
             else (lambda s: (given[s.name],)))
     ledgers = [Ledger(cluster.host) for _ in range(cluster.num_hosts)]
     waiting = {s.name: len(s.deps) for s in order}
-    users: dict[str, list[SimStep]] = {s.name: [] for s in order}
-    for s in order:
-        for d in s.deps:
-            users[d].append(s)
+    users = _dependents(order)
     ready = [s for s in order if not s.deps and s.name not in running]
     active: list[tuple[float, int, SimStep, tuple[int, ...]]] = []
     seq = itertools.count()
@@ -242,6 +231,28 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
         critical_path=max(level.values(), default=0.0),
         work_bound=work_bound(steps, cluster),
     )
+
+
+def _check_can_run(order: Sequence[SimStep], cluster: SimCluster, running: Mapping[str, float]) -> None:
+    """Raise unless every step fits the cluster and every running step is one of ``order``."""
+    unknown = sorted(set(running) - {s.name for s in order})
+    if unknown:
+        raise ValueError(f"running steps {unknown} are not in the graph")
+    for s in order:
+        if s.resources.num_hosts > cluster.num_hosts:
+            raise ResourcesTooLarge(
+                f"step {s.name!r} spans {s.resources.num_hosts} hosts; the cluster has {cluster.num_hosts}"
+            )
+        check_fits(s.resources, cluster.host, what=f"a host (for step {s.name!r})", demand=Demand.per_host(s.resources))
+
+
+def _dependents(order: Sequence[SimStep]) -> dict[str, list[SimStep]]:
+    """Step name -> the steps that depend on it."""
+    users: dict[str, list[SimStep]] = {s.name: [] for s in order}
+    for s in order:
+        for d in s.deps:
+            users[d].append(s)
+    return users
 
 
 def _place(step: SimStep, ledgers: list[Ledger]) -> tuple[int, ...] | None:
