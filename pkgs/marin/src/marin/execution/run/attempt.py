@@ -130,7 +130,7 @@ class StepAttempt:
         lease.start_heartbeat()
         try:
             if clear:
-                done_index.unmark(ctx.prefix, [p.output_name])  # first: a marker never outlives its output
+                done_index.unmark(ctx.settings.prefix, [p.output_name])  # first: a marker never outlives its output
                 clear_output(p.output_path)
             # The lease's listing of .marin/ says whether an earlier attempt left a status record.
             earlier = record.read_status() if record_listed(record.status, lease) else StepStatus(BuildState.MISSING)
@@ -149,7 +149,7 @@ class StepAttempt:
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=self.files_folder,
-                prefix=ctx.prefix,
+                prefix=ctx.settings.prefix,
                 expansions=expansions,
                 log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
@@ -358,7 +358,7 @@ class StepAttempt:
                 files = [(rel[len(self.attempt_folder) + 1:], size) for rel, size in files if rel.startswith(self.attempt_folder + "/")]
             manifest = compute_manifest(self.files_folder, files)
             fields = realisation_fields(state, p, manifest)
-            odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
+            odd = nondeterminism_of(p, manifest, fields, self.ctx.settings.places, self.replaced)
             if odd is not None:
                 logger.warning("%s: %s", p.output_name, odd)
             lost = sorted(name for name in meta if name.startswith(LOST_PREFIX))
@@ -444,7 +444,7 @@ class StepAttempt:
                                for d in p.deps),
             environment=fingerprint,
             env_digest=digest,
-            strict_env=self.ctx.strict_env,
+            strict_env=self.ctx.settings.strict_env,
             host=host_of(fingerprint),
             runner=self.ctx.holder,
             started_at=self.started,

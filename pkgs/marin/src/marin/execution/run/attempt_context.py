@@ -13,6 +13,7 @@ from marin.execution.core.step import Step
 if TYPE_CHECKING:
     from fray.types import DistributedClient
     from iris.cluster import ResourceConfig
+    from marin.execution.run.settings import RunSettings
 
 __all__ = ["AttemptContext", "NothingHeld", "Releasable", "WorkerKind", "is_lost_process", "resources_of",
            "warm_worker_can_run"]
@@ -69,17 +70,16 @@ def is_lost_process(error: BaseException) -> bool:
 class AttemptContext:
     """What every attempt of one run shares with the runner that started it."""
 
+    settings: RunSettings
+    """The run's settings: its prefix (where the done index lives,
+    :mod:`marin.execution.store.done_index`), places (where other builds of a step may be found: a
+    build that differs from another of the same inputs is reported as nondeterministic),
+    ``strict_env``."""
     holder: str
     client: DistributedClient
     worker: WorkerKind
-    strict_env: bool
     environment: Callable[[], tuple[dict[str, Any], str]]
     """The environment fingerprint and its digest (for provenance)."""
-    places: tuple[str, ...] = ()
-    """Where other builds of a step may be found (the prefix, then caches): a build that differs
-    from another of the same inputs is reported as nondeterministic."""
-    prefix: str = ""
-    """The store's prefix, where its done index lives (:mod:`marin.execution.store.done_index`)."""
     pool: Callable[[], Any] | None = None
     """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
     interpreter each."""

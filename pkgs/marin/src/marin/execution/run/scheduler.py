@@ -23,6 +23,7 @@ from marin.execution.run.publish import (
     realisable,
     record_listed,
 )
+from marin.execution.run.settings import RunSettings
 from marin.execution.run.state import RunState
 from marin.execution.store.cache import find_in_caches
 from marin.execution.store.realisations import snapshot_build
@@ -40,13 +41,9 @@ now, or the text of why it can never run here."""
 class Scheduling:
     """What the loop needs from the runner that started it."""
 
-    max_parallel: int
-    poll_interval: float
-    lease_ttl: float
+    settings: RunSettings
     holder: str
-    prefix: str
-    caches: tuple[str, ...]
-    early_cutoff: bool
+    """Who this runner is, in the leases it takes."""
     reporter: Reporter
     admit: Admit
     attempt_context: Callable[[], AttemptContext]
@@ -55,11 +52,6 @@ class Scheduling:
     plan_more: Callable[[list[Step], StoreView], Plan]
     """Plan more targets as the run's plan was made (same options), reading the store through
     the run's view: what a built step expanded into."""
-
-    @property
-    def places(self) -> list[str]:
-        """Where earlier builds may be found: this prefix, then the caches."""
-        return [self.prefix, *self.caches]
 
 
 def execute(state: RunState, s: Scheduling) -> None:
@@ -97,7 +89,7 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
         # A fetch copies a finished output whole: it waits for no inputs.
         if p.action is not Action.FETCH and not state.inputs_ready(pos):
             continue
-        if len(state.running) >= s.max_parallel:
+        if len(state.running) >= s.settings.max_parallel:
             break
         admission = s.admit(p)
         if isinstance(admission, str):
@@ -175,7 +167,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     if not forced and pos in state.waiting_on and record.is_done():
         state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
         return None
-    lease = Lease.acquire(record.meta, ttl=s.lease_ttl, holder=s.holder)
+    lease = Lease.acquire(record.meta, ttl=s.settings.lease_ttl, holder=s.holder)
     if lease is None:
         info = current_lease(record.meta)
         holder = info.holder if info else "?"
@@ -190,18 +182,18 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
         state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
         return None
     if p.action is Action.FETCH:
-        if fetch_from_cache(state, pos, lease, s.prefix):
+        if fetch_from_cache(state, pos, lease):
             source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
             state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
             return None
         # The cache entry was refused: build it here, its inputs first.
         p = state.build_here(pos, "cache entry refused; rebuilding")
-        if state.activate_inputs(pos, s.caches, find_in_caches):
+        if state.activate_inputs(pos, s.settings.caches, find_in_caches):
             lease.release()
             return None
-    if not forced and (p.action is Action.REUSE or (s.early_cutoff and realisable(state, pos, s.places))):
+    if not forced and (p.action is Action.REUSE or (s.settings.early_cutoff and realisable(state, pos, s.settings.places))):
         p = state.entry(pos)
-        if publish_copy(state, pos, lease, s.prefix, lambda: copy_realisation(state, pos, lease),
+        if publish_copy(state, pos, lease, lambda: copy_realisation(state, pos, lease),
                         f"building {p.output_name} instead"):
             state.settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=reasons_of(p.reasons)))
             return None
