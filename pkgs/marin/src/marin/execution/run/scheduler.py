@@ -6,6 +6,7 @@ It reads the plan and changes only the run's state (:class:`~marin.execution.run
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,18 +63,19 @@ def execute(state: RunState, s: Scheduling) -> None:
             progressed = _finish_what_ended(state) or progressed
             progressed = _expand_what_was_built(state, s) or progressed
             if not progressed and not state.running and not state.waiting_on and state.pending:
-                stuck = ", ".join(state.plan.steps[pos].name for pos in state.pending[:5])
+                stuck = ", ".join(state.plan.steps[pos].name for pos in itertools.islice(state.pending, 5))
                 raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
             if not progressed:
                 s.reporter.tick([a.planned for a in state.running.values()])
                 s.wait(bool(state.running))
     except BaseException:
-        for pos, attempt in state.running.items():
-            attempt.admission.release()
-            state.outcomes[pos] = attempt.cancel()
-        for pos in state.pending:
-            state.outcomes.setdefault(pos, StepOutcome.of(state.entry(pos), Outcome.INTERRUPTED))
+        state.interrupt(_cancel)
         raise
+
+
+def _cancel(attempt: StepAttempt) -> StepOutcome:
+    attempt.admission.release()
+    return attempt.cancel()
 
 
 def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
@@ -104,8 +106,7 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
             progressed = True  # settled, or a refused cache entry brought its inputs into the run
         if started is not None:
             started.admission = admission
-            state.running[pos] = started
-            state.pending.remove(pos)
+            state.started(pos, started)
             progressed = True
         else:
             admission.release()
@@ -126,11 +127,7 @@ def _finish_what_ended(state: RunState) -> bool:
             outcome = attempt.finish(state)
         finally:
             attempt.admission.release()
-        del state.running[pos]
-        if outcome is None:
-            state.pending.append(pos)  # lost the lease: wait for whoever holds it now
-        else:
-            state.settle(pos, outcome)
+        state.ended(pos, outcome)  # None: lost the lease, wait for whoever holds it now
     return progressed
 
 
@@ -145,8 +142,7 @@ def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
             found = expansion_of(p.step, state.files_folder(pos))
             more = s.plan_more(found, state.plan.view)
         except InvalidStep as e:
-            state.expansions[pos] = ()
-            state.settle(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=str(e)))
+            state.expansion_failed(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=str(e)))
             continue
         merged, mapping = merge_plans(state.plan, more)
         roots = sorted({mapping[more.position(step)] for step in found})
@@ -171,8 +167,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     if lease is None:
         info = current_lease(record.meta)
         holder = info.holder if info else "?"
-        if state.waiting_on.get(pos) != holder:
-            state.waiting_on[pos] = holder
+        if state.wait_on(pos, holder):
             s.reporter.waiting(p, holder)
         return None
     # Somebody may have published between our check and our lease (the lease's listing of
