@@ -36,7 +36,7 @@ def _stop_time(work: str, warm: bool, round_no: int) -> float:
     pid_file = os.path.join(work, f"pid-{warm}-{round_no}")
     step = Step(f"lost/tick-{warm}-{round_no}", tick_until_stopped, TickConfig(pid_file=pid_file))
     runner = StepRunner(prefix=os.path.join(work, "store"), lease_ttl=TTL, poll_interval=0.02, warm_workers=warm)
-    meta = StepRecord(os.path.join(runner.prefix, step.output_name)).meta
+    meta = StepRecord(os.path.join(runner.settings.prefix, step.output_name)).meta
     thread = threading.Thread(target=lambda: runner.run([step]), daemon=True)
     thread.start()
     try:

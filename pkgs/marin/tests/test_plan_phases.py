@@ -164,7 +164,7 @@ def test_run_state_changes_entries_but_never_the_plan(tmp_path):
     settled: list[StepOutcome] = []
     state = RunState(plan, on_settle=settled.append)
     state.start({0: StepOutcome.of(entries[0], Outcome.CACHED)})
-    assert state.pending == [1, 2]
+    assert list(state.pending) == [1, 2]
     assert not state.inputs_ready(2) and state.inputs_ready(1)
     run = state.build_here(1, "cache entry refused; rebuilding")
     assert run.action is Action.RUN and state.entry(1) is run and plan.steps[1].action is Action.FETCH
@@ -175,7 +175,29 @@ def test_run_state_changes_entries_but_never_the_plan(tmp_path):
     assert state.files_folder(1) == "/elsewhere/s/b"
     assert state.input_paths(2)[id(entries[1].step)] == "/elsewhere/s/b"
     state.settle(1, StepOutcome.of(run, Outcome.RAN))
-    assert state.pending == [2] and [o.name for o in settled] == ["s/b"] and state.inputs_ready(2)
+    assert list(state.pending) == [2] and [o.name for o in settled] == ["s/b"] and state.inputs_ready(2)
+
+
+def test_run_state_changes_only_through_its_methods(tmp_path):
+    entries = (_entry("s/a", Action.RUN), _entry("s/b", Action.RUN, (0,)))
+    plan = Plan(_store(tmp_path), entries, {id(p.step): i for i, p in enumerate(entries)},
+                StoreView(_store(tmp_path)))
+    settled: list[StepOutcome] = []
+    state = RunState(plan, on_settle=settled.append)
+    state.start({})
+    for view in (state.outcomes, state.running, state.waiting_on, state.expansions):
+        with pytest.raises(TypeError):
+            view[0] = None  # type: ignore[index]
+    assert not hasattr(state.pending, "append") and not hasattr(state.pending, "remove")
+    attempt = object()
+    state.started(0, attempt)  # type: ignore[arg-type]
+    assert list(state.pending) == [1] and dict(state.running) == {0: attempt}
+    state.ended(0, None)  # lost its lease: pending again, after the others
+    assert list(state.pending) == [1, 0] and not state.running and not settled
+    assert state.wait_on(0, "other") and not state.wait_on(0, "other") and state.waiting_on == {0: "other"}
+    state.started(0, attempt)  # type: ignore[arg-type]
+    state.ended(0, StepOutcome.of(entries[0], Outcome.RAN))
+    assert [o.name for o in settled] == ["s/a"] and state.built(0) and list(state.pending) == [1]
 
 
 def test_run_state_brings_unneeded_inputs_into_the_run(tmp_path):

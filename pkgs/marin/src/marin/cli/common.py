@@ -49,12 +49,15 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any = None,
                         caches: tuple[str, ...] = (), strict_env: bool | None = None,
                         backend: str | None = None, ray_address: str | None = None, **kwargs: Any):
+    """The runner the options ask for: the configuration with the flags over it, then the run's own
+    settings (``kwargs``: ``force``, ``dry_run``, ``budget_s`` ...), made once into its ``RunSettings``."""
     from marin.execution.run.runner import StepRunner
+    from marin.execution.run.settings import RunSettings
 
     config = load_config(ctx, prefix=prefix, max_parallel=kwargs.pop("max_parallel", None),
                          caches=list(caches) or None, strict_env=strict_env, backend=backend,
                          ray_address=ray_address)
-    return StepRunner(config, reporter=reporter, **kwargs)
+    return StepRunner(RunSettings.of(config, **kwargs), reporter=reporter)
 
 
 def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished: bool = True,

@@ -1,8 +1,9 @@
 """One attempt at building one step: start its process, poll it, retry it, finish or cancel it.
 
-The attempt owns what belongs to it alone: its lease (held while it runs), its log (written by
-the worker here, or copied from the job's handle when the worker is elsewhere), its status
-record, and at the end its manifest, provenance and success record.
+The attempt owns what belongs to it alone: its lease (held while it runs), its log
+(:mod:`marin.execution.run.attempt_log`), its status record, and at the end its manifest,
+provenance (:mod:`marin.execution.run.provenance`) and success record. It ends in one of three
+ways (:meth:`StepAttempt.finish`): published, failed, or lost (its lease taken over).
 """
 
 from __future__ import annotations
@@ -10,16 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.core.encoding import config_to_json, flatten_config
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.identity import fn_identity, workspace_root
 from marin.execution.core.walk import with_real_paths
@@ -31,26 +29,26 @@ from marin.execution.run.attempt_context import (
     WorkerKind,
     is_lost_process,
     resources_of,
-    warm_worker_can_run,
 )
+from marin.execution.run.attempt_log import AttemptLog
 from marin.execution.run.outcome import Outcome, StepOutcome
+from marin.execution.run.provenance import provenance_of
 from marin.execution.run.publish import nondeterminism_of, realisation_fields, record_listed
 from marin.execution.run.secrets import SecretMask
 from marin.execution.run.state import RunState
-from marin.execution.run.worker import FnRef, StepPayload, run_step
+from marin.execution.run.worker import FnRef, StepPayload
 from marin.execution.store import done_index
 from marin.execution.store.cache import copy_tree
-from marin.execution.store.environment import host_of
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
     meta_names,
     remove_orphan_temporaries,
 )
+from marin.execution.store.realisations import Nondeterminism
 from marin.execution.store.records import (
     LOST_PREFIX,
     BuildState,
-    Dependency,
     Provenance,
     StepRecord,
     StepStatus,
@@ -63,13 +61,10 @@ from rigging.lease import Lease, LeaseLost
 
 if TYPE_CHECKING:
     from fray.types import JobHandle
-    from iris.cluster import ResourceConfig
 
 __all__ = ["StepAttempt"]
 
 logger = logging.getLogger("marin.execution.step_runner")
-
-_LOG_PULL_INTERVAL_S = 1.0
 
 
 def _fn_ref(fn: Any) -> FnRef:
@@ -87,17 +82,14 @@ class StepAttempt:
     lease: Lease
     ctx: AttemptContext
     handle: JobHandle = field(init=False)  # set by start()
-    attempt: int = 1
+    log: AttemptLog = field(init=False)  # set by start()
+    first_attempt: int = 1
+    """The attempt number this runner started with (earlier attempts are counted in the status record)."""
     started: float = field(default_factory=time.time)
-    local_log: str = ""
-    remote_log: str | None = None
     admission: Releasable = field(default_factory=NothingHeld)  # room on this machine while it runs
     resubmit: Callable[[], Any] | None = None
-    retries_left: int = 0
     retries: int = 0  # retries so far in this run
     mask: SecretMask = field(default_factory=SecretMask)
-    log_offsets: dict[int, int] = field(default_factory=dict)
-    logs_polled: float = 0.0
     replaced: tuple[SuccessRecord, dict[str, Any]] | None = None
     """A forced rebuild: the success record and manifest of the build it replaces."""
     lost_at: float | None = None
@@ -106,6 +98,16 @@ class StepAttempt:
     """Where this attempt writes the step's files, relative to its folder: "" for the folder
     itself, or its own attempt folder (:meth:`StepRecord.attempt_folder`) when an earlier holder's
     process may still be writing (:meth:`_choose_folder`)."""
+
+    @property
+    def attempt(self) -> int:
+        """The number of the attempt running now, counting earlier runs' attempts."""
+        return self.first_attempt + self.retries
+
+    @property
+    def retries_left(self) -> int:
+        """Retries of a lost process left (``resources.max_retries`` less those used)."""
+        return resources_of(self.planned.step).max_retries - self.retries
 
     @property
     def files_folder(self) -> str:
@@ -130,18 +132,18 @@ class StepAttempt:
         lease.start_heartbeat()
         try:
             if clear:
-                done_index.unmark(ctx.prefix, [p.output_name])  # first: a marker never outlives its output
+                done_index.unmark(ctx.settings.prefix, [p.output_name])  # first: a marker never outlives its output
                 clear_output(p.output_path)
             # The lease's listing of .marin/ says whether an earlier attempt left a status record.
             earlier = record.read_status() if record_listed(record.status, lease) else StepStatus(BuildState.MISSING)
             self._choose_folder(earlier)
-            self.attempt = earlier.attempt + 1
+            self.first_attempt = earlier.attempt + 1
             config = with_real_paths(p.step.config, paths)
             try:
                 config_bytes = pickle.dumps(config)
             except Exception as e:  # noqa: BLE001 - reported as the step's failure
                 raise UnserializableConfig(f"{p.name}: config cannot be sent to a worker: {e}") from e
-            self.local_log, self.remote_log = self._log_paths()
+            self.log = AttemptLog(p.output_path, self.mask, pulled=ctx.worker is not WorkerKind.LOCAL_PROCESS)
             root = workspace_root()
             payload = StepPayload(
                 step_name=p.name,
@@ -149,9 +151,9 @@ class StepAttempt:
                 fn=_fn_ref(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=self.files_folder,
-                prefix=ctx.prefix,
+                prefix=ctx.settings.prefix,
                 expansions=expansions,
-                log_path=self.local_log if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
+                log_path=self.log.local if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
                 lease=(lease.folder, lease.token, lease.ttl) if ctx.worker is not WorkerKind.IN_PROCESS else None,
@@ -159,8 +161,7 @@ class StepAttempt:
             if fs.is_local(self.files_folder):
                 os.makedirs(fs.strip_protocol(self.files_folder), exist_ok=True)
             resources = resources_of(p.step)
-            self.retries_left = resources.max_retries
-            self.resubmit = self._submitter(payload, resources)
+            self.resubmit = ctx.submitter(payload, resources, p.output_name)
             self.handle = self.resubmit()
             lease.on_lost = self._stop_lost
             # One status record per start, written once the process exists so that it can name it.
@@ -209,31 +210,6 @@ class StepAttempt:
         # A killed attempt may have left a half-written temporary; the new one starts clean.
         remove_orphan_temporaries(self.files_folder)
 
-    def _submitter(self, payload: StepPayload, resources: ResourceConfig) -> Callable[[], JobHandle]:
-        """A function that starts the step (again, for a retry) and returns its handle."""
-        p, client = self.planned, self.ctx.client
-        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
-        if resources.num_hosts > 1:
-            # iris's package imports fray's clients and with them Ray (~0.8 s): only for multi-host steps.
-            from iris.multihost import MultihostJobHandle, launch
-
-            return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources,
-                                                     name=p.output_name, env=env))
-        if self.ctx.worker is WorkerKind.LOCAL_PROCESS and self.ctx.pool is not None and warm_worker_can_run(resources):
-            pool = self.ctx.pool()
-            return lambda: pool.submit(run_step, payload, name=p.output_name, env=env, preload=(payload.fn.module,))
-        # Ray never retries on its own: the runner does, so that it counts and records attempts.
-        remote = self.ctx.worker is WorkerKind.REMOTE
-        extra = {} if not remote else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
-        return lambda: client.submit(run_step, payload, name=p.output_name, env=env, **extra)
-
-    def _log_paths(self) -> tuple[str, str | None]:
-        record = StepRecord(self.planned.output_path)
-        if fs.is_local(self.planned.output_path):
-            return fs.strip_protocol(record.log), None
-        folder = tempfile.mkdtemp(prefix="marin-log-")
-        return os.path.join(folder, "log.txt"), record.log
-
     def _record(self, state: BuildState, *, error: str | None = None, tb: str | None = None,
                 worker: str | None = None) -> None:
         StepRecord(self.planned.output_path).write_status(state, self.attempt, self.ctx.holder, error=error,
@@ -252,32 +228,11 @@ class StepAttempt:
 
     def poll(self) -> None:
         """Copy what a worker elsewhere printed since the last poll into the log (at most once a second)."""
-        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
-            self._pull_logs()
-
-    def _append_log(self, text: str) -> None:
-        os.makedirs(os.path.dirname(self.local_log), exist_ok=True)
-        with open(self.local_log, "a", encoding="utf-8") as f:
-            f.write(self.mask(text))
-
-    def _pull_logs(self, *, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - self.logs_polled < _LOG_PULL_INTERVAL_S:
-            return
-        self.logs_polled = now
-        chunks = []
-        for i, h in enumerate(getattr(self.handle, "handles", None) or [self.handle]):
-            text = h.logs()
-            sent = self.log_offsets.get(i, 0)
-            if len(text) > sent:
-                chunks.append(text[sent:])
-                self.log_offsets[i] = len(text)
-        if chunks:
-            self._append_log("".join(chunks))
+        self.log.poll(self.handle)
 
     def retry(self) -> bool:
         """Start the step again if its process died (rather than raising) and it has retries left."""
-        if self.lease.lost or self.retries_left <= 0 or self.resubmit is None:
+        if self.lease.lost or self.resubmit is None or self.retries_left <= 0:
             return False
         try:
             self.handle.result(timeout=0)
@@ -288,17 +243,12 @@ class StepAttempt:
             error = self.mask(str(e))
         if self._lease_lost_now() is not None:
             return False  # ended by the lease's new holder: never started again under a lost lease
-        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
-            self._pull_logs(final=True)
         p = self.planned
-        self.retries_left -= 1
         self.retries += 1
-        self.attempt += 1
         logger.warning("%s: %s; retrying (attempt %d)", p.output_name, error, self.attempt)
-        self._append_log(f"\n[marin] attempt {self.attempt - 1} of {p.name} lost its process ({error}); "
-                         f"starting attempt {self.attempt}\n")
+        self.log.next_attempt(self.handle, f"\n[marin] attempt {self.attempt - 1} of {p.name} lost its process "
+                                           f"({error}); starting attempt {self.attempt}\n")
         self._record(BuildState.RUNNING, error=f"attempt {self.attempt - 1}: {error}")
-        self.log_offsets = {}
         try:
             self.handle = self.resubmit()
         except Exception as e:  # noqa: BLE001 - a step that cannot restart fails like any other
@@ -311,14 +261,9 @@ class StepAttempt:
 
     # -- the end -------------------------------------------------------------------------
     def finish(self, state: RunState) -> StepOutcome | None:
-        """Publish a step that returned, record one that failed; None if the lease was lost."""
-        # fray's package imports Ray (~0.8 s): only once a step has ended.
-        from fray.cluster import JobFailed
-
-        p = self.planned
-        record = StepRecord(p.output_path)
+        """The job ended: publish a step that returned (:meth:`_published`), record one that failed
+        (:meth:`_failed`); None if the lease was lost (:meth:`_lost`), before or while publishing."""
         duration = time.time() - self.started
-        reasons = [str(x) for x in p.reasons]
         try:
             timing = self.handle.result(timeout=0) if not self.lease.lost else None
             if self.lease.lost:
@@ -332,61 +277,89 @@ class StepAttempt:
                 # expiry, and revived before its heartbeat noticed): lost, not failed, and the
                 # status record is the new holder's to write.
                 return self._lost(lost)
-            tb = self.mask(getattr(e, "remote_traceback", None) or traceback.format_exc())
-            message = str(e)
-            if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
-                message = message[len(f"job {p.output_name} failed: "):]
-            if is_lost_process(e):
-                message += (f" (the step's process was lost on attempt {self.attempt}; "
-                            f"{self.retries} retr{'y' if self.retries == 1 else 'ies'} used of resources.max_retries)")
-            message = self.mask(message)
-            self._close_log()
-            try:
-                self._record(BuildState.FAILED, error=message, tb=tb)
-            finally:
-                self.lease.release()
-            return StepOutcome.of(p, Outcome.FAILED, reasons=reasons, error=message, traceback=tb,
-                                  log_path=self.remote_log or self.local_log, duration=duration)
+            return self._failed(e, duration)
+        return self._published(state, timing, duration)
+
+    def _failed(self, e: BaseException, duration: float) -> StepOutcome:
+        """The step raised, or its process was lost with no retry left: record it as failed.
+        Called while ``e`` is being handled (its traceback is the current one)."""
+        # fray's package imports Ray (~0.8 s): only once a step has ended.
+        from fray.cluster import JobFailed
+
+        p = self.planned
+        tb = self.mask(getattr(e, "remote_traceback", None) or traceback.format_exc())
+        message = str(e)
+        if isinstance(e, JobFailed) and message.startswith(f"job {p.output_name} failed: "):
+            message = message[len(f"job {p.output_name} failed: "):]
+        if is_lost_process(e):
+            message += (f" (the step's process was lost on attempt {self.attempt}; "
+                        f"{self.retries} retr{'y' if self.retries == 1 else 'ies'} used of resources.max_retries)")
+        message = self.mask(message)
+        self.log.close(self.handle)
         try:
-            self._close_log()
-            # One listing of the whole output: its files for the manifest, its leases for the check
-            # that this runner still holds the step before it writes any record.
-            files = list(fs.walk_files(p.output_path))
-            meta = meta_names(files)
-            self.lease.check(meta)
-            if self.attempt_folder:
-                files = [(rel[len(self.attempt_folder) + 1:], size) for rel, size in files if rel.startswith(self.attempt_folder + "/")]
-            manifest = compute_manifest(self.files_folder, files)
-            fields = realisation_fields(state, p, manifest)
-            odd = nondeterminism_of(p, manifest, fields, self.ctx.places, self.replaced)
-            if odd is not None:
-                logger.warning("%s: %s", p.output_name, odd)
-            lost = sorted(name for name in meta if name.startswith(LOST_PREFIX))
-            provenance = self._provenance(
-                state, timing, manifest,
-                # Earlier attempts that lost their lease and were stopped (not failed): their records.
-                lost_attempts=[record.read_lost(name) for name in lost] if lost else None,
-                nondeterminism=odd.to_json() if odd is not None else None)
-            # Created, not overwritten: a holder that lost the lease cannot replace them afterwards.
-            in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
-                        [(record.manifest, manifest), (record.provenance, provenance.to_json())])
-            self.lease.check()  # fencing: a runner that lost its lease never publishes
-            published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
-                                       listed_absent=not record_listed(record.success, self.lease))
-            if not published:
-                # Another runner published first (it held the lease after ours was lost): its build stands.
-                raise LeaseLost(f"{record.success} was written by another runner")
-            state.published(state.plan.position(p.step), fields.output_digest or "", self.files_folder)
-            done_index.mark(state.plan.store.prefix, p.output_name, provenance.env_digest)
+            self._record(BuildState.FAILED, error=message, tb=tb)
+        finally:
+            self.lease.release()
+        return StepOutcome.of(p, Outcome.FAILED, reasons=[str(x) for x in p.reasons], error=message, traceback=tb,
+                              log_path=self.log.path, duration=duration)
+
+    def _published(self, state: RunState, timing: Any, duration: float) -> StepOutcome | None:
+        """The step returned: publish its build under the lease; None (recorded as lost) when the
+        lease turns out lost first: a runner that lost its lease never publishes."""
+        p = self.planned
+        try:
+            self.log.close(self.handle)
+            manifest, provenance, odd = self._publish(state, timing)
         except LeaseLost as e:
             logger.warning("%s: %s; not publishing", p.output_name, e)
             self.lease.stop_heartbeat()
             self._record_lost(str(e))
             return None
         self.lease.clear()
-        return StepOutcome.of(p, Outcome.RAN, reasons=reasons, log_path=self.remote_log or self.local_log,
+        return StepOutcome.of(p, Outcome.RAN, reasons=[str(x) for x in p.reasons], log_path=self.log.path,
                               duration=duration, note=str(odd) if odd is not None else None,
                               provenance=provenance, manifest=manifest)
+
+    def _publish(self, state: RunState, timing: Any) -> tuple[dict[str, Any], Provenance, Nondeterminism | None]:
+        """Write the build's manifest, provenance and success record, and its done marker, each
+        after checking the lease; returns (manifest, provenance, its nondeterminism or None).
+
+        Raises:
+            LeaseLost: the lease was lost, or another runner published first.
+        """
+        p = self.planned
+        record = StepRecord(p.output_path)
+        # One listing of the whole output: its files for the manifest, its leases for the check
+        # that this runner still holds the step before it writes any record.
+        files = list(fs.walk_files(p.output_path))
+        meta = meta_names(files)
+        self.lease.check(meta)
+        if self.attempt_folder:
+            files = [(rel[len(self.attempt_folder) + 1:], size) for rel, size in files if rel.startswith(self.attempt_folder + "/")]
+        manifest = compute_manifest(self.files_folder, files)
+        fields = realisation_fields(state, p, manifest)
+        odd = nondeterminism_of(p, manifest, fields, self.ctx.settings.places, self.replaced)
+        if odd is not None:
+            logger.warning("%s: %s", p.output_name, odd)
+        lost = sorted(name for name in meta if name.startswith(LOST_PREFIX))
+        provenance = provenance_of(
+            p, state.plan, self.ctx, manifest, started=self.started, attempts=self.attempt, retries=self.retries,
+            worker=timing,
+            # Earlier attempts that lost their lease and were stopped (not failed): their records.
+            lost_attempts=[record.read_lost(name) for name in lost] if lost else None,
+            nondeterminism=odd.to_json() if odd is not None else None)
+        # Created, not overwritten: a holder that lost the lease cannot replace them afterwards.
+        in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
+                    [(record.manifest, manifest), (record.provenance, provenance.to_json())])
+        self.lease.check()  # fencing: a runner that lost its lease never publishes
+        published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
+                                   listed_absent=not record_listed(record.success, self.lease))
+        if not published:
+            # Another runner published first (it held the lease after ours was lost): its build stands.
+            raise LeaseLost(f"{record.success} was written by another runner")
+        state.published(state.plan.position(p.step), fields.output_digest or "", self.files_folder)
+        done_index.mark(state.plan.store.prefix, p.output_name, provenance.env_digest)
+        return manifest, provenance, odd
 
     def _lease_lost_now(self) -> str | None:
         """Why this attempt's lease is lost, asking the store now; None while it still holds it."""
@@ -416,48 +389,3 @@ class StepAttempt:
         self._record(BuildState.INTERRUPTED, error="interrupted by the runner")
         self.lease.release()
         return StepOutcome.of(self.planned, Outcome.INTERRUPTED, error="interrupted")
-
-    def _close_log(self) -> None:
-        """The whole log, masked, where it belongs (uploaded beside a remote output)."""
-        if self.ctx.worker is not WorkerKind.LOCAL_PROCESS:
-            self._pull_logs(final=True)
-        elif self.mask and os.path.exists(self.local_log):
-            self.mask.rewrite(self.local_log)
-        if self.remote_log and os.path.exists(self.local_log):
-            with open(self.local_log, "rb") as f:
-                fs.atomic_write(self.remote_log, f.read())
-            shutil.rmtree(os.path.dirname(self.local_log), ignore_errors=True)
-            self.local_log = self.remote_log
-
-    def _provenance(self, state: RunState, timing: Any, manifest: dict, *, lost_attempts: list[Any] | None,
-                    nondeterminism: dict[str, Any] | None) -> Provenance:
-        p, plan = self.planned, state.plan
-        fingerprint, digest = self.ctx.environment()
-        return Provenance(
-            name=p.name,
-            hash=p.hash,
-            version=p.step.version,
-            fn=fn_identity(p.step.fn),
-            config=config_to_json(p.step.config, plan.paths()),
-            config_flat=flatten_config(p.step.config, plan.hashes()),
-            dependencies=tuple(Dependency(plan.steps[d].name, plan.steps[d].hash, plan.steps[d].output_path)
-                               for d in p.deps),
-            environment=fingerprint,
-            env_digest=digest,
-            strict_env=self.ctx.strict_env,
-            host=host_of(fingerprint),
-            runner=self.ctx.holder,
-            started_at=self.started,
-            finished_at=time.time(),
-            duration_s=time.time() - self.started,
-            attempts=self.attempt,
-            retries=self.retries,
-            client=type(self.ctx.client).__name__,
-            resources=repr(p.step.resources) if p.step.resources is not None else None,
-            reasons=[x.to_json() for x in p.reasons],
-            worker=timing,
-            output_bytes=manifest["total_bytes"],
-            output_files=len(manifest["files"]),
-            lost_attempts=lost_attempts,
-            nondeterminism=nondeterminism,
-        )

@@ -4,15 +4,18 @@ on this machine, and what every attempt of a run shares."""
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from marin.execution.core.step import Step
+from marin.execution.run.worker import StepPayload, run_step
 
 if TYPE_CHECKING:
-    from fray.types import DistributedClient
+    from fray.types import DistributedClient, JobHandle
     from iris.cluster import ResourceConfig
+    from marin.execution.run.settings import RunSettings
 
 __all__ = ["AttemptContext", "NothingHeld", "Releasable", "WorkerKind", "is_lost_process", "resources_of",
            "warm_worker_can_run"]
@@ -69,17 +72,34 @@ def is_lost_process(error: BaseException) -> bool:
 class AttemptContext:
     """What every attempt of one run shares with the runner that started it."""
 
+    settings: RunSettings
+    """The run's settings: its prefix (where the done index lives,
+    :mod:`marin.execution.store.done_index`), places (where other builds of a step may be found: a
+    build that differs from another of the same inputs is reported as nondeterministic),
+    ``strict_env``."""
     holder: str
     client: DistributedClient
     worker: WorkerKind
-    strict_env: bool
     environment: Callable[[], tuple[dict[str, Any], str]]
     """The environment fingerprint and its digest (for provenance)."""
-    places: tuple[str, ...] = ()
-    """Where other builds of a step may be found (the prefix, then caches): a build that differs
-    from another of the same inputs is reported as nondeterministic."""
-    prefix: str = ""
-    """The store's prefix, where its done index lives (:mod:`marin.execution.store.done_index`)."""
     pool: Callable[[], Any] | None = None
     """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
     interpreter each."""
+
+    def submitter(self, payload: StepPayload, resources: ResourceConfig, name: str) -> Callable[[], JobHandle]:
+        """A function that starts the step ``payload`` describes (again, for a retry) on this run's
+        client, as ``resources`` ask, and returns its job's handle."""
+        client = self.client
+        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
+        if resources.num_hosts > 1:
+            # iris's package imports fray's clients and with them Ray (~0.8 s): only for multi-host steps.
+            from iris.multihost import MultihostJobHandle, launch
+
+            return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources, name=name, env=env))
+        if self.worker is WorkerKind.LOCAL_PROCESS and self.pool is not None and warm_worker_can_run(resources):
+            pool = self.pool()
+            return lambda: pool.submit(run_step, payload, name=name, env=env, preload=(payload.fn.module,))
+        # Ray never retries on its own: the runner does, so that it counts and records attempts.
+        remote = self.worker is WorkerKind.REMOTE
+        extra = {} if not remote else {"resources": {**resources.to_ray_options(), "max_retries": 0}}
+        return lambda: client.submit(run_step, payload, name=name, env=env, **extra)

@@ -15,11 +15,12 @@ from marin.execution.run.attempt_context import (
     resources_of,
 )
 from rigging import filesystem as fs
-from rigging.config.discovery import Backend, MarinConfig
+from rigging.config.discovery import Backend
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
     from iris.admission import AdmissionController, MachineCapacity
+    from marin.execution.run.settings import RunSettings
 
 __all__ = ["Backends"]
 
@@ -28,7 +29,7 @@ class Backends:
     """The clients a runner's steps run on: made on first use, shut down by :meth:`close`.
 
     Args:
-        config: the runner's configuration (prefix, backend, Ray address, warm workers).
+        settings: the run's settings (prefix, backend, Ray address, warm workers).
         client: a ``fray`` client to use instead of one made from the configuration.
         capacity: what this machine offers to local steps (default: detected).
 
@@ -36,9 +37,9 @@ class Backends:
     so a run that builds nothing never pays for them.
     """
 
-    def __init__(self, config: MarinConfig, client: DistributedClient | None = None,
+    def __init__(self, settings: RunSettings, client: DistributedClient | None = None,
                  capacity: MachineCapacity | None = None):
-        self.config = config
+        self.settings = settings
         self._client = client
         self._owns_client = False
         self._capacity = capacity
@@ -55,9 +56,9 @@ class Backends:
             if isinstance(self._client, InProcessClient):
                 return WorkerKind.IN_PROCESS
             return WorkerKind.LOCAL_PROCESS if isinstance(self._client, LocalClient) else WorkerKind.REMOTE
-        if fs.protocol_of(self.config.resolved_prefix()) == "memory":
+        if fs.protocol_of(self.settings.prefix) == "memory":
             return WorkerKind.IN_PROCESS
-        return WorkerKind.LOCAL_PROCESS if self.config.backend is Backend.LOCAL else WorkerKind.REMOTE
+        return WorkerKind.LOCAL_PROCESS if self.settings.backend is Backend.LOCAL else WorkerKind.REMOTE
 
     def client(self) -> DistributedClient:
         """The client steps are submitted to (made from the configuration on first use)."""
@@ -74,7 +75,7 @@ class Backends:
             if kind is WorkerKind.REMOTE:
                 from fray.cluster import RayClient
 
-                self._client = RayClient(address=self.config.ray_address)
+                self._client = RayClient(address=self.settings.ray_address)
             else:
                 from fray.cluster import LocalClient
 
@@ -86,18 +87,17 @@ class Backends:
         if self.pool is None:
             from fray.pool import PoolConfig, WorkerPool
 
-            self.pool = WorkerPool(PoolConfig(max_calls=self.config.warm_worker_max_steps))
+            self.pool = WorkerPool(PoolConfig(max_calls=self.settings.warm_worker_max_steps))
         return self.pool
 
-    def attempt_context(self, holder: str, strict_env: bool,
-                        environment: Callable[[], tuple[dict[str, Any], str]], places: Sequence[str]) -> AttemptContext:
+    def attempt_context(self, holder: str, environment: Callable[[], tuple[dict[str, Any], str]]) -> AttemptContext:
         """What every attempt of a run shares (see :class:`~marin.execution.run.attempt.AttemptContext`)."""
         from fray.cluster import LocalClient
 
         client = self.client()
-        warm = self.config.warm_workers and isinstance(client, LocalClient)
-        return AttemptContext(holder, client, self.worker_kind(), strict_env, environment, places=tuple(places),
-                              prefix=self.config.resolved_prefix(), pool=self._warm_pool if warm else None)
+        warm = self.settings.warm_workers and isinstance(client, LocalClient)
+        return AttemptContext(self.settings, holder, client, self.worker_kind(), environment,
+                              pool=self._warm_pool if warm else None)
 
     def _admission_controller(self) -> AdmissionController:
         if self._admission is None:

@@ -64,7 +64,7 @@ def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | N
     return found
 
 
-def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
+def publish_copy(state: RunState, pos: int, lease: Lease,
                  copy: Callable[[], tuple[dict[str, Any], SuccessRecord]], instead: str) -> bool:
     """Publish step ``pos`` from a copy of a finished build (a cache entry, an earlier build of the
     same inputs): ``copy()`` fills its folder and returns (manifest, what its success record says of
@@ -79,7 +79,7 @@ def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
         lease.check()
         if not record.publish(p.name, p.hash, manifest, fields):
             raise LeaseLost(f"{record.success} was written by another runner")
-        done_index.mark(prefix, p.output_name, done_index.env_of(record.read_provenance()))
+        done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(record.read_provenance()))
     except CacheMiss as e:
         logger.warning("%s; %s", e, instead)
         return False
@@ -92,8 +92,8 @@ def publish_copy(state: RunState, pos: int, lease: Lease, prefix: str,
     return True
 
 
-def fetch_from_cache(state: RunState, pos: int, lease: Lease, prefix: str) -> bool:
-    """Copy step ``pos`` from its cache into the store at ``prefix`` and publish it; False (with a
+def fetch_from_cache(state: RunState, pos: int, lease: Lease) -> bool:
+    """Copy step ``pos`` from its cache into the run's store and publish it; False (with a
     warning) if the entry is bad."""
     p = state.entry(pos)
     hit = p.cache_hit
@@ -106,7 +106,7 @@ def fetch_from_cache(state: RunState, pos: int, lease: Lease, prefix: str) -> bo
         manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
         return manifest, cached.carried() if cached is not None else SuccessRecord()
 
-    return publish_copy(state, pos, lease, prefix, copy, f"rebuilding {p.output_name}")
+    return publish_copy(state, pos, lease, copy, f"rebuilding {p.output_name}")
 
 
 def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str, Any], SuccessRecord]:

@@ -6,6 +6,7 @@ It reads the plan and changes only the run's state (:class:`~marin.execution.run
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from marin.execution.run.publish import (
     realisable,
     record_listed,
 )
+from marin.execution.run.settings import RunSettings
 from marin.execution.run.state import RunState
 from marin.execution.store.cache import find_in_caches
 from marin.execution.store.realisations import snapshot_build
@@ -40,13 +42,9 @@ now, or the text of why it can never run here."""
 class Scheduling:
     """What the loop needs from the runner that started it."""
 
-    max_parallel: int
-    poll_interval: float
-    lease_ttl: float
+    settings: RunSettings
     holder: str
-    prefix: str
-    caches: tuple[str, ...]
-    early_cutoff: bool
+    """Who this runner is, in the leases it takes."""
     reporter: Reporter
     admit: Admit
     attempt_context: Callable[[], AttemptContext]
@@ -55,11 +53,6 @@ class Scheduling:
     plan_more: Callable[[list[Step], StoreView], Plan]
     """Plan more targets as the run's plan was made (same options), reading the store through
     the run's view: what a built step expanded into."""
-
-    @property
-    def places(self) -> list[str]:
-        """Where earlier builds may be found: this prefix, then the caches."""
-        return [self.prefix, *self.caches]
 
 
 def execute(state: RunState, s: Scheduling) -> None:
@@ -70,18 +63,19 @@ def execute(state: RunState, s: Scheduling) -> None:
             progressed = _finish_what_ended(state) or progressed
             progressed = _expand_what_was_built(state, s) or progressed
             if not progressed and not state.running and not state.waiting_on and state.pending:
-                stuck = ", ".join(state.plan.steps[pos].name for pos in state.pending[:5])
+                stuck = ", ".join(state.plan.steps[pos].name for pos in itertools.islice(state.pending, 5))
                 raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
             if not progressed:
                 s.reporter.tick([a.planned for a in state.running.values()])
                 s.wait(bool(state.running))
     except BaseException:
-        for pos, attempt in state.running.items():
-            attempt.admission.release()
-            state.outcomes[pos] = attempt.cancel()
-        for pos in state.pending:
-            state.outcomes.setdefault(pos, StepOutcome.of(state.entry(pos), Outcome.INTERRUPTED))
+        state.interrupt(_cancel)
         raise
+
+
+def _cancel(attempt: StepAttempt) -> StepOutcome:
+    attempt.admission.release()
+    return attempt.cancel()
 
 
 def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
@@ -97,7 +91,7 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
         # A fetch copies a finished output whole: it waits for no inputs.
         if p.action is not Action.FETCH and not state.inputs_ready(pos):
             continue
-        if len(state.running) >= s.max_parallel:
+        if len(state.running) >= s.settings.max_parallel:
             break
         admission = s.admit(p)
         if isinstance(admission, str):
@@ -112,8 +106,7 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
             progressed = True  # settled, or a refused cache entry brought its inputs into the run
         if started is not None:
             started.admission = admission
-            state.running[pos] = started
-            state.pending.remove(pos)
+            state.started(pos, started)
             progressed = True
         else:
             admission.release()
@@ -134,11 +127,7 @@ def _finish_what_ended(state: RunState) -> bool:
             outcome = attempt.finish(state)
         finally:
             attempt.admission.release()
-        del state.running[pos]
-        if outcome is None:
-            state.pending.append(pos)  # lost the lease: wait for whoever holds it now
-        else:
-            state.settle(pos, outcome)
+        state.ended(pos, outcome)  # None: lost the lease, wait for whoever holds it now
     return progressed
 
 
@@ -153,8 +142,7 @@ def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
             found = expansion_of(p.step, state.files_folder(pos))
             more = s.plan_more(found, state.plan.view)
         except InvalidStep as e:
-            state.expansions[pos] = ()
-            state.settle(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=str(e)))
+            state.expansion_failed(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=str(e)))
             continue
         merged, mapping = merge_plans(state.plan, more)
         roots = sorted({mapping[more.position(step)] for step in found})
@@ -175,12 +163,11 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     if not forced and pos in state.waiting_on and record.is_done():
         state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
         return None
-    lease = Lease.acquire(record.meta, ttl=s.lease_ttl, holder=s.holder)
+    lease = Lease.acquire(record.meta, ttl=s.settings.lease_ttl, holder=s.holder)
     if lease is None:
         info = current_lease(record.meta)
         holder = info.holder if info else "?"
-        if state.waiting_on.get(pos) != holder:
-            state.waiting_on[pos] = holder
+        if state.wait_on(pos, holder):
             s.reporter.waiting(p, holder)
         return None
     # Somebody may have published between our check and our lease (the lease's listing of
@@ -190,18 +177,18 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
         state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
         return None
     if p.action is Action.FETCH:
-        if fetch_from_cache(state, pos, lease, s.prefix):
+        if fetch_from_cache(state, pos, lease):
             source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
             state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
             return None
         # The cache entry was refused: build it here, its inputs first.
         p = state.build_here(pos, "cache entry refused; rebuilding")
-        if state.activate_inputs(pos, s.caches, find_in_caches):
+        if state.activate_inputs(pos, s.settings.caches, find_in_caches):
             lease.release()
             return None
-    if not forced and (p.action is Action.REUSE or (s.early_cutoff and realisable(state, pos, s.places))):
+    if not forced and (p.action is Action.REUSE or (s.settings.early_cutoff and realisable(state, pos, s.settings.places))):
         p = state.entry(pos)
-        if publish_copy(state, pos, lease, s.prefix, lambda: copy_realisation(state, pos, lease),
+        if publish_copy(state, pos, lease, lambda: copy_realisation(state, pos, lease),
                         f"building {p.output_name} instead"):
             state.settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=reasons_of(p.reasons)))
             return None
