@@ -33,7 +33,7 @@ def test_pulse_two_steps(tiny_dataset, tmp_path):
     # The summary's JSON (what marin's train_summary.json is made from) keeps its keys, in order.
     summary = result.to_json()
     assert list(summary) == SUMMARY_KEYS
-    assert json.loads(json.dumps(summary)) == summary and dict(result) == summary
+    assert json.loads(json.dumps(summary)) == summary
     assert summary["model"]["vocab_size"] == 64 and summary["memory"] == result.memory.to_json()
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     train_rows = [r for r in rows if "loss" in r]

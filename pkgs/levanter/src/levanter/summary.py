@@ -6,7 +6,6 @@ Pure data (no JAX import), so whoever reads a run's summary need not load the tr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from levanter.flops import FlopsSummary
@@ -16,12 +15,10 @@ __all__ = ["TrainSummary"]
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSummary(Mapping[str, Any]):
+class TrainSummary:
     """One run of ``levanter.trainer.main``: how far it got, its losses, where it wrote, what it ran on.
 
     :meth:`to_json` is the run's summary as JSON data (what ``train_summary.json`` is made from).
-    It is also a read-only mapping over those same keys, because callers outside levanter (marin's
-    training step) still read it as the dict ``main`` used to return; read the attributes instead.
     """
 
     final_loss: float
@@ -73,12 +70,3 @@ class TrainSummary(Mapping[str, Any]):
             "run_id": self.run_id,
             **self.flops.to_json(),
         }
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())

@@ -163,17 +163,18 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     began = time.perf_counter()
     result = main(config, output_path)
     wall_s = time.perf_counter() - began
-    summary = {k: v for k, v in result.items() if isinstance(v, int | float | str | type(None))}
-    summary.update(flops_accounting(result, seq_len=config.trainer.seq_len, batch_size=config.trainer.batch_size))
+    returned = result.to_json()
+    summary = {k: v for k, v in returned.items() if isinstance(v, int | float | str | type(None))}
+    summary.update(flops_accounting(returned, seq_len=config.trainer.seq_len, batch_size=config.trainer.batch_size))
     start = config.trainer.initialize_from
     summary["started_from"] = str(start.checkpoint_path) if isinstance(start, CheckpointStart) else None
     fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
     import jax  # already loaded by the trainer; asked only for the kind of device it trained on
 
     record = speedrun_record(summary, wall_s=wall_s, device_kind=jax.devices()[0].device_kind,
-                             device_count=int(result.get("devices") or jax.device_count()))
+                             device_count=result.devices or jax.device_count())
     fs.atomic_write(fs.join(output_path, SPEEDRUN_FILE), json.dumps(record, indent=2, default=str))
-    print(f"trained {result.get('steps')} steps: loss {result.get('final_loss')}, validation loss {result.get('val_loss')}")
+    print(f"trained {result.steps} steps: loss {result.final_loss}, validation loss {result.val_loss}")
 
 
 @dataclass(frozen=True, eq=False)
