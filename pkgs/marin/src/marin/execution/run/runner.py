@@ -22,6 +22,7 @@ from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.run.scheduler import Scheduling, execute
 from marin.execution.run.state import RunState
+from marin.execution.store.done_index import apply_fixes
 from marin.execution.store.environment import current_environment
 from marin.execution.store.store import StepStore
 from rigging.config.discovery import Backend, MarinConfig, discover_config, replace
@@ -189,7 +190,7 @@ class StepRunner:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
         steps = list(steps)
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
-        plan = self.plan(steps, explain=True, estimate=not self.require_cached)
+        plan = self._index_kept_current(self.plan(steps, explain=True, estimate=not self.require_cached))
         if self.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():
@@ -211,6 +212,14 @@ class StepRunner:
             execute(state, self._scheduling())
         final = state.current_plan()
         return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
+
+    def _index_kept_current(self, plan: Plan) -> Plan:
+        """``plan``, once what it found out of date in the done index is put right: a plan only
+        reads the store, a run (not a dry run) keeps the index current, before the plan's steps start."""
+        fixes = plan.view.take_index_fixes()
+        if fixes and not self.dry_run:
+            apply_fixes(self.store.prefix, fixes)
+        return plan
 
     def _check_budget(self, estimate: PlanEstimate | None) -> None:
         """Raise ``OverBudget`` when the estimate exceeds a budget this runner was given."""
@@ -246,4 +255,5 @@ class StepRunner:
             attempt_context=lambda: backends.attempt_context(self.holder, self.strict_env, self._env, places),
             wait=lambda busy: backends.wait(busy, self.poll_interval),
             # What a step expands into is built whatever --only said: it is part of that step's build.
-            plan_more=lambda found, view: self._make_plan(found, salt=self._salt(), explain=True, view=view, only=()))
+            plan_more=lambda found, view: self._index_kept_current(
+                self._make_plan(found, salt=self._salt(), explain=True, view=view, only=())))
