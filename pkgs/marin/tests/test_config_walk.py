@@ -8,9 +8,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import steps_for_tests as t
 
 from marin.execution.core.encoding import config_walk, encode
+from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.graph import collect_graph
 from marin.execution.core.hashing import KEY_SCHEMA, hash_graph, step_key
 from marin.execution.core.identity import fn_identity
@@ -80,3 +82,11 @@ def test_dependencies_are_found_in_walk_order_unhashed_fields_included():
     assert [id(s) for s in config_walk(target).deps] == walked
     assert "up/s5" in {s.name for s in config_walk(target).deps}
     assert "only/a/dependency" not in step_key(target, hash_graph([target]))
+
+
+def test_a_value_that_cannot_be_encoded_fails_the_hash_not_the_dependency_walk():
+    up = _upstream(1)[0]
+    bad = Step(name="down/bad", fn=t.noop, config={"prev": output_path_of(up), "weights": object(), 1.5: "key"})
+    assert config_walk(bad).deps == [up]  # --only can still name the graph's steps
+    with pytest.raises(UnserializableConfig, match=r"down/bad\.config\['weights'\]: value of type builtins\.object"):
+        hash_graph([bad])

@@ -109,6 +109,16 @@ class _Encoder:
         self._deps_where = deps_where
         self.open = 0
         """Dependencies left open so far."""
+        self.error: UnserializableConfig | None = None
+        """The first value the walk could not encode (raised when the config is hashed)."""
+
+    def _unencodable(self, error: UnserializableConfig) -> Any:
+        # Encoding with hashes fails at once. The walk keeps going: finding a step's dependencies
+        # never failed on a value it cannot encode (--only, for one, names steps before hashing).
+        if self.hashes is not None:
+            raise error
+        self.error = self.error or error
+        return ["unencodable"]
 
     def _depend(self, step: Step) -> None:
         if id(step) not in self._seen:
@@ -132,7 +142,10 @@ class _Encoder:
         enum values), so that what it finds is a dependency."""
         kind = kind_of(value)
         if kind is Kind.LEAF:
-            return _encode_leaf(value, self, where)
+            try:
+                return _encode_leaf(value, self, where)
+            except UnserializableConfig as e:
+                return self._unencodable(e)
         if kind is Kind.PLACEHOLDER:
             return self._placeholder(value, where, walked)
         items = items_of(value, kind)
@@ -149,10 +162,12 @@ class _Encoder:
             pairs = []
             keys_open = False
             for k, v in items:
-                if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
-                    raise UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed")
                 before = self.open
-                key = self.encode(k, where, walked=False)
+                if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
+                    key = self._unencodable(
+                        UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed"))
+                else:
+                    key = self.encode(k, where, walked=False)
                 keys_open = keys_open or self.open != before
                 pairs.append([key, self.encode(v, f"{where}[{k!r}]", walked)])
             if keys_open:
@@ -183,16 +198,23 @@ class ConfigWalk:
     Hashing needs the dependencies before their hashes and the encoding after: one walk serves both.
     """
 
-    __slots__ = ("deps", "_tree")
+    __slots__ = ("_error", "_tree", "deps")
 
     def __init__(self, step: Step):
         enc = _Encoder(None, f"{step.name}.config")
         self._tree = enc.encode(step.config, f"{step.name}.config")
+        self._error = enc.error
         self.deps: list[Step] = enc.deps
 
     def dumps(self, head: list[Any], tail: list[Any], hashes: Mapping[int, str]) -> str:
         """``json.dumps(head + [encoding] + tail)`` (compact, not ASCII-escaped), the encoding's
-        dependencies named by ``hashes`` (``{id(step): hash}``): text equal to encoding anew."""
+        dependencies named by ``hashes`` (``{id(step): hash}``): text equal to encoding anew.
+
+        Raises:
+            UnserializableConfig: the config holds a value that cannot be encoded.
+        """
+        if self._error is not None:
+            raise UnserializableConfig(str(self._error))
 
         def fill(o: Any) -> Any:
             if type(o) is _Dep:
