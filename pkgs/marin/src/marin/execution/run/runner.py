@@ -20,10 +20,8 @@ from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
 from marin.execution.run import capture
 from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
-from marin.execution.run.scheduler import Scheduling, execute
 from marin.execution.run.state import RunState
 from marin.execution.store.done_index import apply_fixes
-from marin.execution.store.environment import current_environment
 from marin.execution.store.store import StepStore
 from rigging.config.discovery import Backend, MarinConfig, discover_config, replace
 from rigging.lease import default_holder
@@ -31,6 +29,7 @@ from rigging.lease import default_holder
 if TYPE_CHECKING:
     from fray.types import DistributedClient
     from iris.admission import MachineCapacity
+    from marin.execution.run.scheduler import Scheduling
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "StepOutcome", "StepRunner"]
 
@@ -156,6 +155,10 @@ class StepRunner:
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
+        # Not at import: a no-op run without --strict-env never fingerprints the environment, and
+        # importlib.metadata (zipfile, email, csv) is the largest import of the module.
+        from marin.execution.store.environment import current_environment
+
         return current_environment()
 
     def _salt(self) -> str | None:
@@ -209,6 +212,10 @@ class StepRunner:
                 known[pos] = StepOutcome.of(p, Outcome.WOULD_RUN, reasons=reasons_of(p.reasons), note=note)
         state.start(known)
         if state.pending:
+            # Not at import: the scheduler brings attempts, workers and publishing (pickle, shutil,
+            # tempfile), which a run with nothing to build never needs.
+            from marin.execution.run.scheduler import execute
+
             execute(state, self._scheduling())
         final = state.current_plan()
         return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
@@ -246,6 +253,8 @@ class StepRunner:
         self.backends.close()
 
     def _scheduling(self) -> Scheduling:
+        from marin.execution.run.scheduler import Scheduling  # not at import: see run()
+
         backends = self.backends
         places = (self.store.prefix, *self.caches)
         return Scheduling(
