@@ -183,6 +183,7 @@ class _Encoder:
             return ["set", encoded]
         return ["list" if kind is Kind.LIST else "tuple", [self.encode(v, f"{where}[{i}]", walked) for i, v in items]]
 
+
 def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
     """The canonical, type-tagged encoding of ``value`` as JSON-ready lists.
 
