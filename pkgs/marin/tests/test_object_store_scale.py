@@ -107,7 +107,7 @@ def test_status_of_200_cached_steps_costs_a_few_requests(cached_graph, tmp_path)
     assert len(seen) <= MAX_NOOP_REQUESTS, seen
 
 
-def test_an_output_deleted_by_hand_is_not_done_and_loses_its_marker(cached_graph):
+def test_an_output_deleted_by_hand_is_not_done_and_the_run_replaces_its_marker(cached_graph):
     prefix, _proxy = cached_graph
     plan = _runner(prefix).plan(_graph(N), explain=False)
     victim = plan.steps[-1]
@@ -115,8 +115,11 @@ def test_an_output_deleted_by_hand_is_not_done_and_loses_its_marker(cached_graph
     assert victim.output_name in read_index(prefix)
     again = _runner(prefix).plan(_graph(N), explain=False)
     assert again.steps[-1].action.name == "RUN"
-    assert victim.output_name not in read_index(prefix)
-    assert fs.listdir(index_folder(prefix))  # the others keep theirs
+    assert victim.output_name in read_index(prefix)  # a plan writes nothing
+    others = len(fs.listdir(index_folder(prefix)))
+    result = _runner(prefix).run(_graph(N))
+    assert result.count(Outcome.RAN) == 1 and result.count(Outcome.CACHED) == N - 1
+    assert victim.output_name in read_index(prefix) and len(fs.listdir(index_folder(prefix))) == others
     assert os.environ.get("STORAGE_EMULATOR_HOST") == _proxy.url
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from fray.inprocess import InProcessClient
 from fray.local import LocalClient, LocalJobHandle
 from fray.ray_client import RayClient, RayJobHandle
@@ -21,11 +23,12 @@ from fray.types import (
     ResourcesLike,
     ray_options_of,
 )
-from rigging.config.discovery import Backend, MarinConfig, discover_config
+from rigging.config.discovery import Backend, discover_config
 
 __all__ = [
     "ANY_REGION",
     "ActorHandle",
+    "ClientChoice",
     "DistributedClient",
     "Future",
     "InProcessClient",
@@ -47,11 +50,23 @@ __all__ = [
 ]
 
 
-def current_client(config: MarinConfig | None = None) -> DistributedClient:
+class ClientChoice(Protocol):
+    """What chooses the client: a ``MarinConfig``, or anything else with these two settings (a
+    runner's settings)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def ray_address(self) -> str | None: ...
+
+
+def current_client(config: ClientChoice | None = None) -> DistributedClient:
     """The client the configuration asks for: local processes, or the Ray cluster at ``ray_address``.
 
     Args:
-        config: the resolved configuration; default: :func:`rigging.config.discovery.discover_config`.
+        config: the resolved configuration (or a runner's settings); default:
+            :func:`rigging.config.discovery.discover_config`.
     """
     config = config if config is not None else discover_config()
     match config.backend:

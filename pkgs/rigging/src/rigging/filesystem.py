@@ -19,7 +19,6 @@ from typing import IO, Any
 from rigging import gcs
 
 __all__ = [
-    "AlreadyExists",
     "atomic_write",
     "create_if_absent",
     "delete",
@@ -41,10 +40,6 @@ __all__ = [
     "strip_protocol",
     "walk_files",
 ]
-
-
-class AlreadyExists(FileExistsError):
-    """Raised by :func:`create_if_absent` callers that want an exception instead of ``False``."""
 
 
 def protocol_of(path: str) -> str:

@@ -7,13 +7,39 @@ phases), :mod:`~marin.execution.run` (the runner, its scheduler and state), and
 :mod:`~marin.execution.compat` (Marin's executor API over the rest).
 """
 
-from marin.execution.core.errors import InvalidStep
-from marin.execution.core.lazy import Lazy, StepHandle, lower
-from marin.execution.core.placeholders import OutputPath, output_path_of
-from marin.execution.core.step import Step, unhashed_field
-from marin.execution.core.traits import StepTraits, step_function
-from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.run.runner import StepRunner
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rigging.lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from marin.execution.core.errors import InvalidStep
+    from marin.execution.core.lazy import Lazy, StepHandle, lower
+    from marin.execution.core.placeholders import OutputPath, output_path_of
+    from marin.execution.core.step import Step, unhashed_field
+    from marin.execution.core.traits import StepTraits, step_function
+    from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
+    from marin.execution.run.runner import StepRunner
+
+# Each name is imported from its module when first used: every module of the engine is inside this
+# package, and importing one (a step's config type, the hasher) must not load the runner too.
+_WHERE = {
+    "InvalidStep": "marin.execution.core.errors",
+    "Lazy": "marin.execution.core.lazy",
+    "StepHandle": "marin.execution.core.lazy",
+    "lower": "marin.execution.core.lazy",
+    "OutputPath": "marin.execution.core.placeholders",
+    "output_path_of": "marin.execution.core.placeholders",
+    "Step": "marin.execution.core.step",
+    "unhashed_field": "marin.execution.core.step",
+    "StepTraits": "marin.execution.core.traits",
+    "step_function": "marin.execution.core.traits",
+    "Outcome": "marin.execution.run.outcome",
+    "RunResult": "marin.execution.run.outcome",
+    "StepOutcome": "marin.execution.run.outcome",
+    "StepRunner": "marin.execution.run.runner",
+}
 
 __all__ = [
     "InvalidStep",
@@ -31,3 +57,5 @@ __all__ = [
     "step_function",
     "unhashed_field",
 ]
+
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -7,9 +7,9 @@ import enum
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.identity import fn_identity, qualified_name, workspace_root
@@ -18,7 +18,10 @@ from marin.execution.core.walk import Kind, items_of, iter_placeholders, kind_of
 from rigging.fields import in_hash
 from rigging.secrets import Secret
 
-__all__ = ['config_to_json', 'describe_encoded', 'encode', 'flatten_config', 'holds_dependency']
+if TYPE_CHECKING:
+    from marin.execution.core.step import Step
+
+__all__ = ['ConfigWalk', 'config_to_json', 'config_walk', 'describe_encoded', 'encode', 'flatten_config', 'holds_dependency']
 
 
 def _tag_path(value: str) -> list[Any]:
@@ -30,14 +33,14 @@ def _tag_path(value: str) -> list[Any]:
     return ["str", value]
 
 
-def _encode_leaf(value: Any, hashes: Mapping[int, str], where: str) -> Any:
+def _encode_leaf(value: Any, enc: _Encoder, where: str) -> Any:
     if value is None:
         return ["none"]
     if isinstance(value, bool):
         return ["bool", value]
     if isinstance(value, enum.Enum):
         cls = type(value)
-        return ["enum", qualified_name(cls), encode(value.value, hashes, where)]
+        return ["enum", qualified_name(cls), enc.encode(value.value, where, walked=False)]
     if isinstance(value, int):
         return ["int", str(value)]
     if isinstance(value, float):
@@ -56,11 +59,129 @@ def _encode_leaf(value: Any, hashes: Mapping[int, str], where: str) -> Any:
         return ["fn", fn_identity(value)]
     item = getattr(value, "item", None)  # numpy scalars
     if callable(item) and type(value).__module__ == "numpy":
-        return encode(item(), hashes, where)
+        return enc.encode(item(), where, walked=False)
     raise UnserializableConfig(
         f"{where}: value of type {type(value).__module__}.{type(value).__qualname__} cannot be part of a step "
         "config (use numbers, strings, lists, dicts, enums, frozen dataclasses, Secrets or output_path_of)"
     )
+
+
+class _Dep:
+    """A placeholder in an encoding made before the hashes are known: ``["dep", hash, sub_path]``
+    once they are (:meth:`ConfigWalk.dumps`)."""
+
+    __slots__ = ("step", "sub_path")
+
+    def __init__(self, step: Step, sub_path: str):
+        self.step = step
+        self.sub_path = sub_path
+
+
+class _Unsorted:
+    """A set's members (or a dict's pairs) whose order depends on hashes not known yet: sorted, as
+    :func:`encode` sorts them, once they are."""
+
+    __slots__ = ("pairs", "tag", "values")
+
+    def __init__(self, tag: str, values: list[Any], pairs: bool):
+        self.tag = tag
+        self.values = values
+        self.pairs = pairs
+
+    def sorted(self, fill: Callable[[Any], Any]) -> list[Any]:
+        def order(v: Any) -> str:
+            return json.dumps(v[0] if self.pairs else v, default=fill)
+
+        return [self.tag, sorted(self.values, key=order)]
+
+
+class _Encoder:
+    """One walk of a config: its encoding, and the steps it reads (the placeholders
+    :func:`~marin.execution.core.walk.iter_placeholders` finds, in its order).
+
+    With ``hashes`` a dependency is encoded with its hash; without, it is left open (:class:`_Dep`).
+    """
+
+    def __init__(self, hashes: Mapping[int, str] | None, deps_where: str = "config"):
+        self.hashes = hashes
+        self.deps: list[Step] = []
+        self._seen: set[int] = set()
+        self._deps_where = deps_where
+        self.open = 0
+        """Dependencies left open so far."""
+        self.error: UnserializableConfig | None = None
+        """The first value the walk could not encode (raised when the config is hashed)."""
+
+    def _unencodable(self, error: UnserializableConfig) -> Any:
+        # Encoding with hashes fails at once. The walk keeps going: finding a step's dependencies
+        # never failed on a value it cannot encode (--only, for one, names steps before hashing).
+        if self.hashes is not None:
+            raise error
+        self.error = self.error or error
+        return ["unencodable"]
+
+    def _depend(self, step: Step) -> None:
+        if id(step) not in self._seen:
+            self._seen.add(id(step))
+            self.deps.append(step)
+
+    def _placeholder(self, value: Any, where: str, walked: bool) -> Any:
+        if self.hashes is not None:
+            step, sub_path = placeholder_step(value, where)
+            return ["dep", self.hashes[id(step)], sub_path]
+        # The dependency walk names a placeholder it cannot follow by the whole config, as
+        # dependencies_of always has.
+        step, sub_path = placeholder_step(value, self._deps_where if walked else where)
+        if walked:
+            self._depend(step)
+        self.open += 1
+        return _Dep(step, sub_path)
+
+    def encode(self, value: Any, where: str, walked: bool = True) -> Any:
+        """``value``'s encoding; ``walked``: where the dependency walk goes (not into dict keys or
+        enum values), so that what it finds is a dependency."""
+        kind = kind_of(value)
+        if kind is Kind.LEAF:
+            try:
+                return _encode_leaf(value, self, where)
+            except UnserializableConfig as e:
+                return self._unencodable(e)
+        if kind is Kind.PLACEHOLDER:
+            return self._placeholder(value, where, walked)
+        items = items_of(value, kind)
+        if kind is Kind.DATACLASS:
+            fields = []
+            for f, v in items:
+                if in_hash(f, v):
+                    fields.append([f.name, self.encode(v, f"{where}.{f.name}", walked)])
+                elif walked and self.hashes is None:  # not hashed, but a step it reads is a dependency
+                    for step, _sub_path in iter_placeholders(v, self._deps_where):
+                        self._depend(step)
+            return ["dc", qualified_name(type(value)), fields]
+        if kind is Kind.MAPPING:
+            pairs = []
+            keys_open = False
+            for k, v in items:
+                before = self.open
+                if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
+                    key = self._unencodable(
+                        UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed"))
+                else:
+                    key = self.encode(k, where, walked=False)
+                keys_open = keys_open or self.open != before
+                pairs.append([key, self.encode(v, f"{where}[{k!r}]", walked)])
+            if keys_open:
+                return _Unsorted("dict", pairs, pairs=True)
+            pairs.sort(key=lambda kv: json.dumps(kv[0]))
+            return ["dict", pairs]
+        if kind is Kind.SET:
+            open_before = self.open
+            encoded = [self.encode(v, where, walked) for _, v in items]
+            if self.open != open_before:
+                return _Unsorted("set", encoded, pairs=False)
+            encoded.sort(key=json.dumps)
+            return ["set", encoded]
+        return ["list" if kind is Kind.LIST else "tuple", [self.encode(v, f"{where}[{i}]", walked) for i, v in items]]
 
 
 def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
@@ -68,29 +189,51 @@ def encode(value: Any, hashes: Mapping[int, str], where: str = "config") -> Any:
 
     ``hashes`` maps ``id(step)`` to the hash of every step the value refers to.
     """
-    kind = kind_of(value)
-    if kind is Kind.LEAF:
-        return _encode_leaf(value, hashes, where)
-    if kind is Kind.PLACEHOLDER:
-        step, sub_path = placeholder_step(value, where)
-        return ["dep", hashes[id(step)], sub_path]
-    items = items_of(value, kind)
-    if kind is Kind.DATACLASS:
-        fields = [[f.name, encode(v, hashes, f"{where}.{f.name}")] for f, v in items if in_hash(f, v)]
-        return ["dc", qualified_name(type(value)), fields]
-    if kind is Kind.MAPPING:
-        pairs = []
-        for k, v in items:
-            if not isinstance(k, str | int | bool | enum.Enum) and k is not None:
-                raise UnserializableConfig(f"{where}: dict key {k!r} of type {type(k).__name__} is not allowed")
-            pairs.append([encode(k, hashes, where), encode(v, hashes, f"{where}[{k!r}]")])
-        pairs.sort(key=lambda kv: json.dumps(kv[0]))
-        return ["dict", pairs]
-    if kind is Kind.SET:
-        encoded = [encode(v, hashes, where) for _, v in items]
-        encoded.sort(key=json.dumps)
-        return ["set", encoded]
-    return ["list" if kind is Kind.LIST else "tuple", [encode(v, hashes, f"{where}[{i}]") for i, v in items]]
+    return _Encoder(hashes).encode(value, where)
+
+
+class ConfigWalk:
+    """What one walk of a step's config finds: the steps it reads (first-seen order, no
+    duplicates) and its encoding with their hashes left open, to be filled once they are known.
+
+    Hashing needs the dependencies before their hashes and the encoding after: one walk serves both.
+    """
+
+    __slots__ = ("_error", "_tree", "deps")
+
+    def __init__(self, step: Step):
+        enc = _Encoder(None, f"{step.name}.config")
+        self._tree = enc.encode(step.config, f"{step.name}.config")
+        self._error = enc.error
+        self.deps: list[Step] = enc.deps
+
+    def dumps(self, head: list[Any], tail: list[Any], hashes: Mapping[int, str]) -> str:
+        """``json.dumps(head + [encoding] + tail)`` (compact, not ASCII-escaped), the encoding's
+        dependencies named by ``hashes`` (``{id(step): hash}``): text equal to encoding anew.
+
+        Raises:
+            UnserializableConfig: the config holds a value that cannot be encoded.
+        """
+        if self._error is not None:
+            raise UnserializableConfig(str(self._error))
+
+        def fill(o: Any) -> Any:
+            if type(o) is _Dep:
+                return ["dep", hashes[id(o.step)], o.sub_path]
+            if type(o) is _Unsorted:
+                return o.sorted(fill)
+            raise TypeError(f"{type(o).__name__} in a config encoding")
+
+        return json.dumps([*head, self._tree, *tail], separators=(",", ":"), ensure_ascii=False, default=fill)
+
+
+def config_walk(step: Step) -> ConfigWalk:
+    """The walk of ``step``'s config, made once per step object (a step and its config are frozen)."""
+    walk = step.__dict__.get("_walk")
+    if walk is None:
+        walk = ConfigWalk(step)
+        object.__setattr__(step, "_walk", walk)
+    return walk
 
 
 def holds_dependency(encoded: str) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from marin.execution.core.encoding import config_walk
 from marin.execution.core.errors import InvalidStep, UnserializableConfig
 from marin.execution.core.placeholders import OutputPath, Placeholder
-from marin.execution.core.walk import iter_placeholders, placeholder_step
+from marin.execution.core.walk import placeholder_step
 
 if TYPE_CHECKING:
     from marin.execution.core.step import Step
@@ -23,18 +24,9 @@ def _as_step(value: Any, where: str) -> Step:
 
 
 def dependencies_of(step: Step) -> list[Step]:
-    """The steps ``step``'s config refers to, in first-seen order, without duplicates."""
-    cached = step.__dict__.get("_deps")
-    if cached is not None:
-        return cached
-    deps: list[Step] = []
-    seen: set[int] = set()
-    for target, _ in iter_placeholders(step.config, f"{step.name}.config"):
-        if id(target) not in seen:
-            seen.add(id(target))
-            deps.append(target)
-    object.__setattr__(step, "_deps", deps)
-    return deps
+    """The steps ``step``'s config refers to, in first-seen order, without duplicates (found by the
+    walk that also encodes the config for its hash: :func:`~marin.execution.core.encoding.config_walk`)."""
+    return config_walk(step).deps
 
 
 def collect_graph(roots: Iterable[Placeholder]) -> list[Step]:

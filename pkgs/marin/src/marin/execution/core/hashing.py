@@ -9,12 +9,11 @@ the inputs by the digests of their outputs instead (early cutoff, :mod:`marin.ex
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from marin.execution.core.encoding import encode
-from marin.execution.core.graph import collect_graph, dependencies_of
+from marin.execution.core.encoding import config_walk
+from marin.execution.core.graph import collect_graph
 from marin.execution.core.identity import fn_identity
 
 if TYPE_CHECKING:
@@ -29,17 +28,11 @@ KEY_SCHEMA = "marin.step/v1"
 
 def step_key(step: Step, hashes: Mapping[int, str], salt: str | None = None) -> str:
     """The canonical JSON text whose SHA-256 is the step's hash."""
-    key = [
-        KEY_SCHEMA,
-        step.name,
-        fn_identity(step.fn),
-        step.version,
-        encode(step.config, hashes, f"{step.name}.config"),
-        sorted(hashes[id(d)] for d in dependencies_of(step)),
-    ]
+    walk = config_walk(step)
+    tail: list[object] = [sorted(hashes[id(d)] for d in walk.deps)]
     if salt:
-        key.append(["env", salt])
-    return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
+        tail.append(["env", salt])
+    return walk.dumps([KEY_SCHEMA, step.name, fn_identity(step.fn), step.version], tail, hashes)
 
 
 def hash_graph(roots: Iterable[Placeholder], salt: str | None = None, *,

@@ -283,8 +283,11 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
         if not any(_match_any(s.name, [pattern]) for steps in graph.steps_at for s in steps):
             raise UnknownStep(f"--force {pattern!r} matches no step")
     names = [output_name_of(s.name, graph.hashes[id(s)]) for s in graph.entries]
-    # One listing of the store's done index answers for every step (store.done_index).
-    built_in = done_outputs(store.prefix, names, view.listings)
+    # One listing of the store's done index answers for every step (store.done_index); what it
+    # has out of date is left for a run to put right: planning never writes.
+    lookup = done_outputs(store.prefix, names, view.listings)
+    view.found_out_of_date(lookup.fixes)
+    built_in = lookup.done
     done = [name in built_in for name in names]
     forced = [_match_any(s.name, force) or s.version == DEV_VERSION for s in graph.entries]
     needed, hits = need(graph, done, forced,

@@ -19,6 +19,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import traits_of
 from marin.execution.store.cache import CacheHit
+from marin.execution.store.done_index import IndexFixes
 from marin.execution.store.realisations import Realised
 from marin.execution.store.records import Provenance
 from marin.execution.store.store import FolderListings, StepStore
@@ -126,6 +127,16 @@ class StoreView:
         self.store = store
         self.listings = FolderListings()
         self._earlier: dict[str, list[tuple[str, Provenance]]] = {}
+        self._index_fixes = IndexFixes()
+
+    def found_out_of_date(self, fixes: IndexFixes) -> None:
+        """Keep what reading the done index found out of date: a plan never writes, a run puts it right."""
+        self._index_fixes.add(fixes)
+
+    def take_index_fixes(self) -> IndexFixes:
+        """What the done index lacks or has wrong, found since the last call (then forgotten)."""
+        fixes, self._index_fixes = self._index_fixes, IndexFixes()
+        return fixes
 
     def earlier_builds(self, name: str) -> list[tuple[str, Provenance]]:
         """Finished builds of the step ``name`` (any hash): (output path, provenance), newest

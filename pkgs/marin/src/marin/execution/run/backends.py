@@ -60,27 +60,21 @@ class Backends:
             return WorkerKind.IN_PROCESS
         return WorkerKind.LOCAL_PROCESS if self.settings.backend is Backend.LOCAL else WorkerKind.REMOTE
 
-    def client(self) -> DistributedClient:
-        """The client steps are submitted to (made from the configuration on first use)."""
+    def _steps_client(self) -> DistributedClient:
+        """The client steps are submitted to: the one given, else the configuration's, made on first use."""
         if self._client is None:
-            kind = self.worker_kind()
-            if kind is WorkerKind.IN_PROCESS:
+            if self.worker_kind() is WorkerKind.IN_PROCESS:
                 # memory:// exists only inside this process: a step run in a process of its own
                 # would write into a store nobody else sees, and its empty output would be
                 # published as done. So memory:// steps run here.
                 from fray.inprocess import InProcessClient
 
                 self._client = InProcessClient()
-                return self._client
-            if kind is WorkerKind.REMOTE:
-                from fray.cluster import RayClient
-
-                self._client = RayClient(address=self.settings.ray_address)
             else:
-                from fray.cluster import LocalClient
+                from fray.cluster import current_client
 
-                self._client = LocalClient()
-            self._owns_client = True
+                self._client = current_client(self.settings)
+                self._owns_client = True
         return self._client
 
     def _warm_pool(self) -> Any:
@@ -94,7 +88,7 @@ class Backends:
         """What every attempt of a run shares (see :class:`~marin.execution.run.attempt.AttemptContext`)."""
         from fray.cluster import LocalClient
 
-        client = self.client()
+        client = self._steps_client()
         warm = self.settings.warm_workers and isinstance(client, LocalClient)
         return AttemptContext(self.settings, holder, client, self.worker_kind(), environment,
                               pool=self._warm_pool if warm else None)
@@ -134,7 +128,7 @@ class Backends:
             controller = self._admission_controller()
             check = controller.check_fits
         else:
-            nodes = getattr(self.client(), "nodes", None)
+            nodes = getattr(self._steps_client(), "nodes", None)
             if nodes is None:
                 return
             hosts = [MachineCapacity(cpus=float(n.get("CPU", 0)), memory=int(n.get("memory", 0)),

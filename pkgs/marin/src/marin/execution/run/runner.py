@@ -19,10 +19,9 @@ from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
 from marin.execution.run import capture
 from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
-from marin.execution.run.scheduler import Scheduling, execute
 from marin.execution.run.settings import RunSettings
 from marin.execution.run.state import RunState
-from marin.execution.store.environment import current_environment
+from marin.execution.store.done_index import apply_fixes
 from marin.execution.store.store import StepStore
 from rigging.config.discovery import MarinConfig
 from rigging.lease import default_holder
@@ -30,6 +29,7 @@ from rigging.lease import default_holder
 if TYPE_CHECKING:
     from fray.types import DistributedClient
     from iris.admission import MachineCapacity
+    from marin.execution.run.scheduler import Scheduling
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "RunSettings", "StepOutcome", "StepRunner"]
 
@@ -90,6 +90,10 @@ class StepRunner:
 
     # -- planning ---------------------------------------------------------------------------
     def _env(self) -> tuple[dict[str, Any], str]:
+        # Not at import: a no-op run without --strict-env never fingerprints the environment, and
+        # importlib.metadata (zipfile, email, csv) is the largest import of the module.
+        from marin.execution.store.environment import current_environment
+
         return current_environment()
 
     def _salt(self) -> str | None:
@@ -125,7 +129,7 @@ class StepRunner:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
         steps = list(steps)
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
-        plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
+        plan = self._index_kept_current(self.plan(steps, explain=True, estimate=not self.settings.require_cached))
         if self.settings.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():
@@ -144,9 +148,21 @@ class StepRunner:
                 known[pos] = StepOutcome.of(p, Outcome.WOULD_RUN, reasons=reasons_of(p.reasons), note=note)
         state.start(known)
         if state.pending:
+            # Not at import: the scheduler brings attempts, workers and publishing (pickle, shutil,
+            # tempfile), which a run with nothing to build never needs.
+            from marin.execution.run.scheduler import execute
+
             execute(state, self._scheduling())
         final = state.current_plan()
         return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
+
+    def _index_kept_current(self, plan: Plan) -> Plan:
+        """``plan``, once what it found out of date in the done index is put right: a plan only
+        reads the store, a run (not a dry run) keeps the index current, before the plan's steps start."""
+        fixes = plan.view.take_index_fixes()
+        if fixes and not self.settings.dry_run:
+            apply_fixes(self.store.prefix, fixes)
+        return plan
 
     def _check_budget(self, estimate: PlanEstimate | None) -> None:
         """Raise ``OverBudget`` when the estimate exceeds a budget this runner was given."""
@@ -174,10 +190,13 @@ class StepRunner:
         self.backends.close()
 
     def _scheduling(self) -> Scheduling:
+        from marin.execution.run.scheduler import Scheduling  # not at import: see run()
+
         backends, settings = self.backends, self.settings
         return Scheduling(
             settings=settings, holder=self.holder, reporter=self.reporter, admit=backends.admit,
             attempt_context=lambda: backends.attempt_context(self.holder, self._env),
             wait=lambda busy: backends.wait(busy, settings.poll_interval),
             # What a step expands into is built whatever --only said: it is part of that step's build.
-            plan_more=lambda found, view: self._make_plan(found, salt=self._salt(), explain=True, view=view, only=()))
+            plan_more=lambda found, view: self._index_kept_current(
+                self._make_plan(found, salt=self._salt(), explain=True, view=view, only=())))

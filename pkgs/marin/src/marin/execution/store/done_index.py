@@ -19,12 +19,15 @@ The success record in the step's own folder stays the truth (a step is done if a
   an output is being deleted;
 * a step missing from the index (a store written before the index existed, or a runner killed
   between the two writes) is looked up at its success record by :func:`done_outputs`, in
-  parallel (on object stores only when the listing of its parent folder shows its folder), and
-  its marker is written then, so the next listing has it;
+  parallel (on object stores only when the listing of its parent folder shows its folder);
 * a marker whose output folder was deleted by hand is noticed (on object stores by listing each
-  parent folder of the outputs once, locally by looking at the success record) and
-  removed. Deleting only ``success.json`` of an output on an object store is not noticed: use
-  ``--force`` or ``marin gc`` to rebuild or remove outputs.
+  parent folder of the outputs once, locally by looking at the success record). Deleting only
+  ``success.json`` of an output on an object store is not noticed: use ``--force`` or
+  ``marin gc`` to rebuild or remove outputs.
+
+Reading the index never writes it: :func:`done_outputs` reports what it found out of date
+(:class:`IndexFixes`) and a run puts it right (:func:`apply_fixes`) before it builds anything, so
+``marin plan`` leaves the store as it found it and the next listing has every done step.
 
 Realisation records and output digests (issue 15) belong beside the success record, not here:
 a marker carries nothing but its name.
@@ -34,13 +37,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from marin.execution.store.records import Provenance, StepRecord
 from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 
-__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "done_outputs", "env_of", "index_folder", "mark", "marker_name", "parse_marker",
-           "read_index", "unmark"]
+__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "done_outputs", "env_of",
+           "index_folder", "mark", "marker_name", "parse_marker", "read_index", "unmark"]
 
 INDEX_DIR = ".marin/done"
 """The index folder, relative to the prefix."""
@@ -122,23 +126,50 @@ def _cheap_lookups(prefix: str) -> bool:
     return fs.is_local(prefix) or fs.protocol_of(prefix) == "memory"
 
 
-def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListings | None = None) -> dict[str, str]:
+@dataclass
+class IndexFixes:
+    """What reading the index found out of date, for a run to put right (:func:`apply_fixes`)."""
+
+    unindexed: dict[str, str | None] = field(default_factory=dict)
+    """Outputs done at their success records but not marked: output name → environment digest."""
+    stale: set[str] = field(default_factory=set)
+    """File names of markers whose output is gone."""
+
+    def __bool__(self) -> bool:
+        return bool(self.unindexed or self.stale)
+
+    def add(self, other: IndexFixes) -> None:
+        """Take in what ``other`` found too."""
+        self.unindexed.update(other.unindexed)
+        self.stale |= other.stale
+
+
+@dataclass(frozen=True)
+class DoneLookup:
+    """What :func:`done_outputs` found: the done outputs, and what the index lacks or has wrong."""
+
+    done: dict[str, str]
+    """Each done output's name → environment digest (``-`` if unknown)."""
+    fixes: IndexFixes
+
+
+def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListings | None = None) -> DoneLookup:
     """Which of ``output_names`` are done, each with its environment digest (``-`` if unknown).
 
     One listing of the index, and on object stores one listing per parent folder of the outputs
     (in parallel: an output folder deleted by hand must not read as done, and an output with no
     folder is not done without a look at its success record; locally each marked step's success
     record is looked at instead). Steps missing from the index whose folder exists are looked up
-    at their success records (in parallel on object stores) and, when done, marked for next
-    time; markers whose output is gone are removed.
+    at their success records (in parallel on object stores). Writes nothing: steps done but not
+    marked, and markers whose output is gone, are returned as :class:`IndexFixes`.
 
     Args:
         listings: where the parent folders' listings are kept (a plan reads them again).
     """
     names = list(dict.fromkeys(output_names))
-    listing = read_index(prefix)
-    marked = [n for n in names if n in listing]
-    missing = [n for n in names if n not in listing]
+    marker_of = {name: (entry, env) for entry, name, env in _entries(prefix)}
+    marked = [n for n in names if n in marker_of]
+    missing = [n for n in names if n not in marker_of]
     if _cheap_lookups(prefix):
         present = {n for n in marked if fs.file_exists(_success_path(prefix, n))}
     else:
@@ -146,22 +177,31 @@ def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListi
         listings.fetch({fs.join(prefix, n).rpartition("/")[0] for n in names})
         present = {n for n in marked if listings.has(fs.join(prefix, n))}
         missing = [n for n in missing if listings.has(fs.join(prefix, n))]
-    stale = [n for n in marked if n not in present]
-    if stale:
-        with contextlib.suppress(OSError):  # a read-only store (a shared cache) is still read
-            unmark(prefix, stale)
-    done = {n: listing[n] for n in marked if n in present}
+    fixes = IndexFixes(stale={marker_of[n][0] for n in marked if n not in present})
+    done = {n: marker_of[n][1] for n in marked if n in present}
 
-    def check(name: str) -> tuple[str, str | None]:
+    def check(name: str) -> tuple[str, str | None, bool]:
         if not fs.file_exists(_success_path(prefix, name)):
-            return name, None
-        env = _env_of(prefix, name)
-        with contextlib.suppress(OSError):
-            mark(prefix, name, env)
-        return name, env or UNKNOWN_ENV
+            return name, None, False
+        return name, _env_of(prefix, name), True
 
     results = [check(n) for n in missing] if _cheap_lookups(prefix) else in_parallel(check, missing)
-    for name, env in results:
-        if env is not None:
-            done[name] = env
-    return done
+    for name, env, is_done in results:
+        if is_done:
+            done[name] = env or UNKNOWN_ENV
+            fixes.unindexed[name] = env
+    return DoneLookup(done, fixes)
+
+
+def apply_fixes(prefix: str, fixes: IndexFixes) -> None:
+    """Put the index right: remove markers whose output is gone, mark outputs found done without one.
+
+    Called by a run, never by a plan. A read-only store (a shared cache) keeps its index as it is:
+    planning falls back to the success records, so nothing is wrong, only slower.
+    """
+    folder = index_folder(prefix)
+    with contextlib.suppress(OSError):
+        for entry in fixes.stale:
+            fs.delete(fs.join(folder, entry))
+        for name, env in fixes.unindexed.items():
+            mark(prefix, name, env)

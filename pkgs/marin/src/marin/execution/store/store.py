@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from marin.execution.core.step import output_name_of
@@ -57,6 +56,9 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     round trip on an object store."""
     if len(items) <= 1:
         return [fn(x) for x in items]
+    # Not at import: a local no-op never looks anything up in parallel.
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=min(_PARALLEL_LOOKUPS, len(items))) as pool:
         return list(pool.map(fn, items))
 

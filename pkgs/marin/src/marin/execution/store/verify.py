@@ -8,14 +8,13 @@ lifecycle rule); ``marin verify`` finds that out before a downstream step trusts
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from marin.execution.store.manifest import verify_manifest
 from marin.execution.store.records import META_DIR, StepRecord, files_folder, is_reserved, manifest_digest
 from rigging import filesystem as fs
 
-__all__ = ["StepCheck", "Verdict", "verify_output", "verify_outputs"]
+__all__ = ["StepCheck", "Verdict", "verify_output"]
 
 
 class Verdict(enum.Enum):
@@ -76,7 +75,3 @@ def verify_output(name: str, output_path: str) -> StepCheck:
     verdict = Verdict.CHANGED if problems else Verdict.OK
     return StepCheck(name, output_path, verdict, problems, files=len(listed))
 
-
-def verify_outputs(outputs: Iterable[tuple[str, str]]) -> list[StepCheck]:
-    """:func:`verify_output` for each ``(name, output_path)``, in order."""
-    return [verify_output(name, path) for name, path in outputs]
