@@ -25,13 +25,12 @@ from marin.execution.core.identity import fn_identity
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath, output_path_of
 from marin.execution.core.step import Step, output_name_of
-from marin.execution.core.traits import EarlierBuilds, StepTraits, step_function
+from marin.execution.core.traits import EarlierBuilds, Start, StepTraits, step_function
 from marin.execution.run.worker import current_step
 from marin.execution.store.records import StepRecord
-from marin.execution.store.store import StepStore
 from marin.experiment.flops import SPEEDRUN_FILE, flops_accounting, speedrun_record
 from marin.experiment.results import METRICS_FILE, TRAIN_SUMMARY_FILE
-from marin.experiment.warm_start import Extension, find_extension, translate_dependencies
+from marin.experiment.warm_start import extension_start, find_extension
 from rigging import filesystem as fs
 
 __all__ = [
@@ -75,44 +74,37 @@ class CheckpointRef:
                                metrics_path=output_path_of(self.model, METRICS_FILE))
 
 
-def _runtime_extension(config: TrainLmConfig, output_path: str) -> Any:
-    """The earlier build a running build extends (or why none can be), asked of the store it writes to."""
-    running = current_step()
-    if running is None:
-        return None  # called outside a runner: no step identity to match earlier builds against
-    folder = output_path.rstrip("/")
-    store = StepStore(running.prefix)
-    earlier = [(StepRecord(path).files_folder(), prov, translate_dependencies(prov.config_flat or {}, prov))
-               for path, prov in store.earlier_builds(running.name) if path.rstrip("/") != folder]
-    return _find_extension(config, flatten_config(config, {}), earlier, name=running.name, version=running.version)
-
-
 def _find_extension(config: TrainLmConfig, flat: Mapping[str, str], earlier: list, *, name: str, version: str) -> Any:
     return find_extension(name=name, version=version, fn=fn_identity(train_lm_step), config=config, flat=flat,
                           earlier=earlier, optimizer_from_json=lambda data: AdamConfig(**data))
 
 
-def describe_start(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> str | None:
-    """For ``marin plan``: where a training build would start, when not from step 0 of its own."""
+def plan_start(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> Start | None:
+    """For the plan: where a training build starts, when not from step 0 of its own.
+
+    A start its config names (a branch, a fine-tune, Hugging Face weights) is only described; an
+    extension of an earlier build is decided here, and the run hands it to :func:`train_lm_step`.
+    """
     config = step.config
     start = config.trainer.initialize_from
     if isinstance(start, HfCheckpoint):
-        return f"starts from Hugging Face weights {start.repo}" + (f"@{start.revision}" if start.revision else "")
+        return Start(f"starts from Hugging Face weights {start.repo}" + (f"@{start.revision}" if start.revision else ""))
     if isinstance(start, TrainedModel):  # from step 0 with a fresh optimizer: never an extension either
         source = start.path.step if isinstance(start.path, OutputPath) else start.path
         if isinstance(source, Lazy | Step):
             source = lower(source)
-            return f"fine-tunes the final parameters of {output_name_of(source.name, hashes[id(source)])} (fresh optimizer)"
-        return f"fine-tunes the final parameters of {source} (fresh optimizer)"
+            return Start(f"fine-tunes the final parameters of {output_name_of(source.name, hashes[id(source)])} "
+                         "(fresh optimizer)")
+        return Start(f"fine-tunes the final parameters of {source} (fresh optimizer)")
     if start is not None:
         if isinstance(start.checkpoint_path, OutputPath):
             source = lower(start.checkpoint_path.step)
-            return f"starts from {output_name_of(source.name, hashes[id(source)])} at step {start.step}"
-        return f"starts from step {start.step} of {start.checkpoint_path}"
+            return Start(f"starts from {output_name_of(source.name, hashes[id(source)])} at step {start.step}")
+        return Start(f"starts from step {start.step} of {start.checkpoint_path}")
     earlier = [(StepRecord(path).files_folder(), prov, prov.config_flat or {})
                for path, prov in earlier_builds(step.name)]
     found = _find_extension(config, flatten_config(config, hashes), earlier, name=step.name, version=step.version)
-    return found.describe() if found is not None else None
+    return found.planned() if found is not None else None
 
 
 TRAIN_TRAITS = StepTraits(
@@ -130,7 +122,7 @@ TRAIN_TRAITS = StepTraits(
         "checkpoints/*/state/ocdbt.process_*",  # the same, per process
         "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
     ),
-    describe_start=describe_start,
+    plan_start=plan_start,
 )
 """A training step's work is the tokens it trains on (estimates scale by it). Its volatile files
 differ between two runs of the same config and data (found by training twice and comparing the
@@ -140,7 +132,11 @@ outputs' manifests) and are left out of its output digest; the trained parameter
 
 @step_function(TRAIN_TRAITS)
 def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
-    """Step function: train (resuming from the newest checkpoint in ``output_path``)."""
+    """Step function: train (resuming from the newest checkpoint in ``output_path``).
+
+    An extension of an earlier build is what the plan decided (:func:`plan_start`), handed over
+    by the runner (``current_step().start``): this function never looks for earlier builds.
+    """
     # levanter's trainer imports JAX: only in the step's own process, never when planning.
     from levanter.trainer import main
 
@@ -151,15 +147,18 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
         if fs.exists(first):
             fs.atomic_write(fs.join(output_path, name), fs.read_bytes(first))
     start = config.trainer.initialize_from
+    running = current_step()
+    planned = running.start if running is not None else None
     if isinstance(start, CheckpointStart):
         print(f"starts from step {start.step} of {start.checkpoint_path}")
-    elif start is None:
-        extension = _runtime_extension(config, output_path)
-        if extension is not None:
-            print(extension.describe())
-            if isinstance(extension, Extension):
-                config = dataclasses.replace(
-                    config, trainer=dataclasses.replace(config.trainer, initialize_from=extension.start()))
+    if planned is not None:
+        print(planned.note)
+        if planned.extends is not None:
+            if start is not None:
+                raise InvalidStep(f"{running.name if running else 'train_lm'}: the plan extends {planned.extends}, "
+                                  f"but the config already starts from {start!r}")
+            config = dataclasses.replace(
+                config, trainer=dataclasses.replace(config.trainer, initialize_from=extension_start(planned)))
     began = time.perf_counter()
     result = main(config, output_path)
     wall_s = time.perf_counter() - began
@@ -167,6 +166,7 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     summary.update(flops_accounting(result, seq_len=config.trainer.seq_len, batch_size=config.trainer.batch_size))
     start = config.trainer.initialize_from
     summary["started_from"] = str(start.checkpoint_path) if isinstance(start, CheckpointStart) else None
+    summary["planned_start"] = planned.to_json() if planned is not None else None  # what `marin plan` said
     fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
     import jax  # already loaded by the trainer; asked only for the kind of device it trained on
 

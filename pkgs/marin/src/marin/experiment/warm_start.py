@@ -10,22 +10,22 @@ checkpoint at or before K. Both runs see the same batches in the same order with
 learning rates up to there, so the result is the same, bit for bit, as training from step 0:
 warm-starting never changes an output's identity, it only builds the same thing faster.
 
-The plan (``marin plan``) and the training step itself ask the same question of the same
-records (:func:`find_extension`); the plan describes the answer, the step acts on it.
+The plan (``marin plan``) asks :func:`find_extension` once, of the records it read; the run hands
+its answer (a :class:`~marin.execution.core.traits.Start`) to the training step, which acts on
+it (:func:`extension_start`) and never reads the store to decide again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.core.encoding import encode
+from marin.execution.core.traits import Start
 from marin.execution.store.records import Provenance
 from rigging import filesystem as fs
 
-__all__ = ["Extension", "NoExtension", "find_extension", "translate_dependencies"]
+__all__ = ["Extension", "NoExtension", "extension_start", "find_extension"]
 
 # Config fields an extension may change: how long, and the shape of the learning-rate schedule
 # (``AdamConfig.SCHEDULE_FIELDS``; the rates themselves are then compared step by step).
@@ -43,13 +43,9 @@ class Extension:
     def describe(self) -> str:
         return f"extends {_short(self.source)} from step {self.step} (saves {self.step} steps)"
 
-    def start(self) -> Any:
-        """Where levanter starts the run: the earlier build's checkpoint, data position and curve."""
-        from levanter.checkpoint import checkpoint_dir
-        from levanter.initialize import CheckpointStart
-
-        return CheckpointStart(checkpoint_path=checkpoint_dir(self.source), step=self.step,
-                               metrics_path=fs.join(self.source, "metrics.jsonl"))
+    def planned(self) -> Start:
+        """The plan's decision, as the run hands it to the training step."""
+        return Start(self.describe(), extends=self.source, step=self.step)
 
 
 @dataclass(frozen=True)
@@ -60,6 +56,10 @@ class NoExtension:
 
     def describe(self) -> str:
         return self.reason
+
+    def planned(self) -> Start:
+        """The plan's note: the build starts from step 0."""
+        return Start(self.reason)
 
 
 def _short(output_path: str) -> str:
@@ -130,24 +130,17 @@ def _schedule_cause(optimizer: Any) -> str:
     return f"the {schedule} schedules differ"
 
 
-def translate_dependencies(old_flat: Mapping[str, str], provenance: Provenance) -> dict[str, str]:
-    """An earlier build's flattened fields with each dependency replaced by that build's path of it.
+def extension_start(start: Start) -> Any:
+    """Where levanter starts a run the plan decided extends an earlier build (``start.extends``):
+    that build's checkpoint ``start.step``, its data position and its curve.
 
-    The form in which a running step sees its own (resolved) config: placeholders are paths.
+    Raises:
+        ValueError: ``start`` extends no earlier build.
     """
+    from levanter.checkpoint import checkpoint_dir
+    from levanter.initialize import CheckpointStart
 
-    paths = provenance.dependency_paths()
-
-    def resolve(value: Any) -> Any:
-        if isinstance(value, list):
-            if len(value) == 3 and value[0] == "dep" and value[1] in paths:
-                base = paths[value[1]]
-                return encode(fs.join(base, value[2]) if value[2] else base, {})
-            return [resolve(v) for v in value]
-        return value
-
-    out = {}
-    for key, text in old_flat.items():
-        value = json.loads(text)
-        out[key] = json.dumps(resolve(value), separators=(",", ":"))
-    return out
+    if start.extends is None or start.step is None:
+        raise ValueError(f"not an extension of an earlier build: {start!r}")
+    return CheckpointStart(checkpoint_path=checkpoint_dir(start.extends), step=start.step,
+                           metrics_path=fs.join(start.extends, "metrics.jsonl"))
