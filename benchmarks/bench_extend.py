@@ -37,7 +37,7 @@ def _model(steps: int):
 
 def _runner(prefix: str):
     from fray import InProcessClient
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
 
     return StepRunner(prefix=prefix, max_parallel=1, client=InProcessClient(), strict_env=False)
 

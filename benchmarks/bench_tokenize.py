@@ -150,8 +150,8 @@ def _e2e_once(corpus: str, tokenizer_path: str, out: str, cores: int) -> tuple[f
 def _step_child(corpus: str, tokenizer_path: str, prefix: str, warm: bool) -> None:
     """In a fresh process (as ``marin run``): build the tokenize step; print seconds and tokens as JSON."""
     from benchmarks.bench_scale import _Silent
-    from marin.execution.lazy import lower
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.core.lazy import lower
+    from marin.execution.run.runner import StepRunner
     from marin.experiment.data import tokenized
     from rigging import filesystem as fs
 

@@ -15,7 +15,7 @@ from fray import InProcessClient
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
 from marin.experiment.train import train_lm
 

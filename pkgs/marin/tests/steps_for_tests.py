@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step, unhashed_field
 from marin.execution.core.traits import StepTraits, step_function
-from marin.execution.step import Step, output_path_of, unhashed_field
 from rigging import filesystem as fs
 from rigging.secrets import Secret
 

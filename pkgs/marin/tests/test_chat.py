@@ -15,7 +15,7 @@ from levanter.data.chat import decode_chat_record
 from levanter.data.tokenized import open_split
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import lower
+from marin.execution.core.lazy import lower
 from marin.experiment.chat import Role, read_conversations
 from marin.experiment.chat_data import tokenized_chat
 from marin.experiment.chat_template import CHATML_TEMPLATE, DEFAULT_CHAT_TEMPLATE, ChatTemplate

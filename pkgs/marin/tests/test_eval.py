@@ -8,7 +8,7 @@ import math
 import pytest
 from lm_graph import copy_prefix, data, held_out, runner, tiny_model
 
-from marin.execution.step_runner import Outcome
+from marin.execution.run.outcome import Outcome
 from marin.experiment.data import tokenized, trained_tokenizer
 from marin.experiment.eval import EVAL_RESULTS_FILE, evaluate
 from rigging import filesystem as fs

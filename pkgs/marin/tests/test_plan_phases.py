@@ -14,8 +14,8 @@ from marin.execution.plan.make import decide, explain_runs, hash_steps, make_pla
 from marin.execution.plan.model import Action, Plan, PlannedStep, ReasonKind, StoreView, UnknownStep
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.run.outcome import Outcome, StepOutcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.run.state import RunState
-from marin.execution.step_runner import StepRunner
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.store import StepStore
 

@@ -21,11 +21,12 @@ from fray.inprocess import InProcessClient
 from levanter.initialize import TrainedModel
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.graph import dependencies_of
+from marin.execution.core.lazy import lower
 from marin.execution.core.traits import traits_of
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import tokenized
 from marin.experiment.eval import evaluate
 from marin.experiment.sweep import best, sweep

@@ -16,9 +16,9 @@ from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.graph import dependencies_of
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
+from marin.execution.core.lazy import lower
 from marin.experiment.data import tokenized
 from marin.experiment.train import train_lm, train_lm_step
 
