@@ -106,7 +106,7 @@ def _train_graph():
     from levanter.checkpoint import CheckpointConfig
     from levanter.optim import AdamConfig
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-    from marin.experiment.train import train_lm
+    from marin.experiment.training.train import train_lm
 
     corpus = bundled_corpus(name="raw/scaleout-corpus", num_stories=150, num_shards=2)
     tokenizer = trained_tokenizer(name="tokenizers/scaleout-bpe", source=corpus, vocab_size=300)

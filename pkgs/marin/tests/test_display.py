@@ -89,7 +89,7 @@ def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_ste
     from marin.execution.core.lazy import lower
     from marin.execution.run.outcome import Outcome
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-    from marin.experiment.train import train_lm
+    from marin.experiment.training.train import train_lm
 
     def graph(version: str) -> Step:
         corpus = bundled_corpus(name="raw/p", num_stories=400, num_shards=2)

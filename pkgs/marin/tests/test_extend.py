@@ -18,7 +18,7 @@ from marin.execution.core.traits import Start
 from marin.execution.run.outcome import QuietReporter
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
-from marin.experiment.train import TRAIN_SUMMARY_FILE, checkpoint
+from marin.experiment.training.train import TRAIN_SUMMARY_FILE, checkpoint
 from rigging import filesystem as fs
 
 CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant")

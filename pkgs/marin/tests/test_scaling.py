@@ -18,7 +18,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import lower
 from marin.experiment.data import tokenized
 from marin.experiment.scaling import FIT_FILE, PLOT_FILE, FitConfig, LadderRun, isoflop, isoflop_fit_step
-from marin.experiment.scaling_fit import Run, fit_isoflop, fit_power_law
+from marin.experiment.scaling.fit import Run, fit_isoflop, fit_power_law
 
 # Hoffmann et al.'s fitted law; the compute-optimal N* grows as C^(b / (a + b)), D* as C^(a / (a + b)).
 E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28

@@ -15,8 +15,8 @@ from marin.cli.main import cli
 from marin.cli.targets import load_targets
 from marin.execution.run.outcome import Outcome
 from marin.experiment import evaluate, story_tasks
-from marin.experiment.eval_results import EVAL_RESULTS_FILE, EvalResults, read_eval_results
-from marin.experiment.task_eval import harness_eval_step
+from marin.experiment.evaluation.results import EVAL_RESULTS_FILE, EvalResults, read_eval_results
+from marin.experiment.evaluation.tasks import harness_eval_step
 from rigging import filesystem as fs
 from testsupport.browser import open_report
 
