@@ -11,7 +11,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath, output_path_of
 from marin.execution.core.step import Step, unhashed_field
-from marin.execution.core.traits import StepTraits, step_function
+from marin.execution.core.traits import Start, StepTraits, step_function
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.run.runner import StepRunner
 
@@ -21,6 +21,7 @@ __all__ = [
     "Outcome",
     "OutputPath",
     "RunResult",
+    "Start",
     "Step",
     "StepHandle",
     "StepOutcome",
