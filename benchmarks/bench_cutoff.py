@@ -24,11 +24,12 @@ import time
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import lower
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, RunResult, StepRunner
+from marin.execution.core.lazy import lower
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome, RunResult
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-from marin.experiment.train import train_lm
+from marin.experiment.training.train import train_lm
 
 GOAL = 0.1
 MODEL = LlamaConfig(vocab_size=512, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=2, num_layers=1,

@@ -63,7 +63,7 @@ def _make_chain(folder: str, n: int) -> str:
 
 def _in_process(prefix: str, n: int) -> float:
     from benchmarks.chain_steps import chain
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
 
     best = []
     for _ in range(REPEATS):

@@ -27,9 +27,9 @@ import jax.numpy as jnp
 from levanter.eval_harness import HarnessConfig, LevanterLM, TaskRunConfig, load_tasks, run_tasks
 from levanter.eval_harness.packing import plan_rows
 from levanter.models.llama import LlamaConfig, transformed_llama
-from marin.experiment.corpus import generate_corpus
-from marin.experiment.story_task import StoryTask, StoryTasksConfig, write_story_tasks
-from marin.experiment.tokenizer_train import train_bpe_tokenizer
+from marin.experiment.data.corpus import generate_corpus
+from marin.experiment.data.tokenizer import train_bpe_tokenizer
+from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, write_story_tasks
 
 REPS = 3
 VOCAB = 2048

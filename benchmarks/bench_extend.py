@@ -27,7 +27,7 @@ def _model(steps: int):
     from experiments.train_nano import tinystories
     from levanter.checkpoint import CheckpointConfig
     from levanter.optim import AdamConfig
-    from marin.experiment.train import train_lm
+    from marin.experiment.training.train import train_lm
 
     return train_lm(name="checkpoints/marin-nano-bench", version="v1", model=llama_nano,
                     optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=20, schedule="constant"),
@@ -37,7 +37,7 @@ def _model(steps: int):
 
 def _runner(prefix: str):
     from fray import InProcessClient
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
 
     return StepRunner(prefix=prefix, max_parallel=1, client=InProcessClient(), strict_env=False)
 

@@ -28,8 +28,8 @@ REPEATS = 5
 
 def _stop_time(work: str, warm: bool, round_no: int) -> float:
     from benchmarks.chain_steps import TickConfig, tick_until_stopped
-    from marin.execution.step import Step
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.core.step import Step
+    from marin.execution.run.runner import StepRunner
     from marin.execution.store.records import StepRecord
     from testsupport.leases import take_over
 
@@ -70,7 +70,7 @@ _FROZEN_RUNNER = textwrap.dedent("""
 
 def _stop_time_frozen_runner(work: str, round_no: int) -> float:
     from benchmarks.chain_steps import TickConfig, tick_until_stopped
-    from marin.execution.step import Step
+    from marin.execution.core.step import Step
     from marin.execution.store.records import StepRecord
     from testsupport.leases import take_over
 

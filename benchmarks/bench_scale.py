@@ -77,7 +77,7 @@ def built_store(steps: list, local_root: str, prefix_text: str) -> None:
     """
     from unittest import mock
 
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
 
     runner = StepRunner(prefix=local_root, max_parallel=1, strict_env=False, config=None, reporter=_Silent(),
                         client=_in_process_client())

@@ -124,7 +124,7 @@ def _bare_once(tokenizer_path: str, texts: list[str], method: str) -> tuple[floa
 
 def _e2e_child(corpus: str, tokenizer_path: str, out: str, cores: int) -> None:
     """In a fresh process (as the tokenize step runs): tokenize, print seconds and tokens as JSON."""
-    from marin.experiment.tokenize_impl import tokenize_to_shards
+    from marin.experiment.data.tokenize import tokenize_to_shards
 
     start = time.perf_counter()
     summary = tokenize_to_shards(corpus, tokenizer_path, out, max_parallel=cores, validation_fraction=0.01)
@@ -150,8 +150,8 @@ def _e2e_once(corpus: str, tokenizer_path: str, out: str, cores: int) -> tuple[f
 def _step_child(corpus: str, tokenizer_path: str, prefix: str, warm: bool) -> None:
     """In a fresh process (as ``marin run``): build the tokenize step; print seconds and tokens as JSON."""
     from benchmarks.bench_scale import _Silent
-    from marin.execution.lazy import lower
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.core.lazy import lower
+    from marin.execution.run.runner import StepRunner
     from marin.experiment.data import tokenized
     from rigging import filesystem as fs
 
@@ -224,8 +224,8 @@ def _measure(label: str, corpus: str, tokenizer_path: str, work: str, cores: int
 
 def run(work: str) -> list[_Measure]:
     """Generate both corpora and a tokenizer under ``work``; measure both sizes."""
-    from marin.experiment.corpus import DEFAULT_NUM_STORIES, generate_corpus
-    from marin.experiment.tokenizer_train import train_bpe_tokenizer
+    from marin.experiment.data.corpus import DEFAULT_NUM_STORIES, generate_corpus
+    from marin.experiment.data.tokenizer import train_bpe_tokenizer
 
     cores = os.cpu_count() or 1
     small = os.path.join(work, "corpus-default")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.step import Step, output_path_of
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step
 from rigging import filesystem as fs
 
 

@@ -1,5 +1,5 @@
 """Marin's ``default_tokenize`` and ``default_train``, thin over :func:`~marin.experiment.data.tokenized`
-and :func:`~marin.experiment.train.train_lm`.
+and :func:`~marin.experiment.training.train.train_lm`.
 
 Every argument Marin's tutorials pass works; an argument or ``SimpleTrainConfig`` field this
 project does not support is refused with an error naming it, never ignored.
@@ -19,7 +19,7 @@ from marin.execution.executor import InputName, VersionedValue, unwrap_versioned
 from marin.execution.lazy import Lazy
 from marin.execution.step import OutputPath, Step, output_path_of
 from marin.experiment.data import Tokenized, tokenized
-from marin.experiment.train import TrainLm, train_lm
+from marin.experiment.training.train import TrainLm, train_lm
 
 __all__ = ["CORE_TASKS", "UnsupportedSetting", "default_tokenize", "default_train"]
 

@@ -49,9 +49,9 @@ def main() -> int:
     """Run the graph and report what it made."""
     from marin.cli.display import make_reporter, summary_table
     from marin.execution.step_runner import StepRunner
-    from marin.experiment.eval_results import format_number, read_eval_results
-    from marin.experiment.sampling import sample_text
-    from marin.experiment.train import unigram_entropy
+    from marin.experiment.evaluation.results import format_number, read_eval_results
+    from marin.experiment.training.sampling import sample_text
+    from marin.experiment.training.train import unigram_entropy
     from rigging import filesystem as fs
 
     result = StepRunner(reporter=make_reporter()).run(steps)

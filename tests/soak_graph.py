@@ -162,8 +162,8 @@ def steps() -> list:
     from levanter.optim import AdamConfig
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
     from marin.experiment.datakit import dedup
-    from marin.experiment.sweep import best, sweep
-    from marin.experiment.train import train_lm
+    from marin.experiment.sweeps.sweep import best, sweep
+    from marin.experiment.training.train import train_lm
 
     corpus = bundled_corpus(name="soak/raw", num_stories=300, seed=0, num_shards=3)
     tokenizer = trained_tokenizer(name="soak/tokenizer", source=corpus, vocab_size=320)

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from iris.admission import MachineCapacity, ResourcesTooLarge
 from iris.cluster import ResourceConfig
 from marin.cli.main import cli
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 

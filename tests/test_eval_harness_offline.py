@@ -26,8 +26,8 @@ from levanter.eval_harness import (  # noqa: E402
     run_tasks,
 )
 from levanter.models.llama import LlamaConfig  # noqa: E402
-from marin.experiment.corpus import generate_story  # noqa: E402
-from marin.experiment.story_task import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
+from marin.experiment.data.corpus import generate_story  # noqa: E402
+from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
 
 MODEL = LlamaConfig(vocab_size=384, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2, num_layers=2,
                     max_seq_len=512)

@@ -432,8 +432,8 @@ def test_damaged_step_records_never_crash_the_engine(scratch, fuzz_examples, whi
 @given(data=st.one_of(FUZZ_BYTES, JSON_VALUES.map(lambda v: json.dumps(v).encode())),
        which=st.sampled_from(["success.json", "provenance.json", "status.json", "lease-00000001.json"]))
 def test_planning_survives_damaged_records_of_earlier_builds(scratch, fuzz_examples, data, which):
+    from marin.execution.core.step import Step
     from marin.execution.plan.make import make_plan
-    from marin.execution.step import Step
 
     prefix = Path(tempfile.mkdtemp(dir=scratch))
     step = Step("fz/step", probe_fn, config={"x": 2})
@@ -472,8 +472,8 @@ def shutil_copy(src: Path, dst: Path) -> None:
     {"version": 3, "fn": ["a"]}, {"config_flat": {"x": '["dep"'}}, [], "text",
 ])
 def test_odd_but_valid_json_provenance_of_an_earlier_build_still_plans(tmp_path, provenance):
+    from marin.execution.core.step import Step
     from marin.execution.plan.make import make_plan
-    from marin.execution.step import Step
 
     old = tmp_path / "fz" / "step-00000000deadbeef"
     shutil_copy(Path(_done_step(tmp_path, "step")), old)

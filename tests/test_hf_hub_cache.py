@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hub_cache import jsonl_bytes, stories, tinystories_like, write_hub_dataset  # noqa: E402
 
-from marin.experiment.hf_hub import choose_split_files  # noqa: E402
-from marin.experiment.sources import DataSourceError, resolve_source, resolve_tokenizer  # noqa: E402
+from marin.experiment.data.hub import choose_split_files  # noqa: E402
+from marin.experiment.data.sources import DataSourceError, resolve_source, resolve_tokenizer  # noqa: E402
 
 
 def test_a_cached_dataset_resolves_to_its_train_parquet_files(hf_home: Path) -> None:
@@ -84,8 +84,8 @@ def test_a_dataset_with_a_validation_split_keeps_it_as_the_validation_split(hf_h
     from hub_cache import WORDS
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from marin.experiment.sources import resolve_corpus
-    from marin.experiment.tokenize_impl import tokenize_to_shards
+    from marin.experiment.data.sources import resolve_corpus
+    from marin.experiment.data.tokenize import tokenize_to_shards
 
     vocab = {"<unk>": 0, "<|endoftext|>": 1, **{w: i + 2 for i, w in enumerate(sorted({*WORDS, "Once", "upon", "a", "time"}))}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

@@ -19,8 +19,8 @@ def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() ->
     code = ("import sys, marin.experiment as m; "
             "print(sorted(k for k in sys.modules if k.startswith('marin.experiment.'))); "
             "from marin.experiment import Step, output_path_of; "
-            "print([k for k in ('jax', 'marin.experiment.train') if k in sys.modules]); "
-            "import marin.experiment.train as train, marin.experiment.data as data; "
+            "print([k for k in ('jax', 'marin.experiment.training.train') if k in sys.modules]); "
+            "import marin.experiment.training.train as train, marin.experiment.data as data; "
             "print(m.train_lm is train.train_lm and m.tokenized is data.tokenized, "
             "all(getattr(m, n) is not None for n in m.__all__))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -29,7 +29,7 @@ def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() ->
 
 def test_naming_harness_settings_and_story_tasks_does_not_import_jax_or_the_harness() -> None:
     # Eval steps name their harness settings in configs; planning them must not pay for JAX or lm_eval.
-    code = ("import sys, levanter.eval_harness as h, marin.experiment.story_task; h.HarnessConfig; h.TaskRunConfig; "
+    code = ("import sys, levanter.eval_harness as h, marin.experiment.tasks.story; h.HarnessConfig; h.TaskRunConfig; "
             "print(sorted(m for m in ('jax', 'lm_eval', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

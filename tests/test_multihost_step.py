@@ -11,8 +11,9 @@ import numpy as np
 
 from iris.cluster import ResourceConfig
 from iris.multihost import MultihostEnv
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend

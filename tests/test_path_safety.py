@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.step import InvalidStep, Step, validate_step_name
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.step import Step, validate_step_name
 from marin.execution.store.gc import collect_garbage, find_outputs
 from marin.execution.store.store import StepStore
 
@@ -59,7 +60,7 @@ def test_an_empty_prefix_is_refused():
 
 def test_output_path_sub_paths_cannot_climb():
     step = Step("a", probe_fn)
-    from marin.execution.step import output_path_of
+    from marin.execution.core.placeholders import output_path_of
 
     for bad in ("../x", "/abs", "a/../../b"):
         with pytest.raises(InvalidStep):

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.step import Step, unhashed_field
+from marin.execution.core.step import Step, unhashed_field
 
 PROPS = settings(max_examples=200, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

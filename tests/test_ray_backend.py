@@ -26,9 +26,11 @@ import numpy as np
 import pytest
 
 from iris.cluster import ResourceConfig
-from marin.execution.lazy import lower
-from marin.execution.step import Step, output_path_of
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.core.lazy import lower
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
@@ -104,7 +106,7 @@ def _train_graph():
     from levanter.checkpoint import CheckpointConfig
     from levanter.optim import AdamConfig
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-    from marin.experiment.train import train_lm
+    from marin.experiment.training.train import train_lm
 
     corpus = bundled_corpus(name="raw/scaleout-corpus", num_stories=150, num_shards=2)
     tokenizer = trained_tokenizer(name="tokenizers/scaleout-bpe", source=corpus, vocab_size=300)

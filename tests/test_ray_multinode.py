@@ -19,8 +19,9 @@ import pytest
 
 from iris.admission import ResourcesTooLarge
 from iris.cluster import ResourceConfig
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend

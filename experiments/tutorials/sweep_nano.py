@@ -21,7 +21,7 @@ from experiments.train_nano import tinystories
 from experiments.tutorials.cooldown_sweep import held_out
 from levanter.optim import AdamConfig
 from marin.experiment import evaluate
-from marin.experiment.sweep import best, sweep
+from marin.experiment.sweeps.sweep import best, sweep
 
 nano_sweep = sweep(
     "sweeps/nano-tpe",

@@ -14,7 +14,7 @@ from levanter.optim import AdamConfig
 from marin.execution.lazy import lower
 from marin.execution.step_runner import StepRunner
 from marin.experiment.data import tokenized
-from marin.experiment.train import train_lm
+from marin.experiment.training.train import train_lm
 
 tinystories = tokenized(name="tokenized/tinystories", source=corpus,  # or "roneneldan/TinyStories"
                         tokenizer=marin_tokenizer, sample_count=1_000)

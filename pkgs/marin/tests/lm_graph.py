@@ -15,9 +15,9 @@ from fray import InProcessClient
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-from marin.experiment.train import train_lm
+from marin.experiment.training.train import train_lm
 
 TINY = LlamaConfig(vocab_size=320, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2,
                    num_layers=1, max_seq_len=64)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fray.inprocess import InProcessClient  # memory:// stores live in one process: steps run in it
-from marin.execution.core.traits import StepTraits, step_function
-from marin.execution.step import Step, output_path_of, unhashed_field
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step, unhashed_field
+from marin.execution.core.traits import Start, StepTraits, step_function
 from rigging import filesystem as fs
 from rigging.secrets import Secret
 
@@ -539,3 +540,33 @@ def resumable(config: ResumableConfig, output_path: str) -> None:
         _count(config.counter_dir, "resumable.unit")
         fs.atomic_write(unit, str(i))
     fs.atomic_write(fs.join(output_path, "out.txt"), "done")
+
+
+# -- a step whose build continues the newest earlier build (plan_start) ---------------------------
+
+
+@dataclass(frozen=True)
+class ContinueConfig:
+    """Config of :func:`continue_newest`."""
+
+    value: int
+
+
+def _continue_from_newest(step: Step, hashes: Mapping[int, str], earlier_builds: Any) -> Start | None:
+    """Continue the newest earlier build of the step's name (as a training run extends one)."""
+    earlier = earlier_builds(step.name)
+    if not earlier:
+        return None
+    path, _provenance = earlier[0]
+    return Start(f"continues {os.path.basename(path)}", extends=path, step=1)
+
+
+@step_function(StepTraits(plan_start=_continue_from_newest))
+def continue_newest(config: ContinueConfig, output_path: str) -> None:
+    """Writes where it was told to start (``current_step().start``), which the plan decided."""
+    from marin.execution.run.worker import current_step
+
+    running = current_step()
+    assert running is not None
+    start = running.start.to_json() if running.start is not None else None
+    fs.atomic_write(fs.join(output_path, "start.json"), json.dumps({"value": config.value, "start": start}))

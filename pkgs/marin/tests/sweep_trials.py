@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 
 from marin.execution.core.lazy import StepHandle
+from marin.execution.core.step import unhashed_field
 from marin.execution.run.worker import current_step
-from marin.execution.step import unhashed_field
-from marin.experiment.train import TrainLmConfig
+from marin.experiment.training.train import TrainLmConfig
 from rigging import filesystem as fs
 
 CALLS = "calls.txt"

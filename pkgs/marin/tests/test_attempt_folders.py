@@ -11,7 +11,7 @@ import time
 import pytest
 import steps_for_tests as t
 
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.cache import copy_tree, push_output
 from marin.execution.store.gc import collect_garbage, find_outputs
 from marin.execution.store.manifest import compute_manifest, verify_manifest

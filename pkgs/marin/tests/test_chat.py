@@ -15,14 +15,14 @@ from levanter.data.chat import decode_chat_record
 from levanter.data.tokenized import open_split
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import lower
+from marin.execution.core.lazy import lower
 from marin.experiment.chat import Role, read_conversations
-from marin.experiment.chat_data import tokenized_chat
-from marin.experiment.chat_template import CHATML_TEMPLATE, DEFAULT_CHAT_TEMPLATE, ChatTemplate
-from marin.experiment.chat_tokenize import load_chat_template, tokenize_chat_to_shards
+from marin.experiment.chat.data import tokenized_chat
+from marin.experiment.chat.template import CHATML_TEMPLATE, DEFAULT_CHAT_TEMPLATE, ChatTemplate
+from marin.experiment.chat.tokenize import load_chat_template, tokenize_chat_to_shards
 from marin.experiment.data import trained_tokenizer
-from marin.experiment.sources import resolve_source
-from marin.experiment.train import train_lm
+from marin.experiment.data.sources import resolve_source
+from marin.experiment.training.train import train_lm
 from zephyr import Counters, DataError, ShardFailed
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who is Mia?"},
@@ -139,7 +139,7 @@ def test_a_hugging_face_id_resolves_from_the_hub_cache(tmp_path: Path, monkeypat
 @pytest.mark.parametrize("template", [DEFAULT_CHAT_TEMPLATE, CHATML_TEMPLATE, PLAIN_TEMPLATE],
                          ids=["default", "chatml", "plain"])
 def test_mask_on_tokens_decode_to_exactly_the_assistant_texts(tokenizer_path: str, template: ChatTemplate) -> None:
-    from marin.experiment.chat_tokenize import prepare_chat_tokenizer
+    from marin.experiment.chat.tokenize import prepare_chat_tokenizer
 
     tokenizer, _added = prepare_chat_tokenizer(Path(tokenizer_path).read_text(), template)
     conversation = tuple(read_conversations_from([GOOD]))[0]
@@ -170,7 +170,7 @@ def read_conversations_from(records: list[dict]):
 
 
 def test_a_template_without_generation_marks_or_with_bad_syntax_is_refused() -> None:
-    from marin.experiment.chat_template import TemplateError
+    from marin.experiment.chat.template import TemplateError
 
     with pytest.raises(TemplateError, match="must mark the assistant's text"):
         ChatTemplate(source="{% for m in messages %}{{ m.content }}{% endfor %}")

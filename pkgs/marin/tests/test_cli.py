@@ -333,7 +333,7 @@ def test_errors_of_the_users_to_fix_are_one_line_without_traceback(tmp_path):
 def test_a_handle_refusing_a_value_while_the_file_is_imported_is_a_user_error_naming_the_line(tmp_path):
     exp = _exp(tmp_path, "bad_checkpoint", """
         import steps_for_tests as t
-        from marin.experiment.train import checkpoint
+        from marin.experiment.training.train import checkpoint
         ref = checkpoint(t.node("m/x"), step=0)
         steps = [t.node("m/x")]
         """)

@@ -21,7 +21,7 @@ from testsupport.browser import open_report
 EXPERIMENT = '''\
 from levanter.optim import AdamConfig
 from lm_graph import data, held_out, tiny_model
-from marin.experiment.eval import evaluate
+from marin.experiment.evaluation.eval import evaluate
 
 slow = tiny_model("checkpoints/slow", steps=10, optimizer=AdamConfig(learning_rate=1e-3, warmup=2, schedule="constant"))
 fast = tiny_model("checkpoints/fast", steps=20, optimizer=AdamConfig(learning_rate=1e-2, warmup=2, schedule="constant"))
@@ -170,7 +170,7 @@ def test_a_single_run_has_no_differing_fields(built):
 
 def test_branches_differ_by_where_they_start_not_by_each_field_of_it(tmp_path):
     from levanter.optim import AdamConfig as Adam
-    from marin.experiment.train import checkpoint
+    from marin.experiment.training.train import checkpoint
 
     wsd = dict(learning_rate=3e-3, warmup=2, schedule="wsd", decay_shape="linear")
     stable = tiny_model("checkpoints/stable", steps=30, optimizer=Adam(decay=10, **wsd))

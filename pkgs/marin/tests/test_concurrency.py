@@ -12,7 +12,8 @@ import time
 import steps_for_tests as t
 
 from marin.execution.plan.model import ReasonKind
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore
 from rigging.lease import Lease

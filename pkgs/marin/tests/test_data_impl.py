@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from marin.experiment.corpus import DEFAULT_NUM_STORIES, CorpusConfig, generate_corpus, generate_story
-from marin.experiment.tokenize_impl import (
+from marin.experiment.data.corpus import DEFAULT_NUM_STORIES, CorpusConfig, generate_corpus, generate_story
+from marin.experiment.data.tokenize import (
     IN_PROCESS_BELOW_BYTES,
     assign_split,
     tokenize_to_shards,
     write_shards,
 )
-from marin.experiment.tokenizer_train import train_bpe_tokenizer
+from marin.experiment.data.tokenizer import train_bpe_tokenizer
 from rigging import filesystem as fs
 from zephyr import DataError, ShardFailed, TokenShardReader, read_documents, verify_shard_index
 
@@ -189,7 +189,7 @@ def test_killed_run_resumes_with_only_the_missing_shards(store: str, corpus: str
         source, tokenizer = fs.join(root, "corpus"), fs.join(root, "tok/tokenizer.json")
     out = fs.join(root, "killed")
     script = (
-        "import sys; from marin.experiment.tokenize_impl import tokenize_to_shards; "
+        "import sys; from marin.experiment.data.tokenize import tokenize_to_shards; "
         "tokenize_to_shards(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, seed=3, "
         "max_parallel=1)"
     )

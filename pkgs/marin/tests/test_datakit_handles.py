@@ -15,6 +15,8 @@ from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower
 from marin.execution.core.placeholders import OutputPath
 from marin.experiment.data import TokenizeStepConfig, tokenize_step
+from marin.experiment.data.sources import DataSourceError
+from marin.experiment.data.tokenizer import train_bpe_tokenizer
 from marin.experiment.datakit import (
     Classified,
     DedupMethod,
@@ -31,8 +33,6 @@ from marin.experiment.datakit import (
     quality_classifier,
     web_corpus,
 )
-from marin.experiment.sources import DataSourceError
-from marin.experiment.tokenizer_train import train_bpe_tokenizer
 from marin.processing.attributes import list_shards, read_documents, read_records, read_summary, write_jsonl
 from marin.processing.consolidate import (
     DropContaminated,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.experiment.corpus import generate_story
+from marin.experiment.data.corpus import generate_story
 from marin.processing.attributes import list_shards, read_records, read_summary, write_jsonl
 from marin.processing.quality import (
     MODEL_FILE,

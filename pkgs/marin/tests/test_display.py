@@ -9,8 +9,8 @@ import pytest
 from steps_for_tests import ProgressingConfig, progressing
 
 from marin.cli.display import LiveReporter, PlainReporter, summary_table
-from marin.execution.step import Step
-from marin.execution.step_runner import StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.runner import StepRunner
 
 
 def _step(version: str = "v1", units: int = 16) -> Step:
@@ -86,10 +86,10 @@ def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_ste
     from levanter.checkpoint import CheckpointConfig
     from levanter.models.llama import LlamaConfig
     from levanter.optim import AdamConfig
-    from marin.execution.lazy import lower
-    from marin.execution.step_runner import Outcome
+    from marin.execution.core.lazy import lower
+    from marin.execution.run.outcome import Outcome
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
-    from marin.experiment.train import train_lm
+    from marin.experiment.training.train import train_lm
 
     def graph(version: str) -> Step:
         corpus = bundled_corpus(name="raw/p", num_stories=400, num_shards=2)

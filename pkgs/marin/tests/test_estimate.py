@@ -7,7 +7,7 @@ from steps_for_tests import timed_step
 
 from iris.cluster import ResourceConfig
 from marin.execution.plan.estimate import estimate_plan, format_duration, parse_duration, schedule
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 
 

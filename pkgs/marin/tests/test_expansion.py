@@ -14,7 +14,8 @@ import steps_for_tests as t
 
 from marin.execution.plan.expansion import ExpansionFailed
 from marin.execution.plan.model import Action, ReasonKind
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 
 ITEMS = {"fan.root.item-0", "fan.root.item-1", "fan.root.item-2", "fan.root.next.item-0", "fan.root.next.item-1",

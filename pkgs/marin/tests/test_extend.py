@@ -11,8 +11,14 @@ import orbax.checkpoint as ocp
 import pytest
 from lm_graph import copy_prefix, runner, tiny_model
 
+from fray import InProcessClient
+from levanter.checkpoint import checkpoint_dir
 from levanter.optim import AdamConfig
-from marin.experiment.train import TRAIN_SUMMARY_FILE, checkpoint
+from marin.execution.core.traits import Start
+from marin.execution.run.outcome import QuietReporter
+from marin.execution.run.runner import StepRunner
+from marin.execution.store.records import StepRecord
+from marin.experiment.training.train import TRAIN_SUMMARY_FILE, checkpoint
 from rigging import filesystem as fs
 
 CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant")
@@ -155,3 +161,33 @@ def test_moving_a_wsd_decay_later_extends_the_earlier_build(data_prefix, tmp_pat
     first = _build(prefix, tiny_model(steps=20, optimizer=_wsd(10), save_every=5, keep_every=5))
     later = tiny_model(steps=20, optimizer=_wsd(4), save_every=5, keep_every=5)  # decay from 16, not 10
     assert _start_reason(prefix, later) == f"extends checkpoints/{os.path.basename(first)} from step 10 (saves 10 steps)"
+
+
+def test_the_run_extends_exactly_the_build_the_plan_named(data_prefix, tmp_path):
+    """An earlier build that appears between the plan and the step's start is not what the run
+    extends: the step is handed the plan's decision, and its summary and provenance name it."""
+    prefix = copy_prefix(data_prefix, tmp_path / "store")
+    short = _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
+    later = tiny_model(steps=15, optimizer=CONSTANT, save_every=5, keep_every=None)
+    longer = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None)
+    planned: list[Start | None] = []
+
+    class BuildAnotherOncePlanned(QuietReporter):
+        def planned(self, plan):
+            entry = next(p for p in plan.steps if p.name == longer.name)
+            planned.append(entry.start)
+            # Between the plan and the run, a better earlier build (15 steps) appears.
+            _build(prefix, later)
+
+    result = StepRunner(prefix=str(prefix), max_parallel=1, client=InProcessClient(), strict_env=False,
+                        reporter=BuildAnotherOncePlanned()).run([longer])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    assert planned == [Start(f"extends checkpoints/{os.path.basename(short)} from step 10 (saves 10 steps)",
+                             extends=short, step=10)]
+    extended = result.by_name(longer.name).output_path
+    summary = _summary(extended)
+    assert summary["planned_start"] == planned[0].to_json()
+    assert (summary["start_step"], summary["steps"]) == (10, 20)
+    assert summary["started_from"] == str(checkpoint_dir(short))
+    provenance = StepRecord(extended).read_provenance()
+    assert provenance is not None and {"kind": "starts_from", "detail": planned[0].note} in (provenance.reasons or [])

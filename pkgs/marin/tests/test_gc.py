@@ -9,7 +9,7 @@ import steps_for_tests as t
 from click.testing import CliRunner
 
 from marin.cli.main import cli
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.gc import collect_garbage, find_outputs
 from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore

@@ -22,12 +22,12 @@ from levanter.generate import load_final_model
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from marin.cli.main import cli
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
-from marin.execution.step_runner import StepRunner
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.lazy import lower
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
 from marin.experiment.hf import export_hf, hf_checkpoint
-from marin.experiment.train import train_lm
+from marin.experiment.training.train import train_lm
 
 MODEL = LlamaConfig(vocab_size=300, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                     num_layers=2, max_seq_len=64)

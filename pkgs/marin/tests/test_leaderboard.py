@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from levanter.models.llama import LlamaConfig
-from marin.experiment.flops import SPEEDRUN_FORMAT, flops_accounting, speedrun_record
+from marin.experiment.training.flops import SPEEDRUN_FORMAT, flops_accounting, speedrun_record
 from marin.report.compare import CompareRow, Comparison
 from marin.report.leaderboard import leaderboard_of, pareto_frontier
 from marin.report.views import render_views

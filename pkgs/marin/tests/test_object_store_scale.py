@@ -13,8 +13,10 @@ import pytest
 import steps_for_tests as t
 from click.testing import CliRunner
 
-from marin.execution.step import Step, output_path_of
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.done_index import index_folder, read_index
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend

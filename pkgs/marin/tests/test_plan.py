@@ -9,10 +9,11 @@ import sys
 import pytest
 import steps_for_tests as t
 
+from marin.execution.core.step import Step
 from marin.execution.plan.make import make_plan
 from marin.execution.plan.model import Action, ReasonKind, UnknownStep
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs

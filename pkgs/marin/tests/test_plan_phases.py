@@ -4,18 +4,20 @@ and the run's state as the only thing that changes while a run goes on."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
 import steps_for_tests as t
 
 from marin.execution.core.errors import InvalidStep
+from marin.execution.core.step import Step
 from marin.execution.plan.make import decide, explain_runs, hash_steps, make_plan, need, select
 from marin.execution.plan.model import Action, Plan, PlannedStep, ReasonKind, StoreView, UnknownStep
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.run.outcome import Outcome, StepOutcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.run.state import RunState
-from marin.execution.step_runner import StepRunner
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.store import StepStore
 
@@ -112,6 +114,46 @@ def test_explain_names_new_changed_and_upstream_steps(tmp_path):
     assert [r.kind for r in reasons[1]] == [ReasonKind.CONFIG_CHANGED]
     assert reasons[1][0].detail == "value: 0 → 5"
     assert [r.kind for r in reasons[3]] == [ReasonKind.UPSTREAM_CHANGED] and reasons[3][0].detail == "g/b"
+
+
+# -- start ----------------------------------------------------------------------------------------
+
+def test_the_run_hands_the_step_the_start_the_plan_decided_even_when_the_store_changed_since(tmp_path):
+    from marin.execution.core.traits import Start
+    from marin.execution.run.outcome import QuietReporter
+    from marin.execution.store.records import StepRecord
+    from rigging import filesystem as fs
+
+    store = _store(tmp_path)
+    first = Step("cont/x", t.continue_newest, t.ContinueConfig(1))
+    _build(store, [first])
+    first_path = store.output_path_of("cont/x", first.hash)
+    second = Step("cont/x", t.continue_newest, t.ContinueConfig(2))
+    planned = []
+
+    class AnotherBuildAppears(QuietReporter):
+        def planned(self, plan):
+            planned.append(plan.steps[plan.position(second)])
+            _build(store, [Step("cont/x", t.continue_newest, t.ContinueConfig(3))])  # newer than the first
+
+    result = StepRunner(prefix=store.prefix, client=t.InProcessClient(), poll_interval=0.01,
+                        reporter=AnotherBuildAppears()).run([second])
+    assert result.ok
+    expected = Start(f"continues {os.path.basename(first_path)}", extends=first_path, step=1)
+    assert planned[0].start == expected
+    assert [r.detail for r in planned[0].reasons if r.kind is ReasonKind.STARTS_FROM] == [expected.note]
+    told = json.loads(fs.read_text(fs.join(result.by_name("cont/x").output_path, "start.json")))
+    assert told == {"value": 2, "start": expected.to_json()}
+    provenance = StepRecord(result.by_name("cont/x").output_path).read_provenance()
+    assert provenance is not None and {"kind": "starts_from", "detail": expected.note} in (provenance.reasons or [])
+
+
+def test_a_plan_without_explain_decides_no_start(tmp_path):
+    store = _store(tmp_path)
+    _build(store, [Step("cont/x", t.continue_newest, t.ContinueConfig(1))])
+    plan = make_plan([Step("cont/x", t.continue_newest, t.ContinueConfig(2))], store, explain=False)
+    assert [p.start for p in plan.steps] == [None]
+    assert make_plan([Step("cont/x", t.continue_newest, t.ContinueConfig(2))], store).steps[0].start is not None
 
 
 # -- the plan as a value ----------------------------------------------------------------------------

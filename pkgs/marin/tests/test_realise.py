@@ -7,10 +7,11 @@ import json
 import pytest
 from steps_for_tests import NodeConfig, calls, node, noisy, noop, timed_step
 
+from marin.execution.core.step import Step
 from marin.execution.core.traits import StepTraits, step_function, volatile_patterns
 from marin.execution.plan.model import Action
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.manifest import differing_files, output_digest
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs

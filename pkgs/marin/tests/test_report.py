@@ -25,8 +25,10 @@ import pytest
 from click.testing import CliRunner
 
 from levanter.memory import MEMORY_FILE, MemoryReport
-from marin.execution.step import Step, output_path_of
-from marin.execution.step_runner import RunResult, StepRunner
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import RunResult
+from marin.execution.run.runner import StepRunner
 from marin.report import collect_plan, collect_run, read_metrics, read_tokenized, render_html, write_report
 from marin.report.outputs import parse_metrics, read_memory
 from marin.report.render import embed_json
@@ -480,7 +482,7 @@ def test_embedded_json_cannot_close_the_script_element(good_run: tuple[RunResult
 
 
 def test_every_run_outcome_has_a_report_state() -> None:
-    from marin.execution.step_runner import Outcome
+    from marin.execution.run.outcome import Outcome
     from marin.report.collect import _FROM_OUTCOME
 
     assert set(_FROM_OUTCOME) == set(Outcome)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from marin.execution.step_runner import RunResult, StepRunner
+from marin.execution.run.outcome import RunResult
+from marin.execution.run.runner import StepRunner
 from marin.experiment.datakit import consolidate, decontaminate, dedup
 from marin.processing.attributes import read_summary, write_jsonl
 from marin.report import collect_run

@@ -8,8 +8,9 @@ import json
 import pytest
 import steps_for_tests as t
 
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, RunResult, StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.outcome import Outcome, RunResult
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.lease import current_lease

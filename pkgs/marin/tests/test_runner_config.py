@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import steps_for_tests as t
 
-from marin.execution.step import Step
-from marin.execution.step_runner import RunSettings, StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.runner import RunSettings, StepRunner
 from rigging.config.discovery import Backend, MarinConfig, discover_config
 
 

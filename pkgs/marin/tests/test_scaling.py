@@ -14,11 +14,11 @@ import pytest
 
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.lazy import lower
 from marin.experiment.data import tokenized
 from marin.experiment.scaling import FIT_FILE, PLOT_FILE, FitConfig, LadderRun, isoflop, isoflop_fit_step
-from marin.experiment.scaling_fit import Run, fit_isoflop, fit_power_law
+from marin.experiment.scaling.fit import Run, fit_isoflop, fit_power_law
 
 # Hoffmann et al.'s fitted law; the compute-optimal N* grows as C^(b / (a + b)), D* as C^(a / (a + b)).
 E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28
@@ -160,7 +160,7 @@ def test_the_report_shows_the_fit_of_a_ladder_its_plot_and_exponents(tmp_path):
 
     from fray.inprocess import InProcessClient
     from marin.execution.core.placeholders import output_path_of
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.run.runner import StepRunner
     from marin.experiment.scaling import IsoflopFitStep
     from marin.report import collect_plan, render_html
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import steps_for_tests as t
 
-from marin.execution.step import Step
-from marin.execution.step_runner import StepRunner
+from marin.execution.core.step import Step
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.secrets import Secret

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.experiment.sources import DataSourceError, is_hf_id, resolve_source, resolve_tokenizer
+from marin.experiment.data.sources import DataSourceError, is_hf_id, resolve_source, resolve_tokenizer
 from rigging import filesystem as fs
 
 

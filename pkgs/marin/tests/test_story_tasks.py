@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin.experiment.corpus import generate_story, story_facts
-from marin.experiment.story_task import StoryTask, StoryTasksConfig, story_task_docs, write_story_tasks
+from marin.experiment.data.corpus import generate_story, story_facts
+from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, story_task_docs, write_story_tasks
 
 SMALL = StoryTasksConfig(num_docs=40)
 

@@ -21,17 +21,18 @@ from fray.inprocess import InProcessClient
 from levanter.initialize import TrainedModel
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.graph import dependencies_of
+from marin.execution.core.lazy import lower
 from marin.execution.core.traits import traits_of
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.experiment.data import tokenized
-from marin.experiment.eval import evaluate
-from marin.experiment.sweep import best, sweep
-from marin.experiment.sweep_space import Direction
-from marin.experiment.sweep_steps import PROPOSALS_FILE, RESULTS_FILE, best_trial
-from marin.experiment.train import TrainLm, checkpoint, train_lm
+from marin.experiment.evaluation.eval import evaluate
+from marin.experiment.sweeps.space import Direction
+from marin.experiment.sweeps.steps import PROPOSALS_FILE, RESULTS_FILE, best_trial
+from marin.experiment.sweeps.sweep import best, sweep
+from marin.experiment.training.train import TrainLm, checkpoint, train_lm
 
 SPACE = {"lr": ("log_uniform", 1e-4, 1e-1), "warmup": ("int", 0, 10), "kind": ["a", "b"]}
 
@@ -123,7 +124,7 @@ RUNNER = textwrap.dedent(
     import json, sys
     import sweep_trials as toy
     from marin.execution.step_runner import StepRunner
-    from marin.experiment.sweep import sweep
+    from marin.experiment.sweeps.sweep import sweep
 
     if __name__ == "__main__":
         prefix, counter, sleep_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -266,8 +267,8 @@ def test_training_trials_carry_their_evals_and_best_is_fine_tuned_and_evaluated(
 COMPARE_EXPERIMENT = '''\
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from marin.experiment.sweep import sweep
-from marin.experiment.train import train_lm
+from marin.experiment.sweeps.sweep import sweep
+from marin.experiment.training.train import train_lm
 from sweep_trials import FakeTrain
 
 TINY = LlamaConfig(vocab_size=64, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2, num_layers=1,

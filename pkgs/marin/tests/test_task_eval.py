@@ -13,10 +13,10 @@ from lm_graph import copy_prefix, data, runner, tiny_model
 
 from marin.cli.main import cli
 from marin.cli.targets import load_targets
-from marin.execution.step_runner import Outcome
+from marin.execution.run.outcome import Outcome
 from marin.experiment import evaluate, story_tasks
-from marin.experiment.eval_results import EVAL_RESULTS_FILE, EvalResults, read_eval_results
-from marin.experiment.task_eval import harness_eval_step
+from marin.experiment.evaluation.results import EVAL_RESULTS_FILE, EvalResults, read_eval_results
+from marin.experiment.evaluation.tasks import harness_eval_step
 from rigging import filesystem as fs
 from testsupport.browser import open_report
 

@@ -16,11 +16,11 @@ from levanter.data.spec import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.graph import dependencies_of
-from marin.execution.lazy import lower
-from marin.execution.step import InvalidStep
+from marin.execution.core.lazy import lower
 from marin.experiment.data import tokenized
-from marin.experiment.train import train_lm, train_lm_step
+from marin.experiment.training.train import train_lm, train_lm_step
 
 DATA = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.json")
 
@@ -72,7 +72,7 @@ def test_marin_plan_reports_a_bad_setting_in_one_line_without_touching_the_store
         from levanter.models.llama import LlamaConfig
         from levanter.optim import AdamConfig
         from marin.experiment.data import tokenized
-        from marin.experiment.train import train_lm
+        from marin.experiment.training.train import train_lm
 
         data = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.json")
         model = train_lm(name="checkpoints/x", version="v1", model=LlamaConfig(), optimizer=AdamConfig(),

@@ -9,10 +9,10 @@ import steps_for_tests as t
 from marin.execution.core.encoding import config_to_json, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.core.hashing import hash_graph
+from marin.execution.core.step import Step
 from marin.execution.core.walk import iter_placeholders, with_real_paths
 from marin.execution.plan.model import ReasonKind
-from marin.execution.step import Step
-from marin.execution.step_runner import StepRunner
+from marin.execution.run.runner import StepRunner
 from rigging import filesystem as fs
 
 KINDS = ("list", "tuple", "dict", "set", "frozenset", "dataclass")

@@ -9,9 +9,10 @@ import os
 import steps_for_tests as t
 
 from iris.cluster import ResourceConfig
+from marin.execution.core.step import Step
 from marin.execution.run.attempt_context import warm_worker_can_run
-from marin.execution.step import Step
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.outcome import Outcome
+from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend

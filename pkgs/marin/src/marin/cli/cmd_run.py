@@ -89,7 +89,7 @@ class _InputsChecked:
         to_run = plan.to_run()
         if to_run:
             # The harness's task settings: only when there is something to build.
-            from marin.experiment.task_eval import check_task_data
+            from marin.experiment.evaluation.tasks import check_task_data
 
             check_task_data(p.step for p in to_run)
         self._reporter.planned(plan)

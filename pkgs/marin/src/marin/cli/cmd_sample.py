@@ -23,7 +23,7 @@ from marin.cli.errors import MarinError
 def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temperature: float, seed: int,
            chat: bool, system: str | None, prefix: str | None) -> None:
     """Continue PROMPT with the model of a finished training step (output folder or step name)."""
-    from marin.experiment.sampling import sample_chat, sample_text
+    from marin.experiment.training.sampling import sample_chat, sample_text
 
     output = resolve_output(ctx, path, prefix, files=True)
     if not prompt.strip():

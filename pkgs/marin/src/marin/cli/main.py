@@ -53,7 +53,7 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     from marin.execution.plan.estimate import OverBudget
     from marin.execution.run.outcome import NotCached
     from marin.execution.store.cache import CacheMiss
-    from marin.experiment.sources import DataSourceError
+    from marin.experiment.data.sources import DataSourceError
     from rigging.config.discovery import ConfigError
     from rigging.secrets import SecretNotFound
 

@@ -4,9 +4,14 @@ Handles for data (the bundled corpus, trained tokenizers, tokenized text and cha
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
 (``train_lm``, ``checkpoint``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and
 export, the best trial of a sweep (``best``; ``sweep`` itself is
-:func:`marin.experiment.sweep.sweep`: the name is its module's) and scaling ladders (``isoflop``).
-Each lives in a module of its own (:mod:`marin.experiment.data`, :mod:`~marin.experiment.train`,
-...); this package re-exports the names experiment files write, as optax re-exports its transforms.
+:func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's) and scaling ladders (``isoflop``).
+They live in subpackages by idea: :mod:`~marin.experiment.data`, :mod:`~marin.experiment.datakit`,
+:mod:`~marin.experiment.training`, :mod:`~marin.experiment.evaluation`, :mod:`~marin.experiment.tasks`,
+:mod:`~marin.experiment.chat`, :mod:`~marin.experiment.sweeps`, :mod:`~marin.experiment.scaling`, and
+:mod:`~marin.experiment.hf`; this package re-exports the names experiment files write, as optax
+re-exports its transforms. The flat modules of earlier versions (``marin.experiment.train``,
+``marin.experiment.eval``, ``marin.experiment.sweep``, ...) still import, as the same modules: what
+they define keeps those names as its identity in step hashes.
 
 An experiment file exposes its steps as a module-level ``steps`` list::
 
@@ -27,8 +32,8 @@ if TYPE_CHECKING:
     from marin.execution.core.placeholders import output_path_of
     from marin.execution.core.step import Step
     from marin.execution.run.runner import StepRunner
-    from marin.experiment.chat_data import tokenized_chat
-    from marin.experiment.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
+    from marin.experiment.chat.data import tokenized_chat
+    from marin.experiment.chat.template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
     from marin.experiment.datakit import (
         classify,
@@ -41,14 +46,14 @@ if TYPE_CHECKING:
         quality_classifier,
         web_corpus,
     )
-    from marin.experiment.eval import eval_data, evaluate
-    from marin.experiment.eval_table import eval_report
+    from marin.experiment.evaluation.eval import eval_data, evaluate
+    from marin.experiment.evaluation.table import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.scaling import isoflop
-    from marin.experiment.story_chat import story_chats
-    from marin.experiment.story_task import story_tasks
-    from marin.experiment.sweep import best
-    from marin.experiment.train import FINAL, checkpoint, train_lm
+    from marin.experiment.sweeps.sweep import best
+    from marin.experiment.tasks.story import story_tasks
+    from marin.experiment.tasks.story_chat import story_chats
+    from marin.experiment.training.train import FINAL, checkpoint, train_lm
 
 # Each name is imported from its module when first used: importing this package loads nothing
 # else (a script that only builds steps never imports JAX, whose threads a warm worker must not inherit).
@@ -56,9 +61,9 @@ _WHERE = {
     "output_path_of": "marin.execution.core.placeholders",
     "Step": "marin.execution.core.step",
     "StepRunner": "marin.execution.run.runner",
-    "tokenized_chat": "marin.experiment.chat_data",
-    "DEFAULT_CHAT_TEMPLATE": "marin.experiment.chat_template",
-    "ChatTemplate": "marin.experiment.chat_template",
+    "tokenized_chat": "marin.experiment.chat.data",
+    "DEFAULT_CHAT_TEMPLATE": "marin.experiment.chat.template",
+    "ChatTemplate": "marin.experiment.chat.template",
     "bundled_corpus": "marin.experiment.data",
     "tokenized": "marin.experiment.data",
     "trained_tokenizer": "marin.experiment.data",
@@ -71,18 +76,18 @@ _WHERE = {
     "keep": "marin.experiment.datakit",
     "quality_classifier": "marin.experiment.datakit",
     "web_corpus": "marin.experiment.datakit",
-    "eval_data": "marin.experiment.eval",
-    "evaluate": "marin.experiment.eval",
-    "eval_report": "marin.experiment.eval_table",
+    "eval_data": "marin.experiment.evaluation.eval",
+    "evaluate": "marin.experiment.evaluation.eval",
+    "eval_report": "marin.experiment.evaluation.table",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
     "isoflop": "marin.experiment.scaling",
-    "story_chats": "marin.experiment.story_chat",
-    "story_tasks": "marin.experiment.story_task",
-    "best": "marin.experiment.sweep",
-    "FINAL": "marin.experiment.train",
-    "checkpoint": "marin.experiment.train",
-    "train_lm": "marin.experiment.train",
+    "story_chats": "marin.experiment.tasks.story_chat",
+    "story_tasks": "marin.experiment.tasks.story",
+    "best": "marin.experiment.sweeps.sweep",
+    "FINAL": "marin.experiment.training.train",
+    "checkpoint": "marin.experiment.training.train",
+    "train_lm": "marin.experiment.training.train",
 }
 
 __all__ = [

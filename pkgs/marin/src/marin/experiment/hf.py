@@ -13,8 +13,8 @@ from typing import Any
 
 from levanter.initialize import HfCheckpoint
 from marin.execution.core.lazy import StepHandle
-from marin.experiment.sources import is_hf_id, normalize_path
-from marin.experiment.train import FINAL
+from marin.experiment.data.sources import is_hf_id, normalize_path
+from marin.experiment.training.models import FINAL
 from rigging import filesystem as fs
 
 __all__ = [
@@ -52,7 +52,7 @@ def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FIN
     from levanter.compat.hf_checkpoint import save_hf_model
     from levanter.generate import load_final_model, read_model_config
     from levanter.trainer import checkpoint_dir
-    from marin.experiment.tokenizer_train import EOS_TOKEN
+    from marin.experiment.data.tokenizer import EOS_TOKEN
 
     _check_checkpoint(checkpoint)
     tokenizer_file = fs.join(train_output, "tokenizer.json")

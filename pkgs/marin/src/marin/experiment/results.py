@@ -8,7 +8,7 @@ the same way:
 * ``params``, ``model_flops``, ``mfu``: its FLOPs accounting (``train_summary.json``);
 * ``<eval set>.loss``, ``<eval set>.bpb``, ``<task>.<metric>``: an eval step's scores of the run's
   final parameters (``<eval set>@<step>.loss`` for another checkpoint), named by
-  :mod:`marin.experiment.eval_results`, which owns their format.
+  :mod:`marin.experiment.evaluation.results`, which owns their format.
 
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training step at all) and returns ``None`` rather than raising.
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.experiment.eval_results import dataset_metric_names, read_eval_results
+from marin.experiment.evaluation.results import dataset_metric_names, read_eval_results
 from rigging import filesystem as fs
 
 __all__ = [

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.experiment.sources import is_hf_id, resolve_source
+from marin.experiment.data.sources import is_hf_id, resolve_source
 from rigging import filesystem as fs
 from zephyr import Compression, DataError, FileSlice, JsonlReader, expand_paths
 
@@ -111,7 +111,7 @@ def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
     whose names end in ``suffixes``.
 
     A Hugging Face id (``owner/name`` that is no local path) resolves to its train files in the
-    hub cache (:func:`marin.experiment.sources.resolve_source`), named below the snapshot.
+    hub cache (:func:`marin.experiment.data.sources.resolve_source`), named below the snapshot.
 
     Raises:
         DataError: an entry names nothing, or holds no file with one of ``suffixes``.

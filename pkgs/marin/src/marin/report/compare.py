@@ -1,7 +1,7 @@
 """Compare training runs: one row per training step, the config fields in which they differ as
 columns, beside their training and evaluation results (``marin compare`` and the HTML report).
 
-Evaluation results are read through ``marin.experiment.eval_results`` and named as it names
+Evaluation results are read through ``marin.experiment.evaluation.results`` and named as it names
 them: ``<dataset>.loss``, ``<dataset>.bpb`` and ``<task>.<metric>`` (``story_qa.acc``), with
 ``@<step>`` after the dataset or task for a checkpoint other than the final one.
 """
@@ -19,8 +19,8 @@ from marin.execution.core.encoding import describe_encoded, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.model import Plan
 from marin.execution.store.records import StepRecord
-from marin.experiment.eval_results import format_number as _fmt
-from marin.experiment.eval_results import markdown_table, read_eval_results
+from marin.experiment.evaluation.results import format_number as _fmt
+from marin.experiment.evaluation.results import markdown_table, read_eval_results
 from marin.experiment.results import FLOPS_METRICS, TRAIN_METRICS, read_metrics, train_metrics
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]
@@ -144,7 +144,7 @@ def _differing(flat: list[dict[str, str]]) -> list[str]:
 
 def compare_plan(plan: Plan) -> Comparison:
     """The comparison of every training step in ``plan``, with the eval steps that read them."""
-    from marin.experiment.train import TrainLmConfig
+    from marin.experiment.training.train import TrainLmConfig
 
     hashes = plan.hashes()
     training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig)]
@@ -182,7 +182,7 @@ def _extend(names: list[str], more: Any) -> None:
 
 def _eval_columns(plan: Plan, rows: list[CompareRow], row_of: dict[str, int], hashes: dict[int, str]) -> _EvalColumns:
     """Put the results of the plan's eval steps into the rows of the models they evaluated; the columns they fill."""
-    from marin.experiment.eval import writes_eval_results
+    from marin.experiment.evaluation.eval import writes_eval_results
 
     columns = _EvalColumns()
     for p in plan.steps:

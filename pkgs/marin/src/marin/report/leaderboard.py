@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.experiment.flops import SPEEDRUN_FILE
 from marin.experiment.results import read_json_object
+from marin.experiment.training.flops import SPEEDRUN_FILE
 from marin.report.compare import Comparison
 from rigging import filesystem as fs
 

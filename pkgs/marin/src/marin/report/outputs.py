@@ -2,7 +2,7 @@
 summaries, logs.
 
 Training results are read by :mod:`marin.experiment.results`, eval results by
-:mod:`marin.experiment.eval_results` (both re-exported here).
+:mod:`marin.experiment.evaluation.results` (both re-exported here).
 
 Every reader tolerates a missing or half-written file (a step may still be running, or may not
 be a training or tokenize step at all) and returns ``None`` rather than raising.
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from levanter.memory import MEMORY_FILE
-from marin.experiment.eval_results import read_eval_results  # the one reader, beside its format: re-exported
+from marin.experiment.evaluation.results import (
+    read_eval_results,  # the one reader, beside its format: re-exported
+)
 from marin.experiment.results import (
     KNOWN_SERIES,
     METRICS_FILE,

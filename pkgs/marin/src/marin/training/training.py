@@ -10,7 +10,7 @@ __all__ = ["LevanterCheckpoint"]
 @dataclass(frozen=True)
 class LevanterCheckpoint:
     """A trained model: a folder with Orbax checkpoints, the final parameters, metrics and the
-    config, as :func:`marin.experiment.train.train_lm` writes it."""
+    config, as :func:`marin.experiment.training.train.train_lm` writes it."""
 
     path: str
     """The step's output folder."""

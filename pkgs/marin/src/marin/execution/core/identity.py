@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from marin.execution.core.errors import InvalidStep
 from rigging.config.discovery import find_workspace_root
 
-__all__ = ['keep_identity', 'fn_identity', 'module_name_for_path', 'qualified_name', 'real_module_name', 'workspace_root']
+__all__ = ['fn_identity', 'keep_identities', 'keep_identity', 'module_name_for_path', 'qualified_name', 'real_module_name', 'workspace_root']
 
 
 _ROOT_CACHE: dict[str, str | None] = {}
@@ -87,3 +87,18 @@ def keep_identity(module: str) -> Callable[[_Named], _Named]:
         return obj
 
     return keep
+
+
+def keep_identities(namespace: Mapping[str, Any], module: str) -> None:
+    """Keep the identity of every class and function a moved module defines: ``module``, its old name.
+
+    Called at the end of the moved module with its ``globals()``: what :func:`keep_identity` does
+    for one object, for all that the module defines (not what it imports). The old name must stay
+    importable as the same module object (a module there that puts the moved one in its place in
+    ``sys.modules``), so that workers, pickle and type hints find everything under it.
+    """
+    here = namespace["__name__"]
+    for value in list(namespace.values()):
+        if (isinstance(value, type) or callable(value)) and getattr(value, "__module__", None) == here \
+                and isinstance(getattr(value, "__qualname__", None), str):
+            value.__module__ = module

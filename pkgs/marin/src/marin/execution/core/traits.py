@@ -19,16 +19,50 @@ from typing import Any
 
 from marin.execution.core.step import Step
 
-__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "StartDescriber", "StepFunction", "StepTraits", "step_function",
-           "traits_of", "volatile_patterns"]
+__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "Start", "StartPlanner", "StepFunction", "StepTraits",
+           "step_function", "traits_of", "volatile_patterns"]
 
 EarlierBuilds = Callable[[str], Sequence[tuple[str, Any]]]
 """Finished builds of a step name, newest first: (output path, provenance record: the store's
 ``marin.execution.store.records.Provenance``, which this layer may not name)."""
 
-StartDescriber = Callable[[Step, Mapping[int, str], EarlierBuilds], "str | None"]
-"""Where a build of a step would start (a branch, an extension), given the plan's hashes
-(``{id(step): hash}``) and the earlier builds; None for "from scratch"."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a build starts, as the plan decided it: what ``marin plan`` says, and what the running
+    step is handed (:attr:`marin.execution.run.worker.RunningStep.start`). Never part of a hash.
+
+    Attributes:
+        note: the line the plan shows ("starts from ... at step 10", "extends ... from step 10",
+            or why no earlier build can be extended).
+        extends: the files folder of an earlier build of the same step that this build continues
+            from (an extension); None when it starts as its config says (from step 0, or a branch
+            its config names).
+        step: the checkpoint of ``extends`` it continues from.
+    """
+
+    note: str
+    extends: str | None = None
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.note, str) or not self.note:
+            raise TypeError(f"Start.note must be a non-empty line of text, got {self.note!r}")
+        if (self.extends is None) != (self.step is None):
+            raise ValueError(f"Start.extends and Start.step go together, got extends={self.extends!r}, step={self.step!r}")
+        if self.step is not None and (not isinstance(self.step, int) or isinstance(self.step, bool) or self.step <= 0):
+            raise ValueError(f"Start.step must be a positive int, got {self.step!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"note": self.note, "extends": self.extends, "step": self.step}
+
+
+StartPlanner = Callable[[Step, Mapping[int, str], EarlierBuilds], "Start | None"]
+"""Where a build of a step starts (a branch, an extension of an earlier build), given the plan's
+hashes (``{id(step): hash}``) and the earlier builds; None for "as its config says, nothing to
+note". The plan decides it once; the run hands that decision to the step, which never looks for
+earlier builds itself."""
 
 Expander = Callable[[Step, str], Sequence[Any]]
 """The steps (or handles) a built step's output decides: called with the step (its config as
@@ -50,7 +84,8 @@ class StepTraits:
             step's work; estimates scale earlier builds' durations by it (tokens, for training).
         volatile_files: glob patterns (``*`` spans folders) of output files that differ between
             two builds of the same inputs (times, random names); left out of the output digest.
-        describe_start: says, for ``marin plan``, where a build would start (:data:`StartDescriber`).
+        plan_start: decides, when the plan is made, where a build starts (:data:`StartPlanner`);
+            ``marin plan`` shows it and the run hands it to the step.
         expand: the steps its output decides (:data:`Expander`): once the step is built (or found
             built), the runner plans and runs them in the same run; steps that read this step
             wait until everything it expanded into is built.
@@ -58,7 +93,7 @@ class StepTraits:
 
     scale_fields: tuple[str, ...] = ()
     volatile_files: tuple[str, ...] = ()
-    describe_start: StartDescriber | None = None
+    plan_start: StartPlanner | None = None
     expand: Expander | None = None
 
     def __post_init__(self) -> None:
@@ -67,7 +102,7 @@ class StepTraits:
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                 raise TypeError(f"StepTraits.{name} must be a tuple of non-empty strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
-        for name in ("describe_start", "expand"):
+        for name in ("plan_start", "expand"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
 

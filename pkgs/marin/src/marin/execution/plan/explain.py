@@ -1,4 +1,5 @@
-"""The explain phase: why a step that is not built at its hash would run, and where it would start."""
+"""The explain phase: why a step that is not built at its hash would run; and the start phase:
+where its build starts (decided here, once, and handed to the step by the run)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from marin.execution.core.encoding import describe_encoded, flatten_config, hold
 from marin.execution.core.graph import dependencies_of
 from marin.execution.core.identity import fn_identity
 from marin.execution.core.step import Step
-from marin.execution.core.traits import EarlierBuilds, traits_of
+from marin.execution.core.traits import EarlierBuilds, Start, traits_of
 from marin.execution.plan.model import Reason, ReasonKind
 from marin.execution.store.records import BuildState, StepRecord
 
-__all__ = ["earlier_attempt", "start_note", "why_changed"]
+__all__ = ["earlier_attempt", "plan_start", "start_reason", "why_changed"]
 
 
 def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds,
@@ -75,17 +76,22 @@ def _show(encoded: str | None) -> str:
     return describe_encoded(value)
 
 
-def start_note(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> Reason | None:
-    """Where a build of ``step`` would start, when its function's traits can tell
-    (:attr:`~marin.execution.core.traits.StepTraits.describe_start`): a branch, an extension of
-    an earlier build of itself."""
-    describe = traits_of(step.fn).describe_start
-    if describe is None:
+def plan_start(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> Start | None:
+    """Where a build of ``step`` starts, when its function's traits decide it
+    (:attr:`~marin.execution.core.traits.StepTraits.plan_start`): a branch, an extension of an
+    earlier build of itself. The run hands exactly this to the step."""
+    decide = traits_of(step.fn).plan_start
+    if decide is None:
         return None
-    note = describe(step, hashes, earlier_builds)
-    if note is not None and not isinstance(note, str):
-        raise TypeError(f"{step.name}: describe_start must return a line of text or None, got {type(note).__name__}")
-    return Reason(ReasonKind.STARTS_FROM, note) if note else None
+    start = decide(step, hashes, earlier_builds)
+    if start is not None and not isinstance(start, Start):
+        raise TypeError(f"{step.name}: plan_start must return a Start or None, got {type(start).__name__}")
+    return start
+
+
+def start_reason(start: Start) -> Reason:
+    """The line the plan shows for a build's start (not a cause of the build)."""
+    return Reason(ReasonKind.STARTS_FROM, start.note)
 
 
 def earlier_attempt(record: StepRecord) -> Reason | None:

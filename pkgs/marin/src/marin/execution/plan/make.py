@@ -1,4 +1,4 @@
-"""Making a plan, in named phases: select, hash, need (with caches), decide, explain, reuse.
+"""Making a plan, in named phases: select, hash, need (with caches), decide, explain, start, reuse.
 
 Each phase is one function of what the ones before it found; :func:`make_plan` runs them in
 order. The estimate (:mod:`marin.execution.plan.estimate`) is a phase the runner adds when it
@@ -19,8 +19,9 @@ from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower_targets
 from marin.execution.core.placeholders import Placeholder
 from marin.execution.core.step import DEV_VERSION, Step, output_name_of
+from marin.execution.core.traits import Start
 from marin.execution.plan.expansion import expands, expansion_of
-from marin.execution.plan.explain import earlier_attempt, start_note, why_changed
+from marin.execution.plan.explain import earlier_attempt, plan_start, start_reason, why_changed
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind, StoreView, UnknownStep
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.store.cache import CacheHit, find_in_caches
@@ -29,7 +30,7 @@ from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 
-__all__ = ["HashedGraph", "decide", "explain_runs", "hash_steps", "make_plan", "need", "select"]
+__all__ = ["HashedGraph", "decide", "explain_runs", "hash_steps", "make_plan", "need", "plan_starts", "select"]
 
 
 def _match_any(name: str, patterns: Sequence[str]) -> bool:
@@ -175,7 +176,7 @@ def decide(done: bool, forced: bool, needed: bool, hit: CacheHit | None) -> Acti
 # -- explain ----------------------------------------------------------------------------------
 
 def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, tuple[Reason, ...]]:
-    """Why each entry that runs (and is not forced) runs, and where it would start."""
+    """Why each entry that runs (and is not forced) runs."""
     runs: set[int] = set()
     for pos, action in enumerate(actions):
         if action is Action.RUN:
@@ -189,9 +190,23 @@ def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView)
         # No folder, no records: an output never attempted has no earlier attempt to read.
         earlier = earlier_attempt(StepRecord(output)) if view.listings.has(output) else None
         found = [earlier] if earlier else why_changed(step, graph.hashes, view.earlier_builds, runs)
-        start = start_note(step, graph.hashes, view.earlier_builds)
-        reasons[pos] = tuple(found) + ((start,) if start else ())
+        reasons[pos] = tuple(found)
     return reasons
+
+
+# -- start ------------------------------------------------------------------------------------
+
+def plan_starts(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, Start]:
+    """Where each entry that runs starts, when its traits decide it (a branch, an extension of an
+    earlier build): decided once, here, from what planning read of the store; the run hands it to
+    the step unchanged, so ``marin plan`` and the build cannot disagree."""
+    starts: dict[int, Start] = {}
+    for pos, action in enumerate(actions):
+        if action is Action.RUN:
+            start = plan_start(graph.entries[pos], graph.hashes, view.earlier_builds)
+            if start is not None:
+                starts[pos] = start
+    return starts
 
 
 def _env_note(p: PlannedStep, built: str | None, env_digest: str) -> str | None:
@@ -294,6 +309,9 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
                         lambda pos: find_in_caches(names[pos], caches) if caches else None)
     actions = [decide(done[pos], forced[pos], needed[pos], hits.get(pos)) for pos in range(len(names))]
     explained = explain_runs(graph, actions, view) if explain else {}
+    # Without explain (the fast paths that build nothing) no start is decided: a build so planned
+    # starts as its config says, which makes the same output.
+    starts = plan_starts(graph, actions, view) if explain else {}
     planned = []
     for pos, step in enumerate(graph.entries):
         action = actions[pos]
@@ -306,10 +324,14 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons = (Reason(ReasonKind.IN_CACHE, hits[pos].cache),)
         elif action is Action.RUN:
             reasons = explained.get(pos, ())
+        start = starts.get(pos)
+        if start is not None:
+            reasons += (start_reason(start),)
         if action is Action.RUN and expands(step):
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
-                        reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None)
+                        reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None,
+                        start=start)
         if action is Action.CACHED and explain and env_digest:
             note = _env_note(p, built_in.get(names[pos]), env_digest)
             if note is not None:

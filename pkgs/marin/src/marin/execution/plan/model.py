@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.step import Step, output_name_of
-from marin.execution.core.traits import traits_of
+from marin.execution.core.traits import Start, traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.done_index import IndexFixes
 from marin.execution.store.realisations import Realised
@@ -90,6 +90,9 @@ class PlannedStep:
     """Where it is fetched from, when the action is FETCH."""
     realised: Realised | None = None
     """The earlier build that stands in, when the action is REUSE."""
+    start: Start | None = None
+    """Where its build starts, as planned (:attr:`~marin.execution.core.traits.StepTraits.plan_start`),
+    when the action is RUN: the run hands exactly this to the step."""
 
     @property
     def name(self) -> str:
@@ -114,6 +117,7 @@ class PlannedStep:
             "env_note": self.env_note,
             "cache": self.cache_hit.cache if self.cache_hit is not None else None,
             "reuse": self.realised.output_path if self.realised is not None else None,
+            "start": self.start.to_json() if self.start is not None else None,
         }
 
 

@@ -153,6 +153,7 @@ class StepAttempt:
                 output_path=self.files_folder,
                 prefix=ctx.settings.prefix,
                 expansions=expansions,
+                start=p.start,
                 log_path=self.log.local if ctx.worker is WorkerKind.LOCAL_PROCESS else None,
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.traits import Start
 from rigging.lease import watch_lease
 from rigging.log import setup_logging
 
@@ -45,6 +46,8 @@ class StepPayload:
     expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     """For each input whose output decided more steps: (its output folder, the (name, output folder)
     of every step it expanded into, in plan order); see :meth:`RunningStep.expanded`."""
+    start: Start | None = None
+    """Where the build starts, as the plan decided (:attr:`RunningStep.start`)."""
     sys_path: tuple[str, ...] = ()
     step_version: str = "v1"
     """The step's version (its name and version are what a running ``fn`` may ask of :func:`current_step`)."""
@@ -68,6 +71,10 @@ class RunningStep:
     prefix: str
     """The store the step writes into (its earlier builds are there)."""
     expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    start: Start | None = None
+    """Where this build starts, as the plan decided it (``marin plan`` showed the same): e.g. the
+    earlier build it extends and from which checkpoint. A step acts on this and never looks for
+    earlier builds itself, so the plan and the build cannot disagree."""
 
     def expanded(self, input_path: str) -> list[tuple[str, str]]:
         """The steps an input (given by its output folder, as the step's config holds it) expanded
@@ -86,8 +93,8 @@ _CURRENT: contextvars.ContextVar[RunningStep | None] = contextvars.ContextVar("m
 def current_step() -> RunningStep | None:
     """The step being built, inside its ``fn`` (None elsewhere).
 
-    For functions whose output may depend on earlier builds of the same step (a training run that
-    extends an earlier one must know it is the same recipe: same name and version).
+    For functions that need their step's name, version, prefix, what their inputs expanded into,
+    or where the plan decided their build starts (:attr:`RunningStep.start`).
     """
     return _CURRENT.get()
 
@@ -172,7 +179,7 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
     step = RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
-                       payload.expansions)
+                       payload.expansions, payload.start)
     try:
         with running(step):
             fn(config, payload.output_path)

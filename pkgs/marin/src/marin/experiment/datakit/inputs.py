@@ -3,9 +3,9 @@
 A source is a step handle (or step, or ``output_path_of(...)``), a Hugging Face dataset id, a path,
 folder, URL or glob of JSON-lines documents, or a list of paths. It is checked when the handle is
 built (nothing is read then): relative local paths become absolute
-(:func:`marin.experiment.sources.normalize_path`, since workers run elsewhere), anything else is
+(:func:`marin.experiment.data.sources.normalize_path`, since workers run elsewhere), anything else is
 refused naming it. Hugging Face ids resolve from the hub cache when the step runs
-(:func:`marin.processing.attributes.list_files`, through :func:`marin.experiment.sources.resolve_source`).
+(:func:`marin.processing.attributes.list_files`, through :func:`marin.experiment.data.sources.resolve_source`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from marin.execution.core.placeholders import Placeholder
-from marin.experiment.sources import normalize_path
+from marin.experiment.data.sources import normalize_path
 
 __all__ = ["check_options", "document_source", "variant"]
 

@@ -1,7 +1,7 @@
 """Article texts of the generated web corpus, their near-duplicate edits, and evaluation items.
 
 * :func:`make_article`: a title and paragraphs: an intro line, two to five stories of
-  :func:`marin.experiment.corpus.generate_story` (one per paragraph), an outro line.
+  :func:`marin.experiment.data.corpus.generate_story` (one per paragraph), an outro line.
 * :func:`edit_article`: a near-duplicate at a target Jaccard similarity. Replacing one word by a
   word found nowhere else changes the ``ngram`` shingles that contain it; with replacements at
   least ``ngram`` words apart, ``k`` of them in a text of ``S`` distinct shingles give about
@@ -18,7 +18,7 @@ import random
 import string
 from dataclasses import dataclass
 
-from marin.experiment.corpus import generate_story, story_facts
+from marin.experiment.data.corpus import generate_story, story_facts
 
 __all__ = ["Article", "edit_article", "make_article", "make_eval_item", "make_shared_block", "replacements_for", "wrap"]
 

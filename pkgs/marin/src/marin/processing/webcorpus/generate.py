@@ -38,7 +38,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from marin.experiment.corpus import generate_story
+from marin.experiment.data.corpus import generate_story
 from marin.processing.attributes import write_jsonl
 from marin.processing.dedup.minhash import jaccard, shingle_set
 from marin.processing.webcorpus.articles import (

@@ -1,5 +1,5 @@
 """``isoflop()``: an IsoFLOP ladder (training runs of every budget and size, their evals) and the
-step that fits its scaling laws (:mod:`marin.experiment.scaling_fit`).
+step that fits its scaling laws (:mod:`marin.experiment.scaling.fit`).
 
 ::
 
@@ -30,7 +30,7 @@ from marin.execution.core.lazy import StepHandle
 from marin.execution.core.placeholders import output_path_of
 from marin.execution.core.step import validate_step_name
 from marin.experiment.results import metric_names, run_metrics
-from marin.experiment.train import TrainLm, train_lm
+from marin.experiment.training.train import TrainLm, train_lm
 from rigging import filesystem as fs
 
 __all__ = ["FIT_FILE", "PLOT_FILE", "FitConfig", "IsoflopFitStep", "LadderRun", "isoflop", "isoflop_fit_step"]
@@ -72,7 +72,7 @@ class FitConfig:
 
 def isoflop_fit_step(config: FitConfig, output_path: str) -> None:
     """Step function: fit the ladder's losses; write ``isoflop_fit.json`` and ``isoflop_fit.png``."""
-    from marin.experiment.scaling_fit import Run, fit_isoflop, plot_isoflop
+    from marin.experiment.scaling.fit import Run, fit_isoflop, plot_isoflop
 
     runs = []
     for run in config.runs:

@@ -46,7 +46,7 @@ def sample_chat(output_path: str, user_text: str, *, system: str | None = None, 
     Raises:
         FileNotFoundError: the model was not trained on chat data (no chat template beside it).
     """
-    from marin.experiment.chat_tokenize import load_chat_template
+    from marin.experiment.chat.tokenize import load_chat_template
 
     try:
         template = load_chat_template(output_path)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin.experiment.sweep_space import Choice, Dimension, Direction, Method
+from marin.experiment.sweeps.space import Choice, Dimension, Direction, Method
 
 __all__ = ["Finished", "grid_size", "propose", "round_seed"]
 

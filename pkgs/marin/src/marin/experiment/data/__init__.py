@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.lazy import StepHandle
-from marin.experiment.sources import normalize_path
+from marin.experiment.data.sources import normalize_path
 
 if TYPE_CHECKING:
     pass
@@ -43,7 +43,7 @@ class CorpusStepConfig:
 
 def generate_corpus_step(config: CorpusStepConfig, output_path: str) -> None:
     """Step function: write the bundled corpus as JSON-lines shards."""
-    from marin.experiment.corpus import generate_corpus
+    from marin.experiment.data.corpus import generate_corpus
 
     generate_corpus(output_path, num_stories=config.num_stories, seed=config.seed, num_shards=config.num_shards)
 
@@ -82,8 +82,8 @@ class TrainTokenizerConfig:
 
 def train_tokenizer_step(config: TrainTokenizerConfig, output_path: str) -> None:
     """Step function: train the BPE and write ``tokenizer.json``."""
-    from marin.experiment.sources import resolve_source
-    from marin.experiment.tokenizer_train import train_bpe_tokenizer
+    from marin.experiment.data.sources import resolve_source
+    from marin.experiment.data.tokenizer import train_bpe_tokenizer
 
     source = resolve_source(config.source) if isinstance(config.source, str) else config.source
     train_bpe_tokenizer(source, output_path, vocab_size=config.vocab_size,
@@ -137,8 +137,8 @@ class TokenizeStepConfig:
 
 def tokenize_step(config: TokenizeStepConfig, output_path: str) -> None:
     """Step function: tokenize the corpus into train/validation ArrayRecord shards (resumable)."""
-    from marin.experiment.sources import resolve_corpus, resolve_tokenizer
-    from marin.experiment.tokenize_impl import tokenize_to_shards
+    from marin.experiment.data.sources import resolve_corpus, resolve_tokenizer
+    from marin.experiment.data.tokenize import tokenize_to_shards
 
     source, validation = resolve_corpus(config.source) if isinstance(config.source, str) else (config.source, [])
     with tempfile.TemporaryDirectory(prefix="marin-tok-") as scratch:
