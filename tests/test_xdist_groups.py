@@ -1,0 +1,58 @@
+"""`make test` runs the suite with `pytest -n auto --dist loadgroup`: the tests that share one built
+store (``experiment_fixtures.shares_nano_store``) must run in one worker, one after another. pytest
+9.2 silently broke that grouping for pytest-xdist 3.8 (every test ran wherever it was sent); this
+checks, with the versions installed, that grouped tests do share a worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_TESTS = '''\
+import json, os, time
+import pytest
+
+def _record(name):
+    with open(os.path.join(os.environ["GROUP_LOG"], name), "w") as f:
+        json.dump(os.environ["PYTEST_XDIST_WORKER"], f)
+    time.sleep(0.3)  # long enough that both workers are busy at once
+
+@pytest.mark.xdist_group("shared")
+def test_grouped_0(): _record("grouped_0")
+def test_free_0(): _record("free_0")
+@pytest.mark.xdist_group("shared")
+def test_grouped_1(): _record("grouped_1")
+def test_free_1(): _record("free_1")
+@pytest.mark.xdist_group("shared")
+def test_grouped_2(): _record("grouped_2")
+def test_free_2(): _record("free_2")
+@pytest.mark.xdist_group("shared")
+def test_grouped_3(): _record("grouped_3")
+def test_free_3(): _record("free_3")
+'''
+
+
+def test_an_xdist_group_runs_in_one_worker(tmp_path: Path) -> None:
+    (tmp_path / "test_groups.py").write_text(_TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # this folder is the rootdir, not the workspace
+    log = tmp_path / "log"
+    log.mkdir()
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
+                          "-p", "no:cacheprovider", "test_groups.py"], cwd=tmp_path, capture_output=True,
+                         text=True, env={**_env(), "GROUP_LOG": str(log)}, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    workers = {p.name: json.loads(p.read_text()) for p in log.iterdir()}
+    assert len(workers) == 8, workers
+    grouped = {w for name, w in workers.items() if name.startswith("grouped")}
+    assert len(grouped) == 1, f"the grouped tests ran in {sorted(grouped)}: {workers}"
+    # Both workers took part: the other one ran free tests meanwhile.
+    assert set(workers.values()) == {"gw0", "gw1"}, workers
+
+
+def _env() -> dict[str, str]:
+    """This environment without the outer pytest's worker variables (and no stray MARIN_* settings)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MARIN_"))}
