@@ -162,8 +162,8 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
     with LocalClient() as client:
         job = launch(client, main, config, out, resources=ResourceConfig.with_cpu(1, hosts=2), env=env, name="fsdp")
         results = job.result(timeout=600)
-    assert [r["processes"] for r in results] == [2, 2]
-    assert all(r["devices"] == 8 and r["mesh"] == mesh.sizes(8) for r in results)
+    assert [r.processes for r in results] == [2, 2]
+    assert all(r.devices == 8 and r.mesh == mesh.sizes(8) for r in results)
     reference = runs["fsdp4_tensor2"]["output_path"]
     np.testing.assert_allclose(_losses(out), _losses(reference), rtol=LOSS_RTOL)
     p_one, p_two = final_params(reference), final_params(out)
