@@ -16,8 +16,9 @@ from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.graph import collect_graph
 from marin.execution.core.hashing import KEY_SCHEMA, hash_graph, step_key
 from marin.execution.core.identity import fn_identity
+from marin.execution.core.placeholders import output_path_of
+from marin.execution.core.step import Step
 from marin.execution.core.walk import iter_placeholders
-from marin.execution.step import Step, output_path_of
 from rigging.fields import unhashed_field
 
 

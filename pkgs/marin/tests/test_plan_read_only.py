@@ -10,7 +10,7 @@ import steps_for_tests as t
 from click.testing import CliRunner
 
 from marin.execution.plan.model import Action
-from marin.execution.step_runner import Outcome, StepRunner
+from marin.execution.run.runner import Outcome, StepRunner
 from marin.execution.store.done_index import index_folder, read_index
 from rigging import filesystem as fs
 
