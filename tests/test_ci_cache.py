@@ -1,8 +1,8 @@
 """Cached CI rebuilds end to end (issue 6): the real ``marin`` CLI and ``make`` on real folders.
 
-The cache tests use a small generated experiment (``experiment_fixtures.PIPELINE``); the tests
+The cache tests use a small generated experiment (``testsupport.e2e.PIPELINE``); the tests
 that the issue states for ``make experiments`` run the real ``experiments/`` folder, built once
-per pytest process (see ``experiment_fixtures.experiments_prefix``).
+per pytest process (see ``testsupport.e2e.experiments_prefix``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import (  # noqa: E402
+from marin.execution.store import done_index
+from marin.execution.store.manifest import verify_manifest
+from marin.execution.store.records import StepRecord
+from testsupport.e2e import (
     PIPELINE_STEPS,
     ROOT,
     actions,
@@ -37,10 +38,6 @@ from experiment_fixtures import (  # noqa: E402
     success_records,
     write_pipeline,
 )
-
-from marin.execution.store import done_index  # noqa: E402
-from marin.execution.store.manifest import verify_manifest  # noqa: E402
-from marin.execution.store.records import StepRecord
 
 
 def _read_json(path: Path) -> dict:

@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "pkgs" / "levanter" / "tests"))
-
-from hub_cache import write_hub_dataset  # noqa: E402
-from levanter_testlib import byte_level_tokenizer, random_params  # noqa: E402
-
-from levanter.eval_harness import (  # noqa: E402
+from levanter.eval_harness import (
     HarnessConfig,
     LevanterLM,
     TaskDataUnavailable,
@@ -25,9 +17,11 @@ from levanter.eval_harness import (  # noqa: E402
     check_task_data,
     run_tasks,
 )
-from levanter.models.llama import LlamaConfig  # noqa: E402
-from marin.experiment.data.corpus import generate_story  # noqa: E402
-from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, write_story_tasks  # noqa: E402
+from levanter.models.llama import LlamaConfig
+from marin.experiment.data.corpus import generate_story
+from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, write_story_tasks
+from testsupport.hub_cache import write_hub_dataset
+from testsupport.levanter_data import byte_level_tokenizer, random_params
 
 MODEL = LlamaConfig(vocab_size=384, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2, num_layers=2,
                     max_seq_len=512)

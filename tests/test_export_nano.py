@@ -7,14 +7,11 @@ own tokenizer and greedy generation (its Flax Llama: no PyTorch here), writes th
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, marin, nano_prefix, shares_nano_store  # noqa: E402
+from testsupport.e2e import clean_env, marin, nano_prefix, shares_nano_store
 
 
 @shares_nano_store

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hub_cache import jsonl_bytes, stories, tinystories_like, write_hub_dataset  # noqa: E402
-
-from marin.experiment.data.hub import choose_split_files  # noqa: E402
-from marin.experiment.data.sources import DataSourceError, resolve_source, resolve_tokenizer  # noqa: E402
+from marin.experiment.data.hub import choose_split_files
+from marin.experiment.data.sources import DataSourceError, resolve_source, resolve_tokenizer
+from testsupport.hub_cache import jsonl_bytes, stories, tinystories_like, write_hub_dataset
 
 
 def test_a_cached_dataset_resolves_to_its_train_parquet_files(hf_home: Path) -> None:
@@ -81,11 +77,11 @@ def test_a_tokenizer_id_resolves_from_the_hub_cache_offline(hf_home: Path, tmp_p
 
 
 def test_a_dataset_with_a_validation_split_keeps_it_as_the_validation_split(hf_home: Path, tmp_path: Path) -> None:
-    from hub_cache import WORDS
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from marin.experiment.data.sources import resolve_corpus
     from marin.experiment.data.tokenize import tokenize_to_shards
+    from testsupport.hub_cache import WORDS
 
     vocab = {"<unk>": 0, "<|endoftext|>": 1, **{w: i + 2 for i, w in enumerate(sorted({*WORDS, "Once", "upon", "a", "time"}))}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, entry, marin, run  # noqa: E402
+from testsupport.e2e import clean_env, entry, marin, run
 
 TWO_STEPS = '''\
 """Two steps: count to n, then add the numbers up."""

@@ -7,9 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, marin, plan_json, run  # noqa: E402
+from testsupport.e2e import clean_env, marin, plan_json, run
 
 STEP_FNS = '''\
 import os

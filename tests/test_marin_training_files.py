@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, entry, run  # noqa: E402
-from hub_cache import tinystories_like  # noqa: E402
+from testsupport.e2e import clean_env, entry, run
+from testsupport.hub_cache import tinystories_like
 
 EXECUTOR_FORM = '''\
 """A tiny model on TinyStories on CPU, in the executor form of Marin's tutorials."""

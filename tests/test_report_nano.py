@@ -1,7 +1,7 @@
 """The report of the real nano and hello-world graphs, opened in headless Chromium (issue 7).
 
 The nano graph is the one ``make train-nano`` builds; its first run is shared with
-``test_train_nano`` and ``test_ci_cache`` through ``experiment_fixtures.nano_prefix``.
+``test_train_nano`` and ``test_ci_cache`` through ``testsupport.e2e.nano_prefix``.
 """
 
 from __future__ import annotations
@@ -9,15 +9,11 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, marin, nano_prefix, shares_nano_store  # noqa: E402
-
-from testsupport.browser import open_report  # noqa: E402
+from testsupport.browser import open_report
+from testsupport.e2e import clean_env, marin, nano_prefix, shares_nano_store
 
 
 def _distinct_colours(png: bytes) -> int:

@@ -16,11 +16,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import ROOT, clean_env, entry, run, success_records  # noqa: E402
-
-from marin.execution.store.records import StepRecord  # noqa: E402
+from marin.execution.store.records import StepRecord
+from testsupport.e2e import ROOT, clean_env, entry, run, success_records
 
 SEED_EXAMPLE = '''\
 from marin.experiment.data import tokenized

@@ -1,6 +1,6 @@
 """``marin run experiments/sft/`` end to end (issue 13): pretrain -> chat tokenize -> fine-tune -> evaluate.
 
-Runs on the prefix of ``make experiments`` (``experiment_fixtures.experiments_prefix``), which
+Runs on the prefix of ``make experiments`` (``testsupport.e2e.experiments_prefix``), which
 builds ``experiments/sft/sft_nano.py`` with every other experiment. Quality bar: on held-out
 conversations the fine-tuned model's assistant-token loss is below a quarter of the pretrained
 model's (measured: about 0.44 against 8.1 nats/token).
@@ -9,18 +9,14 @@ model's (measured: about 0.44 against 8.1 nats/token).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import builds_experiments, clean_env, entry, experiments_prefix, marin  # noqa: E402
-
-from levanter.data.chat import decode_chat_record  # noqa: E402
-from levanter.data.tokenized import open_split  # noqa: E402
-from marin.execution.store.records import StepRecord  # noqa: E402
+from levanter.data.chat import decode_chat_record
+from levanter.data.tokenized import open_split
+from marin.execution.store.records import StepRecord
+from testsupport.e2e import builds_experiments, clean_env, entry, experiments_prefix, marin
 
 MARGIN = 0.25  # fine-tuned loss < MARGIN x pretrained loss
 

@@ -1,7 +1,7 @@
 """``make train-nano`` (``python -m experiments.train_nano``) end to end, then again with no work (issue 4).
 
 The first run (from an empty prefix) is shared with ``test_ci_cache`` through
-``experiment_fixtures.nano_prefix``; it trains 400 steps of the nano Llama (about 40 s on 2 CPU
+``testsupport.e2e.nano_prefix``; it trains 400 steps of the nano Llama (about 40 s on 2 CPU
 cores). Quality bar: the validation loss must be below half the unigram-entropy baseline of the
 same validation tokens (on the bundled corpus it ends near 0.6 against about 5.3 nats/token).
 """
@@ -11,15 +11,11 @@ from __future__ import annotations
 import math
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiment_fixtures import clean_env, events, marin, nano_prefix, run, shares_nano_store, success_records  # noqa: E402
-
-from marin.execution.store.records import StepRecord  # noqa: E402
+from marin.execution.store.records import StepRecord
+from testsupport.e2e import clean_env, events, marin, nano_prefix, run, shares_nano_store, success_records
 
 TASKS = ("story_qa", "story_place", "story_ending", "story_cloze", "story_text")
 STEPS = ("raw/tinystories-synthetic", "tokenizers/marin-bpe-2k", "tokenized/tinystories-synthetic",

@@ -1,5 +1,5 @@
 """`make test` runs the suite with `pytest -n auto --dist loadgroup`: the tests that share one built
-store (``experiment_fixtures.shares_nano_store``) must run in one worker, one after another. pytest
+store (``testsupport.e2e.shares_nano_store``) must run in one worker, one after another. pytest
 9.2 silently broke that grouping for pytest-xdist 3.8 (every test ran wherever it was sent); this
 checks, with the versions installed, that grouped tests do share a worker."""
 

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-# Tests run with --import-mode=importlib, so the shared helper module beside them (also imported
-# by the trainer subprocesses) is put on the path explicitly; its name is package-specific.
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-
-from levanter_testlib import pattern_documents, write_tokenized  # noqa: E402
+from testsupport.levanter_data import pattern_documents, write_tokenized
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
-from levanter_testlib import write_tokenized
 
 from levanter.data import DatasetSpec, PackedIterDataset, eval_batches, open_split, train_dataset
+from testsupport.levanter_data import write_tokenized
 
 EOS = 999
 

@@ -6,9 +6,9 @@ import json
 import os
 
 import numpy as np
-from levanter_testlib import start_trainer, tiny_config
 
 from levanter.trainer import main
+from testsupport.levanter_data import start_trainer, tiny_config
 
 # Same math, different reduction order (per-device partial sums, then an all-reduce): float32
 # results agree to a few ulps per step, far inside this relative tolerance.

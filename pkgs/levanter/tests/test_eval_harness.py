@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from levanter_testlib import byte_level_tokenizer, random_params
 from lm_eval.api.instance import Instance
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
@@ -35,6 +34,7 @@ from levanter.eval_harness import (
 from levanter.eval_harness.packing import plan_rows
 from levanter.generate import generate
 from levanter.models.llama import LlamaConfig, transformed_llama
+from testsupport.levanter_data import byte_level_tokenizer, random_params
 
 CONFIG = LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=256)

@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 import pytest
-from levanter_testlib import pattern_documents, tiny_config, write_tokenized
 
 from levanter.data.chat import CHAT_FORMAT, encode_chat_record
 from levanter.initialize import TrainedModel
 from levanter.trainer import main
+from testsupport.levanter_data import pattern_documents, tiny_config, write_tokenized
 
 
 def _chat_dataset(root: str, vocab_size: int) -> str:

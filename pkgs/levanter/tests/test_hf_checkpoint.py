@@ -10,7 +10,6 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
-from levanter_testlib import final_params, random_params, tiny_config
 from safetensors.numpy import save
 
 from levanter.checkpoint import read_checkpoint_params
@@ -27,6 +26,7 @@ from levanter.compat.hf_checkpoint import (
 from levanter.generate import load_final_model
 from levanter.models.llama import LlamaConfig
 from levanter.trainer import main
+from testsupport.levanter_data import final_params, random_params, tiny_config
 
 # Grouped-query attention (4 query heads over 2 key/value heads) and an 8-wide head, so the rotary
 # layout and the head grouping both matter for the logits.

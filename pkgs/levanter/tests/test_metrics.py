@@ -7,11 +7,10 @@ import glob
 import json
 import os
 
-from levanter_testlib import tiny_config
-
 from levanter.config import WandbConfig
 from levanter.metrics import MetricsWriter
 from levanter.trainer import main
+from testsupport.levanter_data import tiny_config
 
 
 def _rows(out: str) -> list[dict]:

@@ -9,10 +9,10 @@ import signal
 import time
 
 import numpy as np
-from levanter_testlib import final_params, start_trainer, tiny_config
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.trainer import PREEMPTED_EXIT_CODE, checkpoint_dir, main
+from testsupport.levanter_data import final_params, start_trainer, tiny_config
 
 STEPS = 16
 

@@ -14,12 +14,18 @@ import shutil
 
 import numpy as np
 import pytest
-from levanter_testlib import final_params, pattern_documents, run_on_devices, tiny_config, write_tokenized
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.sharding import MeshConfig, param_spec
 from levanter.trainer import main
+from testsupport.levanter_data import (
+    final_params,
+    pattern_documents,
+    run_on_devices,
+    tiny_config,
+    write_tokenized,
+)
 
 STEPS = 20
 # Same math, different reduction order (sharded matmuls, all-reduces): float32 losses agree to
@@ -136,7 +142,7 @@ def test_checkpoint_of_fsdp8_restores_bit_identical_on_4_devices_and_on_1(runs):
     assert on_four["specs"]["['params']['layer_0/mlp/up_proj']['w']"] == ["fsdp", "tensor"]
     assert on_four["specs"]["['params']['embed']['embeddings']"] == ["tensor", "fsdp"]
 
-    from levanter_testlib import restore_state
+    from testsupport.levanter_data import restore_state
 
     on_one = restore_state(_config(runs["data"], MeshConfig()), saved)
     assert on_one["step"] == STEPS
@@ -170,7 +176,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
     for key in p_one:
         np.testing.assert_allclose(p_two[key], p_one[key], rtol=0, atol=PARAM_ATOL, err_msg=key)
     # Both processes saved their shards of one checkpoint, which restores in one process.
-    from levanter_testlib import restore_state
+    from testsupport.levanter_data import restore_state
 
     restored = restore_state(_config(runs["data"], MeshConfig()), out)
     assert restored["step"] == STEPS

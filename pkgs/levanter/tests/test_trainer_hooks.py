@@ -8,9 +8,9 @@ import os
 import jax
 import numpy as np
 import pytest
-from levanter_testlib import tiny_config
 
 from levanter.trainer import ScheduledHook, StepInfo, main, resolve_model
+from testsupport.levanter_data import tiny_config
 
 
 def test_a_callers_hook_sees_each_step_and_its_metrics_are_logged(tiny_dataset, tmp_path):

@@ -9,13 +9,13 @@ import os
 
 import numpy as np
 import pytest
-from levanter_testlib import tiny_config
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.config import WandbConfig
 from levanter.generate import generate, load_final_model
 from levanter.trainer import NonFiniteLossError, config_from_dict, config_to_dict, main
 from rigging.progress import read_progress
+from testsupport.levanter_data import tiny_config
 
 SUMMARY_KEYS = ["final_loss", "val_loss", "steps", "start_step", "output_path", "checkpoint_path", "params_path",
                 "config_path", "metrics_path", "model", "tokens_per_s", "checkpoint_blocked_s", "devices", "mesh",

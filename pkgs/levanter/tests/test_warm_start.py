@@ -9,13 +9,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from levanter_testlib import tiny_config
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.config import config_from_dict
 from levanter.initialize import CheckpointStart
 from levanter.optim import AdamConfig
 from levanter.trainer import main
+from testsupport.levanter_data import tiny_config
 
 CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1, schedule="constant")
 

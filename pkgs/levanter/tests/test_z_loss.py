@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from levanter_testlib import final_params, tiny_config
 
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.trainer import loss_fn, main
+from testsupport.levanter_data import final_params, tiny_config
 
 
 def test_loss_fn_adds_the_weighted_mean_squared_log_partition():

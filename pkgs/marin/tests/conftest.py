@@ -5,9 +5,9 @@
 * ``counter``: a folder where step functions count their calls across processes;
 * ``store``: a (prefix, client) pair parametrized over the local, ``memory://`` and ``gs://``
   stores. ``memory://`` lives inside one process, so its steps run in this process;
-* ``lm_data_prefix``: ``lm_graph``'s data; ``trained_prefix``: the same with ``tiny_model(steps=10)``
+* ``lm_data_prefix``: ``testsupport.lm_graph``'s data; ``trained_prefix``: the same with ``tiny_model(steps=10)``
   and ``tiny_model(steps=20)`` trained; each built once per session, shared by every xdist worker
-  (``testsupport.shared``); tests copy them (``lm_graph.copy_prefix``) to add their steps.
+  (``testsupport.shared``); tests copy them (``testsupport.lm_graph.copy_prefix``) to add their steps.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def lm_data_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``lm_graph``'s corpus, tokenizer and shards, built once for the session (every xdist worker):
-    read it, or copy it (``lm_graph.copy_prefix``) to add steps."""
-    from lm_graph import build_data
+    """``testsupport.lm_graph``'s corpus, tokenizer and shards, built once for the session (every xdist worker):
+    read it, or copy it (``testsupport.lm_graph.copy_prefix``) to add steps."""
+    from testsupport.lm_graph import build_data
 
     return build_once(tmp_path_factory, "lm-data", lambda folder: build_data(folder / "store")) / "store"
 
@@ -66,7 +66,7 @@ def lm_data_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained_prefix(tmp_path_factory: pytest.TempPathFactory, lm_data_prefix: Path) -> Path:
     """:func:`lm_data_prefix` with ``tiny_model(steps=20)`` and ``tiny_model(steps=10)`` trained, built
     once for the session (every xdist worker); tests copy it to add their steps."""
-    from lm_graph import copy_prefix, runner, tiny_model
+    from testsupport.lm_graph import copy_prefix, runner, tiny_model
 
     def build(folder: Path) -> None:
         prefix = copy_prefix(lm_data_prefix, folder / "store")

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lm_graph import copy_prefix, runner, tiny_model
 
 from levanter.optim import AdamConfig
 from marin.cli.main import cli
 from marin.report import collect_plan, write_report
 from marin.report.compare import compare_plan
 from testsupport.browser import open_report
+from testsupport.lm_graph import copy_prefix, runner, tiny_model
 
 EXPERIMENT = '''\
 from levanter.optim import AdamConfig
-from lm_graph import data, held_out, tiny_model
+from testsupport.lm_graph import data, held_out, tiny_model
 from marin.experiment.evaluation.eval import evaluate
 
 slow = tiny_model("checkpoints/slow", steps=10, optimizer=AdamConfig(learning_rate=1e-3, warmup=2, schedule="constant"))
@@ -131,9 +131,9 @@ def test_each_run_records_its_flops_and_a_speedrun_file_and_the_report_ranks_the
     import dataclasses
 
     import jax
-    from lm_graph import TINY
 
     from marin.cli.targets import load_targets
+    from testsupport.lm_graph import TINY
 
     prefix, experiment = built
     plan = runner(prefix).plan(load_targets([str(experiment)]))

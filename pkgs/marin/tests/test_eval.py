@@ -6,12 +6,12 @@ import json
 import math
 
 import pytest
-from lm_graph import copy_prefix, data, held_out, runner, tiny_model
 
 from marin.execution.run.outcome import Outcome
 from marin.experiment.data import tokenized, trained_tokenizer
 from marin.experiment.evaluation.eval import EVAL_RESULTS_FILE, evaluate
 from rigging import filesystem as fs
+from testsupport.lm_graph import copy_prefix, data, held_out, runner, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +105,8 @@ def test_train_lm_evals_add_an_eval_step_of_the_final_model(tmp_path):
 
 
 def test_eval_of_chat_data_grows_a_pretrained_vocabulary_and_scores_assistant_tokens(data_prefix, tmp_path):
-    from lm_graph import tokenizer
-
     from marin.experiment.chat.data import tokenized_chat
+    from testsupport.lm_graph import tokenizer
 
     prefix = copy_prefix(data_prefix, tmp_path / "store")
     source = tmp_path / "chats.jsonl"
@@ -127,10 +126,9 @@ def test_eval_of_chat_data_grows_a_pretrained_vocabulary_and_scores_assistant_to
 
     # The fine-tune of that model on the chats (its vocabulary grown) is scored on both too: the
     # plain text was tokenized before the template's tokens existed, and is scored as it is.
-    from lm_graph import TINY
-
     from levanter.optim import AdamConfig
     from marin.experiment.training.train import checkpoint, train_lm
+    from testsupport.lm_graph import TINY
 
     tuned = train_lm("checkpoints/tiny-chat", "v1", model=TINY, optimizer=AdamConfig(learning_rate=3e-3, warmup=1),
                      datasets={chats: 1.0}, batch_size=4, seq_len=64, num_train_steps=4, eval_every=0,

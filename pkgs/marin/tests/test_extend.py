@@ -9,7 +9,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from lm_graph import copy_prefix, runner, tiny_model
 
 from fray import InProcessClient
 from levanter.checkpoint import checkpoint_dir
@@ -20,6 +19,7 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from marin.experiment.training.train import TRAIN_SUMMARY_FILE, checkpoint
 from rigging import filesystem as fs
+from testsupport.lm_graph import copy_prefix, runner, tiny_model
 
 CONSTANT = AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant")
 COSINE = AdamConfig(learning_rate=3e-3, warmup=2, schedule="cosine")

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from lm_graph import copy_prefix, data, runner, tiny_model
 
 from marin.cli.main import cli
 from marin.cli.targets import load_targets
@@ -19,9 +18,10 @@ from marin.experiment.evaluation.results import EVAL_RESULTS_FILE, EvalResults, 
 from marin.experiment.evaluation.tasks import harness_eval_step
 from rigging import filesystem as fs
 from testsupport.browser import open_report
+from testsupport.lm_graph import copy_prefix, data, runner, tiny_model
 
 EXPERIMENT = '''\
-from lm_graph import data, tiny_model
+from testsupport.lm_graph import data, tiny_model
 from marin.experiment import eval_report, evaluate, story_tasks
 
 short, longer = tiny_model(steps=10), tiny_model(steps=20)
@@ -191,7 +191,7 @@ def test_a_dataset_missing_offline_is_one_line_and_exit_2_before_anything_runs(t
     task.write_text("task: absent_arc\ndataset_path: someone/absent-benchmark\noutput_type: multiple_choice\n"
                     "test_split: test\ndoc_to_text: '{{question}}'\ndoc_to_target: 0\ndoc_to_choice: '{{choices}}'\n")
     experiment = tmp_path / "absent.py"
-    experiment.write_text("from lm_graph import tiny_model\nfrom marin.experiment import evaluate\n"
+    experiment.write_text("from testsupport.lm_graph import tiny_model\nfrom marin.experiment import evaluate\n"
                           f"steps = [evaluate('evals/absent', tiny_model(steps=10), tasks=[{str(task)!r}])]\n")
     prefix = tmp_path / "store"
     invoke = CliRunner().invoke(cli, ["run", str(experiment), "--prefix", str(prefix)])

@@ -162,9 +162,8 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
 
 
 def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path, lm_data_prefix):
-    from lm_graph import copy_prefix, tiny_model
-
     from levanter.checkpoint import committed_steps
+    from testsupport.lm_graph import copy_prefix, tiny_model
 
     prefix = copy_prefix(lm_data_prefix, tmp_path / "store")
     model = tiny_model("checkpoints/warm", steps=20)

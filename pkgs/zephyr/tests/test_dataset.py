@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-import zephyr_test_helpers as helpers
 
+from testsupport import zephyr_data as helpers
 from zephyr import Dataset, ShardFailed, WorkerContext, current_context
 
 

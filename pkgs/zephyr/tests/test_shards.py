@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zephyr_test_helpers as helpers
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from rigging import filesystem as fs
+from testsupport import zephyr_data as helpers
 from zephyr import (
     ArrayRecordSink,
     DataError,

@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import zephyr_test_helpers as helpers
 
 from rigging import filesystem as fs
+from testsupport import zephyr_data as helpers
 from zephyr import (
     CollectSink,
     Dataset,
@@ -143,7 +143,7 @@ def test_bad_arguments_and_records_are_named(tmp_path: Path) -> None:
                                                                             in_process=True)
     nothing = Dataset.from_items([[{"word": "a"}]]).group_by(helpers.word_of, helpers.none_reducer,
                                                              work_path=str(tmp_path / "none"))
-    with pytest.raises(ShardFailed, match="reducer zephyr_test_helpers.none_reducer returned None for key \"a\""):
+    with pytest.raises(ShardFailed, match="reducer testsupport.zephyr_data.none_reducer returned None for key \"a\""):
         nothing.write(JsonlSink(str(tmp_path / "none-out")), in_process=True)
     with pytest.raises(RuntimeError, match="partition 0 of group_by stage 'count_by' exists only while the pipeline"):
         list(ds.count_by(helpers.word_of).iter_shard(WorkerContext(shard_index=0, num_shards=2)))
@@ -200,7 +200,7 @@ def test_output_bytes_do_not_depend_on_worker_count_or_finish_order(tmp_path: Pa
 _SEED_DRIVER = """
 import sys
 from zephyr import Dataset, JsonlSink
-import zephyr_test_helpers as helpers
+from testsupport import zephyr_data as helpers
 records = [[{"id": f"{s}-{i}", "word": f"w{(s * 7 + i * 3) % 23}", "pos": i} for i in range(40)] for s in range(3)]
 ds = Dataset.from_items(records).group_by(helpers.word_of, helpers.ids_by_key, num_partitions=4)
 ds.write(JsonlSink(sys.argv[1]), in_process=True)
@@ -271,7 +271,7 @@ def test_a_killed_reduce_task_is_redone_alone(tmp_path: Path) -> None:
 _KILLED_DRIVER = """
 import functools, sys
 from zephyr import Dataset, JsonlSink
-import zephyr_test_helpers as helpers
+from testsupport import zephyr_data as helpers
 reducer = functools.partial(helpers.ids_or_hang, sys.argv[3])
 ds = Dataset.from_items(helpers.planted()).group_by(helpers.word_of, reducer, num_partitions=3, work_path=sys.argv[1])
 ds.write(JsonlSink(sys.argv[2]), in_process=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-import zephyr_test_helpers as helpers
 
+from testsupport import zephyr_data as helpers
 from zephyr import Dataset, WorkerContext, current_context
 from zephyr.stages import staged_shards
 

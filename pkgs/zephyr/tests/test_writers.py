@@ -13,9 +13,9 @@ from pathlib import Path
 import grain.python as grain
 import numpy as np
 import pytest
-import zephyr_test_helpers as helpers
 
 from rigging import filesystem as fs
+from testsupport import zephyr_data as helpers
 from zephyr import ArrayRecordSink, Dataset, JsonlSink, TokenShardReader, read_documents
 
 

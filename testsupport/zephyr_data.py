@@ -110,6 +110,7 @@ def _other_commits(count: int) -> list[str]:
     import os
 
     ctx = current_context()
+    assert ctx.output_path is not None, "a shard's context names its step's output"
     return [os.path.join(ctx.output_path, ".commits", f"part-{i:05d}.json") for i in range(count) if i != ctx.shard_index]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from fray import InProcessClient
 from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
-from levanter.optim import AdamConfig
+from levanter.optim import AdamConfig, Schedule
 from marin.execution.run.runner import StepRunner
 from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
 from marin.experiment.training.train import train_lm
@@ -33,7 +33,7 @@ def tiny_model(name: str = "checkpoints/tiny", *, steps: int = 20, optimizer: Ad
     """A tiny Llama trained on :data:`data` (checkpoints every ``save_every`` steps)."""
     settings = {"eval_every": 0, **kwargs}
     return train_lm(name=name, version="v1", model=TINY,
-                    optimizer=optimizer or AdamConfig(learning_rate=3e-3, warmup=2, schedule="constant"),
+                    optimizer=optimizer or AdamConfig(learning_rate=3e-3, warmup=2, schedule=Schedule.CONSTANT),
                     datasets={data: 1.0}, batch_size=4, seq_len=32, num_train_steps=steps,
                     checkpoint=CheckpointConfig(save_every=save_every, keep_last=2, keep_every=keep_every,
                                                 async_save=False),

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
@@ -25,7 +26,7 @@ def tiny_config(data: str, **overrides) -> TrainLmConfig:
 
     ``overrides`` are ``model=``, ``optimizer=`` or any flat training setting (``num_train_steps=``).
     """
-    base = dict(
+    base: dict[str, Any] = dict(
         model=LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
                           num_layers=2, max_seq_len=64),
         optimizer=AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
