@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from marin.execution.core.identity import keep_identities
@@ -149,118 +150,194 @@ def story_facts(seed: int, index: int) -> StoryFacts:
     return _draw_facts(_story_rng(seed, index))[0]
 
 
+@dataclass(frozen=True)
+class _Cast:
+    """Who and what a story's sentences name: its facts, pronouns, friends and feelings."""
+
+    name: str
+    kind: str
+    place: str
+    obj: str
+    looks: str
+    he: str
+    his: str
+    friend: str
+    other: str
+    bad: str
+    good: str
+
+
+# Every part of a story below draws from the story's one generator, in the order the parts are
+# told: changing what a part draws, or the order, changes every story after that draw.
+def _draw_cast(rng: random.Random) -> _Cast:
+    c = rng.choice
+    facts, he, his, looks = _draw_facts(rng)
+    friend = c(_FRIENDS)
+    other = c([n for n in _NAMES if n != facts.name])
+    bad, good = c(_FEELINGS_BAD), c(_FEELINGS_GOOD)
+    return _Cast(facts.name, facts.kind, facts.place, facts.obj, looks, he, his, friend, other, bad, good)
+
+
+def _opening(s: _Cast, rng: random.Random) -> list[str]:
+    """Who the hero is and where, the weather, and the treasured object."""
+    c = rng.choice
+    opening = c((
+        f"Once upon a time, there was a {s.kind} named {s.name}. {_cap(s.he)} lived in {s.place}.",
+        f"One day, a {s.kind} named {s.name} woke up early in {s.place}.",
+        f"{s.name} was a {s.kind} who lived in {s.place}.",
+        f"In {s.place}, there lived a {s.kind}. {s.his.capitalize()} name was {s.name}.",
+    ))
+    weather = c(_WEATHER)
+    treasure = c((
+        f"{s.name} had a {s.obj}. It was {s.looks}, and {s.name} loved it very much.",
+        f"{_cap(s.his)} favorite thing was a {s.obj} that was {s.looks}.",
+        f"Every day, {s.name} played with {s.his} {s.obj}.",
+    ))
+    return [opening, weather, treasure]
+
+
+def _lost(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    spot1, spot2 = rng.sample(_SPOTS, 2)
+    return [
+        f"But one morning, the {s.obj} was gone! {s.name} felt very {s.bad}.",
+        f'"Where is my {s.obj}?" {s.he} asked. {_cap(s.he)} {c(_ACTIONS)} to look {spot1}, but it was not there.',
+        f"Then {s.name} met {s.friend}. \"{c(_SAYINGS)}\" said the friend.",
+        f"Together they {c(_ACTIONS)} all around and looked {spot2}. There it was!",
+    ]
+
+
+def _share(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    return [
+        f"One day, {s.other} came to play. {s.other} wanted to hold the {s.obj} too.",
+        f'"No, it is mine!" said {s.name}. {s.other} felt {s.bad} and walked away.',
+        f"{s.name} sat alone. Playing alone was not fun at all. {_cap(s.he)} felt {c(_FEELINGS_BAD)}.",
+        f'So {s.name} ran after {s.other} and said, "I am sorry. {c(_SAYINGS)}"',
+        f"They took turns with the {s.obj} and laughed all afternoon.",
+    ]
+
+
+def _storm(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    return [
+        f"Suddenly, dark clouds came and a big storm began. The wind was loud and {s.name} was {s.bad}.",
+        f"{_cap(s.he)} held {s.his} {s.obj} close and hid {c(_SPOTS)}.",
+        f'Then {s.friend} came by. "{c(_SAYINGS)}" {c(("said", "called", "whispered"))} the friend.',
+        "They waited together and told each other stories until the rain stopped.",
+        "When the sun came back, there was a big rainbow in the sky.",
+    ]
+
+
+def _race(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    return [
+        f"There was a big race in {s.place}. {s.name} wanted to win it more than anything.",
+        f"{s.other} was very fast, and {s.name} felt {s.bad}. \"What if I lose?\" {s.he} asked {s.friend}.",
+        f'"{c(_SAYINGS)}" said the friend. "Just do your best."',
+        f"{s.name} {c(_ACTIONS)} as fast as {s.he} could. {_cap(s.he)} did not win, but {s.he} finished the race.",
+        f"Everyone cheered, and {s.other} gave {s.name} a big hug.",
+    ]
+
+
+def _bake(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    fruit = c(("apple", "cherry", "banana", "berry", "carrot", "lemon", "pumpkin"))
+    return [
+        f"{s.name} wanted to bake a {fruit} cake for {s.his} mom.",
+        f"{_cap(s.he)} got flour, eggs, milk and sugar. But {s.he} forgot the {fruit}s!",
+        f"{s.name} felt {s.bad}. Then {s.friend} knocked on the door with a basket of {fruit}s.",
+        f'"{c(_SAYINGS)}" said {s.name}. They mixed and stirred and put the cake in the oven.',
+        "The kitchen smelled so good. Mom smiled when she took the first bite.",
+    ]
+
+
+def _plant(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    flower = c(("sunflower", "rose", "tulip", "daisy", "bean", "tomato", "pumpkin"))
+    days = c(("three", "five", "seven", "ten", "many"))
+    return [
+        f"{s.name} found a tiny seed and planted it in the ground. \"Grow, little {flower}!\" {s.he} said.",
+        f"{_cap(s.he)} gave it water every day. After {days} days, nothing had happened. {s.name} was {s.bad}.",
+        f'{_cap(s.friend)} said, "{c(_SAYINGS)} Good things take time."',
+        f"The next morning, a little green sprout was there! Soon it became a big {flower}.",
+    ]
+
+
+def _fear(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    dark = c(("the dark", "the loud thunder", "the deep water", "the big dog next door", "the tall slide"))
+    return [
+        f"{s.name} was afraid of {dark}. Every time {s.he} thought about it, {s.he} felt {s.bad}.",
+        f'One night {s.he} told {s.friend}. "{c(_SAYINGS)}" said the friend softly.',
+        f"The friend showed {s.name} that {dark} was not so bad after all.",
+        f"Step by step, {s.name} became braver. Soon {s.he} was not afraid anymore.",
+    ]
+
+
+def _gift(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    return [
+        f"It was {s.other}'s birthday, and {s.name} wanted to give a special gift.",
+        f"{_cap(s.he)} had no money, so {s.he} felt {s.bad}. Then {s.he} had an idea.",
+        f"{s.name} gave {s.other} the {s.obj}. \"{c(_SAYINGS)}\" said {s.other}, with a big smile.",
+        f"Later, {s.other} made {s.name} a card with a drawing of them both. {s.name} kept it forever.",
+    ]
+
+
+def _build(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    thing = c(("sandcastle", "tower of blocks", "snowman", "tree fort", "bridge of sticks", "kite"))
+    return [
+        f"{s.name} and {s.other} wanted to build a {thing}. They worked hard all morning.",
+        f"But then it fell down! {s.name} felt {s.bad} and wanted to stop.",
+        f'"{c(_SAYINGS)}" said {s.other}. {s.friend.capitalize()} came to help them.',
+        f"They tried again, slowly and carefully. This time the {thing} was even better than before.",
+    ]
+
+
+def _new_friend(s: _Cast, rng: random.Random) -> list[str]:
+    c = rng.choice
+    return [
+        f"One day, {s.name} saw {s.friend} sitting alone {c(_SPOTS)}. The friend looked {s.bad}.",
+        f'"Hello! My name is {s.name}. {c(_SAYINGS)}" {s.he} said.',
+        f"At first the friend was shy. Then {s.name} showed the {s.obj}, and they began to play.",
+        f"They {c(_ACTIONS)} and laughed until the sun went down.",
+    ]
+
+
+# The middle of a story, by plot (the plot itself is drawn from ``_PLOTS``, whose order is part of every story).
+_PLOT_TELLERS: dict[str, Callable[[_Cast, random.Random], list[str]]] = {
+    "lost": _lost, "share": _share, "storm": _storm, "race": _race, "bake": _bake, "plant": _plant,
+    "fear": _fear, "gift": _gift, "build": _build, "new_friend": _new_friend,
+}
+
+
+def _ending(s: _Cast, rng: random.Random) -> list[str]:
+    """How the hero feels at the end, and the lesson."""
+    c = rng.choice
+    feeling = c((
+        f"At the end of the day, {s.name} felt {s.good}.",
+        f"{s.name} went home feeling {s.good} and tired.",
+        f"That night, {s.name} fell asleep with a smile, feeling {s.good}.",
+    ))
+    # Both lessons are drawn before the line is chosen, even when it is "The end.".
+    lesson = c((
+        f"{s.name} learned that {c(_LESSONS)}.",
+        f"From that day on, {s.name} knew that {c(_LESSONS)}.",
+        "The end.",
+    ))
+    return [feeling, lesson]
+
+
 def generate_story(seed: int, index: int) -> str:
     """Story ``index`` of the corpus with ``seed`` (deterministic, independent of sharding)."""
     rng = _story_rng(seed, index)
-    c = rng.choice
-    facts, he, his, looks = _draw_facts(rng)
-    name, kind, place, obj = facts.name, facts.kind, facts.place, facts.obj
-    friend = c(_FRIENDS)
-    other = c([n for n in _NAMES if n != name])
-    bad, good = c(_FEELINGS_BAD), c(_FEELINGS_GOOD)
-    plot = c(_PLOTS)
-    opening = c((
-        f"Once upon a time, there was a {kind} named {name}. {_cap(he)} lived in {place}.",
-        f"One day, a {kind} named {name} woke up early in {place}.",
-        f"{name} was a {kind} who lived in {place}.",
-        f"In {place}, there lived a {kind}. {his.capitalize()} name was {name}.",
-    ))
-    parts = [opening, c(_WEATHER)]
-    parts.append(c((
-        f"{name} had a {obj}. It was {looks}, and {name} loved it very much.",
-        f"{_cap(his)} favorite thing was a {obj} that was {looks}.",
-        f"Every day, {name} played with {his} {obj}.",
-    )))
-    if plot == "lost":
-        spot1, spot2 = rng.sample(_SPOTS, 2)
-        parts += [
-            f"But one morning, the {obj} was gone! {name} felt very {bad}.",
-            f'"Where is my {obj}?" {he} asked. {_cap(he)} {c(_ACTIONS)} to look {spot1}, but it was not there.',
-            f"Then {name} met {friend}. \"{c(_SAYINGS)}\" said the friend.",
-            f"Together they {c(_ACTIONS)} all around and looked {spot2}. There it was!",
-        ]
-    elif plot == "share":
-        parts += [
-            f"One day, {other} came to play. {other} wanted to hold the {obj} too.",
-            f'"No, it is mine!" said {name}. {other} felt {bad} and walked away.',
-            f"{name} sat alone. Playing alone was not fun at all. {_cap(he)} felt {c(_FEELINGS_BAD)}.",
-            f'So {name} ran after {other} and said, "I am sorry. {c(_SAYINGS)}"',
-            f"They took turns with the {obj} and laughed all afternoon.",
-        ]
-    elif plot == "storm":
-        parts += [
-            f"Suddenly, dark clouds came and a big storm began. The wind was loud and {name} was {bad}.",
-            f"{_cap(he)} held {his} {obj} close and hid {c(_SPOTS)}.",
-            f'Then {friend} came by. "{c(_SAYINGS)}" {c(("said", "called", "whispered"))} the friend.',
-            "They waited together and told each other stories until the rain stopped.",
-            "When the sun came back, there was a big rainbow in the sky.",
-        ]
-    elif plot == "race":
-        parts += [
-            f"There was a big race in {place}. {name} wanted to win it more than anything.",
-            f"{other} was very fast, and {name} felt {bad}. \"What if I lose?\" {he} asked {friend}.",
-            f'"{c(_SAYINGS)}" said the friend. "Just do your best."',
-            f"{name} {c(_ACTIONS)} as fast as {he} could. {_cap(he)} did not win, but {he} finished the race.",
-            f"Everyone cheered, and {other} gave {name} a big hug.",
-        ]
-    elif plot == "bake":
-        fruit = c(("apple", "cherry", "banana", "berry", "carrot", "lemon", "pumpkin"))
-        parts += [
-            f"{name} wanted to bake a {fruit} cake for {his} mom.",
-            f"{_cap(he)} got flour, eggs, milk and sugar. But {he} forgot the {fruit}s!",
-            f"{name} felt {bad}. Then {friend} knocked on the door with a basket of {fruit}s.",
-            f'"{c(_SAYINGS)}" said {name}. They mixed and stirred and put the cake in the oven.',
-            "The kitchen smelled so good. Mom smiled when she took the first bite.",
-        ]
-    elif plot == "plant":
-        flower = c(("sunflower", "rose", "tulip", "daisy", "bean", "tomato", "pumpkin"))
-        days = c(("three", "five", "seven", "ten", "many"))
-        parts += [
-            f"{name} found a tiny seed and planted it in the ground. \"Grow, little {flower}!\" {he} said.",
-            f"{_cap(he)} gave it water every day. After {days} days, nothing had happened. {name} was {bad}.",
-            f'{_cap(friend)} said, "{c(_SAYINGS)} Good things take time."',
-            f"The next morning, a little green sprout was there! Soon it became a big {flower}.",
-        ]
-    elif plot == "fear":
-        dark = c(("the dark", "the loud thunder", "the deep water", "the big dog next door", "the tall slide"))
-        parts += [
-            f"{name} was afraid of {dark}. Every time {he} thought about it, {he} felt {bad}.",
-            f'One night {he} told {friend}. "{c(_SAYINGS)}" said the friend softly.',
-            f"The friend showed {name} that {dark} was not so bad after all.",
-            f"Step by step, {name} became braver. Soon {he} was not afraid anymore.",
-        ]
-    elif plot == "gift":
-        parts += [
-            f"It was {other}'s birthday, and {name} wanted to give a special gift.",
-            f"{_cap(he)} had no money, so {he} felt {bad}. Then {he} had an idea.",
-            f"{name} gave {other} the {obj}. \"{c(_SAYINGS)}\" said {other}, with a big smile.",
-            f"Later, {other} made {name} a card with a drawing of them both. {name} kept it forever.",
-        ]
-    elif plot == "build":
-        thing = c(("sandcastle", "tower of blocks", "snowman", "tree fort", "bridge of sticks", "kite"))
-        parts += [
-            f"{name} and {other} wanted to build a {thing}. They worked hard all morning.",
-            f"But then it fell down! {name} felt {bad} and wanted to stop.",
-            f'"{c(_SAYINGS)}" said {other}. {friend.capitalize()} came to help them.',
-            f"They tried again, slowly and carefully. This time the {thing} was even better than before.",
-        ]
-    else:
-        parts += [
-            f"One day, {name} saw {friend} sitting alone {c(_SPOTS)}. The friend looked {bad}.",
-            f'"Hello! My name is {name}. {c(_SAYINGS)}" {he} said.',
-            f"At first the friend was shy. Then {name} showed the {obj}, and they began to play.",
-            f"They {c(_ACTIONS)} and laughed until the sun went down.",
-        ]
-    parts.append(c((
-        f"At the end of the day, {name} felt {good}.",
-        f"{name} went home feeling {good} and tired.",
-        f"That night, {name} fell asleep with a smile, feeling {good}.",
-    )))
-    parts.append(c((
-        f"{name} learned that {c(_LESSONS)}.",
-        f"From that day on, {name} knew that {c(_LESSONS)}.",
-        "The end.",
-    )))
+    cast = _draw_cast(rng)
+    plot = rng.choice(_PLOTS)
+    parts = _opening(cast, rng)
+    parts += _PLOT_TELLERS[plot](cast, rng)
+    parts += _ending(cast, rng)
     return " ".join(parts)
 
 

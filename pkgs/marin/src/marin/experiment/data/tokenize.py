@@ -284,24 +284,62 @@ def tokenize_to_shards(
         zephyr.DataError: missing or bad input (when ``on_error="raise"``), or an empty corpus.
         zephyr.ShardFailed: a shard failed on its worker (the message carries the cause).
     """
-    from tokenizers import Tokenizer
-
     config = TokenizeConfig(validation_fraction=validation_fraction, sample_count=sample_count,
                             num_shards=num_shards, seed=seed, batch_size=batch_size, text_field=text_field,
                             on_error=on_error, eos_token=eos_token, max_parallel=max_parallel)
+    tokenizer_json, metadata = _read_tokenizer(tokenizer_path, config.eos_token)
+    dataset = _documents(source, validation_source, config)
+    dataset = _encoded(dataset, tokenizer_path, config, own_validation=bool(validation_source))
+    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT, metadata=metadata,
+                         source_description=_describe(source, validation_source))
+    # A copy of the tokenizer travels with the shards, so the output is self-describing.
+    fs.atomic_write(fs.join(output_path, "tokenizer.json"), tokenizer_json)
+    progress = _shard_progress(output_path, dataset.num_shards)
+    parallel, env = _parallelism(config.max_parallel, dataset.num_shards)
+    result = write_shards(dataset, sink, _inputs(source, validation_source), client, max_parallel=parallel,
+                          env=env, progress=progress)
+    index = result.index or {}
+    return {
+        "output_path": output_path,
+        "index": index,
+        "shards_written": list(result.written),
+        "shards_reused": list(result.reused),
+        "counters": dict(result.counters),
+        **split_totals(index),
+    }
+
+
+def _read_tokenizer(tokenizer_path: str, eos_token: str) -> tuple[bytes, dict[str, Any]]:
+    """The tokenizer file's bytes, and what the index records of it: ``vocab_size`` and ``eos_id``."""
+    from tokenizers import Tokenizer
+
     try:
         tokenizer_json = fs.read_bytes(tokenizer_path)
     except FileNotFoundError:
         raise DataError(tokenizer_path, "", "tokenizer file not found") from None
     tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
-    eos_id = tokenizer.token_to_id(config.eos_token)
+    eos_id = tokenizer.token_to_id(eos_token)
     if eos_id is None:
-        raise ValueError(f"tokenizer {tokenizer_path} has no end-of-document token {config.eos_token!r}; "
+        raise ValueError(f"tokenizer {tokenizer_path} has no end-of-document token {eos_token!r}; "
                          "pass eos_token= the one it uses")
+    return tokenizer_json, {"vocab_size": tokenizer.get_vocab_size(), "eos_id": eos_id}
 
+
+def _inputs(source: str | Sequence[str], validation_source: Sequence[str]) -> list[str]:
+    """Every input path, glob or folder: ``source``'s, then the validation files."""
+    return [*([source] if isinstance(source, str) else source), *validation_source]
+
+
+def _describe(source: str | Sequence[str], validation_source: Sequence[str]) -> str:
+    """The input as an empty-corpus error names it."""
+    return source if isinstance(source, str) else ", ".join([*source, *validation_source])
+
+
+def _documents(source: str | Sequence[str], validation_source: Sequence[str], config: TokenizeConfig) -> Dataset:
+    """The documents to tokenize, in shards; those of ``validation_source`` marked as held out."""
     if validation_source:
         held_out = set(expand_paths(list(validation_source)))
-        files = expand_paths([*([source] if isinstance(source, str) else source), *validation_source])
+        files = expand_paths(_inputs(source, validation_source))
         readers: list[Reader] = []
         for f in files:
             reader = reader_for_path(f, text_field=config.text_field, on_error=config.on_error)
@@ -312,44 +350,38 @@ def tokenize_to_shards(
                                      on_error=config.on_error)
     if config.sample_count is not None:
         dataset = dataset.take_per_shard(config.sample_count)
+    return dataset
+
+
+def _encoded(dataset: Dataset, tokenizer_path: str, config: TokenizeConfig, *, own_validation: bool) -> Dataset:
+    """``dataset``'s documents as ``(split, record bytes)`` pairs."""
     # Three stages on three threads, so that encoding (which releases the GIL) runs back to back:
     # reading and parsing the next batches, encoding this one, writing the one before. The stages
     # carry on across shard boundaries (zephyr's Dataset.run_shards), so a worker's next shard is
     # read and encoded while this one is committed.
-    dataset = (dataset.batch(config.batch_size)
-               .prefetch(2)
-               .map(_EncodeBatch(tokenizer_path))
-               .prefetch(2)
-               .flat_map(_ToRecords(config.seed, config.validation_fraction, bool(validation_source))))
+    return (dataset.batch(config.batch_size)
+            .prefetch(2)
+            .map(_EncodeBatch(tokenizer_path))
+            .prefetch(2)
+            .flat_map(_ToRecords(config.seed, config.validation_fraction, own_validation)))
 
-    description = source if isinstance(source, str) else ", ".join([*source, *validation_source])
-    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=TOKENIZED_FORMAT,
-                          metadata={"vocab_size": tokenizer.get_vocab_size(), "eos_id": eos_id},
-                          source_description=description)
-    # A copy of the tokenizer travels with the shards, so the output is self-describing.
-    fs.atomic_write(fs.join(output_path, "tokenizer.json"), tokenizer_json)
 
-    # Shards done of all, beside the output, for whoever watches the step (marin's runner display).
-    reported = ProgressWriter(output_path, total=dataset.num_shards, unit="shard")
+def _shard_progress(output_path: str, num_shards: int) -> Callable[[int, int], None]:
+    """Reports shards done of all beside the output, for whoever watches the step (marin's runner display)."""
+    reported = ProgressWriter(output_path, total=num_shards, unit="shard")
 
     def progress(done: int, total: int) -> None:
         reported.update(done)
 
+    return progress
+
+
+def _parallelism(max_parallel: int | None, num_shards: int) -> tuple[int, dict[str, str]]:
+    """How many shards run at once, and the environment of their workers."""
     cpus = os.cpu_count() or 1
-    parallel = min(config.max_parallel or cpus, dataset.num_shards)
+    parallel = min(max_parallel or cpus, num_shards)
     # Each worker's tokenizer gets its share of the cores; more threads would only contend.
-    env = {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
-    inputs = [*([source] if isinstance(source, str) else source), *validation_source]
-    result = write_shards(dataset, sink, inputs, client, max_parallel=parallel, env=env, progress=progress)
-    index = result.index or {}
-    return {
-        "output_path": output_path,
-        "index": index,
-        "shards_written": list(result.written),
-        "shards_reused": list(result.reused),
-        "counters": dict(result.counters),
-        **split_totals(index),
-    }
+    return parallel, {"RAYON_NUM_THREADS": str(max(1, cpus // parallel)), "TOKENIZERS_PARALLELISM": "true"}
 
 
 # Moved from tokenize_impl.py: what it defines keeps that name in every hash (and for workers and pickle).

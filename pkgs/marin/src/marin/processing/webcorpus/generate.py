@@ -190,53 +190,108 @@ def _split(config: WebCorpusConfig) -> tuple[int, int, int, int]:
 
 def generate_web_corpus(output_path: str, config: WebCorpusConfig) -> dict:
     """Write the corpus (layout in the module docstring) and return its ground truth."""
+    # One generator for the whole corpus: the parts below draw from it in turn, so the order of
+    # the parts, and of the draws in each, is part of the output.
     rng = random.Random(f"webcorpus:{config.seed}")
     sites = [make_site(config.seed, i) for i in range(config.num_sites)]
     n_orig, n_exact, n_near, n_templated = _split(config)
     articles = [make_article(config.seed, i) for i in range(n_orig)]
     pages: list[_Page] = [_Page(rng.randrange(config.num_sites), b"", None, family=f"a{i}") for i in range(n_orig)]
-    used: set[int] = set()
-    copies: list[_Page] = []
+    copies = _exact_copies(config, n_orig, n_exact, rng)
+    variants, targets = _near_duplicates(config, articles, n_near, rng)
+    items = [make_eval_item(config.seed, i) for i in range(config.eval_items)]
+    copied = {_family_source(page) for page in [*copies, *(p for p, _ in variants)]}
+    contaminated = _contaminate_originals(config, articles, items, copied, rng)
+    _render_families(sites, articles, pages, copies, variants)
+    shops, templated = _templated_pages(config, n_templated, rng)
+    bad = _bad_pages(config, sites, rng)
+    everything = [*pages, *copies, *(p for p, _ in variants), *(p for ps in templated.values() for p in ps),
+                  *(p for ps in bad.values() for p in ps)]
+    _publish_pages(output_path, everything, [*sites, *shops], rng)
+    num_documents = _write_documents(output_path, everything, config.num_shards)
+    write_jsonl(fs.join(output_path, EVAL_ITEMS_FILE), items)
+    write_jsonl(fs.join(output_path, POSITIVE_FILE), positive_documents(config.seed, config.quality_documents))
+    write_jsonl(fs.join(output_path, NEGATIVE_FILE), negative_documents(config.seed, config.quality_documents))
+    truth = _truth(config, everything, pages, copies, variants, targets, templated, contaminated, bad)
+    truth["documents"] = num_documents
+    fs.atomic_write(fs.join(output_path, TRUTH_FILE), json.dumps(truth, indent=1, sort_keys=True) + "\n")
+    return truth
+
+
+def _family_source(page: _Page) -> int:
+    """The index of the original article a page is a copy of (its family is ``a<index>``)."""
+    return int((page.family or "a0")[1:])
+
+
+def _exact_copies(config: WebCorpusConfig, n_orig: int, n_exact: int, rng: random.Random) -> list[_Page]:
+    """Pages, not yet rendered, that will be byte copies of an original (on a site of their own)."""
+    copies = []
     for _ in range(n_exact):
         src = rng.randrange(n_orig)
-        used.add(src)
         copies.append(_Page(rng.randrange(config.num_sites), b"", None, family=f"a{src}"))
+    return copies
+
+
+def _near_duplicates(config: WebCorpusConfig, articles: list[Article], n_near: int,
+                     rng: random.Random) -> tuple[list[tuple[_Page, Article]], dict[int, float]]:
+    """Edited copies of originals with their pages (not yet rendered), and each page's target Jaccard by ``id``."""
     targets: dict[int, float] = {}
     variants: list[tuple[_Page, Article]] = []
     for j in range(n_near):
-        src = rng.randrange(n_orig)
-        used.add(src)
+        src = rng.randrange(len(articles))
         target = config.near_duplicate_jaccards[j % len(config.near_duplicate_jaccards)]
-        original = shingle_set(articles[src].text(), _NGRAM)
-        count = replacements_for(target, original.size, _NGRAM)
-        edit_rng = random.Random(f"webcorpus-edit:{config.seed}:{j}")
-        variant = edit_article(articles[src], count, _NGRAM, edit_rng)
-        got = jaccard(original, shingle_set(variant.text(), _NGRAM))
-        if abs(got - target) > 0.01:
-            # One proportional correction: the formula's shingle count ignores repeated phrases.
-            count = max(1, round(count * ((1 - target) / (1 + target)) / max((1 - got) / (1 + got), 1e-9)))
-            variant = edit_article(articles[src], count, _NGRAM, random.Random(f"webcorpus-edit:{config.seed}:{j}"))
+        variant = _near_variant(articles[src], target, config.seed, j)
         page = _Page(rng.randrange(config.num_sites), b"", variant.text(), family=f"a{src}")
         targets[id(page)] = target
         variants.append((page, variant))
-    # Contamination goes into originals that have no copies, so every quote has one known page.
-    items = [make_eval_item(config.seed, i) for i in range(config.eval_items)]
-    free = [i for i in range(n_orig) if i not in used]
+    return variants, targets
+
+
+def _near_variant(article: Article, target: float, seed: int, j: int) -> Article:
+    """``article`` with words replaced so that its shingles' Jaccard to the original is about ``target``."""
+    original = shingle_set(article.text(), _NGRAM)
+    count = replacements_for(target, original.size, _NGRAM)
+    variant = edit_article(article, count, _NGRAM, random.Random(f"webcorpus-edit:{seed}:{j}"))
+    got = jaccard(original, shingle_set(variant.text(), _NGRAM))
+    if abs(got - target) > 0.01:
+        # One proportional correction: the formula's shingle count ignores repeated phrases.
+        count = max(1, round(count * ((1 - target) / (1 + target)) / max((1 - got) / (1 + got), 1e-9)))
+        variant = edit_article(article, count, _NGRAM, random.Random(f"webcorpus-edit:{seed}:{j}"))
+    return variant
+
+
+def _contaminate_originals(config: WebCorpusConfig, articles: list[Article], items: list[dict], copied: set[int],
+                           rng: random.Random) -> list[tuple[int, str, str]]:
+    """Plant evaluation items in originals (in ``articles``, in place); returns ``(article, item id, mode)``.
+
+    Only originals that have no copies are used, so every quote has one known page.
+    """
+    free = [i for i in range(len(articles)) if i not in copied]
     contaminated = []
     for j, src in enumerate(rng.sample(free, min(config.contaminated_pages, len(free)))):
         mode = CONTAMINATION_MODES[j % len(CONTAMINATION_MODES)]
         item = items[(j * 7) % len(items)]
         articles[src] = _contaminate(articles[src], item, mode, random.Random(f"webcorpus-quote:{config.seed}:{j}"))
         contaminated.append((src, item["id"], mode))
+    return contaminated
+
+
+def _render_families(sites: list[Site], articles: list[Article], pages: list[_Page], copies: list[_Page],
+                     variants: list[tuple[_Page, Article]]) -> None:
+    """Fill in the bytes and clean text of the originals, their exact copies and their near-duplicates."""
     for i, page in enumerate(pages):
         page.data = _render(sites[page.site], articles[i]).encode("utf-8")
         page.text = articles[i].text()
     for page in copies:
-        src = int((page.family or "a0")[1:])
+        src = _family_source(page)
         page.data, page.text = pages[src].data, pages[src].text
     for page, variant in variants:
         page.data = _render(sites[page.site], variant).encode("utf-8")
-    # Templated shops: a long shared block and a short story each.
+
+
+def _templated_pages(config: WebCorpusConfig, n_templated: int,
+                     rng: random.Random) -> tuple[list[Site], dict[str, list[_Page]]]:
+    """The templated shop sites, and their pages by family: a long shared block and a short story each."""
     templated: dict[str, list[_Page]] = {}
     shops = [make_site(config.seed, config.num_sites + f,
                        shared_block=make_shared_block(config.seed, f, 13 + f % 4))
@@ -248,31 +303,36 @@ def generate_web_corpus(output_path: str, config: WebCorpusConfig) -> dict:
         article = Article(f"Handmade toy no. {j}: {' '.join(story_words[:4])}", (short,))
         page = _Page(shops[f].number, _render(shops[f], article).encode("utf-8"), article.text(shops[f].shared_block))
         templated.setdefault(f"shop{f}", []).append(page)
+    return shops, templated
+
+
+def _bad_pages(config: WebCorpusConfig, sites: list[Site], rng: random.Random) -> dict[str, list[_Page]]:
+    """``bad_pages_per_kind`` pages of each bad kind, by kind, each on a site drawn for it."""
     bad: dict[str, list[_Page]] = {}
     for kind in BAD_PAGE_KINDS:
         for k in range(config.bad_pages_per_kind):
             bad.setdefault(kind, []).append(_bad_page(kind, k, config, sites[rng.randrange(config.num_sites)], rng))
-    everything = [*pages, *copies, *(p for p, _ in variants), *(p for ps in templated.values() for p in ps),
-                  *(p for ps in bad.values() for p in ps)]
+    return bad
+
+
+def _publish_pages(output_path: str, everything: list[_Page], all_sites: list[Site], rng: random.Random) -> None:
+    """Give every page a shuffled number, hence its id and URL, and write its bytes under ``html/``."""
     numbers = list(range(len(everything)))
     rng.shuffle(numbers)
-    all_sites = [*sites, *shops]
     for page, number in zip(everything, numbers, strict=True):
         page.page_id = f"site{page.site:02d}/{number:06d}.html"
         page.url_path = f"https://{all_sites[page.site].domain}/{number:06d}.html"
         fs.atomic_write(fs.join(output_path, HTML_FOLDER, page.page_id), page.data, durable=False)
+
+
+def _write_documents(output_path: str, everything: list[_Page], num_shards: int) -> int:
+    """Write the clean text of every page that has one, sorted by id, in contiguous shards; returns their count."""
     documents = sorted((p for p in everything if p.text is not None), key=lambda p: p.page_id)
-    for shard in range(config.num_shards):
-        lo, hi = shard * len(documents) // config.num_shards, (shard + 1) * len(documents) // config.num_shards
+    for shard in range(num_shards):
+        lo, hi = shard * len(documents) // num_shards, (shard + 1) * len(documents) // num_shards
         write_jsonl(fs.join(output_path, DOCUMENTS_FOLDER, f"part-{shard:05d}.jsonl.gz"),
                     ({"id": p.page_id, "text": p.text, "url": p.url_path} for p in documents[lo:hi]))
-    write_jsonl(fs.join(output_path, EVAL_ITEMS_FILE), items)
-    write_jsonl(fs.join(output_path, POSITIVE_FILE), positive_documents(config.seed, config.quality_documents))
-    write_jsonl(fs.join(output_path, NEGATIVE_FILE), negative_documents(config.seed, config.quality_documents))
-    truth = _truth(config, everything, pages, copies, variants, targets, templated, contaminated, bad)
-    truth["documents"] = len(documents)
-    fs.atomic_write(fs.join(output_path, TRUTH_FILE), json.dumps(truth, indent=1, sort_keys=True) + "\n")
-    return truth
+    return len(documents)
 
 
 def _truth(config: WebCorpusConfig, everything: list[_Page], pages: list[_Page], copies: list[_Page],
