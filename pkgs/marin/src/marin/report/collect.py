@@ -8,7 +8,8 @@ from marin.execution.core.encoding import config_to_json
 from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.store.records import BuildState, StatusRecord, StepRecord
+from marin.execution.store.status_record import BuildState, StatusRecord
+from marin.execution.store.step_record import StepRecord
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
     INDEX_FILE,
