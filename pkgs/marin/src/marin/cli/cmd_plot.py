@@ -13,7 +13,7 @@ from marin.cli.errors import MarinError
 def _find_metrics(ctx: click.Context, what: str, prefix: str | None) -> tuple[str, str]:
     """(output folder or metrics file, display name) for a metrics file, or a step's output as
     every verb names one (:func:`marin.cli.common.resolve_output`)."""
-    from marin.execution.store.records import META_DIR
+    from marin.execution.store.layout import META_DIR
     from marin.report.outputs import METRICS_FILE
     from rigging import filesystem as fs
 

@@ -16,7 +16,7 @@ def push(ctx: click.Context, targets: tuple[str, ...], to: str, prefix: str | No
     """Copy every finished step of TARGET... to the cache URL with its provenance and manifest."""
     from marin.cli.targets import load_targets
     from marin.execution.store.cache import push_output
-    from marin.execution.store.records import StepRecord
+    from marin.execution.store.step_record import StepRecord
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)

@@ -16,7 +16,7 @@ from marin.cli.errors import MarinError
 @click.pass_context
 def show(ctx: click.Context, what: str, prefix: str | None) -> None:
     """Print the provenance of an output folder, or of the newest build of a step NAME."""
-    from marin.execution.store.records import StepRecord
+    from marin.execution.store.step_record import StepRecord
 
     record = StepRecord(resolve_output(ctx, what, prefix, finished=False))
     provenance = record.read_provenance()

@@ -10,7 +10,8 @@ import click
 from marin.cli.common import prefix_option, runner_from_options, targets_argument
 
 if TYPE_CHECKING:
-    from marin.execution.store.records import Provenance, StatusRecord
+    from marin.execution.store.provenance_record import Provenance
+    from marin.execution.store.status_record import StatusRecord
 
 # Up to this many steps every row is shown; a bigger graph is summarised by group (--all: rows).
 ROWS_SHOWN_UP_TO = 40
@@ -19,13 +20,13 @@ _STATES = ("done", "failed", "running", "interrupted", "killed", "missing")
 
 def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, Provenance | StatusRecord | None]:
     """(state, provenance or status record) of one output folder: ``done`` or a
-    :class:`~marin.execution.store.records.BuildState` value (missing, running, failed, interrupted, killed).
+    :class:`~marin.execution.store.status_record.BuildState` value (missing, running, failed, interrupted, killed).
 
     Args:
         done: whether the step is done, when the caller already knows (from the store's done
             index, :mod:`marin.execution.store.done_index`): spares a lookup per step.
     """
-    from marin.execution.store.records import StepRecord
+    from marin.execution.store.step_record import StepRecord
 
     record = StepRecord(output_path)
     if done if done is not None else record.is_done():
@@ -36,7 +37,7 @@ def step_state(output_path: str, *, done: bool | None = None) -> tuple[str, Prov
 
 def _times(info: Provenance | StatusRecord | None) -> tuple[float | None, float | None]:
     """(when it finished or was last written, how long it took) of a step's record."""
-    from marin.execution.store.records import Provenance
+    from marin.execution.store.provenance_record import Provenance
 
     if isinstance(info, Provenance):
         return info.finished_at, info.duration_s

@@ -66,10 +66,10 @@ def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished
     name under the prefix (``checkpoints/x-<hash>``, as ``marin run`` prints it) or a step name
     (its newest finished build). With ``finished``, a step that has not finished is a user error.
     With ``files``, where its build's files are instead (the attempt folder its records name, if
-    any: :mod:`marin.execution.store.records`), for verbs that read them.
+    any: :mod:`marin.execution.store.layout`), for verbs that read them.
     """
     from marin.cli.errors import MarinError
-    from marin.execution.store.records import StepRecord
+    from marin.execution.store.step_record import StepRecord
     from marin.execution.store.store import StepStore
 
     store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())

@@ -18,7 +18,7 @@ from marin.execution.core.step import output_name_of
 from marin.execution.plan.estimate import format_duration, schedule
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from rigging.progress import ProgressRecord, read_progress
 
 __all__ = ["LiveReporter", "PlainReporter", "describe_progress", "estimate_lines", "make_reporter", "summary_table"]

@@ -8,7 +8,9 @@ from marin.execution.core.encoding import config_to_json
 from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
-from marin.execution.store.records import BuildState, StatusRecord, StepRecord
+from marin.execution.store.provenance_record import Provenance
+from marin.execution.store.status_record import BuildState, StatusRecord
+from marin.execution.store.step_record import StepRecord
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
     INDEX_FILE,
@@ -40,9 +42,6 @@ _FROM_OUTCOME = {
 _LOG_STATES = (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING)
 
 
-# States whose log tail is worth embedding (the log explains them).
-
-
 def _reason_lines(reasons: Any) -> list[str]:
     """Provenance reasons (``{"kind", "detail"}`` records) as one line each."""
     lines = []
@@ -70,80 +69,96 @@ def _state_from_store(planned: PlannedStep) -> StepState:
     return StepState.WOULD_RUN
 
 
-def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths: dict[int, str]) -> ReportStep:
+def _state_of(planned: PlannedStep | None, outcome: StepOutcome | None) -> StepState:
+    """What the run did with the step, else what the store says of the planned step."""
+    if outcome is not None:
+        return _FROM_OUTCOME[outcome.outcome]
     if planned is not None:
-        name, digest, output_path = planned.name, planned.hash, planned.output_path
-    else:
-        assert outcome is not None
-        name, digest, output_path = outcome.name, outcome.hash, outcome.output_path
-    if outcome is not None and outcome.outcome in (Outcome.CACHED, Outcome.UNNEEDED) and planned is not None:
-        # A run's report says what the run did; what a cached step's build recorded is in
-        # `marin report`. Reading it here would cost a no-op run on gs:// requests per step.
-        step = ReportStep(name=name, hash=digest, output_path=output_path, state=_FROM_OUTCOME[outcome.outcome],
-                          deps=list(planned.deps), reasons=list(outcome.reasons), fn=fn_identity(planned.step.fn),
-                          version=planned.step.version, config=config_to_json(planned.step.config, paths),
-                          note=outcome.note or planned.env_note)
-        return step
-    record = StepRecord(output_path)
+        return _state_from_store(planned)
+    return StepState.WOULD_RUN
+
+
+def _cached_in_run(planned: PlannedStep, outcome: StepOutcome, paths: dict[int, str]) -> ReportStep:
+    """A step a run found built (or did not need): what the plan and the run say, nothing read.
+
+    A run's report says what the run did; what a cached step's build recorded is in `marin report`.
+    Reading it here would cost a no-op run on gs:// requests per step.
+    """
+    return ReportStep(name=planned.name, hash=planned.hash, output_path=planned.output_path,
+                      state=_FROM_OUTCOME[outcome.outcome], deps=list(planned.deps), reasons=list(outcome.reasons),
+                      fn=fn_identity(planned.step.fn), version=planned.step.version,
+                      config=config_to_json(planned.step.config, paths), note=outcome.note or planned.env_note)
+
+
+def _add_plan(step: ReportStep, planned: PlannedStep, paths: dict[int, str]) -> None:
+    """What the plan says of the step: its dependencies, why it would run, its function and config."""
+    step.deps = list(planned.deps)
+    step.reasons = [str(r) for r in planned.reasons]
+    step.fn = fn_identity(planned.step.fn)
+    step.version = planned.step.version
+    step.config = config_to_json(planned.step.config, paths)
+    step.note = planned.env_note
+
+
+def _add_outcome(step: ReportStep, outcome: StepOutcome) -> None:
+    """What the run says of the step (the plan's reasons and note first)."""
+    step.reasons = step.reasons or list(outcome.reasons)
+    step.note = outcome.note or step.note
+    step.log_path = outcome.log_path
+
+
+def _add_provenance(step: ReportStep, provenance: Provenance) -> None:
+    """What a finished build recorded: how it was made, where, when, and how much it wrote (the
+    plan's function, version and config first)."""
+    step.fn = step.fn or provenance.fn
+    step.version = step.version or provenance.version
+    if step.config is None:
+        step.config = provenance.config
+    step.environment = provenance.environment
+    step.started_at = provenance.started_at
+    step.finished_at = provenance.finished_at
+    step.duration_s = provenance.duration_s
+    step.attempts = provenance.attempts
+    step.host = provenance.host
+    step.built_because = _reason_lines(provenance.reasons)
+    step.output_bytes = provenance.output_bytes
+    step.output_files = provenance.output_files
+
+
+def _add_build(step: ReportStep, record: StepRecord, outcome: StepOutcome | None) -> None:
+    """What is known of a finished build: its provenance, else its size from its manifest, and the
+    time the run measured when its provenance has none."""
     built = outcome.provenance if outcome is not None else None  # this run built it: no need to read back
     provenance = built if built is not None else record.read_provenance()
-    if outcome is not None:
-        state = _FROM_OUTCOME[outcome.outcome]
-    elif planned is not None:
-        state = _state_from_store(planned)
-    else:
-        state = StepState.WOULD_RUN
-    done = state in (StepState.CACHED, StepState.RAN)
-    step = ReportStep(name=name, hash=digest, output_path=output_path, state=state)
-    if planned is not None:
-        step.deps = list(planned.deps)
-        step.reasons = [str(r) for r in planned.reasons]
-        step.fn = fn_identity(planned.step.fn)
-        step.version = planned.step.version
-        step.config = config_to_json(planned.step.config, paths)
-        step.note = planned.env_note
-    if outcome is not None:
-        step.reasons = step.reasons or list(outcome.reasons)
-        step.note = outcome.note or step.note
-        step.log_path = outcome.log_path
-    if done and provenance is not None:
-        step.fn = step.fn or provenance.fn
-        step.version = step.version or provenance.version
-        if step.config is None:
-            step.config = provenance.config
-        step.environment = provenance.environment
-        step.started_at = provenance.started_at
-        step.finished_at = provenance.finished_at
-        step.duration_s = provenance.duration_s
-        step.attempts = provenance.attempts
-        step.host = provenance.host
-        step.built_because = _reason_lines(provenance.reasons)
-        step.output_bytes = provenance.output_bytes
-        step.output_files = provenance.output_files
-    if done and step.output_bytes is None:
+    if provenance is not None:
+        _add_provenance(step, provenance)
+    if step.output_bytes is None:
         manifest = record.read_json(record.manifest)
         if manifest is not None and isinstance(manifest.get("total_bytes"), int):
             step.output_bytes = manifest["total_bytes"]
             step.output_files = len(manifest.get("files") or [])
-    if state is StepState.RAN and outcome is not None and outcome.duration is not None and step.duration_s is None:
+    if step.state is StepState.RAN and step.duration_s is None and outcome is not None:
         step.duration_s = outcome.duration
-    if state in (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING):
-        status = record.read_status_record() or StatusRecord()
-        step.error = (outcome.error if outcome is not None else None) or status.error
-        step.traceback = (outcome.traceback if outcome is not None else None) or status.traceback
-        step.attempts = status.attempt if status.attempt > 0 else step.attempts
-        step.finished_at = status.time if state is not StepState.RUNNING else None
-        if outcome is not None and outcome.duration is not None:
-            step.duration_s = outcome.duration
-    elif state is StepState.UPSTREAM_FAILED and outcome is not None:
-        step.error = outcome.error
-    if state in _LOG_STATES:
-        step.log_path = step.log_path or record.log
-        step.log_tail = read_log_tail(step.log_path)
+
+
+def _add_attempt(step: ReportStep, record: StepRecord, outcome: StepOutcome | None) -> None:
+    """What a failed, interrupted or running attempt left: its error (the run's first, then its
+    status record's), its attempt number and when it stopped."""
+    status = record.read_status_record() or StatusRecord()
+    step.error = (outcome.error if outcome is not None else None) or status.error
+    step.traceback = (outcome.traceback if outcome is not None else None) or status.traceback
+    step.attempts = status.attempt if status.attempt > 0 else step.attempts
+    step.finished_at = status.time if step.state is not StepState.RUNNING else None
+    if outcome is not None and outcome.duration is not None:
+        step.duration_s = outcome.duration
+
+
+def _add_outputs(step: ReportStep, record: StepRecord, outcome: StepOutcome | None) -> None:
+    """What the step wrote that a report shows: its metrics, memory, tokenized index, data summary."""
     # A step this run built has its manifest in hand: a file it does not list is not there.
     files = {f["path"] for f in outcome.manifest["files"]} if outcome is not None and outcome.manifest else None
     if files is not None and not files & {METRICS_FILE, MEMORY_FILE, INDEX_FILE, SUMMARY_FILE}:
-        return step
+        return
     at = record.files_folder(current=True)  # its folder, or the attempt folder its records name
     metrics = read_metrics(at) if files is None or METRICS_FILE in files else None
     step.metrics = metrics.to_json() if metrics is not None else None
@@ -151,6 +166,32 @@ def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths:
     tokenized = read_tokenized(at) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
     step.data = read_data_summary(at) if files is None or SUMMARY_FILE in files else None
+
+
+def _build_step(planned: PlannedStep | None, outcome: StepOutcome | None, paths: dict[int, str]) -> ReportStep:
+    """One step of the report: what the plan and the run say of it, what its build or its newest
+    attempt recorded, and what it wrote."""
+    if outcome is not None and outcome.outcome in (Outcome.CACHED, Outcome.UNNEEDED) and planned is not None:
+        return _cached_in_run(planned, outcome, paths)
+    where = planned if planned is not None else outcome
+    assert where is not None
+    step = ReportStep(name=where.name, hash=where.hash, output_path=where.output_path,
+                      state=_state_of(planned, outcome))
+    record = StepRecord(step.output_path)
+    if planned is not None:
+        _add_plan(step, planned, paths)
+    if outcome is not None:
+        _add_outcome(step, outcome)
+    if step.state in (StepState.CACHED, StepState.RAN):
+        _add_build(step, record, outcome)
+    if step.state in (StepState.FAILED, StepState.INTERRUPTED, StepState.RUNNING):
+        _add_attempt(step, record, outcome)
+    elif step.state is StepState.UPSTREAM_FAILED and outcome is not None:
+        step.error = outcome.error
+    if step.state in _LOG_STATES:
+        step.log_path = step.log_path or record.log
+        step.log_tail = read_log_tail(step.log_path)
+    _add_outputs(step, record, outcome)
     return step
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from marin.execution.core.encoding import describe_encoded, flatten_config
 from marin.execution.core.graph import dependencies_of
 from marin.execution.plan.model import Plan
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from marin.experiment.evaluation.results import format_number as _fmt
 from marin.experiment.evaluation.results import markdown_table, read_eval_results
 from marin.experiment.results import FLOPS_METRICS, TRAIN_METRICS, read_metrics, train_metrics

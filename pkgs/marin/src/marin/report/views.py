@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from marin.execution.plan.model import Plan
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from marin.experiment.results import read_json_object
 from marin.report.compare import Comparison
 from marin.report.leaderboard import leaderboard_of

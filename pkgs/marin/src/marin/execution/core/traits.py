@@ -24,7 +24,7 @@ __all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "Start", "StartPlanne
 
 EarlierBuilds = Callable[[str], Sequence[tuple[str, Any]]]
 """Finished builds of a step name, newest first: (output path, provenance record: the store's
-``marin.execution.store.records.Provenance``, which this layer may not name)."""
+``marin.execution.store.provenance_record.Provenance``, which this layer may not name)."""
 
 
 

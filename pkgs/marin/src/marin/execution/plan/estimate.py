@@ -25,7 +25,7 @@ from typing import Any
 from marin.execution.core.encoding import flatten_config, holds_dependency
 from marin.execution.core.traits import traits_of
 from marin.execution.plan.model import Action, Plan, PlannedStep
-from marin.execution.store.records import Provenance
+from marin.execution.store.provenance_record import Provenance
 
 __all__ = [
     "OverBudget",

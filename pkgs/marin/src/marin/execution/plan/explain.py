@@ -12,7 +12,8 @@ from marin.execution.core.identity import fn_identity
 from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start, traits_of
 from marin.execution.plan.model import Reason, ReasonKind
-from marin.execution.store.records import BuildState, StepRecord
+from marin.execution.store.status_record import BuildState
+from marin.execution.store.step_record import StepRecord
 
 __all__ = ["earlier_attempt", "plan_start", "start_reason", "why_changed"]
 

@@ -26,7 +26,7 @@ from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, Reason
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.store.cache import CacheHit, find_in_caches
 from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 

@@ -39,23 +39,19 @@ from marin.execution.run.state import RunState
 from marin.execution.run.worker import FnRef, StepPayload
 from marin.execution.store import done_index
 from marin.execution.store.cache import copy_tree
+from marin.execution.store.layout import LOST_PREFIX, files_folder
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
     meta_names,
     remove_orphan_temporaries,
 )
+from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Nondeterminism
-from marin.execution.store.records import (
-    LOST_PREFIX,
-    BuildState,
-    Provenance,
-    StepRecord,
-    StepStatus,
-    SuccessRecord,
-    files_folder,
-)
+from marin.execution.store.status_record import BuildState, StepStatus
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import in_parallel
+from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from marin.execution.run.secrets import SecretMask
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["AttemptLog"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from marin.execution.plan.model import Plan, PlannedStep
-from marin.execution.store.records import Provenance
+from marin.execution.store.provenance_record import Provenance
 
 __all__ = ["NotCached", "Outcome", "QuietReporter", "Reporter", "RunResult", "StepOutcome"]
 

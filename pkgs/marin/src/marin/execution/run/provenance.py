@@ -11,7 +11,7 @@ from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Plan, PlannedStep
 from marin.execution.run.attempt_context import AttemptContext
 from marin.execution.store.environment import host_of
-from marin.execution.store.records import Dependency, Provenance
+from marin.execution.store.provenance_record import Dependency, Provenance
 
 __all__ = ["provenance_of"]
 

@@ -17,6 +17,7 @@ from marin.execution.run.state import RunState
 from marin.execution.store import done_index
 from marin.execution.store.cache import CacheHit, CacheMiss, substitute
 from marin.execution.store.manifest import clear_output, compute_manifest, output_digest
+from marin.execution.store.provenance_record import Dependency, Provenance, RealisedFrom
 from marin.execution.store.realisations import (
     Nondeterminism,
     Realised,
@@ -24,7 +25,8 @@ from marin.execution.store.realisations import (
     find_nondeterminism,
     find_realisation,
 )
-from marin.execution.store.records import Dependency, Provenance, RealisedFrom, StepRecord, SuccessRecord
+from marin.execution.store.step_record import StepRecord
+from marin.execution.store.success_record import SuccessRecord
 from rigging.lease import Lease, LeaseLost
 
 __all__ = ["copy_realisation", "fetch_from_cache", "nondeterminism_of", "publish_copy", "realisable",

@@ -28,7 +28,7 @@ from marin.execution.run.settings import RunSettings
 from marin.execution.run.state import RunState
 from marin.execution.store.cache import find_in_caches
 from marin.execution.store.realisations import snapshot_build
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from rigging.lease import Lease, current_lease
 
 __all__ = ["Admit", "Scheduling", "execute"]

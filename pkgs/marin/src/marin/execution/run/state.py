@@ -22,7 +22,7 @@ from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, Reason
 from marin.execution.run.outcome import Outcome, StepOutcome
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.realisations import Realised, digest_of_build
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import in_parallel
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class RunState:
 
     def files_folder(self, pos: int) -> str:
         """Where the build of the step at ``pos`` has its files: its output folder, or the attempt
-        folder its success record names (:mod:`marin.execution.store.records`); read once a run."""
+        folder its success record names (:mod:`marin.execution.store.layout`); read once a run."""
         if pos not in self._files_folders:
             self._files_folders[pos] = StepRecord(self._plan.steps[pos].output_path).files_folder()
         return self._files_folders[pos]

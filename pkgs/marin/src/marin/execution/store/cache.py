@@ -15,8 +15,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
 from marin.execution.store.manifest import clear_output, verify_manifest
-from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord
+from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
@@ -60,7 +61,7 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
     """Copy every file of ``src`` into ``dst`` (streamed); returns how many files it copied or linked.
 
     The build's files come from where ``src``'s success record says they are (an attempt folder,
-    :mod:`marin.execution.store.records`) and land in ``dst`` itself; other attempt folders never
+    :mod:`marin.execution.store.layout`) and land in ``dst`` itself; other attempt folders never
     travel. The success record is left out unless asked for: callers write it last;
     ``records=False`` leaves out every record (``.marin/``), for an output made from another
     step's files. With ``link``, files of a local ``src`` are hard-linked into a local ``dst``

@@ -39,7 +39,8 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin.execution.store.records import Provenance, StepRecord
+from marin.execution.store.provenance_record import Provenance
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 

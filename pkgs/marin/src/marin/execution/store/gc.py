@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 
 from marin.execution.store.done_index import INDEX_DIR, unmark
-from marin.execution.store.records import ATTEMPTS_DIR, META_DIR, StepRecord
+from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import held

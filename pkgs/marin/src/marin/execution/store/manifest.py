@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin.execution.core.traits import ALWAYS_VOLATILE
-from marin.execution.store.records import META_DIR, is_reserved
+from marin.execution.store.layout import META_DIR, is_reserved
 from marin.execution.store.store import in_parallel
 from rigging import filesystem as fs
 

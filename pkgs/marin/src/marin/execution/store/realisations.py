@@ -24,8 +24,9 @@ from marin.execution.core.graph import dependencies_of
 from marin.execution.core.step import Step
 from marin.execution.core.traits import volatile_patterns
 from marin.execution.store.manifest import differing_files, output_digest
-from marin.execution.store.records import StepRecord, SuccessRecord
+from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import finished_builds
+from marin.execution.store.success_record import SuccessRecord
 
 __all__ = ['Nondeterminism', 'Realised', 'compare_builds', 'digest_of_build', 'find_nondeterminism', 'find_realisation', 'inputs_of', 'snapshot_build']
 

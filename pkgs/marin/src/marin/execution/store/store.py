@@ -7,7 +7,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from marin.execution.core.step import output_name_of
-from marin.execution.store.records import META_DIR, Provenance, StepRecord, SuccessRecord
+from marin.execution.store.layout import META_DIR
+from marin.execution.store.provenance_record import Provenance
+from marin.execution.store.step_record import StepRecord
+from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 
 __all__ = ['R', 'T', 'FolderListings', 'StepStore', 'finished_builds', 'in_parallel', 'parent_folder']

@@ -10,8 +10,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from marin.execution.store.layout import META_DIR, files_folder, is_reserved
 from marin.execution.store.manifest import verify_manifest
-from marin.execution.store.records import META_DIR, StepRecord, files_folder, is_reserved, manifest_digest
+from marin.execution.store.step_record import StepRecord
+from marin.execution.store.success_record import manifest_digest
 from rigging import filesystem as fs
 
 __all__ = ["StepCheck", "Verdict", "verify_output"]

@@ -27,7 +27,7 @@ from marin.execution.core.placeholders import OutputPath, output_path_of
 from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import EarlierBuilds, Start, StepTraits, step_function
 from marin.execution.run.worker import current_step
-from marin.execution.store.records import StepRecord
+from marin.execution.store.step_record import StepRecord
 from marin.experiment.evaluation.eval import EvalConfig, Evaluate, eval_data
 from marin.experiment.results import METRICS_FILE, TRAIN_SUMMARY_FILE
 from marin.experiment.training.flops import SPEEDRUN_FILE, flops_accounting, speedrun_record

@@ -23,7 +23,7 @@ from typing import Any
 
 from marin.execution.core.identity import keep_identities
 from marin.execution.core.traits import Start
-from marin.execution.store.records import Provenance
+from marin.execution.store.provenance_record import Provenance
 from rigging import filesystem as fs
 
 __all__ = ["Extension", "NoExtension", "extension_start", "find_extension"]
