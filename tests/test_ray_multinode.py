@@ -4,7 +4,8 @@ two-host step placed STRICT_SPREAD over two nodes forms one JAX job, a step whos
 removed mid-run is retried on another, and the plan refuses a step bigger than the cluster.
 
 One cluster (three 1-CPU nodes and a head with none) serves the module; starting it takes tens of
-seconds on two busy cores, so the whole module is marked slow.
+seconds on two busy cores, so the whole module is marked slow and kept on one xdist worker (one
+cluster, not one per worker that draws a test of it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 from testsupport.ray_cluster import NODE_ENV, ray_multinode
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-multinode")]
 
 NODES = ("a", "b", "c")
 

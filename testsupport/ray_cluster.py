@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import pytest
 
 from fray.ray_client import RayClient
@@ -142,36 +143,65 @@ class MultiNodeCluster:
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
 
 
+def _start_multinode(nodes: Mapping[str, Mapping[str, Any]], temp_dir: str) -> MultiNodeCluster:
+    # One attempt: every node registered with the GCS, or the exception Ray raised (the cluster,
+    # whatever part of it started, is shut down first).
+    from ray.cluster_utils import Cluster  # Ray is imported only by the tests that start a cluster
+
+    cluster = Cluster(initialize_head=False)
+    before = {p.pid for p in psutil.Process().children()}
+    try:
+        cluster.add_node(num_cpus=0, gcs_server_port=free_port(), include_dashboard=False, temp_dir=temp_dir,
+                         **_node_ports())
+        if cluster.address is None:
+            raise RuntimeError("the Ray test cluster's head started without an address")
+        out = MultiNodeCluster(cluster=cluster, address=cluster.address)
+        for name, args in nodes.items():
+            out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
+        cluster.wait_for_nodes()
+        return out
+    except BaseException:
+        cluster.shutdown()
+        # A node that missed its deadline is not in ``cluster``: its processes are children of this
+        # one that were not there before, stopped here by their exact ids.
+        for child in psutil.Process().children():
+            if child.pid not in before:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+        raise
+
+
 @contextlib.contextmanager
-def ray_multinode(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[MultiNodeCluster]:
+def ray_multinode(nodes: Mapping[str, Mapping[str, Any]], attempts: int = 3) -> Iterator[MultiNodeCluster]:
     """A head with no CPUs (nothing is scheduled there) and one worker node per entry of ``nodes``
     (``{"a": {"num_cpus": 1}, ...}``: keyword arguments of ``Cluster.add_node``).
 
     The temporary folder (and Ray's "current cluster" address file) is private: other clusters on
     the machine are neither found nor disturbed. Token authentication is off as for
-    :func:`ray_head`.
+    :func:`ray_head`. Ray gives a raylet a fixed 30 s to register with the GCS, which two busy
+    cores can miss; a cluster that fails to start is shut down and started again on new ports,
+    ``attempts`` times in all.
     """
-    from ray.cluster_utils import Cluster
-
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     os.makedirs(os.path.join(temp_dir, "ray"))
     with updated_environ({"RAY_TMPDIR": temp_dir, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                           "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}):
-        cluster = None
         try:
-            cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": 0, "gcs_server_port": free_port(), "include_dashboard": False, "temp_dir": temp_dir,
-                **_node_ports()})
-            if cluster.address is None:
-                raise RuntimeError("the Ray test cluster's head started without an address")
-            out = MultiNodeCluster(cluster=cluster, address=cluster.address)
-            for name, args in nodes.items():
-                out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
-            cluster.wait_for_nodes()
-            yield out
+            errors: list[str] = []
+            out = None
+            while out is None:
+                try:
+                    out = _start_multinode(nodes, temp_dir)
+                except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when a raylet misses its deadline
+                    errors.append(f"{type(e).__name__}: {e}")
+                    if len(errors) >= attempts:
+                        raise RuntimeError(f"the Ray test cluster did not start in {attempts} tries: "
+                                           + " | ".join(errors)) from None
+            try:
+                yield out
+            finally:
+                out.cluster.shutdown()
         finally:
-            if cluster is not None:
-                cluster.shutdown()
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
