@@ -117,7 +117,7 @@ NODE_ENV = "FRAY_TEST_NODE"
 """Set on every process of a :func:`ray_multinode` node to that node's name."""
 
 
-def _node_ports() -> dict[str, int]:
+def _node_ports() -> dict[str, Any]:
     # Every port a node would otherwise take from a fixed default, so that concurrent clusters on
     # one machine (and the nodes of one cluster) never collide.
     return {"ray_client_server_port": free_port(), "dashboard_agent_listen_port": free_port(),
