@@ -161,11 +161,10 @@ def _files_digest(kind: SourceKind, files: Iterable[tuple[str, str]]) -> str:
 # ---------------------------------------------------------------------------------------------- local
 
 
-def _walk(top: str, glob: Glob | None) -> list[str]:
-    """Names (relative, ``/``-separated) below the folder ``top``: every file but hidden ones, or
-    (``glob``) the files it matches and all files below folders it matches.
-
-    A folder is entered once per (device, inode): a symlinked folder is followed, a loop is not.
+def _walk(top: str, glob: Glob | None) -> list[tuple[str, str]]:
+    """``(name, path)`` of the files below the folder ``top``, names relative and ``/``-separated:
+    every file but hidden ones, or (``glob``) the files it matches and all files below folders it
+    matches. A folder is entered once per (device, inode): a symlinked folder is followed, a loop is not.
     """
     found = []
     root = os.stat(top or ".")
@@ -186,20 +185,20 @@ def _walk(top: str, glob: Glob | None) -> list[str]:
                     seen.add((info.st_dev, info.st_ino))
                     stack.append((name, take))
             elif take and (entry.is_file() or entry.is_symlink()):
-                found.append(name)  # a dangling link too: reading it reports it
+                found.append((name, entry.path))  # a dangling link too: reading it reports it
     return found
 
 
-def _local_names(path: str) -> tuple[str, list[str]]:
-    """``(base folder, names of the files below it)`` of a local file, folder or glob."""
+def _local_files(path: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of the files of a local file, folder or glob, names relative to its base folder."""
     if has_glob(path):
         base, pattern = split_glob(path)
-        return base, _walk(base, Glob(pattern)) if os.path.isdir(base or ".") else []
+        return _walk(base, Glob(pattern)) if os.path.isdir(base or ".") else []
     if os.path.isdir(path):
-        return path, _walk(path, None)
+        return _walk(path, None)
     if os.path.lexists(path):
-        return os.path.dirname(path), [os.path.basename(path)]
-    return path, []
+        return [(os.path.basename(path), path)]
+    return []
 
 
 def _unreadable(spec: str, path: str, error: OSError) -> SourceUnavailable:
@@ -210,13 +209,12 @@ def _unreadable(spec: str, path: str, error: OSError) -> SourceUnavailable:
 def _fingerprint_local(spec: str, cache: StatCache) -> SourceFingerprint:
     path = fs.strip_protocol(spec)
     try:
-        base, names = _local_names(path)
+        listed = _local_files(path)
     except OSError as e:
         raise _unreadable(spec, path, e) from None
     now = time.time_ns()
     kept, paths, stats = [], [], []
-    for name in sorted(set(names)):
-        full = os.path.join(base, name)
+    for name, full in sorted(dict(listed).items()):
         try:
             info = os.stat(full)
         except OSError as e:

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 # tick of a few milliseconds, FAT and some network file systems at 1-2 s). Such a file is read
 # again next time, when it is old enough to be trusted.
 _RACY_NS = 2_000_000_000
+# Files up to this size are read whole (larger ones in chunks).
+_WHOLE_READ = 1 << 20
 # Inodes per lookup query (below SQLite's oldest limit of 999 bound parameters).
 _CHUNK = 500
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS file_digests (ino INTEGER NOT NULL, dev INTEGER NOT NULL, "
@@ -38,8 +40,11 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
-def _read_sha256(path: str) -> str:
-    with open(path, "rb") as f:
+def _read_sha256(path: str, size: int) -> str:
+    # A small file in one read of its size: twice as fast as file_digest's 256 KiB buffer per file.
+    with open(path, "rb", buffering=0) as f:
+        if size <= _WHOLE_READ:
+            return hashlib.sha256(f.read()).hexdigest()
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
@@ -103,7 +108,7 @@ class StatCache:
             row = known.get((_signed(st.st_ino), _signed(st.st_dev)))
             if row is not None and row[0] == st.st_size and row[1] == st.st_mtime_ns:
                 found[i] = row[2]
-        fresh = {i: _read_sha256(paths[i]) for i in range(len(paths)) if i not in found}
+        fresh = {i: _read_sha256(paths[i], stats[i].st_size) for i in range(len(paths)) if i not in found}
         self.reads += len(fresh)
         self._store([(stats[i], sha) for i, sha in fresh.items() if stats[i].st_mtime_ns < stat_time_ns - _RACY_NS])
         found.update(fresh)
