@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import http.server
+import json
 import os
+import re
 import shutil
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -202,13 +207,66 @@ def test_a_hub_id_not_in_the_cache_offline_names_the_id_and_the_cache_folder(hub
         fingerprint_source("org/absent", "v9")
 
 
-def test_a_hub_that_cannot_be_reached_leaves_the_answer_to_the_cache(hub_home: Path,
+@pytest.fixture
+def online(hub_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """HF_HUB_OFFLINE unset, also for a huggingface_hub that an earlier test imported while it was
+    set (the library reads it once, at import, into the sessions it makes)."""
+    import huggingface_hub.constants
+    from huggingface_hub.utils import reset_sessions
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    reset_sessions()
+    yield
+    monkeypatch.undo()
+    reset_sessions()
+
+
+def test_a_hub_that_cannot_be_reached_leaves_the_answer_to_the_cache(hub_home: Path, online: None,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from testsupport.net import LOOPBACK, free_port
 
-    monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", f"http://{LOOPBACK}:{free_port(LOOPBACK)}")  # nothing listens there
     write_hub_dataset(hub_home, "org/stories", {"train.jsonl": b"{}\n"}, revision="4" * 40)
     assert fingerprint_source("org/stories").commit == "4" * 40
     with pytest.raises(SourceUnavailable, match=r"and the Hub could not be asked \(.*Error"):
         fingerprint_source("org/elsewhere")
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """Answers ``/api/datasets/<org>/<name>/revision/<revision>`` as the Hub does: the dataset's
+    commit, or 404 with the Hub's ``X-Error-Code`` for a dataset it does not have."""
+
+    commits = {("org/stories", "main"): "5" * 40}
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        match = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/revision/([^/?]+)(?:\?.*)?", self.path)
+        commit = self.commits.get((match[1], match[2])) if match else None
+        body = json.dumps({"id": match[1], "sha": commit} if commit else {"error": "Repository not found"}).encode()
+        self.send_response(200 if commit else 404)
+        if not commit:
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_online_a_hub_id_is_the_commit_the_hub_names(hub_home: Path, online: None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from testsupport.net import LOOPBACK
+
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://{LOOPBACK}:{server.server_address[1]}")
+        write_hub_dataset(hub_home, "org/stories", {"train.jsonl": b"{}\n"}, revision="6" * 40)  # older, cached
+        assert fingerprint_source("org/stories").commit == "5" * 40
+        with pytest.raises(SourceUnavailable, match=r"^source 'org/gone': the Hugging Face Hub has no dataset"):
+            fingerprint_source("org/gone")
+    finally:
+        server.shutdown()
+        server.server_close()
