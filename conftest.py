@@ -12,6 +12,8 @@
 * ``memory_prefix``: a fresh ``"memory://test-<uuid>"`` root, removed afterwards.
 * ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory``,
   ``gs-gcp-emulator`` and ``gs-fake-gcs``; for contract suites that every store must pass.
+* (autouse, session) ``MARIN_STAT_CACHE`` names a stat cache of the session's own, so no test
+  writes the user's ``~/.cache/marin``.
 
 Only one emulator is the target of ``gs://`` at a time (the environment names one): asking for a
 bucket of one switches the environment to it, and the session fixtures put back what they found.
@@ -86,6 +88,18 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "gs-gcp-emulator":
         return request.getfixturevalue("gcs_bucket")
     return request.getfixturevalue("strict_gcs_bucket")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_stat_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Local sources' digests remembered in a file of this session's (shared by its xdist workers)."""
+    saved = os.environ.get("MARIN_STAT_CACHE")
+    os.environ["MARIN_STAT_CACHE"] = str(session_root(tmp_path_factory) / "stat-cache.sqlite")
+    yield
+    if saved is None:
+        os.environ.pop("MARIN_STAT_CACHE", None)
+    else:
+        os.environ["MARIN_STAT_CACHE"] = saved
 
 
 @pytest.fixture(scope="session")

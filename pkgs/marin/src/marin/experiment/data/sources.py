@@ -9,22 +9,15 @@ from typing import Any
 
 from marin.execution.core.identity import keep_identities
 from rigging import filesystem as fs
+from rigging.hf_hub import is_hf_id
 
 __all__ = [
     "DataSourceError", "hf_reachable", "is_hf_id", "normalize_path", "resolve_corpus", "resolve_source",
     "resolve_tokenizer",
 ]
 
-_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
 class DataSourceError(ValueError):
     """A source or tokenizer cannot be used; the message names it and what to do instead."""
-
-
-def is_hf_id(value: str) -> bool:
-    """True for ``owner/name`` strings that are not an existing local path."""
-    return bool(_HF_ID.match(value)) and not os.path.exists(value)
 
 
 def normalize_path(value: Any) -> Any:
