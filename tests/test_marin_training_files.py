@@ -220,6 +220,7 @@ def test_supported_fields_reach_the_training_step() -> None:
 def test_default_tokenize_refuses_what_it_cannot_do() -> None:
     from experiments.defaults import UnsupportedSetting, default_tokenize
     from levanter.data.text import TextLmDatasetFormat
+    from marin.execution.core.sources import source
 
     class ChatFormat:
         pass
@@ -231,4 +232,5 @@ def test_default_tokenize_refuses_what_it_cannot_do() -> None:
     handle = default_tokenize("org/data", "org/data", tokenizer="/tok", format=TextLmDatasetFormat("story"),
                               sample_count=10)
     assert handle.name == "tokenized/org/data"
-    assert (handle.config.source, handle.config.text_field, handle.config.sample_count) == ("org/data", "story", 10)
+    assert (handle.config.source, handle.config.text_field, handle.config.sample_count) == (
+        source("org/data"), "story", 10)  # a Hub id: fingerprinted by its commit when planned

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from marin.cli.main import cli
-from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower
 from marin.execution.core.placeholders import OutputPath
+from marin.execution.core.sources import source
 from marin.experiment.data import TokenizeStepConfig, tokenize_step
 from marin.experiment.data.sources import DataSourceError
 from marin.experiment.data.tokenizer import train_bpe_tokenizer
@@ -43,6 +43,7 @@ from marin.processing.consolidate import (
 )
 from marin.processing.dedup import Grouping, exact_dedup_step, fuzzy_dedup_step
 from marin.processing.html import Favor
+from testsupport.hashing import hash_over_fixed_sources
 from zephyr import DataError
 
 DOCS = "/data/docs"
@@ -97,22 +98,23 @@ def test_variants_are_typed_and_each_method_is_its_own_step_function() -> None:
 
 
 def _hash(handle: Any) -> str:
-    step = lower(handle)
-    return hash_graph([step])[id(step)]
+    return hash_over_fixed_sources(handle)
 
 
 def test_sources_are_normalised_when_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "docs").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert dedup("d", "docs").config.input == str(tmp_path / "docs")  # workers run elsewhere
-    assert dedup("d", ["docs", "gs://b/x/*.jsonl"]).config.input == (str(tmp_path / "docs"), "gs://b/x/*.jsonl")
+    # Fingerprinted sources; relative paths made absolute (workers run elsewhere).
+    assert dedup("d", "docs").config.input == source(str(tmp_path / "docs"))
+    assert dedup("d", ["docs", "gs://b/x/*.jsonl"]).config.input == (source(str(tmp_path / "docs")),
+                                                                     source("gs://b/x/*.jsonl"))
     corpus = web_corpus("w", num_pages=20)
     text = html_to_text("t", corpus.html)
     assert isinstance(text.config.input, OutputPath) and text.config.input.step is corpus
     assert text.config.input.sub_path == "html"
     fuzzy = dedup("f", text)
     assert fuzzy.config.input is text
-    assert dedup("d", "someone/dataset").config.input == "someone/dataset"  # resolved when the step runs
+    assert dedup("d", "someone/dataset").config.input == source("someone/dataset")  # its commit, at plan time
 
 
 def _hub_dataset(hub: Path, repo: str, files: dict[str, bytes]) -> Path:

@@ -21,6 +21,7 @@ from marin.execution.core.graph import dependencies_of
 from marin.execution.core.lazy import lower
 from marin.experiment.data import tokenized
 from marin.experiment.training.train import train_lm, train_lm_step
+from testsupport.hashing import hash_over_fixed_sources
 
 DATA = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.json")
 
@@ -40,15 +41,15 @@ def test_the_step_config_is_levanters_config_with_the_data_as_a_dependency():
 
 
 def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
-    base = lower(_handle()).hash
+    base = hash_over_fixed_sources(_handle())
     for settings in ({"run_id": "mine"}, {"tags": ["a", "b"]}, {"log_every": 10}, {"prefetch": 1},
                      {"shard_cache_dir": "/tmp/x"}, {"peak_flops_per_device": 1e12},
                      {"wandb": WandbConfig(project="p")}, {"z_loss_weight": None}, {"evals": None},
                      {"resources": ResourceConfig.with_cpu()}, {"mesh": MeshConfig(data=1, fsdp=-1, tensor=2)}):
-        assert lower(_handle(**settings)).hash == base, settings
+        assert hash_over_fixed_sources(_handle(**settings)) == base, settings
     for settings in ({"seed": 1}, {"z_loss_weight": 1e-4}, {"grad_accum": 2}, {"eval_every": 7},
                      {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)}):
-        assert lower(_handle(**settings)).hash != base, settings
+        assert hash_over_fixed_sources(_handle(**settings)) != base, settings
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -36,7 +36,7 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     estimates = the_plan.estimate.steps if the_plan.estimate is not None else {}
     rows = []
     for pos, p in enumerate(the_plan.steps):
-        why = "; ".join(str(r) for r in p.reasons) if p.reasons else (p.env_note or "")
+        why = "; ".join([*(str(r) for r in p.reasons), *p.notes()])
         guess = format_duration(estimates[pos].seconds) if pos in estimates else ""
         rows.append([p.action.value, p.name, p.hash[:16], guess, why])
     click.echo(table(rows, ["action", "step", "hash", "estimate", "why"]))

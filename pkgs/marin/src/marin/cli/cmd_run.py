@@ -34,13 +34,17 @@ from marin.cli.errors import MarinError
               help="Fork local steps from a warm worker that keeps its imports (the default; accelerator and "
                    "multi-host steps always get a fresh interpreter); --no-warm-workers starts one per step. "
                    "Config: warm_workers, warm_worker_max_steps.")
+@click.option("--code-changes", type=click.Choice(["warn", "rebuild"]), default=None,
+              help="A built step whose code changed since its build (same version): keep it (warn, the default; "
+                   "`marin plan` names it) or rebuild it. Config: code_changes.")
 @cache_options
 @backend_options
 @click.pass_context
 def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_parallel: int | None,
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
         budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
-        backend: str | None, ray_address: str | None, warm_workers: bool | None = None) -> None:
+        backend: str | None, ray_address: str | None, warm_workers: bool | None = None,
+        code_changes: str | None = None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -56,7 +60,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address,
                                  budget_s=budget_s, budget_accelerator_hours=budget_accelerator_hours,
-                                 warm_workers=warm_workers)
+                                 warm_workers=warm_workers, code_changes=code_changes)
     try:
         result = runner.run(steps)  # NotCached, OverBudget, ResourcesTooLarge ...: the CLI's one error funnel
     finally:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from marin.experiment.chat.data import tokenized_chat
     from marin.experiment.chat.template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
     from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
+    from marin.experiment.data.sources import source
     from marin.experiment.datakit import (
         classify,
         consolidate,
@@ -67,6 +68,7 @@ _WHERE = {
     "bundled_corpus": "marin.experiment.data",
     "tokenized": "marin.experiment.data",
     "trained_tokenizer": "marin.experiment.data",
+    "source": "marin.experiment.data.sources",
     "classify": "marin.experiment.datakit",
     "consolidate": "marin.experiment.datakit",
     "decontaminate": "marin.experiment.datakit",
@@ -114,6 +116,7 @@ __all__ = [
     "keep",
     "output_path_of",
     "quality_classifier",
+    "source",
     "story_chats",
     "story_tasks",
     "tokenized",

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.sources import Source
 from marin.experiment.data.sources import is_hf_id, resolve_source
 from rigging import filesystem as fs
 from zephyr import Compression, DataError, FileSlice, JsonlReader, expand_paths
@@ -118,7 +119,9 @@ def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
         DataSourceError: a Hugging Face id is not in the hub cache (and cannot be downloaded).
         ValueError: two files of the source would get the same name.
     """
-    entries = [source] if isinstance(source, str) else list(source)
+    if isinstance(source, Source):
+        source = source.spec  # a config read before its step runs (a run hands fn the spec itself)
+    entries = [source] if isinstance(source, str) else [e.spec if isinstance(e, Source) else e for e in source]
     if not entries or not all(isinstance(e, str) for e in entries):
         raise ValueError(f"source must be a path, glob or folder (or a list of them), got {source!r}")
     shards: list[Shard] = []

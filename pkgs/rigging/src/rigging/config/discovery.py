@@ -57,6 +57,8 @@ class MarinConfig:
         lease_ttl: seconds a step's lease lives without its runner's heartbeat (renewed every
             quarter of it): how long a frozen or unreachable runner keeps its steps before another
             runner may take them over. Shorter on preemptible machines, longer on a slow store.
+        code_changes: what a run does with a built step whose code changed since its build while
+            its ``version`` did not: ``warn`` (keep it, say so) or ``rebuild`` it.
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -71,6 +73,7 @@ class MarinConfig:
     warm_workers: bool = True
     warm_worker_max_steps: int = 200
     lease_ttl: float = 60.0
+    code_changes: str = "warn"
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -93,7 +96,10 @@ class MarinConfig:
 
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
-             "warm_workers", "warm_worker_max_steps", "lease_ttl")
+             "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes")
+
+CODE_CHANGES = ("warn", "rebuild")
+"""The values of ``code_changes``."""
 
 
 def _parse_bool(value: Any) -> bool:
@@ -164,6 +170,11 @@ def _coerce(key: str, value: Any) -> Any:
         return _parse_bool(value)
     if key == "lease_ttl":
         return _positive_seconds(value)
+    if key == "code_changes":
+        word = str(value).strip().lower() if isinstance(value, str) else value
+        if word not in CODE_CHANGES:
+            raise ValueError(f"expected one of {', '.join(CODE_CHANGES)}, got {value!r}")
+        return word
     raise KeyError(key)
 
 
@@ -283,7 +294,7 @@ def discover_config(
 
 
 # Variables with the MARIN_ prefix that belong to the runner's own plumbing, not to the config.
-_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs"})
+_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache"})
 
 
 def replace(config: MarinConfig, **changes: Any) -> MarinConfig:

@@ -351,8 +351,10 @@ def executor_main(config: ExecutorMainConfig | Sequence[Any] | None = None, step
         lowered = _select(lowered, config.run_only)
     if description:
         log.info("%s", description)
+    # Marin's executor keeps a step whose code changed under the same version: so does its adapter,
+    # whatever the configuration says (`marin plan` still names the change).
     runner = StepRunner(prefix=config.prefix, max_parallel=config.max_concurrent or max_concurrent,
-                        dry_run=config.dry_run)
+                        dry_run=config.dry_run, code_changes="warn")
     try:
         skipped: list[str] = []
         if not config.force_run_failed:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.identity import fn_identity, qualified_name, workspace_root
 from marin.execution.core.placeholders import OutputPath
+from marin.execution.core.sources import Source
 from marin.execution.core.walk import Kind, items_of, iter_placeholders, kind_of, placeholder_step
 from rigging.fields import in_hash
 from rigging.secrets import Secret
@@ -105,6 +106,8 @@ class _Encoder:
     def __init__(self, hashes: Mapping[int, str] | None, deps_where: str = "config"):
         self.hashes = hashes
         self.deps: list[Step] = []
+        self.sources: list[Source] = []
+        """The external inputs the config reads, first-seen order, no duplicates."""
         self._seen: set[int] = set()
         self._deps_where = deps_where
         self.open = 0
@@ -148,6 +151,10 @@ class _Encoder:
                 return self._unencodable(e)
         if kind is Kind.PLACEHOLDER:
             return self._placeholder(value, where, walked)
+        if kind is Kind.SOURCE:
+            if value not in self.sources:
+                self.sources.append(value)
+            return ["source", _tag_path(value.spec), value.revision]
         items = items_of(value, kind)
         if kind is Kind.DATACLASS:
             fields = []
@@ -199,13 +206,14 @@ class ConfigWalk:
     Hashing needs the dependencies before their hashes and the encoding after: one walk serves both.
     """
 
-    __slots__ = ("_error", "_tree", "deps")
+    __slots__ = ("_error", "_tree", "deps", "sources")
 
     def __init__(self, step: Step):
         enc = _Encoder(None, f"{step.name}.config")
         self._tree = enc.encode(step.config, f"{step.name}.config")
         self._error = enc.error
         self.deps: list[Step] = enc.deps
+        self.sources: list[Source] = enc.sources
 
     def dumps(self, head: list[Any], tail: list[Any], hashes: Mapping[int, str]) -> str:
         """``json.dumps(head + [encoding] + tail)`` (compact, not ASCII-escaped), the encoding's
@@ -281,6 +289,9 @@ def _describe(value: Any, names: Mapping[str, str]) -> str:
         return f"<{len(rest[0]) // 2} bytes>"
     if tag == "enum":
         return _describe(rest[1], names)
+    if tag == "source":
+        spec = _describe(rest[0], names)
+        return f"source({spec})" if rest[1] is None else f"source({spec}, revision={json.dumps(rest[1])})"
     if tag == "dep":
         digest, sub_path = rest
         name = f"{names.get(digest, 'step')}-{digest[:8]}"
@@ -319,6 +330,8 @@ def config_to_json(value: Any, paths: Mapping[int, str] | None = None) -> Any:
     kind = kind_of(value)
     if kind is Kind.LEAF:
         return _leaf_to_json(value)
+    if kind is Kind.SOURCE:
+        return value.spec
     if kind is Kind.PLACEHOLDER:
         step, sub_path = placeholder_step(value)
         base = paths.get(id(step), f"<output of {step.name}>")

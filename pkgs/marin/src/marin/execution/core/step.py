@@ -90,11 +90,11 @@ class Step(Placeholder):
 
     @property
     def hash(self) -> str:
-        """The step's full hex digest (computed once, with its dependencies)."""
+        """The step's full hex digest (computed once, with its dependencies; each time for a step
+        whose hash depends on what a source holds, which may change while the step lives)."""
         cached = self.__dict__.get("_hash")
         if cached is None:
-            hash_graph([self])
-            cached = self.__dict__["_hash"]
+            return hash_graph([self])[id(self)]
         return cached
 
     @property

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sources import Source
 from rigging import filesystem as fs
 from rigging.secrets import Secret
 
 if TYPE_CHECKING:
     from marin.execution.core.step import Step
 
-__all__ = ["Kind", "iter_placeholders", "items_of", "kind_of", "map_children", "map_nodes", "map_placeholders", "placeholder_step", "with_real_paths"]
+__all__ = ["Kind", "iter_placeholders", "items_of", "kind_of", "map_children", "map_nodes", "map_placeholders", "placeholder_step", "sources_in", "with_real_paths"]
 
 
 class Kind(enum.Enum):
@@ -31,6 +32,7 @@ class Kind(enum.Enum):
 
     LEAF = "leaf"
     PLACEHOLDER = "placeholder"  # a Placeholder: output_path_of(step, sub), a Step or a lazy handle
+    SOURCE = "source"  # a Source: an external input, fingerprinted for the hash, its spec for fn
     DATACLASS = "dataclass"
     MAPPING = "mapping"
     LIST = "list"
@@ -47,6 +49,8 @@ def kind_of(value: Any) -> Kind:
         return Kind.LEAF
     if isinstance(value, Placeholder):
         return Kind.PLACEHOLDER
+    if isinstance(value, Source):
+        return Kind.SOURCE
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return Kind.DATACLASS
     if isinstance(value, Mapping):
@@ -92,8 +96,22 @@ def iter_placeholders(value: Any, where: str = "config") -> Iterator[tuple[Step,
         kind = kind_of(v)
         if kind is Kind.PLACEHOLDER:
             yield placeholder_step(v, where)
-        elif kind is not Kind.LEAF:
+        elif kind is not Kind.LEAF and kind is not Kind.SOURCE:
             stack.extend(child for _, child in reversed(items_of(v, kind)))
+
+
+def sources_in(value: Any) -> list[Source]:
+    """Every :class:`Source` in ``value``, depth first, in field order (duplicates kept)."""
+    out: list[Source] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = kind_of(v)
+        if kind is Kind.SOURCE:
+            out.append(v)
+        elif kind is not Kind.LEAF and kind is not Kind.PLACEHOLDER:
+            stack.extend(child for _, child in reversed(items_of(v, kind)))
+    return out
 
 
 def map_nodes(value: Any, convert: Callable[[Any], Any]) -> Any:
@@ -107,7 +125,7 @@ def map_nodes(value: Any, convert: Callable[[Any], Any]) -> Any:
     if new_value is not value:
         return new_value
     kind = kind_of(value)
-    if kind is Kind.LEAF or kind is Kind.PLACEHOLDER:
+    if kind is Kind.LEAF or kind is Kind.PLACEHOLDER or kind is Kind.SOURCE:
         return value
     return map_children(value, kind, lambda child: map_nodes(child, convert))
 
@@ -144,10 +162,17 @@ def map_placeholders(value: Any, replace: Callable[[Step, str], Any]) -> Any:
 
 
 def with_real_paths(config: Any, paths: Mapping[int, str]) -> Any:
-    """The config ``fn`` receives: every placeholder replaced by the real path of its output."""
+    """The config ``fn`` receives: every placeholder replaced by the real path of its output, every
+    source by its spec (a path, URL or Hub id string)."""
 
-    def real(step: Step, sub_path: str) -> str:
+    def real(value: Any) -> Any:
+        kind = kind_of(value)
+        if kind is Kind.SOURCE:
+            return value.spec
+        if kind is not Kind.PLACEHOLDER:
+            return value
+        step, sub_path = placeholder_step(value)
         base = paths[id(step)]
         return fs.join(base, sub_path) if sub_path else base
 
-    return map_placeholders(config, real)
+    return map_nodes(config, real)

@@ -4,7 +4,8 @@ where its build starts (decided here, once, and handed to the step by the run)."
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 
 from marin.execution.core.encoding import describe_encoded, flatten_config, holds_dependency
 from marin.execution.core.graph import dependencies_of
@@ -12,20 +13,23 @@ from marin.execution.core.identity import fn_identity
 from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start, traits_of
 from marin.execution.plan.model import Reason, ReasonKind
+from marin.execution.store.sources import SourceFingerprint, diff_files
 from marin.execution.store.status_record import BuildState
 from marin.execution.store.step_record import StepRecord
 
-__all__ = ["earlier_attempt", "plan_start", "start_reason", "why_changed"]
+__all__ = ["display_path", "earlier_attempt", "plan_start", "source_base", "sources_changed", "start_reason",
+           "why_changed"]
 
 
 def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds,
-                runs: set[int]) -> list[Reason]:
+                runs: set[int], sources: Sequence[SourceFingerprint] = ()) -> list[Reason]:
     """Reasons a step not built at this hash runs, against the newest earlier build of its name.
 
     Args:
         hashes: ``{id(step): hash}`` of the graph.
         earlier_builds: finished builds of a name, newest first.
         runs: ``id``s of the step objects that run in this plan (their dependents run because of them).
+        sources: what the sources it reads hold now (compared with what the earlier build read).
     """
     reasons: list[Reason] = []
     changed_deps = [d for d in dependencies_of(step) if id(d) in runs]
@@ -59,12 +63,53 @@ def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBu
                 reasons.append(Reason(ReasonKind.UPSTREAM_CHANGED, f"{key} now points at another build"))
                 continue
             reasons.append(Reason(ReasonKind.CONFIG_CHANGED, f"{key}: {_show(before)} → {_show(after)}"))
+    reasons.extend(sources_changed(sources, prov.source_fingerprints()))
     if not reasons:
         if prov.env_digest and prov.strict_env:
             reasons.append(Reason(ReasonKind.ENV_CHANGED, "the environment fingerprint differs (--strict-env)"))
         else:
             reasons.append(Reason(ReasonKind.NEW, "no earlier build at this hash"))
     return reasons
+
+
+def sources_changed(now: Sequence[SourceFingerprint], built: Sequence[SourceFingerprint]) -> list[Reason]:
+    """What differs between the sources a step reads now and those an earlier build read (matched
+    by spec and revision): files added, changed or removed, or the commit a Hub id resolves to."""
+    before = {(f.spec, f.revision): f for f in built}
+    reasons = []
+    for f in now:
+        old = before.get((f.spec, f.revision))
+        if old is None or old.digest == f.digest:
+            continue
+        if f.kind == "hub" or old.kind == "hub":
+            detail = f"commit {(old.commit or '?')[:12]} → {(f.commit or '?')[:12]}"
+        else:
+            base = source_base(f.spec)
+            detail = diff_files(old.file_map(), f.file_map()).describe(prefix=base) or "content differs"
+        reasons.append(Reason(ReasonKind.SOURCE_CHANGED, f"{display_path(f.spec)}: {detail}"))
+    return reasons
+
+
+def display_path(spec: str) -> str:
+    """A local path as the user sees it: relative to the working folder when under it."""
+    if "://" in spec or not os.path.isabs(spec):
+        return spec
+    rel = os.path.relpath(spec)
+    return spec if rel.startswith("..") else rel
+
+
+def source_base(spec: str) -> str:
+    """The folder a local source's file names are relative to, as shown (``""`` for others)."""
+    if "://" in spec or not os.path.isabs(spec):
+        return ""
+    fixed = spec
+    for i, c in enumerate(spec):
+        if c in "*?[":
+            fixed = os.path.dirname(spec[:i])
+            break
+    else:
+        fixed = spec if os.path.isdir(spec) else os.path.dirname(spec)
+    return display_path(fixed)
 
 
 def _show(encoded: str | None) -> str:

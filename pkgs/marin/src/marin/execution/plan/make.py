@@ -13,19 +13,31 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from marin.execution.core.encoding import config_walk
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.graph import collect_graph, dependencies_of
 from marin.execution.core.hashing import hash_graph
 from marin.execution.core.lazy import lower_targets
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import DEV_VERSION, Step, output_name_of
 from marin.execution.core.traits import Start
 from marin.execution.plan.expansion import expands, expansion_of
 from marin.execution.plan.explain import earlier_attempt, plan_start, start_reason, why_changed
-from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind, StoreView, UnknownStep
+from marin.execution.plan.inputs import code_changes_of, fingerprint_graph
+from marin.execution.plan.model import (
+    Action,
+    Plan,
+    PlannedStep,
+    Reason,
+    ReasonKind,
+    StoreView,
+    UnknownStep,
+)
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.store.cache import CacheHit, find_in_caches
-from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs
+from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs, split_stamp
+from marin.execution.store.sources import SourceFingerprint
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
@@ -73,6 +85,12 @@ class HashedGraph:
     """Each entry's output folder under the prefix."""
     roots: frozenset[int]
     """Positions of the targets."""
+    sources: dict[SourceKey, SourceFingerprint] = dataclasses.field(default_factory=dict)
+    """What every source the graph reads held when it was hashed."""
+
+    def sources_of(self, pos: int) -> tuple[SourceFingerprint, ...]:
+        """The fingerprints of the sources entry ``pos`` reads, in the order its config holds them."""
+        return tuple(self.sources[s.key] for s in config_walk(self.entries[pos]).sources)
 
 
 def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None,
@@ -84,7 +102,8 @@ def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None,
         InvalidStep: an output folder would resolve outside the prefix (a symlink).
     """
     graph = collect_graph([*roots, *extra])
-    hashes = hash_graph([*roots, *extra], salt, graph=graph)
+    sources = fingerprint_graph(graph)
+    hashes = hash_graph([*roots, *extra], salt, graph=graph, fingerprints={k: f.digest for k, f in sources.items()})
     index: dict[str, int] = {}
     entries: list[Step] = []
     pos_of: dict[int, int] = {}
@@ -104,7 +123,8 @@ def hash_steps(roots: Sequence[Step], store: StepStore, salt: str | None = None,
         steps_at.append([step])
         outputs.append(output)
     deps = [tuple(sorted({pos_of[id(d)] for d in dependencies_of(step)})) for step in entries]
-    return HashedGraph(hashes, entries, pos_of, steps_at, deps, outputs, frozenset(pos_of[id(r)] for r in roots))
+    return HashedGraph(hashes, entries, pos_of, steps_at, deps, outputs, frozenset(pos_of[id(r)] for r in roots),
+                       sources)
 
 
 def _refuse_escape(store: StepStore, output: str, real_parents: dict[str, str]) -> None:
@@ -189,7 +209,8 @@ def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView)
         step, output = graph.entries[pos], graph.outputs[pos]
         # No folder, no records: an output never attempted has no earlier attempt to read.
         earlier = earlier_attempt(StepRecord(output)) if view.listings.has(output) else None
-        found = [earlier] if earlier else why_changed(step, graph.hashes, view.earlier_builds, runs)
+        found = [earlier] if earlier else why_changed(step, graph.hashes, view.earlier_builds, runs,
+                                                      graph.sources_of(pos))
         reasons[pos] = tuple(found)
     return reasons
 
@@ -209,7 +230,8 @@ def plan_starts(graph: HashedGraph, actions: Sequence[Action], view: StoreView) 
     return starts
 
 
-def _env_note(p: PlannedStep, built: str | None, env_digest: str) -> str | None:
+def _env_note(p: PlannedStep, stamp: str | None, env_digest: str) -> str | None:
+    built = split_stamp(stamp)[0] if stamp is not None else None
     if built == UNKNOWN_ENV:  # indexed without its environment: ask the provenance
         prov = StepRecord(p.output_path).read_provenance()
         built = (prov.env_digest if prov is not None else None) or UNKNOWN_ENV
@@ -232,6 +254,7 @@ def make_plan(
     caches: Sequence[str] = (),
     early_cutoff: bool = True,
     view: StoreView | None = None,
+    code_changes: str | None = None,
 ) -> Plan:
     """Plan ``targets``: which steps are cached, which run and why.
 
@@ -251,6 +274,9 @@ def make_plan(
         early_cutoff: reuse an earlier build of a step whose inputs' content is unchanged
             (:mod:`marin.execution.store.realisations`); off, every step downstream of a rebuilt one runs.
         view: what an earlier plan of this run read of the store (reused, not read again).
+        code_changes: check the code of built steps against what built them (reads each built
+            step's provenance): ``"warn"`` marks those whose code changed (they stay cached),
+            ``"rebuild"`` builds them again; None does not look.
     """
     roots = select(targets, only)
     view = view or StoreView(store)
@@ -262,7 +288,7 @@ def make_plan(
         shown = [s for found, was_needed in expanded.values() if not was_needed for s in found]
         plan, needed = _plan_once([*roots, *asked], shown, store, force=force, salt=salt,
                                   explain=explain, env_digest=env_digest, caches=caches,
-                                  early_cutoff=early_cutoff, view=view)
+                                  early_cutoff=early_cutoff, view=view, code_changes=code_changes)
         fresh = [(pos, p, built_at) for pos, p in enumerate(plan.steps)
                  if id(p.step) not in expanded and expands(p.step)
                  and (built_at := _built_at(p, caches)) is not None]
@@ -290,7 +316,7 @@ def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
 
 def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, force: Sequence[str],
                salt: str | None, explain: bool, env_digest: str | None, caches: Sequence[str],
-               early_cutoff: bool, view: StoreView) -> tuple[Plan, list[bool]]:
+               early_cutoff: bool, view: StoreView, code_changes: str | None) -> tuple[Plan, list[bool]]:
     """One pass of the phases over ``targets`` (and ``shown``, planned but not asked for): the
     plan, and which of its entries are needed."""
     graph = hash_steps(targets, store, salt, extra=shown)
@@ -304,7 +330,11 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     view.found_out_of_date(lookup.fixes)
     built_in = lookup.done
     done = [name in built_in for name in names]
-    forced = [_match_any(s.name, force) or s.version == DEV_VERSION for s in graph.entries]
+    code_changed = code_changes_of(graph.entries, graph.outputs, [built_in.get(n) for n in names]) \
+        if code_changes else {}
+    rebuild_code = code_changes == "rebuild"
+    forced = [_match_any(s.name, force) or s.version == DEV_VERSION or (rebuild_code and pos in code_changed)
+              for pos, s in enumerate(graph.entries)]
     needed, hits = need(graph, done, forced,
                         lambda pos: find_in_caches(names[pos], caches) if caches else None)
     actions = [decide(done[pos], forced[pos], needed[pos], hits.get(pos)) for pos in range(len(names))]
@@ -316,7 +346,10 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     for pos, step in enumerate(graph.entries):
         action = actions[pos]
         reasons: tuple[Reason, ...] = ()
-        if action is Action.RUN and forced[pos]:
+        if action is Action.RUN and forced[pos] and rebuild_code and pos in code_changed \
+                and not _match_any(step.name, force):
+            reasons = (Reason(ReasonKind.CODE_CHANGED, ", ".join(code_changed[pos])),)
+        elif action is Action.RUN and forced[pos]:
             # A "dev" version is forced on every run: the runner rebuilds it like a --force match.
             reasons = (Reason(ReasonKind.FORCED, "--force" if _match_any(step.name, force)
                               else 'version "dev" rebuilds on every run'),)
@@ -331,7 +364,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
                         reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None,
-                        start=start)
+                        start=start, sources=graph.sources_of(pos), code_changed=code_changed.get(pos, ()))
         if action is Action.CACHED and explain and env_digest:
             note = _env_note(p, built_in.get(names[pos]), env_digest)
             if note is not None:

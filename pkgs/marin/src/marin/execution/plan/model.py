@@ -16,22 +16,29 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import InvalidStep
+from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import Start, traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.done_index import IndexFixes
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Realised
+from marin.execution.store.sources import SourceFingerprint
 from marin.execution.store.store import FolderListings, StepStore
 
 if TYPE_CHECKING:
     from marin.execution.plan.estimate import PlanEstimate
 
-__all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "StoreView", "UnknownStep", "reasons_of"]
+__all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "SourceNotFound", "StoreView", "UnknownStep",
+           "code_changed_note", "reasons_of"]
 
 
 class UnknownStep(InvalidStep):
     """A ``--only`` or ``--force`` pattern matched no step."""
+
+
+class SourceNotFound(InvalidStep):
+    """A source a step reads matches nothing or cannot be read (refused when the plan is made)."""
 
 
 class Action(enum.Enum):
@@ -45,6 +52,8 @@ class Action(enum.Enum):
 class ReasonKind(enum.Enum):
     NEW = "new"
     CONFIG_CHANGED = "config changed"
+    SOURCE_CHANGED = "source changed"
+    CODE_CHANGED = "code changed since build"
     UPSTREAM_CHANGED = "upstream changed"
     VERSION_BUMPED = "version bumped"
     FN_CHANGED = "function changed"
@@ -93,6 +102,12 @@ class PlannedStep:
     start: Start | None = None
     """Where its build starts, as planned (:attr:`~marin.execution.core.traits.StepTraits.plan_start`),
     when the action is RUN: the run hands exactly this to the step."""
+    sources: tuple[SourceFingerprint, ...] = ()
+    """What the sources it reads held when the plan was made, in the order its config holds them."""
+    code_changed: tuple[str, ...] = ()
+    """Built, but the code of these functions (``module:qualname``) changed since the build while
+    the step's ``version`` did not (looked at when the plan checks code: ``marin plan``, or a run
+    whose ``code_changes`` is ``rebuild``)."""
 
     @property
     def name(self) -> str:
@@ -102,10 +117,15 @@ class PlannedStep:
     def output_name(self) -> str:
         return output_name_of(self.step.name, self.hash)
 
+    def source_digests(self) -> dict[SourceKey, str]:
+        """``{source.key: fingerprint digest}`` of the sources it reads (for its realisation key)."""
+        return {(f.spec, f.revision): f.digest for f in self.sources}
+
     @property
     def forced(self) -> bool:
-        """True when the plan rebuilds it whatever is built (``--force``, version ``"dev"``)."""
-        return any(r.kind is ReasonKind.FORCED for r in self.reasons)
+        """True when the plan rebuilds it whatever is built (``--force``, version ``"dev"``, its code
+        changed and the run rebuilds such steps)."""
+        return any(r.kind is ReasonKind.FORCED or r.kind is ReasonKind.CODE_CHANGED for r in self.reasons)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,7 +138,16 @@ class PlannedStep:
             "cache": self.cache_hit.cache if self.cache_hit is not None else None,
             "reuse": self.realised.output_path if self.realised is not None else None,
             "start": self.start.to_json() if self.start is not None else None,
+            "sources": [f.to_json() | {"files": len(f.files)} for f in self.sources],
+            "code_changed": list(self.code_changed),
         }
+
+    def notes(self) -> list[str]:
+        """What a cached step's line says besides its action: built elsewhere, code changed."""
+        out = [self.env_note] if self.env_note else []
+        if self.code_changed and not any(r.kind is ReasonKind.CODE_CHANGED for r in self.reasons):
+            out.append(code_changed_note(self.code_changed))
+        return out
 
 
 class StoreView:
@@ -222,6 +251,12 @@ class Plan:
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
+
+
+def code_changed_note(functions: Sequence[str], limit: int = 3) -> str:
+    """``code changed since build: <module:function>, ...`` (at most ``limit`` named)."""
+    shown = ", ".join(functions[:limit]) + (f" and {len(functions) - limit} more" if len(functions) > limit else "")
+    return f"{ReasonKind.CODE_CHANGED.value}: {shown}"
 
 
 def reasons_of(reasons: Sequence[Reason]) -> list[str]:

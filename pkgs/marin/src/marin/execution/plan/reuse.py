@@ -51,7 +51,8 @@ def plan_reuse(plan: Plan, places: Sequence[str]) -> Plan:
         inputs = inputs_in_plan(plan, p, digest_at)
         if inputs is None:
             continue
-        found = find_realisation(p.name, realisation_key(p.step, inputs[0], plan.salt), places, exclude=p.output_path)
+        key = realisation_key(p.step, inputs[0], plan.salt, p.source_digests())
+        found = find_realisation(p.name, key, places, exclude=p.output_path)
         if found is None:
             continue
         changed[pos] = dataclasses.replace(p, action=Action.REUSE, realised=found,

@@ -10,6 +10,7 @@ from marin.execution.core.encoding import config_to_json, flatten_config
 from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Plan, PlannedStep
 from marin.execution.run.attempt_context import AttemptContext
+from marin.execution.store.code_digest import code_digest
 from marin.execution.store.environment import host_of
 from marin.execution.store.provenance_record import Dependency, Provenance
 
@@ -59,4 +60,6 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
         output_files=len(manifest["files"]),
         lost_attempts=lost_attempts,
         nondeterminism=nondeterminism,
+        sources=[f.to_json() for f in p.sources] or None,
+        code=code_digest(p.step.fn).to_json(),
     )

@@ -47,8 +47,8 @@ def realisation_fields(state: RunState, planned: PlannedStep, manifest: Mapping[
     inputs = inputs_in_plan(state.plan, planned, state.digest_of)
     if inputs is None:
         return SuccessRecord(output_digest=digest)
-    return SuccessRecord(output_digest=digest, realisation_key=realisation_key(planned.step, inputs[0], state.plan.salt),
-                         inputs=inputs[1])
+    key = realisation_key(planned.step, inputs[0], state.plan.salt, planned.source_digests())
+    return SuccessRecord(output_digest=digest, realisation_key=key, inputs=inputs[1])
 
 
 def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | None:
@@ -59,8 +59,8 @@ def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | N
     inputs = inputs_in_plan(state.plan, planned, state.digest_of)
     if not planned.deps or inputs is None:
         return None
-    found = find_realisation(planned.name, realisation_key(planned.step, inputs[0], state.plan.salt), places,
-                             exclude=planned.output_path)
+    key = realisation_key(planned.step, inputs[0], state.plan.salt, planned.source_digests())
+    found = find_realisation(planned.name, key, places, exclude=planned.output_path)
     if found is not None:
         state.reuse_found(pos, found, found.reason(inputs[1]))
     return found
@@ -81,7 +81,9 @@ def publish_copy(state: RunState, pos: int, lease: Lease,
         lease.check()
         if not record.publish(p.name, p.hash, manifest, fields):
             raise LeaseLost(f"{record.success} was written by another runner")
-        done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(record.read_provenance()))
+        provenance = record.read_provenance()
+        done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(provenance),
+                        done_index.code_of(provenance))
     except CacheMiss as e:
         logger.warning("%s; %s", e, instead)
         return False

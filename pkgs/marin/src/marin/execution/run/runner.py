@@ -112,18 +112,22 @@ class StepRunner:
         """
         salt = self._salt()
         env_digest = salt if salt is not None else (self._env()[1] if note_env else None)
-        plan = self._make_plan(steps, salt=salt, explain=explain, env_digest=env_digest if note_env else None)
+        # Code is looked at by `marin plan` (note_env) and by a run that rebuilds what changed: each
+        # built step's provenance is read, which the no-op path of a run that only warns skips.
+        code = self.settings.code_changes if note_env or self.settings.code_changes == "rebuild" else None
+        plan = self._make_plan(steps, salt=salt, explain=explain, env_digest=env_digest if note_env else None,
+                               code_changes=code)
         if estimate and plan.to_run():
             plan = plan.with_estimate(estimate_plan(plan, self.settings.max_parallel))
         return plan
 
     def _make_plan(self, steps: Iterable[Placeholder], *, salt: str | None, explain: bool,
-                   env_digest: str | None = None, view: StoreView | None = None, only: Sequence[str] | None = None
-                   ) -> Plan:
+                   env_digest: str | None = None, view: StoreView | None = None, only: Sequence[str] | None = None,
+                   code_changes: str | None = None) -> Plan:
         settings = self.settings
         return make_plan(steps, self.store, force=settings.force, only=settings.only if only is None else only,
                          salt=salt, explain=explain, env_digest=env_digest, caches=settings.caches,
-                         early_cutoff=settings.early_cutoff, view=view)
+                         early_cutoff=settings.early_cutoff, view=view, code_changes=code_changes)
 
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""

@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rigging.config.discovery import Backend, MarinConfig, discover_config, replace
+from rigging.config.discovery import CODE_CHANGES, Backend, MarinConfig, discover_config, replace
 
 __all__ = ["RunSettings"]
 
 # The settings the configuration (``rigging.config.discovery.MarinConfig``) also holds: a keyword
 # of one of these names overrides the configured value (and is recorded as an override).
 _CONFIGURED = ("prefix", "max_parallel", "strict_env", "caches", "backend", "ray_address", "warm_workers",
-               "lease_ttl")
+               "lease_ttl", "code_changes")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class RunSettings:
     """Refuse a plan estimated to use more accelerator-hours (all types)."""
     early_cutoff: bool = True
     """Reuse an earlier build of a step whose inputs were rebuilt with identical output."""
+    code_changes: str = "warn"
+    """A built step whose code changed since its build (its ``version`` did not): ``warn`` keeps
+    it and says so, ``rebuild`` builds it again."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """For each configured setting, where its value came from (a file, a variable, ``override``)."""
 
@@ -80,6 +83,8 @@ class RunSettings:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {self.poll_interval}")
         if self.warm_worker_max_steps < 1:
             raise ValueError(f"warm_worker_max_steps must be >= 1, got {self.warm_worker_max_steps}")
+        if self.code_changes not in CODE_CHANGES:
+            raise ValueError(f"code_changes must be one of {', '.join(CODE_CHANGES)}, got {self.code_changes!r}")
         for name in ("budget_s", "budget_accelerator_hours"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -130,6 +135,7 @@ class RunSettings:
             caches=config.caches,
             strict_env=config.strict_env,
             lease_ttl=config.lease_ttl,
+            code_changes=config.code_changes,
             warm_workers=config.warm_workers,
             warm_worker_max_steps=config.warm_worker_max_steps,
             sources=dict(config.sources),

@@ -3,13 +3,15 @@ thousand steps are done is answered by one listing, not a thousand lookups.
 
 Layout::
 
-    <prefix>/.marin/done/<output name, "/" spelled "%">@<environment digest, 16 hex>   ("done\\n")
+    <prefix>/.marin/done/<output name, "/" spelled "%">@<environment digest, 16 hex>[.<code digest, 16 hex>]   ("done\\n")
 
-for example ``.marin/done/tokenized%tinystories-0123456789abcdef@fedcba9876543210``. A step name
-uses only letters, digits and ``_ . + = - /`` (``marin.execution.step.validate_step_name``), so
-``%`` and ``@`` never occur in one. The environment digest is the one the step was built in
+for example ``.marin/done/tokenized%tinystories-0123456789abcdef@fedcba9876543210.00112233aabbccdd``.
+A step name uses only letters, digits and ``_ . + = - /`` (``marin.execution.step.validate_step_name``),
+so ``%`` and ``@`` never occur in one. The environment digest is the one the step was built in
 (``provenance.json``'s ``env_digest``), so a plan can say which cached steps were built in another
-environment from the listing alone; ``-`` when it is not known.
+environment from the listing alone; ``-`` when it is not known. The code digest is that of the code
+it ran (``provenance.json``'s ``code``), so a plan finds the built steps whose code changed from the
+listing too, and reads the provenance of those only; markers written before it was kept lack it.
 
 The success record in the step's own folder stays the truth (a step is done if and only if its
 ``.marin/success.json`` exists); the index is a cache of it:
@@ -44,8 +46,8 @@ from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 
-__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "done_outputs", "env_of",
-           "index_folder", "mark", "marker_name", "parse_marker", "read_index", "unmark"]
+__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "code_of", "done_outputs", "env_of",
+           "index_folder", "mark", "marker_name", "parse_marker", "read_index", "split_stamp", "stamp_of", "unmark"]
 
 INDEX_DIR = ".marin/done"
 """The index folder, relative to the prefix."""
@@ -55,6 +57,7 @@ UNKNOWN_ENV = "-"
 
 _SLASH = "%"
 _SEP = "@"
+_CODE = "."
 
 
 def index_folder(prefix: str) -> str:
@@ -62,16 +65,27 @@ def index_folder(prefix: str) -> str:
     return fs.join(prefix, INDEX_DIR)
 
 
-def marker_name(output_name: str, env_digest: str | None) -> str:
-    """The marker file name of the output ``<name>-<hash16>`` built in ``env_digest``."""
+def marker_name(output_name: str, env_digest: str | None, code_digest: str | None = None) -> str:
+    """The marker file name of the output ``<name>-<hash16>`` built in ``env_digest`` from the code
+    whose digest is ``code_digest`` (``marin.execution.store.code_digest``; 16 hex of each)."""
     if _SLASH in output_name or _SEP in output_name:
         raise ValueError(f"output name {output_name!r} may not contain {_SLASH!r} or {_SEP!r}")
-    env = env_digest[:16] if env_digest else UNKNOWN_ENV
-    return f"{output_name.replace('/', _SLASH)}{_SEP}{env}"
+    stamp = env_digest[:16] if env_digest else UNKNOWN_ENV
+    if code_digest:
+        stamp += _CODE + code_digest[:16]
+    return f"{output_name.replace('/', _SLASH)}{_SEP}{stamp}"
+
+
+def split_stamp(stamp: str) -> tuple[str, str | None]:
+    """A marker's build stamp (what :func:`parse_marker` and :func:`done_outputs` give) as
+    (environment digest or ``-``, code digest or None when the marker does not say)."""
+    env, _, code = stamp.partition(_CODE)
+    return env, code or None
 
 
 def parse_marker(file_name: str) -> tuple[str, str] | None:
-    """(output name, environment digest or ``-``) of a marker file name; None for anything else."""
+    """(output name, build stamp: the environment digest or ``-``, then ``.`` and the code digest
+    when known, :func:`split_stamp`) of a marker file name; None for anything else."""
     stem, sep, env = file_name.rpartition(_SEP)
     if not sep or not stem or not env or file_name.startswith("."):
         return None
@@ -93,11 +107,12 @@ def read_index(prefix: str) -> dict[str, str]:
     return {name: env for _entry, name, env in _entries(prefix)}
 
 
-def mark(prefix: str, output_name: str, env_digest: str | None) -> None:
+def mark(prefix: str, output_name: str, env_digest: str | None, code_digest: str | None = None) -> None:
     """Record in the index that ``output_name`` is done (after its success record is written)."""
     # Not empty: some stores' emulators refuse empty uploads; the name is all that is read.
     # Not durable: after a machine crash a lost marker is rebuilt from the success record.
-    fs.atomic_write(fs.join(index_folder(prefix), marker_name(output_name, env_digest)), b"done\n", durable=False)
+    fs.atomic_write(fs.join(index_folder(prefix), marker_name(output_name, env_digest, code_digest)), b"done\n",
+                    durable=False)
 
 
 def unmark(prefix: str, output_names: Iterable[str]) -> None:
@@ -117,9 +132,22 @@ def env_of(provenance: Provenance | None) -> str | None:
     return (provenance.env_digest or None) if provenance is not None else None
 
 
-def _env_of(prefix: str, output_name: str) -> str | None:
+def code_of(provenance: Provenance | None) -> str | None:
+    """The digest of the code a ``provenance.json`` records the build ran, or None."""
+    code = provenance.code if provenance is not None else None
+    digest = code.get("digest") if isinstance(code, dict) else None
+    return digest if isinstance(digest, str) and digest else None
+
+
+def stamp_of(provenance: Provenance | None) -> str:
+    """The build stamp a marker of this build carries (see :func:`split_stamp`)."""
+    env, code = env_of(provenance), code_of(provenance)
+    return (env[:16] if env else UNKNOWN_ENV) + (_CODE + code[:16] if code else "")
+
+
+def _stamp_of(prefix: str, output_name: str) -> str:
     record = StepRecord(fs.join(prefix, output_name))
-    return env_of(record.read_provenance())
+    return stamp_of(record.read_provenance())
 
 
 def _cheap_lookups(prefix: str) -> bool:
@@ -131,8 +159,8 @@ def _cheap_lookups(prefix: str) -> bool:
 class IndexFixes:
     """What reading the index found out of date, for a run to put right (:func:`apply_fixes`)."""
 
-    unindexed: dict[str, str | None] = field(default_factory=dict)
-    """Outputs done at their success records but not marked: output name → environment digest."""
+    unindexed: dict[str, str] = field(default_factory=dict)
+    """Outputs done at their success records but not marked: output name → build stamp."""
     stale: set[str] = field(default_factory=set)
     """File names of markers whose output is gone."""
 
@@ -150,12 +178,13 @@ class DoneLookup:
     """What :func:`done_outputs` found: the done outputs, and what the index lacks or has wrong."""
 
     done: dict[str, str]
-    """Each done output's name → environment digest (``-`` if unknown)."""
+    """Each done output's name → build stamp (:func:`split_stamp`: its environment digest, ``-``
+    if unknown, and its code digest when known)."""
     fixes: IndexFixes
 
 
 def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListings | None = None) -> DoneLookup:
-    """Which of ``output_names`` are done, each with its environment digest (``-`` if unknown).
+    """Which of ``output_names`` are done, each with its build stamp (:func:`split_stamp`).
 
     One listing of the index, and on object stores one listing per parent folder of the outputs
     (in parallel: an output folder deleted by hand must not read as done, and an output with no
@@ -181,16 +210,16 @@ def done_outputs(prefix: str, output_names: Iterable[str], listings: FolderListi
     fixes = IndexFixes(stale={marker_of[n][0] for n in marked if n not in present})
     done = {n: marker_of[n][1] for n in marked if n in present}
 
-    def check(name: str) -> tuple[str, str | None, bool]:
+    def check(name: str) -> tuple[str, str, bool]:
         if not fs.file_exists(_success_path(prefix, name)):
-            return name, None, False
-        return name, _env_of(prefix, name), True
+            return name, UNKNOWN_ENV, False
+        return name, _stamp_of(prefix, name), True
 
     results = [check(n) for n in missing] if _cheap_lookups(prefix) else in_parallel(check, missing)
-    for name, env, is_done in results:
+    for name, stamp, is_done in results:
         if is_done:
-            done[name] = env or UNKNOWN_ENV
-            fixes.unindexed[name] = env
+            done[name] = stamp
+            fixes.unindexed[name] = stamp
     return DoneLookup(done, fixes)
 
 
@@ -204,5 +233,5 @@ def apply_fixes(prefix: str, fixes: IndexFixes) -> None:
     with contextlib.suppress(OSError):
         for entry in fixes.stale:
             fs.delete(fs.join(folder, entry))
-        for name, env in fixes.unindexed.items():
-            mark(prefix, name, env)
+        for name, stamp in fixes.unindexed.items():
+            mark(prefix, name, *split_stamp(stamp))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from marin.execution.store.record_json import (
     is_str,
     json_of,
 )
+from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["Dependency", "Provenance", "RealisedFrom"]
 
@@ -99,6 +101,13 @@ class Provenance:
     nondeterminism: dict[str, Any] | None = None
     realised_from: RealisedFrom | None = None
     """The earlier build of the same inputs it was copied from."""
+    sources: list[Any] | None = None
+    """What the sources it read held (``SourceFingerprint.to_json()`` each,
+    :mod:`marin.execution.store.sources`)."""
+    code: dict[str, Any] | None = None
+    """The digest of the code it ran (``CodeDigest.to_json()``, :mod:`marin.execution.store.code_digest`)."""
+    incremental: dict[str, Any] | None = None
+    """A build that reused an earlier build's per-file outputs: ``{"files_reused": N, "files_processed": M}``."""
     format: int = RECORD_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -122,7 +131,10 @@ class Provenance:
         RecordKey("output_files", "output_files", is_int, always=True),
         RecordKey("lost_attempts", "lost_attempts", is_list),
         RecordKey("nondeterminism", "nondeterminism", is_dict),
-        RecordKey("realised_from", "realised_from", _is_realised_from))
+        RecordKey("realised_from", "realised_from", _is_realised_from),
+        RecordKey("sources", "sources", is_list),
+        RecordKey("code", "code", is_dict),
+        RecordKey("incremental", "incremental", is_dict))
 
     def to_json(self) -> dict[str, Any]:
         body = json_of(self, self._KEYS)
@@ -142,6 +154,14 @@ class Provenance:
         if "realised_from" in kwargs:
             kwargs["realised_from"] = RealisedFrom(**kwargs["realised_from"])
         return cls(**kwargs)
+
+    def source_fingerprints(self) -> list[SourceFingerprint]:
+        """The sources it read, as recorded (entries that do not parse are left out)."""
+        out = []
+        for entry in self.sources or ():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                out.append(SourceFingerprint.from_json(entry))
+        return out
 
     def dependency_paths(self) -> dict[str, str]:
         """``{hash: output folder}`` of the dependencies it records."""

@@ -23,10 +23,11 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.sources import Source, SourceKey, set_fingerprinter
 from marin.execution.store.object_sources import ObjectListingError, list_object_sources
 from marin.execution.store.source_glob import Glob, has_glob, split_glob
 from marin.execution.store.stat_cache import StatCache, default_stat_cache, stat_cache_path
@@ -112,14 +113,16 @@ class FileChanges:
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
 
-    def describe(self, limit: int = 3) -> str:
+    def describe(self, limit: int = 3, prefix: str = "") -> str:
         """A line such as ``1 file added (d4.jsonl), 2 changed (d1.jsonl, d2.jsonl)``; ``""`` when
-        nothing differs. Each part names at most ``limit`` files, then ``...``."""
+        nothing differs. Each part names at most ``limit`` files, then ``...``; ``prefix``: a
+        folder to show before each name (``src`` gives ``src/d4.jsonl``)."""
         parts = []
         for verb, names in (("added", self.added), ("changed", self.changed), ("removed", self.removed)):
             if not names:
                 continue
-            shown = ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
+            named = [f"{prefix.rstrip('/')}/{n}" if prefix else n for n in names[:limit]]
+            shown = ", ".join(named) + (", ..." if len(names) > limit else "")
             noun = "" if parts else (" file" if len(names) == 1 else " files")
             parts.append(f"{len(names)}{noun} {verb} ({shown})")
         return ", ".join(parts)
@@ -346,3 +349,11 @@ def _fingerprint_objects(specs: list[str]) -> dict[tuple[str, str | None], Sourc
         out[(spec, None)] = SourceFingerprint(spec, None, SourceKind.OBJECT.value,
                                               _files_digest(SourceKind.OBJECT, files), files)
     return out
+
+
+def _digests_of(sources: Sequence[Source]) -> dict[SourceKey, str]:
+    return {key: f.digest for key, f in fingerprint_sources([s.key for s in sources]).items()}
+
+
+# Hashing (the core, which does no I/O) asks this layer for the content of what a step reads.
+set_fingerprinter(_digests_of)

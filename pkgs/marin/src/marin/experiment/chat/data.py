@@ -9,7 +9,7 @@ from typing import Any
 from marin.execution.core.identity import keep_identities
 from marin.execution.core.lazy import StepHandle
 from marin.experiment.chat.template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
-from marin.experiment.data.sources import normalize_path
+from marin.experiment.data.sources import as_source
 
 __all__ = ["TokenizeChatStepConfig", "TokenizedChat", "tokenize_chat_step", "tokenized_chat"]
 
@@ -77,7 +77,7 @@ def tokenized_chat(name: str, source: Any, tokenizer: Any, *, template: ChatTemp
                    on_error: str = "raise", num_shards: int | None = None) -> TokenizedChat:
     """Chat shards of ``(input_ids, loss_mask)`` for fine-tuning (see :class:`TokenizeChatStepConfig`)."""
     return TokenizedChat(name, TokenizeChatStepConfig(
-        source=normalize_path(source), tokenizer=normalize_path(tokenizer), template=template,
+        source=as_source(source), tokenizer=as_source(tokenizer, hub=False), template=template,
         max_seq_len=max_seq_len, pack=pack, validation_fraction=validation_fraction, seed=seed,
         on_error=on_error, num_shards=num_shards))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.lazy import StepHandle
-from marin.experiment.data.sources import normalize_path
+from marin.experiment.data.sources import as_source
 
 if TYPE_CHECKING:
     pass
@@ -100,7 +100,7 @@ def trained_tokenizer(name: str, source: Any, vocab_size: int = 4096, *, max_doc
                       text_field: str = "text") -> TrainedTokenizer:
     """A byte-level BPE tokenizer trained on ``source`` by a cached step."""
     return TrainedTokenizer(name, TrainTokenizerConfig(
-        source=normalize_path(source), vocab_size=vocab_size, max_documents=max_documents,
+        source=as_source(source), vocab_size=vocab_size, max_documents=max_documents,
         special_tokens=tuple(special_tokens), min_frequency=min_frequency, text_field=text_field))
 
 
@@ -164,7 +164,7 @@ def tokenized(name: str, source: Any, tokenizer: Any, sample_count: int | None =
     ``version`` works as for every step (``"dev"`` rebuilds on every run).
     """
     return Tokenized(name, TokenizeStepConfig(
-        source=normalize_path(source), tokenizer=normalize_path(tokenizer), sample_count=sample_count,
+        source=as_source(source), tokenizer=as_source(tokenizer, hub=False), sample_count=sample_count,
         validation_fraction=validation_fraction, num_shards=num_shards, seed=seed, on_error=on_error,
         text_field=text_field), version=version)
 

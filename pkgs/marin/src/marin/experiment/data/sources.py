@@ -8,11 +8,16 @@ import socket
 from typing import Any
 
 from marin.execution.core.identity import keep_identities
+from marin.execution.core.sources import Source, source
+
+# Imported for what it does on import: it installs the fingerprinter that hashing asks for the content
+# of a source (so ``handle.hash`` works before any plan is made).
+from marin.execution.store import sources as _fingerprinter  # noqa: F401
 from rigging import filesystem as fs
 from rigging.hf_hub import is_hf_id
 
 __all__ = [
-    "DataSourceError", "hf_reachable", "is_hf_id", "normalize_path", "resolve_corpus", "resolve_source",
+    "DataSourceError", "as_source", "hf_reachable", "source", "is_hf_id", "normalize_path", "resolve_corpus", "resolve_source",
     "resolve_tokenizer",
 ]
 
@@ -28,6 +33,22 @@ def normalize_path(value: Any) -> Any:
     """
     if isinstance(value, str) and "://" not in value and not os.path.isabs(value) and os.path.exists(value):
         return os.path.abspath(value)
+    return value
+
+
+def as_source(value: Any, *, hub: bool = True) -> Any:
+    """``value`` as a handle's config holds what it reads: a path, URL, glob or (with ``hub``) a
+    Hugging Face dataset id becomes a fingerprinted :func:`~marin.execution.core.sources.source`
+    (a relative local path made absolute); a step, handle or placeholder passes unchanged. With
+    ``hub=False`` an ``org/name`` id that is no local path stays a plain string (a Hub *model*,
+    such as a tokenizer, is not a dataset source).
+    """
+    if isinstance(value, Source):
+        return value
+    if isinstance(value, str) and value.strip():
+        if not hub and "://" not in value and not os.path.isabs(value) and not os.path.exists(value):
+            return value
+        return source(value)
     return value
 
 

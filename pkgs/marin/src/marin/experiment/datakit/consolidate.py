@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.lazy import StepHandle
+from marin.execution.core.sources import Source
 from marin.experiment.datakit.attributes import (
     Classified,
     Decontaminated,
@@ -140,4 +141,8 @@ def consolidate(name: str, source: Any, filters: Iterable[Any], *, max_examples:
 
 
 def _source_text(source: Any) -> str:
-    return repr(source.name) if isinstance(source, StepHandle) else repr(source)
+    if isinstance(source, StepHandle):
+        return repr(source.name)
+    if isinstance(source, Source):
+        return repr(source.spec)
+    return repr(source)

@@ -2,9 +2,9 @@
 
 A source is a step handle (or step, or ``output_path_of(...)``), a Hugging Face dataset id, a path,
 folder, URL or glob of JSON-lines documents, or a list of paths. It is checked when the handle is
-built (nothing is read then): relative local paths become absolute
-(:func:`marin.experiment.data.sources.normalize_path`, since workers run elsewhere), anything else is
-refused naming it. Hugging Face ids resolve from the hub cache when the step runs
+built (nothing is read then): a path, URL or id becomes a fingerprinted ``source(...)``
+(:func:`marin.experiment.data.sources.as_source`: its content is part of the step's identity, and
+relative local paths become absolute since workers run elsewhere); anything else is refused naming it. Hugging Face ids resolve from the hub cache when the step runs
 (:func:`marin.processing.attributes.list_files`, through :func:`marin.experiment.data.sources.resolve_source`).
 """
 
@@ -16,7 +16,8 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from marin.execution.core.placeholders import Placeholder
-from marin.experiment.data.sources import normalize_path
+from marin.execution.core.sources import Source
+from marin.experiment.data.sources import as_source
 
 __all__ = ["check_options", "document_source", "variant"]
 
@@ -31,10 +32,12 @@ def document_source(value: Any, what: str = "source") -> Any:
     """
     if isinstance(value, Placeholder):
         return value
+    if isinstance(value, Source):
+        return value
     if isinstance(value, str) and value.strip():
-        return normalize_path(value)
-    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and v.strip() for v in value):
-        return tuple(normalize_path(v) for v in value)
+        return as_source(value)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str | Source) and str(v).strip() for v in value):
+        return tuple(as_source(v) for v in value)
     raise ValueError(f"{what} must be a step handle, a Hugging Face id, or a path, folder or glob of JSON lines "
                      f"(or a list of paths), got {type(value).__name__}: {value!r}")
 

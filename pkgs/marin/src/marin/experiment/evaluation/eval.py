@@ -24,6 +24,7 @@ from levanter.eval_harness.scores import RESULTS_FILE, task_scores
 from marin.execution.core.identity import keep_identities
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath
+from marin.execution.core.sources import Source
 from marin.execution.core.step import Step
 from marin.experiment.evaluation.results import (
     EVAL_FORMAT,
@@ -263,18 +264,18 @@ def eval_data(label: str, data: Any, *, text_field: str = "text") -> EvalData:
     anything else is raw text."""
     import os
 
-    from marin.experiment.data.sources import is_hf_id, normalize_path
+    from marin.experiment.data.sources import as_source, is_hf_id
 
     if _is_tokenized(data):
         return EvalData(label=label, data=data, kind=EvalDataKind.TOKENIZED)
-    if not isinstance(data, str | Step | Lazy | OutputPath):
+    if not isinstance(data, str | Source | Step | Lazy | OutputPath):
         raise ValueError(f"eval dataset {label!r}: expected a tokenized handle or a raw text source "
                          f"(a path, glob, URL, step or output_path_of(step, ...)), got {type(data).__name__}")
     if isinstance(data, str) and "://" not in data and not any(c in data for c in "*?[") \
             and not os.path.exists(data) and not is_hf_id(data):
         raise ValueError(f"eval dataset {label!r}: {data!r} is not a tokenized handle, a step, an existing path, "
                          "a URL or a Hugging Face dataset id (benchmark tasks go in tasks=[...])")
-    return EvalData(label=label, data=normalize_path(data), kind=EvalDataKind.RAW_TEXT, text_field=text_field)
+    return EvalData(label=label, data=as_source(data), kind=EvalDataKind.RAW_TEXT, text_field=text_field)
 
 
 def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *, tasks: Any = None,
