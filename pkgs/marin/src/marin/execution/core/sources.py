@@ -45,7 +45,8 @@ Fingerprinter = Callable[[Sequence[Source]], Mapping[SourceKey, str]]
 def source(spec: str, revision: str | None = None) -> Source:
     """Mark ``spec`` as an external input whose content is part of the step's identity.
 
-    A relative local path is made absolute here (workers run elsewhere); paths inside the
+    A relative local path (one that exists, or a glob) is made absolute here (workers run
+    elsewhere); paths inside the
     workspace are hashed relative to it, so the checkout's folder does not matter. ``fn`` receives
     ``spec`` as a string (the absolute path for a local one).
 
@@ -56,7 +57,7 @@ def source(spec: str, revision: str | None = None) -> Source:
         return spec if revision is None or revision == spec.revision else Source(spec.spec, revision)
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidStep(f"source(...) needs a path, glob, URL or Hugging Face id, got {spec!r}")
-    if "://" not in spec and not os.path.isabs(spec) and os.path.exists(spec):
+    if "://" not in spec and not os.path.isabs(spec) and (os.path.exists(spec) or any(c in spec for c in "*?[")):
         spec = os.path.abspath(spec)
     if revision is not None and (not isinstance(revision, str) or not revision):
         raise InvalidStep(f"source {spec!r}: revision must be a non-empty string, got {revision!r}")

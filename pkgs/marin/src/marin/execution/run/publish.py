@@ -11,7 +11,7 @@ from typing import Any
 
 from marin.execution.core.hashing import realisation_key
 from marin.execution.core.traits import volatile_patterns
-from marin.execution.plan.model import PlannedStep
+from marin.execution.plan.model import PlannedStep, ReasonKind
 from marin.execution.plan.reuse import inputs_in_plan
 from marin.execution.run.state import RunState
 from marin.execution.store import done_index
@@ -157,6 +157,8 @@ def nondeterminism_of(planned: PlannedStep, manifest: Mapping[str, Any], fields:
     key = fields.realisation_key
     if key is None or fields.output_digest is None:
         return None
+    if planned.code_changed and any(r.kind is ReasonKind.CODE_CHANGED for r in planned.reasons):
+        return None  # rebuilt because its code changed: a different output is what was asked for
     volatile = volatile_patterns(planned.step)
     if previous is not None:
         success, old_manifest = previous
