@@ -7,10 +7,13 @@ own tokenizer and greedy generation (its Flax Llama: no PyTorch here), writes th
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
 
+from testsupport.doc_examples import doc_examples
 from testsupport.e2e import clean_env, marin, nano_prefix, shares_nano_store
 
 
@@ -37,3 +40,10 @@ def test_exported_nano_generates_like_marin_sample(tmp_path_factory: pytest.Temp
     ours = marin("sample", "checkpoints/marin-nano", "--prompt", "Once upon a time", "-n", "24", env=env)
     assert theirs.strip() == ours.stdout.strip(), (theirs, ours.describe())
     assert len(theirs.split()) >= 8
+
+    # The Hugging Face guide's example, as written, from the folder holding nano-hf: the same text.
+    [example] = [e for e in doc_examples() if '"nano-hf"' in e.code]
+    printed = io.StringIO()
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(printed):
+        exec(compile(example.code, example.id, "exec"), {"__name__": "doc_example"})  # noqa: S102
+    assert printed.getvalue().strip() == theirs.strip()
