@@ -33,3 +33,15 @@ def test_naming_harness_settings_and_story_tasks_does_not_import_jax_or_the_harn
             "print(sorted(m for m in ('jax', 'lm_eval', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_code_digests() -> None:
+    # The no-op path of `marin run`: steps made from handles, hashed and planned against a store.
+    code = ("import sys, tempfile, marin.experiment.data, marin.experiment.datakit, marin.cli.display; "
+            "from marin.execution.run.runner import StepRunner; from marin.execution.core.step import Step; "
+            "import benchmarks.chain_steps as c; "
+            "StepRunner(prefix=tempfile.mkdtemp(), config=None).plan(c.chain(3)); "
+            "print(sorted(m for m in ('marin.execution.store.sources', 'marin.execution.store.code_digest', "
+            "'sqlite3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from marin.execution.core.encoding import describe_encoded, flatten_config, holds_dependency
 from marin.execution.core.graph import dependencies_of
@@ -13,9 +14,11 @@ from marin.execution.core.identity import fn_identity
 from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start, traits_of
 from marin.execution.plan.model import Reason, ReasonKind
-from marin.execution.store.sources import SourceFingerprint, diff_files
 from marin.execution.store.status_record import BuildState
 from marin.execution.store.step_record import StepRecord
+
+if TYPE_CHECKING:
+    from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["display_path", "earlier_attempt", "plan_start", "source_base", "sources_changed", "start_reason",
            "why_changed"]
@@ -75,6 +78,9 @@ def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBu
 def sources_changed(now: Sequence[SourceFingerprint], built: Sequence[SourceFingerprint]) -> list[Reason]:
     """What differs between the sources a step reads now and those an earlier build read (matched
     by spec and revision): files added, changed or removed, or the commit a Hub id resolves to."""
+    # Not at import: a plan whose steps read no source (the no-op path of most runs) never needs it.
+    from marin.execution.store.sources import diff_files
+
     before = {(f.spec, f.revision): f for f in built}
     reasons = []
     for f in now:

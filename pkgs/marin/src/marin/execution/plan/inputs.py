@@ -5,17 +5,20 @@ since (:mod:`marin.execution.store.code_digest`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from marin.execution.core.encoding import config_walk
 from marin.execution.core.hashing import sources_of_graph
 from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import Step
 from marin.execution.plan.model import SourceNotFound
-from marin.execution.store.code_digest import CodeDigest, code_digest
 from marin.execution.store.done_index import split_stamp
-from marin.execution.store.sources import SourceFingerprint, SourceUnavailable, fingerprint_sources
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import in_parallel
+
+if TYPE_CHECKING:
+    from marin.execution.store.code_digest import CodeDigest
+    from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["code_changes_of", "fingerprint_graph"]
 
@@ -30,6 +33,9 @@ def fingerprint_graph(graph: Sequence[Step]) -> dict[SourceKey, SourceFingerprin
     found = sources_of_graph(graph)
     if not found:
         return {}
+    # Not at import: most graphs read no source, and a no-op run must not pay for what it never uses.
+    from marin.execution.store.sources import SourceUnavailable, fingerprint_sources
+
     try:
         return fingerprint_sources([s.key for s in found])
     except SourceUnavailable as e:
@@ -45,6 +51,9 @@ def code_changes_of(entries: Sequence[Step], outputs: Sequence[str],
     index's stamps (``stamps``: per entry, None when not built) say which builds ran other code;
     only those builds' provenance is read, to name the functions. A build whose marker has no code
     digest (made before digests were kept) is not judged."""
+    # Not at import: only `marin plan` and runs that rebuild changed code look at code.
+    from marin.execution.store.code_digest import CodeDigest, code_digest
+
     digests: dict[int, CodeDigest] = {}
     suspects = []
     for pos, stamp in enumerate(stamps):

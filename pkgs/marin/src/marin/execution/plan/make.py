@@ -12,6 +12,7 @@ import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from marin.execution.core.encoding import config_walk
 from marin.execution.core.errors import InvalidStep
@@ -37,10 +38,12 @@ from marin.execution.plan.model import (
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.store.cache import CacheHit, find_in_caches
 from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs, split_stamp
-from marin.execution.store.sources import SourceFingerprint
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
+
+if TYPE_CHECKING:
+    from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["HashedGraph", "decide", "explain_runs", "hash_steps", "make_plan", "need", "plan_starts", "select"]
 

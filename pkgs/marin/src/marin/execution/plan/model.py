@@ -23,11 +23,11 @@ from marin.execution.store.cache import CacheHit
 from marin.execution.store.done_index import IndexFixes
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Realised
-from marin.execution.store.sources import SourceFingerprint
 from marin.execution.store.store import FolderListings, StepStore
 
 if TYPE_CHECKING:
     from marin.execution.plan.estimate import PlanEstimate
+    from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["Action", "Plan", "PlannedStep", "Reason", "ReasonKind", "SourceNotFound", "StoreView", "UnknownStep",
            "code_changed_note", "reasons_of"]

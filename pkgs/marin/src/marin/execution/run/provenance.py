@@ -10,7 +10,6 @@ from marin.execution.core.encoding import config_to_json, flatten_config
 from marin.execution.core.identity import fn_identity
 from marin.execution.plan.model import Plan, PlannedStep
 from marin.execution.run.attempt_context import AttemptContext
-from marin.execution.store.code_digest import code_digest
 from marin.execution.store.environment import host_of
 from marin.execution.store.provenance_record import Dependency, Provenance
 
@@ -32,6 +31,9 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
         lost_attempts: the records of earlier attempts that lost their lease and were stopped.
         nondeterminism: how the build differs from another of the same inputs, if it does.
     """
+    # Not at import: the code's digest is made only for a build that finished.
+    from marin.execution.store.code_digest import code_digest
+
     fingerprint, digest = ctx.environment()
     return Provenance(
         name=p.name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from marin.execution.store.record_json import (
     RECORD_FORMAT,
@@ -21,7 +21,9 @@ from marin.execution.store.record_json import (
     is_str,
     json_of,
 )
-from marin.execution.store.sources import SourceFingerprint
+
+if TYPE_CHECKING:
+    from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["Dependency", "Provenance", "RealisedFrom"]
 
@@ -157,6 +159,9 @@ class Provenance:
 
     def source_fingerprints(self) -> list[SourceFingerprint]:
         """The sources it read, as recorded (entries that do not parse are left out)."""
+        # Not at import: records are read on every plan; sources only by steps that read some.
+        from marin.execution.store.sources import SourceFingerprint
+
         out = []
         for entry in self.sources or ():
             with contextlib.suppress(KeyError, TypeError, ValueError):

@@ -35,7 +35,7 @@ from rigging import filesystem as fs
 from rigging.hf_hub import hub_cache_dir, hub_endpoint, hub_offline, is_hf_id
 
 __all__ = ["FileChanges", "SourceFingerprint", "SourceKind", "SourceUnavailable", "StatCache", "default_stat_cache",
-           "diff_files", "fingerprint_source", "fingerprint_sources", "source_kind", "stat_cache_path"]
+           "diff_files", "fingerprint_digests", "fingerprint_source", "fingerprint_sources", "source_kind", "stat_cache_path"]
 
 _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 _HUB_TIMEOUT_S = 10.0
@@ -351,9 +351,11 @@ def _fingerprint_objects(specs: list[str]) -> dict[tuple[str, str | None], Sourc
     return out
 
 
-def _digests_of(sources: Sequence[Source]) -> dict[SourceKey, str]:
+def fingerprint_digests(sources: Sequence[Source]) -> dict[SourceKey, str]:
+    """``{source.key: fingerprint digest}`` of ``sources``: what hashing asks for
+    (:func:`marin.execution.core.sources.fingerprints_of`)."""
     return {key: f.digest for key, f in fingerprint_sources([s.key for s in sources]).items()}
 
 
 # Hashing (the core, which does no I/O) asks this layer for the content of what a step reads.
-set_fingerprinter(_digests_of)
+set_fingerprinter(fingerprint_digests)

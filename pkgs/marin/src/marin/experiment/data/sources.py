@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.core.identity import keep_identities
-from marin.execution.core.sources import Source, source
-
-# Imported for what it does on import: it installs the fingerprinter that hashing asks for the content
-# of a source (so ``handle.hash`` works before any plan is made).
-from marin.execution.store import sources as _fingerprinter  # noqa: F401
+from marin.execution.core.sources import Source, SourceKey, set_fingerprinter, source
 from rigging import filesystem as fs
 from rigging.hf_hub import is_hf_id
 
@@ -34,6 +31,17 @@ def normalize_path(value: Any) -> Any:
     if isinstance(value, str) and "://" not in value and not os.path.isabs(value) and os.path.exists(value):
         return os.path.abspath(value)
     return value
+
+
+def _fingerprint(sources: Sequence[Source]) -> dict[SourceKey, str]:
+    # Imported when a source is first hashed (``handle.hash`` before any plan), not with the
+    # handles: an experiment file that is only imported never pays for it.
+    from marin.execution.store.sources import fingerprint_digests
+
+    return fingerprint_digests(sources)
+
+
+set_fingerprinter(_fingerprint)
 
 
 def as_source(value: Any, *, hub: bool = True) -> Any:
