@@ -136,6 +136,8 @@ def test_only_a_change_of_the_files_reuses_parts(tmp_path: Path) -> None:
     _write_pages(pages, range(3))
     _build(prefix, _text(pages))
     _write_pages(pages, [3])
+    forced = StepRunner(prefix=prefix, client=InProcessClient(), strict_env=False, force=["text/pages"])
+    assert next(p for p in forced.plan([lower(_text(pages))]).steps if p.name == "text/pages").start is None
     # Another recipe (min_chars) is another output: nothing of the earlier build is reused.
     other = html_to_text("text/pages", pages, extractor="resiliparse", min_chars=21)
     planned = next(p for p in _runner(prefix).plan([lower(other)]).steps if p.name == "text/pages")
