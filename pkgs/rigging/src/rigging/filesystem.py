@@ -18,28 +18,9 @@ from typing import IO, Any
 
 from rigging import gcs
 
-__all__ = [
-    "atomic_write",
-    "create_if_absent",
-    "delete",
-    "exists",
-    "filesystem",
-    "glob",
-    "is_local",
-    "join",
-    "listdir",
-    "makedirs",
-    "open_file",
-    "open_url",
-    "protocol_of",
-    "read_bytes",
-    "read_text",
-    "rm_tree",
-    "sha256_of",
-    "size",
-    "strip_protocol",
-    "walk_files",
-]
+__all__ = ["atomic_write", "copy_file", "create_if_absent", "delete", "exists", "filesystem", "glob", "is_local",
+           "join", "listdir", "makedirs", "open_file", "open_url", "protocol_of", "read_bytes", "read_text", "rm_tree",
+           "sha256_of", "size", "strip_protocol", "walk_files"]
 
 
 def protocol_of(path: str) -> str:
@@ -207,6 +188,13 @@ def _as_bytes(data: bytes | str) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
+def _tmp_sibling(p: str) -> str:
+    """A temporary name beside the local path ``p`` (its folder made), to be renamed or linked over it."""
+    parent = os.path.dirname(os.path.abspath(p))
+    os.makedirs(parent, exist_ok=True)
+    return os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
+
+
 def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers never see a partial file.
 
@@ -221,9 +209,7 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     payload = _as_bytes(data)
     if is_local(path):
         p = strip_protocol(path)
-        parent = os.path.dirname(os.path.abspath(p))
-        os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
+        tmp = _tmp_sibling(p)
         try:
             with open(tmp, "wb") as f:
                 f.write(payload)
@@ -238,6 +224,27 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
         return
     fs, p = _fs_path(path)
     fs.pipe_file(p, payload)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy the file ``src`` to ``dst``, which readers see whole or not at all: inside one object
+    store a copy made by the store itself (on GCS a rewrite: no bytes through this machine), else
+    a streamed copy into a temporary sibling renamed over ``dst`` (locally) or one upload."""
+    if is_local(src) and is_local(dst):
+        import shutil
+
+        tmp = _tmp_sibling(strip_protocol(dst))
+        try:
+            shutil.copyfile(strip_protocol(src), tmp)
+            os.replace(tmp, strip_protocol(dst))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    elif protocol_of(src) == protocol_of(dst):
+        fs, p = _fs_path(src)
+        fs.copy(p, _fs_path(dst)[1])
+    else:
+        atomic_write(dst, read_bytes(src))
 
 
 # memory:// stores live in this process; this makes its check-then-write one step for threads.
@@ -263,9 +270,7 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True, list
     protocol = protocol_of(path)
     if is_local(path):
         p = strip_protocol(path)
-        parent = os.path.dirname(os.path.abspath(p))
-        os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(p)}")
+        tmp = _tmp_sibling(p)
         with open(tmp, "wb") as f:
             f.write(payload)
             if durable:

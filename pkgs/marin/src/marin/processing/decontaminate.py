@@ -20,6 +20,8 @@ None, "item": <item id> | None, "matched_ngrams": int, "by_eval_set": {name: ove
 Summary: counts, the **contamination matrix** ``{training source: {eval set: contaminated
 documents}}`` (a document's source is its ``source_field`` when it has one, else the folder of
 its shard, else ``"all"``), per eval set its items, items used, items found, and examples.
+Sidecars are made file by file (:mod:`marin.processing.per_file`): a later build over a changed
+set of document shards, against the same eval sets, checks only the new and changed shards.
 """
 
 from __future__ import annotations
@@ -29,16 +31,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.traits import StepTraits, step_function
 from marin.processing.attributes import (
     DOCUMENT_SUFFIXES,
     Shard,
     iter_corpus,
     list_files,
-    list_shards,
     read_records,
     write_sidecar,
     write_summary,
 )
+from marin.processing.incremental import IncrementalStart
+from marin.processing.per_file import InputFile, PartOutput, input_files, map_files
 from marin.processing.text import ngram_hashes, words
 from zephyr import DataError, FileSlice, TextMode, TextReader
 
@@ -182,48 +186,66 @@ def _source_of(doc: dict[str, Any], shard: Shard, field: str) -> str:
     return folder or "all"
 
 
+def _shard_attributes(index: EvalIndex, config: DecontaminateConfig, shard: Shard, output_path: str) -> PartOutput:
+    """One shard's sidecar, and its counts (its rows of the matrix, the items it holds, examples)."""
+    names = [e.name for e in config.against]
+    matrix: dict[str, dict[str, int]] = {}
+    found_items: list[set[str]] = [set() for _ in names]
+    examples: list[dict[str, Any]] = []
+    ids, attributes = [], []
+    for _i, doc in iter_corpus([shard]):
+        counts = index.matches(doc["text"])
+        best: list[tuple[float, int, int]] = [(0.0, 0, -1) for _ in names]  # (overlap, matched, item)
+        for number, matched in sorted(counts.items()):
+            set_index = index.items[number][0]
+            overlap = matched / index.sizes[number]
+            if overlap > best[set_index][0]:
+                best[set_index] = (overlap, matched, number)
+        hit = [s for s, (overlap, _m, _n) in enumerate(best) if overlap > 0 and overlap >= config.threshold]
+        top = max(range(len(names)), key=lambda s: (best[s][0], -s))
+        overlap, matched, number = best[top]
+        attrs = {"contaminated": bool(hit), "overlap": round(overlap, 6),
+                 "eval_set": names[top] if number >= 0 else None,
+                 "item": index.items[number][1] if number >= 0 else None, "matched_ngrams": matched,
+                 "by_eval_set": {names[s]: round(o, 6) for s, (o, _m, _n) in enumerate(best) if o > 0}}
+        if hit:
+            row = matrix.setdefault(_source_of(doc, shard, config.source_field), dict.fromkeys(names, 0))
+            for s in hit:
+                row[names[s]] += 1
+                found_items[s].add(index.items[best[s][2]][1])
+            if len(examples) < _MAX_EXAMPLES:
+                examples.append({"id": doc["id"], "eval_set": attrs["eval_set"], "item": attrs["item"],
+                                 "overlap": attrs["overlap"]})
+        ids.append(doc["id"])
+        attributes.append(attrs)
+    write_sidecar(output_path, shard, ids, attributes)
+    return PartOutput((shard.name,), {
+        "documents": len(ids), "contaminated": sum(1 for a in attributes if a["contaminated"]), "matrix": matrix,
+        "items_found": [sorted(found, key=str) for found in found_items], "examples": examples})
+
+
+@step_function(StepTraits(plan_start=IncrementalStart(("input",))))
 def decontaminate_step(config: DecontaminateConfig, output_path: str) -> None:
     """Step function: contamination sidecars and ``_summary.json`` (see the module docstring)."""
     index = EvalIndex(config)
     names = [e.name for e in config.against]
-    shards = list_shards(config.input)
+
+    def one(f: InputFile) -> PartOutput:
+        return _shard_attributes(index, config, Shard(f.path, f.name), output_path)
+
+    parts = map_files(input_files(config.input, DOCUMENT_SUFFIXES), output_path, one)
     matrix: dict[str, dict[str, int]] = {}
-    found_items: list[set[str]] = [set() for _ in names]
-    examples: list[dict[str, Any]] = []
-    documents = contaminated = 0
-    for shard in shards:
-        ids, attributes = [], []
-        for _i, doc in iter_corpus([shard]):
-            counts = index.matches(doc["text"])
-            best: list[tuple[float, int, int]] = [(0.0, 0, -1) for _ in names]  # (overlap, matched, item)
-            for number, matched in sorted(counts.items()):
-                set_index = index.items[number][0]
-                overlap = matched / index.sizes[number]
-                if overlap > best[set_index][0]:
-                    best[set_index] = (overlap, matched, number)
-            hit = [s for s, (overlap, _m, _n) in enumerate(best) if overlap > 0 and overlap >= config.threshold]
-            top = max(range(len(names)), key=lambda s: (best[s][0], -s))
-            overlap, matched, number = best[top]
-            attrs = {"contaminated": bool(hit), "overlap": round(overlap, 6),
-                     "eval_set": names[top] if number >= 0 else None,
-                     "item": index.items[number][1] if number >= 0 else None, "matched_ngrams": matched,
-                     "by_eval_set": {names[s]: round(o, 6) for s, (o, _m, _n) in enumerate(best) if o > 0}}
-            if hit:
-                contaminated += 1
-                row = matrix.setdefault(_source_of(doc, shard, config.source_field), dict.fromkeys(names, 0))
-                for s in hit:
-                    row[names[s]] += 1
-                    found_items[s].add(index.items[best[s][2]][1])
-                if len(examples) < _MAX_EXAMPLES:
-                    examples.append({"id": doc["id"], "eval_set": attrs["eval_set"], "item": attrs["item"],
-                                     "overlap": attrs["overlap"]})
-            ids.append(doc["id"])
-            attributes.append(attrs)
-            documents += 1
-        write_sidecar(output_path, shard, ids, attributes)
+    for p in parts:
+        for source, row in p.stats["matrix"].items():
+            into = matrix.setdefault(source, dict.fromkeys(names, 0))
+            for name, count in row.items():
+                into[name] += count
+    found = [{item for p in parts for item in p.stats["items_found"][s]} for s in range(len(names))]
     write_summary(output_path, {
-        "step": "decontaminate", "shards": len(shards), "documents": documents, "contaminated": contaminated,
-        "ngram": config.ngram, "threshold": config.threshold,
-        "eval_sets": {name: {**index.stats[s], "items_found": len(found_items[s])} for s, name in enumerate(names)},
-        "matrix": dict(sorted(matrix.items())), "examples": examples,
+        "step": "decontaminate", "shards": len(parts), "documents": sum(p.stats["documents"] for p in parts),
+        "contaminated": sum(p.stats["contaminated"] for p in parts), "ngram": config.ngram,
+        "threshold": config.threshold,
+        "eval_sets": {name: {**index.stats[s], "items_found": len(found[s])} for s, name in enumerate(names)},
+        "matrix": dict(sorted(matrix.items())),
+        "examples": [e for p in parts for e in p.stats["examples"]][:_MAX_EXAMPLES],
     })

@@ -2,8 +2,14 @@
 
 Input: ``.html``/``.htm`` files (a page's id is its path below the folder or the glob's fixed
 part; its url is None) or JSON-lines records ``{id, url, html}`` (or a mix). Pages are taken in
-input order (files as listed, then lines) and page ``i`` of ``n`` goes to output shard
-``i * num_shards // n``: contiguous blocks, decided by input order alone.
+input order (files as listed, then lines). Two layouts:
+
+* blocks (the default): page ``i`` of ``n`` goes to output shard ``part-<k>`` with
+  ``k = i * num_shards // n``: contiguous blocks, decided by input order alone;
+* ``per_file`` (what the ``html_to_text`` handle picks for a source outside the store): one
+  output shard per input file, named after it (``a/b.html`` and ``a/b.jsonl`` give
+  ``a/b.jsonl.gz``), made file by file (:mod:`marin.processing.per_file`), so that a later build
+  over a changed file set processes only new and changed files and copies the rest.
 
 Each page is decoded (:mod:`marin.processing.html_decode`), its main text extracted by
 trafilatura or resiliparse, and tidied to one paragraph per line (lines stripped, blank lines
@@ -20,10 +26,11 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.core.traits import StepTraits, step_function
 from marin.processing.attributes import (
     DOCUMENT_SUFFIXES,
     Shard,
@@ -33,7 +40,10 @@ from marin.processing.attributes import (
     write_summary,
 )
 from marin.processing.html_decode import Decoded, PageProblem, check_text, decode_page
+from marin.processing.incremental import IncrementalStart
+from marin.processing.per_file import InputFile, Part, PartOutput, input_files, map_files
 from rigging import filesystem as fs
+from rigging.fields import added_field
 from zephyr import DataError
 
 __all__ = ["HTML_SUFFIXES", "MAX_NAMED", "Extractor", "Favor", "HtmlToTextConfig", "extract_text", "html_to_text_step"]
@@ -82,6 +92,9 @@ class HtmlToTextConfig:
     """Write ``.jsonl.gz`` (else ``.jsonl``)."""
     html_field: str = "html"
     """Field holding the page in JSON-lines input."""
+    per_file: bool = added_field(default=False)
+    """One output shard per input file, named after it, made file by file: a later build over a
+    changed file set processes only the new and changed files (exclusive with ``num_shards``)."""
 
     def __post_init__(self) -> None:
         if self.min_chars < 0:
@@ -90,6 +103,9 @@ class HtmlToTextConfig:
             raise ValueError(f"max_bytes must be > 0, got {self.max_bytes}")
         if self.num_shards is not None and self.num_shards <= 0:
             raise ValueError(f"num_shards must be > 0 or None, got {self.num_shards}")
+        if self.per_file and self.num_shards is not None:
+            raise ValueError(f"num_shards={self.num_shards} cuts pages into blocks by position; per_file keeps one "
+                             "output shard per input file: give one of them")
         if self.extractor is Extractor.RESILIPARSE and self.favor is not Favor.BALANCED:
             raise ValueError(f"favor={self.favor.value!r} is a trafilatura option; resiliparse has no such setting")
 
@@ -144,12 +160,97 @@ def _count(shards: list[Shard]) -> int:
     return sum(1 if s.path.lower().endswith(HTML_SUFFIXES) else sum(1 for _ in read_records(s.path)) for s in shards)
 
 
+def _note(problems: dict[str, dict[str, Any]], page_id: Any, problem: PageProblem, detail: str) -> None:
+    entry = problems.setdefault(problem.value, {"count": 0, "pages": []})
+    entry["count"] += 1
+    if len(entry["pages"]) < MAX_NAMED:
+        entry["pages"].append({"id": page_id, "detail": detail})
+
+
+def _document(page: tuple[Any, str | None, Decoded], config: HtmlToTextConfig,
+              problems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The document of one page, or None (its problem noted in ``problems``)."""
+    page_id, url, decoded = page
+    if decoded.problem is not None:
+        _note(problems, page_id, decoded.problem, decoded.detail)
+    if decoded.html is None:
+        return None
+    text = extract_text(decoded.html, config, url)
+    if not text:
+        _note(problems, page_id, PageProblem.NO_TEXT, "the extractor found no main text")
+    elif len(text) < config.min_chars:
+        _note(problems, page_id, PageProblem.TOO_SHORT, f"{len(text)} characters < {config.min_chars}")
+    else:
+        return {"id": page_id, "text": text, "url": url}
+    return None
+
+
+def _merged(problems: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Problems of parts, in input order, as one scan of all pages would have counted them."""
+    out: dict[str, dict[str, Any]] = {}
+    for found in problems:
+        for kind, entry in found.items():
+            into = out.setdefault(kind, {"count": 0, "pages": []})
+            into["count"] += entry["count"]
+            into["pages"].extend(entry["pages"][:MAX_NAMED - len(into["pages"])])
+    return dict(sorted(out.items()))
+
+
+def _write_summary(output_path: str, config: HtmlToTextConfig, pages: int, documents: int, shards: int,
+                   problems: dict[str, dict[str, Any]]) -> None:
+    repaired = problems.get(PageProblem.WRONG_CHARSET.value, {}).get("count", 0)
+    write_summary(output_path, {
+        "step": "html_to_text", "extractor": config.extractor.value, "pages": pages, "documents": documents,
+        "skipped": sum(p["count"] for p in problems.values()) - repaired, "shards": shards,
+        "problems": dict(sorted(problems.items())),
+    })
+
+
+def _output_name(name: str, extension: str) -> str:
+    """An input file's output shard: its name with its suffix replaced (``a/b.html`` -> ``a/b.jsonl.gz``)."""
+    lowered = name.lower()
+    suffix = next(s for s in sorted(HTML_SUFFIXES + DOCUMENT_SUFFIXES, key=len, reverse=True) if lowered.endswith(s))
+    return f"{name[:len(name) - len(suffix)]}.{extension}"
+
+
+def _by_file(config: HtmlToTextConfig, output_path: str, extension: str) -> None:
+    """The ``per_file`` layout: one output shard per input file, made file by file."""
+    files = input_files(config.input, HTML_SUFFIXES + DOCUMENT_SUFFIXES)
+    named: dict[str, str] = {}
+    for f in files:
+        other = named.setdefault(_output_name(f.name, extension), f.name)
+        if other != f.name:
+            raise ValueError(f"input files {other!r} and {f.name!r} would share the output shard "
+                             f"{_output_name(f.name, extension)!r}; rename one, or give num_shards")
+
+    def one(f: InputFile) -> PartOutput:
+        problems: dict[str, dict[str, Any]] = {}
+        pages = 0
+        docs = []
+        for page in _pages([Shard(f.path, f.name)], config):
+            pages += 1
+            doc = _document(page, config, problems)
+            if doc is not None:
+                docs.append(doc)
+        out = _output_name(f.name, extension)
+        write_jsonl(fs.join(output_path, out), docs)
+        return PartOutput((out,), {"pages": pages, "documents": len(docs), "problems": problems})
+
+    parts: list[Part] = map_files(files, output_path, one)
+    _write_summary(output_path, config, sum(p.stats["pages"] for p in parts),
+                   sum(p.stats["documents"] for p in parts), len(parts), _merged([p.stats["problems"] for p in parts]))
+
+
+@step_function(StepTraits(plan_start=IncrementalStart(("input",))))
 def html_to_text_step(config: HtmlToTextConfig, output_path: str) -> None:
     """Step function: extract documents from pages (see the module docstring)."""
+    extension = "jsonl.gz" if config.compress else "jsonl"
+    if config.per_file:
+        _by_file(config, output_path, extension)
+        return
     shards = list_files(config.input, HTML_SUFFIXES + DOCUMENT_SUFFIXES)
     total = _count(shards)
     num_shards = config.num_shards or max(1, math.ceil(total / _PAGES_PER_SHARD))
-    extension = "jsonl.gz" if config.compress else "jsonl"
     problems: dict[str, dict[str, Any]] = {}
     documents = 0
     current, batch = 0, []
@@ -157,35 +258,16 @@ def html_to_text_step(config: HtmlToTextConfig, output_path: str) -> None:
     def flush(shard: int, rows: list[dict]) -> None:
         write_jsonl(fs.join(output_path, f"part-{shard:05d}.{extension}"), rows)
 
-    def note(page_id: Any, problem: PageProblem, detail: str) -> None:
-        entry = problems.setdefault(problem.value, {"count": 0, "pages": []})
-        entry["count"] += 1
-        if len(entry["pages"]) < MAX_NAMED:
-            entry["pages"].append({"id": page_id, "detail": detail})
-
-    for index, (page_id, url, decoded) in enumerate(_pages(shards, config)):
+    for index, page in enumerate(_pages(shards, config)):
         shard = index * num_shards // max(total, 1)
         while current < shard:
             flush(current, batch)
             current, batch = current + 1, []
-        if decoded.problem is not None:
-            note(page_id, decoded.problem, decoded.detail)
-        if decoded.html is None:
-            continue
-        text = extract_text(decoded.html, config, url)
-        if not text:
-            note(page_id, PageProblem.NO_TEXT, "the extractor found no main text")
-        elif len(text) < config.min_chars:
-            note(page_id, PageProblem.TOO_SHORT, f"{len(text)} characters < {config.min_chars}")
-        else:
-            batch.append({"id": page_id, "text": text, "url": url})
+        doc = _document(page, config, problems)
+        if doc is not None:
+            batch.append(doc)
             documents += 1
     while current < num_shards:
         flush(current, batch)
         current, batch = current + 1, []
-    repaired = problems.get(PageProblem.WRONG_CHARSET.value, {}).get("count", 0)
-    write_summary(output_path, {
-        "step": "html_to_text", "extractor": config.extractor.value, "pages": total, "documents": documents,
-        "skipped": sum(p["count"] for p in problems.values()) - repaired, "shards": num_shards,
-        "problems": dict(sorted(problems.items())),
-    })
+    _write_summary(output_path, config, total, documents, num_shards, problems)

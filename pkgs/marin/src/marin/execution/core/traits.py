@@ -40,11 +40,16 @@ class Start:
             from (an extension); None when it starts as its config says (from step 0, or a branch
             its config names).
         step: the checkpoint of ``extends`` it continues from.
+        reuse_parts: the files folder of an earlier build of the same step, made from other input
+            files, whose per-file outputs this build may copy for every input file whose
+            fingerprint is unchanged (:mod:`marin.processing.incremental`); None: every file is
+            processed.
     """
 
     note: str
     extends: str | None = None
     step: int | None = None
+    reuse_parts: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.note, str) or not self.note:
@@ -53,9 +58,14 @@ class Start:
             raise ValueError(f"Start.extends and Start.step go together, got extends={self.extends!r}, step={self.step!r}")
         if self.step is not None and (not isinstance(self.step, int) or isinstance(self.step, bool) or self.step <= 0):
             raise ValueError(f"Start.step must be a positive int, got {self.step!r}")
+        if self.reuse_parts is not None and (not isinstance(self.reuse_parts, str) or not self.reuse_parts):
+            raise TypeError(f"Start.reuse_parts must be a folder (a non-empty string) or None, got {self.reuse_parts!r}")
+        if self.reuse_parts is not None and self.extends is not None:
+            raise ValueError("Start.extends and Start.reuse_parts exclude each other: a build continues an earlier "
+                             "one, or reuses its per-file outputs")
 
     def to_json(self) -> dict[str, Any]:
-        return {"note": self.note, "extends": self.extends, "step": self.step}
+        return {"note": self.note, "extends": self.extends, "step": self.step, "reuse_parts": self.reuse_parts}
 
 
 StartPlanner = Callable[[Step, Mapping[int, str], EarlierBuilds], "Start | None"]

@@ -220,14 +220,19 @@ def explain_runs(graph: HashedGraph, actions: Sequence[Action], view: StoreView)
 
 # -- start ------------------------------------------------------------------------------------
 
-def plan_starts(graph: HashedGraph, actions: Sequence[Action], view: StoreView) -> dict[int, Start]:
+def plan_starts(graph: HashedGraph, actions: Sequence[Action], view: StoreView,
+                forced: Sequence[bool] = ()) -> dict[int, Start]:
     """Where each entry that runs starts, when its traits decide it (a branch, an extension of an
-    earlier build): decided once, here, from what planning read of the store; the run hands it to
-    the step unchanged, so ``marin plan`` and the build cannot disagree."""
+    earlier build, an earlier build's per-file outputs to reuse): decided once, here, from what
+    planning read of the store; the run hands it to the step unchanged, so ``marin plan`` and the
+    build cannot disagree. A forced build (``forced[pos]``) reuses no earlier build's parts: it is
+    asked for to make everything again."""
     starts: dict[int, Start] = {}
     for pos, action in enumerate(actions):
         if action is Action.RUN:
             start = plan_start(graph.entries[pos], graph.hashes, view.earlier_builds)
+            if start is not None and start.reuse_parts is not None and pos < len(forced) and forced[pos]:
+                start = None
             if start is not None:
                 starts[pos] = start
     return starts
@@ -344,7 +349,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     explained = explain_runs(graph, actions, view) if explain else {}
     # Without explain (the fast paths that build nothing) no start is decided: a build so planned
     # starts as its config says, which makes the same output.
-    starts = plan_starts(graph, actions, view) if explain else {}
+    starts = plan_starts(graph, actions, view, forced) if explain else {}
     planned = []
     for pos, step in enumerate(graph.entries):
         action = actions[pos]

@@ -27,7 +27,8 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
         manifest: the build's manifest (:func:`marin.execution.store.manifest.compute_manifest`).
         started: when the attempt started (seconds since the epoch).
         attempts: attempts counted so far, this one included; ``retries``: of them, in this run.
-        worker: the worker's timing of the step (what its job returned).
+        worker: the worker's timing of the step (what its job returned), with what the step
+            reported of its build (``incremental``: kept apart, in :attr:`Provenance.incremental`).
         lost_attempts: the records of earlier attempts that lost their lease and were stopped.
         nondeterminism: how the build differs from another of the same inputs, if it does.
     """
@@ -35,6 +36,11 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
     from marin.execution.store.code_digest import code_digest
 
     fingerprint, digest = ctx.environment()
+    # The worker's result holds its timings and what the step reported (run.worker.run_step).
+    reported = worker if isinstance(worker, dict) else {}
+    incremental = reported.get("incremental")
+    if incremental is not None:
+        worker = {k: v for k, v in reported.items() if k != "incremental"}
     return Provenance(
         name=p.name,
         hash=p.hash,
@@ -64,4 +70,5 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
         nondeterminism=nondeterminism,
         sources=[f.to_json() for f in p.sources] or None,
         code=code_digest(p.step.fn).to_json(),
+        incremental=incremental if isinstance(incremental, dict) else None,
     )

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.core.traits import Start
@@ -75,6 +75,21 @@ class RunningStep:
     """Where this build starts, as the plan decided it (``marin plan`` showed the same): e.g. the
     earlier build it extends and from which checkpoint. A step acts on this and never looks for
     earlier builds itself, so the plan and the build cannot disagree."""
+    _reports: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def report_incremental(self, files_reused: int, files_processed: int) -> None:
+        """Say that this build reused the per-file outputs of ``files_reused`` input files of an
+        earlier build (``start.reuse_parts``) and processed ``files_processed``: the build's
+        provenance records it as ``incremental``. Nothing of it goes into the output folder, so
+        the build stays byte-identical to one made from scratch."""
+        for name, value in (("files_reused", files_reused), ("files_processed", files_processed)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"report_incremental: {name} must be an int >= 0, got {value!r}")
+        self._reports["incremental"] = {"files_reused": files_reused, "files_processed": files_processed}
+
+    def reports(self) -> dict[str, Any]:
+        """What the running step reported of its build (``{"incremental": {...}}``, or ``{}``)."""
+        return dict(self._reports)
 
     def expanded(self, input_path: str) -> list[tuple[str, str]]:
         """The steps an input (given by its output folder, as the step's config holds it) expanded
@@ -160,7 +175,8 @@ def _end_this_step(why: str) -> None:
 
 
 def run_step(payload: StepPayload) -> dict[str, Any]:
-    """Run one step in this (fresh) process; returns timing facts for the provenance."""
+    """Run one step in this (fresh) process; returns timing facts for the provenance, and what the
+    step reported of its build (:meth:`RunningStep.report_incremental`)."""
     if payload.log_path:
         _redirect_output(payload.log_path)
     for entry in reversed(payload.sys_path):
@@ -194,4 +210,4 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()
-    return {"started_at": started, "finished_at": time.time(), "pid": os.getpid()}
+    return {"started_at": started, "finished_at": time.time(), "pid": os.getpid(), **step.reports()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from marin.execution.core.lazy import StepHandle
-from marin.execution.core.placeholders import OutputPath, output_path_of
+from marin.execution.core.placeholders import OutputPath, Placeholder, output_path_of
 from marin.experiment.datakit.inputs import check_options, document_source, variant
 from marin.processing.html import Extractor, Favor, HtmlToTextConfig, html_to_text_step
 from marin.processing.webcorpus import (
@@ -85,7 +85,10 @@ def html_to_text(name: str, source: Any, extractor: Extractor | str = Extractor.
                  compress: bool = True, html_field: str = "html", version: str = "v1") -> HtmlText:
     """The main text of every page of ``source``.
 
-    ``include_tables`` and ``include_comments`` keep those parts of a page.
+    ``include_tables`` and ``include_comments`` keep those parts of a page. A source outside the
+    store (a path, folder, glob or URL) without ``num_shards`` gives one output shard per input
+    file, rebuilt file by file: a later build over a changed file set processes only the new and
+    changed files (:mod:`marin.processing.per_file`).
 
     Args:
         name: the step's name.
@@ -95,7 +98,8 @@ def html_to_text(name: str, source: Any, extractor: Extractor | str = Extractor.
         favor: trafilatura's ``"balanced"``, ``"precision"`` or ``"recall"``.
         min_chars: pages with less text are dropped (counted ``too_short``).
         max_bytes: larger pages are not parsed (counted ``oversized``).
-        num_shards: output shards (None: one per 5,000 pages).
+        num_shards: output shards, pages cut into blocks by position (None: one per input file
+            for a source outside the store, else one per 5,000 pages).
         compress: write ``.jsonl.gz``.
         html_field: the field holding the page in JSON-lines input.
         version: as for every step.
@@ -103,8 +107,9 @@ def html_to_text(name: str, source: Any, extractor: Extractor | str = Extractor.
     Raises:
         ValueError: a bad source, extractor or favor (named), or a bad number.
     """
+    pages = document_source(source)
     return HtmlText(name, HtmlToTextConfig(
-        input=document_source(source), extractor=variant(Extractor, extractor, "extractor"),
+        input=pages, extractor=variant(Extractor, extractor, "extractor"),
         favor=variant(Favor, favor, "favor"), include_tables=include_tables, include_comments=include_comments,
         min_chars=min_chars, max_bytes=max_bytes, num_shards=num_shards, compress=compress,
-        html_field=html_field), version=version)
+        html_field=html_field, per_file=num_shards is None and not isinstance(pages, Placeholder)), version=version)

@@ -10,7 +10,9 @@ trained with ``thread=1`` and fastText's own ``seed`` in a fresh child process (
 Output: ``model.bin`` and ``_summary.json`` with the counts and the validation precision, recall
 and F1 of the positive label at probability 0.5 (and accuracy).
 
-Classification (:func:`classify_step`): attributes ``{"score": P(positive)}`` per document.
+Classification (:func:`classify_step`): attributes ``{"score": P(positive)}`` per document, made
+file by file (:mod:`marin.processing.per_file`): a later build over a changed set of document
+shards, with the same model, scores only the new and changed shards.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from typing import Any
 
 import xxhash
 
+from marin.execution.core.traits import StepTraits, step_function
 from marin.processing.attributes import (
+    DOCUMENT_SUFFIXES,
+    Shard,
     iter_corpus,
     list_shards,
     write_sidecar,
     write_summary,
 )
+from marin.processing.incremental import IncrementalStart
+from marin.processing.per_file import InputFile, PartOutput, input_files, map_files
 from marin.processing.quality.fasttext_train import MIN_MATRIX_VALUES, train_in_child
 from marin.processing.text import words
 from rigging import filesystem as fs
@@ -179,9 +186,7 @@ class ClassifyConfig:
     """The quality_classifier step's output folder (or a ``.bin`` file)."""
 
 
-def classify_step(config: ClassifyConfig, output_path: str) -> None:
-    """Step function: ``{"score": P(positive)}`` sidecars and ``_summary.json`` (documents, mean score,
-    a 10-bin histogram of scores)."""
+def _load_model(config: ClassifyConfig) -> Any:
     import fasttext  # compiled extension, loaded by the step that needs it
 
     model_path = str(config.model)
@@ -196,17 +201,31 @@ def classify_step(config: ClassifyConfig, output_path: str) -> None:
         model = fasttext.load_model(local)
     if POSITIVE_LABEL not in model.labels:
         raise ValueError(f"{model_path} has labels {model.labels}, not {POSITIVE_LABEL}: not a quality classifier")
-    shards = list_shards(config.input)
-    histogram = [0] * 10
-    total, documents = 0.0, 0
-    for shard in shards:
+    return model
+
+
+@step_function(StepTraits(plan_start=IncrementalStart(("input",))))
+def classify_step(config: ClassifyConfig, output_path: str) -> None:
+    """Step function: ``{"score": P(positive)}`` sidecars and ``_summary.json`` (documents, mean score,
+    a 10-bin histogram of scores)."""
+    model = _load_model(config)  # first: a bad model fails the step even when every shard is reused
+
+    def one(f: InputFile) -> PartOutput:
+        shard = Shard(f.path, f.name)
         docs = [doc for _i, doc in iter_corpus([shard])]
         scores = [round(s, 6) for s in _positive_scores(model, [d["text"] for d in docs])]
         write_sidecar(output_path, shard, [d["id"] for d in docs], [{"score": s} for s in scores])
+        histogram = [0] * 10
         for s in scores:
             histogram[min(int(s * 10), 9)] += 1
-        total += sum(scores)
-        documents += len(scores)
-    write_summary(output_path, {"step": "classify", "shards": len(shards), "documents": documents,
+        return PartOutput((f.name,), {"documents": len(scores), "score_sum": sum(scores), "histogram": histogram})
+
+    parts = map_files(input_files(config.input, DOCUMENT_SUFFIXES), output_path, one)
+    histogram = [sum(column) for column in zip(*(p.stats["histogram"] for p in parts), strict=True)] or [0] * 10
+    total, documents = 0.0, 0
+    for p in parts:  # the shards' sums added in order, as one pass over them would
+        total += p.stats["score_sum"]
+        documents += p.stats["documents"]
+    write_summary(output_path, {"step": "classify", "shards": len(parts), "documents": documents,
                                 "mean_score": round(total / documents, 6) if documents else None,
                                 "histogram": histogram})

@@ -20,7 +20,9 @@ Definitions (implemented from the papers' descriptions; defaults are their publi
   >= ``c4_min_kept_fraction`` (this project's document-level reading of the line rule); ``c4_sentences``:
   at least 3 sentences in those lines; ``c4_lorem_ipsum`` and ``c4_curly_brace``: the page has none.
 
-Sidecar attributes: ``{"passed": bool, "failed": [rule, ...], "metrics": {name: value}}``.
+Sidecar attributes: ``{"passed": bool, "failed": [rule, ...], "metrics": {name: value}}``. Sidecars
+are made file by file (:mod:`marin.processing.per_file`): a later build over a changed set of
+document shards evaluates only the new and changed shards.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from marin.processing.attributes import iter_corpus, list_shards, write_sidecar, write_summary
+from marin.execution.core.traits import StepTraits, step_function
+from marin.processing.attributes import DOCUMENT_SUFFIXES, Shard, iter_corpus, write_sidecar, write_summary
+from marin.processing.incremental import IncrementalStart
+from marin.processing.per_file import InputFile, PartOutput, input_files, map_files
 from marin.processing.text import words
 
 __all__ = ["HeuristicRule", "HeuristicsConfig", "evaluate_heuristics", "heuristics_step"]
@@ -241,20 +246,22 @@ def _rounded(value: Any) -> Any:
     return value
 
 
+@step_function(StepTraits(plan_start=IncrementalStart(("input",))))
 def heuristics_step(config: HeuristicsConfig, output_path: str) -> None:
     """Step function: heuristic-rule sidecars and ``_summary.json`` (documents, passed, failures per rule)."""
-    shards = list_shards(config.input)
-    ids: list[list[Any]] = [[] for _ in shards]
-    attributes: list[list[dict]] = [[] for _ in shards]
-    for index, doc in iter_corpus(shards):
-        ids[index].append(doc["id"])
-        attributes[index].append(evaluate_heuristics(doc["text"], config))
-    for shard, shard_ids, attrs in zip(shards, ids, attributes, strict=True):
-        write_sidecar(output_path, shard, shard_ids, attrs)
-    flat = [a for attrs in attributes for a in attrs]
-    failures = Counter(rule for a in flat for rule in a["failed"])
+
+    def one(f: InputFile) -> PartOutput:
+        shard = Shard(f.path, f.name)
+        docs = [doc for _index, doc in iter_corpus([shard])]
+        attributes = [evaluate_heuristics(doc["text"], config) for doc in docs]
+        write_sidecar(output_path, shard, [doc["id"] for doc in docs], attributes)
+        failures = Counter(rule for a in attributes for rule in a["failed"])
+        return PartOutput((f.name,), {"documents": len(attributes), "passed": sum(1 for a in attributes if a["passed"]),
+                                      "failures": dict(sorted(failures.items()))})
+
+    parts = map_files(input_files(config.input, DOCUMENT_SUFFIXES), output_path, one)
     write_summary(output_path, {
-        "step": "heuristics", "shards": len(shards), "documents": len(flat),
-        "passed": sum(1 for a in flat if a["passed"]),
-        "failures": {rule.value: failures.get(rule.value, 0) for rule in config.rules},
+        "step": "heuristics", "shards": len(parts), "documents": sum(p.stats["documents"] for p in parts),
+        "passed": sum(p.stats["passed"] for p in parts),
+        "failures": {rule.value: sum(p.stats["failures"].get(rule.value, 0) for p in parts) for rule in config.rules},
     })
