@@ -15,14 +15,14 @@ let
 in
 {
   # pytest over a writable copy of the source against the (non-editable) test environment.
-  # tests/test_nix_check.py is left out: it drives nix-instantiate and apt, which belong to
+  # tests/infra/test_nix_check.py is left out: it drives nix-instantiate and apt, which belong to
   # `make nix-check` on a host, not to the build sandbox; its substance is the `lock` check.
   tests = pkgs.runCommand "marin-tests" { nativeBuildInputs = [ python.testVenv ]; } ''
     cp -r ${src} source
     chmod -R u+w source
     cd source
     export HOME="$TMPDIR" MARIN_PREFIX="$TMPDIR/store"
-    pytest -q -m "not slow" -p no:cacheprovider --ignore=tests/test_nix_check.py
+    pytest -q -m "not slow" -p no:cacheprovider --ignore=tests/infra/test_nix_check.py
     touch $out
   '';
 

@@ -2,6 +2,10 @@
 
 * the tests folder goes on ``sys.path`` so ``steps_for_tests`` imports under that one name here,
   in spawned step workers (which inherit ``sys.path``) and in subprocess runners (``PYTHONPATH``);
+  the test modules sit in one subfolder per layer they test (docs/architecture.md), and pytest
+  (``--import-mode=importlib``) names them ``pkgs.marin.tests.<layer>.test_<x>``: a worker imports
+  a step function defined in one under that name (the workspace root is on its ``sys.path``), or
+  from the file the runner records;
 * ``counter``: a folder where step functions count their calls across processes;
 * ``store``: a (prefix, client) pair parametrized over the local, ``memory://`` and ``gs://``
   stores. ``memory://`` lives inside one process, so its steps run in this process;

@@ -91,11 +91,12 @@ def test_a_noop_plan_and_run_of_200_cached_steps_cost_a_few_requests(cached_grap
 
 def _counted_cli(proxy: LatencyProxy, tmp_path, verb: str, steps: str, prefix: str) -> tuple[Any, list[str]]:
     """``marin VERB`` (in this process) of an experiment file whose ``steps = <steps>`` (an expression
-    over this module), and the requests it made."""
+    over this module, imported by the name pytest gave it: it sits in a layer folder, not on
+    ``sys.path``), and the requests it made."""
     from marin.cli.main import cli
 
     experiment = tmp_path / f"exp_{verb}_counted.py"
-    experiment.write_text(f"import test_object_store_scale as t\nsteps = t.{steps}\n")
+    experiment.write_text(f"import {__name__} as t\nsteps = t.{steps}\n")
     proxy.reset()
     result = CliRunner().invoke(cli, [verb, str(experiment), "--prefix", prefix], catch_exceptions=False)
     return result, proxy.reset()

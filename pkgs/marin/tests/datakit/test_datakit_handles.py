@@ -224,7 +224,7 @@ def test_consolidated_output_is_what_tokenized_reads(tmp_path: Path) -> None:
 def test_the_experiment_plans(tmp_path: Path) -> None:
     from experiments.datakit import web_pipeline as exp
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     result = CliRunner().invoke(cli, ["plan", str(root / "experiments" / "datakit"), "--prefix", str(tmp_path),
                                       "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

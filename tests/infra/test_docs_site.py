@@ -16,7 +16,7 @@ from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.plugins import BasePlugin
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # An inline Markdown link's target.
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 

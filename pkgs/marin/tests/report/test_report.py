@@ -36,7 +36,7 @@ from marin.report.run_report import write_run_report
 from rigging import filesystem as fs
 from testsupport.browser import open_report
 
-HELLO_WORLD = Path(__file__).resolve().parents[3] / "experiments" / "tutorials" / "hello_world.py"
+HELLO_WORLD = Path(__file__).resolve().parents[4] / "experiments" / "tutorials" / "hello_world.py"
 LOGGED_STEPS = 37
 # What a trainer on an fsdp=8 mesh measures at start (levanter.memory).
 TRAIN_MEMORY = MemoryReport(mesh={"data": 1, "fsdp": 8, "tensor": 1}, params_bytes_per_device=3 * 2**20,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECK = Path("nix") / "check.sh"
 _IGNORED = shutil.ignore_patterns(
     ".git",
