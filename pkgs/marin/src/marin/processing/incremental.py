@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.encoding import flatten_config
 from marin.execution.core.identity import fn_identity
@@ -31,12 +31,12 @@ from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start
 from marin.execution.core.walk import Kind, kind_of, sources_in
-from marin.execution.store.code_digest import CodeDigest, code_digest
-from marin.execution.store.provenance_record import Provenance
-from marin.execution.store.sources import fingerprint_sources
-from marin.execution.store.step_record import StepRecord
 from marin.processing.per_file import PARTS_FILE
 from rigging import filesystem as fs
+
+if TYPE_CHECKING:
+    from marin.execution.store.code_digest import CodeDigest
+    from marin.execution.store.provenance_record import Provenance
 
 __all__ = ["IncrementalStart"]
 
@@ -71,6 +71,8 @@ def _recorded(prov: Provenance, digests: Mapping[SourceKey, str]) -> bool:
 
 def _built_digest(recorded: Any) -> str | None:
     """The code digest a provenance records (None: none, or unreadable: never equal to the code's)."""
+    from marin.execution.store.code_digest import CodeDigest  # see IncrementalStart.__call__
+
     try:
         return CodeDigest.from_json(recorded).digest
     except ValueError:
@@ -105,12 +107,19 @@ class IncrementalStart:
 
     def _whole_sources(self, config: Any) -> dict[SourceKey, str]:
         """The digests of the sources ``config`` reads outside :attr:`input_fields` (read whole)."""
+        from marin.execution.store.sources import fingerprint_sources  # see __call__
+
         per_file = {s.key for f in self.input_fields for s in sources_in(_field(config, f))}
         whole = list(dict.fromkeys(s.key for s in sources_in(config) if s.key not in per_file))
         # The plan fingerprinted them a moment ago: the stat cache (or one listing) answers.
         return {key: f.digest for key, f in fingerprint_sources(whole).items()} if whole else {}
 
     def __call__(self, step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds) -> Start | None:
+        # Not at import: handles import this module, and an experiment file that is only imported (or
+        # planned with nothing to build) must not load fingerprinting and code digests.
+        from marin.execution.store.code_digest import code_digest
+        from marin.execution.store.step_record import StepRecord
+
         flat = flatten_config(step.config, hashes)
         fn = fn_identity(step.fn)
         own = hashes.get(id(step))

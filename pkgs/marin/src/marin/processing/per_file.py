@@ -37,7 +37,6 @@ from typing import Any
 
 from marin.execution.core.sources import Source
 from marin.execution.run.worker import current_step
-from marin.execution.store.sources import fingerprint_sources
 from marin.experiment.data.sources import is_hf_id
 from marin.processing.attributes import list_files
 from rigging import filesystem as fs
@@ -132,6 +131,9 @@ def input_files(source: Any, suffixes: Sequence[str]) -> list[InputFile]:
         ValueError: two files would share a name.
     """
     entries = _entries(source)
+    # Not at import: the handles import this module; only a running step fingerprints its files.
+    from marin.execution.store.sources import fingerprint_sources
+
     prints = fingerprint_sources([(e, None) for e in entries if not is_hf_id(e)])
     files: list[InputFile] = []
     for entry in entries:
