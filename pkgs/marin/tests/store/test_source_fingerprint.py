@@ -100,6 +100,30 @@ def test_touching_a_file_reads_it_again_and_keeps_its_fingerprint(tmp_path: Path
     assert fingerprint_source(str(src), stat_cache=cache) == first and cache.reads == 4
 
 
+def test_an_unchanged_source_is_answered_by_its_remembered_listing_and_any_change_is_not(
+        tmp_path: Path, cache: StatCache) -> None:
+    src = _corpus(tmp_path)
+    first = fingerprint_source(str(src), stat_cache=cache)
+    assert cache.listing_hits == 0 and cache.reads == 3
+    assert fingerprint_source(str(src), stat_cache=cache) == first and cache.listing_hits == 1
+    old = time.time_ns() - 2 * HOUR_NS
+    (src / "d2.jsonl").write_text("another line\n")
+    os.utime(src / "d2.jsonl", ns=(old, old))
+    second = fingerprint_source(str(src), stat_cache=cache)  # another stat: not the remembered listing
+    assert cache.listing_hits == 1 and cache.reads == 4 and second.digest != first.digest
+    assert dict(second.files)["d2.jsonl"] == hashlib.sha256(b"another line\n").hexdigest()
+    (src / "d9.jsonl").write_text("new\n")
+    os.utime(src / "d9.jsonl", ns=(old, old))
+    third = fingerprint_source(str(src), stat_cache=cache)
+    assert cache.listing_hits == 1 and "d9.jsonl" in dict(third.files)
+    assert fingerprint_source(str(src), stat_cache=cache) == third and cache.listing_hits == 2
+    # A listing with a file modified just now is not remembered (its stat could hide a rewrite).
+    (src / "d9.jsonl").write_text("newer\n")
+    fingerprint_source(str(src), stat_cache=cache)
+    fingerprint_source(str(src), stat_cache=cache)
+    assert cache.listing_hits == 2
+
+
 def test_a_file_rewritten_in_the_clock_tick_it_was_read_in_is_not_trusted(tmp_path: Path, cache: StatCache) -> None:
     data = tmp_path / "fresh.jsonl"
     data.write_text("aaaa\n")

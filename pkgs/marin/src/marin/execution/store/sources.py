@@ -30,7 +30,13 @@ from typing import Any
 from marin.execution.core.sources import Source, SourceKey, set_fingerprinter
 from marin.execution.store.object_sources import ObjectListingError, list_object_sources
 from marin.execution.store.source_glob import Glob, has_glob, split_glob
-from marin.execution.store.stat_cache import StatCache, default_stat_cache, stat_cache_path
+from marin.execution.store.stat_cache import (
+    StatCache,
+    default_stat_cache,
+    listing_signature,
+    stat_cache_path,
+    trusted,
+)
 from rigging import filesystem as fs
 from rigging.hf_hub import hub_cache_dir, hub_endpoint, hub_offline, is_hf_id
 
@@ -228,12 +234,20 @@ def _fingerprint_local(spec: str, cache: StatCache) -> SourceFingerprint:
             stats.append(info)
     if not kept:
         raise SourceUnavailable(f"source {spec!r} matches no file")
+    signature = listing_signature(paths, stats)
+    remembered = cache.listing(spec, signature)
+    if remembered is not None and len(remembered[0]) == len(kept):
+        return SourceFingerprint(spec, None, SourceKind.LOCAL.value, remembered[1],
+                                 tuple(zip(kept, remembered[0], strict=True)))
     try:
         digests = cache.digests_of(paths, stats, now)
     except OSError as e:
         raise _unreadable(spec, path, e) from None
     files = tuple(zip(kept, digests, strict=True))
-    return SourceFingerprint(spec, None, SourceKind.LOCAL.value, _files_digest(SourceKind.LOCAL, files), files)
+    digest = _files_digest(SourceKind.LOCAL, files)
+    if trusted(stats, now):
+        cache.remember_listing(spec, signature, digests, digest)
+    return SourceFingerprint(spec, None, SourceKind.LOCAL.value, digest, files)
 
 
 # ---------------------------------------------------------------------------------------------- hub

@@ -9,6 +9,7 @@ a user: ``MARIN_STAT_CACHE``, else ``$XDG_CACHE_HOME/marin/stat-cache.sqlite``, 
 
 from __future__ import annotations
 
+import array
 import hashlib
 import logging
 import os
@@ -17,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["StatCache", "default_stat_cache", "stat_cache_path"]
+__all__ = ["StatCache", "default_stat_cache", "listing_signature", "stat_cache_path", "trusted"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,25 @@ _CHUNK = 500
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS file_digests (ino INTEGER NOT NULL, dev INTEGER NOT NULL, "
            "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
            "PRIMARY KEY (ino, dev)) WITHOUT ROWID")
+# A whole source's answer, kept under the signature of its listing (every path and its stat), so that
+# an unchanged glob of many files costs its stats and one row, not a row per file.
+_LISTINGS = ("CREATE TABLE IF NOT EXISTS listings (spec TEXT PRIMARY KEY, signature TEXT NOT NULL, "
+             "digests TEXT NOT NULL, fingerprint TEXT NOT NULL)")
+
+
+def listing_signature(paths: Sequence[str], stats: Sequence[os.stat_result]) -> str:
+    """A digest of a listing: each path with the (device, inode, size, mtime_ns) ``stat`` gave it."""
+    numbers = array.array("Q")
+    for st in stats:
+        numbers.extend((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    digest = hashlib.sha256("\n".join(paths).encode("utf-8", "surrogateescape"))
+    digest.update(numbers.tobytes())
+    return digest.hexdigest()
+
+
+def trusted(stats: Sequence[os.stat_result], stat_time_ns: int) -> bool:
+    """Whether every file was last modified long enough before it was stat'ed to be remembered."""
+    return all(st.st_mtime_ns < stat_time_ns - _RACY_NS for st in stats)
 
 
 def _signed(value: int) -> int:
@@ -70,6 +90,8 @@ class StatCache:
         self.path = path
         self.reads = 0
         """How many files this instance has read (the rest came from the cache)."""
+        self.listing_hits = 0
+        """How many sources this instance answered from a remembered listing (:meth:`listing`)."""
         self._lock = threading.Lock()
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -78,6 +100,7 @@ class StatCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
+            self._db.execute(_LISTINGS)
         except sqlite3.Error:
             self._db.close()
             raise
@@ -114,6 +137,22 @@ class StatCache:
         found.update(fresh)
         return [found[i] for i in range(len(paths))]
 
+    def listing(self, spec: str, signature: str) -> tuple[list[str], str] | None:
+        """The per-file digests (in listing order) and fingerprint remembered for ``spec`` when its
+        listing had ``signature`` (:func:`listing_signature`); None when it had another."""
+        with self._lock:
+            row = self._db.execute("SELECT signature, digests, fingerprint FROM listings WHERE spec = ?",
+                                   (spec,)).fetchone()
+        if row is None or row[0] != signature:
+            return None
+        self.listing_hits += 1
+        return row[1].split(","), row[2]
+
+    def remember_listing(self, spec: str, signature: str, digests: Sequence[str], fingerprint: str) -> None:
+        """Keep ``spec``'s answer under its listing's signature; call it only for a :func:`trusted` listing."""
+        self._write("INSERT OR REPLACE INTO listings VALUES (?, ?, ?, ?)",
+                    [(spec, signature, ",".join(digests), fingerprint)])
+
     def _lookup(self, stats: Sequence[os.stat_result]) -> dict[tuple[int, int], tuple[int, int, str]]:
         inodes = sorted({_signed(st.st_ino) for st in stats})
         known: dict[tuple[int, int], tuple[int, int, str]] = {}
@@ -127,22 +166,25 @@ class StatCache:
         return known
 
     def _store(self, rows: Sequence[tuple[os.stat_result, str]]) -> None:
-        import sqlite3
-
         if not rows:
             return
         values = [(_signed(st.st_ino), _signed(st.st_dev), st.st_size, st.st_mtime_ns, sha) for st, sha in rows]
+        self._write("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?, ?)", values)
+
+    def _write(self, statement: str, values: Sequence[tuple[Any, ...]]) -> None:
+        import sqlite3  # see __init__
+
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?, ?)", values)
+                self._db.executemany(statement, values)
                 self._db.execute("COMMIT")
             except sqlite3.OperationalError as e:
                 # The cache only saves reading: a write it cannot make (disk full, locked for longer
                 # than the busy timeout) costs a read next time, never a wrong digest.
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                logger.warning("stat cache %s: could not remember %d digests (%s)", self.path, len(values), e)
+                logger.warning("stat cache %s: could not remember %d rows (%s)", self.path, len(values), e)
 
     def close(self) -> None:
         """Close the database (what was read is already written)."""
