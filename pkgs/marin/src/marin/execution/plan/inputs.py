@@ -39,7 +39,9 @@ def fingerprint_graph(graph: Sequence[Step]) -> dict[SourceKey, SourceFingerprin
     try:
         return fingerprint_sources([s.key for s in found])
     except SourceUnavailable as e:
-        readers = [step.name for step in graph for s in config_walk(step).sources if str(s) in str(e)]
+        # The message names the source as the spec's repr (quoted): a spec that is a prefix of another's
+        # is not taken for it.
+        readers = [step.name for step in graph for s in config_walk(step).sources if repr(s.spec) in str(e)]
         where = f"step {readers[0]!r}: " if readers else ""
         raise SourceNotFound(f"{where}{e}") from None
 
