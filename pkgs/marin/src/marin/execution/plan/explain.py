@@ -106,16 +106,13 @@ def display_path(spec: str) -> str:
 
 def source_base(spec: str) -> str:
     """The folder a local source's file names are relative to, as shown (``""`` for others)."""
+    from marin.execution.store.source_glob import has_glob, split_glob  # see sources_changed
+
     if "://" in spec or not os.path.isabs(spec):
         return ""
-    fixed = spec
-    for i, c in enumerate(spec):
-        if c in "*?[":
-            fixed = os.path.dirname(spec[:i])
-            break
-    else:
-        fixed = spec if os.path.isdir(spec) else os.path.dirname(spec)
-    return display_path(fixed)
+    if has_glob(spec):
+        return display_path(split_glob(spec)[0])
+    return display_path(spec if os.path.isdir(spec) else os.path.dirname(spec))
 
 
 def _show(encoded: str | None) -> str:
