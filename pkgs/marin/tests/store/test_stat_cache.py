@@ -53,9 +53,10 @@ def test_processes_fill_one_cache_at_once_and_a_later_one_reads_nothing(tmp_path
     _old_files(tmp_path / "data", 40)
     where = str(tmp_path / "stat.sqlite")
     runs = [subprocess.Popen([sys.executable, "-c", _FILL, where, str(tmp_path / "data")], stdout=subprocess.PIPE,
-                             text=True) for _ in range(2)]
-    answers = [run.communicate(timeout=60)[0].split() for run in runs]
-    assert [run.returncode for run in runs] == [0, 0]
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=60) for run in runs]
+    answers = [out.split() for out, _err in outputs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _out, err in outputs]
     assert answers[0][0] == answers[1][0]
     with StatCache(where) as cache:
         assert fingerprint_source(str(tmp_path / "data"), stat_cache=cache).digest == answers[0][0]

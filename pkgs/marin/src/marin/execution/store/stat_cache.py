@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 # tick of a few milliseconds, FAT and some network file systems at 1-2 s). Such a file is read
 # again next time, when it is old enough to be trusted.
 _RACY_NS = 2_000_000_000
+# How long a process waits for another's write to the cache (SQLite's busy timeout).
+_BUSY_S = 30.0
 # Files up to this size are read whole (larger ones in chunks).
 _WHOLE_READ = 1 << 20
 # Inodes per lookup query (below SQLite's oldest limit of 999 bound parameters).
@@ -50,9 +52,14 @@ def listing_signature(paths: Sequence[str], stats: Sequence[os.stat_result]) -> 
     return digest.hexdigest()
 
 
+def _settled(st: os.stat_result, stat_time_ns: int) -> bool:
+    """Whether a file was last modified long enough before it was stat'ed to be remembered."""
+    return st.st_mtime_ns < stat_time_ns - _RACY_NS
+
+
 def trusted(stats: Sequence[os.stat_result], stat_time_ns: int) -> bool:
     """Whether every file was last modified long enough before it was stat'ed to be remembered."""
-    return all(st.st_mtime_ns < stat_time_ns - _RACY_NS for st in stats)
+    return all(_settled(st, stat_time_ns) for st in stats)
 
 
 def _signed(value: int) -> int:
@@ -95,15 +102,33 @@ class StatCache:
         self._lock = threading.Lock()
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(path, timeout=_BUSY_S, isolation_level=None, check_same_thread=False)
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._use_wal()
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
             self._db.execute(_LISTINGS)
         except sqlite3.Error:
             self._db.close()
             raise
+
+    def _use_wal(self) -> None:
+        # Switching a file to write-ahead logging does not wait for the busy timeout: a process that
+        # opens the cache while another is switching it gets "database is locked" at once (seen with
+        # two processes starting together). The mode is kept in the file, so it is asked first and
+        # set only when it is not WAL yet, trying again until the busy timeout.
+        import sqlite3  # see __init__
+
+        deadline = time.monotonic() + _BUSY_S
+        while True:
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def digest(self, path: str) -> str:
         """The SHA-256 (hex) of the file at ``path``: remembered when its stat is unchanged, else read.
@@ -133,7 +158,7 @@ class StatCache:
                 found[i] = row[2]
         fresh = {i: _read_sha256(paths[i], stats[i].st_size) for i in range(len(paths)) if i not in found}
         self.reads += len(fresh)
-        self._store([(stats[i], sha) for i, sha in fresh.items() if stats[i].st_mtime_ns < stat_time_ns - _RACY_NS])
+        self._store([(stats[i], sha) for i, sha in fresh.items() if _settled(stats[i], stat_time_ns)])
         found.update(fresh)
         return [found[i] for i in range(len(paths))]
 
