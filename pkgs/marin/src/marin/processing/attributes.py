@@ -107,6 +107,21 @@ def _hub_files(repo_id: str, suffixes: Sequence[str]) -> list[Shard]:
     return matched
 
 
+def source_entries(source: Any) -> list[str]:
+    """The paths, globs, folders or Hugging Face ids ``source`` names (one, a source marker, or a
+    list of them), as strings.
+
+    Raises:
+        ValueError: ``source`` is none of those.
+    """
+    if isinstance(source, Source | str):
+        source = [source]  # a config read before its step runs holds the marker (a run hands fn the spec)
+    entries = [e.spec if isinstance(e, Source) else e for e in source]
+    if not entries or not all(isinstance(e, str) for e in entries):
+        raise ValueError(f"source must be a path, glob or folder (or a list of them), got {source!r}")
+    return entries
+
+
 def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
     """The files of ``source`` (a path, folder, glob, a Hugging Face dataset id, or a list of them)
     whose names end in ``suffixes``.
@@ -119,11 +134,7 @@ def list_files(source: Any, suffixes: Sequence[str]) -> list[Shard]:
         DataSourceError: a Hugging Face id is not in the hub cache (and cannot be downloaded).
         ValueError: two files of the source would get the same name.
     """
-    if isinstance(source, Source):
-        source = source.spec  # a config read before its step runs (a run hands fn the spec itself)
-    entries = [source] if isinstance(source, str) else [e.spec if isinstance(e, Source) else e for e in source]
-    if not entries or not all(isinstance(e, str) for e in entries):
-        raise ValueError(f"source must be a path, glob or folder (or a list of them), got {source!r}")
+    entries = source_entries(source)
     shards: list[Shard] = []
     lowered = tuple(s.lower() for s in suffixes)
     for entry in entries:

@@ -31,6 +31,7 @@ from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start
 from marin.execution.core.walk import Kind, kind_of, sources_in
+from marin.execution.store.layout import short_output_path
 from marin.processing.per_file import PARTS_FILE
 from rigging import filesystem as fs
 
@@ -39,12 +40,6 @@ if TYPE_CHECKING:
     from marin.execution.store.provenance_record import Provenance
 
 __all__ = ["IncrementalStart"]
-
-
-def _short(output_path: str) -> str:
-    """``<parent folder>/<name>-<hash>`` of an output folder: enough to find it under the prefix."""
-    parts = output_path.rstrip("/").split("/")
-    return "/".join(parts[-2:]) if len(parts) >= 2 else output_path
 
 
 def _field(config: Any, dotted: str) -> Any:
@@ -67,16 +62,6 @@ def _recorded(prov: Provenance, digests: Mapping[SourceKey, str]) -> bool:
         return True
     then = {(f.spec, f.revision): f.digest for f in prov.source_fingerprints()}
     return all(then.get(key) == digest for key, digest in digests.items())
-
-
-def _built_digest(recorded: Any) -> str | None:
-    """The code digest a provenance records (None: none, or unreadable: never equal to the code's)."""
-    from marin.execution.store.code_digest import CodeDigest  # see IncrementalStart.__call__
-
-    try:
-        return CodeDigest.from_json(recorded).digest
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -137,7 +122,8 @@ class IncrementalStart:
             if not fs.exists(fs.join(folder, PARTS_FILE)):
                 return None  # not made file by file (an older layout): nothing to reuse
             code = code or code_digest(step.fn)
-            if _built_digest(prov.code) != code.digest:
-                return Start(f"processes every file: the code changed since {_short(path)}")
-            return Start(f"reuses the per-file outputs of {_short(path)} for unchanged files", reuse_parts=folder)
+            if prov.code_digest() != code.digest:
+                return Start(f"processes every file: the code changed since {short_output_path(path)}")
+            return Start(f"reuses the per-file outputs of {short_output_path(path)} for unchanged files",
+                         reuse_parts=folder)
         return None

@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.core.sources import Source
 from marin.execution.run.worker import current_step
+from marin.execution.store.store import in_parallel
 from marin.experiment.data.sources import is_hf_id
-from marin.processing.attributes import list_files
+from marin.processing.attributes import list_files, source_entries
 from rigging import filesystem as fs
 
 __all__ = ["PARTS_FILE", "InputFile", "Part", "PartOutput", "content_fingerprint", "input_files", "map_files",
@@ -47,7 +47,6 @@ __all__ = ["PARTS_FILE", "InputFile", "Part", "PartOutput", "content_fingerprint
 PARTS_FILE = "_parts.json"
 """The index of a step's parts, in its output folder (the leading ``_`` keeps folder readers off it)."""
 _FORMAT = 1
-_COPIERS = 16
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +111,6 @@ def content_fingerprint(fingerprint: str | None) -> str | None:
     return fingerprint
 
 
-def _entries(source: Any) -> list[str]:
-    if isinstance(source, Source | str):
-        source = [source]
-    entries = [e.spec if isinstance(e, Source) else e for e in source]
-    if not entries or not all(isinstance(e, str) for e in entries):
-        raise ValueError(f"source must be a path, glob or folder (or a list of them), got {source!r}")
-    return entries
-
-
 def input_files(source: Any, suffixes: Sequence[str]) -> list[InputFile]:
     """The files of ``source`` ending in ``suffixes`` (as :func:`marin.processing.attributes.list_files`
     names and orders them), each with its fingerprint.
@@ -130,7 +120,7 @@ def input_files(source: Any, suffixes: Sequence[str]) -> list[InputFile]:
         SourceUnavailable: an entry cannot be fingerprinted.
         ValueError: two files would share a name.
     """
-    entries = _entries(source)
+    entries = source_entries(source)
     # Not at import: the handles import this module; only a running step fingerprints its files.
     from marin.execution.store.sources import fingerprint_sources
 
@@ -187,12 +177,7 @@ def _copy_part(folder: str, output_path: str, part: Part) -> bool:
 
 def _copy_parts(folder: str, output_path: str, parts: Sequence[Part]) -> set[str]:
     """The names of ``parts`` copied from ``folder`` (side by side: on an object store each is a request)."""
-    if len(parts) <= 1:
-        return {p.name for p in parts if _copy_part(folder, output_path, p)}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(_COPIERS, len(parts))) as pool:
-        done = list(pool.map(lambda p: _copy_part(folder, output_path, p), parts))
+    done = in_parallel(lambda p: _copy_part(folder, output_path, p), parts)
     return {p.name for p, ok in zip(parts, done, strict=True) if ok}
 
 

@@ -355,7 +355,7 @@ class StepAttempt:
             # Another runner published first (it held the lease after ours was lost): its build stands.
             raise LeaseLost(f"{record.success} was written by another runner")
         state.published(state.plan.position(p.step), fields.output_digest or "", self.files_folder)
-        done_index.mark(state.plan.store.prefix, p.output_name, provenance.env_digest, done_index.code_of(provenance))
+        done_index.mark(state.plan.store.prefix, p.output_name, provenance.env_digest, provenance.code_digest())
         return manifest, provenance, odd
 
     def _lease_lost_now(self) -> str | None:

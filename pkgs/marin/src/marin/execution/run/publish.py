@@ -83,7 +83,7 @@ def publish_copy(state: RunState, pos: int, lease: Lease,
             raise LeaseLost(f"{record.success} was written by another runner")
         provenance = record.read_provenance()
         done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(provenance),
-                        done_index.code_of(provenance))
+                        provenance.code_digest() if provenance is not None else None)
     except CacheMiss as e:
         logger.warning("%s; %s", e, instead)
         return False

@@ -46,7 +46,7 @@ from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 
-__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "code_of", "done_outputs", "env_of",
+__all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "done_outputs", "env_of",
            "index_folder", "mark", "marker_name", "parse_marker", "read_index", "split_stamp", "stamp_of", "unmark"]
 
 INDEX_DIR = ".marin/done"
@@ -132,16 +132,9 @@ def env_of(provenance: Provenance | None) -> str | None:
     return (provenance.env_digest or None) if provenance is not None else None
 
 
-def code_of(provenance: Provenance | None) -> str | None:
-    """The digest of the code a ``provenance.json`` records the build ran, or None."""
-    code = provenance.code if provenance is not None else None
-    digest = code.get("digest") if isinstance(code, dict) else None
-    return digest if isinstance(digest, str) and digest else None
-
-
 def stamp_of(provenance: Provenance | None) -> str:
     """The build stamp a marker of this build carries (see :func:`split_stamp`)."""
-    env, code = env_of(provenance), code_of(provenance)
+    env, code = env_of(provenance), provenance.code_digest() if provenance is not None else None
     return (env[:16] if env else UNKNOWN_ENV) + (_CODE + code[:16] if code else "")
 
 

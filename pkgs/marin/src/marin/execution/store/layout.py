@@ -28,7 +28,7 @@ from typing import Any
 from rigging import filesystem as fs
 
 __all__ = ["ATTEMPTS_DIR", "LOST_PREFIX", "META_DIR", "attempt_folder", "files_folder", "is_attempt_folder",
-           "is_reserved"]
+           "is_reserved", "short_output_path"]
 
 
 META_DIR = ".marin"
@@ -58,6 +58,13 @@ def is_reserved(rel: str) -> bool:
     store's, never part of the step's output."""
     top = rel.split("/", 1)[0]
     return top in (META_DIR, ATTEMPTS_DIR)
+
+
+def short_output_path(output_path: str) -> str:
+    """``<parent folder>/<name>-<hash>`` of an output folder: enough to find it under the prefix
+    (what a plan's note names an earlier build by)."""
+    parts = output_path.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 else output_path
 
 
 def files_folder(output_path: str, attempt_folder: str) -> str:

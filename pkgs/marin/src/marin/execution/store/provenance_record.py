@@ -157,6 +157,19 @@ class Provenance:
             kwargs["realised_from"] = RealisedFrom(**kwargs["realised_from"])
         return cls(**kwargs)
 
+    def code_digest(self) -> str | None:
+        """The digest of the code the build ran, as recorded; None when it records none or one that
+        does not read back (never equal to a code's digest)."""
+        # Not at import: records are read on every plan; code digests only where code is compared.
+        from marin.execution.store.code_digest import CodeDigest
+
+        if self.code is None:
+            return None
+        try:
+            return CodeDigest.from_json(self.code).digest
+        except (KeyError, TypeError, ValueError):
+            return None
+
     def source_fingerprints(self) -> list[SourceFingerprint]:
         """The sources it read, as recorded (entries that do not parse are left out)."""
         # Not at import: records are read on every plan; sources only by steps that read some.

@@ -23,6 +23,7 @@ from typing import Any
 
 from marin.execution.core.identity import keep_identities
 from marin.execution.core.traits import Start
+from marin.execution.store.layout import short_output_path
 from marin.execution.store.provenance_record import Provenance
 from rigging import filesystem as fs
 
@@ -42,7 +43,7 @@ class Extension:
     step: int
 
     def describe(self) -> str:
-        return f"extends {_short(self.source)} from step {self.step} (saves {self.step} steps)"
+        return f"extends {short_output_path(self.source)} from step {self.step} (saves {self.step} steps)"
 
     def planned(self) -> Start:
         """The plan's decision, as the run hands it to the training step."""
@@ -61,12 +62,6 @@ class NoExtension:
     def planned(self) -> Start:
         """The plan's note: the build starts from step 0."""
         return Start(self.reason)
-
-
-def _short(output_path: str) -> str:
-    """``<parent folder>/<name>-<hash>`` of an output folder: enough to find it under the prefix."""
-    parts = output_path.rstrip("/").split("/")
-    return "/".join(parts[-2:]) if len(parts) >= 2 else output_path
 
 
 def _is_schedule_field(key: str, optimizer: Any) -> bool:
@@ -112,10 +107,10 @@ def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mappi
         if not kept:
             where = f"no checkpoint at or before step {limit}"
             if parting < min(old_steps, new_steps):
-                why.append(f"cannot extend {_short(path)}: {_schedule_cause(config.optimizer)} "
+                why.append(f"cannot extend {short_output_path(path)}: {_schedule_cause(config.optimizer)} "
                            f"(the learning rates part at step {parting}; it keeps {where})")
             else:
-                why.append(f"cannot extend {_short(path)}: it keeps {where}")
+                why.append(f"cannot extend {short_output_path(path)}: it keeps {where}")
             continue
         if best is None or kept[-1] > best.step:
             best = Extension(source=path, step=kept[-1])
