@@ -210,8 +210,10 @@ def test_fuzzy_dedup_is_deterministic_and_independent_of_sharding(corpus: tuple[
     for name, source in (("one", one), ("again", one), ("five", five)):
         fuzzy_dedup_step(FuzzyDedupConfig(input=source), str(tmp_path / f"fz-{name}"))
         outputs[name] = _attributes(str(tmp_path / f"fz-{name}"))
-    for a in (tmp_path / "fz-one").iterdir():
-        assert a.read_bytes() == (tmp_path / "fz-again" / a.name).read_bytes()
+    built = sorted(a.relative_to(tmp_path / "fz-one") for a in (tmp_path / "fz-one").rglob("*") if a.is_file())
+    assert built == sorted(a.relative_to(tmp_path / "fz-again") for a in (tmp_path / "fz-again").rglob("*") if a.is_file())
+    for rel in built:
+        assert (tmp_path / "fz-one" / rel).read_bytes() == (tmp_path / "fz-again" / rel).read_bytes(), rel
     assert outputs["one"] == outputs["five"]
     summaries = [json.loads((tmp_path / f"fz-{n}" / "_summary.json").read_text()) for n in ("one", "five")]
     assert summaries[0]["duplicates"] == summaries[1]["duplicates"] > 0

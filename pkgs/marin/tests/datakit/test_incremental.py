@@ -16,7 +16,7 @@ from marin.execution.run.worker import RunningStep, running
 from marin.execution.store.step_record import StepRecord
 from marin.experiment.datakit import heuristics, html_to_text
 from marin.processing import html as html_module
-from marin.processing.attributes import list_shards, read_documents, read_summary, write_jsonl
+from marin.processing.attributes import list_shards, read_documents, read_records, read_summary, write_jsonl
 from marin.processing.per_file import (
     PARTS_FILE,
     PartOutput,
@@ -276,3 +276,77 @@ def test_decontaminate_over_a_growing_folder_and_a_changed_eval_set(tmp_path: Pa
     # Another eval set (the same path, other items) is another recipe: every shard is checked again.
     write_jsonl(str(evals / "items.jsonl"), [{"id": "i2", "text": _ITEM.replace("eleven", "twelve")}])
     assert _incremental(_build(prefix, step())["dc/web"]) is None
+
+
+def test_tokenized_reuses_the_shards_of_unchanged_files_under_their_new_positions(tmp_path: Path) -> None:
+    """One shard per file: a file added between two others moves the later shards up one place;
+    their shards are copied there, not tokenized again, and the whole output (shards, commit
+    records, index) is byte for byte a build from scratch."""
+    from marin.experiment.data import tokenized
+    from testsupport.levanter_data import byte_level_tokenizer
+
+    docs, prefix = tmp_path / "docs", str(tmp_path / "store")
+
+    def doc_file(k: int, edit: str = "") -> None:
+        write_jsonl(str(docs / f"d{k}.jsonl"), [{"id": f"{k}-{j}", "text": f"{_RIVERS[(k + j) % 6]} story {k}.{j}{edit}: "
+                                                 f"the boat went down the river past {j + k} mills."} for j in range(12)])
+
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(byte_level_tokenizer([f"the boat went down the {r} past mills" for r in _RIVERS], 300))
+
+    def step():
+        return tokenized("tok/rivers", str(docs), str(tokenizer), validation_fraction=0.25)
+
+    for k in (0, 2, 4, 6):
+        doc_file(k)
+    first = _build(prefix, step())["tok/rivers"]
+    assert [(p.name, p.stats) for p in read_parts(first) or []] == [(f"d{k}.jsonl", {"shard": i})
+                                                                     for i, k in enumerate((0, 2, 4, 6))]
+    doc_file(3)
+    second = _build(prefix, step())["tok/rivers"]
+    assert _incremental(second) == {"files_reused": 4, "files_processed": 1}
+    assert [(p.name, p.stats["shard"]) for p in read_parts(second) or []] == [
+        ("d0.jsonl", 0), ("d2.jsonl", 1), ("d3.jsonl", 2), ("d4.jsonl", 3), ("d6.jsonl", 4)]
+    scratch = _build(str(tmp_path / "scratch-1"), step())["tok/rivers"]
+    assert _contents(second) == _contents(scratch)
+    assert _digest(second) == _digest(scratch)
+
+    # A changed file is tokenized again, a removed one leaves no shard behind.
+    doc_file(2, edit=" (revised)")
+    (docs / "d4.jsonl").unlink()
+    third = _build(prefix, step())["tok/rivers"]
+    assert _incremental(third) == {"files_reused": 3, "files_processed": 1}
+    scratch = _build(str(tmp_path / "scratch-2"), step())["tok/rivers"]
+    assert _contents(third) == _contents(scratch)
+    assert sorted(rel for rel in _contents(third) if rel.startswith("train/")) == [
+        f"train/part-{i:05d}.array_record" for i in range(4)]
+
+
+def test_fuzzy_dedup_signs_only_new_files_and_clusters_every_document_again(tmp_path: Path) -> None:
+    """The signature phase is file by file; the clustering is global: a near-duplicate added in a
+    new file joins the cluster of a document whose band keys were copied from the earlier build."""
+    from marin.experiment.datakit import dedup
+
+    docs, prefix = tmp_path / "docs", str(tmp_path / "store")
+
+    def story(k: int, edit: str = "") -> str:
+        river = _RIVERS[k % 6]
+        return (f"on the banks of the {river} the ferryman {k} rowed travellers across every morning, "
+                f"and in the evening he mended his nets and told stories about the old mill{edit}")
+
+    for k in range(5):
+        write_jsonl(str(docs / f"s{k}.jsonl"), [{"id": f"{k}-{j}", "text": story(10 * k + j)} for j in range(3)])
+
+    def step():
+        return dedup("dedup/stories", str(docs), threshold=0.7)
+
+    first = _build(prefix, step())["dedup/stories"]
+    assert read_summary(first)["duplicates"] == 0
+    write_jsonl(str(docs / "s5.jsonl"), [{"id": "copy", "text": story(21, edit=" by the river")}])
+    second = _build(prefix, step())["dedup/stories"]
+    assert _incremental(second) == {"files_reused": 5, "files_processed": 1}
+    copy = next(read_records(fs.join(second, "s5.jsonl")))
+    assert copy["attributes"]["duplicate"] and copy["attributes"]["representative"] == "2-1", copy
+    scratch = _build(str(tmp_path / "scratch"), step())["dedup/stories"]
+    assert _contents(second) == _contents(scratch)
+    assert _digest(second) == _digest(scratch)

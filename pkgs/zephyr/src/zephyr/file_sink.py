@@ -21,6 +21,7 @@ in :mod:`zephyr.shuffle`; the index's shape, and reading the shards back: :mod:`
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import json
 import os
@@ -147,14 +148,8 @@ class FileSink(Sink):
                             os.unlink(os.path.join(local, name))
 
     def committed(self, shard_index: int, num_shards: int, inputs: list[str]) -> dict[str, Any] | None:
-        path = self._commit_record_path(shard_index)
-        if not fs.exists(path):
-            return None
-        try:
-            record = json.loads(fs.read_bytes(path))
-        except (ValueError, UnicodeDecodeError):
-            return None  # a damaged record commits nothing: the shard is redone
-        if not isinstance(record, dict) or record.get("num_shards") != num_shards or record.get("inputs") != inputs:
+        record = self._commit_record(shard_index)  # a damaged record commits nothing: the shard is redone
+        if record is None or record.get("num_shards") != num_shards or record.get("inputs") != inputs:
             return None
         files = record.get("files")
         if not isinstance(files, dict) or set(files) != (set(self.splits) if self.splits else {""}):
@@ -168,6 +163,35 @@ class FileSink(Sink):
             if not fs.exists(final) or fs.size(final) != info["bytes"]:
                 return None
         return record
+
+    def adopt_shard(self, earlier: str, earlier_index: int, shard_index: int, num_shards: int,
+                    inputs: list[str]) -> bool:
+        """Commit shard ``shard_index`` as a copy of shard ``earlier_index`` of ``earlier`` (an
+        output of the same sink made from the same input file): its files are copied under this
+        shard's names and its commit record, naming this run's shard count and inputs, is written
+        last, as :meth:`write_shard` would have written it. The caller vouches that the input is
+        the same (by content); the copy is then byte for byte what writing the shard would make.
+        False, with nothing written, when ``earlier`` has no committed shard ``earlier_index``.
+        """
+        old = dataclasses.replace(self, output_path=earlier)
+        record = old._commit_record(earlier_index)
+        if record is None or old.committed(earlier_index, record.get("num_shards"), record.get("inputs")) is None:
+            return False
+        files = {}
+        for key, info in record["files"].items():
+            rel = self._relative(key or None, shard_index)
+            fs.copy_file(fs.join(earlier, info["path"]), fs.join(self.output_path, rel))
+            files[key] = {**info, "path": rel}
+        record = {**record, "shard": shard_index, "num_shards": num_shards, "inputs": inputs, "files": files}
+        fs.atomic_write(self._commit_record_path(shard_index), json.dumps(record, sort_keys=True, indent=1))
+        return True
+
+    def _commit_record(self, shard_index: int) -> dict[str, Any] | None:
+        try:
+            record = json.loads(fs.read_bytes(self._commit_record_path(shard_index)))
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            return None
+        return record if isinstance(record, dict) else None
 
     def write_shard(self, ctx: WorkerContext, records: Iterator[Any], inputs: list[str]) -> dict[str, Any]:
         keys: list[str | None] = list(self.splits) if self.splits else [None]

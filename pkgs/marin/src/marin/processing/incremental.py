@@ -32,14 +32,17 @@ from marin.execution.core.step import Step
 from marin.execution.core.traits import EarlierBuilds, Start
 from marin.execution.core.walk import Kind, kind_of, sources_in
 from marin.execution.store.layout import short_output_path
-from marin.processing.per_file import PARTS_FILE
 from rigging import filesystem as fs
 
 if TYPE_CHECKING:
     from marin.execution.store.code_digest import CodeDigest
     from marin.execution.store.provenance_record import Provenance
 
-__all__ = ["IncrementalStart"]
+__all__ = ["PARTS_FILE", "IncrementalStart"]
+
+PARTS_FILE = "_parts.json"
+"""The index of a step's parts, in its output folder (the leading ``_`` keeps folder readers off it):
+:mod:`marin.processing.per_file` writes it; an earlier build without one was not made file by file."""
 
 
 def _field(config: Any, dotted: str) -> Any:

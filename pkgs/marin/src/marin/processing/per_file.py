@@ -39,13 +39,12 @@ from marin.execution.run.worker import current_step
 from marin.execution.store.store import in_parallel
 from marin.experiment.data.sources import is_hf_id
 from marin.processing.attributes import list_files, source_entries
+from marin.processing.incremental import PARTS_FILE
 from rigging import filesystem as fs
 
 __all__ = ["PARTS_FILE", "InputFile", "Part", "PartOutput", "content_fingerprint", "input_files", "map_files",
-           "read_parts"]
+           "read_parts", "write_parts"]
 
-PARTS_FILE = "_parts.json"
-"""The index of a step's parts, in its output folder (the leading ``_`` keeps folder readers off it)."""
 _FORMAT = 1
 
 logger = logging.getLogger(__name__)
@@ -159,7 +158,8 @@ def read_parts(folder: str) -> list[Part] | None:
         return None
 
 
-def _write_parts(output_path: str, parts: Sequence[Part]) -> None:
+def write_parts(output_path: str, parts: Sequence[Part]) -> None:
+    """Write the index of ``parts`` (in input order) into ``output_path``."""
     body = {"format": _FORMAT, "parts": [p.to_json() for p in parts]}
     fs.atomic_write(fs.join(output_path, PARTS_FILE), json.dumps(body, indent=1, sort_keys=True) + "\n")
 
@@ -210,7 +210,7 @@ def map_files(inputs: Sequence[InputFile], output_path: str, process: Callable[[
             raise ValueError(f"{f.name}: processing a file must return a PartOutput, got {type(made).__name__}")
         parts.append(Part(f.name, f.fingerprint, made))
     _check_unique([name for p in parts for name in p.output.files], "two parts write the output file")
-    _write_parts(output_path, parts)
+    write_parts(output_path, parts)
     if folder and running is not None:
         running.report_incremental(len(copied), len(inputs) - len(copied))
         logger.info("reused the parts of %d files of %s, processed %d", len(copied), folder, len(inputs) - len(copied))

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.lazy import StepHandle
+from marin.execution.core.traits import StepTraits, step_function
 from marin.experiment.data.sources import as_source
+from marin.processing.incremental import IncrementalStart
 
 if TYPE_CHECKING:
     pass
@@ -135,18 +137,24 @@ class TokenizeStepConfig:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
 
 
+@step_function(StepTraits(plan_start=IncrementalStart(("source",))))
 def tokenize_step(config: TokenizeStepConfig, output_path: str) -> None:
-    """Step function: tokenize the corpus into train/validation ArrayRecord shards (resumable)."""
-    from marin.experiment.data.sources import resolve_corpus, resolve_tokenizer
+    """Step function: tokenize the corpus into train/validation ArrayRecord shards (resumable; file by
+    file over a changed file set: :mod:`marin.experiment.data.tokenize_parts`)."""
+    # Here, not at import: an experiment file that only builds handles must not load tokenizers and zephyr.
+    from marin.experiment.data.sources import is_hf_id, resolve_corpus, resolve_tokenizer
     from marin.experiment.data.tokenize import tokenize_to_shards
+    from marin.experiment.data.tokenize_parts import shard_parts
 
     source, validation = resolve_corpus(config.source) if isinstance(config.source, str) else (config.source, [])
+    hub = isinstance(config.source, str) and is_hf_id(config.source) and source != config.source
+    parts = None if hub else shard_parts(source, config.num_shards, validation)
     with tempfile.TemporaryDirectory(prefix="marin-tok-") as scratch:
         tokenizer_path = resolve_tokenizer(config.tokenizer, scratch)
         summary = tokenize_to_shards(
             source, tokenizer_path, output_path, validation_fraction=config.validation_fraction,
             sample_count=config.sample_count, num_shards=config.num_shards, seed=config.seed,
-            on_error=config.on_error, text_field=config.text_field, validation_source=validation)
+            on_error=config.on_error, text_field=config.text_field, validation_source=validation, parts=parts)
     splits = summary.get("index", {}).get("splits", {})
     print("tokenized: " + ", ".join(f"{k}: {v.get('records')} documents, {v.get('tokens')} tokens"
                                     for k, v in splits.items()))

@@ -53,6 +53,7 @@ from zephyr import (
 
 if TYPE_CHECKING:
     from fray import DistributedClient
+    from marin.experiment.data.tokenize_parts import ShardParts
 
 __all__ = ["TOKENIZED_FORMAT", "TokenizeConfig", "TokenizedSink", "assign_split", "split_totals", "tokenize_to_shards",
            "write_shards"]
@@ -261,6 +262,7 @@ def tokenize_to_shards(
     eos_token: str = "<|endoftext|>",
     max_parallel: int | None = None,
     validation_source: Sequence[str] = (),
+    parts: ShardParts | None = None,
 ) -> dict[str, Any]:
     """Tokenize ``source`` with the tokenizer at ``tokenizer_path`` into shards under ``output_path``.
 
@@ -275,6 +277,9 @@ def tokenize_to_shards(
         tokenizer_path: path or URL of a Hugging Face ``tokenizer.json``.
         output_path: the output folder (layout in the module docstring).
         client: fray client to run shards on (default: local processes).
+        parts: the build's input files by fingerprint, when its shards are one per file: shards of
+            unchanged files are copied from the earlier build it names, and the parts index is
+            written (:mod:`marin.experiment.data.tokenize_parts`).
 
     Returns:
         A summary: ``index`` (what ``index.json`` holds), ``shards_written`` and
@@ -296,8 +301,11 @@ def tokenize_to_shards(
     fs.atomic_write(fs.join(output_path, "tokenizer.json"), tokenizer_json)
     progress = _shard_progress(output_path, dataset.num_shards)
     parallel, env = _parallelism(config.max_parallel, dataset.num_shards)
+    adopted = parts.adopt(dataset, sink) if parts is not None else 0
     result = write_shards(dataset, sink, _inputs(source, validation_source), client, max_parallel=parallel,
                           env=env, progress=progress)
+    if parts is not None:
+        parts.finish(dataset, sink, output_path, adopted)
     index = result.index or {}
     return {
         "output_path": output_path,

@@ -26,23 +26,30 @@ chain of verified pairs (counted as ``below_threshold_to_representative``).
 
 from __future__ import annotations
 
+import io
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
+from marin.execution.core.traits import StepTraits, step_function
+from marin.processing.attributes import DOCUMENT_SUFFIXES, Shard, iter_corpus, write_sidecar, write_summary
 from marin.processing.dedup.grouping import GroupBy, Grouping, default_group_by, step_group_by
 from marin.processing.dedup.minhash import MinHasher, jaccard, optimal_bands, shingle_set
 from marin.processing.dedup.unionfind import UnionFind
+from marin.processing.incremental import IncrementalStart
+from marin.processing.per_file import InputFile, Part, PartOutput, input_files, map_files
+from rigging import filesystem as fs
 from rigging.fields import unhashed_field
 
-__all__ = ["FuzzyDedupConfig", "FuzzyResult", "fuzzy_dedup", "fuzzy_dedup_step"]
+__all__ = ["FuzzyDedupConfig", "FuzzyResult", "fuzzy_dedup", "fuzzy_dedup_step", "ShardSets", "signature_part"]
 
 _MAX_EXAMPLES = 5
+_SIGNATURES = "_minhash"
+"""The folder of the per-file band keys (the leading ``_`` keeps folder readers off it)."""
 
 
 @dataclass(frozen=True)
@@ -130,16 +137,37 @@ def _one_pair(pair: tuple[int, int], _members: Iterable[tuple[int, int]]) -> Ite
     yield pair
 
 
-def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by) -> FuzzyResult:
-    """Near-duplicate attributes of every document of ``shards`` (see the module docstring)."""
+@dataclass
+class ShardSets:
+    """The ids and shingle sets of one shard's documents, in order."""
+
+    ids: list[Any]
+    sets: list[np.ndarray]
+
+    @classmethod
+    def read(cls, shard: Shard, ngram: int) -> ShardSets:
+        docs = [doc for _index, doc in iter_corpus([shard])]
+        return cls([doc["id"] for doc in docs], [shingle_set(doc["text"], ngram) for doc in docs])
+
+
+def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by,
+                band_keys: Sequence[np.ndarray] | None = None,
+                known: Mapping[int, ShardSets] | None = None) -> FuzzyResult:
+    """Near-duplicate attributes of every document of ``shards`` (see the module docstring).
+
+    ``band_keys``: each shard's band keys, made beforehand by :func:`signature_part` (then no
+    signature is computed here); None computes them. ``known``: the shards (by index) whose
+    documents were read and shingled already.
+    """
     started = time.perf_counter()
-    ids: list[list[Any]] = [[] for _ in shards]
+    ids: list[list[Any]] = []
     where: list[tuple[int, int]] = []
     sets: list[np.ndarray] = []
-    for index, doc in iter_corpus(shards):
-        where.append((index, len(ids[index])))
-        ids[index].append(doc["id"])
-        sets.append(shingle_set(doc["text"], config.ngram))
+    for index, shard in enumerate(shards):
+        read = (known or {}).get(index) or ShardSets.read(shard, config.ngram)
+        ids.append(read.ids)
+        where.extend((index, line) for line in range(len(read.ids)))
+        sets.extend(read.sets)
     n = len(sets)
     timings = {"shingles_s": time.perf_counter() - started}
 
@@ -154,8 +182,12 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
     # 2-3. band keys of the heads, grouped into candidate pairs.
     t = time.perf_counter()
     hasher = config.hasher()
-    band_records = [(key, g) for g, head in sorted(first_of.items()) if g == head
-                    for key in hasher.band_keys(hasher.signature(sets[g]))]
+    if band_keys is None:
+        band_records = [(key, g) for g, head in sorted(first_of.items()) if g == head
+                        for key in hasher.band_keys(hasher.signature(sets[g]))]
+    else:
+        band_records = [(int(key), g) for g, head in sorted(first_of.items()) if g == head
+                        for key in band_keys[where[g][0]][where[g][1]]]
     timings["signatures_s"] = time.perf_counter() - t
     t = time.perf_counter()
     bucket_pairs = group_by(band_records, _first, _bucket_reducer)
@@ -212,16 +244,53 @@ def _bucket_sizes(band_records: list[tuple[int, int]]) -> Iterator[int]:
     return iter(sizes.values())
 
 
+def signature_part(read: ShardSets, name: str, hasher: MinHasher, output_path: str) -> PartOutput:
+    """The signature phase for one input file (``read``: its documents' shingle sets), as a part of
+    the step's output: the band keys of each of its documents (a row of zeros for a document
+    without shingles) in ``_minhash/<name>.npy``."""
+    rows, seen = [], {}
+    for shingles in read.sets:
+        key = shingles.tobytes()
+        if key not in seen:  # a document repeated within the file is signed once
+            seen[key] = hasher.band_keys(hasher.signature(shingles)) if shingles.size else [0] * hasher.bands
+        rows.append(seen[key])
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(rows, dtype=np.uint64).reshape(len(rows), hasher.bands), allow_pickle=False)
+    name = f"{_SIGNATURES}/{name}.npy"
+    fs.atomic_write(fs.join(output_path, name), buffer.getvalue())
+    return PartOutput((name,), {"documents": len(rows)})
+
+
+def _read_band_keys(output_path: str, part: Part) -> np.ndarray:
+    return np.load(io.BytesIO(fs.read_bytes(fs.join(output_path, part.output.files[0]))), allow_pickle=False)
+
+
+@step_function(StepTraits(plan_start=IncrementalStart(("input",))))
 def fuzzy_dedup_step(config: FuzzyDedupConfig, output_path: str) -> None:
     """Step function: near-duplicate sidecars and ``_summary.json``.
 
     Summary: ``documents``, ``duplicates`` (removed if consolidation drops duplicates),
     ``clusters``, ``candidate_pairs``, ``verified_pairs``, ``rejected_pairs`` and the other counts
     of :func:`fuzzy_dedup`, with a few examples (id, representative, Jaccard).
+
+    The signature phase runs file by file (:func:`signature_part`, :mod:`marin.processing.per_file`):
+    over a changed file set, the band keys of unchanged files are copied from an earlier build, and
+    only the clustering runs again over every document.
     """
-    shards = list_shards(config.input)
+    files = input_files(config.input, DOCUMENT_SUFFIXES)
+    shards = [Shard(f.path, f.name) for f in files]
+    hasher = config.hasher()
+    read: dict[str, ShardSets] = {}  # the files signed here: the clustering need not read them again
+
+    def sign(f: InputFile) -> PartOutput:
+        read[f.name] = ShardSets.read(Shard(f.path, f.name), config.ngram)
+        return signature_part(read[f.name], f.name, hasher, output_path)
+
+    parts = map_files(files, output_path, sign)
+    band_keys = [_read_band_keys(output_path, p) for p in parts]
+    known = {i: read[f.name] for i, f in enumerate(files) if f.name in read}
     with step_group_by(config.grouping, output_path) as group_by:
-        result = fuzzy_dedup(shards, config, group_by)
+        result = fuzzy_dedup(shards, config, group_by, band_keys, known)
     for shard, shard_ids, attrs in zip(shards, result.ids, result.attributes, strict=True):
         write_sidecar(output_path, shard, shard_ids, attrs)
     examples = [{"id": doc_id, "representative": a["representative"], "jaccard": a["jaccard"]}
