@@ -278,24 +278,39 @@ def test_decontaminate_over_a_growing_folder_and_a_changed_eval_set(tmp_path: Pa
     assert _incremental(_build(prefix, step())["dc/web"]) is None
 
 
+def _river_docs(docs: str, tmp_path: Path):
+    """``doc_file(k, edit)`` writes a file of documents into ``docs``; ``step()`` tokenizes the folder."""
+    from marin.experiment.data import tokenized
+    from testsupport.levanter_data import byte_level_tokenizer
+
+    def doc_file(k: int, edit: str = "") -> None:
+        write_jsonl(fs.join(docs, f"d{k}.jsonl"), [{"id": f"{k}-{j}", "text": f"{_RIVERS[(k + j) % 6]} story {k}.{j}{edit}: "
+                                                    f"the boat went down the river past {j + k} mills."} for j in range(12)])
+
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(byte_level_tokenizer([f"the boat went down the {r} past mills" for r in _RIVERS], 300))
+    return doc_file, lambda: tokenized("tok/rivers", docs, str(tokenizer), validation_fraction=0.25)
+
+
+def test_tokenized_on_gcs(gcs_bucket: str, tmp_path: Path) -> None:
+    docs, prefix = f"{gcs_bucket}/raw/docs", f"{gcs_bucket}/store"
+    doc_file, step = _river_docs(docs, tmp_path)
+    for k in (0, 2, 4):
+        doc_file(k)
+    _build(prefix, step())
+    doc_file(1)
+    second = _build(prefix, step())["tok/rivers"]
+    assert second.startswith("gs://") and _incremental(second) == {"files_reused": 3, "files_processed": 1}
+    scratch = _build(f"{gcs_bucket}/scratch", step())["tok/rivers"]
+    assert _contents(second) == _contents(scratch)
+
+
 def test_tokenized_reuses_the_shards_of_unchanged_files_under_their_new_positions(tmp_path: Path) -> None:
     """One shard per file: a file added between two others moves the later shards up one place;
     their shards are copied there, not tokenized again, and the whole output (shards, commit
     records, index) is byte for byte a build from scratch."""
-    from marin.experiment.data import tokenized
-    from testsupport.levanter_data import byte_level_tokenizer
-
     docs, prefix = tmp_path / "docs", str(tmp_path / "store")
-
-    def doc_file(k: int, edit: str = "") -> None:
-        write_jsonl(str(docs / f"d{k}.jsonl"), [{"id": f"{k}-{j}", "text": f"{_RIVERS[(k + j) % 6]} story {k}.{j}{edit}: "
-                                                 f"the boat went down the river past {j + k} mills."} for j in range(12)])
-
-    tokenizer = tmp_path / "tokenizer.json"
-    tokenizer.write_text(byte_level_tokenizer([f"the boat went down the {r} past mills" for r in _RIVERS], 300))
-
-    def step():
-        return tokenized("tok/rivers", str(docs), str(tokenizer), validation_fraction=0.25)
+    doc_file, step = _river_docs(str(docs), tmp_path)
 
     for k in (0, 2, 4, 6):
         doc_file(k)
@@ -313,7 +328,7 @@ def test_tokenized_reuses_the_shards_of_unchanged_files_under_their_new_position
 
     # A changed file is tokenized again, a removed one leaves no shard behind.
     doc_file(2, edit=" (revised)")
-    (docs / "d4.jsonl").unlink()
+    fs.delete(str(docs / "d4.jsonl"))
     third = _build(prefix, step())["tok/rivers"]
     assert _incremental(third) == {"files_reused": 3, "files_processed": 1}
     scratch = _build(str(tmp_path / "scratch-2"), step())["tok/rivers"]
