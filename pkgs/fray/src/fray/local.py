@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -31,6 +30,7 @@ from fray.types import (
     job_name,
     ray_options_of,
 )
+from rigging.tempdirs import FRAY_LOGS, owned_tempdir
 
 __all__ = ["LocalClient", "LocalJobHandle"]
 
@@ -297,7 +297,7 @@ class LocalClient(DistributedClient):
     def __init__(self, log_dir: str | os.PathLike | None = None):
         self._ctx = mp.get_context("spawn")
         self._own_log_dir = log_dir is None
-        self._log_dir = str(log_dir) if log_dir is not None else tempfile.mkdtemp(prefix="fray-logs-")
+        self._log_dir = str(log_dir) if log_dir is not None else owned_tempdir(FRAY_LOGS)
         os.makedirs(self._log_dir, exist_ok=True)
         # A client dropped without shutdown() must not leave its temporary folder behind.
         self._cleanup = (

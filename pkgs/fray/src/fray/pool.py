@@ -36,7 +36,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +62,7 @@ from fray.pool_messages import (
 )
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
+from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
 
 __all__ = ["PoolConfig", "PoolJobHandle", "WorkerPool"]
 
@@ -232,9 +232,9 @@ class WorkerPool(DistributedClient):
     def __init__(self, config: PoolConfig | None = None, log_dir: str | os.PathLike | None = None):
         self.config = config or PoolConfig()
         self._own_log_dir = log_dir is None
-        self._log_dir = str(log_dir) if log_dir is not None else tempfile.mkdtemp(prefix="fray-pool-")
+        self._log_dir = str(log_dir) if log_dir is not None else owned_tempdir(FRAY_POOL)
         os.makedirs(self._log_dir, exist_ok=True)
-        self._results = tempfile.mkdtemp(prefix="fray-pool-results-")
+        self._results = owned_tempdir(FRAY_POOL_RESULTS)
         self._cleanup = weakref.finalize(self, _remove_folders, self._results,
                                          self._log_dir if self._own_log_dir else None)
         self._lock = threading.Lock()

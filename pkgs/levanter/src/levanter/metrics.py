@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tensorboardX import SummaryWriter
 
 from rigging import filesystem as fs
+from rigging.tempdirs import LEVANTER_METRICS, owned_tempdir
 
 if TYPE_CHECKING:
     from levanter.config import WandbConfig
@@ -46,7 +47,7 @@ class MetricsWriter:
                  run_config: dict[str, Any] | None = None, earlier_rows: str | None = None):
         self.output_path = output_path
         self._remote = not fs.is_local(output_path)
-        self._local_root = tempfile.mkdtemp(prefix="levanter-metrics-") if self._remote else output_path
+        self._local_root = owned_tempdir(LEVANTER_METRICS) if self._remote else output_path
         os.makedirs(self._local_root, exist_ok=True)
         self.jsonl_path = os.path.join(self._local_root, "metrics.jsonl")
         self._resume_step = resume_step

@@ -26,12 +26,12 @@ import functools
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rigging import filesystem as fs
+from rigging.tempdirs import LEFTOVER_KINDS, ZEPHYR_SHARD, dead_tempdirs, owned_tempdir
 from zephyr.shards import INDEX_FILE, INDEX_KEYS, write_index
 from zephyr.sink import Sink, shard_name
 from zephyr.worker_context import Counters, WorkerContext
@@ -58,19 +58,11 @@ class OpenFile(abc.ABC):
         self.close()
 
 
-_SCRATCH_PREFIX = "zephyr-shard-"
-
-
 @functools.cache
 def _sweep_dead_scratch() -> None:
     """Once per process: remove the scratch folders of processes that are gone (killed runs)."""
-    from rigging.lease import process_alive
-
-    root = tempfile.gettempdir()
-    for name in os.listdir(root):
-        pid = name.removeprefix(_SCRATCH_PREFIX).split("-", 1)[0]
-        if name.startswith(_SCRATCH_PREFIX) and pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    for dead in dead_tempdirs(prefixes={ZEPHYR_SHARD: LEFTOVER_KINDS[ZEPHYR_SHARD]}):
+        shutil.rmtree(dead.path, ignore_errors=True)
 
 
 def _scratch_folder() -> str:
@@ -80,7 +72,7 @@ def _scratch_folder() -> str:
     (left behind) from a live one and remove it (see :func:`_sweep_dead_scratch`).
     """
     _sweep_dead_scratch()
-    return tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
+    return owned_tempdir(ZEPHYR_SHARD)
 
 
 def _commit(local_tmp: str, final: str) -> None:

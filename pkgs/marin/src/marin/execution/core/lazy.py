@@ -8,9 +8,10 @@ function under a name (:class:`StepHandle`); Marin's ``ArtifactStep`` and ``Exec
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.placeholders import Placeholder
@@ -57,12 +58,14 @@ class StepHandle(Lazy):
         config: the step's config (hashed).
         version: as for every step; ``"dev"`` rebuilds on every run.
         resources: what the step needs to run (an iris ``ResourceConfig``; never hashed).
+        ttl: how long its output is worth keeping (:attr:`Step.ttl`; never hashed).
     """
 
     name: str
     config: Any
     version: str = "v1"
     resources: Any = None
+    ttl: float | str | None = None
     step_fn: ClassVar[Callable[[Any, str], Any]]
 
     def __init_subclass__(cls, fn: Callable[[Any, str], Any] | None = None, **kwargs: Any) -> None:
@@ -75,7 +78,12 @@ class StepHandle(Lazy):
         fn = getattr(type(self), "step_fn", None)
         if fn is None:
             raise InvalidStep(f"{type(self).__name__} names no step function (class ...(StepHandle, fn=...))")
-        return Step(name=self.name, fn=fn, config=self.config, version=self.version, resources=self.resources)
+        return Step(name=self.name, fn=fn, config=self.config, version=self.version, resources=self.resources,
+                    ttl=self.ttl)
+
+    def with_ttl(self, ttl: float | str | None) -> Self:
+        """This handle with its output kept for ``ttl`` (:attr:`Step.ttl`): ``tokenized(...).with_ttl("7d")``."""
+        return dataclasses.replace(self, ttl=ttl)
 
 
 def lower(item: Any) -> Step:

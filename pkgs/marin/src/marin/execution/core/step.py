@@ -12,6 +12,7 @@ from marin.execution.core.hashing import hash_graph
 from marin.execution.core.placeholders import Placeholder
 
 # Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
+from rigging.durations import parse_duration
 from rigging.fields import UNHASHED, unhashed_field
 
 __all__ = ["DEV_VERSION", "UNHASHED", "Step", "name_group", "output_name_of", "unhashed_field", "validate_step_name"]
@@ -68,6 +69,10 @@ class Step(Placeholder):
             outputs (:func:`output_path_of`, or a step or lazy handle directly).
         version: bump it to rebuild when ``fn`` changed in a way its config does not show.
         resources: what the step needs to run (an ``iris`` ResourceConfig); never hashed.
+        ttl: how long its output is worth keeping (``"7d"``, ``"12h"``, seconds): after that
+            ``marin gc`` may remove it even though a root reaches it (it is built, or fetched,
+            again when next needed). For intermediates such as shuffle spill. Never hashed;
+            recorded with each build. Stored in seconds.
     """
 
     name: str
@@ -75,6 +80,7 @@ class Step(Placeholder):
     config: Any = None
     version: str = "v1"
     resources: Any = None
+    ttl: float | str | None = None
 
     def __post_init__(self) -> None:
         validate_step_name(self.name)
@@ -87,6 +93,11 @@ class Step(Placeholder):
             )
         if not isinstance(self.version, str) or not self.version:
             raise InvalidStep(f"step {self.name!r}: version must be a non-empty string, got {self.version!r}")
+        if self.ttl is not None:
+            try:
+                object.__setattr__(self, "ttl", parse_duration(self.ttl))
+            except ValueError as e:
+                raise InvalidStep(f"step {self.name!r}: ttl {e.args[0].removeprefix('duration ')}") from None
 
     @property
     def hash(self) -> str:
@@ -96,6 +107,11 @@ class Step(Placeholder):
         if cached is None:
             return hash_graph([self])[id(self)]
         return cached
+
+    @property
+    def ttl_s(self) -> float | None:
+        """:attr:`ttl` in seconds; None: kept for as long as a root reaches it."""
+        return None if self.ttl is None else float(self.ttl)
 
     @property
     def output_name(self) -> str:

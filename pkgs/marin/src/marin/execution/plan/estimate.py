@@ -16,8 +16,6 @@ dependent steps; accelerator-hours are added up per type from each step's ``Reso
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +24,7 @@ from marin.execution.core.encoding import flatten_config, holds_dependency
 from marin.execution.core.traits import traits_of
 from marin.execution.plan.model import Action, Plan, PlannedStep
 from marin.execution.store.provenance_record import Provenance
+from rigging.durations import parse_duration
 
 __all__ = [
     "OverBudget",
@@ -348,29 +347,6 @@ def over_budget(estimate: PlanEstimate, *, seconds: float | None = None,
 
 
 # -- durations as people write them ------------------------------------------------------------
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
-_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``"2h"``, ``"1h30m"``, ``"90m"``, ``"45s"``, ``"1.5h"`` or a plain number of seconds.
-
-    Raises:
-        ValueError: naming the text when it is none of those or not positive.
-    """
-    cleaned = text.strip().lower().replace(" ", "")
-    try:
-        seconds = float(cleaned)
-    except ValueError:
-        parts = _DURATION.findall(cleaned)
-        if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise ValueError(f"duration must look like 2h, 1h30m, 90m, 45s or seconds, got {text!r}") from None
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise ValueError(f"duration must be > 0, got {text!r}")
-    return seconds
-
 
 def format_duration(seconds: float | None) -> str:
     """``"3h 10m"``, ``"4m 05s"``, ``"12.3s"``; ``"no estimate"`` for None."""

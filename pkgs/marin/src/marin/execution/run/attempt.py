@@ -350,7 +350,7 @@ class StepAttempt:
                     [(record.manifest, manifest), (record.provenance, provenance.to_json())])
         self.lease.check()  # fencing: a runner that lost its lease never publishes
         published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
-                                   listed_absent=not record_listed(record.success, self.lease))
+                                   listed_absent=not record_listed(record.success, self.lease), ttl_s=p.step.ttl_s)
         if not published:
             # Another runner published first (it held the lease after ours was lost): its build stands.
             raise LeaseLost(f"{record.success} was written by another runner")

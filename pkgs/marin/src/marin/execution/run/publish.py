@@ -79,7 +79,7 @@ def publish_copy(state: RunState, pos: int, lease: Lease,
     try:
         manifest, fields = copy()
         lease.check()
-        if not record.publish(p.name, p.hash, manifest, fields):
+        if not record.publish(p.name, p.hash, manifest, fields, ttl_s=p.step.ttl_s):
             raise LeaseLost(f"{record.success} was written by another runner")
         provenance = record.read_provenance()
         done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(provenance),

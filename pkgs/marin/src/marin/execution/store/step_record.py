@@ -169,7 +169,7 @@ class StepRecord:
         raise RuntimeError(f"{path} was written by another holder {_WRITE_ONCE_TRIES} times over; not publishing")
 
     def publish(self, name: str, digest: str, manifest: dict[str, Any], content: SuccessRecord | None = None, *,
-                listed_absent: bool = False, attempt_folder: str = "") -> bool:
+                listed_absent: bool = False, attempt_folder: str = "", ttl_s: float | None = None) -> bool:
         """Write the success record (the step is done from now on); False if one already exists.
 
         Args:
@@ -179,7 +179,8 @@ class StepRecord:
                 (``rigging.filesystem.create_if_absent``).
             attempt_folder: the attempt folder holding the build's files (:meth:`attempt_folder`),
                 "" for the step's folder.
+            ttl_s: how long the output is worth keeping (the step's ``ttl``), None for ever.
         """
         record = replace(content or SuccessRecord(), hash=digest, name=name, finished_at=time.time(),
-                         manifest_sha256=manifest_digest(manifest), attempt_folder=attempt_folder)
+                         manifest_sha256=manifest_digest(manifest), attempt_folder=attempt_folder, ttl_s=ttl_s)
         return fs.create_if_absent(self.success, json.dumps(record.to_json()), listed_absent=listed_absent)

@@ -48,6 +48,9 @@ class SuccessRecord:
     attempt_folder: str = ""
     """The attempt folder holding its files (:func:`~marin.execution.store.layout.attempt_folder`), ""
     for the step's folder."""
+    ttl_s: float | None = None
+    """How long after ``finished_at`` the output is worth keeping (the step's ``ttl``); None: for as
+    long as a root reaches it."""
     format: int = RECORD_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -58,7 +61,7 @@ class SuccessRecord:
         RecordKey("output_digest", "output_digest", is_str),
         RecordKey("realisation_key", "realisation_key", is_str),
         RecordKey("inputs", "inputs", is_list), RecordKey("realised_from", "realised_from", is_str),
-        RecordKey("attempt_folder", ATTEMPT_FOLDER_KEY, is_attempt_folder))
+        RecordKey("attempt_folder", ATTEMPT_FOLDER_KEY, is_attempt_folder), RecordKey("ttl_s", "ttl_s", is_number))
 
     def to_json(self) -> dict[str, Any]:
         return json_of(self, self._KEYS)
@@ -67,6 +70,12 @@ class SuccessRecord:
     def from_json(cls, data: Any) -> SuccessRecord | None:
         kwargs = fields_from(data, cls._KEYS)
         return cls(**kwargs) if kwargs is not None else None
+
+    def expires_at(self) -> float | None:
+        """When the output stops being worth keeping (``finished_at`` + ``ttl_s``), None for never."""
+        if self.ttl_s is None or self.finished_at is None:
+            return None
+        return self.finished_at + self.ttl_s
 
     def carried(self) -> SuccessRecord:
         """What a copy of this build (fetched from a cache, published elsewhere) keeps: its

@@ -1,0 +1,32 @@
+"""Durations as people write them: ``"2h"``, ``"1h30m"``, ``"7d"``, ``"45s"`` or seconds."""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["parse_duration"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
+_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in ``"2h"``, ``"1h30m"``, ``"90m"``, ``"45s"``, ``"1.5h"``, ``"7d"`` or a plain number of seconds.
+
+    Raises:
+        ValueError: naming the text when it is none of those or not positive.
+    """
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"duration must look like 7d, 2h, 1h30m, 90m, 45s or seconds, got {text!r}")
+    cleaned = str(text).strip().lower().replace(" ", "")
+    try:
+        seconds = float(cleaned)
+    except ValueError:
+        parts = _DURATION.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ValueError(f"duration must look like 7d, 2h, 1h30m, 90m, 45s or seconds, got {text!r}") from None
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ValueError(f"duration must be > 0, got {text!r}")
+    return seconds
