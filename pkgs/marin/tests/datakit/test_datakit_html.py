@@ -105,3 +105,50 @@ def test_config_rejects_what_it_cannot_do() -> None:
         HtmlToTextConfig(input="x", extractor=Extractor.RESILIPARSE, favor=Favor.PRECISION)
     with pytest.raises(ValueError, match="max_bytes must be > 0, got 0"):
         HtmlToTextConfig(input="x", max_bytes=0)
+
+
+def test_a_warc_of_the_pages_gives_their_documents_and_names_what_it_cannot_read(corpus: tuple[str, dict],
+                                                                                    tmp_path: Path) -> None:
+    from zephyr import WebRecord, write_web_archive
+
+    root, _truth = corpus
+    clean = _clean(root)
+    pages = sorted(p for p in Path(root, "html").rglob("*.html") if p.relative_to(Path(root, "html")).as_posix() in clean)
+    date = "2026-02-03T04:05:06Z"
+
+    def record(i: int, url: str, payload: bytes, **kw) -> WebRecord:
+        return WebRecord(**{"id": f"<urn:uuid:00000000-0000-0000-0000-{i:012d}>", "url": url, "date": date,
+                            "content_type": "text/html", "charset": None, "payload": payload, **kw})
+
+    records = [record(i, f"https://crawl.test/{p.relative_to(Path(root, 'html')).as_posix()}", p.read_bytes())
+               for i, p in enumerate(pages)]
+    latin = "<html><body><article><p>" + "Un caf\u00e9 cr\u00e8me au bord de la Loire, pr\u00e8s du pont. " * 8
+    records += [record(900, "https://crawl.test/logo.png", b"\x89PNG\r\n\x1a\n", content_type="image/png"),
+                record(901, "https://crawl.test/cut.html", b"<html><body><p>cut", problem="truncated"),
+                record(902, "https://crawl.test/latin.html", (latin + "</p></article></body></html>").encode("latin-1"),
+                       charset="iso-8859-1")]
+    write_web_archive(str(tmp_path / "crawl" / "CC-MAIN-0.warc.gz"), records)
+    out = str(tmp_path / "out")
+    html_to_text_step(HtmlToTextConfig(input=str(tmp_path / "crawl"), extractor=Extractor.RESILIPARSE,
+                                       max_bytes=50_000, min_chars=20), out)
+    docs = {d["url"]: d for d in _docs(out)}
+    for r in records[:len(pages)]:
+        assert docs[r.url]["id"] == r.id and docs[r.url]["text"] == clean[r.url.removeprefix("https://crawl.test/")]
+    assert "caf\u00e9 cr\u00e8me" in docs["https://crawl.test/latin.html"]["text"]  # the HTTP header's charset
+    named = {kind: [p["id"] for p in entry["pages"]] for kind, entry in read_summary(out)["problems"].items()}
+    assert named["not_html"] == [records[-3].id] and named["truncated"] == [records[-2].id]
+    assert read_summary(out)["pages"] == len(records)
+
+
+def test_wet_texts_enter_as_documents_without_extraction(tmp_path: Path) -> None:
+    from zephyr import WebRecord, write_web_archive
+
+    texts = ["  The ferry left at dawn.  \n\n  It carried forty passengers across the bay.", "short"]
+    write_web_archive(str(tmp_path / "wet" / "CC-MAIN-0.warc.wet.gz"), [
+        WebRecord(f"<urn:uuid:00000000-0000-0000-0000-00000000000{i}>", f"https://crawl.test/{i}", None, "text/plain",
+                  "utf-8", t.encode()) for i, t in enumerate(texts)])
+    out = str(tmp_path / "out")
+    html_to_text_step(HtmlToTextConfig(input=str(tmp_path / "wet"), min_chars=20), out)
+    assert [(d["url"], d["text"]) for d in _docs(out)] == [
+        ("https://crawl.test/0", "The ferry left at dawn.\nIt carried forty passengers across the bay.")]
+    assert read_summary(out)["problems"]["too_short"]["count"] == 1

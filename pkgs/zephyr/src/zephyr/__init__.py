@@ -29,6 +29,7 @@ from zephyr.shards import (
     verify_shard_index,
     write_index,
 )
+from zephyr.warc import WarcReader, WebRecord, read_web_records, write_web_archive
 from zephyr.worker_context import Counters, WorkerContext, current_context, worker_context
 from zephyr.writers import ArrayRecordSink, CollectSink, JsonlSink, Sink, shard_name
 
@@ -57,6 +58,8 @@ __all__ = [
     "TextMode",
     "TextReader",
     "TokenShardReader",
+    "WarcReader",
+    "WebRecord",
     "WorkerContext",
     "current_context",
     "decode_tokens",
@@ -66,6 +69,7 @@ __all__ = [
     "plan_file_shards",
     "read_documents",
     "read_index",
+    "read_web_records",
     "reader_for_path",
     "run",
     "shard_name",
@@ -73,4 +77,5 @@ __all__ = [
     "verify_shard_index",
     "worker_context",
     "write_index",
+    "write_web_archive",
 ]

@@ -7,6 +7,8 @@ Formats, chosen by extension (after removing a compression suffix ``.gz``, ``.zs
 * ``.jsonl``/``.json``/``.ndjson``: one JSON object per line; the document is a string field
   (``text`` by default, see :class:`JsonlReader`).
 * ``.parquet``: a string column (``text`` by default, see :class:`ParquetReader`).
+* ``.wet``/``.warc.wet.gz``: Common Crawl's plain-text conversions, one document per record; with
+  ``record_fn``, WARC (``.warc``/``.warc.gz``) and WET records as dicts (:mod:`zephyr.warc`).
 * anything else: plain UTF-8 text, one document per line or documents separated by blank lines
   (:class:`TextReader`).
 
@@ -36,6 +38,7 @@ from zephyr.errors import DataError
 from zephyr.parquet_reader import ParquetReader
 from zephyr.paths import expand_paths
 from zephyr.reader_base import FileSlice, OnError, Reader, RecordFn, open_raw
+from zephyr.warc import WarcReader, is_web_archive
 from zephyr.worker_context import Counters
 
 __all__ = [
@@ -249,6 +252,8 @@ def reader_for_path(
     Raises:
         DataError: ``record_fn`` is given and ``path`` is neither JSON lines nor Parquet.
     """
+    if is_web_archive(path):
+        return WarcReader(on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]
     name = Compression.of(path).strip(path).lower()
     if name.endswith(_JSONL_EXTENSIONS):
         return JsonlReader(text_field=text_field, on_error=on_error, record_fn=record_fn)  # type: ignore[arg-type]

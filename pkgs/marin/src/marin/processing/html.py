@@ -1,7 +1,11 @@
 """HTML to text: crawled pages in, documents ``{id, text, url}`` out, every bad page counted and named.
 
 Input: ``.html``/``.htm`` files (a page's id is its path below the folder or the glob's fixed
-part; its url is None) or JSON-lines records ``{id, url, html}`` (or a mix). Pages are taken in
+part; its url is None), JSON-lines records ``{id, url, html}``, or web archives
+(:mod:`zephyr.warc`): a WARC's response records (id: the ``WARC-Record-ID``, url: the target URI;
+decoded with the charset their HTTP headers declare), a WET's conversion records (their plain text
+taken as it is, tidied, never extracted), or a mix. Web archives add the problems ``truncated``,
+``bad_gzip``, ``bad_record`` and ``not_html``: counted and named like the others, never fatal. Pages are taken in
 input order (files as listed, then lines). Two layouts:
 
 * blocks (the default): page ``i`` of ``n`` goes to output shard ``part-<k>`` with
@@ -45,10 +49,13 @@ from marin.processing.per_file import InputFile, Part, PartOutput, input_files, 
 from rigging import filesystem as fs
 from rigging.fields import added_field
 from zephyr import DataError
+from zephyr.warc import WARC_SUFFIXES, WET_SUFFIXES, is_web_archive, read_web_records
 
-__all__ = ["HTML_SUFFIXES", "MAX_NAMED", "Extractor", "Favor", "HtmlToTextConfig", "extract_text", "html_to_text_step"]
+__all__ = ["HTML_SUFFIXES", "MAX_NAMED", "PAGE_SUFFIXES", "Extractor", "Favor", "HtmlToTextConfig", "extract_text", "html_to_text_step", "tidy"]
 
 HTML_SUFFIXES = (".html", ".htm")
+PAGE_SUFFIXES = HTML_SUFFIXES + WARC_SUFFIXES + WET_SUFFIXES + DOCUMENT_SUFFIXES
+"""Every input ``html_to_text`` reads: pages, web archives, JSON-lines page records."""
 MAX_NAMED = 1000
 _PAGES_PER_SHARD = 5000
 
@@ -128,12 +135,42 @@ def extract_text(html: str, config: HtmlToTextConfig, url: str | None = None) ->
         text = extract_plain_text(html, preserve_formatting=True, main_content=True, list_bullets=True,
                                   alt_texts=False, links=False, comments=config.include_comments,
                                   skip_elements=None if config.include_tables else ["table"])
-    return "\n".join(line.strip() for line in (text or "").splitlines() if line.strip())
+    return tidy(text or "")
+
+
+def tidy(text: str) -> str:
+    """One paragraph per line: lines stripped, blank lines dropped."""
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+def _archive_pages(path: str, config: HtmlToTextConfig) -> Iterator[tuple[Any, str | None, Decoded]]:
+    """The pages of a web archive: a WARC's responses (HTML decoded with the charset their headers
+    declare; other content types are ``not_html``), a WET's texts (plain, taken as they are)."""
+    for record in read_web_records(path):
+        if record.problem is not None:
+            yield record.id, record.url, Decoded(None, PageProblem(record.problem), record.detail)
+        elif record.content_type == "text/plain" and record.charset == "utf-8" and path.lower().endswith(WET_SUFFIXES):
+            text = record.payload.decode("utf-8", errors="replace")
+            decoded = check_text(text, config.max_bytes)
+            yield record.id, record.url, Decoded(decoded.html, decoded.problem, decoded.detail, plain=True)
+        elif record.content_type is not None and record.content_type not in _HTML_TYPES:
+            yield record.id, record.url, Decoded(None, PageProblem.NOT_HTML, record.content_type)
+        elif len(record.payload) > config.max_bytes:
+            yield record.id, record.url, Decoded(None, PageProblem.OVERSIZED,
+                                                 f"{len(record.payload)} bytes > {config.max_bytes}")
+        else:
+            yield record.id, record.url, decode_page(record.payload, config.max_bytes, record.charset)
 
 
 def _pages(shards: list[Shard], config: HtmlToTextConfig) -> Iterator[tuple[Any, str | None, Decoded]]:
     """``(id, url, decoded page)`` in input order."""
     for shard in shards:
+        if is_web_archive(shard.path):
+            yield from _archive_pages(shard.path, config)
+            continue
         if shard.path.lower().endswith(HTML_SUFFIXES):
             size = fs.size(shard.path)
             if size > config.max_bytes:
@@ -157,7 +194,9 @@ def _pages(shards: list[Shard], config: HtmlToTextConfig) -> Iterator[tuple[Any,
 
 def _count(shards: list[Shard]) -> int:
     # Output shards are cut by page index, so the total is needed first (JSON lines are read twice).
-    return sum(1 if s.path.lower().endswith(HTML_SUFFIXES) else sum(1 for _ in read_records(s.path)) for s in shards)
+    return sum(1 if s.path.lower().endswith(HTML_SUFFIXES)
+               else sum(1 for _ in read_web_records(s.path)) if is_web_archive(s.path)
+               else sum(1 for _ in read_records(s.path)) for s in shards)
 
 
 def _note(problems: dict[str, dict[str, Any]], page_id: Any, problem: PageProblem, detail: str) -> None:
@@ -175,7 +214,7 @@ def _document(page: tuple[Any, str | None, Decoded], config: HtmlToTextConfig,
         _note(problems, page_id, decoded.problem, decoded.detail)
     if decoded.html is None:
         return None
-    text = extract_text(decoded.html, config, url)
+    text = tidy(decoded.html) if decoded.plain else extract_text(decoded.html, config, url)
     if not text:
         _note(problems, page_id, PageProblem.NO_TEXT, "the extractor found no main text")
     elif len(text) < config.min_chars:
@@ -209,13 +248,13 @@ def _write_summary(output_path: str, config: HtmlToTextConfig, pages: int, docum
 def _output_name(name: str, extension: str) -> str:
     """An input file's output shard: its name with its suffix replaced (``a/b.html`` -> ``a/b.jsonl.gz``)."""
     lowered = name.lower()
-    suffix = next(s for s in sorted(HTML_SUFFIXES + DOCUMENT_SUFFIXES, key=len, reverse=True) if lowered.endswith(s))
+    suffix = next(s for s in sorted(PAGE_SUFFIXES, key=len, reverse=True) if lowered.endswith(s))
     return f"{name[:len(name) - len(suffix)]}.{extension}"
 
 
 def _by_file(config: HtmlToTextConfig, output_path: str, extension: str) -> None:
     """The ``per_file`` layout: one output shard per input file, made file by file."""
-    files = input_files(config.input, HTML_SUFFIXES + DOCUMENT_SUFFIXES)
+    files = input_files(config.input, PAGE_SUFFIXES)
     named: dict[str, str] = {}
     for f in files:
         other = named.setdefault(_output_name(f.name, extension), f.name)
@@ -248,7 +287,7 @@ def html_to_text_step(config: HtmlToTextConfig, output_path: str) -> None:
     if config.per_file:
         _by_file(config, output_path, extension)
         return
-    shards = list_files(config.input, HTML_SUFFIXES + DOCUMENT_SUFFIXES)
+    shards = list_files(config.input, PAGE_SUFFIXES)
     total = _count(shards)
     num_shards = config.num_shards or max(1, math.ceil(total / _PAGES_PER_SHARD))
     problems: dict[str, dict[str, Any]] = {}

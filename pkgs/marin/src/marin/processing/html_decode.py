@@ -6,8 +6,8 @@ Order of checks (the first that applies decides):
 2. ``empty``: no bytes, or only whitespace;
 3. ``binary``: a known binary signature (PNG, GIF, JPEG, PDF, ZIP, gzip, ...), a NUL byte, or more
    than 10% control characters in the first 4 KiB;
-4. charset: a byte-order mark wins; otherwise the charset declared in a ``<meta>`` tag of the
-   first 4 KiB is tried strictly. A page whose declared charset fails, or that declares a
+4. charset: a byte-order mark wins; otherwise the charset declared by the HTTP headers (a web
+   archive's response) or else in a ``<meta>`` tag of the first 4 KiB is tried strictly. A page whose declared charset fails, or that declares a
    single-byte charset while being valid non-ASCII UTF-8, is decoded with the charset that works
    (UTF-8, then resiliparse's detection, then windows-1252) and flagged ``wrong_charset``: kept,
    counted, named. When nothing decodes strictly, the page is ``undecodable``.
@@ -42,6 +42,14 @@ class PageProblem(enum.Enum):
     WRONG_CHARSET = "wrong_charset"
     NO_TEXT = "no_text"
     TOO_SHORT = "too_short"
+    TRUNCATED = "truncated"
+    """A web archive record the crawler (or the file's end) cut short."""
+    BAD_GZIP = "bad_gzip"
+    """A gzip member of a web archive that does not inflate (the records in it are lost)."""
+    BAD_RECORD = "bad_record"
+    """A web archive record that does not parse (the rest of its file is lost)."""
+    NOT_HTML = "not_html"
+    """A web archive response whose content type is not HTML (an image, a PDF ...)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,8 @@ class Decoded:
     html: str | None
     problem: PageProblem | None = None
     detail: str = ""
+    plain: bool = False
+    """The page is plain text already (a WET record): it is tidied, not extracted."""
 
 
 def _codec(label: str) -> str | None:
@@ -89,8 +99,9 @@ def _strict(data: bytes, codec: str) -> str | None:
         return None
 
 
-def decode_page(data: bytes, max_bytes: int) -> Decoded:
-    """Decode a page's bytes (see the module docstring for the rules)."""
+def decode_page(data: bytes, max_bytes: int, declared_charset: str | None = None) -> Decoded:
+    """Decode a page's bytes (see the module docstring for the rules); ``declared_charset``, the
+    one its HTTP headers declare (a web archive's response), comes before a ``<meta>`` tag's."""
     if len(data) > max_bytes:
         return Decoded(None, PageProblem.OVERSIZED, f"{len(data)} bytes > {max_bytes}")
     if not data.strip():
@@ -107,7 +118,9 @@ def decode_page(data: bytes, max_bytes: int) -> Decoded:
     if b"\x00" in head or _controls(head) > _CONTROL_LIMIT:
         return Decoded(None, PageProblem.BINARY, "control bytes")
     match = _META_CHARSET.search(head)
-    declared = _codec(match.group(1).decode("ascii")) if match else None
+    declared = _codec(declared_charset) if declared_charset else None
+    if declared is None and match:
+        declared = _codec(match.group(1).decode("ascii"))
     if declared is not None:
         text = _strict(data, declared)
         if text is not None:
