@@ -152,3 +152,26 @@ def test_wet_texts_enter_as_documents_without_extraction(tmp_path: Path) -> None
     assert [(d["url"], d["text"]) for d in _docs(out)] == [
         ("https://crawl.test/0", "The ferry left at dawn.\nIt carried forty passengers across the bay.")]
     assert read_summary(out)["problems"]["too_short"]["count"] == 1
+
+
+def test_a_generated_crawl_plants_languages_personal_data_and_odd_records(corpus: tuple[str, dict],
+                                                                           tmp_path: Path) -> None:
+    from marin.processing.webcorpus.crawl import FOREIGN_TEXT, CrawlConfig, write_crawl
+
+    root, truth = corpus
+    config = CrawlConfig(foreign_pages=1, pii_pages=2, records_per_file=16, seed=3)
+    planted = write_crawl(root, str(tmp_path / "crawl"), config)
+    again = write_crawl(root, str(tmp_path / "again"), config)
+    assert planted == again and all((tmp_path / "crawl" / f).read_bytes() == (tmp_path / "again" / f).read_bytes()
+                                    for f in planted["files"])
+    assert planted["records"] == truth["pages"] + len(FOREIGN_TEXT) + 2 + 2 and len(planted["files"]) > 1
+    out = str(tmp_path / "text")
+    html_to_text_step(HtmlToTextConfig(input=str(tmp_path / "crawl"), extractor=Extractor.RESILIPARSE,
+                                       max_bytes=50_000, min_chars=50), out)
+    docs = {d["id"]: d["text"] for d in _docs(out)}
+    for record_id, lang in planted["languages"].items():
+        assert any(s.split(",")[0] in docs[record_id] for s in FOREIGN_TEXT[lang]), (lang, docs.get(record_id))
+    for record_id, found in planted["pii"].items():
+        assert all(value in docs[record_id] for values in found.values() for value in values)
+    named = {kind: [p["id"] for p in entry["pages"]] for kind, entry in read_summary(out)["problems"].items()}
+    assert named["not_html"] == planted["not_html"] and named["truncated"] == planted["truncated"]
