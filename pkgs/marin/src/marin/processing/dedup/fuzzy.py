@@ -150,6 +150,20 @@ class ShardSets:
         return cls([doc["id"] for doc in docs], [shingle_set(doc["text"], ngram) for doc in docs])
 
 
+def _read_all(shards: list[Shard], ngram: int, known: Mapping[int, ShardSets]
+              ) -> tuple[list[list[Any]], list[tuple[int, int]], list[np.ndarray]]:
+    """Every shard's ids, where each document is (shard, line), and every document's shingle set."""
+    ids: list[list[Any]] = []
+    where: list[tuple[int, int]] = []
+    sets: list[np.ndarray] = []
+    for index, shard in enumerate(shards):
+        read = known.get(index) or ShardSets.read(shard, ngram)
+        ids.append(read.ids)
+        where.extend((index, line) for line in range(len(read.ids)))
+        sets.extend(read.sets)
+    return ids, where, sets
+
+
 def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by,
                 band_keys: Sequence[np.ndarray] | None = None,
                 known: Mapping[int, ShardSets] | None = None) -> FuzzyResult:
@@ -160,14 +174,7 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
     documents were read and shingled already.
     """
     started = time.perf_counter()
-    ids: list[list[Any]] = []
-    where: list[tuple[int, int]] = []
-    sets: list[np.ndarray] = []
-    for index, shard in enumerate(shards):
-        read = (known or {}).get(index) or ShardSets.read(shard, config.ngram)
-        ids.append(read.ids)
-        where.extend((index, line) for line in range(len(read.ids)))
-        sets.extend(read.sets)
+    ids, where, sets = _read_all(shards, config.ngram, known or {})
     n = len(sets)
     timings = {"shingles_s": time.perf_counter() - started}
 
