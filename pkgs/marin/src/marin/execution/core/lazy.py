@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sites import keep_site, record_site
 from marin.execution.core.step import Step
 
 __all__ = ["Lazy", "StepHandle", "lower", "lower_targets"]
@@ -23,8 +24,14 @@ class Lazy(Placeholder):
     """Base of step recipes (``tokenized(...)``, ``train_lm(...)``, Marin's ``ArtifactStep``).
 
     Subclasses implement :meth:`_build`; :meth:`lower` memoises it so a handle used by several
-    steps lowers to one :class:`Step`.
+    steps lowers to one :class:`Step`, said to be defined where the handle was made.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Where the handle is made, whatever its subclass's __init__ (never hashed: sites.py).
+        handle = super().__new__(cls)
+        record_site(handle)
+        return handle
 
     @abc.abstractmethod
     def _build(self) -> Step:
@@ -40,6 +47,7 @@ class Lazy(Placeholder):
             cached = self._build()
             if not isinstance(cached, Step):
                 raise InvalidStep(f"{type(self).__name__}._build must return a Step, got {type(cached).__name__}")
+            keep_site(cached, self)
             object.__setattr__(self, "_lowered", cached)
         return cached
 

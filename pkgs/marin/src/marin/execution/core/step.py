@@ -10,6 +10,7 @@ from typing import Any
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.hashing import hash_graph
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sites import record_site
 
 # Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
 from rigging.fields import UNHASHED, unhashed_field
@@ -87,6 +88,7 @@ class Step(Placeholder):
             )
         if not isinstance(self.version, str) or not self.version:
             raise InvalidStep(f"step {self.name!r}: version must be a non-empty string, got {self.version!r}")
+        record_site(self)  # for messages naming where it was defined; never hashed
 
     @property
     def hash(self) -> str:
