@@ -23,6 +23,11 @@ from marin.experiment.training.train import TrainLm, train_lm
 
 __all__ = ["CORE_TASKS", "UnsupportedSetting", "default_tokenize", "default_train"]
 
+__marin_helpers__ = True
+"""Its functions build handles for their callers: a handle is said to be defined where one was
+called (``marin plan`` names that line), not here (``marin.execution.core.sites``)."""
+
+
 class UnsupportedSetting(ValueError):
     """A Marin argument or field this project does not support; the message names it."""
 

@@ -51,3 +51,6 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
                    "built (estimates leave them out)")
     for line in estimate_lines(the_plan):
         click.echo(line)
+    for clash in the_plan.name_clashes:
+        # The same line `marin run` refuses with, or warns with for Marin's executor steps.
+        click.echo(f"{'warning' if clash.allowed else 'marin run refuses'}: {clash}")

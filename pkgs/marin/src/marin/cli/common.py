@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 __all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "quiet_library_logs",
-           "resolve_output", "runner_from_options", "targets_argument"]
+           "resolve_output", "resolve_outputs", "runner_from_options", "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,17 +70,31 @@ def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished
     """
     from marin.cli.errors import MarinError
     from marin.execution.store.step_record import StepRecord
-    from marin.execution.store.store import StepStore
 
-    store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
-    output = store.resolve(ref)
-    if output is None:
-        raise MarinError(f"{ref!r} is not an output folder, nor an output or step name under {store.prefix}",
-                         hint="give the output path or name printed by `marin run` (checkpoints/x-<hash>), "
-                              "or a step name like checkpoints/marin-nano")
+    output = resolve_outputs(ctx, ref, prefix)[0][0]
     if finished and not StepRecord(output).is_done():
         raise MarinError(f"{output} is not a finished step", hint="run the step to completion first")
     return StepRecord(output).files_folder(current=True) if files else output
+
+
+def resolve_outputs(ctx: click.Context, ref: str, prefix: str | None) -> list[tuple[str, Any]]:
+    """Every output folder ``ref`` may mean (:meth:`StepStore.resolve_all
+    <marin.execution.store.store.StepStore.resolve_all>`: several for a step name built more than
+    once), the one :func:`resolve_output` takes first, each with its provenance when it was read.
+
+    Raises:
+        MarinError: ``ref`` names nothing under the prefix.
+    """
+    from marin.cli.errors import MarinError
+    from marin.execution.store.store import StepStore
+
+    store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+    found = store.resolve_all(ref)
+    if not found:
+        raise MarinError(f"{ref!r} is not an output folder, nor an output or step name under {store.prefix}",
+                         hint="give the output path or name printed by `marin run` (checkpoints/x-<hash>), "
+                              "or a step name like checkpoints/marin-nano")
+    return found
 
 
 def quiet_library_logs(ctx: click.Context) -> None:

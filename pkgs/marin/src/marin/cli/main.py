@@ -50,6 +50,7 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     from iris.admission import ResourcesTooLarge
     from levanter.eval_harness.errors import TaskDataUnavailable, UnknownTask
     from marin.execution.core.errors import InvalidStep
+    from marin.execution.plan.clashes import NameClashes
     from marin.execution.plan.estimate import OverBudget
     from marin.execution.run.outcome import NotCached
     from marin.execution.store.cache import CacheMiss
@@ -58,6 +59,7 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     from rigging.secrets import SecretNotFound
 
     return [
+        (NameClashes, "give each its own name, or make both from one handle (one name is one step in a graph)", 2),
         (InvalidStep, "fix the step, config or path named above", 2),
         (ConfigError, "fix the configuration source named above (see `marin config`)", 2),
         (ResourcesTooLarge, None, 2),  # the message names the step, the resource and what to do

@@ -11,12 +11,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.core.encoding import describe_encoded, flatten_config
+from marin.execution.core.encoding import flatten_config
 from marin.execution.core.graph import dependencies_of
+from marin.execution.plan.config_diff import differing_fields, field_value
 from marin.execution.plan.model import Plan
 from marin.execution.store.step_record import StepRecord
 from marin.experiment.evaluation.results import format_number as _fmt
@@ -104,44 +104,6 @@ class Comparison:
         return markdown_table(self.header(), self.cells())
 
 
-def _show(encoded: str, names: dict[str, str]) -> str:
-    """A field's canonical encoding as a short readable value (a dependency as its output's name)."""
-    return describe_encoded(json.loads(encoded), names, limit=60)
-
-
-def _cell(key: str, flat: dict[str, str], names: dict[str, str]) -> str:
-    """Column ``key`` of one run: its value, or, where the run sets the field to an object whose
-    parts are flattened (``initialize_from.path``, ...), those parts; ``-`` where it has neither."""
-    if key in flat:
-        return _show(flat[key], names)
-    parts = [(k[len(key) + 1:], v) for k, v in flat.items() if k.startswith(key + ".")]
-    if not parts:
-        return "-"
-    return ", ".join(f"{k}={_show(v, names)}" for k, v in parts)
-
-
-def _differing(flat: list[dict[str, str]]) -> list[str]:
-    """Keys whose values differ between runs, leaving out those that differ only by being absent
-    where a parent field is set to nothing (``initialize_from=None`` beside a branch's
-    ``initialize_from.step``), and such parents themselves when their children show the difference."""
-    keys = sorted({k for f in flat for k in f})
-    differing = [k for k in keys if len({f.get(k) for f in flat}) > 1]
-
-    def parent_of(key: str, row: dict[str, str]) -> str | None:
-        parts = key.split(".")
-        return next((p for p in (".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)) if p in row), None)
-
-    kept = []
-    for key in differing:
-        present = {f[key] for f in flat if key in f}
-        explained = all(key in f or parent_of(key, f) is not None for f in flat)
-        if len(present) == 1 and explained:
-            continue  # the same wherever the parent is set: the parent's column says it
-        kept.append(key)
-    # A parent set to nothing in some runs and expanded in the others is told by its children.
-    return [k for k in kept if not any(c.startswith(k + ".") for c in kept)]
-
-
 def compare_plan(plan: Plan) -> Comparison:
     """The comparison of every training step in ``plan``, with the eval steps that read them."""
     from marin.experiment.training.train import TrainLmConfig
@@ -150,12 +112,12 @@ def compare_plan(plan: Plan) -> Comparison:
     training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig)]
     row_of = {p.hash: i for i, p in enumerate(training)}
     flat = [flatten_config(p.step.config, hashes) for p in training]
-    differing = _differing(flat)
+    differing = differing_fields(flat)
     names = {p.hash: p.name for p in plan.steps}
     rows = []
     for p, f in zip(training, flat, strict=True):
         row = CompareRow(name=p.name, hash=p.hash, output_path=p.output_path,
-                         fields={k: _cell(k, f, names) for k in differing},
+                         fields={k: field_value(k, f, names) for k in differing},
                          files_folder=StepRecord(p.output_path).files_folder(current=True))
         row.series = read_metrics(row.files_folder)
         row.metrics.update(train_metrics(row.files_folder, row.series))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sites import keep_site, record_site
 from marin.execution.core.step import Step
 
 __all__ = ["Lazy", "StepHandle", "lower", "lower_targets"]
@@ -24,8 +25,14 @@ class Lazy(Placeholder):
     """Base of step recipes (``tokenized(...)``, ``train_lm(...)``, Marin's ``ArtifactStep``).
 
     Subclasses implement :meth:`_build`; :meth:`lower` memoises it so a handle used by several
-    steps lowers to one :class:`Step`.
+    steps lowers to one :class:`Step`, said to be defined where the handle was made.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Where the handle is made, whatever its subclass's __init__ (never hashed: sites.py).
+        handle = super().__new__(cls)
+        record_site(handle)
+        return handle
 
     @abc.abstractmethod
     def _build(self) -> Step:
@@ -41,6 +48,7 @@ class Lazy(Placeholder):
             cached = self._build()
             if not isinstance(cached, Step):
                 raise InvalidStep(f"{type(self).__name__}._build must return a Step, got {type(cached).__name__}")
+            keep_site(cached, self)
             object.__setattr__(self, "_lowered", cached)
         return cached
 
@@ -83,7 +91,9 @@ class StepHandle(Lazy):
 
     def with_ttl(self, ttl: float | str | None) -> Self:
         """This handle with its output kept for ``ttl`` (:attr:`Step.ttl`): ``tokenized(...).with_ttl("7d")``."""
-        return dataclasses.replace(self, ttl=ttl)
+        copy = dataclasses.replace(self, ttl=ttl)
+        keep_site(copy, self)  # the same step, defined where the handle was
+        return copy
 
 
 def lower(item: Any) -> Step:

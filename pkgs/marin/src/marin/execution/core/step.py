@@ -10,6 +10,7 @@ from typing import Any
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.hashing import hash_graph
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sites import record_site
 
 # Re-exported: configs mark fields with rigging's ``unhashed_field``; the engine reads ``UNHASHED``.
 from rigging.durations import parse_duration
@@ -98,6 +99,7 @@ class Step(Placeholder):
                 object.__setattr__(self, "ttl", parse_duration(self.ttl))
             except ValueError as e:
                 raise InvalidStep(f"step {self.name!r}: ttl {e.args[0].removeprefix('duration ')}") from None
+        record_site(self)  # for messages naming where it was defined; never hashed
 
     @property
     def hash(self) -> str:

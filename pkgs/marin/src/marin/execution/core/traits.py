@@ -99,12 +99,16 @@ class StepTraits:
         expand: the steps its output decides (:data:`Expander`): once the step is built (or found
             built), the runner plans and runs them in the same run; steps that read this step
             wait until everything it expanded into is built.
+        shares_names: its steps may share a name with a step of another identity in one graph
+            and still run, with a warning (Marin's executor allows it); otherwise such a graph
+            is refused before anything runs (:mod:`marin.execution.plan.clashes`).
     """
 
     scale_fields: tuple[str, ...] = ()
     volatile_files: tuple[str, ...] = ()
     plan_start: StartPlanner | None = None
     expand: Expander | None = None
+    shares_names: bool = False
 
     def __post_init__(self) -> None:
         for name in ("scale_fields", "volatile_files"):
@@ -115,6 +119,8 @@ class StepTraits:
         for name in ("plan_start", "expand"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
+        if not isinstance(self.shares_names, bool):
+            raise TypeError(f"StepTraits.shares_names must be a bool, got {self.shares_names!r}")
 
 
 _DEFAULT = StepTraits()

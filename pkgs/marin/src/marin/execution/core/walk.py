@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.core.sites import keep_site
 from marin.execution.core.sources import Source
 from rigging import filesystem as fs
 from rigging.secrets import Secret
@@ -146,6 +147,7 @@ def map_children(value: Any, kind: Kind, fn: Callable[[Any], Any]) -> Any:
         for f, v in changed.items():
             if not f.init:
                 object.__setattr__(out, f.name, v)
+        keep_site(out, value)  # a copy of a step or handle is defined where the original was
         return out
     if kind is Kind.MAPPING:
         return dict(new)

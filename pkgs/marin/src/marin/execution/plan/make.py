@@ -23,6 +23,7 @@ from marin.execution.core.placeholders import Placeholder
 from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import DEV_VERSION, Step, output_name_of
 from marin.execution.core.traits import Start
+from marin.execution.plan.clashes import name_clashes
 from marin.execution.plan.expansion import expands, expansion_of
 from marin.execution.plan.explain import earlier_attempt, plan_start, start_reason, why_changed
 from marin.execution.plan.inputs import code_changes_of, fingerprint_graph
@@ -378,7 +379,8 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             if note is not None:
                 p = dataclasses.replace(p, env_note=note)
         planned.append(p)
-    plan = Plan(store, tuple(planned), graph.pos_of, view, salt=salt)
+    plan = Plan(store, tuple(planned), graph.pos_of, view, salt=salt,
+                name_clashes=name_clashes(graph.entries, graph.hashes))
     if early_cutoff and any(a is Action.RUN for a in actions):
         plan = plan_reuse(plan, [store.prefix, *caches])
     return plan, needed

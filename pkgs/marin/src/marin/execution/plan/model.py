@@ -26,6 +26,7 @@ from marin.execution.store.realisations import Realised
 from marin.execution.store.store import FolderListings, StepStore
 
 if TYPE_CHECKING:
+    from marin.execution.plan.clashes import NameClash
     from marin.execution.plan.estimate import PlanEstimate
     from marin.execution.store.sources import SourceFingerprint
 
@@ -197,6 +198,8 @@ class Plan:
     expansions: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     """Expanding steps found built (:mod:`marin.execution.plan.expansion`): position → positions of
     the steps their output expanded into."""
+    name_clashes: tuple[NameClash, ...] = ()
+    """Names that several of :attr:`steps` carry (:mod:`marin.execution.plan.clashes`)."""
 
     def unexpanded(self) -> list[int]:
         """Positions of expanding steps whose expansion is not known yet (they are to be built)."""
@@ -247,6 +250,7 @@ class Plan:
             "estimate": self.estimate.to_json() if self.estimate is not None else None,
             "expansions": {self.steps[k].name: [self.steps[v].name for v in vs] for k, vs in self.expansions.items()},
             "expands_after": [self.steps[pos].name for pos in self.unexpanded()],
+            "name_clashes": [c.to_json() for c in self.name_clashes],
         }
 
     def dumps(self) -> str:

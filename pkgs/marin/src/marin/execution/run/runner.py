@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.placeholders import Placeholder
+from marin.execution.plan.clashes import refuse_name_clashes
 from marin.execution.plan.estimate import OverBudget, PlanEstimate, estimate_plan, over_budget
 from marin.execution.plan.make import make_plan
 from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
@@ -133,7 +134,11 @@ class StepRunner:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
         steps = list(steps)
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
-        plan = self._index_kept_current(self.plan(steps, explain=True, estimate=not self.settings.require_cached))
+        plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
+        # One name, one step: refused before anything is written, unless Marin's executor allows it.
+        for clash in refuse_name_clashes(plan.name_clashes):
+            logger.warning("%s", clash)
+        plan = self._index_kept_current(plan)
         if self.settings.require_cached and plan.to_run():
             raise NotCached([p.output_name for p in plan.to_run()])
         if plan.to_run():

@@ -136,12 +136,18 @@ class StepStore:
         """The output folder a user means by ``ref``, or None: an output folder itself (a path
         holding ``.marin/``), an output name under the prefix (``checkpoints/x-<hash16>``, as
         ``marin run`` prints it), or a step name (its newest finished build)."""
+        found = self.resolve_all(ref)
+        return found[0][0] if found else None
+
+    def resolve_all(self, ref: str) -> list[tuple[str, Provenance | None]]:
+        """Every output folder ``ref`` may mean, the one :meth:`resolve` picks first, with its
+        provenance: an output folder or name is one (its provenance not read here); a step name
+        means each of its finished builds, newest first (:meth:`earlier_builds`)."""
         ref = ref.rstrip("/")
         for candidate in (ref, self.output_path(ref)):
             if fs.exists(fs.join(candidate, META_DIR)):
-                return candidate
-        builds = self.earlier_builds(ref)
-        return builds[0][0] if builds else None
+                return [(candidate, None)]
+        return list(self.earlier_builds(ref))
 
     def earlier_builds(self, name: str, listing: Iterable[str] | None = None) -> list[tuple[str, Provenance]]:
         """Successful builds of the step ``name`` (any hash): (output path, provenance), newest first.
