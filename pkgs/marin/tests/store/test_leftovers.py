@@ -107,5 +107,5 @@ def test_ttl_is_recorded_with_the_build_never_hashed_and_expires(tmp_path: Path)
     store = StepStore(prefix)
     assert expired_outputs(store, [name]) == {}
     assert expired_outputs(store, [name], now=success.finished_at + 5401) == {name: success.expires_at()}
-    with pytest.raises(InvalidStep, match=r"step 'g/x': ttl must look like 7d, 2h"):
+    with pytest.raises(InvalidStep, match=r"step 'g/x': ttl must look like 2h, 1h30m"):
         Step("g/x", t.record, ttl="soon")

@@ -18,14 +18,14 @@ def parse_duration(text: str | float) -> float:
         ValueError: naming the text when it is none of those or not positive.
     """
     if isinstance(text, bool) or not isinstance(text, str | int | float):
-        raise ValueError(f"duration must look like 7d, 2h, 1h30m, 90m, 45s or seconds, got {text!r}")
+        raise ValueError(f"duration must look like 2h, 1h30m, 90m, 45s, 7d or seconds, got {text!r}")
     cleaned = str(text).strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)
     except ValueError:
         parts = _DURATION.findall(cleaned)
         if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise ValueError(f"duration must look like 7d, 2h, 1h30m, 90m, 45s or seconds, got {text!r}") from None
+            raise ValueError(f"duration must look like 2h, 1h30m, 90m, 45s, 7d or seconds, got {text!r}") from None
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if not seconds > 0 or not math.isfinite(seconds):
         raise ValueError(f"duration must be > 0, got {text!r}")
