@@ -226,16 +226,26 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     fs.pipe_file(p, payload)
 
 
-def copy_file(src: str, dst: str) -> None:
+def copy_file(src: str, dst: str, *, link: bool = False) -> None:
     """Copy the file ``src`` to ``dst``, which readers see whole or not at all: inside one object
     store a copy made by the store itself (on GCS a rewrite: no bytes through this machine), else
-    a streamed copy into a temporary sibling renamed over ``dst`` (locally) or one upload."""
+    a streamed copy into a temporary sibling renamed over ``dst`` (locally) or one upload.
+
+    ``link``: locally, a hard link where the file system allows (the same bytes, no copy): only
+    for a ``src`` that is never written in place, such as a finished step's file, since the two
+    names then share one file.
+    """
     if is_local(src) and is_local(dst):
         import shutil
 
         tmp = _tmp_sibling(strip_protocol(dst))
         try:
-            shutil.copyfile(strip_protocol(src), tmp)
+            try:
+                if not link:
+                    raise OSError("a copy was asked for")
+                os.link(strip_protocol(src), tmp)
+            except OSError:  # another file system, or links not allowed here: copy
+                shutil.copyfile(strip_protocol(src), tmp)
             os.replace(tmp, strip_protocol(dst))
         finally:
             if os.path.exists(tmp):

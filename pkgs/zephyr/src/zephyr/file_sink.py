@@ -172,7 +172,8 @@ class FileSink(Sink):
         files = {}
         for key, info in record["files"].items():
             rel = self._relative(key or None, shard_index)
-            fs.copy_file(fs.join(earlier, info["path"]), fs.join(self.output_path, rel))
+            # An earlier output is never written in place: locally its shard is linked, not copied.
+            fs.copy_file(fs.join(earlier, info["path"]), fs.join(self.output_path, rel), link=True)
             files[key] = {**info, "path": rel}
         record = {**record, "shard": shard_index, "num_shards": num_shards, "inputs": inputs, "files": files}
         fs.atomic_write(self._commit_record_path(shard_index), json.dumps(record, sort_keys=True, indent=1))

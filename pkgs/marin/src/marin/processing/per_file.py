@@ -168,7 +168,8 @@ def _copy_part(folder: str, output_path: str, part: Part) -> bool:
     """Copy ``part``'s files from the earlier output ``folder``; False when one is gone."""
     try:
         for name in part.output.files:
-            fs.copy_file(fs.join(folder, name), fs.join(output_path, name))
+            # A finished build's files are never written in place: locally they are linked, not copied.
+            fs.copy_file(fs.join(folder, name), fs.join(output_path, name), link=True)
     except FileNotFoundError as e:
         logger.warning("%s: an output of the earlier build is gone (%s); processing it again", part.name, e)
         return False
