@@ -11,6 +11,7 @@ from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.status_record import BuildState, StatusRecord
 from marin.execution.store.step_record import StepRecord
+from marin.report.curves import metrics_json
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
     INDEX_FILE,
@@ -161,7 +162,7 @@ def _add_outputs(step: ReportStep, record: StepRecord, outcome: StepOutcome | No
         return
     at = record.files_folder(current=True)  # its folder, or the attempt folder its records name
     metrics = read_metrics(at) if files is None or METRICS_FILE in files else None
-    step.metrics = metrics.to_json() if metrics is not None else None
+    step.metrics = metrics_json(metrics) if metrics is not None else None
     step.memory = read_memory(at) if files is None or MEMORY_FILE in files else None
     tokenized = read_tokenized(at) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
@@ -224,7 +225,7 @@ def _comparison(plan: Plan | None, steps: list[ReportStep]) -> tuple[dict[str, A
     for row in comparison.rows:
         step = by_hash.get(row.hash)
         if step is not None and step.metrics is None and row.series is not None:
-            step.metrics = row.series.to_json()
+            step.metrics = metrics_json(row.series)
     return (comparison.to_json() if comparison.rows else None), collect_views(plan, comparison)
 
 
