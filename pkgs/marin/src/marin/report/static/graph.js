@@ -113,7 +113,7 @@
   }
 
   // -- node labels, whole: wrapped at "/", "-", "_" and "." to the node's width -------------------
-  var NODE_W = 212, GAP_X = 48, GAP_Y = 16, LAYER_GAP = 44, PAD = 16, LINE_H = 15;
+  var NODE_W = 212, GAP_X = 48, GAP_Y = 14, LAYER_GAP = 38, PAD = 16, LINE_H = 15;
   var LABEL_FONT = "600 13px system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif";
   var measureCtx = null;
 
@@ -202,7 +202,7 @@
   // returns the view (fit, zoom) so the caller's buttons can drive it.
   function drawGraphInto(box, items) {
     while (box.firstChild) box.removeChild(box.firstChild);
-    var room = Math.max(240, box.clientWidth - 2), tallest = Math.max(280, Math.round(window.innerHeight * 0.7));
+    var room = Math.max(240, box.clientWidth - 2), tallest = Math.max(280, Math.round(window.innerHeight * 0.75));
     var lines = items.map(function (it) { return wrapLabel(it.label, NODE_W - 24); });
     var sizes = lines.map(nodeHeight);
     var layers = layered(items);
