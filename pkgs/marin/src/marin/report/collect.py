@@ -11,6 +11,7 @@ from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.status_record import BuildState, StatusRecord
 from marin.execution.store.step_record import StepRecord
+from marin.execution.store.store import StepStore
 from marin.report.curves import metrics_json
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
@@ -25,7 +26,7 @@ from marin.report.outputs import (
     read_tokenized,
 )
 
-__all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
+__all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run", "collect_store"]
 
 
 _FROM_OUTCOME = {
@@ -240,6 +241,26 @@ def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     comparison, views = _comparison(plan, steps)
     return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
                       environment=_current_environment(), comparison=comparison, views=views)
+
+
+def collect_store(store: StepStore, title: str = "Store") -> ReportData:
+    """Every finished step of ``store`` (its done index), linked through their provenance."""
+    from marin.execution.store.done_index import read_index
+
+    steps = []
+    for output_name in sorted(read_index(store.prefix)):
+        record = StepRecord(store.output_path(output_name))
+        provenance = record.read_provenance()
+        if provenance is None or provenance.name is None or provenance.hash is None:
+            continue  # a build whose record is damaged: nothing to show of it
+        step = ReportStep(name=provenance.name, hash=provenance.hash, output_path=record.output_path,
+                          state=StepState.CACHED)
+        _add_provenance(step, provenance)
+        _add_outputs(step, record, None)
+        steps.append(step)
+    _deps_from_provenance(steps)
+    return ReportData(title=title, prefix=store.prefix, source="store", steps=steps,
+                      environment=_current_environment())
 
 
 def collect_run(result: RunResult, title: str = "Run report") -> ReportData:

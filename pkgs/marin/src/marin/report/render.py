@@ -13,7 +13,7 @@ from marin.report.collect import ReportData
 from marin.report.views import render_views
 from rigging import filesystem as fs
 
-__all__ = ["REPORT_SCRIPTS", "embed_json", "page_script", "render_html", "write_report"]
+__all__ = ["REPORT_SCRIPTS", "embed_json", "page_script", "render_html", "static_text", "write_report"]
 
 # Reports of runs live under the prefix here; never a step output folder (no ``.marin/`` inside).
 
@@ -98,7 +98,8 @@ def embed_json(data: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _static(name: str) -> str:
+def static_text(name: str) -> str:
+    """The text of ``static/<name>`` (the pages' scripts and styles, shipped with the package)."""
     return resources.files("marin.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
@@ -108,7 +109,7 @@ REPORT_SCRIPTS = ("dom.js", "charts.js", "graph.js", "report.js")
 
 def page_script(names: tuple[str, ...]) -> str:
     """The static scripts ``names`` as one, each after the other inside one strict-mode function."""
-    return "(function () {\n  \"use strict\";\n" + "\n".join(_static(n) for n in names) + "\n})();"
+    return "(function () {\n  \"use strict\";\n" + "\n".join(static_text(n) for n in names) + "\n})();"
 
 
 def render_html(report: ReportData, *, extra: str = "") -> str:
@@ -120,7 +121,7 @@ def render_html(report: ReportData, *, extra: str = "") -> str:
         prefix=html.escape(report.prefix),
         count=len(report.steps),
         generated=html.escape(generated),
-        css=_static("report.css"),
+        css=static_text("report.css"),
         js=page_script(REPORT_SCRIPTS),
         extra=extra,
         data=embed_json(report.to_json()),

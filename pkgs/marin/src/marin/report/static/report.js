@@ -21,6 +21,15 @@
   var GROUPS = (DATA.groups || [""]).map(function (name) { return { name: name, members: [] }; });
   STEPS.forEach(function (st, i) { GROUPS[st.group || 0].members.push(i); });
   var TREE = new FolderTree(STEPS);
+  // Served by `marin browse`: each finished step links to its page there.
+  var BROWSE = document.getElementById("browse-data") ? JSON.parse(document.getElementById("browse-data").textContent) : null;
+
+  function browseLink(st) {
+    if (!BROWSE || (st.state !== "cached" && st.state !== "ran")) return null;
+    var output = st.output_path.slice(DATA.prefix.replace(/\/+$/, "").length + 1);
+    return h("p", { "class": "browse-link" }, h("a", { href: BROWSE.step + encodeURIComponent(output), "data-role": "browse",
+      text: "Browse its data →" }));
+  }
 
   // -- the graph: a node per step shown, one per collapsed folder --------------------------------
   function folderCounts(folder) {
@@ -343,6 +352,7 @@
       ["host", st.host],
       ["output size", st.output_bytes !== null ? fmtBytes(st.output_bytes) + (st.output_files !== null ? " in " + st.output_files + " files" : "") : null]
     ]));
+    append(panel, browseLink(st));
     append(panel, reasonsBlock(st));
     append(panel, errorBlock(st));
     if (st.metrics) {
