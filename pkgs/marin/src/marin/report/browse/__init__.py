@@ -5,7 +5,7 @@ page by page (JSON lines, Parquet, tokenized shards decoded back to text), its a
 histograms, a duplicate cluster with the words that differ marked, two steps' documents side by
 side joined by id, and a training step's curves and its evaluations' samples.
 
-Every path a request names is found through the store (:meth:`StepStore.resolve`) and read only
+Every path a request names is found through the store (:meth:`~marin.execution.store.store.StepStore.resolve`) and read only
 when it is inside the prefix and listed in the step's manifest: a request for anything else is
 refused (HTTP 403). The server binds 127.0.0.1 unless told otherwise and opens no browser.
 """

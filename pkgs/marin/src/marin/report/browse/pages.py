@@ -50,7 +50,7 @@ def graph_page(report: ReportData) -> str:
 
 
 def step_page(step: dict[str, Any], prefix: str) -> str:
-    """The page of one step (``step``: :meth:`StepView.to_json` and what the browser adds to it)."""
+    """The page of one step (``step``: :meth:`~marin.report.browse.store_view.StepView.to_json` and what the browser adds to it)."""
     return _STEP_PAGE.format(title=html.escape(step["name"]), kind=html.escape(step["kind"]), prefix=html.escape(prefix),
                              output=html.escape(step["output"]), css=static_text("report.css") + "\n" + static_text("browse.css"),
                              data=embed_json(step), js=page_script(BROWSE_SCRIPTS))
