@@ -65,3 +65,40 @@ def test_report_of_the_nano_and_hello_world_graphs(browser: Any, tmp_path_factor
     png = browser.get_screenshot_as_png()
     (tmp_path / "report.png").write_bytes(png)
     assert _distinct_colours(png) > 50
+    try:
+        for width in (1024, 1440, 1920):
+            _fits_and_draws_every_metric(browser, page, width, metrics)
+    finally:
+        browser.set_window_size(1440, 1600)
+
+
+_SHOWN = """
+const panel = document.getElementById("graph").getBoundingClientRect();
+const item = document.querySelector('#training-list [data-step="checkpoints/marin-nano"]');
+return {nodes: Array.from(document.querySelectorAll("#graph g.node")).map(g => {
+          const r = g.querySelector("rect.box").getBoundingClientRect();
+          return [g.getAttribute("data-name"), Array.from(g.querySelectorAll("text.label tspan")).map(t => t.textContent).join(""),
+                  r.left >= panel.left - 0.5 && r.right <= panel.right + 0.5 && r.top >= panel.top - 0.5 && r.bottom <= panel.bottom + 0.5];
+        }),
+        paths: Object.fromEntries(Array.from(item.querySelectorAll("path.series")).map(
+          p => [p.getAttribute("data-series"), Number(p.getAttribute("data-points"))])),
+        once: Array.from(item.querySelectorAll("[data-role=logged-once] tr")).map(r => r.getAttribute("data-series"))};
+"""
+
+
+def _fits_and_draws_every_metric(browser: Any, page: Path, width: int, metrics: list[str]) -> None:
+    """At ``width`` px: every node inside the fitted graph panel with its whole name, and every series
+    of the model's ``metrics.jsonl`` (its in-training story_qa scores too) a drawn curve, or listed
+    when it was logged once."""
+    browser.set_window_size(width, 1000)
+    open_report(browser, page, timeout_s=30.0)
+    shown = browser.execute_script(_SHOWN)
+    assert len(shown["nodes"]) == 13 and all(label == name and inside for name, label, inside in shown["nodes"]), (width, shown)
+    logged: dict[str, int] = {}
+    for line in metrics:
+        for key, value in json.loads(line).items():
+            if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                logged[key] = logged.get(key, 0) + 1
+    assert {"story_qa.acc", "story_qa.acc_norm"} <= set(shown["paths"])
+    assert shown["paths"] == {k: n for k, n in logged.items() if n > 1}, width
+    assert set(shown["once"]) == {k for k, n in logged.items() if n == 1}

@@ -27,6 +27,7 @@ _COMMANDS = {
     "verify": ("marin.cli.cmd_verify", "verify"),
     "compare": ("marin.cli.cmd_compare", "compare"),
     "export-hf": ("marin.cli.cmd_export_hf", "export_hf"),
+    "browse": ("marin.cli.cmd_browse", "browse"),
 }
 
 

@@ -11,6 +11,8 @@ from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.status_record import BuildState, StatusRecord
 from marin.execution.store.step_record import StepRecord
+from marin.execution.store.store import StepStore
+from marin.report.curves import metrics_json
 from marin.report.model import ReportData, ReportStep, StepState
 from marin.report.outputs import (
     INDEX_FILE,
@@ -24,7 +26,7 @@ from marin.report.outputs import (
     read_tokenized,
 )
 
-__all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run"]
+__all__ = ["ReportData", "ReportStep", "StepState", "collect_plan", "collect_run", "collect_store"]
 
 
 _FROM_OUTCOME = {
@@ -161,7 +163,7 @@ def _add_outputs(step: ReportStep, record: StepRecord, outcome: StepOutcome | No
         return
     at = record.files_folder(current=True)  # its folder, or the attempt folder its records name
     metrics = read_metrics(at) if files is None or METRICS_FILE in files else None
-    step.metrics = metrics.to_json() if metrics is not None else None
+    step.metrics = metrics_json(metrics) if metrics is not None else None
     step.memory = read_memory(at) if files is None or MEMORY_FILE in files else None
     tokenized = read_tokenized(at) if files is None or INDEX_FILE in files else None
     step.tokenized = tokenized.to_json() if tokenized is not None else None
@@ -224,7 +226,7 @@ def _comparison(plan: Plan | None, steps: list[ReportStep]) -> tuple[dict[str, A
     for row in comparison.rows:
         step = by_hash.get(row.hash)
         if step is not None and step.metrics is None and row.series is not None:
-            step.metrics = row.series.to_json()
+            step.metrics = metrics_json(row.series)
     return (comparison.to_json() if comparison.rows else None), collect_views(plan, comparison)
 
 
@@ -239,6 +241,26 @@ def collect_plan(plan: Plan, title: str = "Experiment report") -> ReportData:
     comparison, views = _comparison(plan, steps)
     return ReportData(title=title, prefix=plan.store.prefix, source="plan", steps=steps,
                       environment=_current_environment(), comparison=comparison, views=views)
+
+
+def collect_store(store: StepStore, title: str = "Store") -> ReportData:
+    """Every finished step of ``store`` (its done index), linked through their provenance."""
+    from marin.execution.store.done_index import read_index
+
+    steps = []
+    for output_name in sorted(read_index(store.prefix)):
+        record = StepRecord(store.output_path(output_name))
+        provenance = record.read_provenance()
+        if provenance is None or provenance.name is None or provenance.hash is None:
+            continue  # a build whose record is damaged: nothing to show of it
+        step = ReportStep(name=provenance.name, hash=provenance.hash, output_path=record.output_path,
+                          state=StepState.CACHED)
+        _add_provenance(step, provenance)
+        _add_outputs(step, record, None)
+        steps.append(step)
+    _deps_from_provenance(steps)
+    return ReportData(title=title, prefix=store.prefix, source="store", steps=steps,
+                      environment=_current_environment())
 
 
 def collect_run(result: RunResult, title: str = "Run report") -> ReportData:

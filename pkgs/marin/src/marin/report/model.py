@@ -138,7 +138,7 @@ class ReportData:
 
     title: str
     prefix: str
-    source: str  # "run" (the outcome of a run) or "plan" (the store as it stands)
+    source: str  # "run" (the outcome of a run), "plan" (a plan against the store) or "store" (every finished step)
     steps: list[ReportStep]
     generated_at: float = field(default_factory=time.time)
     environment: dict[str, Any] | None = None

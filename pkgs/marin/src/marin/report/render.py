@@ -13,7 +13,7 @@ from marin.report.collect import ReportData
 from marin.report.views import render_views
 from rigging import filesystem as fs
 
-__all__ = ["embed_json", "render_html", "write_report"]
+__all__ = ["REPORT_SCRIPTS", "embed_json", "page_script", "render_html", "static_text", "write_report"]
 
 # Reports of runs live under the prefix here; never a step output folder (no ``.marin/`` inside).
 
@@ -38,9 +38,18 @@ _PAGE = """<!DOCTYPE html>
 </header>
 <main>
   <section class="graph-card card" aria-label="step graph">
-    <h2>Step graph</h2>
-    <div id="graph" class="graph-scroll"></div>
+    <div class="card-head">
+      <h2>Step graph</h2>
+      <div class="graph-tools">
+        <span class="hint">drag to pan &middot; Ctrl+wheel to zoom &middot; click a folder to open it</span>
+        <button type="button" data-zoom="out" title="zoom out">&minus;</button>
+        <button type="button" data-zoom="in" title="zoom in">+</button>
+        <button type="button" data-zoom="fit" title="fit the whole graph">fit</button>
+      </div>
+    </div>
+    <div id="graph" class="graph-box"></div>
   </section>
+  <div id="columns" class="columns">
   <aside id="panel" class="panel card" aria-live="polite">
     <p class="hint">Click a step in the graph or the table to see its provenance.</p>
   </aside>
@@ -66,14 +75,15 @@ _PAGE = """<!DOCTYPE html>
     </div>
   </section>
   {views}
-  <section class="card wide" aria-label="all steps">
+  </div>
+  <section class="card" aria-label="all steps">
     <h2>Steps</h2>
     <div class="table-scroll"><table id="steps-table" class="steps"></table></div>
   </section>
 </main>
 <noscript><p class="hint">This report draws its graph and charts with JavaScript; the data is in the
 <code>report-data</code> script element of this file.</p></noscript>
-<script type="application/json" id="report-data">{data}</script>
+{extra}<script type="application/json" id="report-data">{data}</script>
 <script>
 {js}
 </script>
@@ -88,20 +98,32 @@ def embed_json(data: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _static(name: str) -> str:
+def static_text(name: str) -> str:
+    """The text of ``static/<name>`` (the pages' scripts and styles, shipped with the package)."""
     return resources.files("marin.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def render_html(report: ReportData) -> str:
-    """The report as one HTML page with every script, style and datum inline."""
+REPORT_SCRIPTS = ("dom.js", "charts.js", "graph.js", "report.js")
+"""The report page's scripts, run in this order inside one function (they share its names)."""
+
+
+def page_script(names: tuple[str, ...]) -> str:
+    """The static scripts ``names`` as one, each after the other inside one strict-mode function."""
+    return "(function () {\n  \"use strict\";\n" + "\n".join(static_text(n) for n in names) + "\n})();"
+
+
+def render_html(report: ReportData, *, extra: str = "") -> str:
+    """The report as one HTML page with every script, style and datum inline; ``extra``: HTML put
+    before the page's data and script (``marin browse`` adds its own data this way)."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.generated_at))
     return _PAGE.format(
         title=html.escape(report.title),
         prefix=html.escape(report.prefix),
         count=len(report.steps),
         generated=html.escape(generated),
-        css=_static("report.css"),
-        js=_static("report.js"),
+        css=static_text("report.css"),
+        js=page_script(REPORT_SCRIPTS),
+        extra=extra,
         data=embed_json(report.to_json()),
         views=render_views(report.views),
     )

@@ -116,6 +116,16 @@ class StepRecord:
         """The provenance record, or None when it is missing or unreadable."""
         return Provenance.from_json(self.read_json(self.provenance))
 
+    def read_manifest_files(self) -> list[tuple[str, int]] | None:
+        """``(path, size)`` of every file of the output, as its manifest lists them (paths relative
+        to :meth:`files_folder`), or None when there is no readable manifest."""
+        manifest = self.read_json(self.manifest)
+        files = manifest.get("files") if manifest is not None else None
+        if not isinstance(files, list):
+            return None
+        return [(f["path"], f["size"]) for f in files
+                if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)]
+
     def write_json(self, path: str, data: dict[str, Any]) -> None:
         # The status record is a progress note: not worth an fsync (rigging.filesystem.atomic_write).
         fs.atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str), durable=path != self.status)

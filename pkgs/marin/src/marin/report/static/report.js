@@ -1,17 +1,9 @@
 // marin report: draws the step graph, the provenance panel, the training charts and the steps
 // table from the JSON embedded in the page. No libraries, no network: plain DOM and SVG.
-(function () {
-  "use strict";
-
+// (Runs after dom.js, charts.js and graph.js, inside the same function: see marin.report.render.)
   var DATA = JSON.parse(document.getElementById("report-data").textContent);
   var STEPS = DATA.steps;
-  var SVGNS = "http://www.w3.org/2000/svg";
-  var STATE_ORDER = ["failed", "upstream failed", "interrupted", "running", "would run", "ran", "cached", "unneeded"];
-  var SERIES_COLORS = { loss: "#2f5fd0", val_loss: "#e0662f", lr: "#1f9d55", tokens_per_s: "#8a5cd6",
-                        grad_norm: "#b8860b", mfu: "#0f9fb5" };
   var selected = -1;
-  // Groups (steps by name folder) bigger than this start collapsed into one node and one row.
-  var GROUP_OPEN_MAX = 8;
   var NULLABLE = ["fn", "version", "config", "started_at", "finished_at", "duration_s", "attempts", "host",
                   "output_bytes", "output_files", "error", "traceback", "log_path", "log_tail", "note",
                   "metrics", "tokenized", "data", "estimate_s", "estimate_basis"];
@@ -25,136 +17,24 @@
     if (!st.output_path) st.output_path = DATA.prefix.replace(/\/+$/, "") + "/" + st.name + "-" + st.hash.slice(0, 16);
     st.environment = st.env !== undefined ? DATA.environments[st.env] : null;
   });
-  var GROUPS = (DATA.groups || [""]).map(function (name) { return { name: name, members: [], open: false }; });
+  // The table's groups: steps by their name's folder (a header row each when it holds several).
+  var GROUPS = (DATA.groups || [""]).map(function (name) { return { name: name, members: [] }; });
   STEPS.forEach(function (st, i) { GROUPS[st.group || 0].members.push(i); });
-  GROUPS.forEach(function (g) { g.open = g.members.length <= GROUP_OPEN_MAX; });
+  var TREE = new FolderTree(STEPS);
+  // Served by `marin browse`: each finished step links to its page there.
+  var BROWSE = document.getElementById("browse-data") ? JSON.parse(document.getElementById("browse-data").textContent) : null;
 
-  // -- small helpers ------------------------------------------------------------------------
-  function stateKey(state) { return String(state).replace(/[^a-z]+/g, "-"); }
-
-  function h(tag, attrs) {
-    var node = document.createElement(tag);
-    setAttrs(node, attrs);
-    for (var i = 2; i < arguments.length; i++) append(node, arguments[i]);
-    return node;
+  function browseLink(st) {
+    if (!BROWSE || (st.state !== "cached" && st.state !== "ran")) return null;
+    var output = st.output_path.slice(DATA.prefix.replace(/\/+$/, "").length + 1);
+    return h("p", { "class": "browse-link" }, h("a", { href: BROWSE.step + encodeURIComponent(output), "data-role": "browse",
+      text: "Browse its data →" }));
   }
 
-  function s(tag, attrs) {
-    var node = document.createElementNS(SVGNS, tag);
-    setAttrs(node, attrs);
-    for (var i = 2; i < arguments.length; i++) append(node, arguments[i]);
-    return node;
-  }
-
-  function setAttrs(node, attrs) {
-    if (!attrs) return;
-    Object.keys(attrs).forEach(function (k) {
-      var v = attrs[k];
-      if (v === null || v === undefined || v === false) return;
-      if (k === "text") node.textContent = v;
-      else if (k.slice(0, 2) === "on") node.addEventListener(k.slice(2), v);
-      else node.setAttribute(k, v === true ? "" : String(v));
-    });
-  }
-
-  function append(node, child) {
-    if (child === null || child === undefined || child === false) return;
-    if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); return; }
-    node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
-  }
-
-  function fmtBytes(n) {
-    if (n === null || n === undefined) return "–";
-    var units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    var i = 0;
-    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-    return (i === 0 ? n : n.toFixed(n < 10 ? 2 : 1)) + " " + units[i];
-  }
-
-  function fmtDuration(sec) {
-    if (sec === null || sec === undefined) return "–";
-    if (sec < 1) return (sec * 1000).toFixed(0) + " ms";
-    if (sec < 60) return sec.toFixed(sec < 10 ? 2 : 1) + " s";
-    var m = Math.floor(sec / 60), r = Math.round(sec % 60);
-    if (m < 60) return m + "m " + r + "s";
-    return Math.floor(m / 60) + "h " + (m % 60) + "m";
-  }
-
-  function fmtTime(ts) {
-    if (!ts) return "–";
-    var d = new Date(ts * 1000);
-    function p(x) { return (x < 10 ? "0" : "") + x; }
-    return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
-      p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
-  }
-
-  function fmtNum(v) {
-    if (v === null || v === undefined) return "–";
-    var a = Math.abs(v);
-    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
-    if (Number.isInteger(v)) return v.toLocaleString("en-US");
-    return a >= 100 ? v.toFixed(1) : a >= 1 ? v.toFixed(3) : v.toPrecision(3);
-  }
-
-  function fmtCount(v) { return v === null || v === undefined ? "–" : Number(v).toLocaleString("en-US"); }
-
-  function badge(state) {
-    return h("span", { "class": "badge s-" + stateKey(state) }, h("span", { "class": "dot" }), state);
-  }
-
-  // -- graph layout: layers by longest path from the sources, order by barycentres -----------
-  function layout(steps) {
-    var n = steps.length, i, j;
-    var children = steps.map(function () { return []; });
-    var indeg = steps.map(function (st) { return st.deps.length; });
-    steps.forEach(function (st, k) { st.deps.forEach(function (d) { children[d].push(k); }); });
-    var layer = new Array(n).fill(0), queue = [], order = [], seen = new Array(n).fill(false);
-    for (i = 0; i < n; i++) if (indeg[i] === 0) queue.push(i);
-    for (var head = 0; head < queue.length || order.length < n; head++) {
-      if (head >= queue.length) {
-        // Collapsed groups can make a cycle (a -> B -> a2): place its first unplaced member anyway.
-        for (i = 0; i < n; i++) if (!seen[i]) { queue.push(i); indeg[i] = 0; break; }
-      }
-      var v = queue[head];
-      if (seen[v]) continue;
-      seen[v] = true;
-      order.push(v);
-      children[v].forEach(function (c) {
-        if (seen[c]) return;
-        layer[c] = Math.max(layer[c], layer[v] + 1);
-        if (--indeg[c] === 0) queue.push(c);
-      });
-    }
-    var layers = [];
-    order.forEach(function (v) { (layers[layer[v]] = layers[layer[v]] || []).push(v); });
-    var pos = new Array(n).fill(0);
-    function place() { layers.forEach(function (l) { l.forEach(function (v, k) { pos[v] = k; }); }); }
-    function bary(v, nbrs) {
-      if (!nbrs.length) return pos[v];
-      var sum = 0;
-      nbrs.forEach(function (u) { sum += pos[u]; });
-      return sum / nbrs.length;
-    }
-    place();
-    for (var sweep = 0; sweep < 6; sweep++) {
-      var down = sweep % 2 === 0;
-      for (j = down ? 1 : layers.length - 2; down ? j < layers.length : j >= 0; j += down ? 1 : -1) {
-        var keys = {};
-        layers[j].forEach(function (v) { keys[v] = bary(v, down ? steps[v].deps : children[v]); });
-        layers[j].sort(function (a, b) { return keys[a] - keys[b] || a - b; });
-        layers[j].forEach(function (v, k) { pos[v] = k; });
-      }
-    }
-    return { layers: layers, layer: layer, pos: pos, children: children };
-  }
-
-  var NODE_W = 210, NODE_H = 50, GAP_X = 70, GAP_Y = 22, PAD = 20;
-
-  function truncate(text, max) { return text.length <= max ? text : "…" + text.slice(text.length - max + 1); }
-
-  function groupCounts(g) {
+  // -- the graph: a node per step shown, one per collapsed folder --------------------------------
+  function folderCounts(folder) {
     var counts = {};
-    g.members.forEach(function (i) { counts[STEPS[i].state] = (counts[STEPS[i].state] || 0) + 1; });
+    TREE.under[folder].forEach(function (i) { counts[STEPS[i].state] = (counts[STEPS[i].state] || 0) + 1; });
     return counts;
   }
 
@@ -168,26 +48,33 @@
     return "cached";
   }
 
-  function groupLabel(g) { return g.name === "" ? "(top level)" : g.name + "/"; }
+  function folderLabel(folder) { return folder === "" ? "(top level)" : folder + "/"; }
 
-  function setGroupOpen(gi, open) {
-    if (GROUPS[gi].open === open) return;
-    GROUPS[gi].open = open;
-    redraw();
+  function stepItem(i) {
+    var st = STEPS[i];
+    return { ref: i, label: st.name, sub: st.short_hash + " · " + st.state, mono: true, deps: [],
+             title: st.name + " (" + st.state + ")\n" + st.hash, cls: "node n-" + stateKey(st.state),
+             attrs: { "data-id": i, "data-name": st.name, "data-state": st.state, "data-hash": st.short_hash },
+             onopen: function () { select(i, true); } };
   }
 
-  // What the graph shows: every step of an open group, one node per closed group.
-  function visibleItems() {
-    var items = [], itemOf = new Array(STEPS.length);
-    GROUPS.forEach(function (g, gi) {
-      if (!g.open) {
-        var k = items.length;
-        items.push({ group: gi, deps: [] });
-        g.members.forEach(function (i) { itemOf[i] = k; });
-      }
-    });
+  function folderItem(folder) {
+    var counts = folderCounts(folder), n = TREE.under[folder].length, text = countsText(counts);
+    return { ref: "g:" + folder, label: folderLabel(folder) + " ×" + n, deps: [], stacked: true,
+             sub: text.length > 32 ? text.slice(0, 31) + "…" : text,
+             title: folderLabel(folder) + ": " + n + " steps (" + text + "); click to open",
+             cls: "group n-" + stateKey(worstState(counts)), attrs: { "data-group": folder, "data-count": n },
+             onopen: function () { delete TREE.collapsed[folder]; redraw(); } };
+  }
+
+  // What the graph shows: every step not inside a collapsed folder, one node per collapsed folder.
+  function graphItems() {
+    var items = [], itemOf = new Array(STEPS.length), ofFolder = {};
     STEPS.forEach(function (st, i) {
-      if (GROUPS[st.group || 0].open) { itemOf[i] = items.length; items.push({ step: i, deps: [] }); }
+      var folder = TREE.hiddenBy(i);
+      if (folder === null) { itemOf[i] = items.length; items.push(stepItem(i)); return; }
+      if (ofFolder[folder] === undefined) { ofFolder[folder] = items.length; items.push(folderItem(folder)); }
+      itemOf[i] = ofFolder[folder];
     });
     var seenEdge = {};
     STEPS.forEach(function (st, i) {
@@ -199,189 +86,35 @@
     return items;
   }
 
+  var graphView = null;
+
   function drawGraph() {
     var box = document.getElementById("graph");
-    while (box.firstChild) box.removeChild(box.firstChild);
-    if (!STEPS.length) { box.appendChild(h("p", { "class": "hint", text: "No steps." })); return; }
-    var items = visibleItems();
-    var L = layout(items);
-    var tallest = Math.max.apply(null, L.layers.map(function (l) { return l.length; }));
-    var width = PAD * 2 + L.layers.length * NODE_W + (L.layers.length - 1) * GAP_X;
-    var height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y;
-    var xy = items.map(function (_, v) {
-      var col = L.layers[L.layer[v]];
-      var offset = (tallest - col.length) * (NODE_H + GAP_Y) / 2;
-      return [PAD + L.layer[v] * (NODE_W + GAP_X), PAD + offset + L.pos[v] * (NODE_H + GAP_Y)];
-    });
-    var svg = s("svg", { width: width, height: height, viewBox: "0 0 " + width + " " + height,
-                         role: "img", "aria-label": "step graph", id: "graph-svg" });
-    svg.appendChild(s("defs", null, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
-      markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
-      s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa5b4" }))));
-    function ref(item) { return item.step !== undefined ? item.step : "g" + item.group; }
-    var edges = s("g", { "class": "edges" });
-    items.forEach(function (it, v) {
-      it.deps.forEach(function (d) {
-        var x1 = xy[d][0] + NODE_W, y1 = xy[d][1] + NODE_H / 2, x2 = xy[v][0], y2 = xy[v][1] + NODE_H / 2;
-        var c = Math.max(24, (x2 - x1) / 2);
-        edges.appendChild(s("path", { "class": "edge", "data-from": ref(items[d]), "data-to": ref(it), "marker-end": "url(#arrow)",
-          d: "M" + x1 + "," + y1 + " C" + (x1 + c) + "," + y1 + " " + (x2 - c) + "," + y2 + " " + x2 + "," + y2 }));
-      });
-    });
-    svg.appendChild(edges);
-    var nodes = s("g", { "class": "nodes" });
-    items.forEach(function (it, v) {
-      var g;
-      if (it.group !== undefined) {
-        var grp = GROUPS[it.group], counts = groupCounts(grp), open = function () { setGroupOpen(it.group, true); };
-        g = s("g", { "class": "group n-" + stateKey(worstState(counts)), "data-group": grp.name,
-                     "data-count": grp.members.length, tabindex: 0, role: "button",
-                     transform: "translate(" + xy[v][0] + "," + xy[v][1] + ")", onclick: open,
-                     onkeydown: function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
-          s("title", { text: groupLabel(grp) + ": " + grp.members.length + " steps (" + countsText(counts) + "); click to expand" }),
-          s("rect", { "class": "box", width: NODE_W, height: NODE_H, rx: 7, ry: 7 }),
-          s("rect", { "class": "box stack", x: 4, y: 4, width: NODE_W - 8, height: NODE_H - 8, rx: 5, ry: 5 }),
-          s("rect", { "class": "stripe", x: 0, y: 0, width: 6, height: NODE_H, rx: 3 }),
-          s("text", { "class": "label", x: 15, y: 21, text: truncate(groupLabel(grp), 18) + " ×" + grp.members.length }),
-          s("text", { "class": "sub", x: 15, y: 39, text: truncate(countsText(counts), 30) }));
-      } else {
-        var i = it.step, st = STEPS[i];
-        g = s("g", { "class": "node n-" + stateKey(st.state), "data-id": i, "data-name": st.name,
-                     "data-state": st.state, "data-hash": st.short_hash, tabindex: 0, role: "button",
-                     transform: "translate(" + xy[v][0] + "," + xy[v][1] + ")",
-                     onclick: function () { select(i, true); },
-                     onkeydown: function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(i, true); } } },
-          s("title", { text: st.name + " (" + st.state + ")\n" + st.hash }),
-          s("rect", { "class": "box", width: NODE_W, height: NODE_H, rx: 7, ry: 7 }),
-          s("rect", { "class": "stripe", x: 0, y: 0, width: 6, height: NODE_H, rx: 3 }),
-          s("text", { "class": "label", x: 15, y: 21, text: truncate(st.name, 25) }),
-          s("text", { "class": "sub mono", x: 15, y: 39, text: st.short_hash + " · " + st.state }));
-      }
-      nodes.appendChild(g);
-    });
-    svg.appendChild(nodes);
-    box.appendChild(svg);
-    // Shrink a slightly-too-wide graph to fit its card; a much wider one scrolls instead.
-    var room = box.clientWidth - 2;
-    if (room > 0 && width > room && room / width >= 0.6) {
-      svg.setAttribute("width", room);
-      svg.setAttribute("height", Math.round(height * room / width));
+    if (!STEPS.length) {
+      while (box.firstChild) box.removeChild(box.firstChild);
+      box.appendChild(h("p", { "class": "hint", text: "No steps." }));
+      return;
     }
+    graphView = drawGraphInto(box, graphItems());
   }
 
-  // -- charts ---------------------------------------------------------------------------------
-  function niceTicks(lo, hi, count) {
-    if (!(hi > lo)) { var pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
-    var raw = (hi - lo) / count, mag = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / mag;
-    var step = (r >= 5 ? 10 : r >= 2 ? 5 : r >= 1 ? 2 : 1) * mag;
-    if (r < 1.5) step = mag;
-    var first = Math.floor(lo / step) * step, last = Math.ceil(hi / step) * step, ticks = [];
-    for (var t = first; t <= last + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
-    return ticks;
-  }
+  Array.prototype.forEach.call(document.querySelectorAll("[data-zoom]"), function (button) {
+    button.addEventListener("click", function () {
+      if (!graphView) return;
+      var how = button.getAttribute("data-zoom");
+      if (how === "fit") graphView.fit(); else graphView.zoom(how === "in" ? 1.25 : 0.8);
+    });
+  });
 
-  function lineChart(title, series, opts) {
-    opts = opts || {};
-    var W = 460, H = 220, M = { l: 58, r: 14, t: 10, b: 34 };
-    var pw = W - M.l - M.r, ph = H - M.t - M.b;
-    var all = [];
-    series.forEach(function (sr) { all = all.concat(sr.points); });
-    var xs = all.map(function (p) { return p[0]; }), ys = all.map(function (p) { return p[1]; });
-    var xt = niceTicks(Math.min.apply(null, xs), Math.max.apply(null, xs), 5);
-    var yt = niceTicks(Math.min.apply(null, ys), Math.max.apply(null, ys), 4);
-    var x0 = xt[0], x1 = xt[xt.length - 1], y0 = yt[0], y1 = yt[yt.length - 1];
-    function X(x) { return M.l + (x - x0) / (x1 - x0) * pw; }
-    function Y(y) { return M.t + ph - (y - y0) / (y1 - y0) * ph; }
-    var svg = s("svg", { viewBox: "0 0 " + W + " " + H, "class": "chart-svg", "data-chart": opts.key || title });
-    var grid = s("g", { "class": "grid" }), axis = s("g", { "class": "axis" });
-    yt.forEach(function (t) {
-      grid.appendChild(s("line", { x1: M.l, x2: M.l + pw, y1: Y(t), y2: Y(t) }));
-      axis.appendChild(s("text", { x: M.l - 6, y: Y(t) + 3.5, "text-anchor": "end", text: fmtNum(t) }));
-    });
-    xt.forEach(function (t) {
-      grid.appendChild(s("line", { x1: X(t), x2: X(t), y1: M.t, y2: M.t + ph }));
-      axis.appendChild(s("text", { x: X(t), y: M.t + ph + 15, "text-anchor": "middle", text: fmtNum(t) }));
-    });
-    axis.appendChild(s("line", { x1: M.l, x2: M.l + pw, y1: M.t + ph, y2: M.t + ph }));
-    axis.appendChild(s("line", { x1: M.l, x2: M.l, y1: M.t, y2: M.t + ph }));
-    axis.appendChild(s("text", { x: M.l + pw / 2, y: H - 3, "text-anchor": "middle", text: "step" }));
-    svg.appendChild(grid);
-    svg.appendChild(axis);
-    var legend = h("span", { "class": "chart-legend" });
-    series.forEach(function (sr) {
-      var d = sr.points.map(function (p, k) { return (k ? "L" : "M") + X(p[0]).toFixed(2) + "," + Y(p[1]).toFixed(2); }).join(" ");
-      svg.appendChild(s("path", { "class": "series", d: d, stroke: sr.color, "data-series": sr.key,
-                                  "data-points": sr.points.length }));
-      if (sr.points.length <= 40) {
-        sr.points.forEach(function (p) {
-          svg.appendChild(s("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.4, fill: sr.color }));
-        });
-      }
-      legend.appendChild(h("span", null, h("i", { style: "background:" + sr.color }), sr.label));
-    });
-    // Hover: a cursor at the nearest logged step with every series' value there.
-    var cursor = s("line", { "class": "cursor", y1: M.t, y2: M.t + ph, visibility: "hidden" });
-    var tipBg = s("rect", { "class": "tip-bg", rx: 4, visibility: "hidden" });
-    var tip = s("text", { "class": "tip", visibility: "hidden" });
-    svg.appendChild(cursor); svg.appendChild(tipBg); svg.appendChild(tip);
-    var overlay = s("rect", { x: M.l, y: M.t, width: pw, height: ph, fill: "transparent" });
-    function nearest(points, x) {
-      var lo = 0, hi = points.length - 1;
-      while (lo < hi) { var mid = (lo + hi) >> 1; if (points[mid][0] < x) lo = mid + 1; else hi = mid; }
-      if (lo > 0 && Math.abs(points[lo - 1][0] - x) < Math.abs(points[lo][0] - x)) lo--;
-      return points[lo];
-    }
-    overlay.addEventListener("mousemove", function (e) {
-      var m = svg.getScreenCTM();
-      if (!m) return;
-      var pt = svg.createSVGPoint(); pt.x = e.clientX; pt.y = e.clientY;
-      var x = x0 + (pt.matrixTransform(m.inverse()).x - M.l) / pw * (x1 - x0);
-      var anchor = nearest(series[0].points, x);
-      var lines = ["step " + fmtNum(anchor[0])];
-      series.forEach(function (sr) {
-        var p = nearest(sr.points, anchor[0]);
-        if (p[0] === anchor[0]) lines.push(sr.label + " " + fmtNum(p[1]));
-      });
-      cursor.setAttribute("x1", X(anchor[0])); cursor.setAttribute("x2", X(anchor[0]));
-      while (tip.firstChild) tip.removeChild(tip.firstChild);
-      var tx = X(anchor[0]) + 8, right = tx > M.l + pw * 0.6;
-      lines.forEach(function (line, k) { tip.appendChild(s("tspan", { x: 0, dy: k ? 13 : 0, text: line })); });
-      tip.setAttribute("visibility", "visible");
-      var bb = tip.getBBox();
-      var left = right ? X(anchor[0]) - 8 - bb.width : tx;
-      tip.setAttribute("transform", "translate(" + left + "," + (M.t + 14) + ")");
-      tipBg.setAttribute("x", left - 4); tipBg.setAttribute("y", M.t + 14 + bb.y - 3);
-      tipBg.setAttribute("width", bb.width + 8); tipBg.setAttribute("height", bb.height + 6);
-      [cursor, tipBg].forEach(function (n) { n.setAttribute("visibility", "visible"); });
-    });
-    overlay.addEventListener("mouseleave", function () {
-      [cursor, tipBg, tip].forEach(function (n) { n.setAttribute("visibility", "hidden"); });
-    });
-    svg.appendChild(overlay);
-    return h("div", { "class": "chart" }, h("div", { "class": "chart-title" }, h("span", { text: title }), legend), svg);
-  }
-
-  var CHARTS = [
-    { key: "loss", title: "Loss", series: [["loss", "train"], ["val_loss", "validation"]] },
-    { key: "lr", title: "Learning rate", series: [["lr", "lr"]] },
-    { key: "tokens_per_s", title: "Throughput (tokens/s)", series: [["tokens_per_s", "tokens/s"]] },
-    { key: "grad_norm", title: "Gradient norm", series: [["grad_norm", "grad norm"]] },
-    { key: "mfu", title: "MFU", series: [["mfu", "mfu"]] }
-  ];
-
-  function trainingCharts(st, only) {
-    var wrap = h("div", { "class": "charts" });
-    CHARTS.forEach(function (spec) {
-      if (only && only.indexOf(spec.key) < 0) return;
-      var series = [];
-      spec.series.forEach(function (pair) {
-        var pts = st.metrics.series[pair[0]];
-        if (pts && pts.length) series.push({ key: pair[0], label: pair[1], points: pts, color: SERIES_COLORS[pair[0]] });
-      });
-      if (series.length) wrap.appendChild(lineChart(spec.title, series, { key: spec.key }));
-    });
-    return wrap;
-  }
+  var resizeTimer = null, drawnWidth = window.innerWidth;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      if (window.innerWidth === drawnWidth) return;
+      drawnWidth = window.innerWidth;
+      redraw();
+    }, 120);
+  });
 
   // -- the provenance panel -------------------------------------------------------------------
   function kvTable(rows) {
@@ -619,11 +352,12 @@
       ["host", st.host],
       ["output size", st.output_bytes !== null ? fmtBytes(st.output_bytes) + (st.output_files !== null ? " in " + st.output_files + " files" : "") : null]
     ]));
+    append(panel, browseLink(st));
     append(panel, reasonsBlock(st));
     append(panel, errorBlock(st));
     if (st.metrics) {
       append(panel, h("h3", { text: "Training (" + st.metrics.rows + " logged steps)" }));
-      append(panel, trainingCharts(st));
+      append(panel, metricCurves(st.metrics));
     }
     if (st.memory) {
       append(panel, h("h3", { text: "Memory per device" }));
@@ -662,8 +396,7 @@
   // keepGroups: show the step's provenance without opening its collapsed group (the first view).
   function select(i, scroll, keepGroups) {
     selected = i;
-    var g = GROUPS[STEPS[i].group || 0];
-    if (!g.open && !keepGroups) { g.open = true; redraw(); return; }
+    if (TREE.hiddenBy(i) !== null && !keepGroups) { TREE.reveal(i); redraw(); return; }
     Array.prototype.forEach.call(document.querySelectorAll(".node"), function (n) {
       n.classList.toggle("selected", Number(n.getAttribute("data-id")) === i);
     });
@@ -719,7 +452,7 @@
     trained.forEach(function (i) {
       var st = STEPS[i];
       list.appendChild(h("div", { "class": "training-item", "data-step": st.name },
-        h("h3", null, stepButton(i), " ", badge(st.state)), trainingCharts(st, ["loss", "lr", "tokens_per_s"])));
+        h("h3", null, stepButton(i), " ", badge(st.state)), metricCurves(st.metrics)));
     });
     document.getElementById("training").hidden = false;
   }
@@ -854,8 +587,8 @@
       h("td", { "class": "num", title: st.estimate_basis || "", text: st.estimate_s !== null ? fmtDuration(st.estimate_s) : st.estimate_basis ? "none" : "" }),
       h("td", { "class": "num", text: fmtDuration(st.duration_s) }),
       h("td", { "class": "num", text: fmtBytes(st.output_bytes) }),
-      h("td", { text: stepSummary(st) }),
-      h("td", { text: why }));
+      h("td", { "class": "clip", title: stepSummary(st) || null, text: stepSummary(st) }),
+      h("td", { "class": "clip", title: why || null, text: why }));
   }
 
   function drawTable() {
@@ -867,15 +600,21 @@
     // A group's rows stay together under its header, which stands where its first step is; the
     // groups (and single steps) follow one another in the order of their first steps.
     var rows = [];
-    GROUPS.forEach(function (g, gi) {
+    GROUPS.forEach(function (g) {
+      var open = !TREE.isClosed(g.name);
       if (g.members.length > 1) {
-        rows.push([g.members[0], -1, h("tr", { "class": "group-row", "data-group": g.name, "data-open": String(g.open) },
-          h("td", { colspan: 8 }, h("button", { "class": "link", type: "button", "aria-expanded": String(g.open),
-            text: (g.open ? "▾ " : "▸ ") + groupLabel(g) + " (" + g.members.length + " steps)",
-            onclick: function () { setGroupOpen(gi, !g.open); } }), " ", h("span", { "class": "hint", text: countsText(groupCounts(g)) })))]);
+        var counts = {};
+        g.members.forEach(function (i) { counts[STEPS[i].state] = (counts[STEPS[i].state] || 0) + 1; });
+        rows.push([g.members[0], -1, h("tr", { "class": "group-row", "data-group": g.name, "data-open": String(open) },
+          h("td", { colspan: 8 }, h("button", { "class": "link", type: "button", "aria-expanded": String(open),
+            text: (open ? "▾ " : "▸ ") + folderLabel(g.name) + " (" + g.members.length + " steps)",
+            onclick: function () {
+              if (open) TREE.collapsed[g.name] = true; else TREE.reveal(g.members[0]);
+              redraw();
+            } }), " ", h("span", { "class": "hint", text: countsText(counts) })))]);
       }
       var at = g.members.length > 1 ? g.members[0] : null;
-      if (g.open) g.members.forEach(function (i) { rows.push([at === null ? i : at, i, stepRow(STEPS[i], i)]); });
+      if (open) g.members.forEach(function (i) { rows.push([at === null ? i : at, i, stepRow(STEPS[i], i)]); });
     });
     rows.sort(function (a, b) { return a[0] - b[0] || a[1] - b[1]; });
     rows.forEach(function (r) { body.appendChild(r[2]); });
@@ -904,7 +643,9 @@
   drawCompare();
   drawTaskScores();
   drawTable();
+  // Without a section beside it, the details panel takes the whole width.
+  var beside = document.querySelectorAll("#columns > section:not([hidden])").length;
+  document.getElementById("columns").classList.toggle("solo", beside === 0);
   if (STEPS.length) select(initialSelection(), false, true);
   document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "true");
-})();
