@@ -100,7 +100,10 @@ class _Group(click.Group):
         module_name, attr = _COMMANDS[name]
         import importlib
 
-        return getattr(importlib.import_module(module_name), attr)
+        command = getattr(importlib.import_module(module_name), attr)
+        if not any(p.name == "verbose" for p in command.params):
+            command.params.append(_verbose_option())
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -122,6 +125,22 @@ class _Group(click.Group):
                 None if verbose else "run again with --verbose for the traceback",
                 1,
             ) from None
+
+
+def _verbose_after_the_verb(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:
+    """``marin VERB ... -v``: the same as ``marin -v VERB ...`` (tracebacks, debug logs)."""
+    if verbose:
+        from marin.cli.common import quiet_library_logs
+
+        ctx.ensure_object(dict)
+        ctx.obj["verbose"] = True
+        quiet_library_logs(ctx)
+
+
+def _verbose_option() -> click.Option:
+    """``-v/--verbose`` on every verb, so that it works after the verb as well as before it."""
+    return click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, is_eager=True,
+                        callback=_verbose_after_the_verb, help="Show tracebacks and debug logs.")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
