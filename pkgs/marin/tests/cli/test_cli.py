@@ -340,7 +340,7 @@ def test_a_handle_refusing_a_value_while_the_file_is_imported_is_a_user_error_na
     for verb in ("plan", "run"):
         result = _invoke([verb, exp, "--prefix", str(tmp_path / "store")])
         assert result.exit_code == 2, result.output
-        _check_user_error(result.stderr, f"{exp}:4: ValueError: ")
+        _check_user_error(result.stderr, f"{exp}:4: checkpoint(...): model must be a train_lm(...) handle")
         assert "internal error" not in result.stderr and "hint: fix the experiment file" in result.stderr
     assert not os.path.exists(tmp_path / "store")
 
