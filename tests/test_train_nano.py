@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
     assert sorted(scores) == sorted(TASKS), out
     assert all(0 <= scores[t]["acc"] <= 1 for t in ("story_qa", "story_place", "story_ending", "story_cloze")), scores
     assert 0 < scores["story_text"]["bits_per_byte"] < 8, scores
+    # Then the run's report.
+    report = re.search(r"^report: (\S+\.html)$", out, re.M)
+    assert report and out.rstrip().endswith(report.group(0)) and Path(report.group(1)).is_file(), out
     print(f"nano: train {train:.3f}, validation {val:.3f}, unigram baseline {baseline:.3f} nats/token; "
           f"first run {first.seconds:.1f}s; story tasks {scores}")
 
@@ -104,3 +108,4 @@ def test_marin_sample_continues_a_prompt_with_the_trained_model(tmp_path_factory
     missing = marin("sample", "checkpoints/no-such-model", "--prompt", "x", env=env, check=False)
     assert missing.returncode == 2 and "checkpoints/no-such-model" in missing.stderr
     assert "Traceback" not in missing.stderr
+
