@@ -61,10 +61,11 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
         (InvalidStep, "fix the step, config or path named above", 2),
         (ConfigError, "fix the configuration source named above (see `marin config`)", 2),
         (ResourcesTooLarge, None, 2),  # the message names the step, the resource and what to do
-        (NotCached, "build them where accelerator time is allowed, then `marin push` to the cache", 1),
-        (OverBudget, "raise the budget, or plan less (--only, fewer training steps); `marin plan` shows "
+        (NotCached, "build them where accelerator time is allowed, then `marin push TARGET --to <cache>`", 1),
+        (OverBudget, "raise the budget, or plan less (--only, fewer training steps); `marin plan TARGET` shows "
                      "every step's estimate", 1),
-        (CacheMiss, "run `marin verify` and rebuild the step", 2),
+        (CacheMiss, "`marin verify TARGET --prefix <that store>` lists what changed; rebuild the step with "
+                    "`marin run TARGET --force NAME`", 2),
         (SecretNotFound, None, 2),  # the message says what to export
         (DataSourceError, "check the data source named above", 2),
         (TaskDataUnavailable, None, 2),  # the message names the task, the dataset and what to do
