@@ -1,9 +1,10 @@
 """The default graph: bundled corpus -> trained tokenizer -> tokenized shards -> nano Llama -> story tasks.
 
 ``make train-nano`` (or ``python -m experiments.train_nano``) runs it, then prints where the
-outputs are, the final training and validation loss beside the unigram baseline, a sample, and
-the model's scores on the five story tasks (benchmarks generated from stories it never saw, run
-through the lm-evaluation-harness). A second run finds every step cached and does no work.
+outputs are, the final training and validation loss beside the unigram baseline, a sample, the
+model's scores on the five story tasks (benchmarks generated from stories it never saw, run
+through the lm-evaluation-harness) and the path of the run's HTML report. A second run finds every
+step cached and does no work.
 """
 
 from __future__ import annotations
@@ -49,16 +50,20 @@ def main() -> int:
     """Run the graph and report what it made."""
     from marin.cli.display import make_reporter, summary_table
     from marin.execution.step_runner import StepRunner
-    from marin.experiment.evaluation.results import format_number, read_eval_results
+    from marin.experiment.evaluation.results import read_eval_results, score_lines
     from marin.experiment.training.sampling import sample_text
     from marin.experiment.training.train import unigram_entropy
+    from marin.report.run_report import write_run_report
     from rigging import filesystem as fs
 
-    result = StepRunner(reporter=make_reporter()).run(steps)
+    runner = StepRunner(reporter=make_reporter())
+    result = runner.run(steps)
     print(summary_table(result))
+    report = write_run_report(result, runner.store)
     if not result.ok:
         for failed in result.failed:
             print(f"failed: {failed.name}: {failed.error}\n  log: {failed.log_path}", file=sys.stderr)
+        print(f"report: {report}")
         return 1
     model_out = result.by_name(nano_model.name).output_path
     data_out = result.by_name(tinystories.name).output_path
@@ -73,10 +78,9 @@ def main() -> int:
     print(f"unigram baseline      {baseline:.3f} nats/token (validation split)")
     print(f"sample> {PROMPT}{sample_text(model_out, PROMPT, max_new_tokens=48)}")
     scores = read_eval_results(result.by_name(nano_tasks.name).output_path)
-    for task, found in (scores.tasks if scores is not None else {}).items():
-        shown = ", ".join(f"{m} {format_number(v)}" + (f" ± {format_number(found.stderr[m])}" if m in found.stderr else "")
-                          for m, v in found.metrics.items())
-        print(f"task {task:13s} {shown}")
+    for line in score_lines(scores) if scores is not None else []:
+        print(line)
+    print(f"report: {report}")
     return 0
 
 

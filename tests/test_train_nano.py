@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
 from marin.execution.store.records import StepRecord
+from marin.report.outputs import read_tokenized
 from testsupport.e2e import clean_env, events, marin, nano_prefix, run, shares_nano_store, success_records
 
 TASKS = ("story_qa", "story_place", "story_ending", "story_cloze", "story_text")
@@ -68,6 +70,9 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
     assert sorted(scores) == sorted(TASKS), out
     assert all(0 <= scores[t]["acc"] <= 1 for t in ("story_qa", "story_place", "story_ending", "story_cloze")), scores
     assert 0 < scores["story_text"]["bits_per_byte"] < 8, scores
+    # Then the run's report.
+    report = re.search(r"^report: (\S+\.html)$", out, re.M)
+    assert report and out.rstrip().endswith(report.group(0)) and Path(report.group(1)).is_file(), out
     print(f"nano: train {train:.3f}, validation {val:.3f}, unigram baseline {baseline:.3f} nats/token; "
           f"first run {first.seconds:.1f}s; story tasks {scores}")
 
@@ -104,3 +109,18 @@ def test_marin_sample_continues_a_prompt_with_the_trained_model(tmp_path_factory
     missing = marin("sample", "checkpoints/no-such-model", "--prompt", "x", env=env, check=False)
     assert missing.returncode == 2 and "checkpoints/no-such-model" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@shares_nano_store
+@pytest.mark.slow
+def test_marin_show_summarises_the_nano_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    prefix, first = nano_prefix(tmp_path_factory)
+    assert first.returncode == 0, first.describe()
+    shown = marin("show", "checkpoints/marin-nano", env=clean_env(MARIN_PREFIX=str(prefix))).stdout
+    assert "0x1." not in shown and re.search(r"^    learning_rate\s+0\.003$", shown, re.M), shown
+    assert re.search(r"^training\n  steps\s+400\n", shown, re.M), shown
+    # The placeholder vocabulary of llama_nano, and the one it trained with: its data's.
+    trained = re.search(r"^    vocab_size\s+4096 → ([\d,]+) as trained: the tokenized data's vocabulary replaces it "
+                        r"\(data\.vocab_from_data\)$", shown, re.M)
+    data = next(p for p in prefix.glob("tokenized/tinystories-synthetic-*") if re.fullmatch(r".*-[0-9a-f]{16}", p.name))
+    assert trained and int(trained.group(1).replace(",", "")) == read_tokenized(str(data)).vocab_size, shown

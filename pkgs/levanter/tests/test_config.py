@@ -58,7 +58,8 @@ def test_every_setting_name_is_unique_across_sections():
     ({"run_id": " "}, "run_id must be a non-empty string or None, got ' '"),
     ({"checkpoint": {"save_every": 5}}, "checkpoint must be a CheckpointConfig, got dict"),
     ({"wandb": "my-project"}, "wandb must be a WandbConfig or None, got str"),
-    ({"evals_every": 3}, "unknown training setting 'evals_every'; settings are: "),
+    ({"evals_every": 3}, "unknown training setting 'evals_every'; did you mean 'eval_every'?"),
+    ({"nonsense": 3}, "unknown training setting 'nonsense'; settings are: "),
 ])
 def test_a_bad_setting_is_one_line_naming_the_field(settings, message):
     with pytest.raises(ValueError) as err:

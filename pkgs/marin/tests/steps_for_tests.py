@@ -570,3 +570,21 @@ def continue_newest(config: ContinueConfig, output_path: str) -> None:
     assert running is not None
     start = running.start.to_json() if running.start is not None else None
     fs.atomic_write(fs.join(output_path, "start.json"), json.dumps({"value": config.value, "start": start}))
+
+
+def summarised(config: NodeConfig, output_path: str) -> None:
+    """A data step in the shape of a curation step: a shard and its ``_summary.json`` of counts."""
+    from marin.processing.attributes import write_summary
+
+    fs.atomic_write(fs.join(output_path, "docs-00000.jsonl"), json.dumps({"id": "a", "text": config.label}) + "\n")
+    write_summary(output_path, {"step": "heuristics", "documents": 12345, "passed": 12000, "mean_score": 0.25})
+
+
+def scored(config: Any, output_path: str) -> None:
+    """An evaluation's results, as an eval step writes them (``eval_results.json``)."""
+    from levanter.eval_harness.scores import TaskScores
+    from marin.experiment.evaluation.results import EvalResults, write_eval_results
+
+    write_eval_results(output_path, EvalResults(
+        model=str(config.model), checkpoint="final", step=10, datasets={"held-out": {"loss": 2.5, "bits_per_byte": 1.25}},
+        tasks={"story_qa": TaskScores(metrics={"acc": 0.625}, stderr={"acc": 0.125})}))

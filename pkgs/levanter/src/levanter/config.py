@@ -38,6 +38,7 @@ from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
 from rigging.fields import added_field, unhashed_field
+from rigging.names import did_you_mean
 
 __all__ = [
     "ComputeDtype",
@@ -262,7 +263,8 @@ class TrainLmConfig:
         owners = _setting_owners()
         for key, value in settings.items():
             if key not in owners:
-                raise ValueError(f"unknown training setting {key!r}; settings are: {', '.join(sorted(owners))}")
+                close = did_you_mean(key, owners)
+                raise ValueError(f"unknown training setting {key!r}" + (close or f"; settings are: {', '.join(sorted(owners))}"))
             sections[owners[key]][key] = value
         return cls(data=DataConfig(datasets=datasets, **sections["data"]), model=model, optimizer=optimizer,
                    trainer=TrainerConfig(**sections["trainer"]), **sections["top"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from levanter.models.family import ModelConfig, model_config_from_dict
+from levanter.models.family import RUN_CONFIG_FILE, ModelConfig, read_model_config
 from rigging import filesystem as fs
 
 __all__ = ["generate", "load_final_model", "load_model", "read_model_config"]
@@ -34,7 +33,7 @@ def load_model(output_path: str, step: int | None = None) -> tuple[ModelConfig, 
     """
     from levanter.checkpoint import checkpoint_dir, read_checkpoint_params
 
-    config_path = fs.join(output_path, "config.json")
+    config_path = fs.join(output_path, RUN_CONFIG_FILE)
     if not fs.exists(config_path):
         raise FileNotFoundError(f"{config_path} not found: {output_path} is not a training run's output")
     config = read_model_config(output_path)
@@ -50,12 +49,6 @@ def load_model(output_path: str, step: int | None = None) -> tuple[ModelConfig, 
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
     return config, params
-
-
-def read_model_config(output_path: str) -> ModelConfig:
-    """The model a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
-    saved = json.loads(fs.read_text(fs.join(output_path, "config.json")))
-    return model_config_from_dict(saved["model"], saved.get("model_family"))
 
 
 def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,

@@ -29,6 +29,7 @@ from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dat
 from levanter.flops import CONFIG_SOURCE, PeakFlops, peak_flops
 from levanter.memory import MEMORY_FILE, MemoryReport, measure_memory
 from levanter.metrics import MetricsWriter
+from levanter.models.family import RUN_CONFIG_FILE
 from levanter.sharding import activation_sharder, batch_spec, make_mesh, process_rows
 from levanter.training import (
     Progress,
@@ -234,7 +235,7 @@ def _writers(config: TrainLmConfig, output_path: str, run_id: str, start: Start,
     if not primary:
         return _NullWriter(), None
     config_json = config_to_dict(config)
-    fs.atomic_write(fs.join(output_path, "config.json"), json.dumps(config_json, indent=2))
+    fs.atomic_write(fs.join(output_path, RUN_CONFIG_FILE), json.dumps(config_json, indent=2))
     earlier_rows = str(start.source.metrics_path) if start.source is not None and start.source.metrics_path else None
     writer = MetricsWriter(output_path, resume_step=start.step, run_id=run_id, tags=trainer.tags,
                            wandb=trainer.wandb, run_config=config_json, earlier_rows=earlier_rows)

@@ -252,15 +252,18 @@ def test_status_show_graph_and_config(tmp_path, counter):
     assert states == {"g/a": "done", "g/b": "failed", "g/c": "done", "g/d": "missing", "g/e": "done"}
     assert status.stdout.splitlines()[0].split() == ["step", "state", "path", "age", "duration"]
 
-    by_name = _invoke(["show", "g/a", "--prefix", prefix])
+    by_name = _invoke(["show", "g/a", "--prefix", prefix, "--json"])
     assert by_name.exit_code == 0, by_name.output
     prov = json.loads(by_name.stdout)
     assert prov["name"] == "g/a" and prov["state"] == "done" and prov["fn"] == "steps_for_tests:record"
-    by_path = _invoke(["show", prov["output_path"]])
+    by_path = _invoke(["show", prov["output_path"], "--json"])
     assert by_path.exit_code == 0 and json.loads(by_path.stdout)["hash"] == prov["hash"]
     failed_path = next(line.split()[2] for line in status.stdout.splitlines() if line.startswith("g/b"))
-    failed = json.loads(_invoke(["show", failed_path]).stdout)
+    failed = json.loads(_invoke(["show", failed_path, "--json"]).stdout)
     assert failed["state"] == "failed" and "failed on purpose" in failed["last_attempt"]["error"]
+    summary = _invoke(["show", failed_path, "--prefix", prefix]).stdout  # for people: the error and its log
+    assert re.search(r"^g/b-[0-9a-f]{16}\n  state    failed\n", summary) and re.search(
+        r"^  error    RuntimeError: step g\.b failed on purpose\n  log      \S+/\.marin/log\.txt$", summary, re.M), summary
     unknown = _invoke(["show", "no/such", "--prefix", prefix])
     assert unknown.exit_code == 2
     _check_user_error(unknown.stderr, "no/such")
@@ -340,7 +343,7 @@ def test_a_handle_refusing_a_value_while_the_file_is_imported_is_a_user_error_na
     for verb in ("plan", "run"):
         result = _invoke([verb, exp, "--prefix", str(tmp_path / "store")])
         assert result.exit_code == 2, result.output
-        _check_user_error(result.stderr, f"{exp}:4: ValueError: ")
+        _check_user_error(result.stderr, f"{exp}:4: checkpoint(...): model must be a train_lm(...) handle")
         assert "internal error" not in result.stderr and "hint: fix the experiment file" in result.stderr
     assert not os.path.exists(tmp_path / "store")
 

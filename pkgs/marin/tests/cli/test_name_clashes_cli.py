@@ -95,7 +95,7 @@ def test_executor_file_is_warned_and_built_and_show_says_which_build_it_shows(tm
     assert _clash_line(exp, "config.seed: 0 → 1").search(run.stderr), run.stderr
     assert "WARNING" in run.stderr
 
-    show = _invoke(["show", "tok/x", "--prefix", prefix])
+    show = _invoke(["show", "tok/x", "--prefix", prefix, "--json"])
     assert show.exit_code == 0, show.output
     shown = json.loads(show.stdout)
     note = show.stderr.strip()
@@ -104,5 +104,5 @@ def test_executor_file_is_warned_and_built_and_show_says_which_build_it_shows(tm
     assert re.fullmatch(rf"2 builds of tok/x: showing the newest, {newest} \(\d{{4}}-\d\d-\d\d \d\d:\d\d\); "
                         rf"others: tok/{others[0]} \(\d{{4}}-\d\d-\d\d \d\d:\d\d\); "
                         r"`marin show tok/x-<hash>` shows one of them", note), note
-    one = _invoke(["show", f"tok/{others[0]}", "--prefix", prefix])
+    one = _invoke(["show", f"tok/{others[0]}", "--prefix", prefix, "--json"])
     assert one.exit_code == 0 and one.stderr == "" and json.loads(one.stdout)["hash"] != shown["hash"]

@@ -129,7 +129,7 @@ def test_cli_export_by_path_and_by_step_name(built, tmp_path):
     by_output_name = runner.invoke(cli, ["export-hf", output_name, "-o", str(tmp_path / "z"), "--prefix", built["prefix"]])
     assert by_output_name.exit_code == 0, by_output_name.output
     assert (tmp_path / "z" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
-    shown = runner.invoke(cli, ["show", output_name, "--prefix", built["prefix"]])
+    shown = runner.invoke(cli, ["show", output_name, "--prefix", built["prefix"], "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["output_path"] == built["checkpoints/hf-nano"]
 
 

@@ -82,6 +82,31 @@ def test_compare_refuses_an_unknown_metric(built):
     assert "no metric 'accuracy' to sort by" in result.output and "held-out.bpb" in result.output
 
 
+def test_compare_chooses_columns_and_fits_the_terminal(built):
+    prefix, experiment = built
+
+    def compare(*args: str, width: int = 200) -> Any:
+        return CliRunner().invoke(cli, ["compare", str(experiment), "--prefix", str(prefix), *args],
+                                  env={"COLUMNS": str(width)})
+
+    chosen = compare("--columns", "trainer.num_train_steps, held-out.*", "--sort", "held-out.bpb").output.splitlines()
+    assert chosen[0].split() == ["step", "trainer.num_train_steps", "held-out.loss", "held-out.bpb"]
+    assert len(chosen) == 3 and all(len(line.split()) == 4 for line in chosen[1:])
+    csv_rows = list(csv.reader(io.StringIO(compare("--columns", "val_loss", "--format", "csv").output)))
+    assert csv_rows[0] == ["step", "val_loss"] and len(csv_rows) == 3
+    wrong = compare("--columns", "val_los")
+    assert wrong.exit_code == 2 and "error: --columns: no column 'val_los'; did you mean 'val_loss'?" in wrong.output
+
+    everything = json.loads(compare("--format", "json").output)
+    columns = ["step", *everything["fields"], *everything["metrics"]]
+    narrow = compare(width=60).output
+    blocks = [block.splitlines() for block in narrow.split("\n\n")]
+    # Every line fits; the columns that do not are in blocks below, each led by the step's name.
+    assert max(len(line) for block in blocks for line in block) <= 60 and len(blocks) > 1, narrow
+    assert all(block[0].split()[0] == "step" and len(block) == 3 for block in blocks), narrow
+    assert [c for block in blocks for c in block[0].split()[1:]] == columns[1:], narrow
+
+
 def test_report_shows_the_comparison_and_overlaid_curves(built, browser: Any, tmp_path):
     from selenium.webdriver.common.by import By
 

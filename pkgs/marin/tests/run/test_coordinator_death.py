@@ -66,6 +66,6 @@ def test_a_coordinator_killed_mid_graph_is_replaced_by_another_that_repeats_noth
     assert "[ran] coord/slow" in second.stdout and "coord/first" not in [
         line.split()[1] for line in second.stdout.splitlines() if line.startswith("[ran]")]
     status = json.loads(subprocess.run([sys.executable, "-m", "marin.cli.main", "show", "coord/slow", "--prefix",
-                                        prefix], cwd=machine_b, env=env, capture_output=True, text=True,
+                                        prefix, "--json"], cwd=machine_b, env=env, capture_output=True, text=True,
                                        check=True).stdout)
     assert status["state"] == "done" and status["attempts"] == 2

@@ -8,12 +8,19 @@ is a second config class with these methods, added to :data:`MODEL_FAMILIES` so 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from levanter.models.llama import LlamaConfig
+from rigging import filesystem as fs
 
-__all__ = ["DEFAULT_FAMILY", "MODEL_FAMILIES", "ModelConfig", "model_config_from_dict", "model_family"]
+__all__ = ["DEFAULT_FAMILY", "MODEL_FAMILIES", "RUN_CONFIG_FILE", "ModelConfig", "model_config_from_dict",
+           "model_family", "read_model_config"]
+
+RUN_CONFIG_FILE = "config.json"
+"""Where a training run records, in its output folder, the config it trained with (its model's
+vocabulary and context resolved: what was built, not what was asked for)."""
 
 
 class ModelConfig(Protocol):
@@ -74,3 +81,9 @@ def model_config_from_dict(fields: Mapping[str, Any], family: str | None = None)
     if name not in MODEL_FAMILIES:
         raise ValueError(f"model family must be one of {sorted(MODEL_FAMILIES)}, got {name!r}")
     return MODEL_FAMILIES[name](**fields)
+
+
+def read_model_config(output_path: str) -> Any:
+    """The model a training run recorded in ``<output_path>/config.json`` (vocabulary resolved)."""
+    saved = json.loads(fs.read_text(fs.join(output_path, RUN_CONFIG_FILE)))
+    return model_config_from_dict(saved["model"], saved.get("model_family"))

@@ -68,6 +68,8 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         runner.close()
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")
+    for line in _scores(result):
+        click.echo(line)
     if not dry_run:
         from marin.report.run_report import write_run_report
 
@@ -79,6 +81,26 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         raise MarinError(f"{len(result.failed)} step(s) failed: {', '.join(s.name for s in result.failed)}",
                          hint="read the logs above, fix, and run again (finished steps stay cached)", exit_code=1)
     sys.stdout.flush()
+
+
+def _scores(result: Any) -> list[str]:
+    """The scores of the evaluations this run built, under each eval step's name."""
+    evaluation = sys.modules.get("marin.experiment.evaluation.eval")
+    if evaluation is None or result.plan is None:
+        return []  # no step of this run was made by evaluate(...): its config class was never imported
+    from marin.execution.run.outcome import Outcome
+    from marin.execution.store.step_record import StepRecord
+    from marin.experiment.evaluation.results import read_eval_results, score_lines
+
+    evals = {(p.name, p.hash) for p in result.plan.steps if evaluation.writes_eval_results(p.step)}
+    lines = []
+    for s in result.steps:
+        if s.outcome not in (Outcome.RAN, Outcome.REUSED) or (s.name, s.hash) not in evals:
+            continue
+        found = read_eval_results(StepRecord(s.output_path).files_folder())
+        if found is not None and (found.tasks or found.datasets):
+            lines += [f"scores: {s.name}", *(f"  {line}" for line in score_lines(found))]
+    return lines
 
 
 class _InputsChecked:

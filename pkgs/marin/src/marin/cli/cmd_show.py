@@ -1,4 +1,4 @@
-"""``marin show``: the provenance of one step's output."""
+"""``marin show``: one build of a step, summarised for people (``--json``: its raw records)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,14 @@ if TYPE_CHECKING:
 @click.command("show")
 @click.argument("what", metavar="PATH|NAME")
 @prefix_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the raw records (provenance, state, the last attempt's status) as JSON.")
 @click.pass_context
-def show(ctx: click.Context, what: str, prefix: str | None) -> None:
-    """Print the provenance of an output folder, or of the newest build of a step NAME (saying so,
-    on stderr, when NAME was built more than once)."""
+def show(ctx: click.Context, what: str, prefix: str | None, as_json: bool) -> None:
+    """Summarise an output folder, or the newest build of a step NAME: its state, when and where it
+    was built, its size, what it read, what it holds (a data step's counts, a training run's
+    results, an evaluation's scores) and its config as a tree. When NAME was built more than once, a
+    line on stderr says which build it shows."""
     from marin.execution.store.step_record import StepRecord
 
     found = resolve_outputs(ctx, what, prefix)
@@ -32,13 +36,23 @@ def show(ctx: click.Context, what: str, prefix: str | None) -> None:
     status = record.read_status_record()
     if provenance is None and status is None:
         raise MarinError(f"{record.output_path} has no provenance or status record")
-    done = record.is_done()
-    written = status.state.value if status is not None and status.state is not None else "unknown"
-    body = {**(provenance.to_json() if provenance is not None else {}), "state": "done" if done else written,
-            "output_path": record.output_path}
-    if not done and status is not None:
-        body["last_attempt"] = status.to_json()
-    click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
+    if as_json:
+        done = record.is_done()
+        written = status.state.value if status is not None and status.state is not None else "unknown"
+        body = {**(provenance.to_json() if provenance is not None else {}), "state": "done" if done else written,
+                "output_path": record.output_path}
+        if not done and status is not None:
+            body["last_attempt"] = status.to_json()
+        click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
+        return
+    from marin.cli.common import load_config
+    from marin.cli.show_summary import render, summary_sections
+    from marin.execution.store.store import StepStore
+
+    under = StepStore(load_config(ctx, prefix=prefix).resolved_prefix()).prefix.rstrip("/") + "/"
+    output_name = record.output_path.removeprefix(under)
+    click.echo(render(summary_sections(record, provenance, status, output_name=output_name)))
+    click.echo(f"\nevery record: marin show {what}{' --prefix ' + prefix if prefix else ''} --json")
 
 
 def builds_note(name: str, builds: list[tuple[str, Provenance | None]]) -> str:

@@ -98,9 +98,10 @@ def resolve_outputs(ctx: click.Context, ref: str, prefix: str | None) -> list[tu
 
 
 def quiet_library_logs(ctx: click.Context) -> None:
-    """Hide libraries' INFO narration (JAX probing backends, Orbax via absl) unless ``--verbose``."""
+    """Hide libraries' INFO narration (JAX probing backends, Orbax via absl) unless ``--verbose``
+    (given before the verb or after it: the second call undoes the first's quieting)."""
     import logging
 
-    if not (ctx.obj and ctx.obj.get("verbose")):
-        for library in ("jax", "absl"):
-            logging.getLogger(library).setLevel(logging.WARNING)
+    verbose = bool(ctx.obj and ctx.obj.get("verbose"))
+    for library in ("jax", "absl"):
+        logging.getLogger(library).setLevel(logging.NOTSET if verbose else logging.WARNING)

@@ -64,10 +64,11 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
         (InvalidStep, "fix the step, config or path named above", 2),
         (ConfigError, "fix the configuration source named above (see `marin config`)", 2),
         (ResourcesTooLarge, None, 2),  # the message names the step, the resource and what to do
-        (NotCached, "build them where accelerator time is allowed, then `marin push` to the cache", 1),
-        (OverBudget, "raise the budget, or plan less (--only, fewer training steps); `marin plan` shows "
+        (NotCached, "build them where accelerator time is allowed, then `marin push TARGET --to <cache>`", 1),
+        (OverBudget, "raise the budget, or plan less (--only, fewer training steps); `marin plan TARGET` shows "
                      "every step's estimate", 1),
-        (CacheMiss, "run `marin verify` and rebuild the step", 2),
+        (CacheMiss, "`marin verify TARGET --prefix <that store>` lists what changed; rebuild the step with "
+                    "`marin run TARGET --force NAME`", 2),
         (SecretNotFound, None, 2),  # the message says what to export
         (DataSourceError, "check the data source named above", 2),
         (TaskDataUnavailable, None, 2),  # the message names the task, the dataset and what to do
@@ -103,7 +104,10 @@ class _Group(click.Group):
         module_name, attr = _COMMANDS[name]
         import importlib
 
-        return getattr(importlib.import_module(module_name), attr)
+        command = getattr(importlib.import_module(module_name), attr)
+        if not any(p.name == "verbose" for p in command.params):
+            command.params.append(_verbose_option())
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -125,6 +129,22 @@ class _Group(click.Group):
                 None if verbose else "run again with --verbose for the traceback",
                 1,
             ) from None
+
+
+def _verbose_after_the_verb(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:
+    """``marin VERB ... -v``: the same as ``marin -v VERB ...`` (tracebacks, debug logs)."""
+    if verbose:
+        from marin.cli.common import quiet_library_logs
+
+        ctx.ensure_object(dict)
+        ctx.obj["verbose"] = True
+        quiet_library_logs(ctx)
+
+
+def _verbose_option() -> click.Option:
+    """``-v/--verbose`` on every verb, so that it works after the verb as well as before it."""
+    return click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, is_eager=True,
+                        callback=_verbose_after_the_verb, help="Show tracebacks and debug logs.")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

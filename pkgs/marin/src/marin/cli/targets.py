@@ -8,14 +8,13 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from marin.cli.errors import MarinError
-from marin.execution.core.errors import InvalidStep
+from marin.cli.experiment_errors import experiment_error
 from marin.execution.core.identity import module_name_for_path
 from marin.execution.core.lazy import Lazy, lower_targets
 from marin.execution.core.step import Step
@@ -46,7 +45,7 @@ def load_module(path: str) -> ModuleType:
         except ImportError:
             pass
         except Exception as e:
-            raise _experiment_error(e, abspath) from e
+            raise experiment_error(e, abspath) from e
     spec = importlib.util.spec_from_file_location(name, abspath)
     if spec is None or spec.loader is None:
         raise MarinError(f"cannot import {path}", hint="is it a Python file?")
@@ -56,24 +55,11 @@ def load_module(path: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as e:
         sys.modules.pop(name, None)
-        raise _experiment_error(e, abspath) from e
+        raise experiment_error(e, abspath) from e
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return module
-
-
-def _experiment_error(e: Exception, path: str) -> Exception:
-    """An error raised by an experiment file's own code while it was imported (a handle refusing a
-    bad value, a typo): the user's to fix, so a one-line error naming the file and line where it
-    was raised. Syntax and import errors keep their own messages (the CLI's error handler)."""
-    if isinstance(e, MarinError | SyntaxError | ImportError):
-        return e
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
-    where = f"{path}:{frames[-1].lineno}" if frames else path
-    # The engine's own refusals say what is wrong in words; other exceptions are named by type.
-    what = str(e) if isinstance(e, InvalidStep) else f"{type(e).__name__}: {e}"
-    return MarinError(f"{where}: {what}", hint="fix the experiment file (run again with --verbose for the traceback)")
 
 
 def _steps_from(obj: Any, where: str) -> list[Step]:
@@ -268,10 +254,17 @@ def load_targets(targets: list[str], importer: Callable[[str], ModuleType] = loa
         try:
             module = importlib.import_module(spec)
         except ModuleNotFoundError as e:
+            if e.name is None or not (spec == e.name or spec.startswith(e.name + ".")):
+                raise _module_error(e, spec) from e  # the module is there: something it imports is not
             raise MarinError(f"target {spec!r} is neither a file nor an importable module ({e})",
                              hint="give a path to a .py file, a dotted module path, or a folder") from None
         except Exception as e:
-            found = importlib.util.find_spec(spec)
-            raise _experiment_error(e, os.path.abspath(found.origin or spec) if found else spec) from e
+            raise _module_error(e, spec) from e
         steps.extend(_module_steps(module, attr, spec))
     return steps
+
+
+def _module_error(e: Exception, spec: str) -> Exception:
+    """An error raised while the module ``spec`` was imported, naming its file and line."""
+    found = importlib.util.find_spec(spec)
+    return experiment_error(e, os.path.abspath(found.origin or spec) if found else spec)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fnmatch
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from marin.execution.store.step_record import StepRecord
 from marin.experiment.evaluation.results import format_number as _fmt
 from marin.experiment.evaluation.results import markdown_table, read_eval_results
 from marin.experiment.results import FLOPS_METRICS, TRAIN_METRICS, read_metrics, train_metrics
+from rigging.names import did_you_mean
 
 __all__ = ["Comparison", "CompareRow", "compare_plan"]
 
@@ -78,6 +81,23 @@ class Comparison:
             return False, -value if descending else value
 
         return dataclasses.replace(self, rows=sorted(self.rows, key=key))
+
+    def select(self, columns: Sequence[str]) -> Comparison:
+        """Only ``columns`` (config fields and metrics, by name or glob: ``story_*``), in that order;
+        the step column always comes first. Raises ValueError naming a column that matches none."""
+        known = [*self.fields, *self.metrics]
+        chosen: list[str] = []
+        for pattern in columns:
+            found = [c for c in known if fnmatch.fnmatchcase(c, pattern)] if pattern != "step" else []
+            if not found and pattern != "step":
+                raise ValueError(f"no column {pattern!r}" + (did_you_mean(pattern, known)
+                                                             or f"; columns: {', '.join(known) or 'none'}"))
+            chosen += [c for c in found if c not in chosen]
+        rows = [dataclasses.replace(r, fields={k: v for k, v in r.fields.items() if k in chosen},
+                                    metrics={k: v for k, v in r.metrics.items() if k in chosen},
+                                    stderr={k: v for k, v in r.stderr.items() if k in chosen}) for r in self.rows]
+        return dataclasses.replace(self, rows=rows, fields=[f for f in chosen if f in self.fields],
+                                   metrics=[m for m in chosen if m in self.metrics])
 
     def header(self) -> list[str]:
         return ["step", *self.fields, *self.metrics]

@@ -22,7 +22,8 @@ from marin.execution.core.identity import keep_identities
 from rigging import filesystem as fs
 
 __all__ = ["EVAL_FORMAT", "EVAL_FORMAT_V1", "EVAL_RESULTS_FILE", "EvalResults", "checkpoint_suffix",
-           "dataset_metric_names", "format_number", "markdown_table", "read_eval_results", "write_eval_results"]
+           "dataset_metric_names", "format_number", "markdown_table", "read_eval_results", "score_lines", "score_rows",
+           "write_eval_results"]
 
 EVAL_RESULTS_FILE = "eval_results.json"
 EVAL_FORMAT = "marin.eval/v2"
@@ -152,6 +153,25 @@ def format_number(value: float | None) -> str:
     if float(value).is_integer() and abs(value) < 1e9:  # counts; FLOPs read better as 1.2e+12
         return str(int(value))
     return f"{value:.4g}"
+
+
+def score_rows(results: EvalResults) -> list[tuple[str, str, str]]:
+    """``(kind, name, scores)`` for each task (``"task"``, ``story_qa``, ``acc 0.22 ± 0.02937, acc_norm
+    0.215 ± 0.02912``) and each dataset (``"data"``, ``held-out``, ``loss 1.234, bpb 0.5678``)."""
+    rows = []
+    for task, found in results.tasks.items():
+        shown = ", ".join(f"{m} {format_number(v)}" + (f" ± {format_number(found.stderr[m])}" if m in found.stderr else "")
+                          for m, v in found.metrics.items())
+        rows.append(("task", task + results.suffix, shown))
+    for label, scores in results.datasets.items():
+        rows.append(("data", label + results.suffix,
+                     ", ".join(f"{short} {format_number(_number(scores.get(key)))}" for short, key in _DATASET_COLUMNS)))
+    return rows
+
+
+def score_lines(results: EvalResults) -> list[str]:
+    """The scores in lines for a terminal: ``task story_qa      acc 0.22 ± 0.02937, ...`` (:func:`score_rows`)."""
+    return [f"{kind} {name:13s} {shown}" for kind, name, shown in score_rows(results)]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
