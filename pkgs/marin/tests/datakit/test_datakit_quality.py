@@ -1,4 +1,4 @@
-"""Quality: a real fastText classifier trained and applied, and the Gopher/C4 heuristic rules."""
+"""Quality: a real fastText classifier trained and applied, and the Gopher, C4 and FineWeb heuristic rules."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import pytest
 from marin.experiment.data.corpus import generate_story
 from marin.processing.attributes import list_shards, read_records, read_summary, write_jsonl
 from marin.processing.quality import (
+    C4_RULES,
+    FINEWEB_RULES,
+    GOPHER_RULES,
     MODEL_FILE,
     ClassifyConfig,
     HeuristicRule,
@@ -17,6 +20,8 @@ from marin.processing.quality import (
     QualityClassifierConfig,
     classify_step,
     evaluate_heuristics,
+    fineweb_metrics,
+    fineweb_words,
     heuristics_step,
     quality_classifier_step,
 )
@@ -118,3 +123,55 @@ def test_clean_prose_passes_and_rules_can_be_chosen(tmp_path: Path) -> None:
     assert (summary["documents"], summary["passed"]) == (2, 1) and summary["failures"]["word_count"] == 1
     with pytest.raises(ValueError, match="max_symbol_ratio must be in \\[0, 1\\], got 2"):
         HeuristicsConfig(input="", max_symbol_ratio=2)
+
+
+def _line(i: int) -> str:
+    """A unique line of 40 characters without an ending punctuation mark."""
+    return f"line number {i:04d} of the page and its text"[:40].ljust(40, "x")
+
+
+def _doc_chars(repeated: int) -> str:
+    """1,000 characters without newlines; the last ``repeated`` repeat the start of the first line."""
+    lines = [f"{i:03d} " + "w" * 96 for i in range(10)]  # 10 unique lines of 100 characters
+    if repeated:
+        lines[-1] = lines[-1][:100 - repeated]
+        lines.append(lines[0][:repeated])
+        lines.insert(1, lines[0][:repeated])  # the same short line, first met before the repeat
+        lines[2] = lines[2][:100 - repeated]
+    return "\n".join(lines)
+
+
+# Each FineWeb rule at its published threshold (datatrove's FineWebQualityFilter): at the bar the
+# document passes, one step past it fails.
+@pytest.mark.parametrize(("rule", "passing", "failing"), [
+    ("fineweb_line_punctuation",  # >= 0.12 of the lines end in a sentence terminal
+     "\n".join([_line(i) + "." for i in range(3)] + [_line(i) for i in range(3, 25)]),
+     "\n".join([_line(i) + "!" for i in range(2)] + [_line(i) for i in range(2, 25)])),
+    ("fineweb_short_lines",  # <= 0.67 of the lines have at most 30 characters
+     "\n".join([f"short line {i:03d}".ljust(30, ".") for i in range(67)] + [_line(i) + "." for i in range(33)]),
+     "\n".join([f"short line {i:03d}".ljust(30, ".") for i in range(68)] + [_line(i) + "." for i in range(32)])),
+    ("fineweb_duplicate_line_chars",  # <= 0.01 of the characters in lines equal to an earlier one
+     _doc_chars(10), _doc_chars(11)),
+    ("fineweb_list_like",  # <= 0.3 newlines per word
+     "one two three\nfour five\nsix seven\neight nine ten", "one two three\nfour five\nsix seven\neight nine\nten"),
+], ids=lambda value: value if isinstance(value, str) and value.startswith("fineweb_") else "")
+def test_each_fineweb_rule_at_its_published_threshold(rule: str, passing: str, failing: str) -> None:
+    config = HeuristicsConfig(input="", rules=(HeuristicRule(rule),))
+    assert evaluate_heuristics(passing, config)["failed"] == []
+    assert evaluate_heuristics(failing, config)["failed"] == [rule]
+
+
+def test_fineweb_metrics_count_as_datatrove_does_and_only_when_asked() -> None:
+    page = "Home\nAbout us\nShop\nHome\nThe story of the mill, told by the miller's daughter (1923)."
+    metrics = fineweb_metrics(page)
+    assert metrics["line_punctuation"] == 0.2 and metrics["short_lines"] == 0.8
+    assert metrics["duplicate_line_chars"] == 4 / (len(page) - 4)  # the second "Home" over the text without newlines
+    words = fineweb_words("Don't stop -- it's \"well-known\" that prices (3.50) rose 5%... Really?!")
+    assert words == ["Don", "'t", "stop", "--", "it", "'s", '"', "well-known", '"', "that", "prices", "(", "3.50", ")",
+                     "rose", "5", "%", "...", "Really", "?", "!"]
+    assert fineweb_metrics("Ceci est une phrase.\n这是一个句子。\nहिंदी वाक्य।")["line_punctuation"] == 1.0
+    # Not among the rules: not measured (the default rules, and so the default outputs, are Gopher's and C4's).
+    assert "fineweb" not in evaluate_heuristics(page, HeuristicsConfig(input=""))["metrics"]
+    assert HeuristicsConfig(input="").rules == GOPHER_RULES + C4_RULES and len(FINEWEB_RULES) == 4
+    with pytest.raises(ValueError, match="fineweb_max_short_lines must be in \\[0, 1\\], got 67"):
+        HeuristicsConfig(input="", fineweb_max_short_lines=67)

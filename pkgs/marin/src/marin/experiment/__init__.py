@@ -44,7 +44,11 @@ if TYPE_CHECKING:
         heuristics,
         html_to_text,
         keep,
+        keep_languages,
+        language_id,
+        pii,
         quality_classifier,
+        url_filter,
         web_corpus,
     )
     from marin.experiment.evaluation.eval import eval_data, evaluate
@@ -76,7 +80,11 @@ _WHERE = {
     "heuristics": "marin.experiment.datakit",
     "html_to_text": "marin.experiment.datakit",
     "keep": "marin.experiment.datakit",
+    "keep_languages": "marin.experiment.datakit",
+    "language_id": "marin.experiment.datakit",
+    "pii": "marin.experiment.datakit",
     "quality_classifier": "marin.experiment.datakit",
+    "url_filter": "marin.experiment.datakit",
     "web_corpus": "marin.experiment.datakit",
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
@@ -114,7 +122,10 @@ __all__ = [
     "html_to_text",
     "isoflop",
     "keep",
+    "keep_languages",
+    "language_id",
     "output_path_of",
+    "pii",
     "quality_classifier",
     "source",
     "story_chats",
@@ -123,6 +134,7 @@ __all__ = [
     "tokenized_chat",
     "train_lm",
     "trained_tokenizer",
+    "url_filter",
     "web_corpus",
 ]
 

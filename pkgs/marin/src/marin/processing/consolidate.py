@@ -15,6 +15,9 @@ Filters (one dataclass each; ``name`` is its key in the summary):
 * :class:`KeepScore`: keep ``score >= min_score``, or the ``top_fraction`` best of the whole input
   (``floor(top_fraction * documents)`` of them; ties broken by corpus order, earlier first).
 * :class:`KeepHeuristics`: keep documents that pass (all rules, or those named).
+* :class:`KeepLanguages`: keep documents identified as one of the languages, with a score of at
+  least ``min_score`` (FineWeb keeps English at 0.65).
+* :class:`DropBlockedUrls`: drop documents whose URL a URL filter blocked.
 * :class:`RemoveDuplicateSpans`: cut the duplicate paragraphs (spans of paragraph dedup) out of
   the text; a document left with no text is removed.
 
@@ -46,10 +49,12 @@ from rigging import filesystem as fs
 __all__ = [
     "SNIPPET_CUT",
     "ConsolidateConfig",
+    "DropBlockedUrls",
     "DropContaminated",
     "DropDuplicates",
     "Filter",
     "KeepHeuristics",
+    "KeepLanguages",
     "KeepScore",
     "RemoveDuplicateSpans",
     "consolidate_step",
@@ -120,6 +125,38 @@ class KeepHeuristics:
 
 
 @dataclass(frozen=True)
+class KeepLanguages:
+    """Keep documents in one of ``languages`` whose language score is at least ``min_score``."""
+
+    attributes: Any
+    """The language_id step's sidecar folder."""
+    languages: tuple[str, ...]
+    """Language codes kept (as the model names them: ``en``, ``de``, ...)."""
+    min_score: float = 0.0
+    """Lowest score kept."""
+    name: str = "language"
+    """Key in the summary."""
+
+    def __post_init__(self) -> None:
+        languages = (self.languages,) if isinstance(self.languages, str) else tuple(self.languages)
+        if not languages or not all(isinstance(code, str) and code for code in languages):
+            raise ValueError(f"KeepLanguages {self.name!r}: give the language codes kept, got {self.languages!r}")
+        if not 0 <= self.min_score <= 1:
+            raise ValueError(f"KeepLanguages {self.name!r}: min_score must be in [0, 1], got {self.min_score}")
+        object.__setattr__(self, "languages", languages)
+
+
+@dataclass(frozen=True)
+class DropBlockedUrls:
+    """Drop documents a URL filter marked ``blocked``."""
+
+    attributes: Any
+    """The url_filter step's sidecar folder."""
+    name: str = "urls"
+    """Key in the summary."""
+
+
+@dataclass(frozen=True)
 class RemoveDuplicateSpans:
     """Cut duplicate paragraphs (paragraph dedup spans) out of the text."""
 
@@ -129,7 +166,8 @@ class RemoveDuplicateSpans:
     """Key in the summary."""
 
 
-Filter = DropDuplicates | DropContaminated | KeepScore | KeepHeuristics | RemoveDuplicateSpans
+Filter = (DropDuplicates | DropContaminated | KeepScore | KeepHeuristics | KeepLanguages | DropBlockedUrls
+          | RemoveDuplicateSpans)
 
 
 @dataclass(frozen=True)
@@ -203,6 +241,14 @@ def _verdict(spec: Filter, attrs: dict[str, Any], position: tuple[int, int], tex
         failed = attrs["failed"] if spec.rules is None else [r.value for r in spec.rules if r.value in attrs["failed"]]
         if (spec.rules is None and not attrs["passed"]) or failed:
             return f"failed {', '.join(failed) or 'heuristics'}", text
+    elif isinstance(spec, KeepLanguages):
+        if attrs["language"] not in spec.languages:
+            return f"language {attrs['language']} (score {attrs['score']}) not in {', '.join(spec.languages)}", text
+        if attrs["score"] < spec.min_score:
+            return f"language {attrs['language']} score {attrs['score']} < {spec.min_score}", text
+    elif isinstance(spec, DropBlockedUrls):
+        if attrs["blocked"]:
+            return f"blocked URL ({attrs['reason']})", text
     else:
         if attrs["duplicate_spans"]:
             text = _cut(text, attrs["duplicate_spans"])
@@ -221,6 +267,10 @@ def _note(spec: Filter, attrs: dict[str, Any]) -> str:
         return f"{spec.key} {float(attrs[spec.key])}"
     if isinstance(spec, KeepHeuristics):
         return "passed"
+    if isinstance(spec, KeepLanguages):
+        return f"language {attrs['language']} (score {attrs['score']})"
+    if isinstance(spec, DropBlockedUrls):
+        return "URL not blocked"
     spans = len(attrs["duplicate_spans"])
     return f"{spans} duplicate paragraph{'s' if spans != 1 else ''} cut" if spans else "no duplicate paragraph"
 

@@ -1,6 +1,7 @@
 """Handles for attribute steps: dedup, heuristic rules, a quality classifier and its scores,
-decontamination. Each writes one sidecar record per document of its source (see
-:mod:`marin.processing.attributes`); ``consolidate`` turns them into decisions."""
+decontamination (language identification and URL filters are in :mod:`~marin.experiment.datakit.rules`).
+Each writes one sidecar record per document of its source (see :mod:`marin.processing.attributes`);
+``consolidate`` turns them into decisions."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from marin.processing.dedup import (
     paragraph_dedup_step,
 )
 from marin.processing.quality import (
+    C4_RULES,
+    DEFAULT_RULES,
+    FINEWEB_RULES,
+    GOPHER_RULES,
     ClassifyConfig,
     HeuristicRule,
     HeuristicsConfig,
@@ -126,26 +131,45 @@ def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY,
 
 
 class Heuristics(StepHandle, fn=heuristics_step):
-    """Gopher/C4 rules: ``{passed, failed, metrics}`` per document."""
+    """Gopher, C4 and FineWeb rules: ``{passed, failed, metrics}`` per document."""
 
 
-def heuristics(name: str, source: Any, rules: Iterable[HeuristicRule | str] | None = None, *, version: str = "v1",
-               **thresholds: Any) -> Heuristics:
-    """Gopher and C4 heuristic rules over ``source``, as attributes.
+_FAMILIES = {"gopher": GOPHER_RULES, "c4": C4_RULES, "fineweb": FINEWEB_RULES}
+
+
+def _rules(rules: Iterable[HeuristicRule | str] | str | None) -> tuple[HeuristicRule, ...]:
+    if rules is None:
+        return DEFAULT_RULES
+    chosen: list[HeuristicRule] = []
+    for rule in [rules] if isinstance(rules, str | HeuristicRule) else rules:
+        if isinstance(rule, str) and rule in _FAMILIES:
+            chosen.extend(_FAMILIES[rule])
+        elif isinstance(rule, HeuristicRule) or rule in {r.value for r in HeuristicRule}:
+            chosen.append(HeuristicRule(rule))
+        else:
+            names = ", ".join(repr(n) for n in [*_FAMILIES, *(r.value for r in HeuristicRule)])
+            raise ValueError(f"rule must be one of {names} (a family or a rule), got {rule!r}")
+    return tuple(dict.fromkeys(chosen))
+
+
+def heuristics(name: str, source: Any, rules: Iterable[HeuristicRule | str] | str | None = None, *,
+               version: str = "v1", **thresholds: Any) -> Heuristics:
+    """Gopher, C4 and FineWeb heuristic rules over ``source``, as attributes.
 
     Args:
         name: the step's name.
         source: documents.
-        rules: the rules that decide ``passed`` (None: all of :class:`HeuristicRule`).
+        rules: the rules that decide ``passed``: rules (:class:`HeuristicRule` or their names) and
+            families (``"gopher"``, ``"c4"``, ``"fineweb"``); None: Gopher's and C4's.
         version: as for every step.
-        thresholds: other fields of :class:`~marin.processing.quality.HeuristicsConfig` (``min_words``, ...).
+        thresholds: other fields of :class:`~marin.processing.quality.HeuristicsConfig` (``min_words``,
+            ``fineweb_max_short_lines``, ...).
 
     Raises:
         ValueError: a bad source, an unknown rule or option, or a bad threshold (named).
     """
     check_options(thresholds, HeuristicsConfig, "heuristics")
-    chosen = tuple(HeuristicRule) if rules is None else tuple(variant(HeuristicRule, r, "rule") for r in rules)
-    return Heuristics(name, HeuristicsConfig(input=document_source(source), rules=chosen, **thresholds),
+    return Heuristics(name, HeuristicsConfig(input=document_source(source), rules=_rules(rules), **thresholds),
                       version=version)
 
 

@@ -7,7 +7,10 @@ A filter is an attribute handle built on the same source, or a rule on one:
 * a ``decontaminate`` handle: contaminated documents go;
 * a ``heuristics`` handle: documents that fail its rules go;
 * ``keep(classified, min_score=...)`` or ``keep(classified, top_fraction=...)``: documents scored
-  below the bar go (a ``classify`` handle needs such a rule: scores alone decide nothing).
+  below the bar go (a ``classify`` handle needs such a rule: scores alone decide nothing);
+* ``keep_languages(identified, ["en"], min_score=0.65)``: documents in other languages, or
+  identified with a lower score, go (a ``language_id`` handle needs such a rule);
+* a ``url_filter`` handle: documents whose URL it blocked go.
 
 Filters apply in order and each is named after its step in the summary (``removed``, ``examples``),
 so two filters must be different steps. The output is JSON-lines shards named like the source's,
@@ -30,18 +33,21 @@ from marin.experiment.datakit.attributes import (
     Heuristics,
 )
 from marin.experiment.datakit.inputs import document_source
+from marin.experiment.datakit.rules import LanguageIdentified, UrlFiltered
 from marin.processing.consolidate import (
     ConsolidateConfig,
+    DropBlockedUrls,
     DropContaminated,
     DropDuplicates,
     Filter,
     KeepHeuristics,
+    KeepLanguages,
     KeepScore,
     RemoveDuplicateSpans,
     consolidate_step,
 )
 
-__all__ = ["Consolidated", "Keep", "consolidate", "keep"]
+__all__ = ["Consolidated", "Keep", "consolidate", "keep", "keep_languages"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,27 @@ def keep(scores: Classified, *, min_score: float | None = None, top_fraction: fl
     return Keep(scores, min_score=min_score, top_fraction=top_fraction, key=key)
 
 
+def keep_languages(identified: LanguageIdentified, languages: Iterable[str] | str, *,
+                   min_score: float = 0.0) -> KeepLanguages:
+    """A consolidate filter keeping documents in ``languages`` identified with ``score >= min_score``.
+
+    Args:
+        identified: the ``language_id(...)`` handle.
+        languages: the language codes kept (``["en"]``; the model's codes, ISO 639).
+        min_score: lowest score kept (FineWeb keeps English at 0.65 of fastText's score).
+
+    Raises:
+        ValueError: another kind of handle, no languages, or a score outside [0, 1].
+    """
+    if not isinstance(identified, LanguageIdentified):
+        raise ValueError(f"keep_languages(...) takes a language_id(...) handle, got {_describe(identified)}")
+    try:
+        return KeepLanguages(identified, tuple([languages] if isinstance(languages, str) else languages),
+                             min_score=min_score, name=identified.name)
+    except ValueError as e:
+        raise ValueError(f"keep_languages({identified.name!r}): {e}") from None
+
+
 class Consolidated(StepHandle, fn=consolidate_step):
     """Handle to a consolidate step: the kept documents and ``_summary.json`` (counts, examples)."""
 
@@ -97,13 +124,21 @@ def _filter(item: Any) -> tuple[Filter, Any]:
         return DropContaminated(item, name=item.name), item.config.input
     if isinstance(item, Heuristics):
         return KeepHeuristics(item, name=item.name), item.config.input
+    if isinstance(item, UrlFiltered):
+        return DropBlockedUrls(item, name=item.name), item.config.input
+    if isinstance(item, KeepLanguages) and isinstance(item.attributes, LanguageIdentified):
+        return item, item.attributes.config.input
     if isinstance(item, Classified):
         raise ValueError(f"filter {item.name!r}: scores decide nothing alone; give keep(<its classify handle>, "
                          "min_score=...) or keep(..., top_fraction=...) as the filter")
-    if isinstance(item, DropDuplicates | DropContaminated | KeepScore | KeepHeuristics | RemoveDuplicateSpans):
+    if isinstance(item, LanguageIdentified):
+        raise ValueError(f"filter {item.name!r}: languages decide nothing alone; give keep_languages(<its "
+                         "language_id handle>, [\"en\", ...], min_score=...) as the filter")
+    if isinstance(item, DropDuplicates | DropContaminated | KeepScore | KeepHeuristics | KeepLanguages
+                  | DropBlockedUrls | RemoveDuplicateSpans):
         return item, None
-    raise ValueError(f"a consolidate filter is a dedup, decontaminate or heuristics handle or keep(classify "
-                     f"handle, ...), got {_describe(item)}")
+    raise ValueError(f"a consolidate filter is a dedup, decontaminate, heuristics or url_filter handle, "
+                     f"keep(classify handle, ...) or keep_languages(language_id handle, ...), got {_describe(item)}")
 
 
 def consolidate(name: str, source: Any, filters: Iterable[Any], *, max_examples: int = 5,
@@ -113,7 +148,7 @@ def consolidate(name: str, source: Any, filters: Iterable[Any], *, max_examples:
     Args:
         name: the step's name.
         source: the documents the filters' steps were built on (the same handle or path).
-        filters: attribute handles or :func:`keep` rules, applied in order.
+        filters: attribute handles, :func:`keep` or :func:`keep_languages` rules, applied in order.
         max_examples: removed documents shown per filter in the summary (and the report).
         version: as for every step.
 

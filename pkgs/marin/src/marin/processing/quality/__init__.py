@@ -1,4 +1,4 @@
-"""Document quality: a fastText classifier (train, classify) and Gopher/C4 heuristic rules."""
+"""Document quality: a fastText classifier (train, classify) and Gopher, C4 and FineWeb heuristic rules."""
 
 from marin.processing.quality.classifier import (
     MODEL_FILE,
@@ -10,7 +10,12 @@ from marin.processing.quality.classifier import (
     fasttext_text,
     quality_classifier_step,
 )
+from marin.processing.quality.fineweb import fineweb_metrics, fineweb_words
 from marin.processing.quality.heuristics import (
+    C4_RULES,
+    DEFAULT_RULES,
+    FINEWEB_RULES,
+    GOPHER_RULES,
     HeuristicRule,
     HeuristicsConfig,
     evaluate_heuristics,
@@ -18,6 +23,10 @@ from marin.processing.quality.heuristics import (
 )
 
 __all__ = [
+    "C4_RULES",
+    "DEFAULT_RULES",
+    "FINEWEB_RULES",
+    "GOPHER_RULES",
     "MODEL_FILE",
     "NEGATIVE_LABEL",
     "POSITIVE_LABEL",
@@ -28,6 +37,8 @@ __all__ = [
     "classify_step",
     "evaluate_heuristics",
     "fasttext_text",
+    "fineweb_metrics",
+    "fineweb_words",
     "heuristics_step",
     "quality_classifier_step",
 ]

@@ -1,5 +1,6 @@
-"""Heuristic quality rules of Gopher (Rae et al. 2021, appendix A) and C4 (Raffel et al. 2020, 2.2),
-as an attribute step: every document gets its metrics, the rules it fails, and ``passed``.
+"""Heuristic quality rules of Gopher (Rae et al. 2021, appendix A), C4 (Raffel et al. 2020, 2.2) and
+FineWeb (Penedo et al. 2024, 3.3), as an attribute step: every document gets its metrics, the rules
+it fails, and ``passed``.
 
 Definitions (implemented from the papers' descriptions; defaults are their published values):
 
@@ -19,6 +20,13 @@ Definitions (implemented from the papers' descriptions; defaults are their publi
   mentioning javascript; here as document rules: ``c4_kept_lines``: share of characters in such lines
   >= ``c4_min_kept_fraction`` (this project's document-level reading of the line rule); ``c4_sentences``:
   at least 3 sentences in those lines; ``c4_lorem_ipsum`` and ``c4_curly_brace``: the page has none.
+* FineWeb (:mod:`marin.processing.quality.fineweb`, thresholds as datatrove's ``FineWebQualityFilter``
+  has them): ``fineweb_line_punctuation``: share of lines ending in a sentence terminal >= 0.12;
+  ``fineweb_short_lines``: share of lines of at most 30 characters <= 0.67;
+  ``fineweb_duplicate_line_chars``: characters in repeated lines <= 0.01 of the text's;
+  ``fineweb_list_like``: newlines per word <= 0.3. Their metrics (``metrics["fineweb"]``) are
+  measured when one of them is among the rules: the default rules are Gopher's and C4's
+  (:data:`DEFAULT_RULES`), as before FineWeb's were added.
 
 Sidecar attributes: ``{"passed": bool, "failed": [rule, ...], "metrics": {name: value}}``. Sidecars
 are made file by file (:mod:`marin.processing.per_file`): a later build over a changed set of
@@ -39,9 +47,12 @@ from marin.execution.core.traits import StepTraits, step_function
 from marin.processing.attributes import DOCUMENT_SUFFIXES, Shard, iter_corpus, write_sidecar, write_summary
 from marin.processing.incremental import IncrementalStart
 from marin.processing.per_file import InputFile, PartOutput, input_files, map_files
+from marin.processing.quality.fineweb import fineweb_metrics
 from marin.processing.text import words
+from rigging.fields import added_field
 
-__all__ = ["HeuristicRule", "HeuristicsConfig", "evaluate_heuristics", "heuristics_step"]
+__all__ = ["C4_RULES", "DEFAULT_RULES", "FINEWEB_RULES", "GOPHER_RULES", "HeuristicRule", "HeuristicsConfig",
+           "evaluate_heuristics", "heuristics_step"]
 
 _STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 _BULLETS = ("\u2022", "-", "*", "\u25cf", "\u2023", "\u25e6", "\u2013", "\u00b7", "\u25aa")
@@ -69,6 +80,20 @@ class HeuristicRule(enum.Enum):
     C4_SENTENCES = "c4_sentences"
     C4_LOREM_IPSUM = "c4_lorem_ipsum"
     C4_CURLY_BRACE = "c4_curly_brace"
+    FINEWEB_LINE_PUNCTUATION = "fineweb_line_punctuation"
+    FINEWEB_SHORT_LINES = "fineweb_short_lines"
+    FINEWEB_DUPLICATE_LINE_CHARS = "fineweb_duplicate_line_chars"
+    FINEWEB_LIST_LIKE = "fineweb_list_like"
+
+
+C4_RULES = tuple(r for r in HeuristicRule if r.value.startswith("c4_"))
+"""C4's rules."""
+FINEWEB_RULES = tuple(r for r in HeuristicRule if r.value.startswith("fineweb_"))
+"""FineWeb's rules."""
+GOPHER_RULES = tuple(r for r in HeuristicRule if r not in C4_RULES and r not in FINEWEB_RULES)
+"""Gopher's rules."""
+DEFAULT_RULES = GOPHER_RULES + C4_RULES
+"""The rules that decide ``passed`` unless others are named: Gopher's and C4's."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +102,9 @@ class HeuristicsConfig:
 
     input: Any
     """Documents: a folder, glob or list of JSON-lines shards, or a step/handle output."""
-    rules: tuple[HeuristicRule, ...] = tuple(HeuristicRule)
-    """Rules that decide ``passed`` (every metric is reported either way)."""
+    rules: tuple[HeuristicRule, ...] = DEFAULT_RULES
+    """Rules that decide ``passed`` (every Gopher and C4 metric is reported either way; FineWeb's
+    when one of its rules is here)."""
     min_words: int = 50
     """Fewest tokens."""
     max_words: int = 100_000
@@ -112,6 +138,16 @@ class HeuristicsConfig:
     """Fewest sentences in the lines C4 keeps."""
     c4_min_kept_fraction: float = 0.5
     """Smallest share of characters in lines C4 keeps."""
+    fineweb_min_punctuated_lines: float = added_field(default=0.12)
+    """FineWeb: fewest lines ending in a sentence terminal (share)."""
+    fineweb_short_line_chars: int = added_field(default=30)
+    """FineWeb: a line of at most this many characters is short."""
+    fineweb_max_short_lines: float = added_field(default=0.67)
+    """FineWeb: most short lines (share)."""
+    fineweb_max_duplicate_line_chars: float = added_field(default=0.01)
+    """FineWeb: most characters in lines equal to an earlier one (share of the text's)."""
+    fineweb_max_newlines_per_word: float = added_field(default=0.3)
+    """FineWeb: most newlines per word (more is a list)."""
 
     def __post_init__(self) -> None:
         if self.min_words < 0 or self.max_words < self.min_words:
@@ -121,13 +157,17 @@ class HeuristicsConfig:
                              f"{self.min_mean_word_length} > {self.max_mean_word_length}")
         for name in ("max_symbol_ratio", "max_bullet_line_fraction", "max_ellipsis_line_fraction",
                      "min_alpha_word_fraction", "max_duplicate_fraction", "max_duplicate_char_fraction",
-                     "c4_min_kept_fraction"):
+                     "c4_min_kept_fraction", "fineweb_min_punctuated_lines", "fineweb_max_short_lines",
+                     "fineweb_max_duplicate_line_chars"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("top_ngram_limits", "duplicate_ngram_limits"):
             for n, limit in getattr(self, name):
                 if n < 1 or not 0 <= limit <= 1:
                     raise ValueError(f"{name} entries must be (n >= 1, limit in [0, 1]), got {(n, limit)}")
+        if self.fineweb_short_line_chars < 0 or self.fineweb_max_newlines_per_word < 0:
+            raise ValueError(f"fineweb_short_line_chars and fineweb_max_newlines_per_word must be >= 0, got "
+                             f"{self.fineweb_short_line_chars} and {self.fineweb_max_newlines_per_word}")
         object.__setattr__(self, "rules", tuple(HeuristicRule(r) for r in self.rules))
 
 
@@ -216,6 +256,9 @@ def evaluate_heuristics(text: str, config: HeuristicsConfig) -> dict[str, Any]:
         "c4_lorem_ipsum": "lorem ipsum" in lowered, "c4_curly_brace": "{" in text or "}" in text,
     }
     m, c = metrics, config
+    fw: dict[str, float] = {}
+    if any(rule in FINEWEB_RULES for rule in config.rules):
+        fw = metrics["fineweb"] = fineweb_metrics(text, config.fineweb_short_line_chars)
     fails = {
         HeuristicRule.WORD_COUNT: not c.min_words <= n_tokens <= c.max_words,
         HeuristicRule.MEAN_WORD_LENGTH: not c.min_mean_word_length <= m["mean_word_length"] <= c.max_mean_word_length,
@@ -233,6 +276,11 @@ def evaluate_heuristics(text: str, config: HeuristicsConfig) -> dict[str, Any]:
         HeuristicRule.C4_SENTENCES: m["c4_sentences"] < c.c4_min_sentences,
         HeuristicRule.C4_LOREM_IPSUM: m["c4_lorem_ipsum"],
         HeuristicRule.C4_CURLY_BRACE: m["c4_curly_brace"],
+        HeuristicRule.FINEWEB_LINE_PUNCTUATION: bool(fw) and fw["line_punctuation"] < c.fineweb_min_punctuated_lines,
+        HeuristicRule.FINEWEB_SHORT_LINES: bool(fw) and fw["short_lines"] > c.fineweb_max_short_lines,
+        HeuristicRule.FINEWEB_DUPLICATE_LINE_CHARS: (bool(fw) and fw["duplicate_line_chars"]
+                                                     > c.fineweb_max_duplicate_line_chars),
+        HeuristicRule.FINEWEB_LIST_LIKE: bool(fw) and fw["newlines_per_word"] > c.fineweb_max_newlines_per_word,
     }
     failed = [rule.value for rule in config.rules if fails[rule]]
     return {"passed": not failed, "failed": failed, "metrics": _rounded(metrics)}
