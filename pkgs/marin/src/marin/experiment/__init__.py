@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         quality_classifier,
         url_filter,
         web_corpus,
+        web_crawl,
     )
     from marin.experiment.evaluation.eval import eval_data, evaluate
     from marin.experiment.evaluation.table import eval_report
@@ -86,6 +87,7 @@ _WHERE = {
     "quality_classifier": "marin.experiment.datakit",
     "url_filter": "marin.experiment.datakit",
     "web_corpus": "marin.experiment.datakit",
+    "web_crawl": "marin.experiment.datakit",
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
@@ -136,6 +138,7 @@ __all__ = [
     "trained_tokenizer",
     "url_filter",
     "web_corpus",
+    "web_crawl",
 ]
 
 

@@ -41,7 +41,7 @@ from marin.experiment.datakit.attributes import (
     quality_classifier,
 )
 from marin.experiment.datakit.consolidate import Consolidated, Keep, consolidate, keep, keep_languages
-from marin.experiment.datakit.pages import HtmlText, WebCorpus, html_to_text, web_corpus
+from marin.experiment.datakit.pages import HtmlText, WebCorpus, WebCrawl, html_to_text, web_corpus, web_crawl
 from marin.experiment.datakit.rules import (
     LanguageIdentified,
     Redacted,
@@ -81,6 +81,7 @@ __all__ = [
     "Redacted",
     "UrlFiltered",
     "WebCorpus",
+    "WebCrawl",
     "classify",
     "consolidate",
     "decontaminate",
@@ -94,4 +95,5 @@ __all__ = [
     "quality_classifier",
     "url_filter",
     "web_corpus",
+    "web_crawl",
 ]

@@ -18,8 +18,9 @@ from marin.processing.webcorpus import (
     WebCorpusConfig,
     web_corpus_step,
 )
+from marin.processing.webcorpus.crawl import CRAWL_TRUTH_FILE, CrawlConfig, CrawlStepConfig, web_crawl_step
 
-__all__ = ["HtmlText", "WebCorpus", "html_to_text", "web_corpus"]
+__all__ = ["HtmlText", "WebCorpus", "WebCrawl", "html_to_text", "web_corpus", "web_crawl"]
 
 
 class WebCorpus(StepHandle, fn=web_corpus_step):
@@ -73,6 +74,33 @@ def web_corpus(name: str = "raw/webcorpus", num_pages: int = 1000, seed: int = 0
     """
     check_options(options, WebCorpusConfig, "web_corpus")
     return WebCorpus(name, WebCorpusConfig(num_pages=num_pages, seed=seed, **options), version=version)
+
+
+class WebCrawl(StepHandle, fn=web_crawl_step):
+    """Handle to a generated crawl: WARC files of a web corpus's pages with other languages,
+    personal data and odd records planted (:mod:`marin.processing.webcorpus.crawl`)."""
+
+    @property
+    def truth(self) -> OutputPath:
+        """What was planted: each record's language, personal data, the image and truncated records."""
+        return output_path_of(self, CRAWL_TRUTH_FILE)
+
+
+def web_crawl(name: str, corpus: WebCorpus, *, version: str = "v1", **options: Any) -> WebCrawl:
+    """The pages of ``corpus`` as a crawl of WARC files (what ``html_to_text`` reads as it reads
+    Common Crawl's).
+
+    Args:
+        options: fields of :class:`~marin.processing.webcorpus.crawl.CrawlConfig` (``foreign_pages``,
+            ``pii_pages``, ``records_per_file``, ``seed``).
+
+    Raises:
+        ValueError: an unknown option or a bad value (named).
+    """
+    if not isinstance(corpus, WebCorpus):
+        raise ValueError(f"web_crawl {name!r}: corpus must be a web_corpus(...) handle, got {type(corpus).__name__}")
+    check_options(options, CrawlConfig, "web_crawl")
+    return WebCrawl(name, CrawlStepConfig(corpus=corpus, crawl=CrawlConfig(**options)), version=version)
 
 
 class HtmlText(StepHandle, fn=html_to_text_step):

@@ -24,12 +24,13 @@ import random
 import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from marin.processing.webcorpus.generate import HTML_FOLDER
 from rigging import filesystem as fs
 from zephyr.warc import TRUNCATED, WebRecord, write_web_archive
 
-__all__ = ["CRAWL_TRUTH_FILE", "FOREIGN_TEXT", "CrawlConfig", "write_crawl"]
+__all__ = ["CRAWL_TRUTH_FILE", "FOREIGN_TEXT", "CrawlConfig", "CrawlStepConfig", "web_crawl_step", "write_crawl"]
 
 CRAWL_TRUTH_FILE = "crawl_truth.json"
 _DATE = "2026-05-{day:02d}T{hour:02d}:{minute:02d}:00Z"
@@ -160,3 +161,18 @@ def write_crawl(corpus: str, output: str, config: CrawlConfig = CrawlConfig()) -
     truth.update(records=len(records), files=files)
     fs.atomic_write(fs.join(output, CRAWL_TRUTH_FILE), json.dumps(truth, indent=1, sort_keys=True) + "\n")
     return truth
+
+
+@dataclass(frozen=True)
+class CrawlStepConfig:
+    """A crawl of a generated web corpus (a step's output folder, or a path)."""
+
+    corpus: Any
+    crawl: CrawlConfig = CrawlConfig()
+
+
+def web_crawl_step(config: CrawlStepConfig, output_path: str) -> None:
+    """Step function: write the crawl of a web corpus (:func:`write_crawl`)."""
+    truth = write_crawl(str(config.corpus), output_path, config.crawl)
+    print(f"crawl: {truth['records']} records in {len(truth['files'])} WARC files; planted "
+          f"{len(truth['languages'])} pages in other languages, {len(truth['pii'])} with personal data")
