@@ -98,9 +98,10 @@ def test_revision_is_the_trainers_not_a_setting():
 def test_only_settings_that_do_not_change_the_model_are_unhashed():
     unhashed = {f.name for cls in (DataConfig, TrainerConfig, TrainLmConfig) for f in dataclasses.fields(cls)
                 if not is_hashed(f)}
-    # mesh: where the arrays live, not what is computed (a run resumes on another slice shape).
+    # mesh: where the arrays live, not what is computed (a run resumes on another slice shape);
+    # epochs_warning: when `marin plan` warns of a repeated dataset.
     assert unhashed == {"prefetch", "shard_cache_dir", "log_every", "peak_flops_per_device", "run_id", "tags",
-                        "wandb", "mesh"}
+                        "wandb", "mesh", "epochs_warning"}
 
 
 def test_dict_round_trip_keeps_every_section():

@@ -127,3 +127,24 @@ def law_run(config: LawConfig, output_path: str) -> None:
 
 class LawRun(StepHandle, fn=law_run):
     """A stand-in run of a scaling ladder."""
+
+
+MIX_BEST = {"/data/web": 0.5, "/data/books": 0.3, "/data/code": 0.2}
+"""The mixture a :func:`mix_train` run's val_loss is lowest at."""
+
+
+def mix_loss(weights: dict[str, float]) -> float:
+    total = sum(weights.values())
+    return 3.0 + 10.0 * sum((weights[name] / total - best) ** 2 for name, best in MIX_BEST.items())
+
+
+def mix_train(config: TrainLmConfig, output_path: str) -> None:
+    """Step function: a "training run" of a real training config whose val_loss is a known function
+    of its mixture's weights (lowest at :data:`MIX_BEST`)."""
+    weights = {str(spec.path): spec.weight for spec in config.data.datasets}
+    fs.atomic_write(fs.join(output_path, "train_summary.json"), json.dumps({
+        "final_loss": mix_loss(weights) + 0.1, "val_loss": mix_loss(weights), "steps": 3, "start_step": 0}))
+
+
+class MixTrain(StepHandle, fn=mix_train):
+    """A training config whose mixture is "trained" by :func:`mix_train`."""

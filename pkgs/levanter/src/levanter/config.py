@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from levanter.checkpoint import CheckpointConfig
-from levanter.data.spec import DatasetSpec
+from levanter.data.spec import DatasetSpec, MixturePhase
 from levanter.initialize import (
     CheckpointStart,
     InitializeFrom,
@@ -110,6 +110,12 @@ class DataConfig:
     """Batches prepared ahead by a background thread (does not change the result)."""
     shard_cache_dir: str | None = unhashed_field(default=None)
     """Local folder for copies of remote shards (default: a temp folder; does not change the result)."""
+    phases: tuple[MixturePhase, ...] = added_field(default=())
+    """Later phases of the mixture, by increasing ``start_step`` (> 0): from each one's start, its
+    weights replace the datasets' own (which hold from step 0). Empty: one weighting throughout."""
+    epochs_warning: float = unhashed_field(default=4.0)
+    """``marin plan`` warns when the run would read a dataset more than this many times (does not
+    change the result)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.datasets, list):
@@ -120,6 +126,27 @@ class DataConfig:
             if not isinstance(spec, DatasetSpec):
                 raise ValueError(f"datasets must hold DatasetSpec values, got {type(spec).__name__}")
         _positive_or_zero(self, "prefetch")
+        self._check_weights()
+        warn = self.epochs_warning
+        if isinstance(warn, bool) or not isinstance(warn, int | float) or not math.isfinite(warn) or warn <= 0:
+            raise ValueError(f"epochs_warning must be a finite number > 0, got {warn!r}")
+
+    def _check_weights(self) -> None:
+        if isinstance(self.phases, list):
+            object.__setattr__(self, "phases", tuple(self.phases))
+        if not isinstance(self.phases, tuple) or not all(isinstance(p, MixturePhase) for p in self.phases):
+            raise ValueError(f"phases must be a tuple of MixturePhase values, got {self.phases!r}")
+        if not sum(spec.weight for spec in self.datasets) > 0:
+            raise ValueError(f"the datasets' weights must not all be 0, got {[s.weight for s in self.datasets]}")
+        previous = 0
+        for phase in self.phases:
+            if len(phase.weights) != len(self.datasets):
+                raise ValueError(f"the phase at step {phase.start_step} has {len(phase.weights)} weights for "
+                                 f"{len(self.datasets)} datasets")
+            if phase.start_step <= previous:
+                raise ValueError(f"phases must start at increasing steps after step 0, got {phase.start_step} "
+                                 f"after {previous}")
+            previous = phase.start_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +299,8 @@ class TrainLmConfig:
 
 def _setting_owners() -> dict[str, str]:
     """``{keyword: section}`` for :meth:`TrainLmConfig.from_settings` (every field name is unique)."""
-    owners = {f.name: "data" for f in dataclasses.fields(DataConfig) if f.name != "datasets"}
+    # The phases come with the datasets (``train_lm(datasets=[(step, {...}), ...])``), not as a setting.
+    owners = {f.name: "data" for f in dataclasses.fields(DataConfig) if f.name not in ("datasets", "phases")}
     owners.update({f.name: "trainer" for f in dataclasses.fields(TrainerConfig)})
     owners.update({f.name: "top" for f in dataclasses.fields(TrainLmConfig)
                    if f.init and f.name not in ("data", "model", "optimizer", "trainer")})
@@ -302,6 +330,7 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     d = dict(data["data"])
     t = dict(data["trainer"])
     d["datasets"] = tuple(DatasetSpec(**spec) for spec in d["datasets"])
+    d["phases"] = tuple(MixturePhase(**phase) for phase in d.get("phases", ()))
     t["checkpoint"] = CheckpointConfig(**t["checkpoint"])
     t["tags"] = tuple(t.get("tags", ()))
     t["eval_tasks"] = tuple(t.get("eval_tasks", ()))

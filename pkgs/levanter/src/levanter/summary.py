@@ -47,6 +47,10 @@ class TrainSummary:
     memory: MemoryReport
     run_id: str
     flops: FlopsSummary
+    data_offset: int = 0
+    """Step ``t`` trained on elements ``[t * batch_size + data_offset, ...)`` of its mixture's stream:
+    what ``levanter.data.usage.mixture_usage`` needs to replay which dataset gave each window (not
+    in :meth:`to_json`, whose keys stay as they were)."""
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data; its keys and their order are what ``main`` has always returned."""

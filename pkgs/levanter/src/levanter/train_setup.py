@@ -25,7 +25,8 @@ from jax.sharding import PartitionSpec as P
 
 from levanter.checkpoint import Checkpointer, checkpoint_dir
 from levanter.config import TrainerConfig, TrainLmConfig, config_to_dict
-from levanter.data import data_is_chat, data_vocab_size, eval_batches, train_dataset
+from levanter.data import check_mixture_data, data_is_chat, data_vocab_size, eval_batches, train_dataset
+from levanter.data.usage import starting_data_state
 from levanter.flops import CONFIG_SOURCE, PeakFlops, peak_flops
 from levanter.memory import MEMORY_FILE, MemoryReport, measure_memory
 from levanter.metrics import MetricsWriter
@@ -136,6 +137,9 @@ class TrainSetup:
     """The metrics sink (``MetricsWriter`` on process 0)."""
     progress: Progress | None
     """The progress listener (process 0 only)."""
+    data_offset: int = 0
+    """Step ``t``'s batch is elements ``[t * batch_size + data_offset, ...)`` of the mixture's stream
+    (``levanter.data.usage``)."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -155,7 +159,12 @@ class TrainSetup:
 
 def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     """Build, compile and restore everything ``config`` trains with, writing ``memory.json`` and
-    ``config.json`` into ``output_path`` (process 0)."""
+    ``config.json`` into ``output_path`` (process 0).
+
+    Raises:
+        ValueError: a dataset of the mixture is missing or incomplete (before anything is built).
+    """
+    check_mixture_data(config.data.datasets)
     model_config = resolve_model(config)
     config = dataclasses.replace(config, model=model_config)
     trainer = config.trainer
@@ -193,10 +202,11 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
             else peak_flops(dtype, layout.devices[0]))
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
     writer, progress = _writers(config, output_path, run_id, start, layout.primary)
+    iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
-                      iterator=_train_batches(config, layout, start), writer=writer, progress=progress)
+                      iterator=iterator, writer=writer, progress=progress, data_offset=data_offset)
 
 
 def _batch_shape(config: TrainLmConfig, layout: BatchLayout) -> jax.ShapeDtypeStruct:
@@ -253,13 +263,17 @@ def _progress_bar(total: int, initial: int) -> Any:
     return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
 
 
-def _train_batches(config: TrainLmConfig, layout: BatchLayout, start: Start) -> Any:
+def _train_batches(config: TrainLmConfig, layout: BatchLayout, start: Start) -> tuple[Any, int]:
     """This process's rows of the training batches, from where ``start`` left off (a Grain iterator:
-    its ``get_state`` is what a checkpoint saves)."""
+    its ``get_state`` is what a checkpoint saves), and the stream's offset (``TrainSetup.data_offset``)."""
     trainer, data = config.trainer, config.data
     iterator = iter(train_dataset(data.datasets, seq_len=trainer.seq_len, batch_size=trainer.batch_size,
                                   seed=trainer.seed, prefetch=data.prefetch, cache_dir=data.shard_cache_dir,
-                                  rows=layout.rows))
-    if start.data_state is not None:
-        iterator.set_state(start.data_state)
-    return iterator
+                                  rows=layout.rows, phases=data.phases))
+    fresh = iterator.get_state()
+    state = starting_data_state(fresh, start.data_state, step=start.step, batch_size=trainer.batch_size,
+                                phased=bool(data.phases), branch=start.source is not None)
+    if state is not None:
+        iterator.set_state(state)
+    count = int((state or fresh)["count"])
+    return iterator, count - start.step * trainer.batch_size

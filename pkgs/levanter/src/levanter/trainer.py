@@ -188,7 +188,8 @@ def _summary(setup: TrainSetup, loop: Trainer, final: _Final) -> TrainSummary:
         config_path=fs.join(output_path, "config.json"), metrics_path=fs.join(output_path, "metrics.jsonl"),
         model=config.model, tokens_per_s=loop.last_metrics.get("tokens_per_s", math.nan),
         checkpoint_blocked_s=setup.checkpointer.blocked_seconds, devices=n_dev, mesh=dict(setup.layout.mesh.shape),
-        processes=jax.process_count(), memory=setup.memory, run_id=setup.run_id, flops=flops)
+        processes=jax.process_count(), memory=setup.memory, run_id=setup.run_id, flops=flops,
+        data_offset=setup.data_offset)
 
 
 def _cli(argv: list[str]) -> int:

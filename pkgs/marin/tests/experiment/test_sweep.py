@@ -209,7 +209,7 @@ BASE = dict(version="v1", model=TINY, optimizer=AdamConfig(learning_rate=1e-3, w
     ({"space": {"optimizer.learning_rate": ("uniform", -1.0, 1e-3)}, "method": "tpe", "trials": 2},
      "space['optimizer.learning_rate']: learning_rate must be > 0"),
     ({"space": {"optimizer.warmup": ("normal", 0, 1)}, "method": "tpe", "trials": 2},
-     "space['optimizer.warmup']: unknown kind 'normal'; kinds: choice, uniform, log_uniform, int"),
+     "space['optimizer.warmup']: unknown kind 'normal'; kinds: choice, dirichlet, uniform, log_uniform, int"),
     ({"space": {"optimizer.warmup": ("int", 0, 1)}},
      "space['optimizer.warmup']: a grid needs a list of values, got ('int', 0, 1)"),
     ({"space": {"optimizer.warmup": ("int", 0.5, 1)}, "method": "tpe", "trials": 2},

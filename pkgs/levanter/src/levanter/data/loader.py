@@ -10,10 +10,14 @@ import numpy as np
 from levanter.data.chat import plain_window
 from levanter.data.chat_windows import ChatIterDataset
 from levanter.data.packing import MixtureIterDataset, PackedIterDataset
-from levanter.data.spec import DatasetSpec
+from levanter.data.spec import DatasetSpec, MixturePhase
 from levanter.data.tokenized import TokenizedSplit, open_split
+from rigging import filesystem as fs
+from zephyr import DataError
+from zephyr.shards import index_groups, read_index
 
-__all__ = ["DatasetSpec", "data_is_chat", "data_vocab_size", "eval_batches", "split_windows", "train_dataset"]
+__all__ = ["DatasetSpec", "check_mixture_data", "data_is_chat", "data_vocab_size", "eval_batches", "split_windows",
+           "train_dataset"]
 
 
 def data_is_chat(specs: Sequence[DatasetSpec]) -> bool:
@@ -54,7 +58,8 @@ def data_vocab_size(specs: Sequence[DatasetSpec]) -> int:
 
 
 def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int, seed: int,
-                  prefetch: int = 4, cache_dir: str | None = None, rows: slice | None = None) -> grain.IterDataset:
+                  prefetch: int = 4, cache_dir: str | None = None, rows: slice | None = None,
+                  phases: Sequence[MixturePhase] = ()) -> grain.IterDataset:
     """Endless batches ``[batch_size, seq_len + 1]`` (int32) of packed, shuffled, mixed training data
     (``[batch_size, 3, seq_len + 1]`` when a dataset holds chat records, see :func:`data_is_chat`).
 
@@ -70,6 +75,8 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
         cache_dir: where remote shards are copied before reading.
         rows: keep only these rows of every batch (one process's share of a multi-host batch; every
             process reads the same stream, so the shares never overlap and the batch stays whole).
+        phases: later phases of the mixture: from batch ``start_step`` on (counted from the
+            stream's first batch), windows are drawn with the phase's weights.
     """
     if not specs:
         raise ValueError("need at least one dataset")
@@ -77,13 +84,44 @@ def train_dataset(specs: Sequence[DatasetSpec], *, seq_len: int, batch_size: int
     chat = any(s.is_chat for s in splits)
     packed = [split_windows(s, seq_len + 1, chat, seed=seed * 1_000_003 + i, shuffle=True, repeat=True)
               for i, s in enumerate(splits)]
-    mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed)
+    later = [(p.start_step * batch_size, p.weights) for p in phases]
+    mixed = MixtureIterDataset(packed, [s.weight for s in specs], seed=seed, phases=later)
     batched = mixed.batch(batch_size, drop_remainder=True)
     if rows is not None and (rows.start or 0, rows.stop) != (0, batch_size):
         batched = batched.map(_RowSlice(rows))
     if prefetch > 0:
         batched = grain.experimental.ThreadPrefetchIterDataset(batched, prefetch_buffer_size=prefetch)
     return batched
+
+
+def check_mixture_data(specs: Sequence[DatasetSpec]) -> None:
+    """Refuse a mixture one of whose datasets is missing or incomplete, before anything trains on it.
+
+    Each dataset needs its ``index.json`` (written last by the tokenize step), a ``train`` split
+    with tokens, and every shard the index lists, at the size it records (one listing per dataset).
+
+    Raises:
+        ValueError: one line naming the dataset and what is wrong with it.
+    """
+    for i, spec in enumerate(specs):
+        where = f"mixture dataset {i + 1} of {len(specs)} ({spec.path})"
+        try:
+            index = read_index(str(spec.path))
+        except DataError as e:
+            raise ValueError(f"{where}: tokenized data missing or incomplete: {e}; build it before training on "
+                             "it (a mixture never trains without one of its datasets)") from None
+        splits = dict(index_groups(index))
+        train = splits.get("train")
+        if not train or not train.get("shards") or not int(train.get("tokens", 1)):
+            raise ValueError(f"{where}: its index lists no training data (splits: {sorted(splits)})")
+        present = dict(fs.walk_files(str(spec.path)))
+        for _name, group in splits.items():
+            for shard in group["shards"]:
+                size = present.get(shard["path"])
+                if size != shard["bytes"]:
+                    found = "is missing" if size is None else f"has {size} bytes"
+                    raise ValueError(f"{where}: tokenized data incomplete: shard {shard['path']} {found}, its index "
+                                     f"says {shard['bytes']} bytes; rebuild it before training on it")
 
 
 class _RowSlice(grain.MapTransform):

@@ -15,7 +15,7 @@ import numpy as np
 from levanter.data.epochs import EpochOrder, SplitWindowDataset
 from levanter.data.tokenized import decode_document
 
-__all__ = ["MixtureIterDataset", "PackedIterDataset"]
+__all__ = ["MixtureIterDataset", "MixtureSchedule", "PackedIterDataset"]
 
 _MIX_BLOCK = 4096
 
@@ -71,21 +71,87 @@ class _PackedIterator(grain.DatasetIterator):
         self._epoch, self._doc, self._offset = int(state["epoch"]), int(state["doc"]), int(state["offset"])
 
 
-class MixtureIterDataset(grain.IterDataset):
-    """Draws each element from one of ``parents`` chosen at random with probability ``weights``.
+def _normalised(weights: Sequence[float]) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
+    return w / w.sum()
 
-    The choice for element ``n`` depends only on ``(seed, n)``, so the state is the element count
-    plus each parent's state.
+
+class MixtureSchedule:
+    """Which parent element ``n`` of a mixture is drawn from: a pure function of ``(seed, n)`` and
+    the weights of the phase ``n`` falls in, so any position is rebuilt without replaying the ones before.
+
+    Element ``n`` takes the ``n % 4096``-th of 4096 uniform draws seeded by ``(seed, n // 4096)``
+    and finds it in its phase's cumulative weights (with one phase: ``Generator.choice``'s draws).
+
+    Args:
+        phases: ``(first element, weights)`` of each phase, the first at element 0.
+        seed: seeds the draws.
     """
 
-    def __init__(self, parents: Sequence[grain.IterDataset], weights: Sequence[float], *, seed: int):
+    def __init__(self, phases: Sequence[tuple[int, Sequence[float]]], *, seed: int):
+        if not phases or phases[0][0] != 0:
+            raise ValueError(f"a mixture's first phase must start at element 0, got {[p[0] for p in phases]}")
+        starts = [int(start) for start, _ in phases]
+        if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
+            raise ValueError(f"phases must start at increasing elements, got {starts}")
+        weights = [_normalised(w) for _, w in phases]
+        if len({len(w) for w in weights}) != 1:
+            raise ValueError(f"every phase needs one weight per dataset, got {[len(w) for w in weights]}")
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.weights = weights
+        self.seed = seed
+        cdfs = []
+        for w in weights:
+            cdf = w.cumsum()
+            cdf /= cdf[-1]
+            cdfs.append(cdf)
+        self._cdfs = cdfs
+
+    @property
+    def size(self) -> int:
+        """How many datasets the mixture draws from."""
+        return len(self.weights[0])
+
+    def block(self, block_id: int) -> np.ndarray:
+        """The datasets elements ``[block_id * 4096, (block_id + 1) * 4096)`` are drawn from."""
+        uniform = np.random.default_rng([self.seed, block_id]).random(_MIX_BLOCK)
+        first = block_id * _MIX_BLOCK
+        phase = np.searchsorted(self.starts, np.arange(first, first + _MIX_BLOCK), side="right") - 1
+        if phase[0] == phase[-1]:
+            return self._cdfs[int(phase[0])].searchsorted(uniform, side="right")
+        out = np.empty(_MIX_BLOCK, dtype=np.int64)
+        for p in np.unique(phase):
+            at = phase == p
+            out[at] = self._cdfs[int(p)].searchsorted(uniform[at], side="right")
+        return out
+
+    def counts(self, start: int, stop: int) -> np.ndarray:
+        """How many of the elements ``[start, stop)`` each dataset gives (int64, one per dataset)."""
+        out = np.zeros(self.size, dtype=np.int64)
+        for block_id in range(start // _MIX_BLOCK, -(-stop // _MIX_BLOCK) if stop > start else 0):
+            first = block_id * _MIX_BLOCK
+            chosen = self.block(block_id)[max(start - first, 0):min(stop - first, _MIX_BLOCK)]
+            out += np.bincount(chosen, minlength=self.size)
+        return out
+
+
+class MixtureIterDataset(grain.IterDataset):
+    """Draws each element from one of ``parents`` chosen at random with probability ``weights``
+    (from element ``phases[i][0]`` on, with ``phases[i][1]``: see :class:`MixtureSchedule`).
+
+    The choice for element ``n`` depends only on ``(seed, n)`` and its phase's weights, so the
+    state is the element count plus each parent's state.
+    """
+
+    def __init__(self, parents: Sequence[grain.IterDataset], weights: Sequence[float], *, seed: int,
+                 phases: Sequence[tuple[int, Sequence[float]]] = ()):
         super().__init__(list(parents))
         if len(parents) != len(weights) or not parents:
             raise ValueError(f"need one weight per dataset, got {len(parents)} datasets and {len(weights)} weights")
-        w = np.asarray(weights, dtype=np.float64)
-        if np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
-            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
-        self.weights = w / w.sum()
+        self.schedule = MixtureSchedule([(0, weights), *phases], seed=seed)
+        self.weights = self.schedule.weights[0]
         self.seed = seed
 
     def __iter__(self) -> grain.DatasetIterator:
@@ -102,8 +168,7 @@ class _MixtureIterator(grain.DatasetIterator):
     def _choice(self, n: int) -> int:
         block_id = n // _MIX_BLOCK
         if block_id != self._block_id:
-            rng = np.random.default_rng([self._ds.seed, block_id])
-            self._block = rng.choice(len(self._ds.weights), size=_MIX_BLOCK, p=self._ds.weights)
+            self._block = self._ds.schedule.block(block_id)
             self._block_id = block_id
         return int(self._block[n % _MIX_BLOCK])
 

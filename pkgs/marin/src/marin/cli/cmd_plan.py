@@ -24,7 +24,7 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
     from marin.execution.plan.estimate import format_duration
-    from marin.execution.plan.model import Action
+    from marin.execution.plan.model import Action, ReasonKind
 
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env,
@@ -34,9 +34,11 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         click.echo(the_plan.dumps())
         return
     estimates = the_plan.estimate.steps if the_plan.estimate is not None else {}
-    rows = []
+    rows, warnings = [], []
     for pos, p in enumerate(the_plan.steps):
-        why = "; ".join([*(str(r) for r in p.reasons), *p.notes()])
+        # Warnings get lines of their own, under the table, where they are not lost in a long row.
+        warnings += [f"warning: {p.name}: {r.detail}" for r in p.reasons if r.kind is ReasonKind.WARNING]
+        why = "; ".join([*(str(r) for r in p.reasons if r.kind is not ReasonKind.WARNING), *p.notes()])
         guess = format_duration(estimates[pos].seconds) if pos in estimates else ""
         rows.append([p.action.value, p.name, p.hash[:16], guess, why])
     click.echo(table(rows, ["action", "step", "hash", "estimate", "why"]))
@@ -54,3 +56,5 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     for clash in the_plan.name_clashes:
         # The same line `marin run` refuses with, or warns with for Marin's executor steps.
         click.echo(f"{'warning' if clash.allowed else 'marin run refuses'}: {clash}")
+    for line in warnings:
+        click.echo(line)

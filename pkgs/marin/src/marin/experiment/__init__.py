@@ -4,7 +4,8 @@ Handles for data (the bundled corpus, trained tokenizers, tokenized text and cha
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
 (``train_lm``, ``checkpoint``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and
 export, the best trial of a sweep (``best``; ``sweep`` itself is
-:func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's) and scaling ladders (``isoflop``).
+:func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's), the mixture a sweep's fit
+proposes (``mixture_fit``) and scaling ladders (``isoflop``).
 They live in subpackages by idea: :mod:`~marin.experiment.data`, :mod:`~marin.experiment.datakit`,
 :mod:`~marin.experiment.training`, :mod:`~marin.experiment.evaluation`, :mod:`~marin.experiment.tasks`,
 :mod:`~marin.experiment.chat`, :mod:`~marin.experiment.sweeps`, :mod:`~marin.experiment.scaling`, and
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from marin.experiment.evaluation.table import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.scaling import isoflop
+    from marin.experiment.sweeps.mixture_fit import mixture_fit
     from marin.experiment.sweeps.sweep import best
     from marin.experiment.tasks.story import story_tasks
     from marin.experiment.tasks.story_chat import story_chats
@@ -97,6 +99,7 @@ _WHERE = {
     "story_chats": "marin.experiment.tasks.story_chat",
     "story_tasks": "marin.experiment.tasks.story",
     "best": "marin.experiment.sweeps.sweep",
+    "mixture_fit": "marin.experiment.sweeps.mixture_fit",
     "FINAL": "marin.experiment.training.train",
     "checkpoint": "marin.experiment.training.train",
     "train_lm": "marin.experiment.training.train",
@@ -126,6 +129,7 @@ __all__ = [
     "keep",
     "keep_languages",
     "language_id",
+    "mixture_fit",
     "output_path_of",
     "pii",
     "quality_classifier",

@@ -19,8 +19,8 @@ from typing import Any
 
 from marin.execution.core.step import Step
 
-__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "Start", "StartPlanner", "StepFunction", "StepTraits",
-           "step_function", "traits_of", "volatile_patterns"]
+__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "PlanNote", "PlanNotes", "Start", "StartPlanner",
+           "StepFunction", "StepTraits", "step_function", "traits_of", "volatile_patterns"]
 
 EarlierBuilds = Callable[[str], Sequence[tuple[str, Any]]]
 """Finished builds of a step name, newest first: (output path, provenance record: the store's
@@ -74,6 +74,23 @@ hashes (``{id(step): hash}``) and the earlier builds; None for "as its config sa
 note". The plan decides it once; the run hands that decision to the step, which never looks for
 earlier builds itself."""
 
+@dataclass(frozen=True)
+class PlanNote:
+    """A line the plan shows for a step that will run: what it will do (a note) or a risk (a warning)."""
+
+    text: str
+    warning: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text or "\n" in self.text:
+            raise TypeError(f"PlanNote.text must be one non-empty line, got {self.text!r}")
+
+
+PlanNotes = Callable[[Step, Mapping[int, str]], Sequence[PlanNote]]
+"""What the plan says of a step that will run, given the output folder of every step object of the
+graph (``{id(step): folder}``; its inputs' folders hold their outputs when they are built). It may
+read those outputs (a few small files), never write."""
+
 Expander = Callable[[Step, str], Sequence[Any]]
 """The steps (or handles) a built step's output decides: called with the step (its config as
 written, placeholders and all, so new steps can read the step's inputs) and its output folder,
@@ -102,6 +119,8 @@ class StepTraits:
         shares_names: its steps may share a name with a step of another identity in one graph
             and still run, with a warning (Marin's executor allows it); otherwise such a graph
             is refused before anything runs (:mod:`marin.execution.plan.clashes`).
+        plan_notes: lines ``marin plan`` shows for a step that will run (:data:`PlanNotes`): what
+            it will do with its inputs, and warnings.
     """
 
     scale_fields: tuple[str, ...] = ()
@@ -109,6 +128,7 @@ class StepTraits:
     plan_start: StartPlanner | None = None
     expand: Expander | None = None
     shares_names: bool = False
+    plan_notes: PlanNotes | None = None
 
     def __post_init__(self) -> None:
         for name in ("scale_fields", "volatile_files"):
@@ -116,7 +136,7 @@ class StepTraits:
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                 raise TypeError(f"StepTraits.{name} must be a tuple of non-empty strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
-        for name in ("plan_start", "expand"):
+        for name in ("plan_start", "expand", "plan_notes"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
         if not isinstance(self.shares_names, bool):

@@ -12,7 +12,7 @@ from marin.execution.core.encoding import describe_encoded, flatten_config, hold
 from marin.execution.core.graph import dependencies_of
 from marin.execution.core.identity import fn_identity
 from marin.execution.core.step import Step
-from marin.execution.core.traits import EarlierBuilds, Start, traits_of
+from marin.execution.core.traits import EarlierBuilds, PlanNote, Start, traits_of
 from marin.execution.plan.model import Reason, ReasonKind
 from marin.execution.store.status_record import BuildState
 from marin.execution.store.step_record import StepRecord
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["display_path", "earlier_attempt", "plan_start", "source_base", "sources_changed", "start_reason",
-           "why_changed"]
+           "step_notes", "why_changed"]
 
 
 def why_changed(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBuilds,
@@ -136,6 +136,20 @@ def plan_start(step: Step, hashes: Mapping[int, str], earlier_builds: EarlierBui
     if start is not None and not isinstance(start, Start):
         raise TypeError(f"{step.name}: plan_start must return a Start or None, got {type(start).__name__}")
     return start
+
+
+def step_notes(step: Step, paths: Mapping[int, str]) -> tuple[Reason, ...]:
+    """The notes and warnings a step's traits give the plan (:attr:`~marin.execution.core.traits.StepTraits.plan_notes`),
+    as reasons of the kinds ``note`` and ``warning``."""
+    describe = traits_of(step.fn).plan_notes
+    if describe is None:
+        return ()
+    out = []
+    for note in describe(step, paths):
+        if not isinstance(note, PlanNote):
+            raise TypeError(f"{step.name}: plan_notes must return PlanNote values, got {type(note).__name__}")
+        out.append(Reason(ReasonKind.WARNING if note.warning else ReasonKind.NOTE, note.text))
+    return tuple(out)
 
 
 def start_reason(start: Start) -> Reason:

@@ -22,10 +22,10 @@ from marin.execution.core.lazy import lower_targets
 from marin.execution.core.placeholders import Placeholder
 from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import DEV_VERSION, Step, output_name_of
-from marin.execution.core.traits import Start
+from marin.execution.core.traits import Start, traits_of
 from marin.execution.plan.clashes import name_clashes
 from marin.execution.plan.expansion import expands, expansion_of
-from marin.execution.plan.explain import earlier_attempt, plan_start, start_reason, why_changed
+from marin.execution.plan.explain import earlier_attempt, plan_start, start_reason, step_notes, why_changed
 from marin.execution.plan.inputs import code_changes_of, fingerprint_graph
 from marin.execution.plan.model import (
     Action,
@@ -352,6 +352,7 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
     # starts as its config says, which makes the same output.
     starts = plan_starts(graph, actions, view, forced) if explain else {}
     planned = []
+    paths: dict[int, str] = {}  # made once, for the first step with notes to give
     for pos, step in enumerate(graph.entries):
         action = actions[pos]
         reasons: tuple[Reason, ...] = ()
@@ -371,6 +372,9 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons += (start_reason(start),)
         if action is Action.RUN and expands(step):
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
+        if action is Action.RUN and explain and traits_of(step.fn).plan_notes is not None:
+            paths = paths or {key: graph.outputs[p] for key, p in graph.pos_of.items()}
+            reasons += step_notes(step, paths)
         p = PlannedStep(step=step, hash=graph.hashes[id(step)], output_path=graph.outputs[pos], action=action,
                         reasons=reasons, deps=graph.deps[pos], cache_hit=hits.get(pos) if action is Action.FETCH else None,
                         start=start, sources=graph.sources_of(pos), code_changed=code_changed.get(pos, ()))

@@ -67,6 +67,8 @@ class ReasonKind(enum.Enum):
     REUSE = "reuse"
     STARTS_FROM = "start"  # not a cause: where the build would start (a branch, an extension)
     EXPANDS = "expands"  # not a cause: its output decides more steps, planned once it is built
+    NOTE = "note"  # not a cause: what the step's traits say it will do (StepTraits.plan_notes)
+    WARNING = "warning"  # not a cause: a risk the step's traits see in it (StepTraits.plan_notes)
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from levanter.data.spec import DatasetSpec
 from marin.execution.core.identity import keep_identities
+from marin.experiment.training.mixture import reweighted
 
 __all__ = [
     "Choice",
     "Dimension",
+    "Dirichlet",
     "Direction",
     "IntRange",
     "LogUniform",
@@ -168,7 +171,54 @@ class Choice:
         return list(self.values)
 
 
-Dimension = Uniform | LogUniform | IntRange | Choice
+@dataclass(frozen=True)
+class Dirichlet:
+    """Mixture weights of the named datasets, drawn from a Dirichlet distribution (a RegMix swarm).
+
+    Its raw value is the weights in ``names`` order (they sum to 1); its field's value is
+    ``{name: weight}``, which sets the weights of a mixture's datasets by name (``data.datasets``
+    of a training config; their first phase when the mixture has phases).
+    """
+
+    field: str
+    """The config field it sets (``data.datasets``)."""
+    names: tuple[str, ...]
+    """The datasets, as the mixture names them (their tokenize steps' names, or paths)."""
+    alpha: tuple[float, ...]
+    """The concentration of each (1 everywhere: uniform over the simplex; small: near its corners)."""
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if isinstance(names, str) or not isinstance(names, Sequence) or len(names) < 2:
+            raise ValueError(f"('dirichlet', [names], alpha) needs at least two dataset names, got {names!r}")
+        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"dirichlet names must be distinct non-empty strings, got {list(names)!r}")
+        alpha = self.alpha
+        alphas = [alpha] * len(names) if isinstance(alpha, int | float) and not isinstance(alpha, bool) else alpha
+        if isinstance(alphas, str) or not isinstance(alphas, Sequence) or len(alphas) != len(names):
+            raise ValueError(f"dirichlet alpha must be a number or one per name ({len(names)}), got {alpha!r}")
+        alphas = [_number(a, "alpha") for a in alphas]
+        if not all(a > 0 for a in alphas):
+            raise ValueError(f"dirichlet alpha must be > 0, got {alpha!r}")
+        object.__setattr__(self, "names", tuple(names))
+        object.__setattr__(self, "alpha", tuple(alphas))
+
+    def sample(self, rng: Any) -> list[float]:
+        return [float(x) for x in rng.dirichlet(self.alpha)]
+
+    def distribution(self) -> Any:
+        raise ValueError("a dirichlet dimension needs method='random' (TPE does not sample mixture weights)")
+
+    def value(self, raw: Any) -> Any:
+        if not isinstance(raw, Sequence) or len(raw) != len(self.names):
+            raise ValueError(f"{self.field}: expected {len(self.names)} weights, got {raw!r}")
+        return {name: float(w) for name, w in zip(self.names, raw, strict=True)}
+
+    def extremes(self) -> list[Any]:
+        return [self.value([1.0 / len(self.names)] * len(self.names))]
+
+
+Dimension = Uniform | LogUniform | IntRange | Choice | Dirichlet
 _RANGES = {"uniform": Uniform, "log_uniform": LogUniform, "int": IntRange}
 
 
@@ -178,15 +228,21 @@ def _dimension(field: str, spec: Any, method: Method) -> Dimension:
     if method is Method.GRID:
         raise ValueError(f"a grid needs a list of values, got {spec!r}")
     if not isinstance(spec, tuple) or not spec or not isinstance(spec[0], str):
-        raise ValueError(f"expected a list of values, ('uniform' | 'log_uniform' | 'int', low, high) or "
-                         f"('choice', [values]), got {spec!r}")
+        raise ValueError(f"expected a list of values, ('uniform' | 'log_uniform' | 'int', low, high), "
+                         f"('choice', [values]) or ('dirichlet', [names], alpha), got {spec!r}")
     kind, args = spec[0], spec[1:]
+    if kind == "dirichlet":
+        if len(args) != 2:
+            raise ValueError(f"('dirichlet', [names], alpha) takes names and alpha, got {spec!r}")
+        if method is not Method.RANDOM:
+            raise ValueError(f"a dirichlet dimension needs method='random', got {method.value!r}")
+        return Dirichlet(field, *args)
     if kind == "choice":
         if len(args) != 1:
             raise ValueError(f"('choice', [values]) takes one list, got {spec!r}")
         return Choice(field, args[0])
     if kind not in _RANGES:
-        raise ValueError(f"unknown kind {kind!r}; kinds: choice, {', '.join(_RANGES)}")
+        raise ValueError(f"unknown kind {kind!r}; kinds: choice, dirichlet, {', '.join(_RANGES)}")
     if len(args) != 2:
         raise ValueError(f"({kind!r}, low, high) takes two bounds, got {spec!r}")
     return _RANGES[kind](field, *args)
@@ -239,10 +295,16 @@ def with_fields(config: Any, values: Mapping[str, Any]) -> Any:
 
 
 def _replace(config: Any, parts: list[str], value: Any) -> Any:
-    field_value(config, parts[0])
+    current = field_value(config, parts[0])
     if len(parts) == 1:
+        if isinstance(value, Mapping) and _is_mixture(current):
+            value = reweighted(current, value)  # a Dirichlet's {name: weight} on a mixture's datasets
         return dataclasses.replace(config, **{parts[0]: value})
     return dataclasses.replace(config, **{parts[0]: _replace(getattr(config, parts[0]), parts[1:], value)})
+
+
+def _is_mixture(value: Any) -> bool:
+    return isinstance(value, tuple) and bool(value) and all(isinstance(v, DatasetSpec) for v in value)
 
 
 # Moved from sweep_space.py: what it defines keeps that name in every hash (and for workers and pickle).

@@ -48,6 +48,7 @@ __all__ = [
     "TrialTemplate",
     "best_step",
     "best_trial",
+    "read_sweep_results",
     "sweep_results_step",
     "sweep_round_step",
 ]
@@ -270,16 +271,27 @@ def best_trial(trials: Sequence[Mapping[str, Any]], direction: Direction) -> Map
     return min(scored, key=lambda t: (sign * t["objective"], t["index"]))
 
 
+def read_sweep_results(spec: SweepSpec, head: Any, reader: str) -> dict[str, Any]:
+    """What the results step of the sweep whose first round is ``head`` (its folder) recorded, for the
+    step ``reader`` that waited for the whole sweep (``sweep_results.json``).
+
+    Raises:
+        RuntimeError: not inside a runner (the sweep's expansion is the runner's to say).
+        ValueError: the sweep expanded into no results step.
+    """
+    running = current_step()
+    if running is None:
+        raise RuntimeError(f"{reader} reads what its sweep expanded into: it runs only in a runner")
+    found = dict(running.expanded(str(head)))
+    if spec.results_name not in found:
+        raise ValueError(f"{reader}: the sweep expanded into no {spec.results_name} step")
+    return json.loads(fs.read_text(fs.join(found[spec.results_name], RESULTS_FILE)))
+
+
 def best_step(config: BestConfig, output_path: str) -> None:
     """Pick the best trial of the sweep and copy its output here, with ``best.json`` saying which."""
     spec = config.spec
-    running = current_step()
-    if running is None:
-        raise RuntimeError(f"{spec.name}/best reads what its sweep expanded into: it runs only in a runner")
-    found = dict(running.expanded(str(config.head)))
-    if spec.results_name not in found:
-        raise ValueError(f"{spec.name}/best: the sweep expanded into no {spec.results_name} step")
-    results = json.loads(fs.read_text(fs.join(found[spec.results_name], RESULTS_FILE)))
+    results = read_sweep_results(spec, config.head, f"{spec.name}/best")
     winner = best_trial(results["trials"], spec.direction)
     files = copy_tree(winner["output"], output_path, records=False, link=True)
     _write_json(fs.join(output_path, BEST_FILE), {

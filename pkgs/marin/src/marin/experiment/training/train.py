@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from levanter.config import TrainLmConfig
-from levanter.data.spec import DatasetSpec
 from levanter.initialize import CheckpointStart, HfCheckpoint, TrainedModel
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
@@ -31,6 +30,12 @@ from marin.execution.store.step_record import StepRecord
 from marin.experiment.evaluation.eval import EvalConfig, Evaluate, eval_data
 from marin.experiment.results import METRICS_FILE, TRAIN_SUMMARY_FILE
 from marin.experiment.training.flops import SPEEDRUN_FILE, flops_accounting, speedrun_record
+from marin.experiment.training.mixture import (
+    mixture_notes,
+    mixture_summary,
+    parse_mixture,
+    source_prefix_problem,
+)
 from marin.experiment.training.models import (
     FINAL,
     TrainedModelHandle,
@@ -129,6 +134,7 @@ TRAIN_TRAITS = StepTraits(
         "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
     ),
     plan_start=plan_start,
+    plan_notes=mixture_notes,
 )
 """A training step's work is the tokens it trains on (estimates scale by it). Its volatile files
 differ between two runs of the same config and data (found by training twice and comparing the
@@ -152,7 +158,7 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
         first = fs.join(str(config.data.datasets[0].path), name)
         if fs.exists(first):
             fs.atomic_write(fs.join(output_path, name), fs.read_bytes(first))
-    start = config.trainer.initialize_from
+    start = branched_at = config.trainer.initialize_from
     running = current_step()
     planned = running.start if running is not None else None
     if isinstance(start, CheckpointStart):
@@ -174,6 +180,11 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     start = config.trainer.initialize_from
     summary["started_from"] = str(start.checkpoint_path) if isinstance(start, CheckpointStart) else None
     summary["planned_start"] = planned.to_json() if planned is not None else None  # what `marin plan` said
+    # A branch counts the steps it trained; a run from step 0 (or extending an earlier build of
+    # itself, which drew the same batches) counts them all.
+    first = branched_at.step if isinstance(branched_at, CheckpointStart) else 0
+    summary.update(mixture_summary(config, steps=result.steps, first_step=first, data_offset=result.data_offset,
+                                   prefix=running.prefix if running is not None else None))
     fs.atomic_write(fs.join(output_path, TRAIN_SUMMARY_FILE), json.dumps(summary, indent=2, default=str))
     import jax  # already loaded by the trainer; asked only for the kind of device it trained on
 
@@ -203,7 +214,8 @@ class TrainLm(StepHandle, fn=train_lm_step):
 
 
 def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
-             datasets: Mapping[Any, float], batch_size: int, seq_len: int, num_train_steps: int, *,
+             datasets: Mapping[Any, float] | Sequence[tuple[int, Mapping[Any, float]]], batch_size: int,
+             seq_len: int, num_train_steps: int, *,
              evals: Any = None, resources: Any = None,
              initialize_from: CheckpointRef | HfCheckpoint | TrainedModel | None = None,
              reset_data_loader: bool = False, **settings: Any) -> TrainLm:
@@ -217,7 +229,9 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         version: bump to retrain when the training code changed in a way the config does not show.
         model: the Llama shape (vocabulary size comes from the data).
         optimizer: ``AdamConfig``.
-        datasets: ``{tokenized handle: weight}``.
+        datasets: ``{tokenized handle: weight}``, or a mixture by phase: ``[(0, {a: 0.7, b: 0.3}),
+            (2000, {a: 0.2, b: 0.8})]`` draws with each phase's weights from its step on (a
+            dataset a phase leaves out has weight 0 there; see :mod:`~marin.experiment.training.mixture`).
         batch_size: sequences per optimizer step.
         seq_len: tokens per sequence.
         num_train_steps: optimizer steps to train.
@@ -247,16 +261,17 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         settings["initialize_from"] = _initialize_from(name, initialize_from, reset_data_loader)
     elif reset_data_loader:
         raise InvalidStep(f"train_lm {name!r}: reset_data_loader=True needs initialize_from=checkpoint(model, step=N)")
-    if not isinstance(datasets, Mapping) or not datasets:
-        raise InvalidStep(f"train_lm {name!r}: datasets must be a non-empty mapping of tokenized data to weights")
     try:
-        mixture = []
-        for data, weight in datasets.items():
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight > 0:
-                raise ValueError(f"dataset weight must be a number > 0, got {weight!r}")
-            mixture.append(DatasetSpec(path=data, weight=float(weight)))
-        config = TrainLmConfig.from_settings(tuple(mixture), model, optimizer, batch_size=batch_size,
+        branch = initialize_from if isinstance(initialize_from, CheckpointRef) else None
+        specs, phases = parse_mixture(datasets, branch_step=branch.step if branch is not None else None)
+        if branch is not None and not reset_data_loader:
+            problem = source_prefix_problem(specs, training_config(branch.model).data.datasets)
+            if problem:
+                raise ValueError(problem)
+        config = TrainLmConfig.from_settings(specs, model, optimizer, batch_size=batch_size,
                                              seq_len=seq_len, num_train_steps=num_train_steps, **settings)
+        if phases:
+            config = dataclasses.replace(config, data=dataclasses.replace(config.data, phases=phases))
         eval_sets = _eval_datasets(evals)
     except (ValueError, TypeError) as e:
         raise InvalidStep(f"train_lm {name!r}: {e}") from None

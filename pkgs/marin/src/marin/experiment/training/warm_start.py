@@ -4,9 +4,9 @@ A *branch* (``train_lm(..., initialize_from=checkpoint(model, step=N))``) names 
 config, so the source's identity and ``N`` are part of its own.
 
 An *extension* is found, not named: when an earlier build of the same step differs only in
-``num_train_steps`` or in the learning-rate schedule's shape (where a WSD decay starts), and the
-two schedules agree on the first K steps, the new build starts from that build's newest
-checkpoint at or before K. Both runs see the same batches in the same order with the same
+``num_train_steps``, in the learning-rate schedule's shape (where a WSD decay starts) or in its
+mixture's later phases, and the two schedules and mixtures agree on the first K steps, the new
+build starts from that build's newest checkpoint at or before K. Both runs see the same batches in the same order with the same
 learning rates up to there, so the result is the same, bit for bit, as training from step 0:
 warm-starting never changes an output's identity, it only builds the same thing faster.
 
@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from levanter.data.spec import MixturePhase, mixture_schedule
 from marin.execution.core.identity import keep_identities
 from marin.execution.core.traits import Start
 from marin.execution.store.layout import short_output_path
@@ -29,9 +30,10 @@ from rigging import filesystem as fs
 
 __all__ = ["Extension", "NoExtension", "extension_start", "find_extension"]
 
-# Config fields an extension may change: how long, and the shape of the learning-rate schedule
-# (``AdamConfig.SCHEDULE_FIELDS``; the rates themselves are then compared step by step).
-EXTENDABLE_FIELDS = ("trainer.num_train_steps",)
+# Config fields an extension may change: how long, the mixture's later phases, and the shape of
+# the learning-rate schedule (``AdamConfig.SCHEDULE_FIELDS``); the rates and the mixtures' weights
+# are then compared step by step.
+EXTENDABLE_FIELDS = ("trainer.num_train_steps", "data.phases")
 SCHEDULE_PREFIX = "optimizer."
 
 
@@ -102,11 +104,15 @@ def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mappi
             continue
         old_optimizer = optimizer_from_json(old_config.get("optimizer") or {})
         parting = config.optimizer.first_step_apart(new_steps, old_optimizer, old_steps)
-        limit = min(parting, new_steps - 1)
+        mixing = _mixtures_part(config.data, old_config) if "data.phases" in differing else new_steps
+        limit = min(parting, mixing, new_steps - 1)
         kept = [s for s in committed_steps(checkpoint_dir(path)) if s <= limit]
         if not kept:
             where = f"no checkpoint at or before step {limit}"
-            if parting < min(old_steps, new_steps):
+            if mixing < min(old_steps, new_steps) and mixing <= parting:
+                why.append(f"cannot extend {short_output_path(path)}: the mixtures' phases part at step {mixing} "
+                           f"(it keeps {where})")
+            elif parting < min(old_steps, new_steps):
                 why.append(f"cannot extend {short_output_path(path)}: {_schedule_cause(config.optimizer)} "
                            f"(the learning rates part at step {parting}; it keeps {where})")
             else:
@@ -117,6 +123,22 @@ def find_extension(*, name: str, version: str, fn: str, config: Any, flat: Mappi
     if best is not None:
         return best
     return NoExtension("; ".join(why)) if why else None
+
+
+def _mixtures_part(data: Any, old_config: Mapping[str, Any]) -> int:
+    """The first step at which the mixture of ``data`` draws with other weights than the earlier
+    build's (whose config, as its provenance holds it, has the same datasets and other phases)."""
+    old_phases = ((old_config.get("data") or {}).get("phases")) or []
+    old = mixture_schedule(data.datasets, [MixturePhase(p["start_step"], tuple(p["weights"])) for p in old_phases])
+    new = mixture_schedule(data.datasets, data.phases)
+
+    def weights_at(schedule: list[tuple[int, tuple[float, ...]]], step: int) -> tuple[float, ...]:
+        return [w for start, w in schedule if start <= step][-1]
+
+    for step in sorted({start for start, _ in old} | {start for start, _ in new}):
+        if weights_at(old, step) != weights_at(new, step):
+            return step
+    return 1 << 62  # the same weights at every step
 
 
 def _schedule_cause(optimizer: Any) -> str:
