@@ -9,7 +9,7 @@
       -> language_id, heuristics (Gopher, C4 and FineWeb rules), fuzzy dedup, decontaminate
       -> consolidate (English only, every rule passed, no near-duplicate, no eval text)
       -> tokenized -> train a tiny Llama on a mixture of the web text and the clean stories whose
-         weights change halfway -> evaluate
+         weights change halfway (web 0.7 then 0.2) -> evaluate
 
 Every filter runs on the redacted documents, so that ``consolidate`` joins them all on one source.
 ``marin show datakit/crawl-kept`` says what each filter removed; ``marin browse`` shows the
@@ -61,7 +61,8 @@ web_tokens = tokenized("tokenized/datakit-crawl", source=kept, tokenizer=marin_t
 
 model = train_lm(name="checkpoints/datakit-crawl-pico", version="v1", model=llama_pico,
                  optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=2, min_lr_ratio=0.1),
-                 datasets={web_tokens: 0.5, tinystories: 0.5},
+                 # Two phases: mostly web text first, then mostly the clean stories (a cooldown on clean data).
+                 datasets=[(0, {web_tokens: 0.7, tinystories: 0.3}), (STEPS // 2, {web_tokens: 0.2, tinystories: 0.8})],
                  batch_size=8, seq_len=SEQ_LEN, num_train_steps=STEPS)
 
 scores = evaluate("evals/datakit-crawl-pico", model, {"web": web_tokens, "stories": tinystories})

@@ -304,7 +304,9 @@ def test_marin_compare_on_a_sweep_shows_its_trials_with_the_fields_they_vary(tmp
     assert table["metrics"][:6] == ["loss", "val_loss", "steps_trained", "params", "model_flops", "mfu"]
     assert rows["sweeps/fake/trial-3"]["metrics"]["val_loss"] == pytest.approx(3.0)
     assert rows["sweeps/fake/trial-0"]["metrics"]["params"] == TINY.num_params()
-    text = CliRunner().invoke(cli, ["compare", str(exp), "--prefix", prefix], catch_exceptions=False).stdout
+    # A terminal wide enough for one block: each trial is one row (narrower ones: test_compare).
+    text = CliRunner().invoke(cli, ["compare", str(exp), "--prefix", prefix], catch_exceptions=False,
+                              env={"COLUMNS": "400"}).stdout
     assert "optimizer.learning_rate" in text and "model_flops" in text and text.count("sweeps/fake/trial-") == 4
 
 
