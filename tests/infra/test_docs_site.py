@@ -7,6 +7,10 @@ import ast
 import importlib.util
 import logging
 import re
+import subprocess
+import time
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,9 @@ import pytest
 from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.plugins import BasePlugin
+
+from marin.report.browser import headless_chromium
+from testsupport.browser import requested_urls
 
 ROOT = Path(__file__).resolve().parents[2]
 # An inline Markdown link's target.
@@ -32,12 +39,26 @@ class _PageMarkdown(BasePlugin):
         return markdown
 
 
-def test_site_builds_with_readme_as_home_and_a_page_per_tutorial(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+@dataclass(frozen=True)
+class _Site:
+    folder: Path
+    config: Any
+    pages: _PageMarkdown
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> _Site:
+    """The site, built once for the module as `make docs` builds it (seconds)."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(site), strict=True)
     pages = _PageMarkdown()
     config.plugins["test-page-markdown"] = pages
     build(config)  # strict: any warning (a broken link, a docstring griffe cannot read) fails it
+    return _Site(site, config, pages)
+
+
+def test_site_builds_with_readme_as_home_and_a_page_per_tutorial(built_site: _Site) -> None:
+    site, config, pages = built_site.folder, built_site.config, built_site.pages
 
     # The home page is README.md's text; only its links to files under docs/ are made relative to docs/.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -76,6 +97,129 @@ def test_site_builds_with_readme_as_home_and_a_page_per_tutorial(tmp_path: Path)
     for package in ("rigging", "fray", "iris", "zephyr", "levanter", "marin"):
         html = (site / "api" / f"{package}.html").read_text(encoding="utf-8")
         assert f'id="{package}"' in html, package
+
+
+# -- offline: nothing leaves the machine, search works from file:// --------------------------------
+
+# Where a page, a stylesheet or an inline style would fetch from another machine.
+_REMOTE = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
+_CSS_TARGET = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""", re.IGNORECASE)
+# A <link> with one of these relations names a page, it does not load anything.
+_LINK_NOT_LOADED = {"canonical", "alternate", "prev", "next", "author", "license", "search", "help"}
+
+
+class _RequestTargets(HTMLParser):
+    """What a page makes the browser load: scripts, stylesheets, fonts, images, frames, CSS url()s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        if tag == "link" and not set(values.get("rel", "").lower().split()) & _LINK_NOT_LOADED:
+            self.targets.append(values.get("href", ""))
+        self.targets += [values[name] for name in ("src", "data", "poster") if name in values]
+        self.targets += [part.split()[0] for part in values.get("srcset", "").split(",") if part.strip()]
+        self.targets += _css_targets(values.get("style", ""))
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.targets += _css_targets(data)
+
+
+def _css_targets(css: str) -> list[str]:
+    return [url or imported for url, imported in _CSS_TARGET.findall(css)]
+
+
+def test_no_page_or_stylesheet_loads_anything_from_another_machine(built_site: _Site) -> None:
+    remote: set[str] = set()
+    pages = sorted(built_site.folder.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        parser = _RequestTargets()
+        parser.feed(page.read_text(encoding="utf-8"))
+        assert parser.targets, page  # the parser sees the theme's scripts and stylesheets
+        remote |= {f"{page.name}: {target}" for target in parser.targets if _REMOTE.match(target)}
+    for stylesheet in built_site.folder.rglob("*.css"):
+        remote |= {f"{stylesheet.name}: {target}" for target in _css_targets(stylesheet.read_text(encoding="utf-8"))
+                   if _REMOTE.match(target)}
+    assert sorted(remote) == []
+    # Search's index as a script too, for a page opened from disk (the offline plugin).
+    assert (built_site.folder / "search" / "search_index.js").read_text(encoding="utf-8").startswith("var __index")
+
+
+def test_search_answers_on_the_site_opened_from_disk_and_nothing_is_fetched_from_the_network(
+        built_site: _Site, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By  # selenium: only this test drives a browser
+
+    with headless_chromium(str(tmp_path / "chromium"), log_requests=True) as driver:
+        driver.get((built_site.folder / "index.html").as_uri())
+        box = driver.find_element(By.CSS_SELECTOR, "input.md-search__input")
+        box.click()
+        box.send_keys("curation")
+        deadline = time.monotonic() + 20
+        while not (links := [a.get_attribute("href") for a in
+                             driver.find_elements(By.CSS_SELECTOR, ".md-search-result__item a")]):
+            meta = driver.find_element(By.CSS_SELECTOR, ".md-search-result__meta").text
+            assert time.monotonic() < deadline, f"no search result; the search says {meta!r}"
+            time.sleep(0.05)
+        assert re.fullmatch(r"\d+ matching documents?",
+                            driver.find_element(By.CSS_SELECTOR, ".md-search-result__meta").text)
+        assert links[0].startswith("file://") and links[0].endswith("/data-curation.html"), links
+        driver.get((built_site.folder / "tutorials" / "hello_world.html").as_uri())
+        requested = requested_urls(driver)
+    assert any(url.endswith("/search/search_index.js") for url in requested), requested
+    # What would leave the machine (the browser's own start page, chrome://, does not).
+    assert [url for url in requested if re.match(r"(?:https?|wss?|ftp):", url)] == []
+
+
+# -- every file a page names is in the repository -------------------------------------------------
+
+
+def _tracked_top_level() -> tuple[list[str], list[str]]:
+    """The repository's top-level folders and files (what git tracks: not build/ or .venv/)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    tops = {line.split("/")[0] for line in listed.splitlines()}
+    return sorted(t for t in tops if (ROOT / t).is_dir()), sorted(t for t in tops if (ROOT / t).is_file())
+
+
+def named_repository_paths(text: str, folders: list[str], files: list[str]) -> list[str]:
+    """The repository paths a page's text names: a word that starts with one of the repository's
+    top-level folders and a slash (``experiments/tutorials/x.py``, ``docs/``, ``pkgs/*/src``,
+    ``pkgs/<name>/``), or is one of its top-level files (``Makefile``), wherever it stands (prose,
+    code spans, code blocks, links). A word inside a URL or another path is not one."""
+    alternatives = [f"{re.escape(folder)}/[\\w./*<>{{}}-]*" for folder in folders] + [re.escape(f) for f in files]
+    pattern = re.compile(rf"(?<![\w./:@~$<-])(?:{'|'.join(alternatives)})(?![\w/-])")
+    return [match.rstrip(".") for match in pattern.findall(text)]
+
+
+def _exists(path: str) -> bool:
+    """Whether a named path is there; a ``*`` or ``<placeholder>`` stands for any name."""
+    pattern = re.sub(r"<[^>/]*>", "*", path).rstrip("/")
+    return any(ROOT.glob(pattern)) if "*" in pattern else (ROOT / pattern).exists()
+
+
+def test_named_repository_paths() -> None:
+    folders, files = ["docs", "experiments", "pkgs"], ["Makefile"]
+    text = ("Run `marin run experiments/tutorials/hello_world.py`; see docs/nix.md, pkgs/<name>/tests/ and\n"
+            "[x](https://github.com/o/r/blob/main/docs/a.md), ./build/docs/x, my-docs/y, Makefile.\n")
+    assert named_repository_paths(text, folders, files) == [
+        "experiments/tutorials/hello_world.py", "docs/nix.md", "pkgs/<name>/tests/", "Makefile"]
+    assert _exists("pkgs/<name>/tests/") and _exists("pkgs/*/src") and not _exists("experiments/tutorial.py")
+
+
+def test_every_page_names_only_files_that_exist(built_site: _Site) -> None:
+    folders, files = _tracked_top_level()
+    named = {uri: named_repository_paths(markdown, folders, files) for uri, markdown in built_site.pages.by_uri.items()}
+    assert "experiments/tutorials/hello_world.py" in named["tutorials/hello_world.md"]
+    missing = sorted(f"{uri}: {path}" for uri, paths in named.items() for path in paths if not _exists(path))
+    assert missing == [], "these pages name files the repository does not have"
 
 
 def _load_docs_module(name: str) -> Any:

@@ -1,4 +1,5 @@
-"""html_to_text: real trafilatura and resiliparse on generated pages; bad pages counted, never fatal."""
+"""html_to_text: real trafilatura and resiliparse on generated pages; bad pages counted, never fatal;
+markup without text (heading permalinks, empty table lines) left out."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from marin.processing.attributes import list_shards, read_documents, read_summary, write_jsonl
-from marin.processing.html import Extractor, Favor, HtmlToTextConfig, html_to_text_step
+from marin.processing.html import Extractor, Favor, HtmlToTextConfig, html_to_text_step, is_permalink
 from marin.processing.html_decode import PageProblem, decode_page
 from marin.processing.webcorpus import WebCorpusConfig, generate_web_corpus
 
@@ -85,6 +86,55 @@ def test_page_records_in_json_lines(tmp_path: Path) -> None:
     problems = read_summary(str(tmp_path / "out"))["problems"]
     assert {k: [p["id"] for p in v["pages"]] for k, v in problems.items()} == {
         "empty": ["blank", "none"], "binary": ["nul"], "oversized": ["huge"]}
+
+
+SENTENCE = "The module reads and writes files, and each call comes in a blocking and a promise form. "
+# Heading permalinks as three sites write them (Node.js's "#", mkdocs' "¶", an icon-only anchor),
+# headings that merely end in "#" or link somewhere else, and a table with an empty row.
+MARKED_UP = f"""<!doctype html><html><head><title>File system</title></head><body>
+<nav><a href="/">Home</a> <a href="/api">API</a></nav><main><article>
+<h1>File system<span><a class="mark" href="#file-system" id="file-system">#</a></span></h1>
+<p>{SENTENCE * 2}</p>
+<h2 id="install">Install<a class="headerlink" href="#install" title="Permanent link">&para;</a></h2>
+<p>{SENTENCE}</p>
+<h2 id="usage"><a class="anchor" href="#usage"><svg viewBox="0 0 16 16"><path d="M0 0h16"/></svg></a>Usage</h2>
+<p>{SENTENCE}</p>
+<h2>Programming in C#</h2>
+<p>{SENTENCE}</p>
+<h3><a href="#flags">Flags</a> and <a href="other.html">#</a></h3>
+<table><tr><th>flag</th><th>meaning</th></tr><tr><td><a href="r.html"><img src="r.png"></a></td><td></td></tr>
+<tr><td>r</td><td>open for reading</td></tr><tr><td>w</td><td>open for writing</td></tr></table>
+<pre>error: unused
+  |         |
+  = note: on by default
+| ->19.90% (4,000B) main
+| |
+| ->10.00% (2,000B) other</pre>
+<p>{SENTENCE}</p>
+</article></main><footer>Copyright</footer></body></html>"""
+
+
+@pytest.mark.parametrize("extractor", list(Extractor))
+def test_heading_permalinks_and_empty_table_lines_are_left_out(tmp_path: Path, extractor: Extractor) -> None:
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "fs.html").write_text(MARKED_UP, encoding="utf-8")
+    html_to_text_step(HtmlToTextConfig(input=str(tmp_path / "pages"), extractor=extractor), str(tmp_path / "out"))
+    [doc] = _docs(str(tmp_path / "out"))
+    lines = doc["text"].splitlines()
+    assert lines[0] == "File system" and "Install" in lines and "Usage" in lines and "Programming in C#" in lines
+    assert not [line for line in lines if line.endswith(("¶", "system#"))
+                or (set(line) <= set("|-: ") and line not in ("|         |", "| |"))]
+    assert "Flags and #" in lines  # a mark that links elsewhere is text, not a permalink
+    assert any("open for reading" in line for line in lines)
+    if extractor is Extractor.TRAFILATURA:
+        # Its table rows and the code block stay as they were; the header rule and the empty row go.
+        assert lines[lines.index("| flag | meaning |") + 1] == "| r | open for reading |"
+    assert "|         |" in lines and "| |" in lines  # drawings in a code block are not tables
+
+
+def test_what_counts_as_a_permalink() -> None:
+    assert is_permalink("#install", "\u00b6") and is_permalink("#a", " # ") and is_permalink("#a", "")
+    assert not is_permalink("#usage", "Usage") and not is_permalink("other.html", "#") and not is_permalink(None, "#")
 
 
 def test_decoding_rules() -> None:

@@ -17,8 +17,12 @@ input order (files as listed, then lines). Two layouts:
 
 Each page is decoded (:mod:`marin.processing.html_decode`), its main text extracted by
 trafilatura or resiliparse, and tidied to one paragraph per line (lines stripped, blank lines
-dropped). A page without text, or with less than ``min_chars`` characters of it, is counted
-(``no_text``, ``too_short``) like an empty, oversized, binary or undecodable one: never fatal.
+dropped). Two kinds of markup that carry no text are left out: a heading's permalink (a link
+into the page that shows only a mark, ``File system#`` or ``Install¶``; see :func:`is_permalink`),
+taken out of the page before extraction, and a line of a table trafilatura writes that holds no
+text (a row of empty cells, ``|  |  |``, or the rule ``|---|---|`` under a header row), dropped after. A
+page without text, or with less than ``min_chars`` characters of it, is counted (``no_text``,
+``too_short``) like an empty, oversized, binary or undecodable one: never fatal.
 
 Summary (``_summary.json``): ``pages``, ``documents``, ``skipped`` (pages with no document),
 and ``problems``: ``{kind: {"count": n, "pages": [{"id", "detail"}, ...]}}`` (the first
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +56,20 @@ from rigging.fields import added_field
 from zephyr import DataError
 from zephyr.warc import WARC_SUFFIXES, WET_SUFFIXES, is_web_archive, read_web_records
 
-__all__ = ["HTML_SUFFIXES", "MAX_NAMED", "PAGE_SUFFIXES", "Extractor", "Favor", "HtmlToTextConfig", "extract_text", "html_to_text_step", "tidy"]
+__all__ = ["HTML_SUFFIXES", "MAX_NAMED", "PAGE_SUFFIXES", "Extractor", "Favor", "HtmlToTextConfig", "extract_text",
+           "html_to_text_step", "is_permalink", "tidy"]
 
 HTML_SUFFIXES = (".html", ".htm")
 PAGE_SUFFIXES = HTML_SUFFIXES + WARC_SUFFIXES + WET_SUFFIXES + DOCUMENT_SUFFIXES
 """Every input ``html_to_text`` reads: pages, web archives, JSON-lines page records."""
 MAX_NAMED = 1000
 _PAGES_PER_SHARD = 5000
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_HEADING_LINKS = ", ".join(f"{heading} a[href^='#']" for heading in _HEADINGS)
+# A line of a table without text, as trafilatura writes tables: a row of empty cells (``|  |  |``,
+# each cell "| " + text + " |") or the rule under the header row (``|---|---|``). Not any line of
+# bars: a code block's ``| |`` or ``|         |`` (a profiler's or compiler's drawing) is kept.
+_EMPTY_TABLE_LINE = re.compile(r"\|(?:  \|)+|\|(?:---\|)+")
 
 
 class Extractor(enum.Enum):
@@ -117,25 +129,53 @@ class HtmlToTextConfig:
             raise ValueError(f"favor={self.favor.value!r} is a trafilatura option; resiliparse has no such setting")
 
 
+def is_permalink(href: str | None, text: str) -> bool:
+    """Whether a link inside a heading is the heading's permalink: it points into the page
+    (``#...``) and shows no word, only a mark (``¶``, ``#``, ``§``, an icon) or nothing."""
+    return bool(href) and str(href).startswith("#") and not any(ch.isalnum() for ch in text)
+
+
+def _trafilatura_text(html: str, config: HtmlToTextConfig, url: str | None) -> str | None:
+    import trafilatura  # heavy (lxml, justext, courlan): loaded by the step, not at import
+    from trafilatura.utils import load_html
+
+    tree = load_html(html)  # the tree trafilatura.extract would make of the page
+    if tree is None:
+        return None
+    for heading in list(tree.iter(*_HEADINGS)):
+        for link in [a for a in heading.iter("a") if is_permalink(a.get("href"), a.text_content())]:
+            link.drop_tree()  # its tail (the text after it) stays
+    # deduplicate=False: trafilatura's cache across calls would make a page's text depend on
+    # the pages before it.
+    return trafilatura.extract(
+        tree, url=url, favor_precision=config.favor is Favor.PRECISION, favor_recall=config.favor is Favor.RECALL,
+        include_tables=config.include_tables, include_comments=config.include_comments, deduplicate=False,
+        output_format="txt", with_metadata=False)
+
+
+def _resiliparse_text(html: str, config: HtmlToTextConfig) -> str:
+    # Compiled modules, loaded on need.
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    tree = HTMLTree.parse(html)
+    if tree.body is not None:
+        for link in tree.body.query_selector_all(_HEADING_LINKS):
+            if is_permalink(link.getattr("href"), link.text):
+                link.decompose()
+    return extract_plain_text(tree, preserve_formatting=True, main_content=True, list_bullets=True, alt_texts=False,
+                              links=False, comments=config.include_comments,
+                              skip_elements=None if config.include_tables else ["table"])
+
+
 def extract_text(html: str, config: HtmlToTextConfig, url: str | None = None) -> str:
-    """The main text of ``html``, one paragraph per line ("" when there is none)."""
-    if config.extractor is Extractor.TRAFILATURA:
-        import trafilatura  # heavy (lxml, justext, courlan): loaded by the step, not at import
-
-        # deduplicate=False: trafilatura's cache across calls would make a page's text depend on
-        # the pages before it.
-        text = trafilatura.extract(
-            html, url=url, favor_precision=config.favor is Favor.PRECISION,
-            favor_recall=config.favor is Favor.RECALL, include_tables=config.include_tables,
-            include_comments=config.include_comments, deduplicate=False, output_format="txt",
-            with_metadata=False)
-    else:
-        from resiliparse.extract.html2text import extract_plain_text  # compiled module, loaded on need
-
-        text = extract_plain_text(html, preserve_formatting=True, main_content=True, list_bullets=True,
-                                  alt_texts=False, links=False, comments=config.include_comments,
-                                  skip_elements=None if config.include_tables else ["table"])
-    return tidy(text or "")
+    """The main text of ``html``, one paragraph per line ("" when there is none), without heading
+    permalinks and table lines that hold no text (see the module docstring)."""
+    if config.extractor is Extractor.RESILIPARSE:
+        # resiliparse sets a table's cells apart by tabs, not bars: no table line to drop.
+        return tidy(_resiliparse_text(html, config))
+    text = tidy(_trafilatura_text(html, config, url) or "")
+    return "\n".join(line for line in text.splitlines() if not _EMPTY_TABLE_LINE.fullmatch(line))
 
 
 def tidy(text: str) -> str:

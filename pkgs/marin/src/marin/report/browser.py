@@ -36,8 +36,12 @@ def ensure_chromium() -> tuple[str, str]:
 
 
 @contextmanager
-def headless_chromium(profile_dir: str) -> Iterator[Any]:
-    """A Selenium driver for a headless Chromium with a fresh profile in ``profile_dir``."""
+def headless_chromium(profile_dir: str, *, log_requests: bool = False) -> Iterator[Any]:
+    """A Selenium driver for a headless Chromium with a fresh profile in ``profile_dir``.
+
+    With ``log_requests``, the pages' network events are kept for ``driver.get_log("performance")``
+    (each one a DevTools message; ``testsupport.browser.requested_urls`` lists the URLs asked for).
+    """
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -48,6 +52,8 @@ def headless_chromium(profile_dir: str) -> Iterator[Any]:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile_dir}")
+    if log_requests:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(60)
     try:

@@ -18,9 +18,11 @@ from marin.processing.dedup import (
     ExactDedupConfig,
     FuzzyDedupConfig,
     Grouping,
+    Keep,
     ParagraphDedupConfig,
     exact_dedup_step,
     fuzzy_dedup_step,
+    keep_rule,
     paragraph_dedup_step,
 )
 from marin.processing.quality import (
@@ -92,10 +94,17 @@ class FuzzyDedup(Dedup, fn=fuzzy_dedup_step):
 
 def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY, threshold: float | None = None, *,
           ngram: int | None = None, num_perm: int = 128, seed: int = 0, min_chars: int | None = None,
-          grouping: Grouping | str = Grouping.IN_PROCESS, version: str = "v1") -> Dedup:
+          grouping: Grouping | str = Grouping.IN_PROCESS, keep: Any = "first", version: str = "v1") -> Dedup:
     """Duplicates in ``source``, as attributes.
 
     Fuzzy only: ``num_perm`` and ``seed`` are the MinHash permutations and their seed.
+
+    ``keep`` chooses each group's representative, the document not marked duplicate
+    (:mod:`marin.processing.dedup.keep`): ``"first"`` (the default: the first in source order,
+    files as listed, then lines), ``"longest"`` (the longest text), a list of id patterns in order
+    of priority (``["docs/*", "*-mirror/*"]``: the id matching the earliest pattern; ids matching
+    none come last), or a module-level function of the document record whose greatest value wins.
+    Ties go to the first in source order. Only a rule other than ``"first"`` changes the step's hash.
 
     Args:
         name: the step's name.
@@ -106,6 +115,7 @@ def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY,
         min_chars: exact_paragraph only: shorter paragraphs are never duplicates (default 0).
         grouping: where records are grouped (``"in_process"``, ``"zephyr"`` or
             ``"zephyr_workers"``: :class:`Grouping`; not hashed: the same attributes either way).
+        keep: exact_document and fuzzy: the representative of each group (above; default ``"first"``).
         version: as for every step.
 
     Raises:
@@ -120,14 +130,18 @@ def dedup(name: str, source: Any, method: DedupMethod | str = DedupMethod.FUZZY,
     for option, value in given.items():
         if value is not None and option not in own:
             raise ValueError(f"dedup {name!r}: {option}={value!r} is not an option of method={chosen.value!r}")
+    rule = keep_rule(keep, f"dedup {name!r}: keep")
     if chosen is DedupMethod.FUZZY:
         return FuzzyDedup(name, FuzzyDedupConfig(
             input=docs, threshold=0.8 if threshold is None else threshold, ngram=5 if ngram is None else ngram,
-            num_perm=num_perm, seed=seed, grouping=where), version=version)
+            num_perm=num_perm, seed=seed, grouping=where, keep=rule), version=version)
     if chosen is DedupMethod.EXACT_PARAGRAPH:
+        if rule is not Keep.FIRST:
+            raise ValueError(f"dedup {name!r}: keep={keep!r} is not an option of method='exact_paragraph' (a "
+                             "repeated paragraph is marked in every document after the first)")
         return ParagraphDedup(name, ParagraphDedupConfig(input=docs, min_chars=min_chars or 0, grouping=where),
                               version=version)
-    return ExactDocumentDedup(name, ExactDedupConfig(input=docs, grouping=where), version=version)
+    return ExactDocumentDedup(name, ExactDedupConfig(input=docs, grouping=where, keep=rule), version=version)
 
 
 class Heuristics(StepHandle, fn=heuristics_step):

@@ -16,6 +16,7 @@ from marin.processing.dedup.grouping import (
     default_group_by,
     group_in_process,
 )
+from marin.processing.dedup.keep import Keep, KeepRule, keep_rule
 from marin.processing.dedup.minhash import (
     MinHasher,
     detection_probability,
@@ -31,6 +32,8 @@ __all__ = [
     "FuzzyResult",
     "GroupBy",
     "Grouping",
+    "Keep",
+    "KeepRule",
     "MinHasher",
     "ParagraphDedupConfig",
     "UnionFind",
@@ -44,6 +47,7 @@ __all__ = [
     "fuzzy_dedup_step",
     "group_in_process",
     "jaccard",
+    "keep_rule",
     "optimal_bands",
     "paragraph_dedup_step",
     "shingle_set",

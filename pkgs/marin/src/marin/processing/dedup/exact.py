@@ -4,7 +4,8 @@ Documents are equal when their :func:`marin.processing.text.normalize`'d texts a
 xxh3-128 of that form). Paragraphs are the non-blank lines of a text (see
 :func:`marin.processing.text.paragraph_spans`), compared the same way. In both, the copy kept is
 the first in the corpus's total order: shard (in listing order), then line, then, for
-paragraphs, position in the text.
+paragraphs, position in the text; for documents, the config's ``keep`` rule may choose another
+(:mod:`marin.processing.dedup.keep`).
 
 Sidecar attributes:
 
@@ -22,8 +23,9 @@ from typing import Any
 
 from marin.processing.attributes import Shard, iter_corpus, list_shards, write_sidecar, write_summary
 from marin.processing.dedup.grouping import GroupBy, Grouping, default_group_by, step_group_by
+from marin.processing.dedup.keep import Keep, KeepRule, check_keep, choose, keep_value
 from marin.processing.text import content_hash, paragraph_spans
-from rigging.fields import unhashed_field
+from rigging.fields import added_field, unhashed_field
 
 __all__ = [
     "ExactDedupConfig",
@@ -45,6 +47,12 @@ class ExactDedupConfig:
     """Documents: a folder, glob or list of JSON-lines shards, or a step/handle output."""
     grouping: Grouping = unhashed_field(default=Grouping.IN_PROCESS)
     """Where documents are grouped by key (the same attributes either way)."""
+    keep: KeepRule = added_field(default=Keep.FIRST)
+    """Which copy is the representative, the one not marked duplicate
+    (:mod:`marin.processing.dedup.keep`): the first in the corpus's order by default."""
+
+    def __post_init__(self) -> None:
+        check_keep(self.keep)
 
 
 @dataclass(frozen=True)
@@ -74,17 +82,39 @@ def _doc_reducer(key: str, members: Iterable[tuple[str, tuple[int, int], Any]]) 
         yield order, {"duplicate": i > 0, "cluster": key, "representative": representative}
 
 
-def dedup_exact_documents(shards: list[Shard], group_by: GroupBy = default_group_by) -> tuple[list[list[Any]], list[list[dict]]]:
-    """Ids and exact-duplicate attributes of every document of ``shards``, per shard."""
+def dedup_exact_documents(shards: list[Shard], group_by: GroupBy = default_group_by, keep: KeepRule = Keep.FIRST
+                          ) -> tuple[list[list[Any]], list[list[dict]]]:
+    """Ids and exact-duplicate attributes of every document of ``shards``, per shard; the copy
+    kept is the one ``keep`` chooses."""
     ids: list[list[Any]] = [[] for _ in shards]
     records = []
+    values: list[Any] = []  # the keep rule's value of every document, in the total order
     for index, doc in iter_corpus(shards):
         records.append((content_hash(doc["text"]), (index, len(ids[index])), doc["id"]))
         ids[index].append(doc["id"])
+        if keep is not Keep.FIRST:
+            values.append(keep_value(keep, doc))
     attributes: list[list[dict]] = [[{}] * len(shard_ids) for shard_ids in ids]
     for (index, line), attrs in group_by(records, _doc_key, _doc_reducer):
         attributes[index][line] = attrs
+    if keep is not Keep.FIRST:
+        _choose_representatives(ids, attributes, values)
     return ids, attributes
+
+
+def _choose_representatives(ids: list[list[Any]], attributes: list[list[dict]], values: list[Any]) -> None:
+    """Make the copy the keep rule's ``values`` choose each cluster's representative (in place)."""
+    where = [(index, line) for index, shard_ids in enumerate(ids) for line in range(len(shard_ids))]
+    clusters: dict[str, list[int]] = {}
+    for g, (index, line) in enumerate(where):
+        clusters.setdefault(attributes[index][line]["cluster"], []).append(g)
+    for key, members in clusters.items():
+        if len(members) > 1:
+            kept = choose(members, values)
+            representative = ids[where[kept][0]][where[kept][1]]
+            for g in members:
+                index, line = where[g]
+                attributes[index][line] = {"duplicate": g != kept, "cluster": key, "representative": representative}
 
 
 def exact_dedup_step(config: ExactDedupConfig, output_path: str) -> None:
@@ -95,7 +125,7 @@ def exact_dedup_step(config: ExactDedupConfig, output_path: str) -> None:
     """
     shards = list_shards(config.input)
     with step_group_by(config.grouping, output_path) as group_by:
-        ids, attributes = dedup_exact_documents(shards, group_by)
+        ids, attributes = dedup_exact_documents(shards, group_by, config.keep)
     for shard, shard_ids, attrs in zip(shards, ids, attributes, strict=True):
         write_sidecar(output_path, shard, shard_ids, attrs)
     flat = [(doc_id, a) for shard_ids, attrs in zip(ids, attributes, strict=True) for doc_id, a in zip(shard_ids, attrs, strict=True)]

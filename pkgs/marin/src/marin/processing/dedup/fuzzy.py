@@ -12,9 +12,9 @@ Stages (each grouping goes through one :data:`~marin.processing.dedup.grouping.G
 4. verify: a candidate pair becomes an edge only when the Jaccard similarity of the two shingle
    sets is ``>= threshold``; rejected pairs (templated pages sharing boilerplate, unlucky band
    collisions) never join a cluster.
-5. union-find over the edges; a cluster's representative is its first document in the corpus's
-   total order (shard, line). It terminates by construction and gives one answer whatever the
-   order of edges.
+5. union-find over the edges; a cluster's representative is the document its ``keep`` rule
+   chooses (:mod:`marin.processing.dedup.keep`; by default the first in the corpus's total order:
+   shard, line). It terminates by construction and gives one answer whatever the order of edges.
 
 Sidecar attributes: ``{"duplicate": bool, "cluster": <hex>|None, "representative": <id>,
 "jaccard": <real Jaccard to the representative>|None}``. ``cluster`` is the xxh3-64 of the
@@ -38,12 +38,13 @@ import xxhash
 from marin.execution.core.traits import StepTraits, step_function
 from marin.processing.attributes import DOCUMENT_SUFFIXES, Shard, iter_corpus, write_sidecar, write_summary
 from marin.processing.dedup.grouping import GroupBy, Grouping, default_group_by, step_group_by
+from marin.processing.dedup.keep import Keep, KeepRule, check_keep, choose, keep_value
 from marin.processing.dedup.minhash import MinHasher, jaccard, optimal_bands, shingle_set
 from marin.processing.dedup.unionfind import UnionFind
 from marin.processing.incremental import IncrementalStart
 from marin.processing.per_file import InputFile, Part, PartOutput, input_files, map_files
 from rigging import filesystem as fs
-from rigging.fields import unhashed_field
+from rigging.fields import added_field, unhashed_field
 
 __all__ = ["FuzzyDedupConfig", "FuzzyResult", "fuzzy_dedup", "fuzzy_dedup_step", "ShardSets", "signature_part"]
 
@@ -76,8 +77,12 @@ class FuzzyDedupConfig:
     """Override the derived rows per band (with ``bands``)."""
     grouping: Grouping = unhashed_field(default=Grouping.IN_PROCESS)
     """Where records are grouped by key (the same attributes either way)."""
+    keep: KeepRule = added_field(default=Keep.FIRST)
+    """Which document of a cluster is its representative, the one not marked duplicate
+    (:mod:`marin.processing.dedup.keep`): the first in the corpus's order by default."""
 
     def __post_init__(self) -> None:
+        check_keep(self.keep)
         if not 0 < self.threshold < 1:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
         if self.ngram < 1:
@@ -139,29 +144,37 @@ def _one_pair(pair: tuple[int, int], _members: Iterable[tuple[int, int]]) -> Ite
 
 @dataclass
 class ShardSets:
-    """The ids and shingle sets of one shard's documents, in order."""
+    """The ids and shingle sets of one shard's documents, in order, and what the ``keep`` rule
+    they were read for says of each (None for :attr:`Keep.FIRST`)."""
 
     ids: list[Any]
     sets: list[np.ndarray]
+    keep_values: list[Any] | None = None
 
     @classmethod
-    def read(cls, shard: Shard, ngram: int) -> ShardSets:
+    def read(cls, shard: Shard, ngram: int, keep: KeepRule = Keep.FIRST) -> ShardSets:
         docs = [doc for _index, doc in iter_corpus([shard])]
-        return cls([doc["id"] for doc in docs], [shingle_set(doc["text"], ngram) for doc in docs])
+        return cls([doc["id"] for doc in docs], [shingle_set(doc["text"], ngram) for doc in docs],
+                   None if keep is Keep.FIRST else [keep_value(keep, doc) for doc in docs])
 
 
-def _read_all(shards: list[Shard], ngram: int, known: Mapping[int, ShardSets]
-              ) -> tuple[list[list[Any]], list[tuple[int, int]], list[np.ndarray]]:
-    """Every shard's ids, where each document is (shard, line), and every document's shingle set."""
+def _read_all(shards: list[Shard], config: FuzzyDedupConfig, known: Mapping[int, ShardSets]
+              ) -> tuple[list[list[Any]], list[tuple[int, int]], list[np.ndarray], list[Any] | None]:
+    """Every shard's ids, where each document is (shard, line), and every document's shingle set
+    and ``keep`` value (None for :attr:`Keep.FIRST`); the shards of ``known`` are not read again."""
     ids: list[list[Any]] = []
     where: list[tuple[int, int]] = []
     sets: list[np.ndarray] = []
+    values: list[Any] | None = None if config.keep is Keep.FIRST else []
     for index, shard in enumerate(shards):
-        read = known.get(index) or ShardSets.read(shard, ngram)
+        read = known.get(index) or ShardSets.read(shard, config.ngram, config.keep)
         ids.append(read.ids)
         where.extend((index, line) for line in range(len(read.ids)))
         sets.extend(read.sets)
-    return ids, where, sets
+        if values is not None:
+            assert read.keep_values is not None, f"shard {index} was read for keep={Keep.FIRST.value!r}"
+            values.extend(read.keep_values)
+    return ids, where, sets, values
 
 
 def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy = default_group_by,
@@ -171,10 +184,10 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
 
     ``band_keys``: each shard's band keys, made beforehand by :func:`signature_part` (then no
     signature is computed here); None computes them. ``known``: the shards (by index) whose
-    documents were read and shingled already.
+    documents were read and shingled already (for ``config.keep``).
     """
     started = time.perf_counter()
-    ids, where, sets = _read_all(shards, config.ngram, known or {})
+    ids, where, sets, values = _read_all(shards, config, known or {})
     n = len(sets)
     timings = {"shingles_s": time.perf_counter() - started}
 
@@ -210,27 +223,18 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
     # 5. clusters.
     uf.union_all(edges)
     roots = uf.roots()
+    kept = _representatives(roots, values)
     attributes: list[list[dict[str, Any]]] = [[{}] * len(shard_ids) for shard_ids in ids]
     below = 0
     for g, root in enumerate(roots):
         index, line = where[g]
-        representative = ids[where[root][0]][where[root][1]]
-        if sets[g].size == 0:
-            attrs: dict[str, Any] = {"duplicate": False, "cluster": None, "representative": representative,
-                                     "jaccard": None}
-        else:
-            similarity = None
-            if root != g:
-                similarity = round(jaccard(sets[g], sets[root]), 6)
-                below += similarity < config.threshold
-            attrs = {"duplicate": root != g, "cluster": xxhash.xxh3_64_hexdigest(sets[root].tobytes()),
-                     "representative": representative, "jaccard": similarity}
-        attributes[index][line] = attrs
+        attributes[index][line] = attrs = _attributes_of(g, kept[root], ids, where, sets)
+        below += attrs["jaccard"] is not None and attrs["jaccard"] < config.threshold
     members: dict[int, int] = {}
     for root in roots:
         members[root] = members.get(root, 0) + 1
     stats = {
-        "documents": n, "duplicates": sum(1 for g, r in enumerate(roots) if r != g),
+        "documents": n, "duplicates": sum(1 for g, r in enumerate(roots) if kept[r] != g),
         "clusters": sum(1 for count in members.values() if count > 1),
         "largest_cluster": max(members.values(), default=0),
         "no_shingles": sum(1 for s in sets if s.size == 0), "identical_shingle_sets": identical,
@@ -242,6 +246,28 @@ def fuzzy_dedup(shards: list[Shard], config: FuzzyDedupConfig, group_by: GroupBy
         "seconds": {k: round(v, 3) for k, v in timings.items()},
     }
     return FuzzyResult(ids, attributes, stats)
+
+
+def _attributes_of(g: int, rep: int, ids: list[list[Any]], where: list[tuple[int, int]],
+                   sets: list[np.ndarray]) -> dict[str, Any]:
+    """The sidecar attributes of document ``g``, whose cluster's representative is ``rep``."""
+    representative = ids[where[rep][0]][where[rep][1]]
+    if sets[g].size == 0:
+        return {"duplicate": False, "cluster": None, "representative": representative, "jaccard": None}
+    similarity = None if rep == g else round(jaccard(sets[g], sets[rep]), 6)
+    return {"duplicate": rep != g, "cluster": xxhash.xxh3_64_hexdigest(sets[rep].tobytes()),
+            "representative": representative, "jaccard": similarity}
+
+
+def _representatives(roots: list[int], values: list[Any] | None) -> dict[int, int]:
+    """The representative of every cluster (by its union-find root, its first document): the
+    member the ``keep`` rule's ``values`` choose (:func:`~marin.processing.dedup.keep.choose`)."""
+    if values is None:
+        return {root: root for root in roots}
+    clusters: dict[int, list[int]] = {}
+    for g, root in enumerate(roots):
+        clusters.setdefault(root, []).append(g)
+    return {root: choose(members, values) for root, members in clusters.items()}
 
 
 def _bucket_sizes(band_records: list[tuple[int, int]]) -> Iterator[int]:
@@ -290,7 +316,7 @@ def fuzzy_dedup_step(config: FuzzyDedupConfig, output_path: str) -> None:
     read: dict[str, ShardSets] = {}  # the files signed here: the clustering need not read them again
 
     def sign(f: InputFile) -> PartOutput:
-        read[f.name] = ShardSets.read(Shard(f.path, f.name), config.ngram)
+        read[f.name] = ShardSets.read(Shard(f.path, f.name), config.ngram, config.keep)
         return signature_part(read[f.name], f.name, hasher, output_path)
 
     parts = map_files(files, output_path, sign)
