@@ -201,8 +201,8 @@ def sign_cached(src: str, cache: str, output_name: str, signing_key: SecretKey) 
         raise CacheMiss(f"cache entry {dst_record.output_path} has no readable manifest or success record; not signing")
     differs = ours.differences(Fingerprint.of(output_name, ours.hash, their_manifest, their_success).to_json())
     if differs:
-        raise CacheMiss(f"cache entry {dst_record.output_path} is not the build at {src} (its {', '.join(differs)} "
-                        "differ); not signing it")
+        raise CacheMiss(f"cache entry {dst_record.output_path} is another build than the one at {src} (they differ "
+                        f"in: {', '.join(differs)}); not signing it")
     carried = dst_record.read_signatures()
     if refusal(ours, carried, (signing_key.public(),)) is None:
         return False

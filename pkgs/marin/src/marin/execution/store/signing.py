@@ -76,8 +76,11 @@ class PublicKey:
 
     @classmethod
     def parse(cls, text: str) -> PublicKey:
-        """Raises:
-            BadKey: not ``name:base64`` of 32 bytes (a secret key given as public is named so)."""
+        """The public key written ``text``.
+
+        Raises:
+            BadKey: not ``name:base64`` of 32 bytes (a secret key given as public is named so).
+        """
         name, raw = _split(text, "public key")
         if len(raw) == _SECRET_BYTES:
             raise BadKey(f"the key named {name!r} is a secret key, not a public key: keep it secret and give its "
@@ -125,8 +128,11 @@ class SecretKey:
 
     @classmethod
     def parse(cls, text: str) -> SecretKey:
-        """Raises:
-            BadKey: not ``name:base64`` of 64 bytes whose second half is the first's public key."""
+        """The secret key written ``text``.
+
+        Raises:
+            BadKey: not ``name:base64`` of 64 bytes whose second half is the first's public key.
+        """
         name, raw = _split(text, "secret key")
         if len(raw) == _PUBLIC_BYTES:
             raise BadKey(f"the key named {name!r} is a public key, not a secret key: sign with the file "
