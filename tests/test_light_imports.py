@@ -45,3 +45,14 @@ def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_
             "'sqlite3') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_checked() -> None:
+    # Trusted keys are parsed when the settings are made, on every command; ed25519 waits for a fetch.
+    code = ("import sys, tempfile; from marin.execution.run.runner import StepRunner; "
+            "import benchmarks.chain_steps as c; "
+            "r = StepRunner(prefix=tempfile.mkdtemp(), config=None, caches=[tempfile.mkdtemp()], "
+            "cache_trusted_keys=['ci-1:' + 'A' * 43 + '=']); r.plan(c.chain(3)); "
+            "print([k.name for k in r.settings.cache_trusted_keys], 'cryptography' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['ci-1'] False"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from marin.cli.common import cache_options, prefix_option, runner_from_options, targets_argument
+
+if TYPE_CHECKING:
+    from marin.execution.run.settings import RunSettings
 
 
 @click.command("plan")
@@ -30,8 +36,9 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     runner = runner_from_options(ctx, prefix=prefix, force=force, only=only, caches=caches, strict_env=strict_env,
                                  max_parallel=max_parallel)
     the_plan = runner.plan(steps, note_env=True, estimate=True)
+    settings = runner.settings
     if as_json:
-        click.echo(the_plan.dumps())
+        click.echo(json.dumps({**the_plan.to_json(), "caches": cache_trust(settings)}, indent=2))
         return
     estimates = the_plan.estimate.steps if the_plan.estimate is not None else {}
     rows, warnings = [], []
@@ -58,3 +65,22 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         click.echo(f"{'warning' if clash.allowed else 'marin run refuses'}: {clash}")
     for line in warnings:
         click.echo(line)
+    if settings.caches:
+        click.echo(cache_trust_line(settings))
+
+
+def cache_trust(settings: RunSettings) -> dict[str, Any]:
+    """What ``marin plan --json`` says of the caches: which, and whether their entries are checked
+    (``verified``: only entries signed by one of ``trusted_keys``, by name, are fetched)."""
+    return {"urls": list(settings.caches), "verified": bool(settings.cache_trusted_keys),
+            "trusted_keys": [k.name for k in settings.cache_trusted_keys]}
+
+
+def cache_trust_line(settings: RunSettings) -> str:
+    """The line of ``marin plan`` that says whether what the caches hold is checked before it is used."""
+    caches = ", ".join(settings.caches)
+    if not settings.cache_trusted_keys:
+        return (f"caches unverified: entries from {caches} are used without a signature check "
+                "(no cache_trusted_keys configured; see docs/caches.md)")
+    names = ", ".join(k.name for k in settings.cache_trusted_keys)
+    return f"caches verified: an entry from {caches} is used only when signed by one of {names}"

@@ -21,6 +21,7 @@ _COMMANDS = {
     "gc": ("marin.cli.cmd_gc", "gc"),
     "config": ("marin.cli.cmd_config", "config"),
     "push": ("marin.cli.cmd_push", "push"),
+    "cache": ("marin.cli.cmd_cache", "cache"),
     "sample": ("marin.cli.cmd_sample", "sample"),
     "report": ("marin.cli.cmd_report", "report"),
     "plot": ("marin.cli.cmd_plot", "plot"),

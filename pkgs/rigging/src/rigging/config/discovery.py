@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "discover_config", "find_workspace_root"]
+__all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "bad_setting", "discover_config",
+           "find_workspace_root"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -59,6 +60,11 @@ class MarinConfig:
             runner may take them over. Shorter on preemptible machines, longer on a slow store.
         code_changes: what a run does with a built step whose code changed since its build while
             its ``version`` did not: ``warn`` (keep it, say so) or ``rebuild`` it.
+        cache_signing_key: the file holding the secret key (``name:base64``, as ``marin cache
+            keygen`` writes it) that signs every entry pushed to a cache; None pushes unsigned.
+            A relative path in a project file is relative to the project.
+        cache_trusted_keys: public keys (``name:base64``); when any is set, an entry fetched from
+            a cache is used only when one of them signed it. Empty: fetches are not checked.
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -74,6 +80,8 @@ class MarinConfig:
     warm_worker_max_steps: int = 200
     lease_ttl: float = 60.0
     code_changes: str = "warn"
+    cache_signing_key: str | None = None
+    cache_trusted_keys: tuple[str, ...] = ()
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -96,7 +104,8 @@ class MarinConfig:
 
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
-             "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes")
+             "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
+             "cache_trusted_keys")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
@@ -126,12 +135,12 @@ def _positive_seconds(value: Any) -> float:
 
 def _coerce(key: str, value: Any) -> Any:
     """Turn a raw value from a file or variable into the field's type; ValueError if it can't."""
-    if key == "prefix" or key == "ray_address":
+    if key in ("prefix", "ray_address", "cache_signing_key"):
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"expected a non-empty string, got {value!r}")
-        return value.strip()
+        return os.path.expanduser(value.strip()) if key == "cache_signing_key" else value.strip()
     if key == "backend":
         try:
             return value if isinstance(value, Backend) else Backend(str(value).strip().lower())
@@ -156,16 +165,19 @@ def _coerce(key: str, value: Any) -> Any:
         if level not in LOG_LEVELS:
             raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
         return level
-    if key == "caches":
+    if key in ("caches", "cache_trusted_keys"):
+        # Public keys are checked where they are used (marin.execution.store.signing): only there is
+        # the key format known.
+        what = "URLs" if key == "caches" else "public keys"
         if isinstance(value, str):
             items = [v for v in (s.strip() for s in value.split(",")) if v]
         elif isinstance(value, list | tuple):
             items = list(value)
         else:
-            raise ValueError(f"expected a list of URLs, got {value!r}")
-        if not all(isinstance(v, str) and v for v in items):
-            raise ValueError(f"expected a list of URLs, got {value!r}")
-        return tuple(items)
+            raise ValueError(f"expected a list of {what}, got {value!r}")
+        if not all(isinstance(v, str) and v.strip() for v in items):
+            raise ValueError(f"expected a list of {what}, got {value!r}")
+        return tuple(v.strip() for v in items)
     if key in ("strict_env", "warm_workers"):
         return _parse_bool(value)
     if key == "lease_ttl":
@@ -176,6 +188,18 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError(f"expected one of {', '.join(CODE_CHANGES)}, got {value!r}")
         return word
     raise KeyError(key)
+
+
+def _setting_name(key: str, where: str) -> str:
+    """How ``where`` spells the setting ``key``: ``MARIN_<KEY>`` in the environment, else the key."""
+    return f"MARIN_{key.upper()}" if where.startswith(_ENV_SOURCE) else key
+
+
+def bad_setting(key: str, where: str, why: str) -> ConfigError:
+    """The error for a bad value of the setting ``key`` from the source ``where`` (a file, a
+    variable, ``override``: :attr:`MarinConfig.sources`), worded as discovery words its own, for
+    values that are checked where they are used."""
+    return ConfigError(f"{where}: bad value for {_setting_name(key, where)!r}: {why}")
 
 
 def find_workspace_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -248,16 +272,15 @@ def discover_config(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
-    def apply(data: Mapping[str, Any], where: str, key_name=lambda k: k) -> None:
+    def apply(data: Mapping[str, Any], where: str) -> None:
         for key, raw in data.items():
             if key not in _SETTABLE:
-                raise ConfigError(
-                    f"{where}: unknown key {key_name(key)!r} (known: {', '.join(key_name(k) for k in _SETTABLE)})"
-                )
+                known = ", ".join(_setting_name(k, where) for k in _SETTABLE)
+                raise ConfigError(f"{where}: unknown key {_setting_name(key, where)!r} (known: {known})")
             try:
                 values[key] = _coerce(key, raw)
             except ValueError as e:
-                raise ConfigError(f"{where}: bad value for {key_name(key)!r}: {e}") from None
+                raise bad_setting(key, where, str(e)) from None
             sources[key] = where
 
     user_path = Path(user_config) if user_config else Path(env.get("HOME", "~")).expanduser() / ".config/marin/config.yaml"
@@ -266,11 +289,14 @@ def discover_config(
     project_path = _find_project_file(start, root)
     if project_path is not None:
         data = _read_yaml(project_path)
-        prefix = data.get("prefix")
-        # A relative prefix in a project file is relative to the project, not the working folder.
-        # A blank one is left alone so that validation rejects it instead of it becoming the project.
-        if isinstance(prefix, str) and prefix.strip() and "://" not in prefix and not os.path.isabs(prefix):
-            data = {**data, "prefix": str(project_path.parent.parent / prefix.strip())}
+        # A relative prefix or key file in a project file is relative to the project, not the
+        # working folder. A blank one is left alone so that validation rejects it instead of it
+        # becoming the project.
+        for key in ("prefix", "cache_signing_key"):
+            path = data.get(key)
+            if isinstance(path, str) and path.strip() and "://" not in path and not os.path.isabs(path) \
+                    and not (key == "cache_signing_key" and path.startswith("~")):
+                data = {**data, key: str(project_path.parent.parent / path.strip())}
         apply(data, str(project_path))
     env_values = {}
     for name, raw in env.items():
@@ -287,11 +313,14 @@ def discover_config(
             continue
         env_values[key] = raw
     for key, raw in sorted(env_values.items()):
-        apply({key: raw}, f"environment variable MARIN_{key.upper()}", key_name=lambda k: "MARIN_" + k.upper())
+        apply({key: raw}, f"{_ENV_SOURCE}MARIN_{key.upper()}")
     if overrides:
         apply({k: v for k, v in overrides.items() if v is not None and v != ()}, "override")
     return MarinConfig(**values, workspace_root=str(root) if root else None, sources=dict(sources))
 
+
+_ENV_SOURCE = "environment variable "
+"""How :attr:`MarinConfig.sources` begins the name of an environment variable."""
 
 # Variables with the MARIN_ prefix that belong to the runner's own plumbing, not to the config.
 _RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache"})

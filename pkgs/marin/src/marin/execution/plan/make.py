@@ -264,6 +264,7 @@ def make_plan(
     early_cutoff: bool = True,
     view: StoreView | None = None,
     code_changes: str | None = None,
+    expand_from_caches: bool = True,
 ) -> Plan:
     """Plan ``targets``: which steps are cached, which run and why.
 
@@ -286,6 +287,9 @@ def make_plan(
         code_changes: check the code of built steps against what built them (reads each built
             step's provenance): ``"warn"`` marks those whose code changed (they stay cached),
             ``"rebuild"`` builds them again; None does not look.
+        expand_from_caches: expand a step from its entry in a cache; off (when entries must be
+            signed: ``marin.execution.store.signing``) a step found only in a cache is expanded
+            by the run, once it is fetched and checked.
     """
     roots = select(targets, only)
     view = view or StoreView(store)
@@ -300,7 +304,7 @@ def make_plan(
                                   early_cutoff=early_cutoff, view=view, code_changes=code_changes)
         fresh = [(pos, p, built_at) for pos, p in enumerate(plan.steps)
                  if id(p.step) not in expanded and expands(p.step)
-                 and (built_at := _built_at(p, caches)) is not None]
+                 and (built_at := _built_at(p, caches if expand_from_caches else ())) is not None]
         if not fresh:
             break
         for pos, p, built_at in fresh:
@@ -311,11 +315,11 @@ def make_plan(
 
 
 def _built_at(p: PlannedStep, caches: Sequence[str]) -> str | None:
-    """Where a built copy of ``p`` is, to expand it from: its output here, or the cache it is fetched
-    from (or, unneeded here, would be); None when it is built nowhere yet."""
+    """Where a built copy of ``p`` is, to expand it from: its output here, or the cache (of
+    ``caches``) it is fetched from (or, unneeded here, would be); None when it is built nowhere yet."""
     if p.action is Action.CACHED:
         return StepRecord(p.output_path).files_folder()
-    if p.action is Action.FETCH and p.cache_hit is not None:
+    if p.action is Action.FETCH and p.cache_hit is not None and caches:
         return StepRecord(p.cache_hit.path).files_folder()
     if p.action is Action.UNNEEDED and caches:
         hit = find_in_caches(p.output_name, caches)

@@ -52,7 +52,7 @@ def plan_reuse(plan: Plan, places: Sequence[str]) -> Plan:
         if inputs is None:
             continue
         key = realisation_key(p.step, inputs[0], plan.salt, p.source_digests())
-        found = find_realisation(p.name, key, places, exclude=p.output_path)
+        found = find_realisation(p.name, key, places, exclude=p.output_name)
         if found is None:
             continue
         changed[pos] = dataclasses.replace(p, action=Action.REUSE, realised=found,

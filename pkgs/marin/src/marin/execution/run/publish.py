@@ -10,13 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin.execution.core.hashing import realisation_key
+from marin.execution.core.step import output_name_of
 from marin.execution.core.traits import volatile_patterns
 from marin.execution.plan.model import PlannedStep, ReasonKind
 from marin.execution.plan.reuse import inputs_in_plan
 from marin.execution.run.state import RunState
 from marin.execution.store import done_index
 from marin.execution.store.cache import CacheHit, CacheMiss, substitute
-from marin.execution.store.manifest import clear_output, compute_manifest, output_digest
+from marin.execution.store.manifest import clear_output, output_digest
 from marin.execution.store.provenance_record import Dependency, Provenance, RealisedFrom
 from marin.execution.store.realisations import (
     Nondeterminism,
@@ -25,8 +26,10 @@ from marin.execution.store.realisations import (
     find_nondeterminism,
     find_realisation,
 )
+from marin.execution.store.signing import PublicKey
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.success_record import SuccessRecord
+from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
 
 __all__ = ["copy_realisation", "fetch_from_cache", "nondeterminism_of", "publish_copy", "realisable",
@@ -60,7 +63,7 @@ def realisable(state: RunState, pos: int, places: Sequence[str]) -> Realised | N
     if not planned.deps or inputs is None:
         return None
     key = realisation_key(planned.step, inputs[0], state.plan.salt, planned.source_digests())
-    found = find_realisation(planned.name, key, places, exclude=planned.output_path)
+    found = find_realisation(planned.name, key, places, exclude=planned.output_name)
     if found is not None:
         state.reuse_found(pos, found, found.reason(inputs[1]))
     return found
@@ -96,27 +99,28 @@ def publish_copy(state: RunState, pos: int, lease: Lease,
     return True
 
 
-def fetch_from_cache(state: RunState, pos: int, lease: Lease) -> bool:
+def fetch_from_cache(state: RunState, pos: int, lease: Lease, trusted: Sequence[PublicKey] = ()) -> bool:
     """Copy step ``pos`` from its cache into the run's store and publish it; False (with a
-    warning) if the entry is bad."""
+    warning naming the entry, the cache and why) if the entry is bad or, with ``trusted`` keys,
+    not signed by one of them (``marin.execution.store.signing``)."""
     p = state.entry(pos)
     hit = p.cache_hit
     if hit is None:
         raise ValueError(f"{p.name}: planned as a fetch but has no cache entry")
 
     def copy() -> tuple[dict[str, Any], SuccessRecord]:
-        substitute(hit, p.output_path)
-        record, cached = StepRecord(p.output_path), StepRecord(hit.path).read_success()
-        manifest = record.read_json(record.manifest) or compute_manifest(p.output_path)
-        return manifest, cached.carried() if cached is not None else SuccessRecord()
+        manifest, cached = substitute(hit, p.output_path, trusted=trusted, step_hash=p.hash)
+        return manifest, cached.carried()
 
-    return publish_copy(state, pos, lease, copy, f"rebuilding {p.output_name}")
+    return publish_copy(state, pos, lease, copy, "rebuilding it here")
 
 
-def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str, Any], SuccessRecord]:
+def copy_realisation(state: RunState, pos: int, lease: Lease, caches: Sequence[str] = (),
+                     trusted: Sequence[PublicKey] = ()) -> tuple[dict[str, Any], SuccessRecord]:
     """Copy the earlier build that stands in for ``pos`` into the step's own folder, verified
-    against its manifest, and record where it came from (under ``lease``); returns (manifest,
-    success-record fields) for :func:`publish_copy` to publish.
+    against its manifest (and, found in one of ``caches``, with ``trusted`` keys, signed by one of
+    them under its own name and hash), and record where it came from (under ``lease``); returns
+    (manifest, success-record fields) for :func:`publish_copy` to publish.
 
     Raises:
         CacheMiss: the earlier build cannot be used (the folder is cleaned).
@@ -127,9 +131,12 @@ def copy_realisation(state: RunState, pos: int, lease: Lease) -> tuple[dict[str,
         raise ValueError(f"{planned.name}: planned as a reuse of an earlier build, but none was found")
     record = StepRecord(planned.output_path)
     started = time.time()
+    hit = CacheHit(found.place or found.output_path, found.output_path, output_name_of(planned.name, found.hash))
     # A finished output is never written in place, so on one local file system links stand in for copies.
-    substitute(CacheHit(cache=found.output_path, path=found.output_path), planned.output_path, link=True)
-    manifest = record.read_json(record.manifest) or {"files": []}
+    manifest, _ = substitute(hit, planned.output_path, link=True, trusted=trusted if found.place in caches else (),
+                             step_hash=found.hash)
+    # Signatures name the build they were made for; this copy is another step's (new name and hash).
+    fs.delete(record.signatures)
     fields = dataclasses.replace(realisation_fields(state, planned, manifest), realised_from=found.output_path)
     if fields.output_digest != found.output_digest:
         clear_output(planned.output_path)

@@ -128,7 +128,8 @@ class StepRunner:
         settings = self.settings
         return make_plan(steps, self.store, force=settings.force, only=settings.only if only is None else only,
                          salt=salt, explain=explain, env_digest=env_digest, caches=settings.caches,
-                         early_cutoff=settings.early_cutoff, view=view, code_changes=code_changes)
+                         early_cutoff=settings.early_cutoff, view=view, code_changes=code_changes,
+                         expand_from_caches=not settings.cache_trusted_keys)
 
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""

@@ -177,7 +177,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
         state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note="built by another runner"))
         return None
     if p.action is Action.FETCH:
-        if fetch_from_cache(state, pos, lease):
+        if fetch_from_cache(state, pos, lease, s.settings.cache_trusted_keys):
             source = p.cache_hit.cache if p.cache_hit is not None else "a cache"
             state.settle(pos, StepOutcome.of(p, Outcome.CACHED, note=f"fetched from {source}"))
             return None
@@ -188,7 +188,8 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
             return None
     if not forced and (p.action is Action.REUSE or (s.settings.early_cutoff and realisable(state, pos, s.settings.places))):
         p = state.entry(pos)
-        if publish_copy(state, pos, lease, lambda: copy_realisation(state, pos, lease),
+        if publish_copy(state, pos, lease,
+                        lambda: copy_realisation(state, pos, lease, s.settings.caches, s.settings.cache_trusted_keys),
                         f"building {p.output_name} instead"):
             state.settle(pos, StepOutcome.of(p, Outcome.REUSED, reasons=reasons_of(p.reasons)))
             return None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.execution.store.signing import PublicKey, trusted_keys
 from rigging.config.discovery import CODE_CHANGES, Backend, MarinConfig, discover_config, replace
 
 __all__ = ["RunSettings"]
@@ -19,7 +20,7 @@ __all__ = ["RunSettings"]
 # The settings the configuration (``rigging.config.discovery.MarinConfig``) also holds: a keyword
 # of one of these names overrides the configured value (and is recorded as an override).
 _CONFIGURED = ("prefix", "max_parallel", "strict_env", "caches", "backend", "ray_address", "warm_workers",
-               "lease_ttl", "code_changes")
+               "lease_ttl", "code_changes", "cache_signing_key", "cache_trusted_keys")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class RunSettings:
     """How many steps may run at once."""
     caches: tuple[str, ...] = ()
     """Read-only caches (other prefixes) to fetch finished steps from before building."""
+    cache_trusted_keys: tuple[PublicKey, ...] = ()
+    """Public keys of which one must have signed a cache entry for it to be fetched (or reused);
+    empty: entries are not checked (``marin.execution.store.signing``). Given as ``name:base64``
+    strings, they are parsed."""
+    cache_signing_key: str | None = None
+    """The secret key file that signs what is pushed to a cache (``marin push``); None: unsigned."""
     strict_env: bool = False
     """Make the environment fingerprint part of every hash."""
     lease_ttl: float = 60.0
@@ -89,11 +96,13 @@ class RunSettings:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        for name in ("caches", "force", "only"):
+        for name in ("caches", "force", "only", "cache_trusted_keys"):
             value = getattr(self, name)
             if isinstance(value, str):
                 raise TypeError(f"{name} must be a sequence of strings, got the string {value!r}")
             object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "cache_trusted_keys",
+                           trusted_keys(self.cache_trusted_keys, self.sources.get("cache_trusted_keys", "override")))
 
     @classmethod
     def of(cls, config: MarinConfig | None = None, **keywords: Any) -> RunSettings:
@@ -101,12 +110,14 @@ class RunSettings:
         each keyword that is not None overriding one setting.
 
         Keywords named like a configuration field (``prefix``, ``max_parallel``, ``strict_env``,
-        ``caches``, ``backend``, ``ray_address``, ``warm_workers``, ``lease_ttl``) override it and
-        are recorded as overrides (:attr:`sources`); the others are the run's own.
+        ``caches``, ``backend``, ``ray_address``, ``warm_workers``, ``lease_ttl``,
+        ``cache_trusted_keys``, ``cache_signing_key``) override it and are recorded as overrides
+        (:attr:`sources`); the others are the run's own.
 
         Raises:
             TypeError: ``config`` is not a ``MarinConfig``, or a keyword names no setting.
-            ValueError: a bad value, named.
+            ValueError: a bad value, named (``rigging.config.discovery.ConfigError`` for a trusted
+                key that is not a public key, naming the setting and where it came from).
         """
         if config is not None and not isinstance(config, MarinConfig):
             raise TypeError(f"config must be a rigging MarinConfig, got {type(config).__name__} "
@@ -123,6 +134,9 @@ class RunSettings:
         overrides = {k: keywords.pop(k) for k in _CONFIGURED if k in keywords}
         if "caches" in overrides:
             overrides["caches"] = tuple(overrides["caches"])
+        keys = overrides.get("cache_trusted_keys")
+        if keys is not None and not isinstance(keys, str):
+            overrides["cache_trusted_keys"] = tuple(str(k) for k in keys)  # a PublicKey as its text
         if config is None:
             config = discover_config()
         if overrides:
@@ -133,6 +147,9 @@ class RunSettings:
             ray_address=config.ray_address,
             max_parallel=config.max_parallel or (os.cpu_count() or 1),
             caches=config.caches,
+            cache_trusted_keys=trusted_keys(config.cache_trusted_keys,
+                                            config.sources.get("cache_trusted_keys", "default")),
+            cache_signing_key=config.cache_signing_key,
             strict_env=config.strict_env,
             lease_ttl=config.lease_ttl,
             code_changes=config.code_changes,

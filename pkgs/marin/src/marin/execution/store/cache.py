@@ -5,6 +5,10 @@ outputs at the same ``<name>-<hash16>`` paths. A hit is copied into the local pr
 against its manifest, and only then marked done; a partial or corrupt entry is refused.
 Publishing (:func:`push_output`) copies every file first and the success record last, so a half-pushed
 entry never looks finished.
+
+With a signing key, a push signs the entry (``.marin/signatures.json``, before the success record);
+with trusted keys, a fetch takes only an entry one of them signed, checked before a byte of its
+files is copied and held to what was checked afterwards (:mod:`marin.execution.store.signing`).
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
 from marin.execution.store.manifest import clear_output, verify_manifest
+from marin.execution.store.signing import Fingerprint, PublicKey, SecretKey, refusal, sign
 from marin.execution.store.step_record import StepRecord
+from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 
-__all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "substitute"]
+__all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "sign_cached", "substitute"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,8 @@ class CacheHit:
 
     cache: str
     path: str
+    output_name: str = ""
+    """The output name it is found under (``<name>-<hash16>``)."""
 
 
 def find_in_caches(output_name: str, caches: Sequence[str]) -> CacheHit | None:
@@ -45,7 +54,7 @@ def find_in_caches(output_name: str, caches: Sequence[str]) -> CacheHit | None:
     for cache in caches:
         path = fs.join(cache.rstrip("/"), output_name)
         if StepRecord(path).is_done():
-            return CacheHit(cache, path)
+            return CacheHit(cache, path, output_name)
         if fs.exists(path):
             # Files without a success record: a push that was cut off, or one still under way.
             logger.warning("cache entry %s has no success record (interrupted or ongoing push); not using it", path)
@@ -99,33 +108,54 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
     return len(moves)
 
 
-def substitute(hit: CacheHit, dst: str, *, link: bool = False) -> None:
+def substitute(hit: CacheHit, dst: str, *, link: bool = False, trusted: Sequence[PublicKey] = (),
+               step_hash: str | None = None) -> tuple[dict[str, Any], SuccessRecord]:
     """Copy a cache hit into ``dst`` and verify it; raise :class:`CacheMiss` (and clean up) if bad.
 
     The caller holds ``dst``'s lease and writes the success record afterwards. ``link``: hard-link
-    local files instead of copying them (see :func:`copy_tree`).
+    local files instead of copying them (see :func:`copy_tree`). With ``trusted`` keys the entry
+    must carry a signature by one of them over its fingerprint for ``step_hash``
+    (:func:`marin.execution.store.signing.refusal`); it is checked before anything is copied, and
+    the copy is then held to the manifest and signatures that were checked.
+
+    Returns:
+        The entry's manifest and success record, as checked.
     """
     src_record = StepRecord(hit.path)
     manifest = src_record.read_json(src_record.manifest)
     success = src_record.read_success()
     if manifest is None or success is None:
         raise CacheMiss(f"cache entry {hit.path} has no readable manifest or success record")
+    signatures = None
+    if trusted:
+        if step_hash is None:
+            raise ValueError("checking a cache entry's signature needs the step's hash")
+        signatures = src_record.read_signatures()
+        why = refusal(Fingerprint.of(hit.output_name, step_hash, manifest, success), signatures, trusted)
+        if why is not None:
+            raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: {why}")
     try:
         copy_tree(hit.path, dst, link=link)
     except (OSError, ValueError) as e:
         clear_output(dst)
         raise CacheMiss(f"copying cache entry {hit.path} failed: {e}") from e
+    fetched = StepRecord(dst)
+    if fetched.read_json(fetched.manifest) != manifest or (trusted and fetched.read_signatures() != signatures):
+        clear_output(dst)
+        raise CacheMiss(f"cache entry {hit.path} changed while it was copied (its manifest or signatures)")
     problems = verify_manifest(dst, manifest)
     if problems:
         clear_output(dst)
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise CacheMiss(f"cache entry {hit.path} does not match its manifest ({shown})")
+    return manifest, success
 
 
-def push_output(src: str, cache: str, output_name: str) -> bool:
+def push_output(src: str, cache: str, output_name: str, *, signing_key: SecretKey | None = None) -> bool:
     """Publish a finished output to ``cache``; False when the cache already has it.
 
-    Files first, the manifest and provenance with them, the success record last.
+    Files first, the manifest and provenance with them, then (with ``signing_key``) the entry's
+    signatures, the success record last.
     """
     src_record = StepRecord(src)
     if not src_record.is_done():
@@ -139,9 +169,49 @@ def push_output(src: str, cache: str, output_name: str) -> bool:
         problems = verify_manifest(src_record.files_folder(), manifest)
         if problems:
             raise CacheMiss(f"{src} changed since it was built ({problems[0]}); not pushing")
-    copy_tree(src, dst)
     success = src_record.read_success()
     if success is None:
         raise CacheMiss(f"{src}: its success record is unreadable; not pushing")
+    signatures = None
+    if signing_key is not None:
+        signatures = sign(_fingerprint(src, output_name, manifest, success), signing_key,
+                          src_record.read_signatures())
+    copy_tree(src, dst)
+    if signatures is not None:
+        dst_record.write_json(dst_record.signatures, signatures.to_json())
     fs.create_if_absent(dst_record.success, json.dumps(success.published_here().to_json()))
     return True
+
+
+def sign_cached(src: str, cache: str, output_name: str, signing_key: SecretKey) -> bool:
+    """Add ``signing_key``'s signature to the entry ``cache`` already holds of the build at ``src``
+    (as ``nix store sign`` does: after a new key is configured, entries pushed before are signed
+    with it too); False when the entry carries a valid signature by that key already.
+
+    Raises:
+        CacheMiss: the cache's entry is not the same build (its fingerprint differs): it is not signed.
+    """
+    src_record, dst_record = StepRecord(src), StepRecord(fs.join(cache.rstrip("/"), output_name))
+    success = src_record.read_success()
+    if success is None:
+        raise CacheMiss(f"{src}: its success record is unreadable; not signing")
+    ours = _fingerprint(src, output_name, src_record.read_json(src_record.manifest), success)
+    their_manifest, their_success = dst_record.read_json(dst_record.manifest), dst_record.read_success()
+    if their_manifest is None or their_success is None:
+        raise CacheMiss(f"cache entry {dst_record.output_path} has no readable manifest or success record; not signing")
+    differs = ours.differences(Fingerprint.of(output_name, ours.hash, their_manifest, their_success).to_json())
+    if differs:
+        raise CacheMiss(f"cache entry {dst_record.output_path} is another build than the one at {src} (they differ "
+                        f"in: {', '.join(differs)}); not signing it")
+    carried = dst_record.read_signatures()
+    if refusal(ours, carried, (signing_key.public(),)) is None:
+        return False
+    dst_record.write_json(dst_record.signatures, sign(ours, signing_key, carried).to_json())
+    return True
+
+
+def _fingerprint(src: str, output_name: str, manifest: dict[str, Any] | None, success: SuccessRecord) -> Fingerprint:
+    """The fingerprint of the build at ``src`` for signing; CacheMiss when it has no manifest or hash."""
+    if manifest is None or success.hash is None:
+        raise CacheMiss(f"{src} has no readable manifest or step hash; it cannot be signed")
+    return Fingerprint.of(output_name, success.hash, manifest, success)

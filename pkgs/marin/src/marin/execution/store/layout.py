@@ -8,6 +8,8 @@ Layout of one step's output folder ``<prefix>/<name>-<hash16>``::
     .marin/log.txt           the step's log (stdout and stderr of its process)
     .marin/manifest.json     every output file with size and SHA-256
     .marin/provenance.json   resolved config, dependencies, environment, host, times, attempts
+    .marin/signatures.json   in a cache entry pushed with a signing key: who signed what
+                             (marin.execution.store.signing), written before the success record
     .marin/success.json      written last: the step is done if and only if this exists
     .attempts/<lease>/       an attempt's own folder, used in place of the step's folder by an
                              attempt that took over from a holder whose process it could not

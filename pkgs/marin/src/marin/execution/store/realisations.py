@@ -27,6 +27,7 @@ from marin.execution.store.manifest import differing_files, output_digest
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import finished_builds
 from marin.execution.store.success_record import SuccessRecord
+from rigging import filesystem as fs
 
 __all__ = ['Nondeterminism', 'Realised', 'compare_builds', 'digest_of_build', 'find_nondeterminism', 'find_realisation', 'inputs_of', 'snapshot_build']
 
@@ -74,6 +75,8 @@ class Realised:
     output_digest: str
     inputs: list[dict[str, Any]]
     """Its inputs as recorded: ``{"name", "hash", "digest"}``."""
+    place: str = ""
+    """The prefix or cache it was found under."""
 
     def reason(self, inputs: Sequence[dict[str, Any]]) -> str:
         """Why it stands for the new build: which inputs were rebuilt with identical output."""
@@ -88,14 +91,16 @@ class Realised:
 
 def find_realisation(name: str, key: str, places: Sequence[str], *, exclude: str = "") -> Realised | None:
     """A finished build of ``name`` with realisation ``key`` under one of ``places`` (the prefix,
-    then caches), other than ``exclude``; None if there is none."""
+    then caches), other than the output named ``exclude`` (the step's own, ``<name>-<hash16>``) in
+    any of them: a run looks for one when the step's own entry was not fetched (a cache's entry it
+    refused must not come back as an earlier build); None if there is none."""
     for place in places:
-        for path, success in finished_builds(place, name, exclude=exclude):
+        for path, success in finished_builds(place, name, exclude=fs.join(place, exclude) if exclude else ""):
             if success.realisation_key != key:
                 continue
             if success.output_digest is not None and success.inputs is not None:
                 return Realised(path, success.hash or "", success.output_digest,
-                                [i for i in success.inputs if isinstance(i, dict)])
+                                [i for i in success.inputs if isinstance(i, dict)], place)
     return None
 
 

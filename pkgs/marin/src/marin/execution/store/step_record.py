@@ -16,6 +16,7 @@ from typing import Any
 
 from marin.execution.store import layout
 from marin.execution.store.provenance_record import Provenance
+from marin.execution.store.signature_record import EntrySignatures
 from marin.execution.store.status_record import WRITTEN_STATES, BuildState, StatusRecord, StepStatus
 from marin.execution.store.success_record import SuccessRecord, manifest_digest
 from rigging import filesystem as fs
@@ -52,6 +53,10 @@ class StepRecord:
     @property
     def manifest(self) -> str:
         return fs.join(self.meta, "manifest.json")
+
+    @property
+    def signatures(self) -> str:
+        return fs.join(self.meta, "signatures.json")
 
     @property
     def log(self) -> str:
@@ -125,6 +130,11 @@ class StepRecord:
             return None
         return [(f["path"], f["size"]) for f in files
                 if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)]
+
+    def read_signatures(self) -> EntrySignatures | None:
+        """The signatures of a cache entry (``marin.execution.store.signing``), or None when it
+        carries none or the record is unreadable."""
+        return EntrySignatures.from_json(self.read_json(self.signatures))
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
         # The status record is a progress note: not worth an fsync (rigging.filesystem.atomic_write).
