@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,18 +89,11 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
                 moves.append((rel, rel))
         elif not data:
             moves.append((rel, rel))
-    linking = link and fs.is_local(src) and fs.is_local(dst)
+    local = fs.is_local(src) and fs.is_local(dst)
     for rel, to in moves:
-        if linking:
-            target = fs.strip_protocol(fs.join(dst, to))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.lexists(target):
-                os.unlink(target)  # left by an attempt that was cut off
-            try:
-                os.link(fs.strip_protocol(fs.join(src, rel)), target)
-                continue
-            except OSError:
-                linking = False  # another file system, or links not allowed: copy from here on
+        if local:
+            fs.copy_file(fs.join(src, rel), fs.join(dst, to), link=link)  # replaces what a cut-off attempt left
+            continue
         with fs.open_file(fs.join(src, rel), "rb") as fin, fs.open_file(fs.join(dst, to), "wb") as fout:
             while chunk := fin.read(1 << 22):
                 fout.write(chunk)
