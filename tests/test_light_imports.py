@@ -56,3 +56,14 @@ def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_
             "print([k.name for k in r.settings.cache_trusted_keys], 'cryptography' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['ci-1'] False"
+
+
+def test_the_console_script_answers_a_noop_run_before_importing_click_or_the_engine() -> None:
+    # `marin run` asks its no-op record (marin.cli.noop) before anything else: the answer must cost
+    # a few milliseconds over the interpreter's start, so the entry point and the record's reader
+    # and recorder load the standard library's cheapest modules only.
+    code = ("import sys, marin.cli.main, marin.cli.noop, marin.cli.noop_recording; "
+            "print(sorted(m for m in ('click', 'json', 're', 'typing', 'collections', 'rigging', 'marin.execution', "
+            "'marin.cli.group') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -19,6 +19,7 @@ from rigging.config.discovery import (
     UnknownEnvVariable,
     discover_config,
     find_workspace_root,
+    search_paths,
 )
 
 WORKSPACE_PYPROJECT = '[project]\nname = "ws"\n\n[tool.uv.workspace]\nmembers = ["pkgs/*"]\n'
@@ -264,6 +265,7 @@ _VALUES = {
     "caches": st.lists(st.from_regex(r"gs://c-[a-z]{1,5}/[a-z]{1,5}", fullmatch=True), min_size=1, max_size=3),
     "strict_env": st.booleans(),
     "warm_workers": st.booleans(),
+    "fast_noop": st.booleans(),
     "warm_worker_max_steps": st.integers(1, 10_000),
     "lease_ttl": st.sampled_from([0.5, 2, 30.0, 3600]),
 }
@@ -284,7 +286,7 @@ def _expected(key: str, value):
 def _as_env(key: str, value) -> str:
     if key == "caches":
         return ",".join(value)
-    if key in ("strict_env", "warm_workers"):
+    if key in ("strict_env", "warm_workers", "fast_noop"):
         return "true" if value else "0"
     return str(value)
 
@@ -337,3 +339,16 @@ def test_environment_is_not_read_from_os_environ_when_given(monkeypatch, ws, use
     assert discover(ws, user_file, env={}).max_parallel is None
     assert discover_config(cwd=ws, user_config=user_file).max_parallel == 4
     assert os.environ["MARIN_MAX_PARALLEL"] == "4"
+
+
+def test_search_paths_name_every_file_that_can_change_the_configuration(ws, user_file, tmp_path):
+    # The no-op record of `marin run` watches these by stat: each file discovery would read, or
+    # would find if it appeared, from where the command starts.
+    paths = search_paths(ws / "pkgs" / "a", environ={"HOME": str(tmp_path / "home")})
+    assert paths[0] == str(user_file)
+    for folder in (ws / "pkgs" / "a", ws / "pkgs", ws, ws.parent):
+        assert str(folder.resolve() / "pyproject.toml") in paths
+        assert str(folder.resolve() / "config" / "marin.yaml") in paths
+    write_yaml(ws / "pkgs" / "config" / "marin.yaml", {"fast_noop": False})  # one of those appearing
+    config = discover_config(cwd=ws / "pkgs" / "a", environ={}, user_config=user_file)
+    assert config.fast_noop is False and config.sources["fast_noop"] in paths

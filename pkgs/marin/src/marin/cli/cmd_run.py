@@ -37,6 +37,9 @@ from marin.cli.errors import MarinError
 @click.option("--code-changes", type=click.Choice(["warn", "rebuild"]), default=None,
               help="A built step whose code changed since its build (same version): keep it (warn, the default; "
                    "`marin plan` names it) or rebuild it. Config: code_changes.")
+@click.option("--no-fast", is_flag=True,
+              help="Plan in full even when this exact command's no-op record still holds (and write none). "
+                   "Also MARIN_NO_FAST_NOOP=1, or fast_noop: false in the configuration.")
 @cache_options
 @backend_options
 @click.pass_context
@@ -44,7 +47,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
         budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
         backend: str | None, ray_address: str | None, warm_workers: bool | None = None,
-        code_changes: str | None = None) -> None:
+        code_changes: str | None = None, no_fast: bool = False) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -73,7 +76,12 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     if not dry_run:
         from marin.report.run_report import write_run_report
 
-        click.echo(f"report: {write_run_report(result, runner.store)}")
+        report = write_run_report(result, runner.store)
+        click.echo(f"report: {report}")
+        if not no_fast:
+            from marin.cli.noop_depends import offer_noop_record  # here: only a run that ends well offers one
+
+            offer_noop_record(result, runner.settings, (ctx.obj or {}).get("config"), targets, report)
     if not result.ok:
         for s in result.failed:
             click.echo(f"failed: {s.name}: {(s.error or '').splitlines()[0] if s.error else ''}", err=True)
@@ -114,6 +122,9 @@ class _InputsChecked:
     def planned(self, plan: Any) -> None:
         to_run = plan.to_run()
         if to_run:
+            from marin.cli.noop_recording import abandon  # light: the standard library only
+
+            abandon()  # a run that builds leaves no no-op record: stop noting what it reads
             # The harness's task settings: only when there is something to build.
             from marin.experiment.evaluation.tasks import check_task_data
 

@@ -27,6 +27,8 @@ def load_config(ctx: click.Context, **overrides: Any):
     config = discover_config(overrides)
     verbose = bool(ctx.obj and ctx.obj.get("verbose"))
     setup_logging("DEBUG" if verbose else config.log_level)
+    if isinstance(ctx.obj, dict):
+        ctx.obj["config"] = config  # for the verb's later questions (`marin run`: fast_noop)
     return config
 
 

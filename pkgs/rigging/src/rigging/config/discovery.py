@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "bad_setting", "discover_config",
-           "find_workspace_root"]
+           "find_workspace_root", "search_paths"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -65,6 +65,8 @@ class MarinConfig:
             A relative path in a project file is relative to the project.
         cache_trusted_keys: public keys (``name:base64``); when any is set, an entry fetched from
             a cache is used only when one of them signed it. Empty: fetches are not checked.
+        fast_noop: let a repeated, unchanged ``marin run`` answer from its no-op record (``stat``
+            calls, without loading the experiment); off, every run plans in full.
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -82,6 +84,7 @@ class MarinConfig:
     code_changes: str = "warn"
     cache_signing_key: str | None = None
     cache_trusted_keys: tuple[str, ...] = ()
+    fast_noop: bool = True
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -105,7 +108,7 @@ class MarinConfig:
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
              "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
-             "cache_trusted_keys")
+             "cache_trusted_keys", "fast_noop")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
@@ -178,7 +181,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not all(isinstance(v, str) and v.strip() for v in items):
             raise ValueError(f"expected a list of {what}, got {value!r}")
         return tuple(v.strip() for v in items)
-    if key in ("strict_env", "warm_workers"):
+    if key in ("strict_env", "warm_workers", "fast_noop"):
         return _parse_bool(value)
     if key == "lease_ttl":
         return _positive_seconds(value)
@@ -233,6 +236,22 @@ def _find_project_file(start: Path, root: Path | None) -> Path | None:
     return None
 
 
+def _user_file(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("HOME", "~")).expanduser() / ".config/marin/config.yaml"
+
+
+def search_paths(cwd: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every file whose presence or content can change what :func:`discover_config` (and
+    :func:`find_workspace_root`) find from ``cwd``: the user file, then ``pyproject.toml`` and
+    ``config/marin.yaml`` in ``cwd`` and in every folder above it. For a caller that watches the
+    configuration by ``stat`` (``marin run``'s no-op record); each may or may not exist."""
+    start = Path(cwd or os.getcwd()).resolve()
+    found = [str(_user_file(os.environ if environ is None else environ))]
+    for folder in (start, *start.parents):
+        found += [str(folder / "pyproject.toml"), str(folder / "config" / "marin.yaml")]
+    return found
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml  # deferred: most runs have no config file to parse
 
@@ -283,7 +302,7 @@ def discover_config(
                 raise bad_setting(key, where, str(e)) from None
             sources[key] = where
 
-    user_path = Path(user_config) if user_config else Path(env.get("HOME", "~")).expanduser() / ".config/marin/config.yaml"
+    user_path = Path(user_config) if user_config else _user_file(env)
     if user_path.is_file():
         apply(_read_yaml(user_path), str(user_path))
     project_path = _find_project_file(start, root)
@@ -323,7 +342,7 @@ _ENV_SOURCE = "environment variable "
 """How :attr:`MarinConfig.sources` begins the name of an environment variable."""
 
 # Variables with the MARIN_ prefix that belong to the runner's own plumbing, not to the config.
-_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache"})
+_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache", "no_fast_noop"})
 
 
 def replace(config: MarinConfig, **changes: Any) -> MarinConfig:

@@ -41,7 +41,8 @@ from rigging import filesystem as fs
 from rigging.hf_hub import hub_cache_dir, hub_endpoint, hub_offline, is_hf_id
 
 __all__ = ["FileChanges", "SourceFingerprint", "SourceKind", "SourceUnavailable", "StatCache", "default_stat_cache",
-           "diff_files", "fingerprint_digests", "fingerprint_source", "fingerprint_sources", "source_kind", "stat_cache_path"]
+           "diff_files", "fingerprint_digests", "fingerprint_source", "fingerprint_sources", "local_source_files",
+           "source_kind", "stat_cache_path"]
 
 _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 _HUB_TIMEOUT_S = 10.0
@@ -208,6 +209,13 @@ def _local_files(path: str) -> list[tuple[str, str]]:
     if os.path.lexists(path):
         return [(os.path.basename(path), path)]
     return []
+
+
+def local_source_files(spec: str) -> list[str]:
+    """The paths of the files a local source covers (those its fingerprint digests), for a caller
+    that watches them by ``stat`` (``marin run``'s no-op record); the folders listed to find them
+    are those :func:`os.scandir` is called on here."""
+    return [full for _name, full in _local_files(fs.strip_protocol(spec))]
 
 
 def _unreadable(spec: str, path: str, error: OSError) -> SourceUnavailable:

@@ -1,0 +1,282 @@
+"""The no-op record: a repeated, unchanged ``marin run`` answered from ``stat`` calls, as Make
+answers from timestamps, without importing the experiment or hashing its graph.
+
+A ``marin run`` that ends with every step cached (or unneeded) writes a record of what that
+answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depends`):
+
+* every file the command read outside the store (the experiment files, the data they read at
+  import, every imported module, the configuration files) with its ``stat`` (modification time
+  in ns, size, inode, device), every folder it listed (import searches, globs) with its own, and
+  the files it looked for and did not find (the configuration's places, ``sys.path`` entries);
+* every local file a step's ``source(...)`` covers (a record is written only when every source
+  is local: an object store or the Hugging Face Hub cannot be asked by ``stat``);
+* each step's success record (``stat`` again; an unneeded step's must stay absent) and its
+  marker in the store's done index (one listing for them all);
+* what the command printed.
+
+The record is kept beside the stat cache (``MARIN_STAT_CACHE``'s folder, else
+``$XDG_CACHE_HOME/marin`` or ``~/.cache/marin``), in ``noop/``, under a key that digests the
+command line, the working folder, the Python executable and ``sys.path``, whether the streams
+are terminals, and the whole environment but :data:`IGNORED_VARIABLES`. The next identical
+command finds it, ``stat``s everything in it and lists the done index: when nothing moved it
+prints what the recorded run printed and exits 0; anything changed, missing or unreadable, and
+the command runs in full (writing a new record if it is a no-op again).
+
+Only plain ``marin run TARGET...`` with ``--prefix``, ``-j``, ``--only``, ``--budget``,
+``--budget-accelerator-hours``, ``--require-cached``, ``--[no-]warm-workers`` or
+``--code-changes warn`` is answered; ``MARIN_NO_FAST_NOOP=1``, ``--no-fast`` or
+``fast_noop: false`` in the configuration turn it off.
+
+This module is imported before click and the engine (:mod:`marin.cli.main`), so it uses the
+standard library only: the answer must cost a few milliseconds over the interpreter's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import sys
+import time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ["DISABLE_VARIABLE", "IGNORED_VARIABLES", "RECORD_FORMAT", "Request", "answer", "debug", "record_of",
+           "records_folder", "remove_record", "request_of", "stat_key", "why_changed", "write_record"]
+
+RECORD_FORMAT = 1
+"""The form of the records this code writes; a record of another form is not read."""
+
+DISABLE_VARIABLE = "MARIN_NO_FAST_NOOP"
+"""Set (to anything but ``""`` or ``0``), ``marin run`` neither answers from nor writes a record."""
+
+IGNORED_VARIABLES = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLORTERM", "COLUMNS", "LINES",
+                               "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY"})
+"""Environment variables left out of the key: the shell's own bookkeeping and the terminal's
+size and kind, which change neither a plan nor what a no-op prints. Every other variable is in
+the key, so a changed one (``EXPERIMENTS_SCALE``, ``HF_HOME``, ``MARIN_PREFIX``) runs in full."""
+
+_KEEP = 64
+"""Records kept per user (the newest): one per distinct command line and environment."""
+
+# `marin run`'s options the record may answer (with a value, or alone). Any other (--force,
+# --dry-run, --cache, --strict-env, --backend ...) takes the full path every time.
+_VALUED = frozenset({"--prefix", "-j", "--max-parallel", "--only", "--budget", "--budget-accelerator-hours",
+                     "--code-changes"})
+_FLAGS = frozenset({"--warm-workers", "--no-warm-workers", "--require-cached"})
+_VERBOSE = frozenset({"-v", "--verbose"})
+
+_SUFFIX = ".noop"
+# A record is a dict written with marshal, as Python's own bytecode caches are: read without
+# importing anything (json alone would cost a quarter of the answer), by the interpreter that
+# wrote it (its version is in the key). Its keys (one place: the writer and the reader below):
+_FORMAT, _KEY, _PATHS, _INDEX, _MARKERS, _OUTPUT = "format", "key", "paths", "index", "markers", "output"
+
+
+class Request:
+    """A ``marin run`` command line the record may answer."""
+
+    __slots__ = ("key", "path", "verbose")
+
+    def __init__(self, key: str, path: str, verbose: bool):
+        self.key = key
+        """Digest of everything the answer is keyed by (see the module's docstring)."""
+        self.path = path
+        """Where its record is."""
+        self.verbose = verbose
+        """``-v``: say on stderr whether the record answered, and why not."""
+
+
+def records_folder(environ: Mapping[str, str]) -> str:
+    """Where records are kept: ``noop/`` beside the stat cache (the folder
+    ``marin.execution.store.stat_cache.stat_cache_path`` names, not imported here: it would load
+    the engine; a test holds the two together)."""
+    if environ.get("MARIN_STAT_CACHE"):
+        base = os.path.dirname(os.path.expanduser(environ["MARIN_STAT_CACHE"]))
+    else:
+        base = os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "marin")
+    return os.path.join(base, "noop")
+
+
+def _answerable(run_args: Sequence[str]) -> tuple[list[str], bool] | None:
+    """``marin run``'s arguments less ``-v`` (which changes no answer), and whether it was given;
+    None unless they are ones a record may answer: targets and the options above."""
+    kept: list[str] = []
+    verbose = False
+    targets = 0
+    i = 0
+    while i < len(run_args):
+        arg = run_args[i]
+        i += 1
+        if arg in _VERBOSE:
+            verbose = True
+            continue
+        kept.append(arg)
+        name, eq, value = arg.partition("=")
+        if not arg.startswith("-"):
+            targets += 1
+        elif name in _VALUED and name.startswith("--") and eq:
+            if name == "--code-changes" and value != "warn":
+                return None
+        elif arg in _VALUED:
+            if i >= len(run_args) or (arg == "--code-changes" and run_args[i] != "warn"):
+                return None
+            kept.append(run_args[i])
+            i += 1
+        elif arg not in _FLAGS:
+            return None
+    return (kept, verbose) if targets else None
+
+
+def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) -> Request | None:
+    """The request ``marin ARGS`` makes of the record, or None when no record may answer it (another
+    verb, an option the record does not answer, :data:`DISABLE_VARIABLE` set). ``-v`` before or
+    after the verb is not part of the key: it only says on stderr what the record did."""
+    environ = os.environ if environ is None else environ
+    if environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
+        return None
+    verbose = False
+    rest = list(args)
+    while rest and rest[0] in _VERBOSE:
+        verbose = True
+        rest.pop(0)
+    parsed = _answerable(rest[1:]) if rest and rest[0] == "run" else None
+    if parsed is None:
+        return None
+    run_args, verbose_after = parsed
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working folder was removed
+        return None
+    streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdout, sys.stderr))
+    env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
+    interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
+    material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, streams, env))
+    key = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+    return Request(key, os.path.join(records_folder(environ), f"{key[:32]}{_SUFFIX}"), verbose or verbose_after)
+
+
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a record keeps of a ``stat``: modification time (ns), size, inode, device."""
+    return [st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev]
+
+
+def record_of(key: str, paths: Mapping[str, list[int] | None], index: str, markers: Iterable[str],
+                output: Iterable[tuple[int, str]]) -> dict[str, object]:
+    """A record (what :func:`write_record` writes).
+
+    Args:
+        key: the request's key.
+        paths: each path looked at, with :func:`stat_key` of it, or None where it must not exist.
+        index: the store's done index folder.
+        markers: the file names in ``index`` that must still be there (the done steps').
+        output: what the command printed, in order: (1 stdout or 2 stderr, text).
+    """
+    return {_FORMAT: RECORD_FORMAT, _KEY: key, _PATHS: dict(paths), _INDEX: index, _MARKERS: list(markers),
+            _OUTPUT: [[stream, text] for stream, text in output]}
+
+
+def _path_changed(path: str, want: list[int] | None) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None if want is None else f"{path} is gone"
+    if want is None:
+        return f"{path} appeared"
+    return None if stat_key(st) == want else f"{path} changed"
+
+
+def why_changed(record: object, key: str) -> str | None:
+    """Why ``record`` does not answer the request with ``key`` now (a path moved, a step is no longer
+    done ...), or None when it does: every path ``stat``s as recorded, and the done index, listed
+    once, still holds every marker."""
+    if not isinstance(record, dict) or record.get(_FORMAT) != RECORD_FORMAT or record.get(_KEY) != key:
+        return "it is of another form or for another command"
+    try:
+        for path, want in record[_PATHS].items():
+            why = _path_changed(path, want)
+            if why is not None:
+                return why
+        index = record[_INDEX]
+        try:
+            listed = set(os.listdir(index))
+        except OSError:
+            return f"the done index {index} cannot be listed"
+        for marker in record[_MARKERS]:
+            if marker not in listed:
+                return f"{marker} is no longer in the done index"
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        return f"it cannot be read ({type(e).__name__})"
+    return None
+
+
+def debug(request: Request, message: str) -> None:
+    """``message`` on stderr under ``-v``, in the form of the command's debug log lines."""
+    if request.verbose:
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} DEBUG {__name__}: {message}\n")
+
+
+def answer(request: Request) -> bool:
+    """Print the recorded output and return True when the request's record holds; False (and
+    nothing printed but a debug line) when there is none or it does not hold."""
+    try:
+        with open(request.path, "rb") as f:
+            data = f.read()
+    except OSError:
+        debug(request, f"no no-op record for this command ({request.path}); running in full")
+        return False
+    try:
+        record = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        record = None
+    why = why_changed(record, request.key)
+    if why is not None:
+        debug(request, f"the no-op record {request.path} does not hold: {why}; running in full")
+        return False
+    for stream, text in record[_OUTPUT]:  # type: ignore[index]  (why_changed checked it is a record)
+        (sys.stdout if stream == 1 else sys.stderr).write(text)
+    sys.stdout.flush()
+    debug(request, f"answered from the no-op record {request.path}: {len(record[_PATHS])} paths and "  # type: ignore[index]
+                   f"{len(record[_MARKERS])} done markers unchanged (MARIN_NO_FAST_NOOP=1 or --no-fast runs in full)")
+    return True
+
+
+def write_record(request: Request, record: Mapping[str, object]) -> None:
+    """Write ``record`` for ``request`` (atomically), keeping the newest :data:`_KEEP` records.
+
+    Raises:
+        OSError: the records folder cannot be written.
+    """
+    folder = os.path.dirname(request.path)
+    os.makedirs(folder, exist_ok=True)
+    temporary = f"{request.path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as f:
+        f.write(marshal.dumps(record))
+    os.replace(temporary, request.path)
+    _prune(folder)
+
+
+def _prune(folder: str) -> None:
+    entries = []
+    for entry in os.scandir(folder):
+        if entry.name.endswith(_SUFFIX):
+            try:
+                entries.append((entry.stat().st_mtime_ns, entry.path))
+            except OSError:
+                continue  # removed meanwhile by another command's pruning
+    for _mtime, path in sorted(entries, reverse=True)[_KEEP:]:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            continue
+
+
+def remove_record(request: Request) -> None:
+    """Remove the request's record, if any (it no longer holds and the command was no no-op)."""
+    try:
+        os.remove(request.path)
+    except FileNotFoundError:
+        return

@@ -1,0 +1,150 @@
+"""What a no-op ``marin run`` depends on beyond what it was seen to read, offered to its
+recording (:mod:`marin.cli.noop_recording`) once it has printed its answer.
+
+A run leaves a no-op record only when its answer can be checked by ``stat``: every step cached
+or unneeded, a local store, plain settings (no ``--force``, caches, ``--strict-env``,
+``code_changes: rebuild``, Ray), every source local, no step named twice, no debug logging,
+``fast_noop`` on, and nothing it read modified within the stat cache's racy window (a file
+changed twice within one tick of the file system's clock could ``stat`` the same).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from marin.cli.noop_recording import current
+from marin.execution.core.step import DEV_VERSION
+from marin.execution.plan.model import Action, Plan
+from marin.execution.run.outcome import Outcome, RunResult
+from marin.execution.run.settings import RunSettings
+from marin.execution.store import done_index
+from marin.execution.store.stat_cache import trusted
+from marin.execution.store.step_record import StepRecord
+from rigging import filesystem as fs
+from rigging.config.discovery import Backend, MarinConfig, search_paths
+
+__all__ = ["offer_noop_record"]
+
+logger = logging.getLogger(__name__)
+
+
+class _NoRecord(Exception):
+    """Why this run's answer cannot be checked by ``stat`` next time."""
+
+
+def offer_noop_record(result: RunResult, settings: RunSettings, config: MarinConfig | None,
+                      targets: Sequence[str], report: str) -> None:
+    """Offer this run's no-op record, if the command is recording and the run can leave one.
+
+    Args:
+        result: the run.
+        settings: its settings.
+        config: the configuration it was made from (``fast_noop``).
+        targets: the command's targets (the folders whose configuration files count).
+        report: the report it printed the path of.
+    """
+    recording = current()
+    if recording is None:
+        return
+    try:
+        plan = _answerable(result, settings, config)
+        paths, markers = _depends(plan, settings.prefix, targets, report, recording.seen, recording.started_ns)
+    except (_NoRecord, OSError) as e:  # OSError: a file or folder vanished meanwhile; the run itself went well
+        logger.debug("no no-op record for this run: %s", e)
+        recording.abandon()
+        return
+    recording.offer(paths, fs.strip_protocol(done_index.index_folder(_local(settings.prefix))), markers)
+
+
+def _answerable(result: RunResult, settings: RunSettings, config: MarinConfig | None) -> Plan:
+    """The run's plan, when a record of it could answer the same command again."""
+    plan = result.plan
+    if plan is None or not result.ok or any(s.outcome not in (Outcome.CACHED, Outcome.UNNEEDED) for s in result.steps):
+        raise _NoRecord("it built or fetched something")
+    if config is not None and not config.fast_noop:
+        raise _NoRecord("fast_noop is off in the configuration")
+    if (settings.dry_run or settings.force or settings.caches or settings.strict_env or settings.code_changes != "warn"
+            or settings.backend is not Backend.LOCAL):
+        raise _NoRecord("its settings (--force, caches, --strict-env, code_changes rebuild or Ray) decide more than files")
+    if not fs.is_local(settings.prefix):
+        raise _NoRecord(f"the store {settings.prefix} is not local")
+    if plan.name_clashes:
+        raise _NoRecord("steps share a name (the warning is the run's to print)")
+    if any(p.step.version == DEV_VERSION for p in plan.steps):
+        raise _NoRecord('a step of version "dev" rebuilds on every run')
+    if any(f.kind != "local" for p in plan.steps for f in p.sources):
+        raise _NoRecord("a source is not a local file (an object store or the Hub is not asked by stat)")
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        raise _NoRecord("debug logs are on")
+    return plan
+
+
+def _local(prefix: str) -> str:
+    return os.path.abspath(fs.strip_protocol(prefix))
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _looked_for(plan: Plan, targets: Sequence[str]) -> Iterable[str]:
+    """Paths the answer depends on that a run need not open or list: every imported module's
+    file, every ``sys.path`` entry, the configuration's files (found from the working folder and
+    from each target's), and every file of a local source."""
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            yield os.path.abspath(path)
+    for entry in sys.path:
+        yield os.path.abspath(entry or ".")
+    yield from search_paths()
+    for target in targets:
+        spec = target if os.path.exists(target) else target.rpartition(":")[0] or target
+        if os.path.exists(spec):
+            yield from search_paths(spec if os.path.isdir(spec) else os.path.dirname(os.path.abspath(spec)))
+    specs = sorted({f.spec for p in plan.steps for f in p.sources})
+    if specs:
+        # Here: a graph that reads no source never loads fingerprinting (sqlite3 and the rest).
+        from marin.execution.store.sources import local_source_files
+
+        for spec in specs:
+            yield from local_source_files(spec)
+
+
+def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str,
+             seen: dict[str, os.stat_result | None], started_ns: int) -> tuple[dict[str, Any], list[str]]:
+    """(every path to ``stat`` with its ``stat`` or None, the done markers that must stay)."""
+    store = _local(prefix)
+    roots = tuple(dict.fromkeys(p.rstrip(os.sep) + os.sep for p in (store, os.path.realpath(store))))
+
+    def outside(path: str) -> bool:
+        return not path.startswith(roots) and path not in (store, os.path.realpath(store))
+
+    paths: dict[str, Any] = {path: st for path, st in seen.items() if outside(path)}
+    for path in _looked_for(plan, targets):
+        if path not in paths and outside(path):
+            paths[path] = _stat(path)
+    if not trusted([st for st in paths.values() if st is not None], started_ns):
+        raise _NoRecord("a file it read was modified moments before it was read")
+    # The store's own files are replaced whole, never edited in place: their stat is enough.
+    index = done_index.read_index(store)
+    markers = []
+    for p in plan.steps:
+        success = _local(StepRecord(p.output_path).success)
+        st = _stat(success)
+        if p.action is Action.CACHED:
+            if st is None or p.output_name not in index:
+                raise _NoRecord(f"{p.output_name} is not in the done index yet")
+            markers.append(done_index.marker_name(p.output_name, *done_index.split_stamp(index[p.output_name])))
+        elif st is not None:
+            raise _NoRecord(f"{p.output_name} was built meanwhile")
+        paths[success] = st
+    paths[_local(report)] = _stat(_local(report))
+    return paths, markers
