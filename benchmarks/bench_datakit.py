@@ -39,6 +39,7 @@ from typing import Any
 
 import xxhash
 
+from benchmarks.workfolder import parse_bench_args, work_folder
 from marin.processing.attributes import (
     iter_corpus,
     list_shards,
@@ -272,12 +273,8 @@ def main(argv: list[str] | None = None, runner: Callable[[int, int, str], None] 
     parser.add_argument("--pages", type=int, default=DEFAULT_PAGES, help="pages of the generated corpus")
     parser.add_argument("--html-pages", type=int, default=DEFAULT_HTML_PAGES, help="pages html_to_text is timed on")
     parser.add_argument("--work", default=None, help="folder to keep the generated corpus in (reused)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.work:
-        os.makedirs(args.work, exist_ok=True)
-        runner(args.pages, args.html_pages, args.work)
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-datakit-") as work:
+    args = parse_bench_args(parser, argv)
+    with work_folder(args.work, "bench-datakit-") as work:
         runner(args.pages, args.html_pages, work)
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_datakit import THRESHOLD, Timings, corpus_at, representatives
+from benchmarks.workfolder import parse_bench_args, work_folder
 from marin.processing.attributes import iter_corpus, list_shards, read_summary
 from marin.processing.dedup import FuzzyDedupConfig, UnionFind, fuzzy_dedup_step, jaccard, shingle_set
 from marin.processing.text import words
@@ -234,12 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_datakit_peers")
     parser.add_argument("--pages", type=int, default=DEFAULT_PAGES)
     parser.add_argument("--work", default=None, help="folder to keep the generated corpus in (reused)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.work:
-        os.makedirs(args.work, exist_ok=True)
-        run(args.pages, args.work)
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-datakit-peers-") as work:
+    args = parse_bench_args(parser, argv)
+    with work_folder(args.work, "bench-datakit-peers-") as work:
         run(args.pages, work)
 
 

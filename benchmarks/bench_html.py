@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.workfolder import parse_bench_args, work_folder
 from marin.processing.attributes import list_shards, read_documents
 from marin.processing.html import Extractor, HtmlToTextConfig, extract_text
 from marin.processing.webcorpus import DOCUMENTS_FOLDER, HTML_FOLDER, WebCorpusConfig, generate_web_corpus
@@ -150,13 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=DEFAULT_PAGES, help="pages of the generated web corpus")
     parser.add_argument("--work", help="scratch folder (default: a temporary one, removed after)")
-    args = parser.parse_args(argv)
-    if args.work:
-        run(args.pages, Path(args.work))
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-html-") as work:
-            run(args.pages, Path(work))
+    args = parse_bench_args(parser, argv)
+    with work_folder(args.work, "bench-html-") as work:
+        run(args.pages, Path(work))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

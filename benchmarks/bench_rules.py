@@ -23,12 +23,12 @@ import argparse
 import gzip
 import os
 import re
-import tempfile
 import unicodedata
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from benchmarks.bench_datakit import Timings, corpus_at
+from benchmarks.workfolder import parse_bench_args, work_folder
 from marin.processing.attributes import iter_corpus, list_shards, read_summary
 from marin.processing.language import LanguageIdConfig, identify_language, language_id_step
 from marin.processing.pii import PiiConfig, pii_step
@@ -180,13 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pages", type=int, default=2_000, help="pages of the generated corpus")
     parser.add_argument("--per-language", type=int, default=200, help="held-out paragraphs per language (at most)")
     parser.add_argument("--work", default=None, help="folder to keep the generated corpus in (reused)")
-    args = parser.parse_args(argv if argv is not None else [])
+    args = parse_bench_args(parser, argv)
     accuracy(args.per_language)
-    if args.work:
-        os.makedirs(args.work, exist_ok=True)
-        cost(args.pages, args.work)
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-rules-") as work:
+    with work_folder(args.work, "bench-rules-") as work:
         cost(args.pages, work)
 
 
