@@ -6,13 +6,17 @@ import subprocess
 import sys
 
 
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (nothing imported before it)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
 def test_naming_configs_does_not_import_jax() -> None:
     # Experiment files name models and optimizers; planning them must not pay for JAX.
     code = ("import sys, levanter, levanter.data, marin.report; "
             "levanter.AdamConfig; levanter.LlamaConfig; levanter.data.DatasetSpec; "
             "print(sorted(m for m in ('jax', 'optax', 'grain', 'orbax', 'haiku') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _fresh(code).strip() == "[]"
 
 
 def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() -> None:
@@ -23,16 +27,14 @@ def test_the_flat_experiment_surface_loads_each_name_from_its_module_on_use() ->
             "import marin.experiment.training.train as train, marin.experiment.data as data; "
             "print(m.train_lm is train.train_lm and m.tokenized is data.tokenized, "
             "all(getattr(m, n) is not None for n in m.__all__))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["[]", "[]", "True True"]
+    assert _fresh(code).splitlines() == ["[]", "[]", "True True"]
 
 
 def test_naming_harness_settings_and_story_tasks_does_not_import_jax_or_the_harness() -> None:
     # Eval steps name their harness settings in configs; planning them must not pay for JAX or lm_eval.
     code = ("import sys, levanter.eval_harness as h, marin.experiment.tasks.story; h.HarnessConfig; h.TaskRunConfig; "
             "print(sorted(m for m in ('jax', 'lm_eval', 'datasets', 'tokenizers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _fresh(code).strip() == "[]"
 
 
 def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_code_digests() -> None:
@@ -43,8 +45,7 @@ def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_
             "StepRunner(prefix=tempfile.mkdtemp(), config=None).plan(c.chain(3)); "
             "print(sorted(m for m in ('marin.execution.store.sources', 'marin.execution.store.code_digest', "
             "'sqlite3') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _fresh(code).strip() == "[]"
 
 
 def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_checked() -> None:
@@ -54,8 +55,7 @@ def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_
             "r = StepRunner(prefix=tempfile.mkdtemp(), config=None, caches=[tempfile.mkdtemp()], "
             "cache_trusted_keys=['ci-1:' + 'A' * 43 + '=']); r.plan(c.chain(3)); "
             "print([k.name for k in r.settings.cache_trusted_keys], 'cryptography' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['ci-1'] False"
+    assert _fresh(code).strip() == "['ci-1'] False"
 
 
 def test_the_console_script_answers_a_noop_run_before_importing_click_or_the_engine() -> None:
@@ -65,5 +65,4 @@ def test_the_console_script_answers_a_noop_run_before_importing_click_or_the_eng
     code = ("import sys, marin.cli.main, marin.cli.noop, marin.cli.noop_recording; "
             "print(sorted(m for m in ('click', 'json', 're', 'typing', 'collections', 'rigging', 'marin.execution', "
             "'marin.cli.group') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _fresh(code).strip() == "[]"
