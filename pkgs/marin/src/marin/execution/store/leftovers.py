@@ -45,15 +45,19 @@ class Leftover:
     bytes: int
 
 
-def _sizes_under(files: Iterable[tuple[str, int]], output: str, work: str) -> dict[str, int]:
-    """The bytes under each attempt folder and work folder of one output's files (``files``:
-    paths relative to the prefix)."""
-    sizes: dict[str, int] = {}
-    head = output + "/"
+def _sizes_by_output(files: Iterable[tuple[str, int]], outputs: set[str], work: str) -> dict[str, dict[str, int]]:
+    """For each of ``outputs`` that has some, the bytes under each of its attempt folders and work
+    folders, from one pass over the store's files (``files``: paths relative to the prefix)."""
+    by_output: dict[str, dict[str, int]] = {}
     for rel, size in files:
-        if not rel.startswith(head):
+        for marker in (f"/{ATTEMPTS_DIR}/", f"/{work}/"):
+            output, found, rest = rel.partition(marker)
+            if found and output in outputs:
+                break
+        else:
             continue
-        parts = rel[len(head):].split("/")
+        parts = [marker.strip("/"), *rest.split("/")]
+        sizes = by_output.setdefault(output, {})
         if parts[0] == ATTEMPTS_DIR and len(parts) > 2:
             key = f"{ATTEMPTS_DIR}/{parts[1]}"
             sizes[key] = sizes.get(key, 0) + size
@@ -61,7 +65,7 @@ def _sizes_under(files: Iterable[tuple[str, int]], output: str, work: str) -> di
                 sizes[f"{key}/{work}"] = sizes.get(f"{key}/{work}", 0) + size
         elif parts[0] == work and len(parts) > 1:
             sizes[work] = sizes.get(work, 0) + size
-    return sizes
+    return by_output
 
 
 def _of_output(store: StepStore, output: str, sizes: Mapping[str, int], work: str) -> list[Leftover]:
@@ -93,12 +97,9 @@ def store_leftovers(store: StepStore, outputs: Iterable[str], files: Iterable[tu
     # Here, not at import: zephyr (numpy ...) is loaded for a collection, never by the verbs that import the store.
     from zephyr.shuffle import WORK_FOLDER
 
-    files = [(rel, size) for rel, size in files if f"/{ATTEMPTS_DIR}/" in rel or f"/{WORK_FOLDER}/" in rel]
     found = []
-    for output in sorted(outputs):
-        sizes = _sizes_under(files, output, WORK_FOLDER)
-        if sizes:
-            found.extend(_of_output(store, output, sizes, WORK_FOLDER))
+    for output, sizes in sorted(_sizes_by_output(files, set(outputs), WORK_FOLDER).items()):
+        found.extend(_of_output(store, output, sizes, WORK_FOLDER))
     return found
 
 
