@@ -226,6 +226,15 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
     fs.pipe_file(p, payload)
 
 
+def _hard_link(src: str, dst: str) -> bool:
+    """Link ``dst`` to ``src``; False where the file system does not allow it (another device ...)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        return False
+    return True
+
+
 def copy_file(src: str, dst: str, *, link: bool = False) -> None:
     """Copy the file ``src`` to ``dst``, which readers see whole or not at all: inside one object
     store a copy made by the store itself (on GCS a rewrite: no bytes through this machine), else
@@ -240,11 +249,7 @@ def copy_file(src: str, dst: str, *, link: bool = False) -> None:
 
         tmp = _tmp_sibling(strip_protocol(dst))
         try:
-            try:
-                if not link:
-                    raise OSError("a copy was asked for")
-                os.link(strip_protocol(src), tmp)
-            except OSError:  # another file system, or links not allowed here: copy
+            if not (link and _hard_link(strip_protocol(src), tmp)):
                 shutil.copyfile(strip_protocol(src), tmp)
             os.replace(tmp, strip_protocol(dst))
         finally:
