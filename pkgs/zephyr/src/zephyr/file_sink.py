@@ -111,7 +111,8 @@ class FileSink(Sink):
     @abc.abstractmethod
     def _open(self, local_path: str) -> OpenFile: ...
 
-    def _relative(self, split: str | None, shard_index: int) -> str:
+    def shard_path(self, split: str | None, shard_index: int) -> str:
+        """Where shard ``shard_index`` of ``split`` (None: without splits) lies, relative to the output."""
         name = shard_name(shard_index, self.extension)
         return f"{split}/{name}" if split else name
 
@@ -171,7 +172,7 @@ class FileSink(Sink):
             return False
         files = {}
         for key, info in record["files"].items():
-            rel = self._relative(key or None, shard_index)
+            rel = self.shard_path(key or None, shard_index)
             # An earlier output is never written in place: locally its shard is linked, not copied.
             fs.copy_file(fs.join(earlier, info["path"]), fs.join(self.output_path, rel), link=True)
             files[key] = {**info, "path": rel}
@@ -193,7 +194,7 @@ class FileSink(Sink):
         tmp_paths: dict[str | None, str] = {}
         finals: dict[str | None, str] = {}
         for key in keys:
-            rel = self._relative(key, ctx.shard_index)
+            rel = self.shard_path(key, ctx.shard_index)
             finals[key] = fs.join(self.output_path, rel)
             name = f"{_TMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(rel)}"
             if local_out:
@@ -221,7 +222,7 @@ class FileSink(Sink):
             extra = {key: opened.pop(key).close() for key in keys}
             files = {}
             for key in keys:
-                files[key or ""] = {"path": self._relative(key, ctx.shard_index), **stats[key],
+                files[key or ""] = {"path": self.shard_path(key, ctx.shard_index), **stats[key],
                                     "bytes": os.path.getsize(tmp_paths[key]),
                                     "sha256": fs.sha256_of(tmp_paths[key]), **extra[key]}
                 _commit(tmp_paths[key], finals[key])

@@ -28,7 +28,6 @@ from marin.processing.attributes import source_entries
 from marin.processing.per_file import InputFile, Part, PartOutput, input_files, read_parts, write_parts
 from zephyr import Dataset, FileShard
 from zephyr.file_sink import FileSink
-from zephyr.sink import shard_name
 
 __all__ = ["ShardParts", "shard_parts"]
 
@@ -89,7 +88,7 @@ class ShardParts:
             f = by_path.get(_single_file(shard) or "")
             if f is None:
                 return  # a shard that is not one whole file: nothing here is reusable later
-            files = tuple(f"{split}/{shard_name(i, sink.extension)}" for split in sink.splits)
+            files = tuple(sink.shard_path(split, i) for split in sink.splits)
             parts.append(Part(f.name, f.fingerprint, PartOutput(files, {"shard": i})))
         write_parts(output_path, parts)
         running = current_step()
