@@ -28,7 +28,7 @@ from zephyr.errors import DataError
 from zephyr.reader_base import FileSlice, OnError, Reader, RecordFn, open_raw
 from zephyr.worker_context import Counters
 
-__all__ = ["WARC_SUFFIXES", "WET_SUFFIXES", "WarcReader", "WebRecord", "is_web_archive", "read_web_records",
+__all__ = ["WARC_SUFFIXES", "WET_SUFFIXES", "WarcReader", "WebRecord", "is_web_archive", "is_wet", "read_web_records",
            "write_web_archive"]
 
 WET_SUFFIXES = (".wet", ".wet.gz")
@@ -71,7 +71,8 @@ def is_web_archive(path: str) -> bool:
     return path.lower().endswith(WARC_SUFFIXES + WET_SUFFIXES)
 
 
-def _is_wet(path: str) -> bool:
+def is_wet(path: str) -> bool:
+    """True for a WET file (Common Crawl's plain-text conversions), by its name."""
     return path.lower().endswith(WET_SUFFIXES)
 
 
@@ -149,7 +150,7 @@ def _records_from(raw: Any, offset: int, path: str, wet: bool) -> Iterator[WebRe
 
 def read_web_records(path: str) -> Iterator[WebRecord]:
     """Every response record of a WARC file, or conversion record of a WET file, in file order."""
-    wet = _is_wet(path)
+    wet = is_wet(path)
     with open_raw(path) as raw:
         offset: int | None = 0
         while offset is not None:
@@ -177,7 +178,7 @@ class WarcReader(Reader):
     def read(self, piece: FileSlice, counters: Counters | None = None) -> Iterator[Any]:
         if not piece.whole:
             raise ValueError(f"{piece.path}: web archives are read whole, not by byte ranges")
-        if self.record_fn is None and not _is_wet(piece.path):
+        if self.record_fn is None and not is_wet(piece.path):
             raise DataError(piece.path, "", "a WARC file holds pages, not documents: extract them with html_to_text")
         for record in read_web_records(piece.path):
             if self.record_fn is not None:
@@ -198,7 +199,7 @@ def write_web_archive(path: str, records: Iterable[WebRecord], *, gzip: bool = T
 
     from rigging import filesystem as fs
 
-    wet = _is_wet(path)
+    wet = is_wet(path)
     out = io.BytesIO()
     for r in records:
         record = WarcRecord()

@@ -54,7 +54,7 @@ from marin.processing.per_file import InputFile, Part, PartOutput, input_files, 
 from rigging import filesystem as fs
 from rigging.fields import added_field
 from zephyr import DataError
-from zephyr.warc import WARC_SUFFIXES, WET_SUFFIXES, is_web_archive, read_web_records
+from zephyr.warc import WARC_SUFFIXES, WET_SUFFIXES, is_web_archive, is_wet, read_web_records
 
 __all__ = ["HTML_SUFFIXES", "MAX_NAMED", "PAGE_SUFFIXES", "Extractor", "Favor", "HtmlToTextConfig", "extract_text",
            "html_to_text_step", "is_permalink", "tidy"]
@@ -189,18 +189,15 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 def _archive_pages(path: str, config: HtmlToTextConfig) -> Iterator[tuple[Any, str | None, Decoded]]:
     """The pages of a web archive: a WARC's responses (HTML decoded with the charset their headers
     declare; other content types are ``not_html``), a WET's texts (plain, taken as they are)."""
+    wet = is_wet(path)
     for record in read_web_records(path):
         if record.problem is not None:
             yield record.id, record.url, Decoded(None, PageProblem(record.problem), record.detail)
-        elif record.content_type == "text/plain" and record.charset == "utf-8" and path.lower().endswith(WET_SUFFIXES):
-            text = record.payload.decode("utf-8", errors="replace")
-            decoded = check_text(text, config.max_bytes)
+        elif wet:
+            decoded = check_text(record.payload.decode("utf-8", errors="replace"), config.max_bytes)
             yield record.id, record.url, Decoded(decoded.html, decoded.problem, decoded.detail, plain=True)
         elif record.content_type is not None and record.content_type not in _HTML_TYPES:
             yield record.id, record.url, Decoded(None, PageProblem.NOT_HTML, record.content_type)
-        elif len(record.payload) > config.max_bytes:
-            yield record.id, record.url, Decoded(None, PageProblem.OVERSIZED,
-                                                 f"{len(record.payload)} bytes > {config.max_bytes}")
         else:
             yield record.id, record.url, decode_page(record.payload, config.max_bytes, record.charset)
 
