@@ -7,10 +7,12 @@ either the old content or the new content, never a torn file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import posixpath
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -229,10 +231,9 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
 def _hard_link(src: str, dst: str) -> bool:
     """Link ``dst`` to ``src``; False where the file system does not allow it (another device ...)."""
     try:
-        os.link(src, dst)
+        return os.link(src, dst) is None
     except OSError:
         return False
-    return True
 
 
 def copy_file(src: str, dst: str, *, link: bool = False) -> None:
@@ -240,13 +241,10 @@ def copy_file(src: str, dst: str, *, link: bool = False) -> None:
     store a copy made by the store itself (on GCS a rewrite: no bytes through this machine), else
     a streamed copy into a temporary sibling renamed over ``dst`` (locally) or one upload.
 
-    ``link``: locally, a hard link where the file system allows (the same bytes, no copy): only
-    for a ``src`` that is never written in place, such as a finished step's file, since the two
-    names then share one file.
+    ``link``: locally, a hard link where the file system allows (no copy): only for a ``src`` never
+    written in place, such as a finished step's file, since the two names then share one file.
     """
     if is_local(src) and is_local(dst):
-        import shutil
-
         tmp = _tmp_sibling(strip_protocol(dst))
         try:
             if not (link and _hard_link(strip_protocol(src), tmp)):
@@ -313,10 +311,8 @@ def create_if_absent(path: str, data: bytes | str, *, durable: bool = True, list
 def delete(path: str) -> None:
     """Remove the file at ``path`` if it exists."""
     if is_local(path):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(strip_protocol(path))
-        except FileNotFoundError:
-            pass
         return
     fs, p = _fs_path(path)
     try:
@@ -328,8 +324,6 @@ def delete(path: str) -> None:
 def rm_tree(path: str) -> None:
     """Remove ``path`` and everything below it; a missing path is not an error."""
     if is_local(path):
-        import shutil
-
         p = strip_protocol(path)
         if os.path.islink(p) or os.path.isfile(p):
             os.unlink(p)
