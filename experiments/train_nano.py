@@ -50,6 +50,7 @@ def main() -> int:
     """Run the graph and report what it made."""
     from marin.cli.display import make_reporter, summary_table
     from marin.execution.step_runner import StepRunner
+    from marin.execution.store.roots import GcRoot, register_root
     from marin.experiment.evaluation.results import read_eval_results, score_lines
     from marin.experiment.training.sampling import sample_text
     from marin.experiment.training.train import unigram_entropy
@@ -58,6 +59,8 @@ def main() -> int:
 
     runner = StepRunner(reporter=make_reporter())
     result = runner.run(steps)
+    if result.plan is not None:  # a GC root, as `marin run experiments/train_nano.py` registers it
+        register_root(result.prefix, GcRoot.for_run([__file__], (p.output_name for p in result.plan.steps)))
     print(summary_table(result))
     report = write_run_report(result, runner.store)
     if not result.ok:

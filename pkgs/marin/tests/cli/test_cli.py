@@ -364,7 +364,7 @@ def test_run_budget_refuses_an_estimate_over_it(tmp_path, counter):
     assert re.search(r"exceeds the budget of 5\.0s; most of it: slow/train \(", refused.output), refused.output
     plan = _invoke(["plan", bigger, "--prefix", prefix], counter)
     duration = r"(\d+m \d\ds|[1-5]\d\.\ds)"  # tens of seconds or minutes, as the table writes them
-    assert re.search(rf"^run\s+slow/train\s+[0-9a-f]{{16}}\s+{duration}\s+version bumped", plan.output, re.M), plan.output
+    assert re.search(rf"^run\s+slow/train\s+[0-9a-f]{{16}}\s+{duration}\s+\d+ bytes\s+version bumped", plan.output, re.M), plan.output
     assert re.search(rf"^estimate: {duration} with -j \d+ .*critical path slow/train", plan.output, re.M), plan.output
     machine = json.loads(_invoke(["plan", bigger, "--prefix", prefix, "--json"], counter).output)["estimate"]
     assert machine["critical_path"] == ["slow/train"] and machine["no_estimate"] == []

@@ -130,6 +130,10 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
     (exp / "config").mkdir()
     (exp / "config" / "marin.yaml").write_text("prefix: elsewhere\n")  # a configuration file appears
     changes((exp, "changed"), (exp / "config" / "marin.yaml", "appeared"))
+    [root] = (store / ".marin" / "roots").iterdir()  # the run's GC root (marin roots)
+    root.unlink()  # dropped (`marin roots rm`): the next run registers it again in full
+    assert noop.why_changed(record, key) == f"{root} is gone"
+    del record["paths"][str(root)]
 
     output = next(p for p in (store / "noop").iterdir() if p.name.startswith("second-"))
     shutil.rmtree(output)  # removed (as by hand, or gc)

@@ -1,31 +1,72 @@
-"""``marin gc``: remove outputs under the prefix that the given experiments do not reach."""
+"""``marin gc``: remove the outputs no GC root reaches, and what killed processes left."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
-from marin.cli.common import prefix_option, runner_from_options, targets_argument
+from marin.cli.common import prefix_option, reached_outputs
+from marin.cli.errors import MarinError
 
 
 @click.command("gc")
-@targets_argument
+@click.argument("targets", nargs=-1, required=False, metavar="[FILE...]")
 @prefix_option
-@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed, with sizes; remove nothing.")
+@click.option("--yes", is_flag=True, help="Remove models (outputs holding a checkpoint) too, without asking.")
 @click.pass_context
-def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run: bool) -> None:
-    """Remove step outputs that no step of TARGET... reaches (never one held by a live lease)."""
-    from marin.cli.targets import load_targets
-    from marin.execution.store.gc import collect_garbage
+def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run: bool, yes: bool) -> None:
+    """Remove outputs that no GC root reaches (`marin roots`), never one held by a live lease.
 
-    steps = load_targets(list(targets))
-    runner = runner_from_options(ctx, prefix=prefix)
-    plan = runner.plan(steps, explain=False)
-    keep = {p.output_name for p in plan.steps}
-    report = collect_garbage(runner.store, keep, dry_run=dry_run)
-    verb = "would remove" if dry_run else "removed"
-    for folder in report.removed:
-        click.echo(f"{verb} {folder}")
+    FILE... (experiments) are kept too, for this collection: their steps are added to the roots.
+    Outputs past their step's ttl go even when a root reaches them. Removing a model needs --yes,
+    or a yes at a terminal; without either nothing at all is removed.
+    """
+    from marin.cli.common import load_config
+    from marin.cli.text import format_bytes, plural
+    from marin.execution.store.gc import find_garbage, remove_garbage
+    from marin.execution.store.roots import read_roots
+    from marin.execution.store.store import StepStore
+
+    store = StepStore(load_config(ctx, prefix=prefix).prefix)
+    try:
+        roots = read_roots(store.prefix)
+    except ValueError as e:
+        raise MarinError(str(e)) from None
+    keep = {o for r in roots for o in r.outputs}
+    if targets:
+        keep |= reached_outputs(ctx, targets, prefix)
+    elif not roots:
+        raise MarinError(f"no GC roots under {store.prefix} and no experiment files given: nothing says what to keep, "
+                         "so nothing was removed",
+                         hint="name the experiments to keep (`marin gc FILE...`), or run them once (`marin run` "
+                              "registers them as roots)")
+    report = find_garbage(store, keep, machine=True)
+    going = "would remove" if dry_run or (report.models and not yes) else "remove"
+    for e in report.entries:
+        model = ", a model" if e.model else ""
+        click.echo(f"{going} {e.folder} ({format_bytes(e.bytes)}{model}): {e.why}")
+    for left in report.leftovers:
+        click.echo(f"{going} {left.path} ({format_bytes(left.bytes)}): {left.kind}")
     for folder in report.kept_live:
         click.echo(f"kept {folder} (held by a live lease)")
-    click.echo(f"{verb} {len(report.removed)} outputs, {report.freed_bytes / 1e6:.1f} MB freed"
-               f"{' (dry run)' if dry_run else ''}; kept {len(keep)} reachable")
+    if report.models and not dry_run and not yes and not _confirmed(report.models):
+        names = ", ".join(e.folder for e in report.models)
+        raise MarinError(f"gc would remove {plural(len(report.models), 'model')} ({names}); nothing was removed",
+                         hint="run again with --yes to remove them too, or at a terminal to be asked")
+    if not dry_run:
+        remove_garbage(store, report)
+    verb = "would remove" if dry_run else "removed"
+    kept_by = plural(len(roots), "root") + (" and the given files" if targets else "")
+    click.echo(f"{verb} {len(report.entries)} outputs and {plural(len(report.leftovers), 'leftover')}, "
+               f"{report.freed_bytes / 1e6:.1f} MB freed{' (dry run)' if dry_run else ''}; "
+               f"kept {report.reachable} reachable (by {kept_by})")
+
+
+def _confirmed(models: list[Any]) -> bool:
+    """A yes at a terminal to removing ``models`` (False when nobody can be asked)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return False
+    return click.confirm(f"remove {len(models)} model(s) listed above?", default=False)

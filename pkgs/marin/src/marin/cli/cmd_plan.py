@@ -29,6 +29,7 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
     """Say what `marin run` would do for TARGET..., and why."""
     from marin.cli.display import estimate_lines, table
     from marin.cli.targets import load_targets
+    from marin.cli.text import format_bytes
     from marin.execution.plan.estimate import format_duration
     from marin.execution.plan.model import Action, ReasonKind
 
@@ -47,8 +48,10 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         warnings += [f"warning: {p.name}: {r.detail}" for r in p.reasons if r.kind is ReasonKind.WARNING]
         why = "; ".join([*(str(r) for r in p.reasons if r.kind is not ReasonKind.WARNING), *p.notes()])
         guess = format_duration(estimates[pos].seconds) if pos in estimates else ""
-        rows.append([p.action.value, p.name, p.hash[:16], guess, why])
-    click.echo(table(rows, ["action", "step", "hash", "estimate", "why"]))
+        size = estimates[pos].bytes if pos in estimates else None
+        rows.append([p.action.value, p.name, p.hash[:16], guess, format_bytes(size) if size is not None else "",
+                     why])
+    click.echo(table(rows, ["action", "step", "hash", "estimate", "writes", "why"]))
     n_run = len(the_plan.to_run())
     n_reuse = sum(1 for p in the_plan.steps if p.action is Action.REUSE)
     n_fetch = len(the_plan.to_do()) - n_run - n_reuse

@@ -37,6 +37,9 @@ from marin.cli.errors import MarinError
 @click.option("--code-changes", type=click.Choice(["warn", "rebuild"]), default=None,
               help="A built step whose code changed since its build (same version): keep it (warn, the default; "
                    "`marin plan` names it) or rebuild it. Config: code_changes.")
+@click.option("--root", "root_name", metavar="NAME", default=None,
+              help="Register the run's GC root under NAME (default: an id of the targets, user and host); "
+                   "`marin roots` lists them.")
 @click.option("--no-fast", is_flag=True,
               help="Plan in full even when this exact command's no-op record still holds (and write none). "
                    "Also MARIN_NO_FAST_NOOP=1, or fast_noop: false in the configuration.")
@@ -47,7 +50,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         force: tuple[str, ...], only: tuple[str, ...], dry_run: bool, require_cached: bool, budget: str | None,
         budget_accelerator_hours: float | None, caches: tuple[str, ...], strict_env: bool | None,
         backend: str | None, ray_address: str | None, warm_workers: bool | None = None,
-        code_changes: str | None = None, no_fast: bool = False) -> None:
+        code_changes: str | None = None, no_fast: bool = False, root_name: str | None = None) -> None:
     """Build TARGET... (files, modules, FILE:attr or folders of experiments)."""
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
@@ -57,13 +60,22 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         budget_s = parse_duration(budget) if budget is not None else None
     except ValueError as e:
         raise MarinError(f"--budget: {e}") from None
+    if root_name is not None:
+        from marin.execution.store.roots import check_root_name
+
+        try:
+            check_root_name(root_name)
+        except ValueError as e:
+            raise MarinError(f"--root: {e}") from None
     steps = load_targets(list(targets))
-    reporter = make_reporter() if dry_run else _InputsChecked(make_reporter())
+    keeper = _RootKeeper(targets, root_name)
+    reporter = make_reporter() if dry_run else _InputsChecked(make_reporter(), keeper)
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
                                  require_cached=require_cached, backend=backend, ray_address=ray_address,
                                  budget_s=budget_s, budget_accelerator_hours=budget_accelerator_hours,
                                  warm_workers=warm_workers, code_changes=code_changes)
+    keeper.prefix = runner.store.prefix
     try:
         result = runner.run(steps)  # NotCached, OverBudget, ResourcesTooLarge ...: the CLI's one error funnel
     finally:
@@ -111,15 +123,37 @@ def _scores(result: Any) -> list[str]:
     return lines
 
 
+class _RootKeeper:
+    """Registers the run's GC root (:mod:`marin.execution.store.roots`) as soon as its plan is
+    known, before anything is built, so that a ``marin gc`` meanwhile keeps what the run reads;
+    again when the plan grows (steps a built step's output decides)."""
+
+    def __init__(self, targets: tuple[str, ...], name: str | None):
+        self.targets, self.name = targets, name
+        self.prefix: str | None = None
+        self.outputs: set[str] = set()
+
+    def add(self, plan: Any) -> None:
+        outputs = {p.output_name for p in plan.steps}
+        if self.prefix is None or outputs <= self.outputs:
+            return
+        from marin.execution.store.roots import GcRoot, register_root
+
+        self.outputs |= outputs
+        register_root(self.prefix, GcRoot.for_run(self.targets, self.outputs, name=self.name))
+
+
 class _InputsChecked:
     """The run's reporter, told of the plan once what its steps will read from this machine is
     there: a benchmark task's dataset missing from the hub cache is a user error before anything
-    runs, not a failed step after the model trained."""
+    runs, not a failed step after the model trained. It registers the run's GC root then."""
 
-    def __init__(self, reporter: Any):
+    def __init__(self, reporter: Any, keeper: _RootKeeper):
         self._reporter = reporter
+        self._keeper = keeper
 
     def planned(self, plan: Any) -> None:
+        self._keeper.add(plan)
         to_run = plan.to_run()
         if to_run:
             from marin.cli.noop_recording import abandon  # light: the standard library only
@@ -130,6 +164,10 @@ class _InputsChecked:
 
             check_task_data(p.step for p in to_run)
         self._reporter.planned(plan)
+
+    def expanded(self, planned: Any, plan: Any, new_steps: Any) -> None:
+        self._keeper.add(plan)
+        self._reporter.expanded(planned, plan, new_steps)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reporter, name)

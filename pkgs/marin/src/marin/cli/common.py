@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 __all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "quiet_library_logs",
-           "resolve_output", "resolve_outputs", "runner_from_options", "targets_argument"]
+           "reached_outputs", "resolve_output", "resolve_outputs", "runner_from_options", "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,6 +60,18 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
                          caches=list(caches) or None, strict_env=strict_env, backend=backend,
                          ray_address=ray_address)
     return StepRunner(RunSettings.of(config, **kwargs), reporter=reporter)
+
+
+def reached_outputs(ctx: click.Context, targets: tuple[str, ...], prefix: str | None) -> set[str]:
+    """The output names (``<name>-<hash16>``) of every step the experiments ``targets`` reach."""
+    from marin.cli.targets import load_targets
+
+    steps = load_targets(list(targets))
+    runner = runner_from_options(ctx, prefix=prefix)
+    try:
+        return {p.output_name for p in runner.plan(steps, explain=False).steps}
+    finally:
+        runner.close()
 
 
 def resolve_output(ctx: click.Context, ref: str, prefix: str | None, *, finished: bool = True,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from marin.cli.text import format_bytes
 from marin.execution.core.step import output_name_of
 from marin.execution.plan.estimate import format_duration, schedule
 from marin.execution.plan.model import Action, Plan, PlannedStep
@@ -136,6 +137,10 @@ def estimate_lines(plan: Plan) -> list[str]:
     if estimate.accelerator_hours:
         lines.append("  accelerator-hours: " + ", ".join(f"{kind} {hours:.2f} h"
                                                          for kind, hours in sorted(estimate.accelerator_hours.items())))
+    sized = [e for e in estimate.steps.values() if e.bytes is not None]
+    if sized:
+        part = "" if len(sized) == len(estimate.steps) else f" ({len(sized)} of {len(estimate.steps)} steps known)"
+        lines.append(f"  writes about {format_bytes(estimate.total_bytes)}{part}, as earlier builds of the same names did")
     if estimate.unknown:
         names = ", ".join(estimate.names[pos] for pos in estimate.unknown)
         lines.append(f"  no estimate (never built before): {names}")

@@ -19,6 +19,8 @@ _COMMANDS = {
     "show": ("marin.cli.cmd_show", "show"),
     "graph": ("marin.cli.cmd_graph", "graph"),
     "gc": ("marin.cli.cmd_gc", "gc"),
+    "roots": ("marin.cli.cmd_roots", "roots"),
+    "du": ("marin.cli.cmd_du", "du"),
     "config": ("marin.cli.cmd_config", "config"),
     "push": ("marin.cli.cmd_push", "push"),
     "cache": ("marin.cli.cmd_cache", "cache"),

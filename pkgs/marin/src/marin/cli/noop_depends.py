@@ -22,6 +22,7 @@ from marin.execution.plan.model import Action, Plan
 from marin.execution.run.outcome import Outcome, RunResult
 from marin.execution.run.settings import RunSettings
 from marin.execution.store import done_index
+from marin.execution.store.roots import root_id, roots_folder
 from marin.execution.store.stat_cache import trusted
 from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
@@ -147,4 +148,7 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str,
             raise _NoRecord(f"{p.output_name} was built meanwhile")
         paths[success] = st
     paths[_local(report)] = _stat(_local(report))
+    # The run's GC root: dropped (`marin roots rm`) or replaced since, the run registers it again in full.
+    root = _local(fs.join(roots_folder(prefix), f"{root_id(targets)}.json"))
+    paths[root] = _stat(root)
     return paths, markers

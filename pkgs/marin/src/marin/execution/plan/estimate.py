@@ -52,10 +52,12 @@ class StepEstimate:
     """The accelerator type it holds (``TPU v4-32``, ``GPU H100``), None for CPU only."""
     accelerator_hours: float | None = None
     """Slice-hours (TPU) or device-hours (GPU) it would use; None without an estimate or accelerator."""
+    bytes: int | None = None
+    """What its output would take: the mean size of the nearest earlier builds (None: none known)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "seconds": self.seconds, "basis": self.basis, "resource": self.resource,
-                "accelerator_hours": self.accelerator_hours}
+                "accelerator_hours": self.accelerator_hours, "bytes": self.bytes}
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,11 @@ class PlanEstimate:
     critical_path_s: float
     accelerator_hours: dict[str, float] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        """What the steps with a size estimate would write."""
+        return sum(e.bytes for e in self.steps.values() if e.bytes is not None)
 
     @property
     def unknown(self) -> list[int]:
@@ -94,6 +101,7 @@ class PlanEstimate:
             "critical_path": [self.names[pos] for pos in self.critical_path],
             "critical_path_s": self.critical_path_s,
             "accelerator_hours": dict(self.accelerator_hours),
+            "bytes": self.total_bytes,
             "no_estimate": [self.names[pos] for pos in self.unknown],
         }
 
@@ -194,14 +202,20 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Provenance]
     new_flat = flatten_config(step.config, hashes, dependency_keys=inputs)
     new_work = work_of(new_flat, fields)
     rows: list[tuple[int, float | None, float]] = []  # (distance, work, seconds)
+    sizes: list[tuple[int, int]] = []  # (distance, output bytes)
     for _path, prov in earlier:
         duration, old_flat = prov.duration_s, prov.config_flat
-        if duration is None or duration < 0 or old_flat is None:
+        if old_flat is None:
             continue
         old_flat = {k: v for k, v in old_flat.items() if isinstance(v, str)}
-        rows.append((_distance(old_flat, new_flat, set(fields), inputs), work_of(old_flat, fields), float(duration)))
+        distance = _distance(old_flat, new_flat, set(fields), inputs)
+        if prov.output_bytes is not None:
+            sizes.append((distance, prov.output_bytes))
+        if duration is not None and duration >= 0:
+            rows.append((distance, work_of(old_flat, fields), float(duration)))
+    size = _nearest_size(sizes)
     if not rows:
-        return StepEstimate(step.name, None, "no estimate: never built before", resource)
+        return StepEstimate(step.name, None, "no estimate: never built before", resource, bytes=size)
     nearest = min(d for d, _, _ in rows)
     near = [(w, t) for d, w, t in rows if d == nearest]
     differ = "same config" if nearest == 0 else f"nearest config, {nearest} field(s) differ"
@@ -222,7 +236,17 @@ def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Provenance]
         seconds = sum(t for _, t in near) / len(near)
         basis = f"{len(near)} earlier build(s), {differ}"
     hours = seconds / 3600.0 * units if resource is not None else None
-    return StepEstimate(step.name, seconds, basis, resource, hours)
+    return StepEstimate(step.name, seconds, basis, resource, hours, size)
+
+
+def _nearest_size(sizes: Sequence[tuple[int, int]]) -> int | None:
+    """The mean output size of the nearest earlier builds: (config distance, bytes) each. Not scaled
+    by the work: a model's size does not grow with the steps it trains."""
+    if not sizes:
+        return None
+    nearest = min(d for d, _ in sizes)
+    near = [b for d, b in sizes if d == nearest]
+    return round(sum(near) / len(near))
 
 
 # -- the schedule ------------------------------------------------------------------------------

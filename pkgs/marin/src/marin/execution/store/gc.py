@@ -1,56 +1,104 @@
-"""Garbage collection: remove step outputs under the prefix that no given experiment reaches."""
+"""Garbage collection: what ``marin gc`` removes, and removing it.
+
+An output is kept when a GC root names it (:mod:`marin.execution.store.roots`; the caller adds
+the steps of the files it was given) unless its ``ttl`` has passed; it is never removed while a
+live lease holds it, and nothing outside the prefix is ever touched. Besides outputs, a collection
+removes what killed or taken-over processes left (:mod:`marin.execution.store.leftovers`).
+Finding (:func:`find_garbage`) and removing (:func:`remove_garbage`) are apart, so that a command
+can show what would go and ask before anything does.
+"""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin.execution.store.done_index import INDEX_DIR, unmark
+from marin.execution.store.done_index import unmark
 from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
+from marin.execution.store.leftovers import (
+    Leftover,
+    expired_outputs,
+    remove_leftovers,
+    store_leftovers,
+    temp_leftovers,
+)
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
+from marin.execution.store.usage import build_sizes
 from rigging import filesystem as fs
 from rigging.lease import held
 
-__all__ = ["GcReport", "collect_garbage", "find_outputs"]
+__all__ = ["EXPIRED", "UNREACHABLE", "GcEntry", "GcReport", "collect_garbage", "find_garbage", "find_outputs",
+           "remove_garbage"]
+
+UNREACHABLE = "no root reaches it"
+EXPIRED = "its ttl has passed"
+
+
+@dataclass(frozen=True)
+class GcEntry:
+    """An output a collection removes: its name under the prefix, its bytes, why, and whether it
+    holds a model (a checkpoint), which is removed only when the user says so."""
+
+    folder: str
+    bytes: int
+    why: str
+    model: bool = False
 
 
 @dataclass
 class GcReport:
-    """What gc removed (or would remove), kept and freed."""
+    """What a collection removes (or would remove), what it keeps, and the bytes it frees."""
 
-    removed: list[str] = field(default_factory=list)
+    entries: list[GcEntry] = field(default_factory=list)
     kept_live: list[str] = field(default_factory=list)
-    freed_bytes: int = 0
+    """Outputs no root reaches that a live lease holds: left alone."""
+    leftovers: list[Leftover] = field(default_factory=list)
+    reachable: int = 0
+    """Outputs found that a root (or a given file) reaches and that stay."""
+
+    @property
+    def removed(self) -> list[str]:
+        return [e.folder for e in self.entries]
+
+    @property
+    def models(self) -> list[GcEntry]:
+        return [e for e in self.entries if e.model]
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(e.bytes for e in self.entries) + sum(left.bytes for left in self.leftovers)
 
 
-def find_outputs(store: StepStore) -> dict[str, int]:
-    """Every step output folder under the prefix (has a ``.marin/`` folder) with its size in bytes."""
-    sizes: dict[str, int] = {}
+def _output_sizes(files: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Every step output folder among a listing of the prefix (one with a ``.marin/`` folder;
+    an attempt folder's own belongs to its step's), with the bytes of everything under it."""
+    files = list(files)
+    outputs: set[str] = set()
     marker = f"/{META_DIR}/"
-    for rel, size in fs.walk_files(store.prefix):
-        if rel.startswith(INDEX_DIR + "/"):
-            continue  # the done index is the store's, not a step's
-        rel = "/" + rel
-        cut = rel.find(marker)
-        if cut < 0:
+    for rel, _size in files:
+        if rel.startswith(META_DIR + "/"):
+            continue  # the store's own records: the done index, the roots
+        cut = ("/" + rel).find(marker)
+        if cut <= 0:
             continue
-        # An attempt folder's own .marin/ (a step's progress record) belongs to its step's folder.
-        folder = rel[1:cut].partition(f"/{ATTEMPTS_DIR}/")[0]
-        if folder.startswith(ATTEMPTS_DIR + "/"):
-            continue
-        sizes[folder] = sizes.get(folder, 0) + size
-    # Files of the step itself (outside .marin/) count toward its size too.
-    totals = dict.fromkeys(sizes, 0)
-    for rel, size in fs.walk_files(store.prefix):
-        for folder in _owners(rel, totals):
-            totals[folder] += size
+        folder = rel[:cut - 1].partition(f"/{ATTEMPTS_DIR}/")[0]
+        if not folder.startswith(ATTEMPTS_DIR + "/"):
+            outputs.add(folder)
+    totals = dict.fromkeys(outputs, 0)
+    for rel, size in files:
+        parts = rel.split("/")
+        for owner in ("/".join(parts[:i]) for i in range(1, len(parts))):
+            if owner in totals:
+                totals[owner] += size
     return totals
 
 
-def _owners(rel: str, folders: dict[str, int]) -> list[str]:
-    parts = rel.split("/")
-    return [p for p in ("/".join(parts[:i]) for i in range(1, len(parts))) if p in folders]
+def find_outputs(store: StepStore) -> dict[str, int]:
+    """Every step output folder under the prefix with its size in bytes (from a listing)."""
+    return _output_sizes(fs.walk_files(store.prefix))
 
 
 def _inside(prefix: str, path: str) -> bool:
@@ -62,25 +110,56 @@ def _inside(prefix: str, path: str) -> bool:
     return parent == root or parent.startswith(root + os.sep)
 
 
-def collect_garbage(store: StepStore, keep: set[str], *, dry_run: bool = False) -> GcReport:
-    """Remove output folders not in ``keep`` (output names relative to the prefix).
+def find_garbage(store: StepStore, keep: set[str], *, now: float | None = None, leftovers: bool = True,
+                 temp_root: str | None = None, machine: bool = False) -> GcReport:
+    """What a collection keeping ``keep`` (output names relative to the prefix) would remove.
 
-    Never touches a folder held by a live lease, and never anything outside the prefix.
+    Args:
+        now: the time ttls are judged at (default: now).
+        leftovers: also the attempt folders and shuffle spill killed processes left in the store.
+        machine: also this machine's temporary folders of processes that are gone (under
+            ``temp_root``, default the temporary folder).
     """
+    files = list(fs.walk_files(store.prefix))
+    sizes = _output_sizes(files)
     report = GcReport()
-    for folder, size in sorted(find_outputs(store).items()):
-        if folder in keep:
+    expired = expired_outputs(store, (o for o in sizes if o in keep), now=time.time() if now is None else now)
+    candidates = []
+    for folder, size in sorted(sizes.items()):
+        if folder in keep and folder not in expired:
+            report.reachable += 1
             continue
-        path = store.output_path(folder)
-        if not _inside(store.prefix, path):
+        if not _inside(store.prefix, store.output_path(folder)):
             continue
-        if held(StepRecord(path).meta) is not None:
+        if held(StepRecord(store.output_path(folder)).meta) is not None:
             report.kept_live.append(folder)
             continue
-        report.removed.append(folder)
-        report.freed_bytes += size
-    if not dry_run and report.removed:
-        unmark(store.prefix, report.removed)  # first: a marker never outlives its output
-        for folder in report.removed:
+        candidates.append((folder, size, EXPIRED if folder in expired else UNREACHABLE))
+    built = build_sizes(store, (folder for folder, _size, _why in candidates))
+    report.entries = [GcEntry(folder, size, why, folder in built and built[folder].model)
+                      for folder, size, why in candidates]
+    if leftovers:
+        staying = [o for o in sizes if o not in set(report.removed)]
+        report.leftovers = store_leftovers(store, staying, files)
+    if machine:
+        report.leftovers += temp_leftovers(temp_root)
+    return report
+
+
+def remove_garbage(store: StepStore, report: GcReport, *, models: bool = True) -> None:
+    """Remove what ``report`` found (``models``: its models too; else those stay)."""
+    going = [e.folder for e in report.entries if models or not e.model]
+    if going:
+        unmark(store.prefix, going)  # first: a marker never outlives its output
+        for folder in going:
             fs.rm_tree(store.output_path(folder))
+    remove_leftovers(report.leftovers)
+
+
+def collect_garbage(store: StepStore, keep: set[str], *, dry_run: bool = False) -> GcReport:
+    """Remove the outputs not in ``keep`` and the store's leftovers (:func:`find_garbage`, then
+    :func:`remove_garbage` unless ``dry_run``), models included."""
+    report = find_garbage(store, keep)
+    if not dry_run:
+        remove_garbage(store, report)
     return report
