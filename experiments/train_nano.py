@@ -10,6 +10,7 @@ step cached and does no work.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from experiments.llama import llama_nano
@@ -60,7 +61,7 @@ def main() -> int:
     runner = StepRunner(reporter=make_reporter())
     result = runner.run(steps)
     if result.plan is not None:  # a GC root, as `marin run experiments/train_nano.py` registers it
-        register_root(result.prefix, GcRoot.for_run([__file__], (p.output_name for p in result.plan.steps)))
+        register_root(result.prefix, GcRoot.for_run([os.path.relpath(__file__)], (p.output_name for p in result.plan.steps)))
     print(summary_table(result))
     report = write_run_report(result, runner.store)
     if not result.ok:

@@ -200,7 +200,7 @@ def test_gc_removes_expired_outputs_and_what_killed_processes_left(tmp_path, mon
     assert sorted((left.path, left.bytes) for left in report.leftovers) == sorted([(stray, 100), (str(dead), 50)])
     code, out = _marin("gc", "--prefix", prefix)
     assert code == 0, out
-    assert f"remove {e} (" in out and "removed 1 outputs and 2 leftovers" in out
+    assert f"removing {e} (" in out and "removed 1 output and 2 leftovers" in out
     assert not os.path.exists(store.output_path(e)) and not os.path.exists(stray) and not dead.exists()
     assert StepRecord(store.output_path(d)).is_done()
     # The expired step is built again when next needed.

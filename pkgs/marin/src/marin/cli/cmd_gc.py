@@ -44,7 +44,7 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
                          hint="name the experiments to keep (`marin gc FILE...`), or run them once (`marin run` "
                               "registers them as roots)")
     report = find_garbage(store, keep, machine=True)
-    going = "would remove" if dry_run or (report.models and not yes) else "remove"
+    going = "would remove" if dry_run or (report.models and not yes) else "removing"
     for e in report.entries:
         model = ", a model" if e.model else ""
         click.echo(f"{going} {e.folder} ({format_bytes(e.bytes)}{model}): {e.why}")
@@ -60,7 +60,7 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
         remove_garbage(store, report)
     verb = "would remove" if dry_run else "removed"
     kept_by = plural(len(roots), "root") + (" and the given files" if targets else "")
-    click.echo(f"{verb} {len(report.entries)} outputs and {plural(len(report.leftovers), 'leftover')}, "
+    click.echo(f"{verb} {plural(len(report.entries), 'output')} and {plural(len(report.leftovers), 'leftover')}, "
                f"{report.freed_bytes / 1e6:.1f} MB freed{' (dry run)' if dry_run else ''}; "
                f"kept {report.reachable} reachable (by {kept_by})")
 

@@ -33,7 +33,7 @@ def roots(ctx: click.Context, prefix: str | None) -> None:
         ctx.obj = {**(ctx.obj or {}), "roots_prefix": prefix}
         return
     from marin.cli.display import table
-    from marin.cli.text import format_bytes, format_local_time
+    from marin.cli.text import format_bytes, format_local_time, plural
     from marin.execution.store.usage import disk_usage
 
     store = _store(ctx, prefix)
@@ -48,7 +48,8 @@ def roots(ctx: click.Context, prefix: str | None) -> None:
         rows.append([root.id, format_bytes(kept), f"{present}/{len(root.outputs)}", " ".join(root.targets),
                      f"{root.user or '?'}@{root.host or '?'}", format_local_time(root.updated_at)])
     click.echo(table(rows, ["root", "keeps", "outputs", "targets", "by", "updated"]))
-    click.echo(f"{len(found)} roots under {store.prefix}; `marin roots rm ID` drops one, `marin du` sums by name")
+    click.echo(f"{plural(len(found), 'root')} under {store.prefix}; `marin roots rm ID` drops one, `marin du` sums "
+               "by name")
 
 
 @roots.command("rm")
