@@ -19,8 +19,8 @@ help:
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
 	@echo "make bench-peers fresh local builds (and chains whose steps import fsspec) beside GNU make, Snakemake and"
-	@echo "                 DVC; near-duplicates beside datatrove and datasketch, FineWeb rules and PII beside"
-	@echo "                 datatrove (in .venv-bench)"
+	@echo "                 DVC; near-duplicates beside datatrove and datasketch, FineWeb rules, PII and"
+	@echo "                 WARC -> text -> language beside datatrove (in .venv-bench)"
 	@echo "make lint        ruff, import-linter, pyright (basic mode, via basedpyright), the docs site (--strict)"
 	@echo "make docs        the documentation site (mkdocs.yml) into build/site"
 
@@ -73,6 +73,7 @@ bench-peers: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_scale local
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_datakit_peers
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_rules_peers
+	$(BENCH_VENV)/bin/python -m benchmarks.bench_warc_peers
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_warm
 
 clean:

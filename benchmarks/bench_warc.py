@@ -38,18 +38,24 @@ def real_pages(site: Path) -> dict[str, bytes]:
     return pages
 
 
+def write_crawl(pages: dict[str, bytes], folder: str) -> int:
+    """Write ``pages`` as the responses of a crawl, ``RECORDS_PER_FILE`` to a ``part-<k>.warc.gz``
+    under ``folder``, in URL order; the number of records written."""
+    # No charset in the HTTP headers: each page's own <meta> tag says it, as on most of the web.
+    records = [WebRecord(f"<urn:uuid:{uuid.UUID(int=i, version=4)}>", url, "2026-06-01T00:00:00Z", "text/html",
+                         None, payload) for i, (url, payload) in enumerate(sorted(pages.items()))]
+    for start in range(0, len(records), RECORDS_PER_FILE):
+        write_web_archive(f"{folder}/part-{start // RECORDS_PER_FILE:03d}.warc.gz", records[start:start + RECORDS_PER_FILE])
+    return len(records)
+
+
 def main() -> None:
     pages = real_pages(ROOT / "build" / "site")
     if not pages:
         print("\n== WARC of real pages: no HTML documentation on this machine (/usr/share/doc, build/site); skipped ==")
         return
     with tempfile.TemporaryDirectory(prefix="bench-warc-") as work:
-        # No charset in the HTTP headers: each page's own <meta> tag says it, as on most of the web.
-        records = [WebRecord(f"<urn:uuid:{uuid.UUID(int=i, version=4)}>", url, "2026-06-01T00:00:00Z", "text/html",
-                             None, payload) for i, (url, payload) in enumerate(sorted(pages.items()))]
-        for start in range(0, len(records), RECORDS_PER_FILE):
-            write_web_archive(f"{work}/crawl/part-{start // RECORDS_PER_FILE:03d}.warc.gz",
-                              records[start:start + RECORDS_PER_FILE])
+        records = write_crawl(pages, f"{work}/crawl")
         started = time.perf_counter()
         html_to_text_step(HtmlToTextConfig(input=f"{work}/crawl", extractor=Extractor.TRAFILATURA, min_chars=1),
                           f"{work}/text")
@@ -63,10 +69,10 @@ def main() -> None:
                 scores.append(token_f1(docs[url], reference))
         summary = read_summary(f"{work}/text")
         problems = ", ".join(f"{kind} {entry['count']}" for kind, entry in summary["problems"].items()) or "no problems"
-        print(f"\n== a WARC of {len(records)} real pages (installed documentation and this site), through html_to_text ==")
+        print(f"\n== a WARC of {records} real pages (installed documentation and this site), through html_to_text ==")
         print(f"records read {summary['pages']}, documents {summary['documents']}, skipped {summary['skipped']} "
               f"({problems})")
-        print(f"{len(records) / seconds:.1f} pages/s in this process ({seconds:.1f} s)")
+        print(f"{records / seconds:.1f} pages/s in this process ({seconds:.1f} s)")
         print(f"token F1 against bare trafilatura.extract of the same payloads: mean {statistics.mean(scores):.4f}, "
               f"median {statistics.median(scores):.4f}, pages equal {sum(s == 1.0 for s in scores)} of {len(scores)}, "
               f"lowest {min(scores):.4f}")
