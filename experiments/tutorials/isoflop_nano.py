@@ -31,8 +31,9 @@ def tiny_llama(hidden_dim: int) -> LlamaConfig:
 
 ladder = isoflop(
     "scaling/isoflop-nano",
-    # Smoke size (experiments.scale): budgets of a few dozen steps, every size still in each.
-    budgets=sized([1e10, 3e10, 1e11], [1e9, 2e9, 4e9]),
+    # Smoke size (experiments.scale): two budgets of a few dozen steps (the fewest a fit of the
+    # optimum against compute takes), every size still in each.
+    budgets=sized([1e10, 3e10, 1e11], [1e9, 4e9]),
     sizes=[tiny_llama(8), tiny_llama(16), tiny_llama(32)],
     data=tinystories,
     eval={"held-out": held_out},

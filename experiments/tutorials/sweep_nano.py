@@ -29,8 +29,8 @@ nano_sweep = sweep(
                                                                     min_lr_ratio=0.1),
               datasets={tinystories: 1.0}, batch_size=8, seq_len=128, num_train_steps=sized(80, 8), eval_every=0),
     space={"optimizer.learning_rate": ("log_uniform", 5e-4, 5e-2), "optimizer.warmup": ("int", 0, sized(30, 3))},
-    # Smoke size (experiments.scale): four trials of a tenth of the steps.
-    method="tpe", trials=sized(8, 4), parallel=2, seed=0, objective="val_loss",
+    # Smoke size (experiments.scale): three trials (two rounds of up to two) of a tenth of the steps.
+    method="tpe", trials=sized(8, 3), parallel=2, seed=0, objective="val_loss",
 )
 
 best_nano = best(nano_sweep)

@@ -21,7 +21,7 @@ tinystories = tokenized(name="tokenized/tinystories", source=corpus,  # or "rone
 nano_model = train_lm(name="checkpoints/marin-nano-tinystories", version="v1", model=llama_nano,
                       optimizer=AdamConfig(learning_rate=6e-4, weight_decay=0.1),
                       datasets={tinystories: 1.0}, batch_size=4, seq_len=2048,
-                      num_train_steps=sized(100, 5))  # smoke size (experiments.scale): 5 steps of the same shape
+                      num_train_steps=sized(100, 2))  # smoke size (experiments.scale): 2 steps of the same shape
 
 steps = [nano_model]
 
