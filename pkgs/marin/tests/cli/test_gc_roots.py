@@ -138,6 +138,9 @@ def test_roots_replace_drop_and_sum(tmp_path):
     code, out = _marin("gc", "--prefix", prefix)
     assert code == 0 and "removed 0 outputs" in out and "kept 10 reachable (by 2 roots)" in out, out
 
+    # A run of part of the graph (--only) keeps what the root kept.
+    assert _marin("run", first, "--only", "g/a", "--prefix", prefix)[0] == 0
+    assert {r.id: r for r in read_roots(prefix)}[root_id([first])].outputs == roots[root_id([first])].outputs
     # The first experiment edited and run again: its root now keeps the new outputs, not the old.
     registered = roots[root_id([first])].registered_at
     _diamond(tmp_path, "first.py", '{"a": {"value": 5}}')

@@ -68,7 +68,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         except ValueError as e:
             raise MarinError(f"--root: {e}") from None
     steps = load_targets(list(targets))
-    keeper = _RootKeeper(targets, root_name)
+    keeper = _RootKeeper(targets, root_name, partial=bool(only))  # --only plans part of the graph
     reporter = make_reporter() if dry_run else _InputsChecked(make_reporter(), keeper)
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
                                  dry_run=dry_run, reporter=reporter, caches=caches, strict_env=strict_env,
@@ -128,8 +128,8 @@ class _RootKeeper:
     known, before anything is built, so that a ``marin gc`` meanwhile keeps what the run reads;
     again when the plan grows (steps a built step's output decides)."""
 
-    def __init__(self, targets: tuple[str, ...], name: str | None):
-        self.targets, self.name = targets, name
+    def __init__(self, targets: tuple[str, ...], name: str | None, *, partial: bool = False):
+        self.targets, self.name, self.partial = targets, name, partial
         self.prefix: str | None = None
         self.outputs: set[str] = set()
 
@@ -140,7 +140,7 @@ class _RootKeeper:
         from marin.execution.store.roots import GcRoot, register_root
 
         self.outputs |= outputs
-        register_root(self.prefix, GcRoot.for_run(self.targets, self.outputs, name=self.name))
+        register_root(self.prefix, GcRoot.for_run(self.targets, self.outputs, name=self.name), merge=self.partial)
 
 
 class _InputsChecked:

@@ -158,15 +158,21 @@ def _same(a: GcRoot, b: GcRoot) -> bool:
     return replace(a, **times) == replace(b, **times)
 
 
-def register_root(prefix: str, root: GcRoot) -> str:
+def register_root(prefix: str, root: GcRoot, *, merge: bool = False) -> str:
     """Write ``root`` under ``prefix``, replacing an earlier root of its id (whose registration time
     it keeps); an earlier root that keeps the same outputs for the same targets is left as it is,
-    so a run that changes nothing writes nothing. Returns the record's path."""
+    so a run that changes nothing writes nothing. Returns the record's path.
+
+    ``merge``: keep the earlier root's outputs too (a run of part of its targets' graph, ``--only``,
+    must not let go of the rest).
+    """
     path = _path(prefix, root.id)
     try:
         earlier = GcRoot.from_json(json.loads(fs.read_text(path)))
     except (FileNotFoundError, ValueError, UnicodeDecodeError):
         earlier = None
+    if merge and earlier is not None:
+        root = replace(root, outputs=tuple(sorted(set(root.outputs) | set(earlier.outputs))))
     if earlier is not None and _same(earlier, root):
         return path
     if earlier is not None and earlier.registered_at is not None:
