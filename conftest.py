@@ -34,6 +34,20 @@ from testsupport import gcs as _gcs  # noqa: E402
 from testsupport.shared import session_root  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own modifyitems)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` a module-scoped fixture is built once per worker that runs a test
+    of the module, so the tests that use one go to one worker: a group per module (a test already in
+    a group keeps it)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope == "module" for chain in defs for d in chain):
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[_gcs.GcsEmulator]:
     emulator = _gcs.start_gcs_emulator()
