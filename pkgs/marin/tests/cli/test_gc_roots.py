@@ -5,6 +5,7 @@ with their Orbax checkpoints; diamonds built by ``marin run``; a ``gs://`` bucke
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -244,3 +245,16 @@ def test_root_records_refuse_bad_names_and_damage(tmp_path):
     fs.atomic_write(fs.join(prefix, ".marin/roots/broken.json"), "{not json")
     code, out = _marin("gc", "--prefix", prefix)
     assert code == 2 and "GC root" in out and "broken.json is unreadable" in out, out
+
+
+def test_a_store_whose_roots_cannot_be_written_still_runs_and_says_so(tmp_path):
+    prefix = tmp_path / "store"
+    exp = _diamond(tmp_path, "exp.py")
+    assert _marin("run", exp, "--prefix", str(prefix))[0] == 0
+    roots = prefix / ".marin" / "roots"
+    shutil.rmtree(roots)
+    roots.write_text("")  # a file where the folder should be: every write under it fails, as in a read-only store
+    code, out = _marin("run", exp, "--prefix", str(prefix))
+    assert code == 0, out
+    assert f"warning: GC root {root_id([exp])} not registered under {prefix} (NotADirectoryError" in out
+    assert read_roots(str(prefix)) == []

@@ -140,7 +140,12 @@ class _RootKeeper:
         from marin.execution.store.roots import GcRoot, register_root
 
         self.outputs |= outputs
-        register_root(self.prefix, GcRoot.for_run(self.targets, self.outputs, name=self.name), merge=self.partial)
+        root = GcRoot.for_run(self.targets, self.outputs, name=self.name)
+        try:
+            register_root(self.prefix, root, merge=self.partial)
+        except OSError as e:  # a store this user may read but not write: the run itself may need no write
+            click.echo(f"warning: GC root {root.id} not registered under {self.prefix} ({type(e).__name__}: {e}); "
+                       "`marin gc` keeps these outputs only for the roots and files it is given", err=True)
 
 
 class _InputsChecked:
