@@ -258,3 +258,18 @@ def test_a_store_whose_roots_cannot_be_written_still_runs_and_says_so(tmp_path):
     assert code == 0, out
     assert f"warning: GC root {root_id([exp])} not registered under {prefix} (NotADirectoryError" in out
     assert read_roots(str(prefix)) == []
+
+
+def test_without_prefix_the_verbs_use_the_default_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    exp = _diamond(tmp_path, "exp.py")
+    assert _marin("run", exp)[0] == 0
+    default = str(tmp_path / ".marin" / "store")
+    [root] = read_roots(default)
+    code, out = _marin("roots")
+    assert code == 0 and root.id in out and f"1 root under {default}" in out, out
+    code, out = _marin("du")
+    assert code == 0 and "total:" in out and "in 5 builds" in out, out
+    code, out = _marin("gc", "--dry-run")
+    assert code == 0 and "would remove 0 outputs" in out and "kept 5 reachable (by 1 root)" in out, out

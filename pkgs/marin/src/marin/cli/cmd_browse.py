@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from marin.cli.common import load_config, prefix_option
+from marin.cli.common import prefix_option, store_of
 
 if TYPE_CHECKING:
     from marin.execution.store.store import StepStore
@@ -30,10 +30,9 @@ def browse(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, por
     """
     # Imported here: the other verbs never load the server and the readers of documents.
     from marin.cli.errors import MarinError
-    from marin.execution.store.store import StepStore
     from marin.report.browse.server import make_server
 
-    store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+    store = store_of(ctx, prefix)
     graph = _graph(ctx, list(targets), prefix, store)
     try:
         server = make_server(store, graph, host=host, port=port, verbose=bool(ctx.obj and ctx.obj.get("verbose")))

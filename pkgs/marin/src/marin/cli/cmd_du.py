@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option, reached_outputs
-from marin.cli.errors import MarinError
+from marin.cli.common import gc_roots, prefix_option, reached_outputs, store_of
 
 
 @click.command("du")
@@ -17,18 +16,12 @@ def du(ctx: click.Context, targets: tuple[str, ...], prefix: str | None) -> None
 
     Sizes come from each build's manifest: nothing is listed or read but one record per build.
     """
-    from marin.cli.common import load_config
     from marin.cli.display import table
     from marin.cli.text import format_bytes, plural
-    from marin.execution.store.roots import read_roots
-    from marin.execution.store.store import StepStore
     from marin.execution.store.usage import disk_usage
 
-    store = StepStore(load_config(ctx, prefix=prefix).prefix)
-    try:
-        roots = read_roots(store.prefix)
-    except ValueError as e:
-        raise MarinError(str(e)) from None
+    store = store_of(ctx, prefix)
+    roots = gc_roots(store)
     outputs = reached_outputs(ctx, targets, prefix) if targets else None
     usage = disk_usage(store, roots, outputs)
     rows = [[format_bytes(b), str(n), name] for name, (b, n) in sorted(usage.by_prefix.items())]

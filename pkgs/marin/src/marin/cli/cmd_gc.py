@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from marin.cli.common import prefix_option, reached_outputs
+from marin.cli.common import gc_roots, prefix_option, reached_outputs, store_of
 from marin.cli.errors import MarinError
 
 
@@ -24,17 +24,11 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
     Outputs past their step's ttl go even when a root reaches them. Removing a model needs --yes,
     or a yes at a terminal; without either nothing at all is removed.
     """
-    from marin.cli.common import load_config
     from marin.cli.text import format_bytes, plural
     from marin.execution.store.gc import find_garbage, remove_garbage
-    from marin.execution.store.roots import read_roots
-    from marin.execution.store.store import StepStore
 
-    store = StepStore(load_config(ctx, prefix=prefix).prefix)
-    try:
-        roots = read_roots(store.prefix)
-    except ValueError as e:
-        raise MarinError(str(e)) from None
+    store = store_of(ctx, prefix)
+    roots = gc_roots(store)
     keep = {o for r in roots for o in r.outputs}
     if targets:
         keep |= reached_outputs(ctx, targets, prefix)

@@ -4,24 +4,8 @@ from __future__ import annotations
 
 import click
 
-from marin.cli.common import prefix_option
+from marin.cli.common import gc_roots, prefix_option, store_of
 from marin.cli.errors import MarinError
-
-
-def _store(ctx: click.Context, prefix: str | None):
-    from marin.cli.common import load_config
-    from marin.execution.store.store import StepStore
-
-    return StepStore(load_config(ctx, prefix=prefix).prefix)
-
-
-def _read(store) -> list:
-    from marin.execution.store.roots import read_roots
-
-    try:
-        return read_roots(store.prefix)
-    except ValueError as e:
-        raise MarinError(str(e)) from None
 
 
 @click.group("roots", invoke_without_command=True)
@@ -36,8 +20,8 @@ def roots(ctx: click.Context, prefix: str | None) -> None:
     from marin.cli.text import format_bytes, format_local_time, plural
     from marin.execution.store.usage import disk_usage
 
-    store = _store(ctx, prefix)
-    found = _read(store)
+    store = store_of(ctx, prefix)
+    found = gc_roots(store)
     if not found:
         click.echo(f"no GC roots under {store.prefix} (`marin run` registers one for its targets)")
         return
@@ -60,7 +44,7 @@ def rm(ctx: click.Context, ids: tuple[str, ...], prefix: str | None) -> None:
     """Drop the roots ID... (their outputs go at the next `marin gc` unless another root reaches them)."""
     from marin.execution.store.roots import UnknownRoot, remove_roots
 
-    store = _store(ctx, prefix or (ctx.obj or {}).get("roots_prefix"))
+    store = store_of(ctx, prefix or (ctx.obj or {}).get("roots_prefix"))
     try:
         removed = remove_roots(store.prefix, ids)
     except (UnknownRoot, ValueError) as e:

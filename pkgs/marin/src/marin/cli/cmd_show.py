@@ -45,11 +45,10 @@ def show(ctx: click.Context, what: str, prefix: str | None, as_json: bool) -> No
             body["last_attempt"] = status.to_json()
         click.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
         return
-    from marin.cli.common import load_config
+    from marin.cli.common import store_of
     from marin.cli.show_summary import render, summary_sections
-    from marin.execution.store.store import StepStore
 
-    under = StepStore(load_config(ctx, prefix=prefix).resolved_prefix()).prefix.rstrip("/") + "/"
+    under = store_of(ctx, prefix).prefix.rstrip("/") + "/"
     output_name = record.output_path.removeprefix(under)
     click.echo(render(summary_sections(record, provenance, status, output_name=output_name)))
     click.echo(f"\nevery record: marin show {what}{' --prefix ' + prefix if prefix else ''} --json")

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-__all__ = ["backend_options", "cache_options", "load_config", "prefix_option", "quiet_library_logs",
-           "reached_outputs", "resolve_output", "resolve_outputs", "runner_from_options", "targets_argument"]
+__all__ = ["backend_options", "cache_options", "gc_roots", "load_config", "prefix_option", "quiet_library_logs",
+           "reached_outputs", "resolve_output", "resolve_outputs", "runner_from_options", "store_of",
+           "targets_argument"]
 
 
 def prefix_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,6 +63,25 @@ def runner_from_options(ctx: click.Context, *, prefix: str | None, reporter: Any
     return StepRunner(RunSettings.of(config, **kwargs), reporter=reporter)
 
 
+def store_of(ctx: click.Context, prefix: str | None) -> Any:
+    """The store the options and configuration name: ``--prefix``, else the configured prefix, else
+    the workspace's ``.marin/store`` (a ``marin.execution.store.store.StepStore``)."""
+    from marin.execution.store.store import StepStore
+
+    return StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+
+
+def gc_roots(store: Any) -> list[Any]:
+    """The GC roots of ``store`` (``marin.execution.store.roots.GcRoot``); a damaged one is a user error."""
+    from marin.cli.errors import MarinError
+    from marin.execution.store.roots import read_roots
+
+    try:
+        return read_roots(store.prefix)
+    except ValueError as e:
+        raise MarinError(str(e)) from None
+
+
 def reached_outputs(ctx: click.Context, targets: tuple[str, ...], prefix: str | None) -> set[str]:
     """The output names (``<name>-<hash16>``) of every step the experiments ``targets`` reach."""
     from marin.cli.targets import load_targets
@@ -100,9 +120,8 @@ def resolve_outputs(ctx: click.Context, ref: str, prefix: str | None) -> list[tu
         MarinError: ``ref`` names nothing under the prefix.
     """
     from marin.cli.errors import MarinError
-    from marin.execution.store.store import StepStore
 
-    store = StepStore(load_config(ctx, prefix=prefix).resolved_prefix())
+    store = store_of(ctx, prefix)
     found = store.resolve_all(ref)
     if not found:
         raise MarinError(f"{ref!r} is not an output folder, nor an output or step name under {store.prefix}",
