@@ -139,7 +139,8 @@ def find_garbage(store: StepStore, keep: set[str], *, now: float | None = None, 
     report.entries = [GcEntry(folder, size, why, folder in built and built[folder].model)
                       for folder, size, why in candidates]
     if leftovers:
-        staying = [o for o in sizes if o not in set(report.removed)]
+        going = set(report.removed)
+        staying = [o for o in sizes if o not in going]
         report.leftovers = store_leftovers(store, staying, files)
     if machine:
         report.leftovers += temp_leftovers(temp_root)

@@ -79,10 +79,9 @@ def _sum(sizes: Mapping[str, BuildSize], names: Iterable[str]) -> tuple[int, int
 def disk_usage(store: StepStore, roots: Sequence[GcRoot], outputs: Iterable[str] | None = None) -> Usage:
     """Sizes of ``outputs`` (output names; None: every finished build the done index and the
     roots name) summed by name prefix and by root (each root over the outputs it names)."""
-    if outputs is None:
-        outputs = set(read_index(store.prefix)) | {o for r in roots for o in r.outputs}
-    wanted = set(outputs)
-    every = build_sizes(store, wanted | {o for r in roots for o in r.outputs})
+    rooted = {o for r in roots for o in r.outputs}
+    wanted = set(read_index(store.prefix)) | rooted if outputs is None else set(outputs)
+    every = build_sizes(store, wanted | rooted)
     sizes = {name: size for name, size in every.items() if name in wanted}
     usage = Usage(sizes)
     for name, size in sorted(sizes.items()):
@@ -90,6 +89,5 @@ def disk_usage(store: StepStore, roots: Sequence[GcRoot], outputs: Iterable[str]
         usage.by_prefix[name_prefix(name)] = (bytes_ + size.bytes, count + 1)
     for root in roots:
         usage.by_root[root.id] = _sum(every, root.outputs)
-    rooted = {o for r in roots for o in r.outputs}
     usage.unrooted = _sum(sizes, (n for n in sizes if n not in rooted))
     return usage
