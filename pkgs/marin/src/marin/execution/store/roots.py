@@ -6,7 +6,7 @@ the experiment files and targets, the user, the host, when. It lives under the p
 outputs from a ``marin gc`` run on another, as a Nix GC root protects a store path.
 
 One root per command that asks for the same thing: the id digests the targets (files named by
-their path inside their git work tree, so every clone of a repository gives the same id), the
+their path inside their workspace, so every clone of a repository gives the same id), the
 user and the host. Running an edited experiment again replaces its root, so the outputs of its
 old version are no longer kept alive by it; ``marin run --root NAME`` names a root explicitly (a
 CI job that should hold one root whichever machine runs it).
@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from marin.execution.store.layout import META_DIR
 from marin.execution.store.record_json import RecordKey, fields_from, is_list, is_number, is_str, json_of
 from rigging import filesystem as fs
+from rigging.config.discovery import find_workspace_root
 
 __all__ = ["ROOTS_DIR", "GcRoot", "UnknownRoot", "check_root_name", "read_roots", "register_root", "remove_roots",
            "root_id", "roots_folder"]
@@ -58,26 +59,15 @@ def roots_folder(prefix: str) -> str:
     return fs.join(prefix, ROOTS_DIR)
 
 
-def _work_tree_of(path: str) -> str | None:
-    """The top of the git work tree holding ``path``, or None."""
-    here = os.path.dirname(path)
-    while True:
-        if os.path.exists(os.path.join(here, ".git")):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
-
-
 def _spelled(target: str) -> str:
-    """A target as the id digests it: a file or folder by its path inside its git work tree
-    (absolute outside one), ``FILE:attr`` likewise; a module name as written."""
+    """A target as the id digests it: a file or folder by its path inside its workspace (the
+    project's root, as the configuration finds it; absolute outside one), ``FILE:attr`` likewise;
+    a module name as written."""
     path, colon, attr = target.partition(":") if not os.path.exists(target) else (target, "", "")
     if not os.path.exists(path):
         return target
     full = os.path.realpath(path)
-    top = _work_tree_of(full)
+    top = find_workspace_root(os.path.dirname(full))
     where = os.path.relpath(full, top) if top is not None else full
     return f"{where}{colon}{attr}"
 
