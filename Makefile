@@ -73,6 +73,7 @@ bench-peers: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_scale local
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_datakit_peers
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_rules_peers
+	$(BENCH_VENV)/bin/python -m benchmarks.bench_rules_peers --tutorial
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_warc_peers
 	$(BENCH_VENV)/bin/python -m benchmarks.bench_warm
 

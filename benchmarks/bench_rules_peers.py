@@ -1,11 +1,12 @@
 """FineWeb's quality rules and PII redaction beside datatrove's, on the same documents.
 
-``python -m benchmarks.bench_rules_peers [--pages N] [--work DIR]`` (``make bench-peers``: datatrove
+``python -m benchmarks.bench_rules_peers [--pages N] [--work DIR] [--tutorial]`` (``make bench-peers``: datatrove
 lives only in ``.venv-bench``), on the generated web corpus of :mod:`benchmarks.bench_datakit`:
 its documents (clean articles), its boilerplate pages (the quality classifier's negatives), and
 the whole text of its first ``--whole-pages`` HTML pages (menus, footers and all: resiliparse
 without its main-content detection, as a careless extractor would give them), and ``--variants``
-pages made from articles to land near each FineWeb rule's bar (:func:`variants`).
+pages made from articles to land near each FineWeb rule's bar (:func:`variants`). With
+``--tutorial``, on the web tutorial's documents instead (:func:`tutorial_texts`).
 
 * FineWeb: our heuristics with FineWeb's rules against datatrove's ``FineWebQualityFilter``
   (defaults, the thresholds FineWeb used). datatrove stops at the first rule a document fails, so
@@ -103,7 +104,10 @@ def _alone(rule: str) -> dict[str, float]:
     return {k: v for other, off in _OFF.items() if other != rule for k, v in off.items()}
 
 
-def fineweb(texts: list[str]) -> None:
+GENERATED = "the generated web corpus (articles, boilerplate pages, whole pages, variants)"
+
+
+def fineweb(texts: list[str], what: str = GENERATED) -> None:
     import datatrove.pipeline.filters.fineweb_quality_filter as theirs_module
     from datatrove.data import Document
 
@@ -118,8 +122,7 @@ def fineweb(texts: list[str]) -> None:
     theirs_cpu = time.process_time() - started
     first = [next((rule for rule in _ORDER if rule in failed), None) for failed in ours]
     theirs_first = [None if verdict is True else _THEIRS[verdict[1]] for verdict in theirs]
-    print(f"\n== FineWeb quality rules on {len(texts)} documents of the generated web corpus (articles, "
-          "boilerplate pages, whole pages, variants) ==")
+    print(f"\n== FineWeb quality rules on {len(texts)} documents of {what} ==")
     print(f"{'rule':<34}{'first failed: ours':>20}{'datatrove':>11}{'alone: ours':>13}{'datatrove':>11}{'differ':>8}")
     for rule in _ORDER:
         alone = theirs_module.FineWebQualityFilter(**_alone(rule))
@@ -173,14 +176,39 @@ def pii(texts: list[str]) -> None:
           "out of a version 1.2.3.4.5; datatrove replaces both)")
 
 
+def tutorial_texts(work: str) -> list[str]:
+    """The documents of the web tutorial (``experiments/datakit/warc_pipeline.py``, at the size
+    ``EXPERIMENTS_SCALE`` says): its crawl, with other languages and PII planted, read back from WARC
+    by ``html_to_text``: the documents its rules step judges, built here in this process."""
+    # Imported here: only --tutorial builds the experiment (and imports its graph).
+    from experiments.datakit.warc_pipeline import text
+    from fray.inprocess import InProcessClient
+    from marin.execution.core.lazy import lower
+    from marin.execution.run.runner import StepRunner
+    from marin.execution.store.step_record import StepRecord
+
+    result = StepRunner(prefix=os.path.join(work, "store"), client=InProcessClient(), strict_env=False).run(
+        [lower(text)])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    folder = StepRecord(result.by_name(text.name).output_path).files_folder()
+    return [doc["text"] for _i, doc in iter_corpus(list_shards(folder))]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_rules_peers")
     parser.add_argument("--pages", type=int, default=2_000, help="pages of the generated corpus")
     parser.add_argument("--whole-pages", type=int, default=2_000, help="HTML pages added with all their text")
     parser.add_argument("--variants", type=int, default=2_000, help="pages made to land near the rules' bars")
     parser.add_argument("--work", default=None, help="folder to keep the generated corpus in (reused)")
+    parser.add_argument("--tutorial", action="store_true",
+                        help="the web tutorial's documents instead (experiments/datakit/warc_pipeline.py)")
     args = parser.parse_args(argv if argv is not None else [])
     with tempfile.TemporaryDirectory(prefix="bench-rules-peers-") as scratch:
+        if args.tutorial:
+            texts = tutorial_texts(args.work or scratch)
+            fineweb(texts, "the web tutorial (experiments/datakit/warc_pipeline.py, read from its WARC)")
+            pii(texts)
+            return
         corpus, _truth = corpus_at(args.work or scratch, args.pages)
         texts = _texts(corpus, args.whole_pages)
         texts += variants(texts, args.variants)
