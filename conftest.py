@@ -136,7 +136,9 @@ def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # Imported here, not at the top: the fixture is the one place the test process needs jax for.
     import jax
 
-    cache = str(session_root(tmp_path_factory) / "jax-cache")
+    # MARIN_TEST_JAX_CACHE keeps the cache between sessions (a developer's reruns); by default it is
+    # the session's own, so every run starts cold, as CI does.
+    cache = os.environ.get("MARIN_TEST_JAX_CACHE") or str(session_root(tmp_path_factory) / "jax-cache")
     saved = {k: os.environ.get(k) for k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
     os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

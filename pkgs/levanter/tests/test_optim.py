@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -141,3 +142,58 @@ def test_the_optimizer_state_holds_the_rate_just_applied():
         applied.append(float(learning_rate(state)))
     np.testing.assert_allclose(applied, cfg.learning_rates(8)[:6], rtol=1e-6)
     np.testing.assert_allclose(applied, [0.25, 0.5, 0.75, 1.0, 1.0, 0.75], rtol=1e-6)
+
+
+@pytest.mark.parametrize("cfg, steps", [
+    (AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=20, min_lr_ratio=0.1), 400),
+    (AdamConfig(learning_rate=1e-2, warmup=0.1, schedule="wsd", decay=0.2, min_lr_ratio=0.1), 77),
+    (AdamConfig(learning_rate=1e-2, warmup=3, schedule="wsd", decay=5, decay_shape="1-sqrt", min_lr_ratio=0.0), 30),
+    (AdamConfig(learning_rate=1e-3, warmup=5, schedule="linear"), 50),
+])
+def test_a_rate_given_to_at_rate_updates_exactly_as_the_schedule_of_build(cfg, steps):
+    """The trainer hands each step ``rate_of_step(step)`` through ``at_rate``: the states it reaches are
+    bit for bit those of ``build``'s own schedule, rate, moments and parameters."""
+    params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.ones(3)}
+    grads = {"w": jnp.full((2, 3), 0.3), "b": jnp.full(3, -0.2)}
+    rate_of_step = cfg.rate_of_step(steps)
+    scheduled, given = cfg.build(steps), cfg.at_rate
+    state_a = scheduled.init(params)
+    state_b = given(0.0).init(params)
+    assert jax.tree.structure(state_a) == jax.tree.structure(state_b)
+    p_a = p_b = params
+    update_a = jax.jit(lambda s, p: scheduled.update(grads, s, p))
+    update_b = jax.jit(lambda s, p, r: given(r).update(grads, s, p))
+    for step in range(steps):
+        u_a, state_a = update_a(state_a, p_a)
+        u_b, state_b = update_b(state_b, p_b, rate_of_step(step))
+        p_a, p_b = optax.apply_updates(p_a, u_a), optax.apply_updates(p_b, u_b)
+        assert float(learning_rate(state_b)) == float(learning_rate(state_a)), step
+    for a, b in zip(jax.tree.leaves((state_a, p_a)), jax.tree.leaves((state_b, p_b)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_compiled_step_is_one_program_for_every_schedule_peak_and_length():
+    """Two runs of one model that differ in peak rate, warmup, schedule and length lower to the same
+    program, so JAX's compilation cache compiles it once (a sweep, a branch and its trunk)."""
+    from levanter.models.llama import LlamaConfig
+    from levanter.training.state import abstract_state
+    from levanter.training.step import make_train_step
+
+    model_config = LlamaConfig(vocab_size=64, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2,
+                               num_layers=1, max_seq_len=32)
+    model = model_config.build(jnp.float32)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    batch = jax.ShapeDtypeStruct((4, 33), jnp.int32)
+    rate = jax.ShapeDtypeStruct((), jnp.float32)
+
+    def program(cfg: AdamConfig, steps: int, given: bool) -> str:
+        target = abstract_state(model_config, cfg.at_rate(0.0), 32, mesh)
+        tx = cfg.at_rate if given else cfg.build(steps)
+        args = (target, batch, rate) if given else (target, batch)
+        return jax.jit(make_train_step(model, tx, jnp.float32, 1)).lower(*args).as_text()
+
+    a = AdamConfig(learning_rate=3e-3, weight_decay=0.1, warmup=20, min_lr_ratio=0.1)
+    b = AdamConfig(learning_rate=1e-2, weight_decay=0.1, warmup=3, schedule="wsd", decay=5)
+    assert program(a, 400, True) == program(b, 30, True)
+    # Built with its schedule, the step holds it: the two differ (what the trainer no longer compiles).
+    assert program(a, 400, False) != program(b, 30, False)

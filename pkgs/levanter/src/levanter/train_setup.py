@@ -48,6 +48,9 @@ __all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "set_up
 
 logger = logging.getLogger(__name__)
 
+_RATE = jax.ShapeDtypeStruct((), jnp.float32)
+"""The learning rate argument of the compiled step (a float32 scalar)."""
+
 
 def resolve_model(config: TrainLmConfig) -> Any:
     """The model ``config`` trains: its ``model`` with the data's vocabulary (``vocab_from_data``) and
@@ -118,7 +121,9 @@ class TrainSetup:
     run_id: str
     layout: BatchLayout
     train_step: Any
-    """``(state, batch) -> (state, metrics)``, compiled once for the state and batch placement."""
+    """``(state, batch, rate) -> (state, metrics)``, compiled once for the state and batch placement."""
+    rate_of_step: Callable[[int], Any]
+    """The learning rate of the (0-based) step, the compiled step's third argument."""
     eval_loss: Callable[[Any, jax.Array], jax.Array]
     """``(params, batch) -> loss``, jitted."""
     place: Callable[[np.ndarray], jax.Array]
@@ -171,7 +176,11 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
     model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()))
-    tx = config.optimizer.build(trainer.num_train_steps)
+    config.optimizer.check(trainer.num_train_steps)
+    # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
+    # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
+    # schedule, peak or length share their compiled init and step (JAX's compilation cache).
+    tx = config.optimizer.at_rate(0.0)
 
     started_at = time.perf_counter()
     target = abstract_state(model_config, tx, trainer.seq_len, layout.mesh)
@@ -183,11 +192,11 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     batch_shape = _batch_shape(config, layout)
     # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
     # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
-    train_step = jax.jit(make_train_step(model, tx, dtype, trainer.grad_accum, layout.batch_sharding,
-                                         z_loss_weight=config.z_loss_weight),
-                         in_shardings=(state_shardings, layout.batch_sharding),
+    train_step = jax.jit(make_train_step(model, config.optimizer.at_rate, dtype, trainer.grad_accum,
+                                         layout.batch_sharding, z_loss_weight=config.z_loss_weight),
+                         in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
                          out_shardings=(state_shardings, layout.replicated),
-                         donate_argnums=0).lower(target, batch_shape).compile()
+                         donate_argnums=0).lower(target, batch_shape, _RATE).compile()
     memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step)
     logger.info("%s", memory.summary())
     if layout.primary:
@@ -204,6 +213,7 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     writer, progress = _writers(config, output_path, run_id, start, layout.primary)
     iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
+                      rate_of_step=config.optimizer.rate_of_step(trainer.num_train_steps),
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
                       iterator=iterator, writer=writer, progress=progress, data_offset=data_offset)

@@ -131,7 +131,7 @@ def _loop(setup: TrainSetup, hooks: Sequence[ScheduledHook]) -> Trainer:
                             len(setup.layout.devices), setup.peak.flops_per_s)
     loop = Trainer(setup.train_step, setup.iterator, setup.place, num_train_steps=trainer.num_train_steps,
                    writer=setup.writer, throughput=throughput, log_every=trainer.log_every,
-                   started_at=setup.started_at)
+                   started_at=setup.started_at, rate_of_step=setup.rate_of_step)
     if setup.has_validation_data:
         loop.add_hook(setup.validation, every=trainer.eval_every or None)
     if trainer.eval_tasks:

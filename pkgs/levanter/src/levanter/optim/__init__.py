@@ -220,6 +220,37 @@ class AdamConfig:
         The learning rate is an injected hyperparameter: :func:`learning_rate` reads the rate of
         the latest update from the optimizer state.
         """
+        return self._transformation(self.lr_schedule(num_train_steps))
+
+    def at_rate(self, rate: Any) -> Any:
+        """:meth:`build`'s transformation with ``rate`` in place of the schedule (the same state).
+
+        A compiled training step takes the step's rate as an argument (``rate`` is then a traced
+        scalar) and builds its update with this, so one program serves every schedule, peak and run
+        length of a model: a sweep over learning rates, a branch and the run it branches from
+        compile once. :meth:`rate_of_step` gives the rate :meth:`build`'s schedule would apply.
+        """
+        return self._transformation(lambda _count: rate)
+
+    def rate_of_step(self, num_train_steps: int) -> Any:
+        """``step -> rate`` (a float32 numpy scalar): what :meth:`build` applies at the (0-based) ``step``.
+
+        Computed on the host CPU by the same schedule, compiled for one step at a time, so the rate is
+        bit for bit the one the schedule gives inside a step and the accelerator's queue is never waited on.
+        """
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        cpu = jax.local_devices(backend="cpu")[0]  # this process's own: a rate is computed by each process
+        schedule = jax.jit(self.lr_schedule(num_train_steps))  # runs where its argument is: the CPU
+
+        def rate(step: int) -> Any:
+            return np.asarray(schedule(jnp.asarray(step, jnp.int32, device=cpu)), np.float32)
+
+        return rate
+
+    def _transformation(self, schedule: Any) -> Any:
         import jax
         import optax
 
@@ -238,7 +269,7 @@ class AdamConfig:
             ))
             return optax.chain(*parts)
 
-        return optax.inject_hyperparams(adamw)(learning_rate=self.lr_schedule(num_train_steps))
+        return optax.inject_hyperparams(adamw)(learning_rate=schedule)
 
 
 def learning_rate(opt_state: Any) -> Any:

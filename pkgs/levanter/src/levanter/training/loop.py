@@ -82,7 +82,8 @@ class Trainer:
     every ``log_every``-th step, the first and the last; listeners see every step's.
 
     Args:
-        train_step: ``(state, batch) -> (state, metrics)``, jitted (it may donate the state).
+        train_step: ``(state, batch) -> (state, metrics)``, jitted (it may donate the state); with
+            ``rate_of_step``, ``(state, batch, rate)``.
         batches: host batches, one per step.
         place: a host batch -> the batch array the step takes.
         num_train_steps: the step the run ends after.
@@ -90,12 +91,15 @@ class Trainer:
         throughput: turns step times into rates.
         log_every: write every this many steps' metrics.
         started_at: ``time.perf_counter()`` when the run started (for ``time_to_first_step_s``).
+        rate_of_step: the learning rate of each (0-based) step, handed to ``train_step``.
     """
 
-    def __init__(self, train_step: Callable[[TrainState, Any], tuple[TrainState, Any]], batches: Iterator[np.ndarray],
+    def __init__(self, train_step: Callable[..., tuple[TrainState, Any]], batches: Iterator[np.ndarray],
                  place: Callable[[np.ndarray], Any], *, num_train_steps: int, writer: MetricsSink,
-                 throughput: Throughput, log_every: int = 1, started_at: float | None = None):
+                 throughput: Throughput, log_every: int = 1, started_at: float | None = None,
+                 rate_of_step: Callable[[int], Any] | None = None):
         self._step = train_step
+        self._rate_of_step = rate_of_step
         self._batches = batches
         self._place = place
         self.num_train_steps = num_train_steps
@@ -151,7 +155,10 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = next(self._batches)
                 wait_s = time.perf_counter() - t0
-                state, metrics = self._step(state, self._place(batch))
+                if self._rate_of_step is None:
+                    state, metrics = self._step(state, self._place(batch))
+                else:
+                    state, metrics = self._step(state, self._place(batch), self._rate_of_step(step))
                 step = self.step = step + 1
                 self.steps_run += 1
                 self._pending.append((step, metrics, wait_s))

@@ -18,11 +18,15 @@ from levanter.training.state import TrainState
 __all__ = ["make_train_step"]
 
 
-def make_train_step(model: Any, tx: optax.GradientTransformation, compute_dtype: jnp.dtype,
-                    grad_accum: int, batch_sharding: NamedSharding | None = None,
-                    z_loss_weight: float = 0.0
-                    ) -> Callable[[TrainState | Mapping[str, Any], jax.Array], tuple[TrainState, dict[str, jax.Array]]]:
+def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
+                    compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
+                    z_loss_weight: float = 0.0) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
+
+    When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
+    the step is ``(state, batch, rate)``: the learning rate of the step comes in as an argument (the trainer
+    computes it with ``AdamConfig.rate_of_step``), so the compiled program holds no schedule and one
+    program serves every schedule, peak rate and run length of the same model and batch.
 
     ``state`` is a :class:`TrainState` (or its dict form). With ``grad_accum > 1`` the batch is
     split into micro-batches whose gradients are averaged (a scan, so memory holds one micro-batch
@@ -36,6 +40,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, compute_dtype:
         return (ce + z_loss_weight * z if z_loss_weight else ce), ce
 
     grad_fn = jax.value_and_grad(objective, has_aux=True)
+    rate_given = not isinstance(tx, optax.GradientTransformation)
 
     def accumulated(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
         micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
@@ -53,11 +58,15 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, compute_dtype:
         (total_sum, loss_sum, grad_sum), _ = jax.lax.scan(body, (zero, zero, zeros), micro)
         return (total_sum / grad_accum, loss_sum / grad_accum), jax.tree.map(lambda g: g / grad_accum, grad_sum)
 
-    def step(state: TrainState | Mapping[str, Any], batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+    def step(state: TrainState | Mapping[str, Any], batch: jax.Array,
+             rate: jax.Array | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+        if rate_given == (rate is None):
+            raise TypeError("a step made with rate -> transformation takes a rate; one made with a transformation does not")
         state = TrainState.of(state)
         params = state.params
         (total, loss), grads = grad_fn(params, batch) if grad_accum == 1 else accumulated(params, batch)
-        updates, opt_state = tx.update(grads, state.opt_state, params)
+        transformation = tx if isinstance(tx, optax.GradientTransformation) else tx(rate)
+        updates, opt_state = transformation.update(grads, state.opt_state, params)
         new_state = state.replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
                                   step=state.step + 1)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
