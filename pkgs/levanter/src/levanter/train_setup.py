@@ -176,10 +176,10 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
     model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()))
-    config.optimizer.check(trainer.num_train_steps)
     # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
     # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
     # schedule, peak or length share their compiled init and step (JAX's compilation cache).
+    rate_of_step = config.optimizer.rate_of_step(trainer.num_train_steps)  # checks the schedule fits
     tx = config.optimizer.at_rate(0.0)
 
     started_at = time.perf_counter()
@@ -213,7 +213,7 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     writer, progress = _writers(config, output_path, run_id, start, layout.primary)
     iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
-                      rate_of_step=config.optimizer.rate_of_step(trainer.num_train_steps),
+                      rate_of_step=rate_of_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
                       iterator=iterator, writer=writer, progress=progress, data_offset=data_offset)

@@ -40,7 +40,11 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         return (ce + z_loss_weight * z if z_loss_weight else ce), ce
 
     grad_fn = jax.value_and_grad(objective, has_aux=True)
-    rate_given = not isinstance(tx, optax.GradientTransformation)
+    if isinstance(tx, optax.GradientTransformation):
+        fixed = tx
+        rate_given, transformation_at = False, lambda _rate: fixed
+    else:
+        rate_given, transformation_at = True, tx
 
     def accumulated(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
         micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
@@ -65,8 +69,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         state = TrainState.of(state)
         params = state.params
         (total, loss), grads = grad_fn(params, batch) if grad_accum == 1 else accumulated(params, batch)
-        transformation = tx if isinstance(tx, optax.GradientTransformation) else tx(rate)
-        updates, opt_state = transformation.update(grads, state.opt_state, params)
+        updates, opt_state = transformation_at(rate).update(grads, state.opt_state, params)
         new_state = state.replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
                                   step=state.step + 1)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
