@@ -3,8 +3,9 @@
 Processes under a ``marin run`` runner (found by command line and parent):
 
 * its warm templates (``fray.pool``): its own children whose command line is the template's;
-* step processes: children of a template (forked, with its command line), or fresh interpreters of
-  ``multiprocessing`` the runner started itself;
+* step processes: children of a template (forked, with its command line) that lead a session of
+  their own (the template's import probes do not), or fresh interpreters of ``multiprocessing`` the
+  runner started itself;
 * shuffle workers: fresh interpreters a step process started (zephyr's tasks on fray's
   ``LocalClient``; only the dedup step of the soak graph has them).
 
@@ -71,11 +72,23 @@ def templates(pid: int) -> list:
     return [p for p, cmdline, ppid in _tree(pid) if _TEMPLATE_MARK in cmdline and ppid == pid]
 
 
+def _leads_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
 def step_processes(pid: int) -> list:
-    """The step processes of the runner ``pid``: forked from one of its templates, or fresh."""
+    """The step processes of the runner ``pid``: forked from one of its templates, or fresh.
+
+    A call forked from a template leads a session of its own (``setsid``); the template's import
+    probes (also its children, with its command line) stay in the template's, and are not steps.
+    """
     tree = _tree(pid)
     own = {p.pid for p, cmdline, ppid in tree if _TEMPLATE_MARK in cmdline and ppid == pid}
-    return [p for p, cmdline, ppid in tree if ppid in own or (ppid == pid and _spawned(cmdline))]
+    return [p for p, cmdline, ppid in tree
+            if (ppid in own and _leads_session(p.pid)) or (ppid == pid and _spawned(cmdline))]
 
 
 def shuffle_workers(pid: int) -> list:
