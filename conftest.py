@@ -31,20 +31,37 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import pytest  # noqa: E402
 
 from testsupport import gcs as _gcs  # noqa: E402
+from testsupport.ray_cluster import RAY_HEAD_GROUP  # noqa: E402
 from testsupport.shared import session_root  # noqa: E402
+
+
+def _uses_ray_head(item: pytest.Item) -> bool:
+    """Whether ``item`` asks for the session's Ray head: by fixture, or as the Ray case of a test
+    parametrized over backends (which fetches the fixture by name: ``[ray]``, ``[Backend.RAY]``)."""
+    names = getattr(item, "fixturenames", ())
+    if "ray_cluster" in names or "ray_client" in names:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(part in ("ray", "Backend.RAY") for part in callspec.id.split("-"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own modifyitems)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` a module-scoped fixture is built once per worker that runs a test
-    of the module, so the tests that use one go to one worker: a group per module (a test already in
-    a group keeps it)."""
+    """Groups for ``--dist loadgroup`` (a test already in a group keeps it):
+
+    * the tests that use the session's Ray head (``testsupport.ray_cluster``) go to one worker,
+      which starts the one head: a head costs seconds to start and keeps processes running;
+    * a module-scoped fixture is built once per worker that runs a test of the module, so the tests
+      that use one go to one worker: a group per module.
+    """
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d.scope == "module" for chain in defs for d in chain):
+        if _uses_ray_head(item):
+            item.add_marker(pytest.mark.xdist_group(RAY_HEAD_GROUP))
+        elif any(d.scope == "module" for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
 
 

@@ -25,9 +25,13 @@ from fray.ray_client import RayClient
 from rigging.environ import updated_environ
 from testsupport.net import LOOPBACK, free_port, reachable
 
-__all__ = ["NODE_ENV", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
+__all__ = ["NODE_ENV", "RAY_HEAD_GROUP", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
 
 _START_TIMEOUT_S = 90.0
+
+RAY_HEAD_GROUP = "ray-head"
+"""The xdist group of every test that uses :func:`ray_cluster` (the root ``conftest.py`` assigns it):
+under ``pytest -n`` one worker runs them all, so the session starts one head, not one per worker."""
 
 
 @dataclass

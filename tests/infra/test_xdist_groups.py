@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testsupport.e2e import ROOT
+from testsupport.ray_cluster import RAY_HEAD_GROUP
+
 _TESTS = '''\
 import json, os, time
 import pytest
@@ -51,6 +54,44 @@ def test_an_xdist_group_runs_in_one_worker(tmp_path: Path) -> None:
     assert len(grouped) == 1, f"the grouped tests ran in {sorted(grouped)}: {workers}"
     # Both workers took part: the other one ran free tests meanwhile.
     assert set(workers.values()) == {"gw0", "gw1"}, workers
+
+
+_PRINT_GROUPS = '''\
+import json, os
+import pytest
+
+@pytest.hookimpl(trylast=True)  # after the workspace's conftest has assigned the groups
+def pytest_collection_modifyitems(items):
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        groups[item.nodeid] = mark.args[0] if mark else None
+    with open(os.environ["GROUPS_OUT"], "w") as f:
+        json.dump(groups, f)
+'''
+
+
+def test_the_tests_that_use_the_ray_head_share_one_worker(tmp_path: Path) -> None:
+    # One head per session, not one per worker: the Ray cases of the backend-parametrized tests and
+    # the tests that take the fixture are in one group; their local cases are not.
+    (tmp_path / "print_groups.py").write_text(_PRINT_GROUPS)
+    out = tmp_path / "groups.json"
+    modules = ["pkgs/fray/tests/test_client_contract.py", "pkgs/fray/tests/test_ray_client.py",
+               "tests/test_ray_backend.py", "pkgs/marin/tests/run/test_lost_lease.py"]
+    ran = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-p", "print_groups", *modules], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**_env(), "GROUPS_OUT": str(out), "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    groups = json.loads(out.read_text())
+    on_ray = {n for n, g in groups.items() if g == RAY_HEAD_GROUP}
+    assert "pkgs/fray/tests/test_client_contract.py::test_submit_returns_the_value[ray]" in on_ray
+    assert "pkgs/fray/tests/test_client_contract.py::test_submit_returns_the_value[local]" not in on_ray
+    assert "tests/test_ray_backend.py::test_a_lost_worker_is_retried_and_resumes[Backend.RAY]" in on_ray
+    assert "tests/test_ray_backend.py::test_a_lost_worker_is_retried_and_resumes[Backend.LOCAL]" not in on_ray
+    assert "tests/test_ray_backend.py::test_hello_world_on_ray_matches_local" in on_ray
+    assert {n for n in groups if n.startswith("pkgs/fray/tests/test_ray_client.py::")} <= on_ray
+    lost = {n for n in groups if n.startswith("pkgs/marin/tests/run/test_lost_lease.py::") and "[ray]" in n}
+    assert lost and lost <= on_ray
 
 
 def _env() -> dict[str, str]:
