@@ -174,6 +174,24 @@ def test_jsonl_without_the_text_field_names_file_and_line(tmp_path: Path) -> Non
         list(read_documents(str(path)))
 
 
+def test_a_lone_surrogate_from_a_json_escape_is_shown_escaped_in_the_error_and_the_log(tmp_path: Path, caplog) -> None:
+    # A damaged file's JSON may decode to keys holding lone surrogates ("\\ud800"); a message holding
+    # one cannot be written as UTF-8 (a log file, a terminal, pytest-xdist's report crashed on it).
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "a"}\n{"\\ud800x": 1}\n')
+    with pytest.raises(DataError) as info:
+        list(read_documents(str(path)))
+    message = str(info.value)
+    assert message.encode("utf-8").decode("utf-8") == message
+    assert "line 2: no 'text' field (fields: \\ud800x)" in message
+    counters = Counters()
+    with caplog.at_level("WARNING"):
+        assert list(read_documents(str(path), on_error="skip", counters=counters)) == ["a"]
+    assert counters.get("skipped_records") == 1
+    logged = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert logged and all("\\ud800x" in m and m.encode("utf-8") for m in logged)
+
+
 def test_parquet_problems_name_file_and_record(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"body": ["a", "b"]}), path)

@@ -5,9 +5,15 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["LOG_LEVELS", "setup_logging"]
+__all__ = ["LOG_LEVELS", "printable", "setup_logging"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def printable(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``), so any UTF-8 log, terminal
+    or file can write it. Text decoded from damaged input (a JSON escape, ``surrogateescape``) may hold them."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def setup_logging(level: str = "INFO", stream=None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rigging.log import printable
+
 __all__ = ["DataError", "ShardFailed"]
 
 
@@ -14,6 +16,9 @@ class DataError(ValueError):
     """
 
     def __init__(self, path: str, location: str, problem: str):
+        # What a damaged file puts in the problem (a JSON key decoded from "\\ud800", say) may hold lone
+        # surrogates, which no UTF-8 log, terminal or report can write: they are shown escaped.
+        problem = printable(problem)
         where = f"{path}: {location}: " if location else f"{path}: "
         super().__init__(where + problem)
         self.path = path
