@@ -30,6 +30,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import pytest  # noqa: E402
 
+from rigging.log import printable  # noqa: E402
 from testsupport import gcs as _gcs  # noqa: E402
 from testsupport.ray_cluster import RAY_HEAD_GROUP  # noqa: E402
 from testsupport.shared import session_root  # noqa: E402
@@ -63,6 +64,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(RAY_HEAD_GROUP))
         elif any(d.scope == "module" for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A test's captured output and logs with any lone surrogate escaped: a worker of pytest-xdist
+    cannot send a report holding one and the whole session stops (seen with a fuzzed damaged file)."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, printable(content)) for title, content in report.sections]
 
 
 @pytest.fixture(scope="session")
