@@ -118,11 +118,19 @@ def model_jsonl(data: bytes) -> tuple[list[str], int]:
         except ValueError:
             skipped += 1
             continue
-        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+        if isinstance(obj, dict) and isinstance(obj.get("text"), str) and _valid_unicode(obj["text"]):
             docs.append(obj["text"])
         else:
-            skipped += 1
+            skipped += 1  # not an object with a text, or a text holding a lone surrogate ("\\ud800")
     return docs, skipped
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 READERS = {

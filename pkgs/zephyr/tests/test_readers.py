@@ -192,6 +192,16 @@ def test_a_lone_surrogate_from_a_json_escape_is_shown_escaped_in_the_error_and_t
     assert logged and all("\\ud800x" in m and m.encode("utf-8") for m in logged)
 
 
+def test_a_document_holding_a_lone_surrogate_is_a_bad_record_not_a_tokenizer_crash(tmp_path: Path) -> None:
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "caf\\u00e9"}\n{"text": "ab\\udc80c"}\n{"text": "ok"}\n')
+    with pytest.raises(DataError, match=r"docs\.jsonl: line 2: field 'text' is not valid Unicode \(a lone surrogate at character 2\)"):
+        list(read_documents(str(path)))
+    counters = Counters()
+    assert list(read_documents(str(path), on_error="skip", counters=counters)) == ["caf\u00e9", "ok"]
+    assert counters.get("skipped_records") == 1
+
+
 def test_parquet_problems_name_file_and_record(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"body": ["a", "b"]}), path)

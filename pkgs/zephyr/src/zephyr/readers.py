@@ -236,6 +236,13 @@ class JsonlReader(_LineReader):
                 self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
                                               problem))
                 continue
+            # JSON's "\\ud800" escape decodes to a string that no tokenizer or UTF-8 file takes.
+            surrogate = None if value.isascii() else _lone_surrogate(value)
+            if surrogate is not None:
+                self._bad(counters, DataError(piece.path, f"line {self._file_line_number(piece, number)}",
+                                              f"field {field!r} is not valid Unicode (a lone surrogate at "
+                                              f"character {surrogate})"))
+                continue
             yield value
 
 
@@ -277,3 +284,12 @@ def read_documents(
     for path in expand_paths(source):
         reader = reader_for_path(path, text_field=text_field, text_mode=text_mode, on_error=on_error)
         yield from reader.read(FileSlice(path), counters)
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (None: there is none)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
