@@ -112,7 +112,7 @@ def test_a_test_that_logs_a_lone_surrogate_does_not_stop_the_session(tmp_path: P
     # conftest (loaded here as a plugin) the session ends in an INTERNALERROR.
     (tmp_path / "test_surrogate.py").write_text(_LOGS_A_SURROGATE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    args = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "test_surrogate.py"]
+    args = [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "test_surrogate.py"]
     env = {**_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     bare = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     # (its exit status may still be 0: the crash is seen only in its output, and a test never ran)
