@@ -144,7 +144,7 @@ def restore_state(config: TrainLmConfig, out: str) -> dict:
 
     trainer = config.trainer
     mesh = make_mesh(trainer.mesh)
-    target = abstract_state(config.model, config.optimizer.build(trainer.num_train_steps), trainer.seq_len, mesh)
+    target = abstract_state(config.model, config.optimizer.build(trainer.num_train_steps), mesh)
     checkpointer = Checkpointer(checkpoint_dir(out), trainer.checkpoint)
     try:
         restored = checkpointer.restore_latest(target)

@@ -187,7 +187,7 @@ def test_the_compiled_step_is_one_program_for_every_schedule_peak_and_length():
     rate = jax.ShapeDtypeStruct((), jnp.float32)
 
     def program(cfg: AdamConfig, steps: int, given: bool) -> str:
-        target = abstract_state(model_config, cfg.at_rate(0.0), 32, mesh)
+        target = abstract_state(model_config, cfg.at_rate(0.0), mesh)
         tx = cfg.at_rate if given else cfg.build(steps)
         args = (target, batch, rate) if given else (target, batch)
         return jax.jit(make_train_step(model, tx, jnp.float32, 1)).lower(*args).as_text()

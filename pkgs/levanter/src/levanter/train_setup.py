@@ -183,10 +183,10 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     tx = config.optimizer.at_rate(0.0)
 
     started_at = time.perf_counter()
-    target = abstract_state(model_config, tx, trainer.seq_len, layout.mesh)
+    target = abstract_state(model_config, tx, layout.mesh)
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
-    start = starting_state(checkpointer, target, model_config, tx, seq_len=trainer.seq_len, seed=trainer.seed,
+    start = starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
                            initialize_from=trainer.initialize_from)
 
     batch_shape = _batch_shape(config, layout)

@@ -33,7 +33,7 @@ class Start:
 
 
 def starting_state(checkpointer: Checkpointer, target: TrainState, model_config: Any, tx: optax.GradientTransformation,
-                   *, seq_len: int, seed: int, initialize_from: InitializeFrom | None) -> Start:
+                   *, seed: int, initialize_from: InitializeFrom | None) -> Start:
     """The run's own newest checkpoint; else ``initialize_from``'s checkpoint; else a fresh init from ``seed``
     (with ``initialize_from``'s parameters, when it names weights, and a fresh optimizer state).
 
@@ -53,7 +53,7 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
         data_state = None if source is not None and source.reset_data_loader else restored.data_state
         return Start(state=TrainState.of(restored.state), step=restored.step, data_state=data_state, source=source)
     shardings = jax.tree.map(lambda s: s.sharding, target)
-    state = jax.jit(state_initializer(model_config, tx, seq_len), out_shardings=shardings)(jax.random.PRNGKey(seed))
+    state = jax.jit(state_initializer(model_config, tx), out_shardings=shardings)(jax.random.PRNGKey(seed))
     if isinstance(initialize_from, HfCheckpoint | TrainedModel):
         params = initial_params(initialize_from, model_config)
         state = jax.jit(lambda p, s: s.replace(params=p, opt_state=tx.init(p)), out_shardings=shardings)(params, state)

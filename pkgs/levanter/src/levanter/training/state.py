@@ -69,23 +69,26 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
-def state_initializer(model_config: Any, tx: optax.GradientTransformation,
-                      seq_len: int) -> Callable[[jax.Array], TrainState]:
+def state_initializer(model_config: Any, tx: optax.GradientTransformation) -> Callable[[jax.Array], TrainState]:
     """``key -> state``: fresh float32 parameters of ``model_config`` (a ``ModelConfig``), optimizer
-    state, step 0 and the rest of the PRNG key."""
+    state, step 0 and the rest of the PRNG key.
+
+    The parameters' shapes and values come from the config and the key, never from the length of
+    the input the init is traced on: it is traced on one token, so one compiled init serves every
+    sequence length and batch size of a model (the same values as an init on a full-length input).
+    """
     init_model = model_config.build(jnp.float32)
 
     def init_state(key: jax.Array) -> TrainState:
         init_key, key = jax.random.split(key)
-        params = init_model.init(init_key, jnp.zeros((1, seq_len), jnp.int32))
+        params = init_model.init(init_key, jnp.zeros((1, 1), jnp.int32))
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key)
 
     return init_state
 
 
-def abstract_state(model_config: Any, tx: optax.GradientTransformation, seq_len: int,
-                   mesh: jax.sharding.Mesh) -> TrainState:
+def abstract_state(model_config: Any, tx: optax.GradientTransformation, mesh: jax.sharding.Mesh) -> TrainState:
     """Shapes, dtypes and shardings on ``mesh`` of the training state (a restore target; allocates nothing)."""
-    shapes = jax.eval_shape(state_initializer(model_config, tx, seq_len), jax.random.PRNGKey(0))
+    shapes = jax.eval_shape(state_initializer(model_config, tx), jax.random.PRNGKey(0))
     shardings = tree_shardings(shapes, mesh, units=model_config.sharding_units())
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
