@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from levanter.checkpoint import CheckpointConfig, Checkpointer, read_checkpoint_params
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
 from levanter.training import TrainState
+from levanter.training.state import state_initializer
 
 
 def _dict_state() -> dict:
@@ -83,10 +86,6 @@ def test_both_forms_write_the_same_checkpoint_metadata(tmp_path):
 def test_a_fresh_state_has_the_parameters_of_an_init_on_a_full_length_input(seq_len):
     # The init is traced on one token (one compiled init for every sequence length); the parameters
     # must be those an init on the run's own input shape gives, so fresh runs start where they did.
-    from levanter.models.llama import LlamaConfig
-    from levanter.optim import AdamConfig
-    from levanter.training.state import state_initializer
-
     # testsupport.levanter_data.tiny_config's model and optimizer: the session compiles this init once.
     config = LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
                          num_layers=2, max_seq_len=64)
