@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +34,14 @@ def _window(conversations, window: int) -> np.ndarray:
     return pad_window(decode_chat_record(encode_chat_record(conversations)), window)
 
 
+# Jitted, so each compiles as one program rather than op by op (eager JAX compiles every operation
+# on its own, about a hundred small programs for one init); the parameters are made once a process.
+@functools.cache
 def _params():
-    return MODEL.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+    return jax.jit(MODEL.init)(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+
+
+_loss = jax.jit(lambda params, batch: loss_fn(MODEL, params, batch, jnp.float32))
 
 
 def test_records_round_trip_ids_mask_and_segments() -> None:
@@ -80,19 +88,19 @@ def test_a_packed_window_has_the_loss_of_its_conversations_run_one_by_one() -> N
     params = _params()
     convs = [_conversation(5, 7), _conversation(3, 9, tail=2), _conversation(6, 4)]
     packed = _window(convs, 48)[None]
-    mean = float(loss_fn(MODEL, params, jnp.asarray(packed), jnp.float32))
+    mean = float(_loss(params, jnp.asarray(packed)))
     total, count = 0.0, 0
     for ids, mask in convs:
         alone = _window([(ids, mask)], 48)[None]
         targets = int(mask[1:].sum())
-        total += float(loss_fn(MODEL, params, jnp.asarray(alone), jnp.float32)) * targets
+        total += float(_loss(params, jnp.asarray(alone))) * targets
         count += targets
     assert count == int(packed[0, 1, 1:].sum())
     assert mean == pytest.approx(total / count, rel=1e-5, abs=1e-6)
     # Without segments (one long document) the loss differs: the test can tell the two apart.
     merged = packed.copy()
     merged[0, 2, :] = 1
-    assert float(loss_fn(MODEL, params, jnp.asarray(merged), jnp.float32)) != pytest.approx(mean, rel=1e-5)
+    assert float(_loss(params, jnp.asarray(merged))) != pytest.approx(mean, rel=1e-5)
 
 
 def test_extending_the_vocabulary_keeps_every_old_row_and_the_old_logits() -> None:
@@ -105,7 +113,7 @@ def test_extending_the_vocabulary_keeps_every_old_row_and_the_old_logits() -> No
     assert bigger["embed"]["embeddings"].shape[0] == CONFIG.vocab_size + 3
     tokens = jnp.asarray(RNG.integers(0, CONFIG.vocab_size, size=(1, 12)), jnp.int32)
     big_model = transformed_llama(LlamaConfig(**{**CONFIG.__dict__, "vocab_size": CONFIG.vocab_size + 3}))
-    np.testing.assert_allclose(np.asarray(big_model.apply(bigger, None, tokens)[..., :CONFIG.vocab_size]),
-                               np.asarray(MODEL.apply(params, None, tokens)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(big_model.apply)(bigger, None, tokens)[..., :CONFIG.vocab_size]),
+                               np.asarray(jax.jit(MODEL.apply)(params, None, tokens)), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="smaller than the model's 50"):
         extend_vocab(params, 40)

@@ -199,7 +199,9 @@ def test_transformers_flax_llama_on_the_exported_model_gives_the_same_loglikelih
     batch = np.zeros((len(pairs), SEQ_LEN), np.int32)
     for row, whole in zip(batch, wholes, strict=True):
         row[:len(whole) - 1] = whole[:-1]
-    logp = np.asarray(jax.nn.log_softmax(hf(batch).logits, axis=-1), dtype=np.float64)
+    # The forward pass jitted: compiled once as a whole, not op by op.
+    logits = jax.jit(lambda p, tokens: hf(tokens, params=p).logits)(hf.params, batch)
+    logp = np.asarray(jax.nn.log_softmax(logits, axis=-1), dtype=np.float64)
     for (context, continuation), (logprob, _), whole, rows in zip(pairs, ours, wholes, logp, strict=True):
         n = len(lm._encode_pair(context, continuation)[1])
         theirs = rows[np.arange(len(whole) - 1), whole[1:]][-n:].sum()

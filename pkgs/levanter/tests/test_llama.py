@@ -28,10 +28,11 @@ def test_param_count_and_shapes(tie):
                       num_layers=2, tie_embeddings=tie)
     model = transformed_llama(cfg)
     tokens = jnp.zeros((2, 7), jnp.int32)
-    params = model.init(jax.random.PRNGKey(0), tokens)
+    # Shapes only (nothing compiled or computed): the init's and the forward pass's.
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens)
     assert sum(p.size for p in jax.tree.leaves(params)) == cfg.num_params()
     assert params["layer_0/attn/k_proj"]["w"].shape == (16, 8)  # 2 kv heads of width 4
-    assert model.apply(params, None, tokens).shape == (2, 7, 50)
+    assert jax.eval_shape(model.apply, params, None, tokens).shape == (2, 7, 50)
 
 
 def test_attention_is_causal():
@@ -39,8 +40,9 @@ def test_attention_is_causal():
     model = transformed_llama(cfg)
     a = jnp.array([[1, 2, 3, 4, 5, 6]])
     b = a.at[0, 4:].set(jnp.array([40, 41]))
-    params = model.init(jax.random.PRNGKey(1), a)
-    la, lb = model.apply(params, None, a), model.apply(params, None, b)
+    params = jax.jit(model.init)(jax.random.PRNGKey(1), a)  # jitted: one program each, not one per operation
+    apply = jax.jit(model.apply)
+    la, lb = apply(params, None, a), apply(params, None, b)
     np.testing.assert_allclose(la[0, :4], lb[0, :4], rtol=1e-5, atol=1e-6)
     assert not np.allclose(la[0, 4:], lb[0, 4:])
 

@@ -92,6 +92,6 @@ def test_a_fresh_state_has_the_parameters_of_an_init_on_a_full_length_input(seq_
     key = jax.random.PRNGKey(5)
     state = jax.jit(state_initializer(config, AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1).at_rate(0.0)))(key)
     init_key, rest = jax.random.split(key)
-    full = config.build(jnp.float32).init(init_key, jnp.zeros((1, seq_len), jnp.int32))
+    full = jax.jit(config.build(jnp.float32).init)(init_key, jnp.zeros((1, seq_len), jnp.int32))
     assert jax.tree.structure(state.params) == jax.tree.structure(full) and _same(state.params, full)
     assert np.array_equal(state.key, rest)

@@ -19,15 +19,18 @@ def test_loss_fn_adds_the_weighted_mean_squared_log_partition():
     cfg = LlamaConfig(vocab_size=16, hidden_dim=8, intermediate_dim=16, num_heads=2, num_kv_heads=1, num_layers=1)
     model = transformed_llama(cfg)
     batch = jnp.asarray(np.random.default_rng(0).integers(0, 16, size=(3, 9)), jnp.int32)
-    params = model.init(jax.random.PRNGKey(0), batch[:, :-1])
-    logits = np.asarray(model.apply(params, None, batch[:, :-1]), np.float64)
+    # Jitted: one program each, not one per operation.
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch[:, :-1])
+    logits = np.asarray(jax.jit(model.apply)(params, None, batch[:, :-1]), np.float64)
     logz = np.log(np.exp(logits).sum(-1))
     picked = np.take_along_axis(logits, np.asarray(batch[:, 1:])[..., None], -1)[..., 0]
     ce, z = float(np.mean(logz - picked)), float(np.mean(logz ** 2))
     assert z > 1  # a vocabulary of 16 keeps log Z near ln 16, so the term is far from 0
-    assert float(loss_fn(model, params, batch, jnp.float32)) == pytest.approx(ce, rel=1e-5)
-    assert float(loss_fn(model, params, batch, jnp.float32, z_loss_weight=0.5)) == pytest.approx(ce + 0.5 * z,
-                                                                                                  rel=1e-5)
+    def loss(weight: float) -> float:
+        return float(jax.jit(lambda p, b: loss_fn(model, p, b, jnp.float32, z_loss_weight=weight))(params, batch))
+
+    assert loss(0.0) == pytest.approx(ce, rel=1e-5)
+    assert loss(0.5) == pytest.approx(ce + 0.5 * z, rel=1e-5)
 
 
 def _rows(out: str) -> list[dict]:

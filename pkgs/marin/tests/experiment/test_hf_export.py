@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -65,8 +66,10 @@ def test_transformers_loads_the_export_and_gives_our_logits(built):
 
     hf = FlaxLlamaForCausalLM.from_pretrained(folder, from_pt=True, dtype=jnp.float32)
     tokens = np.random.default_rng(0).integers(0, config.vocab_size, (2, 32)).astype(np.int32)
-    ours = np.asarray(transformed_llama(config).apply(params, None, jnp.asarray(tokens)))
-    theirs = np.asarray(hf(tokens).logits)
+    # Both forward passes jitted: each compiles as one program, not one per operation.
+    apply = jax.jit(transformed_llama(config).apply)
+    ours = np.asarray(apply(params, None, jnp.asarray(tokens)))
+    theirs = np.asarray(jax.jit(lambda p, t: hf(t, params=p).logits)(hf.params, tokens))
     np.testing.assert_allclose(theirs, ours, rtol=1e-5, atol=1e-5)
     # The tolerance has teeth: the same model with q and k rows in the interleaved-pairs rotary
     # layout (the permutation a model rotating interleaved pairs would need) is far off.
@@ -76,7 +79,7 @@ def test_transformers_loads_the_export_and_gives_our_logits(built):
             w = np.asarray(swapped[f"layer_{i}/attn/{proj}"]["w"])
             heads = w.reshape(w.shape[0], -1, config.head_dim // 2, 2)
             swapped[f"layer_{i}/attn/{proj}"]["w"] = heads.transpose(0, 1, 3, 2).reshape(w.shape)
-    permuted = np.asarray(transformed_llama(config).apply(swapped, None, jnp.asarray(tokens)))
+    permuted = np.asarray(apply(swapped, None, jnp.asarray(tokens)))
     assert np.abs(permuted - theirs).max() > 100 * 1e-5
 
 
