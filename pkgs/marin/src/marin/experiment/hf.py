@@ -48,10 +48,9 @@ def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FIN
     Raises:
         FileNotFoundError: the parameters, the run's config or its tokenizer are missing.
     """
-    from levanter.checkpoint import read_checkpoint_params
+    from levanter.checkpoint import checkpoint_dir, read_checkpoint_params
     from levanter.compat.hf_checkpoint import save_hf_model
     from levanter.generate import load_final_model, read_model_config
-    from levanter.trainer import checkpoint_dir
     from marin.experiment.data.tokenizer import EOS_TOKEN
 
     _check_checkpoint(checkpoint)
