@@ -130,11 +130,16 @@ def resolve_outputs(ctx: click.Context, ref: str, prefix: str | None) -> list[tu
     return found
 
 
+# Libraries that narrate at INFO: JAX probing backends, Orbax (through absl), and Hugging Face
+# ``datasets`` (under the lm-evaluation-harness) announcing at import that JAX is available.
+NARRATING_LIBRARIES = ("jax", "absl", "datasets")
+
+
 def quiet_library_logs(ctx: click.Context) -> None:
-    """Hide libraries' INFO narration (JAX probing backends, Orbax via absl) unless ``--verbose``
-    (given before the verb or after it: the second call undoes the first's quieting)."""
+    """Hide libraries' INFO narration (:data:`NARRATING_LIBRARIES`) unless ``--verbose`` (given
+    before the verb or after it: the second call undoes the first's quieting)."""
     import logging
 
     verbose = bool(ctx.obj and ctx.obj.get("verbose"))
-    for library in ("jax", "absl"):
+    for library in NARRATING_LIBRARIES:
         logging.getLogger(library).setLevel(logging.NOTSET if verbose else logging.WARNING)
