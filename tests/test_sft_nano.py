@@ -3,7 +3,7 @@
 Runs on the prefix of ``make experiments`` (``testsupport.e2e.experiments_prefix``), which
 builds ``experiments/sft/sft_nano.py`` with every other experiment. Quality bar: on held-out
 conversations the fine-tuned model's assistant-token loss is below a quarter of the pretrained
-model's (measured: about 0.44 against 8.1 nats/token).
+model's (measured at smoke size: about 0.85 against 8.1 nats/token; the full size reaches 0.44).
 """
 
 from __future__ import annotations

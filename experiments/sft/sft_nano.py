@@ -44,9 +44,10 @@ sft_model = train_lm(
     model=llama_nano,
     optimizer=AdamConfig(learning_rate=2e-3, weight_decay=0.0, warmup=10, min_lr_ratio=0.1),
     datasets={chat_data: 1.0},
-    batch_size=16,
+    batch_size=sized(16, 8),
     seq_len=SEQ_LEN,
-    # Smoke size (experiments.scale): a third of the steps, still enough to learn the chat format.
+    # Smoke size (experiments.scale): a third of the steps of half the batch, still enough to learn
+    # the chat format.
     num_train_steps=sized(300, 100),
     eval_every=sized(50, 25),
     checkpoint=CheckpointConfig(save_every=sized(100, 50)),
