@@ -20,6 +20,12 @@ from levanter.optim import AdamConfig
 from rigging import filesystem as fs
 from zephyr.shards import TOKENIZED_FORMAT, write_index
 
+TINY_MODEL = LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
+                         num_layers=2, max_seq_len=64)
+"""The model of :func:`tiny_config`."""
+TINY_OPTIMIZER = AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1)
+"""The optimizer of :func:`tiny_config`."""
+
 
 def tiny_config(data: str, **overrides) -> TrainLmConfig:
     """Nano-sized model, 8 x 32 batches, float32, checkpoints every 2 steps.
@@ -27,9 +33,8 @@ def tiny_config(data: str, **overrides) -> TrainLmConfig:
     ``overrides`` are ``model=``, ``optimizer=`` or any flat training setting (``num_train_steps=``).
     """
     base: dict[str, Any] = dict(
-        model=LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
-                          num_layers=2, max_seq_len=64),
-        optimizer=AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
+        model=TINY_MODEL,
+        optimizer=TINY_OPTIMIZER,
         batch_size=8,
         seq_len=32,
         num_train_steps=2,

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from levanter.checkpoint import CheckpointConfig, Checkpointer, read_checkpoint_params
-from levanter.models.llama import LlamaConfig
-from levanter.optim import AdamConfig
 from levanter.training import TrainState
 from levanter.training.state import state_initializer
+from testsupport.levanter_data import TINY_MODEL, TINY_OPTIMIZER
 
 
 def _dict_state() -> dict:
@@ -86,12 +85,10 @@ def test_both_forms_write_the_same_checkpoint_metadata(tmp_path):
 def test_a_fresh_state_has_the_parameters_of_an_init_on_a_full_length_input(seq_len):
     # The init is traced on one token (one compiled init for every sequence length); the parameters
     # must be those an init on the run's own input shape gives, so fresh runs start where they did.
-    # testsupport.levanter_data.tiny_config's model and optimizer: the session compiles this init once.
-    config = LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
-                         num_layers=2, max_seq_len=64)
+    # tiny_config's model and optimizer, so the session compiles this init once.
     key = jax.random.PRNGKey(5)
-    state = jax.jit(state_initializer(config, AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1).at_rate(0.0)))(key)
+    state = jax.jit(state_initializer(TINY_MODEL, TINY_OPTIMIZER.at_rate(0.0)))(key)
     init_key, rest = jax.random.split(key)
-    full = jax.jit(config.build(jnp.float32).init)(init_key, jnp.zeros((1, seq_len), jnp.int32))
+    full = jax.jit(TINY_MODEL.build(jnp.float32).init)(init_key, jnp.zeros((1, seq_len), jnp.int32))
     assert jax.tree.structure(state.params) == jax.tree.structure(full) and _same(state.params, full)
     assert np.array_equal(state.key, rest)
