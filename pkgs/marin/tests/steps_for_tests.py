@@ -537,7 +537,7 @@ def resumable(config: ResumableConfig, output_path: str) -> None:
         if fs.exists(unit):
             continue  # committed by an earlier attempt: not done again
         time.sleep(config.seconds_per_unit)
-        _count(config.counter_dir, "resumable.unit")
+        _count(config.counter_dir, f"resumable.unit.{i:03d}")  # the unit's work, done; its commit follows
         fs.atomic_write(unit, str(i))
     fs.atomic_write(fs.join(output_path, "out.txt"), "done")
 
