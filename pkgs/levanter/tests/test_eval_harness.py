@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.abc
 import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 
 import jax
 import jax.numpy as jnp
@@ -286,15 +288,28 @@ def _write_mc_task(folder) -> str:
     return path
 
 
+class _RefuseTransformers(importlib.abc.MetaPathFinder):
+    """An import finder that fails any import of transformers (put first on ``sys.meta_path``)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "transformers":
+            raise ImportError(f"{name} was imported")
+        return None
+
+
 def test_a_multiple_choice_task_through_the_harness_scores_as_recomputed_by_hand(lm, params, tokenizer_json, tmp_path,
                                                                                  monkeypatch):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     yaml_path = _write_mc_task(str(tasks))
     monkeypatch.chdir(tmp_path)  # the data file is found beside the YAML, not in the working directory
+    # Running tasks never imports transformers (1.5 s here): the harness's version stamp comes from metadata.
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_RefuseTransformers(), *sys.meta_path])
     results = run_tasks(lm, TaskRunConfig(tasks=(yaml_path,), limit=20), str(tmp_path / "out"))
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["results"] == results["results"]
+    assert (written["transformers_version"], written["lm_eval_version"]) == (version("transformers"), version("lm_eval"))
     assert written["config"]["model"] == "levanter" and written["config"]["model_config"]["hidden_dim"] == 32
     assert written["n-shot"] == {"toy_arc": 0} and written["versions"] == {"toy_arc": 1.0}
     assert written["configs"]["toy_arc"]["output_type"] == "multiple_choice"
