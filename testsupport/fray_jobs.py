@@ -175,6 +175,18 @@ def loaded(module: str) -> tuple[bool, int]:
     return module in sys.modules, os.getppid()
 
 
+def blas_state() -> dict[str, Any]:
+    """What this process finds of numpy's BLAS: whether numpy was imported before this call,
+    ``OPENBLAS_NUM_THREADS``, OpenBLAS's thread count (threadpoolctl), the parent pid."""
+    had_numpy = "numpy" in sys.modules
+    import numpy  # noqa: F401 - imported here: whether it was loaded already is what is asked
+    from threadpoolctl import threadpool_info
+
+    threads = [info["num_threads"] for info in threadpool_info() if info["internal_api"] == "openblas"]
+    return {"had_numpy": had_numpy, "variable": os.environ.get("OPENBLAS_NUM_THREADS"), "openblas_threads": threads,
+            "parent": os.getppid()}
+
+
 def import_module(module: str, folder: str | None = None) -> tuple[bool, int]:
     """Import ``module`` (from ``folder``, put first on ``sys.path``, if given); return :func:`loaded`
     as it was before the import."""

@@ -90,6 +90,36 @@ def test_env_is_set_for_the_call_only(pool):
     assert pool.submit(fray_jobs.echo_env, "FRAY_POOL_VAR").result(timeout=60) is None
 
 
+def _blas_in_a_fresh_interpreter(env: dict[str, str]) -> dict:
+    code = "import json; from testsupport import fray_jobs; print(json.dumps(fray_jobs.blas_state()))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("caller", [{}, {"OPENBLAS_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "1"}])
+def test_numpy_stays_in_the_template_and_each_call_has_blas_threads_as_a_fresh_interpreter(caller, monkeypatch):
+    """OpenBLAS (numpy's BLAS) starts threads when it loads: the template loads it with one thread,
+    so stays safe to fork with numpy imported, and each call gets the caller's setting back: the
+    variable, and OpenBLAS's thread count as a fresh interpreter under the same variables has it."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in caller.items():
+        monkeypatch.setenv(name, value)
+    pool = WorkerPool()
+    try:
+        first = pool.submit(fray_jobs.blas_state, preload=("numpy",)).result(timeout=60)
+        second = pool.submit(fray_jobs.blas_state, env={"OPENBLAS_NUM_THREADS": "1"}).result(timeout=60)
+        template = pool._template.process.pid
+        assert pool.templates_started == 1
+    finally:
+        pool.shutdown()
+    fresh = _blas_in_a_fresh_interpreter(dict(os.environ))
+    assert first["had_numpy"] and first["parent"] == template  # forked from a template holding numpy
+    assert (first["variable"], first["openblas_threads"]) == (caller.get("OPENBLAS_NUM_THREADS"), fresh["openblas_threads"])
+    # The call's own variables count as they would in a fresh interpreter started with them.
+    assert second["had_numpy"] and (second["variable"], second["openblas_threads"]) == ("1", [1])
+
+
 def test_cancel_ends_the_call(pool):
     handle = pool.submit(fray_jobs.sleep_then_return, 60, "late")
     pid = handle.pid
@@ -238,8 +268,8 @@ def test_a_learned_module_found_elsewhere_or_not_at_all_by_the_template_is_left_
 
 
 def test_a_caller_whose_main_script_starts_a_thread_gets_calls_that_import_it_themselves(tmp_path):
-    """A script that imports numpy at the top (OpenBLAS starts threads) cannot be imported into a
-    template: the first template says so and exits; the next leaves the script to each call."""
+    """A script that starts a thread at the top cannot be imported into a template: the first
+    template says so and exits; the next leaves the script to each call."""
     script = tmp_path / "threaded_main.py"
     script.write_text(textwrap.dedent("""
         import json, threading, time

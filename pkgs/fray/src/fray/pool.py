@@ -14,9 +14,11 @@ once, and runs each call in a child ``fork``-ed from it:
 * the template keeps what calls import (``learn_imports``): what a call imported is imported
   into the template too, for later calls, once a throwaway fork of the template showed it safe;
 * a template must stay safe to fork: one thread (forking a multi-threaded process is unsafe) and
-  no JAX (``never_in_template``: it initialises in each call's own process). A module a call
-  asked for (``preload``) that breaks this is imported by each call's own process instead, and
-  the template replaced. The rule, and learning: :mod:`fray.template_imports`.
+  no JAX (``never_in_template``: it initialises in each call's own process). Its BLAS runs on one
+  thread, so numpy may be imported; each call gets its caller's BLAS threads back
+  (:mod:`fray.template_blas`). A module a call asked for (``preload``) that breaks this is
+  imported by each call's own process instead, and the template replaced. The rule, and
+  learning: :mod:`fray.template_imports`.
 
 Each call's process leads its own process group (cancel ends everything it started) and watches
 its template, which watches the caller: if the caller dies (even by SIGKILL) every call's
@@ -60,6 +62,7 @@ from fray.pool_messages import (
     ToTemplate,
     UnsafeMain,
 )
+from fray.template_blas import template_environment
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
 from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
@@ -112,7 +115,8 @@ class _Template:
                 "template_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])")
         # A session of its own: a Ctrl-C meant for the caller must not reach the template.
         self.process = subprocess.Popen([sys.executable, "-c", code, str(child_fd), str(os.getpid()), *preload],
-                                        pass_fds=(child_fd,), stdin=subprocess.DEVNULL, start_new_session=True)
+                                        pass_fds=(child_fd,), stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env=template_environment(os.environ))
         os.close(child_fd)
         import multiprocessing.spawn
 

@@ -32,6 +32,7 @@ from fray.pool_messages import (
 )
 from fray.process_group import WATCH_INTERVAL_S, start_group_reaper, watch_parent
 from fray.process_job import Outcome
+from fray.template_blas import give_call_its_blas_threads
 from fray.template_imports import (
     Learner,
     ModuleEntry,
@@ -80,7 +81,7 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         start_group_reaper()  # before any thread of this call starts
         # The template dies only when the caller did (or it was killed): then so does this call's group.
         watch_parent(template_pid)
-        os.environ.update(env)
+        give_call_its_blas_threads(env)
         learned: list[ModuleEntry] = []
         try:
             if main:
@@ -126,6 +127,9 @@ def read_result(path: str, code: int) -> tuple[Outcome, list[ModuleEntry]]:
 def template_main(fd: int, caller_pid: int, preload: Sequence[str]) -> None:
     """The template's loop: fork a child per call, report each start and exit to the caller."""
     conn = Connection(fd)
+    # Every call sets its BLAS threads with it (fray.template_blas): imported once, here, not by each call.
+    import threadpoolctl  # noqa: F401
+
     prepared = _prepare(conn, preload)
     if prepared is not None:
         _TemplateLoop(conn, caller_pid, *prepared).serve()
@@ -150,7 +154,7 @@ def _prepare(conn: Connection, preload: Sequence[str]) -> tuple[TemplateSettings
         main = {}
         hazard = fork_hazard(never)
         if hazard is not None:
-            # A main script that imports numpy (OpenBLAS starts threads), say: each call imports it.
+            # A main script that starts a thread, say: each call imports it.
             conn.send(UnsafeMain(hazard))
             return None
     import_into_template(preload, never)
