@@ -35,7 +35,9 @@ def template_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def call_blas_threads(environ: Mapping[str, str]) -> int:
     """How many threads OpenBLAS starts when it loads under ``environ``: the first of its variables
     set above 0, at most the CPUs this process may use (all of them when none is set)."""
-    cpus = len(os.sched_getaffinity(0))
+    # The CPUs this process may run on (OpenBLAS counts its affinity mask); all of them where the
+    # platform cannot say (macOS has no sched_getaffinity).
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for name in _OPENBLAS_READS:
         value = environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
