@@ -1,5 +1,6 @@
 """Warm workers that keep what steps import: a fresh ``marin run`` of a chain of trivial steps whose
-functions import a library inside (fsspec, as step functions do so that planning stays light),
+functions import a library inside (fsspec, as step functions do so that planning stays light; numpy,
+whose BLAS starts threads when it loads),
 beside the same chain whose steps import nothing, and beside GNU make and Snakemake building both
 chains with a Python process per target (that process imports fsspec too, or nothing).
 
@@ -7,7 +8,7 @@ Each side runs ``REPEATS`` times, interleaved, into a fresh folder; the median i
 Snakemake comes from the ``bench`` extra (``make bench-peers`` runs this beside ``bench_scale``);
 where it is not installed its rows say so. Size: ``BENCH_WARM_STEPS`` (default 100).
 
-Goal: the chain whose steps import fsspec within 2x of the chain whose steps import nothing.
+Goal: a chain whose steps import a library within 2x of the chain whose steps import nothing.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from benchmarks.bench_scale import (
 )
 
 REPEATS = 3
-LIBRARY = "fsspec"
-# The peers' per-target process imports the library as the importing steps do (no single quotes:
-# it goes inside '...' on a shell line).
-_IMPORTING = f"import sys, {LIBRARY}; {LIBRARY}.filesystem(\"file\"); open(sys.argv[1], \"w\").write(sys.argv[1])"
-_KINDS = {"nothing": ("chain", _TRIVIAL), LIBRARY: ("chain_importing", _IMPORTING)}
+# What the importing steps import inside their functions (benchmarks.chain_steps), and what the
+# peers' per-target process does with it (no single quotes: it goes inside '...' on a shell line).
+_LIBRARIES = {"fsspec": ("chain_importing", 'fsspec.filesystem("file")'),
+              "numpy": ("chain_importing_numpy", "numpy.asarray(1).sum()")}
+_KINDS = {"nothing": ("chain", _TRIVIAL),
+          **{library: (steps, f"import sys, {library}; {use}; open(sys.argv[1], \"w\").write(sys.argv[1])")
+             for library, (steps, use) in _LIBRARIES.items()}}
 
 
 def _interpreter_ms(code: str, times: int = 10) -> float:
@@ -76,27 +79,29 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="marin-bench-warm-")
     try:
         bare = _interpreter_ms("pass")
-        bare_importing = _interpreter_ms(f"import {LIBRARY}")
+        bare_importing = {library: _interpreter_ms(f"import {library}") for library in _LIBRARIES}
         results = run(work, n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n== warm workers keep what steps import: fresh {n}-step chains, -j 1, median of {REPEATS} ==")
-    print(f"bare interpreter: {bare:.1f} ms; importing {LIBRARY} in it: {bare_importing:.1f} ms")
+    imports = "; ".join(f"importing {library} in it: {ms:.1f} ms" for library, ms in bare_importing.items())
+    print(f"bare interpreter: {bare:.1f} ms; {imports}")
     labels = {"marin": "marin run (warm workers)", "make": "GNU make (python per target)",
               "snakemake": "Snakemake --cores 1 (python per job)"}
-    print(f"{'':<38} {'steps import nothing':>22} {'steps import ' + LIBRARY:>22} {'ratio':>7}")
+    print(f"{'ms per step, steps import:':<38}" + "".join(f"{kind:>12}" for kind in _KINDS)
+          + "".join(f"{library + ' ratio':>15}" for library in _LIBRARIES))
     for tool, by_kind in results.items():
-        plain, importing = by_kind["nothing"], by_kind[LIBRARY]
-        if plain is None or importing is None:
-            print(f"{labels[tool]:<38} {'not installed (the bench extra: make bench-peers)':>53}")
+        plain = by_kind["nothing"]
+        if plain is None or any(by_kind[library] is None for library in _LIBRARIES):
+            print(f"{labels[tool]:<38} not installed (the bench extra: make bench-peers)")
             continue
-        print(f"{labels[tool]:<38} {plain / n * 1e3:16.1f} ms/step {importing / n * 1e3:16.1f} ms/step "
-              f"{importing / plain:6.2f}x")
+        print(f"{labels[tool]:<38}" + "".join(f"{by_kind[kind] / n * 1e3:12.1f}" for kind in _KINDS)
+              + "".join(f"{by_kind[library] / plain:14.2f}x" for library in _LIBRARIES))
     marin = results["marin"]
-    assert marin["nothing"] is not None and marin[LIBRARY] is not None
-    print(f"goal: steps importing {LIBRARY} within 2x of steps importing nothing: "
-          f"{marin[LIBRARY] / marin['nothing']:.2f}x")
-
+    assert all(value is not None for value in marin.values())
+    for library in _LIBRARIES:
+        print(f"goal: steps importing {library} within 2x of steps importing nothing: "
+              f"{marin[library] / marin['nothing']:.2f}x")
 
 if __name__ == "__main__":
     main()

@@ -33,6 +33,14 @@ def link_importing(config: LinkConfig, output_path: str) -> None:
     link(config, output_path)
 
 
+def link_importing_numpy(config: LinkConfig, output_path: str) -> None:
+    """:func:`link`, whose function imports numpy inside and uses it: numpy's BLAS starts threads when
+    it loads, which a warm worker may hold only with its BLAS on one thread (``fray.template_blas``)."""
+    import numpy  # inside on purpose: this import is what the step measures
+
+    link(LinkConfig(index=int(numpy.asarray(config.index).sum()), previous=config.previous), output_path)
+
+
 def chain(n: int, fn: Any = link, group: str = "chain") -> list[Step]:
     """A chain of ``n`` steps of ``fn``, each reading the previous one's output; returns [last]."""
     previous = None
@@ -46,6 +54,11 @@ def chain(n: int, fn: Any = link, group: str = "chain") -> list[Step]:
 def chain_importing(n: int) -> list[Step]:
     """A chain of ``n`` steps of :func:`link_importing`; returns [last]."""
     return chain(n, fn=link_importing, group="chain-importing")
+
+
+def chain_importing_numpy(n: int) -> list[Step]:
+    """A chain of ``n`` steps of :func:`link_importing_numpy`; returns [last]."""
+    return chain(n, fn=link_importing_numpy, group="chain-importing-numpy")
 
 
 def fan(n: int) -> list[Step]:
