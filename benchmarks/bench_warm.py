@@ -103,5 +103,6 @@ def main() -> None:
         print(f"goal: steps importing {library} within 2x of steps importing nothing: "
               f"{marin[library] / marin['nothing']:.2f}x")
 
+
 if __name__ == "__main__":
     main()

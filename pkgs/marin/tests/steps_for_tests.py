@@ -187,13 +187,18 @@ def lease_left(config: NodeConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "lease.txt"), str(held.expires_at - time.time()))
 
 
-def calls(counter_dir: str) -> collections.Counter[str]:
-    """How many times each label's function ran, counted across processes."""
+def call_log(counter_dir: str) -> list[tuple[str, int]]:
+    """Every call counted so far, in order: (its label, the pid of the process that made it)."""
     path = os.path.join(counter_dir, CALLS_FILE)
     if not os.path.exists(path):
-        return collections.Counter()
+        return []
     with open(path) as f:
-        return collections.Counter(line.split()[0] for line in f if line.strip())
+        return [(label, int(pid)) for label, pid in (line.rsplit(maxsplit=1) for line in f if line.strip())]
+
+
+def calls(counter_dir: str) -> collections.Counter[str]:
+    """How many times each label's function ran, counted across processes."""
+    return collections.Counter(label for label, _pid in call_log(counter_dir))
 
 
 def node(name: str, counter_dir: str = "", *deps: Step, **kwargs: Any) -> Step:
