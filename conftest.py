@@ -12,6 +12,10 @@
 * ``memory_prefix``: a fresh ``"memory://test-<uuid>"`` root, removed afterwards.
 * ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory``,
   ``gs-gcp-emulator`` and ``gs-fake-gcs``; for contract suites that every store must pass.
+* ``ray_cluster`` (session), ``ray_client``: the session's one Ray head on 127.0.0.1 and a client
+  of it (:mod:`testsupport.ray_cluster`). Defined here and nowhere else: each conftest or module
+  that imported them made a fixture of its own, and so a head of its own (five per session, all
+  kept running until the session ended).
 * (autouse, session) ``MARIN_STAT_CACHE`` names a stat cache of the session's own, so no test
   writes the user's ``~/.cache/marin``.
 
@@ -32,7 +36,7 @@ import pytest  # noqa: E402
 
 from rigging.log import printable  # noqa: E402
 from testsupport import gcs as _gcs  # noqa: E402
-from testsupport.ray_cluster import RAY_HEAD_GROUP  # noqa: E402
+from testsupport.ray_cluster import RAY_HEAD_GROUP, ray_client, ray_cluster  # noqa: E402, F401 - fixtures
 from testsupport.shared import session_root  # noqa: E402
 
 

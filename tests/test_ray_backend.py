@@ -34,7 +34,6 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
-from testsupport.ray_cluster import ray_client, ray_cluster  # noqa: F401 - fixtures
 
 # Experiments import as ``experiments.*`` from the workspace root, here and in every worker.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +80,7 @@ def _files(output_path: str) -> dict[str, bytes]:
 
 # -- hello world ------------------------------------------------------------------------------
 
-def test_hello_world_on_ray_matches_local(tmp_path, ray_cluster):  # noqa: F811
+def test_hello_world_on_ray_matches_local(tmp_path, ray_cluster):
     from experiments.tutorials import hello_world
 
     graph = [lower(hello_world.stats)]
@@ -122,7 +121,7 @@ def _params(output_path: str) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def test_tokenize_and_train_on_ray_matches_local(tmp_path, ray_cluster):  # noqa: F811
+def test_tokenize_and_train_on_ray_matches_local(tmp_path, ray_cluster):
     graph = [_train_graph()]
     local, remote = _run_locally_and_on_ray(graph, tmp_path, ray_cluster)
     assert local.ok and remote.ok, (local.failed, remote.failed)
@@ -279,7 +278,7 @@ def count_slowly(config: dict, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "done.txt"), "ok")
 
 
-def test_progress_of_a_step_on_a_ray_worker_shows_while_it_runs(tmp_path, ray_cluster):  # noqa: F811
+def test_progress_of_a_step_on_a_ray_worker_shows_while_it_runs(tmp_path, ray_cluster):
     import re
 
     from marin.cli.display import PlainReporter

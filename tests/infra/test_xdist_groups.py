@@ -2,7 +2,7 @@
 store (``testsupport.e2e.shares_nano_store``) must run in one worker, one after another. pytest
 9.2 silently broke that grouping for pytest-xdist 3.8 (every test ran wherever it was sent); this
 checks, with the versions installed, that grouped tests do share a worker; that the tests of the
-session's Ray head are one group; and that a test whose output holds a lone surrogate cannot stop
+session's Ray head are one group, which gets one head; and that a test whose output holds a lone surrogate cannot stop
 the session (a worker cannot send such a report)."""
 
 from __future__ import annotations
@@ -64,12 +64,15 @@ import pytest
 
 @pytest.hookimpl(trylast=True)  # after the workspace's conftest has assigned the groups
 def pytest_collection_modifyitems(items):
-    groups = {}
+    groups, heads = {}, {}
     for item in items:
         mark = item.get_closest_marker("xdist_group")
         groups[item.nodeid] = mark.args[0] if mark else None
+        # Where the ray_cluster fixture this test would get is defined: each definition starts a head.
+        defs = item.session._fixturemanager.getfixturedefs("ray_cluster", item)
+        heads[item.nodeid] = f"{defs[-1].baseid}|{defs[-1].func.__module__}" if defs else None
     with open(os.environ["GROUPS_OUT"], "w") as f:
-        json.dump(groups, f)
+        json.dump({"groups": groups, "heads": heads}, f)
 '''
 
 
@@ -79,12 +82,14 @@ def test_the_tests_that_use_the_ray_head_share_one_worker(tmp_path: Path) -> Non
     (tmp_path / "print_groups.py").write_text(_PRINT_GROUPS)
     out = tmp_path / "groups.json"
     modules = ["pkgs/fray/tests/test_client_contract.py", "pkgs/fray/tests/test_ray_client.py",
-               "tests/test_ray_backend.py", "pkgs/marin/tests/run/test_lost_lease.py"]
+               "tests/test_ray_backend.py", "pkgs/marin/tests/run/test_lost_lease.py",
+               "pkgs/iris/tests/test_multihost.py", "pkgs/zephyr/tests/test_shuffle.py"]
     ran = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "-p", "print_groups", *modules], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**_env(), "GROUPS_OUT": str(out), "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    groups = json.loads(out.read_text())
+    collected = json.loads(out.read_text())
+    groups = collected["groups"]
     on_ray = {n for n, g in groups.items() if g == RAY_HEAD_GROUP}
     assert "pkgs/fray/tests/test_client_contract.py::test_submit_returns_the_value[ray]" in on_ray
     assert "pkgs/fray/tests/test_client_contract.py::test_submit_returns_the_value[local]" not in on_ray
@@ -94,6 +99,12 @@ def test_the_tests_that_use_the_ray_head_share_one_worker(tmp_path: Path) -> Non
     assert {n for n in groups if n.startswith("pkgs/fray/tests/test_ray_client.py::")} <= on_ray
     lost = {n for n in groups if n.startswith("pkgs/marin/tests/run/test_lost_lease.py::") and "[ray]" in n}
     assert lost and lost <= on_ray
+    # ... and that worker starts one head: every test of the group gets the one session fixture (a
+    # conftest or module that imports the fixture defines another, which starts a head of its own).
+    homes = {n.split("/tests/")[0] if n.startswith("pkgs/") else n.split("/")[0] for n in on_ray}
+    assert homes == {"pkgs/fray", "pkgs/iris", "pkgs/zephyr", "pkgs/marin", "tests"}, sorted(homes)
+    definitions = {collected["heads"][n] for n in on_ray}
+    assert len(definitions) == 1, f"the Ray group's tests get {len(definitions)} ray_cluster fixtures: {sorted(definitions)}"
 
 
 _LOGS_A_SURROGATE = '''\

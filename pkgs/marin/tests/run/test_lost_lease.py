@@ -23,7 +23,6 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from testsupport.leases import take_over
-from testsupport.ray_cluster import ray_cluster  # noqa: F401 - fixture
 
 TTL = 1.0  # the heartbeat renews every TTL / 4
 
