@@ -12,6 +12,10 @@
 * :mod:`testsupport.hub_cache`: Hugging Face hub-cache folders built from generated data;
 * :mod:`testsupport.levanter_data`, :mod:`testsupport.zephyr_data`: small datasets, configs and
   functions the levanter and zephyr tests (and their worker processes) share;
+* :mod:`testsupport.sweep_trials`: cheap stand-ins for training runs (the sweep and scaling tests);
+* ``testsupport/toplevel/steps_for_tests.py``: the step functions most marin engine tests build,
+  imported by that top-level name (marin's ``conftest.py`` puts the folder on ``sys.path``): the
+  pinned step hashes hold ``steps_for_tests:<name>``;
 * :mod:`testsupport.leases`, :mod:`testsupport.browser`, :mod:`testsupport.net`: other runners'
   leases, a report page in Chromium, free ports.
 

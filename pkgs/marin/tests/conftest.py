@@ -1,7 +1,8 @@
 """Fixtures of the marin engine tests.
 
-* the tests folder goes on ``sys.path`` so ``steps_for_tests`` imports under that one name here,
-  in spawned step workers (which inherit ``sys.path``) and in subprocess runners (``PYTHONPATH``);
+* ``testsupport/toplevel`` goes on ``sys.path`` so ``steps_for_tests`` (the step functions most
+  tests build) imports under that one top-level name here, in spawned step workers (which inherit
+  ``sys.path``) and in subprocess runners (``PYTHONPATH``);
   the test modules sit in one subfolder per layer they test (docs/architecture.md), and pytest
   (``--import-mode=importlib``) names them ``pkgs.marin.tests.<layer>.test_<x>``: a worker imports
   a step function defined in one under that name (the workspace root is on its ``sys.path``), or
@@ -22,12 +23,14 @@ from pathlib import Path
 
 import pytest
 
-_TESTS_DIR = str(Path(__file__).resolve().parent)
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+import testsupport
+
+_IMPORT_DIR = str(Path(testsupport.__file__).resolve().parent / "toplevel")
+if _IMPORT_DIR not in sys.path:
+    sys.path.insert(0, _IMPORT_DIR)
 
 import steps_for_tests  # noqa: E402
-from steps_for_tests import TESTS_DIR, WORKSPACE  # noqa: E402
+from steps_for_tests import IMPORT_DIR, WORKSPACE  # noqa: E402
 
 from testsupport.shared import build_once  # noqa: E402
 
@@ -43,7 +46,7 @@ def counter(tmp_path: Path) -> str:
 def subprocess_env() -> dict[str, str]:
     """Environment for runner subprocesses: steps_for_tests importable, no stray MARIN_* config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, WORKSPACE, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (IMPORT_DIR, WORKSPACE, env.get("PYTHONPATH")) if p)
     return env
 
 

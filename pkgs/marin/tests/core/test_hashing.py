@@ -39,7 +39,7 @@ def test_hashes_are_stable_across_processes(tmp_path):
     )
     # Another process, another working folder: nothing about where or when may enter the hash.
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": f"{t.TESTS_DIR}:{t.WORKSPACE}", "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": f"{t.IMPORT_DIR}:{t.WORKSPACE}", "PATH": "/usr/bin:/bin"})
     assert json.loads(out.stdout) == here
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sweep_trials as toy
 
 from fray.inprocess import InProcessClient
 from levanter.models.llama import LlamaConfig
@@ -22,6 +21,7 @@ from marin.experiment.sweeps.propose import propose
 from marin.experiment.sweeps.space import Dirichlet, Method
 from marin.experiment.sweeps.sweep import sweep
 from marin.experiment.training.train import train_lm
+from testsupport import sweep_trials as toy
 
 NAMES = list(toy.MIX_BEST)  # /data/web, /data/books, /data/code
 SPACE = {"data.datasets": ("dirichlet", NAMES, 1.0)}

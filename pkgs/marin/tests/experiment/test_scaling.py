@@ -156,13 +156,12 @@ def test_the_fit_step_writes_its_fit_and_plot_from_the_runs_recorded_losses(tmp_
 
 
 def test_the_report_shows_the_fit_of_a_ladder_its_plot_and_exponents(tmp_path):
-    from sweep_trials import LawConfig, LawRun
-
     from fray.inprocess import InProcessClient
     from marin.execution.core.placeholders import output_path_of
     from marin.execution.run.runner import StepRunner
     from marin.experiment.scaling import IsoflopFitStep
     from marin.report import collect_plan, render_html
+    from testsupport.sweep_trials import LawConfig, LawRun
 
     ladder_runs = []
     for c in (1e18, 1e19, 1e20):

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import sweep_trials as toy
 from click.testing import CliRunner
 
 from fray.inprocess import InProcessClient
@@ -33,6 +32,7 @@ from marin.experiment.sweeps.space import Direction
 from marin.experiment.sweeps.steps import PROPOSALS_FILE, RESULTS_FILE, best_trial
 from marin.experiment.sweeps.sweep import best, sweep
 from marin.experiment.training.train import TrainLm, checkpoint, train_lm
+from testsupport import sweep_trials as toy
 
 SPACE = {"lr": ("log_uniform", 1e-4, 1e-1), "warmup": ("int", 0, 10), "kind": ["a", "b"]}
 
@@ -122,7 +122,7 @@ def test_a_seeded_tpe_sweep_proposes_the_same_trials_on_a_fresh_prefix(tmp_path,
 RUNNER = textwrap.dedent(
     """
     import json, sys
-    import sweep_trials as toy
+    from testsupport import sweep_trials as toy
     from marin.execution.step_runner import StepRunner
     from marin.experiment.sweeps.sweep import sweep
 
@@ -269,7 +269,7 @@ from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from marin.experiment.sweeps.sweep import sweep
 from marin.experiment.training.train import train_lm
-from sweep_trials import FakeTrain
+from testsupport.sweep_trials import FakeTrain
 
 TINY = LlamaConfig(vocab_size=64, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2, num_layers=1,
                    max_seq_len=32)

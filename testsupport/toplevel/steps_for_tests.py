@@ -1,8 +1,11 @@
 """Module-level step functions, configs and small helpers shared by the marin engine tests.
 
-Workers import step functions by module name, so everything a step runs lives here (the tests
-folder is put on ``sys.path`` by ``conftest.py``; spawned workers inherit it, and the runner falls
-back to loading this file by path).
+Workers import step functions by module name, so everything a step runs lives here. The module
+is imported by its own top-level name, ``steps_for_tests``, not as part of ``testsupport``: a step's
+hash holds ``module:qualname`` of its function and config classes, and the pinned digests of
+``test_hashing`` (like the records the tests read) were computed under this name. marin's
+``conftest.py`` puts this folder (:data:`IMPORT_DIR`) on ``sys.path``; spawned workers inherit it,
+subprocess runners get it on ``PYTHONPATH``, and the runner falls back to loading this file by path.
 
 Calls are counted across processes by appending one line per call to ``calls.txt`` in the
 config's ``counter_dir`` (an unhashed field, so counting does not change any hash).
@@ -39,8 +42,8 @@ __all__ = [
 ]
 
 CALLS_FILE = "calls.txt"
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(TESTS_DIR)))
+IMPORT_DIR = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(os.path.dirname(IMPORT_DIR))
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,8 @@ def describe_containers(config: EveryContainer, output_path: str) -> None:
 
 def leak_token(config: NodeConfig, output_path: str) -> None:
     """Print the secret's value, as a careless step would; fail naming it too if ``config.fail``."""
+    if config.token is None:
+        raise ValueError("leak_token needs config.token")
     value = config.token.get()
     print(f"using token {value}", flush=True)
     if config.fail:

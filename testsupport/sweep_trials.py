@@ -1,4 +1,4 @@
-"""Cheap stand-ins for training runs, for the sweep tests (imported by step workers by this name).
+"""Cheap stand-ins for training runs, for the sweep tests (step workers import them from this module).
 
 A toy trial writes ``train_summary.json`` as a training step does, its ``val_loss`` a known
 function of its config, so a sweep's proposals, objectives and best trial can be checked in
