@@ -10,11 +10,11 @@ export UV_PYTHON_DOWNLOADS := never
 # mkdocs-material's banner about its successor, printed on every build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help setup test test-fast lint docs bench bench-peers train-nano experiments nix-check soak clean
+.PHONY: help setup test test-fast lint lint-code docs bench bench-peers train-nano experiments nix-check soak clean
 
 help:
 	@echo "make setup       create .venv from uv.lock (installs uv if missing)"
-	@echo "make test        ruff, import layering and the whole test suite"
+	@echo "make test        ruff, import layering, pyright and the whole test suite (the docs site with it)"
 	@echo "make train-nano  the tutorial graph: corpus -> tokenizer -> shards -> nano Llama"
 	@echo "make experiments every experiment in experiments/"
 	@echo "make bench       side-by-side performance report"
@@ -36,12 +36,16 @@ $(VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV
 
 setup: $(VENV)/.synced
 
-lint: setup
+lint: lint-code
+	@# Not --quiet: it drops the warnings that --strict counts, and the build would always pass.
+	$(RUN)mkdocs build --strict
+
+# The checks of the code; `make test` runs these, and its suite builds the docs site with --strict
+# itself (tests/infra/test_docs_site.py), so it does not build the site twice.
+lint-code: setup
 	$(RUN)ruff check .
 	$(RUN)lint-imports
 	$(RUN)basedpyright
-	@# Not --quiet: it drops the warnings that --strict counts, and the build would always pass.
-	$(RUN)mkdocs build --strict
 
 docs: setup
 	$(RUN)mkdocs build --strict
@@ -52,7 +56,7 @@ docs: setup
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 
-test: lint
+test: lint-code
 	$(RUN)pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 test-fast: setup
