@@ -1,7 +1,10 @@
 """Test fixtures: a real Ray head on 127.0.0.1 for one test session, and a client connected to it.
 
-Use from any package's tests with ``pytest_plugins = ["testsupport.ray_cluster"]`` in a
-``conftest.py`` (or import the fixtures there), or call :func:`ray_head` directly.
+The workspace's root ``conftest.py`` defines the fixtures, once: every conftest or module that
+imports them defines another fixture, and so starts another head. Under ``pytest -n`` the tests that
+use the head are one xdist group (:data:`RAY_HEAD_GROUP`), sent to one worker together, and the
+conftest stops the head after the group's last test (:func:`stop_session_head`) rather than leaving
+it running, idle, until the session ends. :func:`ray_head` starts a head of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from fray.ray_client import RayClient
 from rigging.environ import updated_environ
 from testsupport.net import LOOPBACK, free_port, reachable
 
-__all__ = ["NODE_ENV", "RAY_HEAD_GROUP", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_head", "ray_multinode"]
+__all__ = ["NODE_ENV", "RAY_HEAD_GROUP", "MultiNodeCluster", "ray_client", "ray_cluster", "ray_head", "ray_multinode",
+           "require_session_head", "stop_session_head"]
 
 _START_TIMEOUT_S = 90.0
 
@@ -211,18 +215,70 @@ def ray_multinode(nodes: Mapping[str, Mapping[str, Any]], attempts: int = 3) -> 
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+class _SessionHead:
+    """The session's head and what is connected to it, stopped together (at most once)."""
+
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+        self.stopped = False
+
+    def require_not_stopped(self) -> None:
+        if self.stopped:
+            raise RuntimeError("the session's Ray head was stopped after the last test of its xdist group "
+                               f"({RAY_HEAD_GROUP!r}); a test that uses it ran outside that group")
+
+    def start(self) -> str:
+        self.require_not_stopped()
+        self._stack = contextlib.ExitStack()
+        return self._stack.enter_context(ray_head(num_cpus=2))
+
+    def on_stop(self, callback: Any) -> None:
+        assert self._stack is not None, "the session's Ray head is not running"
+        self._stack.callback(callback)
+
+    def stop(self) -> None:
+        """Disconnect this process (clients first, then any other ``ray.init`` left open: a driver
+        whose head is gone would be ended by Ray) and stop the head."""
+        if self._stack is None:
+            return
+        stack, self._stack = self._stack, None
+        self.stopped = True
+        stack.callback(_disconnect_ray)  # callbacks run last-in first-out: before the head stops
+        stack.close()
+
+
+def _disconnect_ray() -> None:
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+_SESSION = _SessionHead()
+
+
+def stop_session_head() -> None:
+    """Stop the session's head (and disconnect from it) now, if it runs: its tests are done."""
+    _SESSION.stop()
+
+
+def require_session_head() -> None:
+    """Fail (one line) if the session's head was already stopped by :func:`stop_session_head`."""
+    _SESSION.require_not_stopped()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
     """The address of a 2-CPU Ray head on 127.0.0.1, started once per test session."""
-    with ray_head(num_cpus=2) as address:
+    address = _SESSION.start()
+    try:
         yield address
+    finally:
+        _SESSION.stop()
 
 
 @pytest.fixture(scope="session")
 def ray_client(ray_cluster: str) -> Iterator[RayClient]:
-    """A :class:`RayClient` connected to :func:`ray_cluster` by its address."""
+    """A :class:`RayClient` connected to :func:`ray_cluster` by its address (shut down with it)."""
     client = RayClient(address=ray_cluster)
-    try:
-        yield client
-    finally:
-        client.shutdown()
+    _SESSION.on_stop(client.shutdown)
+    yield client

@@ -107,6 +107,42 @@ def test_the_tests_that_use_the_ray_head_share_one_worker(tmp_path: Path) -> Non
     assert len(definitions) == 1, f"the Ray group's tests get {len(definitions)} ray_cluster fixtures: {sorted(definitions)}"
 
 
+_USES_THE_HEAD = '''\
+import json, os, sys
+from testsupport.net import reachable
+
+def test_a_takes_the_head(ray_cluster):
+    host, port = ray_cluster.rsplit(":", 1)
+    with open(os.environ["HEAD_LOG"], "w") as f:
+        json.dump([host, int(port)], f)
+    assert reachable(host, int(port))
+
+def test_b_takes_a_client(ray_client):
+    assert sys.modules["ray"].is_initialized()
+
+def test_c_after_the_group():
+    host, port = json.load(open(os.environ["HEAD_LOG"]))
+    ray = sys.modules.get("ray")
+    with open(os.environ["HEAD_LOG"] + ".after", "w") as f:
+        json.dump({"head_answers": reachable(host, port), "connected": ray is not None and ray.is_initialized()}, f)
+'''
+
+
+def test_the_session_head_stops_after_the_last_test_of_its_group(tmp_path: Path) -> None:
+    # One worker runs the Ray group, then a test of no group: by then the head is gone and the worker
+    # is not connected to it (it stopped with the group, not at the end of the session).
+    (tmp_path / "test_head.py").write_text(_USES_THE_HEAD)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**_env(), "HEAD_LOG": str(tmp_path / "head.json"),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--dist", "loadgroup",
+                          "-p", "no:cacheprovider", "-p", "conftest", "test_head.py"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert ran.returncode == 0 and "3 passed" in ran.stdout, ran.stdout + ran.stderr
+    after = json.loads((tmp_path / "head.json.after").read_text())
+    assert after == {"head_answers": False, "connected": False}, ran.stdout
+
+
 _LOGS_A_SURROGATE = '''\
 import logging
 
