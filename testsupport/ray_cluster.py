@@ -230,7 +230,10 @@ class _SessionHead:
     def start(self) -> str:
         self.require_not_stopped()
         self._stack = contextlib.ExitStack()
-        return self._stack.enter_context(ray_head(num_cpus=2))
+        address = self._stack.enter_context(ray_head(num_cpus=2))
+        # Callbacks run last-in first-out: clients (on_stop) first, then this, then the head stops.
+        self._stack.callback(_disconnect_ray)
+        return address
 
     def on_stop(self, callback: Any) -> None:
         assert self._stack is not None, "the session's Ray head is not running"
@@ -243,7 +246,6 @@ class _SessionHead:
             return
         stack, self._stack = self._stack, None
         self.stopped = True
-        stack.callback(_disconnect_ray)  # callbacks run last-in first-out: before the head stops
         stack.close()
 
 
