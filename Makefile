@@ -6,6 +6,10 @@ VENV := .venv
 # The environment's own executables, not `uv run`: tools that start workers (Ray) must see this
 # interpreter, not a `uv run` they would try to repeat from another folder.
 RUN := $(VENV)/bin/
+# Bytecode for an environment and the workspace, once: where PYTHONDONTWRITEBYTECODE is set every
+# command would otherwise compile what it imports again (~60 ms on a no-op `marin run`). Not the
+# packages' own test suites (pandas', scipy's, ...: 14% of the source), which nothing imports.
+COMPILE_BYTECODE = -m compileall -q -j 0 -x '/tests/'
 export UV_PYTHON_DOWNLOADS := never
 # mkdocs-material's banner about its successor, printed on every build.
 export NO_MKDOCS_2_WARNING := 1
@@ -29,10 +33,7 @@ $(UV):
 
 $(VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
 	$(UV) sync --frozen --all-packages
-	@# Bytecode for the environment and the workspace, once: where PYTHONDONTWRITEBYTECODE is set
-	@# every command would otherwise compile what it imports again (~60 ms on a no-op `marin run`).
-	@# Not the packages' own test suites (pandas', scipy's, ...: 14% of the source), which nothing imports.
-	@$(RUN)python -m compileall -q -j 0 -x '/tests/' $(VENV)/lib pkgs/*/src >/dev/null
+	@$(RUN)python $(COMPILE_BYTECODE) $(VENV)/lib pkgs/*/src >/dev/null
 	@touch $@
 
 setup: $(VENV)/.synced
@@ -71,7 +72,7 @@ bench: setup
 BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(BENCH_VENV) $(UV) sync --frozen --all-packages --extra bench --no-dev
-	@$(BENCH_VENV)/bin/python -m compileall -q -j 0 -x '/tests/' $(BENCH_VENV)/lib pkgs/*/src >/dev/null
+	@$(BENCH_VENV)/bin/python $(COMPILE_BYTECODE) $(BENCH_VENV)/lib pkgs/*/src >/dev/null
 	@touch $@
 
 bench-peers: $(BENCH_VENV)/.synced
