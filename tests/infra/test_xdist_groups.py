@@ -2,8 +2,8 @@
 store (``testsupport.e2e.shares_nano_store``) must run in one worker, one after another. pytest
 9.2 silently broke that grouping for pytest-xdist 3.8 (every test ran wherever it was sent); this
 checks, with the versions installed, that grouped tests do share a worker; that the tests of the
-session's Ray head are one group, which gets one head; and that a test whose output holds a lone surrogate cannot stop
-the session (a worker cannot send such a report)."""
+session's Ray head are one group, which gets one head, stopped after the group; and that a test
+whose output holds a lone surrogate cannot stop the session (a worker cannot send such a report)."""
 
 from __future__ import annotations
 
