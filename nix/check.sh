@@ -28,6 +28,7 @@ fail() { printf 'FAIL  %s\n' "$*"; failed=$((failed + 1)); }
 indent() { sed 's/^/        /'; }
 
 # --- 1. nix-instantiate ----------------------------------------------------------------------
+nix_lock="${TMPDIR:-/tmp}/marin-nix-bin.lock"
 install_nix_bin() {
   local sudo=""
   if [ "$(id -u)" != 0 ]; then
@@ -42,7 +43,13 @@ install_nix_bin() {
     echo "nix-check: installing Debian's nix-bin (apt-get)" >&2
     $sudo apt-get update -qq >&2 &&
       $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nix-bin >&2
-  ) 9>"${TMPDIR:-/tmp}/marin-nix-bin.lock"
+  ) 9>"$nix_lock"
+}
+
+# Nix creates its store database on its first use, and first uses at once collide ("database is
+# busy", "schema is corrupt"): one use under the lock creates it before the checks run in parallel.
+init_nix_db() {
+  ( flock 9; nix-instantiate --eval -E null >/dev/null ) 9>"$nix_lock"
 }
 
 if ! command -v nix-instantiate >/dev/null 2>&1; then
@@ -51,6 +58,11 @@ fi
 if ! command -v nix-instantiate >/dev/null 2>&1; then
   fail "nix-instantiate: not found and Debian's nix-bin could not be installed" \
     "(run as root with apt: apt-get install nix-bin; or install Nix)"
+  echo "nix-check: $passed passed, $failed failed"
+  exit 1
+fi
+if ! err="$(init_nix_db 2>&1)"; then
+  fail "nix-instantiate: could not open the Nix store: $(printf '%s' "$err" | head -n 3 | tr '\n' ' ')"
   echo "nix-check: $passed passed, $failed failed"
   exit 1
 fi

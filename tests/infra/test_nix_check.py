@@ -6,10 +6,13 @@ it fails, and so do these tests (they never skip).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +75,30 @@ def test_passes_on_the_real_tree() -> None:
     ):
         assert expected in result.stdout
     assert (ROOT / "flake.lock").read_bytes() == lock_before
+
+
+def test_nix_first_opens_its_store_under_the_installers_lock(tmp_path: Path) -> None:
+    """Checks started together (pytest -n) must not create the Nix store database at once: two first
+    uses collide ("database is busy", "schema is corrupt"). While the lock is held, a check on a
+    fresh state folder creates nothing; once it is released, the check passes."""
+    state = tmp_path / "nix-state"
+    lock = Path(os.environ.get("TMPDIR") or "/tmp") / "marin-nix-bin.lock"
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        check = subprocess.Popen(
+            ["bash", str(ROOT / CHECK), str(ROOT)],
+            env={**os.environ, "NIX_STATE_DIR": str(state)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2)
+        created_while_held = (state / "db").exists()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    stdout, stderr = check.communicate(timeout=300)
+    assert not created_while_held, "the check opened the Nix store without waiting for the lock"
+    assert check.returncode == 0, stdout + stderr
+    assert (state / "db" / "db.sqlite").exists()
 
 
 def test_a_nix_syntax_error_fails(tree: Path) -> None:
