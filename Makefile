@@ -96,4 +96,4 @@ experiments: setup
 	$(RUN)marin run experiments/
 
 soak: setup
-	$(RUN)python -m tests.soak $(SOAK_ARGS)
+	$(RUN)python -m testsupport.soak $(SOAK_ARGS)

@@ -1,1 +1,1 @@
-"""Cross-package and end-to-end tests (a package so `python -m tests.soak` works)."""
+"""Cross-package and end-to-end tests (the soak program they run is ``testsupport.soak``)."""

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests import soak_observe as seen
-from tests.soak_graph import Call
 from testsupport.leases import place_elsewhere
+from testsupport.soak import observe as seen
+from testsupport.soak.graph import Call
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     # Seed 112 draws, in two rounds, a kill of a step's process group just after a sweep round was
     # built (mid-expansion), and a race of two runners with a kill of the warm template during the
     # dedup's shuffle map wave.
-    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--seed", "112", "--rounds", "2",
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--seed", "112", "--rounds", "2",
                            "--workdir", str(tmp_path / "soak")], cwd=ROOT, capture_output=True, text=True,
                           timeout=280)
     out = proc.stdout + proc.stderr
@@ -50,7 +50,7 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
 
 
 def test_soak_rejects_bad_options():
-    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--rounds", "-1"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--rounds", "-1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
 
@@ -58,7 +58,7 @@ def test_soak_rejects_bad_options():
 def test_the_soak_refuses_a_workdir_an_earlier_soak_left(tmp_path):
     # Its call counts would read as every step built twice.
     (tmp_path / "calls-soak.txt").write_text("soak/sweep/trial-0 end 1 1 1\n")
-    proc = subprocess.run([sys.executable, "-m", "tests.soak", "--workdir", str(tmp_path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--workdir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and f"--workdir {tmp_path} is not empty" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calls-soak.txt"]

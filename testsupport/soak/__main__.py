@@ -1,6 +1,6 @@
 """Seeded soak test: build a small graph again and again while killing and racing its runners.
 
-``make soak`` (``python -m tests.soak``) runs the soak graph (``tests/soak_graph.py``: a bundled
+``make soak`` (``python -m testsupport.soak``) runs the soak graph (``testsupport/soak/graph.py``: a bundled
 corpus -> tokenizer -> tokenized -> nano Llama with checkpoints; an exact-dedup step whose grouping
 is zephyr's shuffle on worker processes; a seeded TPE sweep of byte-bigram trials, whose rounds
 expand into trials, and the best trial) as real ``marin run`` subprocesses on one prefix, round
@@ -72,12 +72,12 @@ from pathlib import Path
 from typing import Any
 
 from rigging import filesystem as fs
-from tests import soak_observe as seen
-from tests.soak_graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
 from testsupport.leases import place_elsewhere
+from testsupport.soak import observe as seen
+from testsupport.soak.graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
 
-ROOT = Path(__file__).resolve().parents[1]
-GRAPH_FILE = ROOT / "tests" / "soak_graph.py"
+ROOT = Path(__file__).resolve().parents[2]
+GRAPH_FILE = ROOT / "testsupport" / "soak" / "graph.py"
 KILL_KINDS = ("runner", "step", "step-group", "template", "shuffle-worker")
 """What a kill round may SIGKILL: the runner; one step process; a step's whole process group; the
 runner's warm template (fray.pool), which every step forked from it must follow; one of the
@@ -196,7 +196,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def start_runner(prefix: str, output: Path, tag: str, env: dict[str, str]) -> Runner:
-    """``marin run tests/soak_graph.py:steps --prefix P`` in the workspace, output to a file."""
+    """``marin run testsupport/soak/graph.py:steps --prefix P`` in the workspace, output to a file."""
     output.parent.mkdir(parents=True, exist_ok=True)
     out = open(output, "wb")  # noqa: SIM115 - the child holds it; closed below
     command = [sys.executable, "-m", "marin.cli.main", "run", f"{GRAPH_FILE}:steps", "--prefix", prefix]
@@ -861,7 +861,8 @@ def summary(t: Tally, ledger: seen.BuildLedger) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testsupport.soak",
+                                     description=(__doc__ or "The seeded soak.").splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--rounds", type=int, default=12, help="kill/race rounds before the final run")
     parser.add_argument("--workdir", default=None, help="where prefixes and logs go (default: a new temp dir)")

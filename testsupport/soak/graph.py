@@ -1,4 +1,4 @@
-"""The soak's graph (``marin run tests/soak_graph.py:steps``) and its one step function of its own.
+"""The soak's graph (``marin run testsupport/soak/graph.py:steps``) and its one step function of its own.
 
 Three branches over one bundled corpus, each exercising a part of the engine a kill can hit:
 
@@ -15,8 +15,8 @@ when it starts and one when it has written its output, with its step name, pid a
 it): the soak compares them with the kills and removals it made, so that no build is done twice
 unseen. The file is an unhashed field: the clean run and the soak share every hash.
 
-Lives apart from ``tests/soak.py`` so that its step function has one module name
-(``tests.soak_graph``) in the runners and in the soak's own process (which runs as ``__main__``).
+Lives apart from the program (``testsupport/soak/__main__.py``) so that its step function has one module name
+(``testsupport.soak.graph``) in the runners and in the soak's own process (which runs as ``__main__``).
 """
 
 from __future__ import annotations

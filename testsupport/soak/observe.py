@@ -1,4 +1,4 @@
-"""What the soak (``tests/soak.py``) looks at while runners run: their processes, and the store.
+"""What the soak (``testsupport/soak/__main__.py``) looks at while runners run: their processes, and the store.
 
 Processes under a ``marin run`` runner (found by command line and parent):
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from fray.pool_template import template_main
 from rigging import filesystem as fs
-from tests.soak_graph import DEDUP, SWEEP, Call
+from testsupport.soak.graph import DEDUP, SWEEP, Call
 from zephyr.shards import INDEX_FILE
 from zephyr.shuffle import WORK_FOLDER
 
