@@ -26,9 +26,13 @@ failed=0
 ok() { printf 'ok    %s\n' "$*"; passed=$((passed + 1)); }
 fail() { printf 'FAIL  %s\n' "$*"; failed=$((failed + 1)); }
 indent() { sed 's/^/        /'; }
+# Without nix-instantiate no other check can run: the summary line, and a failed exit.
+stop_here() { echo "nix-check: $passed passed, $failed failed"; exit 1; }
 
 # --- 1. nix-instantiate ----------------------------------------------------------------------
+# The lock is taken on a read-only descriptor, so a lock file another user made serves as well.
 nix_lock="${TMPDIR:-/tmp}/marin-nix-bin.lock"
+[ -e "$nix_lock" ] || : >>"$nix_lock"
 install_nix_bin() {
   local sudo=""
   if [ "$(id -u)" != 0 ]; then
@@ -43,13 +47,13 @@ install_nix_bin() {
     echo "nix-check: installing Debian's nix-bin (apt-get)" >&2
     $sudo apt-get update -qq >&2 &&
       $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nix-bin >&2
-  ) 9>"$nix_lock"
+  ) 9<"$nix_lock"
 }
 
 # Nix creates its store database on its first use, and first uses at once collide ("database is
 # busy", "schema is corrupt"): one use under the lock creates it before the checks run in parallel.
 init_nix_db() {
-  ( flock 9; nix-instantiate --eval -E null >/dev/null ) 9>"$nix_lock"
+  ( flock 9; nix-instantiate --eval -E null >/dev/null ) 9<"$nix_lock"
 }
 
 if ! command -v nix-instantiate >/dev/null 2>&1; then
@@ -58,13 +62,11 @@ fi
 if ! command -v nix-instantiate >/dev/null 2>&1; then
   fail "nix-instantiate: not found and Debian's nix-bin could not be installed" \
     "(run as root with apt: apt-get install nix-bin; or install Nix)"
-  echo "nix-check: $passed passed, $failed failed"
-  exit 1
+  stop_here
 fi
 if ! err="$(init_nix_db 2>&1)"; then
   fail "nix-instantiate: could not open the Nix store: $(printf '%s' "$err" | head -n 3 | tr '\n' ' ')"
-  echo "nix-check: $passed passed, $failed failed"
-  exit 1
+  stop_here
 fi
 ok "nix-instantiate: $(nix-instantiate --version)"
 
