@@ -83,7 +83,9 @@ def test_nix_first_opens_its_store_under_the_installers_lock(tmp_path: Path) -> 
     fresh state folder creates nothing; once it is released, the check passes."""
     state = tmp_path / "nix-state"
     lock = Path(os.environ.get("TMPDIR") or "/tmp") / "marin-nix-bin.lock"
-    with lock.open("a") as held:
+    if not lock.exists():
+        lock.touch()
+    with lock.open() as held:  # read-only, as check.sh takes it: the file may be another user's
         fcntl.flock(held, fcntl.LOCK_EX)
         check = subprocess.Popen(
             ["bash", str(ROOT / CHECK), str(ROOT)],
