@@ -77,7 +77,7 @@ from testsupport.soak import observe as seen
 from testsupport.soak.graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
 
 ROOT = Path(__file__).resolve().parents[2]
-GRAPH_FILE = ROOT / "testsupport" / "soak" / "graph.py"
+GRAPH_FILE = Path(__file__).resolve().with_name("graph.py")  # the module imported above as .graph
 KILL_KINDS = ("runner", "step", "step-group", "template", "shuffle-worker")
 """What a kill round may SIGKILL: the runner; one step process; a step's whole process group; the
 runner's warm template (fray.pool), which every step forked from it must follow; one of the
