@@ -40,6 +40,7 @@ from marin.execution.run.worker import FnRef, StepPayload
 from marin.execution.store import done_index
 from marin.execution.store.cache import copy_tree
 from marin.execution.store.layout import LOST_PREFIX, files_folder
+from marin.execution.store.listings import in_parallel
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
@@ -50,7 +51,6 @@ from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Nondeterminism
 from marin.execution.store.status_record import BuildState, StepStatus
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import in_parallel
 from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
