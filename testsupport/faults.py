@@ -53,6 +53,7 @@ import contextlib
 import enum
 import json
 import random
+import re
 import select
 import socket
 import struct
@@ -60,7 +61,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -118,6 +119,8 @@ def spread_rate(rate: float) -> dict[FaultKind, float]:
 
 
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
+_METADATA_PART = re.compile(rb"\r?\n\r?\n(\{.*?\})\r?\n--", re.S)
+"""The JSON metadata part that opens a multipart upload's body (it names the object)."""
 _FIRST_BYTES = 4096
 """The part of a request body read before its fault is chosen (what a predicate of
 :meth:`FaultProxy.inject` sees of it)."""
@@ -148,10 +151,10 @@ class Request:
             return unquote(parts.path.split("/o/", 1)[1])
         if "name" in query:
             return query["name"][0]
-        if self.body.startswith(b"--"):
-            for chunk in self.body.split(b"\n\n")[1:2]:
-                with contextlib.suppress(ValueError):
-                    return str(json.loads(chunk.split(b"\n--", 1)[0]).get("name", ""))
+        found = _METADATA_PART.search(self.body) if self.body.startswith(b"--") else None
+        if found:
+            with contextlib.suppress(ValueError, AttributeError):
+                return str(json.loads(found.group(1)).get("name", ""))
         return query.get("prefix", [""])[0]
 
     def __str__(self) -> str:
@@ -396,7 +399,7 @@ class FaultProxy:
         # object there), so that a reset can come while the rest of the body is still on its way.
         first = _read_chunked(reader) if chunked else _read_exact(reader, min(length, _FIRST_BYTES))
         kind = self._choose(Request(method, target, lowered, first))
-        rest = b"" if chunked else length - len(first)
+        rest = 0 if chunked else length - len(first)
         if kind is FaultKind.RESET_BEFORE_BODY:
             self._note(kind, Request(method, target, lowered, first),
                        f"after {len(first)} of {len(first) + rest} body bytes" if first or rest else "no body")

@@ -26,6 +26,7 @@ from marin.execution.store.done_index import apply_fixes
 from marin.execution.store.store import StepStore
 from rigging.config.discovery import MarinConfig
 from rigging.lease import default_holder
+from rigging.store_requests import request_counts
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
@@ -134,6 +135,7 @@ class StepRunner:
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`."""
         steps = list(steps)
+        requests_before = request_counts()
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
         plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
         # One name, one step: refused before anything is written, unless Marin's executor allows it.
@@ -164,7 +166,8 @@ class StepRunner:
 
             execute(state, self._scheduling())
         final = state.current_plan()
-        return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
+        return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final,
+                         store_requests=request_counts(since=requests_before))
 
     def _index_kept_current(self, plan: Plan) -> Plan:
         """``plan``, once what it found out of date in the done index is put right: a plan only
