@@ -19,7 +19,9 @@ Every request the engine sends to an object store (``gs://``: :mod:`rigging.gcs`
   provenance and shows in ``marin run`` and ``marin status``.
 
 Settings (read when a file system is made, so child processes inherit them):
-``MARIN_STORE_TIMEOUT`` (seconds, default 20) and ``MARIN_STORE_DEADLINE`` (seconds, default 120).
+``MARIN_STORE_TIMEOUT`` (seconds, default 20) and ``MARIN_STORE_DEADLINE`` (seconds, default 120),
+or ``store_timeout`` and ``store_deadline`` in the configuration (``marin`` puts them in the
+environment).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     import random
 
-__all__ = ["MIN_RATE", "TALLY", "DeadlineReached", "RequestPolicy", "RequestTally", "RetryableAnswer",
+__all__ = ["DEADLINE_ENV", "MIN_RATE", "TALLY", "TIMEOUT_ENV", "DeadlineReached", "RequestPolicy", "RequestTally", "RetryableAnswer",
            "StoreUnavailable", "TornAnswer", "caller_deadline", "describe_counts", "request_counts",
            "retryable_status", "store_deadline", "with_retries"]
 
@@ -49,7 +51,9 @@ MIN_RATE = 1 << 20
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 TIMEOUT_ENV = "MARIN_STORE_TIMEOUT"
+"""The variable of :attr:`RequestPolicy.timeout_s` (``store_timeout`` in the configuration)."""
 DEADLINE_ENV = "MARIN_STORE_DEADLINE"
+"""The variable of :attr:`RequestPolicy.deadline_s` (``store_deadline`` in the configuration)."""
 
 
 def retryable_status(status: int) -> bool:

@@ -67,6 +67,10 @@ class MarinConfig:
             a cache is used only when one of them signed it. Empty: fetches are not checked.
         fast_noop: let a repeated, unchanged ``marin run`` answer from its no-op record (``stat``
             calls, without loading the experiment); off, every run plans in full.
+        store_timeout: seconds an object-store request may go without progress before it is
+            abandoned and tried again (``rigging.store_requests``); None: its default (20).
+        store_deadline: seconds one object-store request may take with all its retries before the
+            command fails, naming it; None: its default (120).
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -85,6 +89,8 @@ class MarinConfig:
     cache_signing_key: str | None = None
     cache_trusted_keys: tuple[str, ...] = ()
     fast_noop: bool = True
+    store_timeout: float | None = None
+    store_deadline: float | None = None
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -108,7 +114,7 @@ class MarinConfig:
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
              "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
-             "cache_trusted_keys", "fast_noop")
+             "cache_trusted_keys", "fast_noop", "store_timeout", "store_deadline")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
@@ -185,6 +191,8 @@ def _coerce(key: str, value: Any) -> Any:
         return _parse_bool(value)
     if key == "lease_ttl":
         return _positive_seconds(value)
+    if key in ("store_timeout", "store_deadline"):
+        return None if value is None else _positive_seconds(value)
     if key == "code_changes":
         word = str(value).strip().lower() if isinstance(value, str) else value
         if word not in CODE_CHANGES:
