@@ -231,3 +231,73 @@ def test_the_kind_of_each_request_is_named_from_its_method_and_url():
     assert request_kind("POST", "http://h/upload/storage/v1/b/bkt/o", {"uploadType": "resumable"}) == "upload"
     assert request_kind("DELETE", f"{base}/o/a", {}) == "delete"
     assert request_kind("POST", f"{base}/o/a/rewriteTo/b/bkt/o/c", {}) == "copy"
+
+
+_SLOW_EXPERIMENT = '''
+import os
+import time
+from dataclasses import dataclass
+
+from marin.execution.core.step import Step
+from rigging import filesystem as fs
+
+
+@dataclass(frozen=True)
+class SlowConfig:
+    pid_file: str
+
+
+def slow_hello(config, output_path):
+    if not os.path.exists(config.pid_file):  # the first attempt waits for the store to go down
+        with open(config.pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+    fs.atomic_write(fs.join(output_path, "out.txt"), "hello")
+
+
+steps = [Step(name="faults/slow", fn=slow_hello, config=SlowConfig(os.environ["SLOW_PID_FILE"]))]
+'''
+
+
+@pytest.mark.timeout(180)
+def test_a_store_that_goes_down_under_a_running_step_stops_it_before_its_lease_expires(faulty_gcs, tmp_path):
+    import psutil
+
+    proxy, bucket = faulty_gcs
+    experiment = tmp_path / "exp_slow.py"
+    experiment.write_text(_SLOW_EXPERIMENT)
+    pid_file = tmp_path / "step.pid"
+    prefix = fs.join(bucket, "store")
+    env = {**os.environ, "SLOW_PID_FILE": str(pid_file), "MARIN_LEASE_TTL": "4", "MARIN_STORE_TIMEOUT": "1",
+           "MARIN_STORE_DEADLINE": "3"}
+    runner = subprocess.Popen([sys.executable, "-m", "marin.cli.main", "run", f"{experiment}:steps", "--prefix",
+                               prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists():
+            assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+            time.sleep(0.05)
+        step = psutil.Process(int(pid_file.read_text()))
+        proxy.set_down(503)
+        down = time.monotonic()
+        step.wait(timeout=30)
+        stopped = time.monotonic() - down
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        proxy.set_down(None)
+    # The last renewal was at most ttl/4 (1 s) before the store went down: the step is stopped before
+    # the lease could expire (4 s after that renewal), with room for a loaded machine.
+    assert stopped < 4.0 + 1.0, stopped
+    assert runner.returncode == 1, out + err
+    errors = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and "the store did not answer" in errors[0], err
+    assert "hint: the object store did not answer" in err and "Traceback" not in err
+    # The store is back: the next run builds the step (its earlier attempt stopped, not half-published).
+    # (A lease of the default length: what is tested here is that it builds.)
+    again = _marin("run", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 ran" in again.stdout
+    verify = _marin("verify", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
+    assert verify.returncode == 0 and "no problems" in verify.stdout, verify.stdout + verify.stderr
