@@ -301,3 +301,29 @@ def test_a_store_that_goes_down_under_a_running_step_stops_it_before_its_lease_e
     assert "1 ran" in again.stdout
     verify = _marin("verify", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
     assert verify.returncode == 0 and "no problems" in verify.stdout, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("kind", [FaultKind.UNAVAILABLE_AFTER_WRITE, FaultKind.RESET_BEFORE_BODY],
+                         ids=lambda k: k.value)
+def test_a_resumable_upload_through_fsspec_survives_a_fault_on_its_last_part(faulty_gcs, kind):
+    # Libraries that open gs:// through fsspec themselves (Orbax's checkpoint metadata, via
+    # etils.epath) get the store's file system, and a resumable upload whose last part was applied
+    # but not answered is finished, not a "not found" from a session the store already closed.
+    import fsspec
+
+    from rigging.gcs import use_in_fsspec
+    from rigging.gcs_client import RetryingGCSFileSystem
+
+    proxy, bucket = faulty_gcs
+    use_in_fsspec()
+    gcs = fsspec.filesystem("gs")
+    assert isinstance(gcs, RetryingGCSFileSystem)
+    data = bytes(range(256)) * 3000  # 768,000 bytes: three parts of 256 KiB, the last one short
+    proxy.inject(kind, match=lambda r: r.is_write and "upload_id=" in r.target and "bytes 524288-" in
+                 r.headers.get("content-range", ""))
+    path = f"{bucket[len('gs://'):]}/big/file.bin"
+    with gcs.open(path, "wb", block_size=2**18) as f:
+        f.write(data)
+    assert [e.kind for e in proxy.log] == [kind]
+    assert fs.read_bytes(f"{bucket}/big/file.bin") == data
+    assert proxy.pending() == 0

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from rigging.store_requests import RequestPolicy, caller_deadline, within
 
 __all__ = ["DIGEST_CHUNK", "create_object", "delete_object", "filesystem", "list_names", "object_exists",
-           "read_object", "sha256_of", "write_object"]
+           "read_object", "sha256_of", "use_in_fsspec", "write_object"]
 
 T = TypeVar("T")
 
@@ -38,12 +38,34 @@ def filesystem() -> Any:
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     from rigging.gcs_client import RetryingGCSFileSystem  # deferred: gcsfs, only where gs:// is used
 
+    use_in_fsspec()
     policy = RequestPolicy.from_environ()
     # Other processes write the same bucket: a cached listing would hide their objects or report
     # stale sizes (and a read sized from a stale listing returns a truncated file). The policy is an
     # argument, so that fsspec's cache of instances hands out a new one when the settings change.
     return RetryingGCSFileSystem(use_listings_cache=False, store_timeout_s=policy.timeout_s,
                                  store_deadline_s=policy.deadline_s)
+
+
+_CLIENT_CLASS = "rigging.gcs_client.RetryingGCSFileSystem"
+
+
+def use_in_fsspec() -> None:
+    """Make fsspec's ``gs://`` (and ``gcs://``) the store's file system, for the libraries that open
+    gs:// paths through fsspec themselves (Orbax's checkpoint metadata, through ``etils.epath``):
+    their requests are bounded, retried and counted as the engine's are. Lazily: gcsfs is imported
+    when fsspec first makes one."""
+    import fsspec
+    from fsspec.registry import _registry  # fsspec.registry, the attribute, is a read-only view
+
+    for protocol in ("gs", "gcs"):
+        known = _registry.get(protocol)
+        if known is None:
+            fsspec.register_implementation(protocol, _CLIENT_CLASS, clobber=True)
+        elif f"{known.__module__}.{known.__qualname__}" != _CLIENT_CLASS:
+            from rigging.gcs_client import RetryingGCSFileSystem  # gcsfs is imported already
+
+            fsspec.register_implementation(protocol, RetryingGCSFileSystem, clobber=True)
 
 
 def run(fs: Any, make: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiohttp
 from gcsfs.core import GCSFileSystem
@@ -37,9 +38,10 @@ from gcsfs.retry import ChecksumError, is_retriable, validate_response
 
 from rigging.store_requests import RequestPolicy, RetryableAnswer, TornAnswer, retryable_status, with_retries
 
-__all__ = ["RetriedPreconditionFailed", "RetryingGCSFileSystem", "request_kind"]
+__all__ = ["RetriedPreconditionFailed", "RetryingGCSFileSystem", "describe_request", "request_kind"]
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+"""A ``Content-Range`` header: of a ranged download's answer, or of a resumable upload's part."""
 
 
 class RetriedPreconditionFailed(FileExistsError):
@@ -65,6 +67,24 @@ def request_kind(method: str, url: str, params: Mapping[str, Any]) -> str:
             return "upload"
         return "create" if str(params.get("ifGenerationMatch")) == "0" else "write"
     return "other"
+
+
+_UPLOAD_NAME = re.compile(rb'"name": ?("(?:[^"\\]|\\.)*")')
+
+
+def describe_request(kind: str, url: str, params: Mapping[str, Any], data: Any = None) -> str:
+    """A request in the words of the store: ``read gs://bucket/a/b``, ``list gs://bucket/a/`` ..."""
+    path = unquote(urlsplit(url).path)
+    bucket, _, rest = path.partition("/b/")[2].partition("/")
+    if rest.startswith("o/"):
+        name = rest[2:].split("/rewriteTo/", 1)[0]
+    else:
+        name = str(params.get("name") or parse_qs(urlsplit(url).query).get("name", [""])[0]
+                   or params.get("prefix") or "")
+    found = _UPLOAD_NAME.search(bytes(data[:4096])) if not name and isinstance(data, bytes | bytearray) else None
+    if found:  # a multipart upload names its object in its body
+        name = json.loads(found.group(1))
+    return f"{kind} gs://{bucket}/{name}" if bucket else f"{kind} {url.split('?', 1)[0]}"
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -145,7 +165,8 @@ class RetryingGCSFileSystem(GCSFileSystem):
     def __init__(self, *args: Any, store_timeout_s: float | None = None, store_deadline_s: float | None = None,
                  **kwargs: Any):
         super().__init__(*args, **kwargs)
-        defaults = RequestPolicy()
+        # Made by fsspec for a library that opens gs:// itself (no settings given): the environment's.
+        defaults = RequestPolicy.from_environ()
         self.policy = RequestPolicy(timeout_s=store_timeout_s or defaults.timeout_s,
                                     deadline_s=store_deadline_s or defaults.deadline_s)
 
@@ -180,7 +201,7 @@ class RetryingGCSFileSystem(GCSFileSystem):
                 unknown.append(error)
 
         try:
-            return await with_retries(attempt, kind=kind, what=f"{method} {url.split('?', 1)[0]}", policy=policy,
+            return await with_retries(attempt, kind=kind, what=describe_request(kind, url, params, data), policy=policy,
                                       retryable=_retryable, body_bytes=_body_size(data), on_retry=note,
                                       hard_limit=kind != "read")
         except RetriedPreconditionFailed:
@@ -189,3 +210,26 @@ class RetryingGCSFileSystem(GCSFileSystem):
             if unknown and method != "GET":
                 raise RetriedPreconditionFailed(str(e)) from e
             raise
+        except FileNotFoundError:
+            # A resumable upload's last part sent again after its answer was lost: the session is
+            # over (the object written), and the store no longer knows it.
+            if not (unknown and kind == "upload"):
+                raise
+            written = await self._uploaded(url, headers)
+            if written is None:
+                raise
+            return 200, {}, None, written
+
+    async def _uploaded(self, url: str, headers: Any) -> bytes | None:
+        """The metadata (JSON) of the object a resumable upload session at ``url`` wrote, when it is
+        there with the size the request's ``Content-Range`` names; None otherwise."""
+        query = parse_qs(urlsplit(url).query)
+        found = _CONTENT_RANGE.match(str((headers or {}).get("Content-Range", "")))
+        bucket = urlsplit(url).path.split("/b/", 1)[-1].split("/", 1)[0]
+        if "name" not in query or found is None or found.group(3) == "*":
+            return None
+        try:
+            there: Any = await self._call("GET", "b/{}/o/{}", bucket, query["name"][0], json_out=True)
+        except FileNotFoundError:
+            return None
+        return json.dumps(there).encode() if int(there.get("size", -1)) == int(found.group(3)) else None

@@ -318,7 +318,9 @@ async def with_retries(attempt: Callable[[float], Awaitable[T]], *, kind: str, w
 
 def _gave_up(what: str, tries: int, started: float, last: BaseException | None, callers: bool) -> StoreUnavailable:
     spent = time.monotonic() - started
-    tail = f"; the last: {cause_of(last)} ({last})" if last is not None else ""
+    said = str(last) if last is not None else ""
+    tail = (f"; the last: {said if said.startswith(cause_of(last)) else f'{cause_of(last)} ({said})' if said else cause_of(last)}"
+            if last is not None else "")
     if callers:
         return DeadlineReached(f"{what}: not answered before the caller's deadline ({tries} attempt(s) in "
                                f"{spent:.1f}s{tail})")

@@ -188,6 +188,11 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     # fray's package imports Ray (~0.8 s): not for the runner that only plans.
     from fray.types import Preempted
 
+    if payload.prefix.startswith("gs://"):
+        # What the step's libraries open on gs:// themselves (Orbax's metadata) follows the store's rules.
+        from rigging.gcs import use_in_fsspec  # fsspec: only for a step on an object store
+
+        use_in_fsspec()
     if payload.lease is not None:
         folder, token, ttl = payload.lease
         watch_lease(folder, token, ttl, _end_this_step)
