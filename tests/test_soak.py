@@ -73,6 +73,8 @@ def test_soak_with_a_store_that_fails_small_count(tmp_path):
     assert re.search(r"KILL (step|step-group|template) \d+ of runner", out) and "race of 2 runners" in out
     assert "builds: every step published once plus once per removal" in out
     assert "marin verify:" in out and "no problems" in out
+    assert re.search(r"resumable uploads: \d+ opened, \d+ finished, \d+ cancelled, \d+ left open", out)
+    assert "attempt folders no record names: 0" in out
     events = (tmp_path / "soak" / "faults.log").read_text().splitlines()
     assert len(events) == sum(int(f.rsplit(" ", 1)[1]) for f in faults)
     assert all(re.match(r" *\d+\.\d+s [\w-]+ +(GET|POST|PUT|PATCH|DELETE) /", e) for e in events), events[:3]

@@ -284,6 +284,7 @@ class FaultProxy:
         self._scripted: list[_Scripted] = []
         self._down: int | None = None
         self._requests = 0
+        self._sessions: dict[str, str] = {}  # resumable upload id -> "open" | "finished" | "cancelled"
         self.log: list[FaultEvent] = []
         self._started = time.monotonic()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -323,6 +324,27 @@ class FaultProxy:
         """Faults injected so far, by kind (its value, e.g. ``"503-after-write"``)."""
         with self._lock:
             return Counter(e.kind.value for e in self.log)
+
+    def upload_sessions(self) -> Counter:
+        """Resumable upload sessions opened through the proxy, by how they stand: ``open`` (never
+        finished nor cancelled: left behind), ``finished``, ``cancelled``."""
+        with self._lock:
+            return Counter(self._sessions.values())
+
+    def _track_session(self, method: str, target: str, status: int, headers: list[tuple[str, str]]) -> None:
+        query = parse_qs(urlsplit(target).query)
+        if method == "POST" and query.get("uploadType") == ["resumable"] and "upload_id" not in query \
+                and status == 200:
+            location = parse_qs(urlsplit(_header(headers, "location") or "").query).get("upload_id")
+            if location:
+                with self._lock:
+                    self._sessions[location[0]] = "open"
+            return
+        if "upload_id" in query:
+            ended = "cancelled" if method == "DELETE" else "finished" if status in (200, 201) else None
+            if ended is not None:
+                with self._lock:
+                    self._sessions[query["upload_id"][0]] = ended
 
     def close(self) -> None:
         self._closed = True
@@ -425,6 +447,7 @@ class FaultProxy:
         if self.delay_s:
             time.sleep(self.delay_s)
         status, reason, out_headers, out_body = self._forward(method, target, headers, body)
+        self._track_session(method, target, status, out_headers)
         if kind is FaultKind.UNAVAILABLE_AFTER_WRITE:
             self._note(kind, request, f"applied: the emulator answered {status}")
             self._answer(client, 503, keep_alive=keep_alive)

@@ -160,6 +160,7 @@ class Tally:
     waits: int = 0  # "[wait]" lines: a runner found another holding a step's lease
     built_by_another: int = 0  # steps a runner took as "built by another runner"
     on_node: Counter = field(default_factory=Counter)  # node -> runners started on it (--nodes)
+    attempt_folders_left: int = 0  # .attempts/<n>/ folders no record names, at the end
     races_across_nodes: int = 0  # races whose runners ran on more than one node
     unexpected: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -767,6 +768,7 @@ class Soak:
 
     def _check_outputs(self) -> None:
         from marin.execution.store.gc import find_outputs
+        from marin.execution.store.layout import ATTEMPTS_DIR
         from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
         from marin.execution.store.verify import verify_output
@@ -787,6 +789,9 @@ class Soak:
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
             files_folder = StepRecord(path).files_folder()
             self.tally.written_apart += files_folder != path
+            # Attempt folders no record names: what a taken-over attempt that wrote apart left (marin gc's).
+            attempts = [fs.join(path, ATTEMPTS_DIR, n) for n in fs.listdir(fs.join(path, ATTEMPTS_DIR))]
+            self.tally.attempt_folders_left += sum(1 for a in attempts if a != files_folder)
             for rel, _size in fs.walk_files(files_folder):
                 parts = rel.split("/")
                 if parts[0] == seen.WORK_FOLDER:
@@ -799,6 +804,9 @@ class Soak:
             self._check_listings(folder, files_folder)
         if leftover_meta_tmp:
             self.log(f"note: {leftover_meta_tmp} temporary record file(s) left inside .marin/ folders")
+        self.log(f"attempt folders no record names: {self.tally.attempt_folders_left}"
+                 + (" (left by takeovers from a machine elsewhere; `marin gc` removes them)"
+                    if self.tally.attempt_folders_left else ""))
         # Straight to the emulator, as every look of the soak's own: the verdict is not itself faulted.
         verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:{self.graph.attr}",
                                  "--prefix", self.prefix], cwd=ROOT, env=_env(self.envs[self.clean_prefix]),
@@ -928,8 +936,11 @@ def _fault_report(proxy: Any, workdir: Path) -> list[str]:
     counts = proxy.counts()
     with open(workdir / "faults.log", "w", encoding="utf-8") as f:
         f.writelines(f"{event}\n" for event in list(proxy.log))
+    sessions = proxy.upload_sessions()
     return [f"requests through the fault proxy: {proxy.count()}, faulted: {sum(counts.values())}"
-            f" (every fault and its request: {workdir / 'faults.log'})"] + \
+            f" (every fault and its request: {workdir / 'faults.log'}); resumable uploads: "
+            f"{sum(sessions.values())} opened, {sessions['finished']} finished, {sessions['cancelled']} cancelled, "
+            f"{sessions['open']} left open"] + \
         [f"fault {kind.value}: {counts[kind.value]}" for kind in FaultKind]
 
 
