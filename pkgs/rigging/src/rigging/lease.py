@@ -162,6 +162,10 @@ def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], No
     margin = give_up_margin(ttl)
 
     def watch() -> None:
+        # The store's client is made first (a fresh step process imports it), so that its making
+        # does not use up the time the first reads have.
+        if not fs.is_local(folder):
+            fs.filesystem(folder)
         expires_at = time.time() + ttl
         while True:
             try:
