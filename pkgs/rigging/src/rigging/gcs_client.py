@@ -158,8 +158,9 @@ class RetryingGCSFileSystem(GCSFileSystem):
     """``gcsfs.core.GCSFileSystem`` whose every request follows :mod:`rigging.store_requests`.
 
     Args:
-        store_timeout_s, store_deadline_s: :class:`~rigging.store_requests.RequestPolicy`'s
-            ``timeout_s`` and ``deadline_s`` (defaults when None); other arguments are gcsfs's.
+        store_timeout_s: :class:`~rigging.store_requests.RequestPolicy`'s ``timeout_s`` (None: the
+            environment's, else its default).
+        store_deadline_s: its ``deadline_s``, likewise. Other arguments are gcsfs's.
     """
 
     def __init__(self, *args: Any, store_timeout_s: float | None = None, store_deadline_s: float | None = None,

@@ -316,7 +316,7 @@ class Lease:
         """Renew in a background thread every ``interval`` seconds (default ttl/4).
 
         A second thread watches the expiry: a renewal stuck on an unreachable store cannot keep
-        the holder from learning that the lease is lost (:attr:`on_lost`), :attr:`margin` before
+        the holder from learning that the lease is lost (:attr:`on_lost`), :func:`give_up_margin` before
         its expiry, while it still holds it.
         """
         interval = interval if interval is not None else max(self.ttl / 4, 0.05)
