@@ -7,7 +7,8 @@ state cache and Bazel's digests are the models).
 * Object-store URLs and globs (``gs://`` ...): the checksum and generation of each object, from
   one listing per prefix (:mod:`marin.execution.store.object_sources`); nothing is downloaded.
 * Hugging Face dataset ids (``org/name``): the commit their revision resolves to, from the Hub,
-  or from the hub cache's ``refs/`` offline (``HF_HUB_OFFLINE=1``) or when the Hub cannot be reached.
+  or from the hub cache's ``refs/`` offline (``HF_HUB_OFFLINE=1``) or, with a warning, when the Hub
+  cannot be reached (:mod:`marin.execution.store.hub_sources`).
 
 A fingerprint's :attr:`~SourceFingerprint.digest` is what enters identities. It holds file names
 relative to the source's base folder and their fingerprints, never the spec itself (the step's
@@ -20,7 +21,6 @@ import enum
 import hashlib
 import json
 import os
-import re
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.sources import Source, SourceKey, set_fingerprinter
+from marin.execution.store.hub_sources import HubLookupError, hub_commit
 from marin.execution.store.object_sources import ObjectListingError, list_object_sources
 from marin.execution.store.source_glob import Glob, has_glob, split_glob
 from marin.execution.store.stat_cache import (
@@ -38,14 +39,12 @@ from marin.execution.store.stat_cache import (
     trusted,
 )
 from rigging import filesystem as fs
-from rigging.hf_hub import hub_cache_dir, hub_endpoint, hub_offline, is_hf_id
+from rigging.hf_hub import is_hf_id
 
 __all__ = ["FileChanges", "SourceFingerprint", "SourceKind", "SourceUnavailable", "StatCache", "default_stat_cache",
            "diff_files", "fingerprint_digests", "fingerprint_source", "fingerprint_sources", "local_source_files",
            "source_kind", "stat_cache_path"]
 
-_COMMIT = re.compile(r"[0-9a-fA-F]{40}")
-_HUB_TIMEOUT_S = 10.0
 
 
 class SourceUnavailable(ValueError):
@@ -261,54 +260,11 @@ def _fingerprint_local(spec: str, cache: StatCache) -> SourceFingerprint:
 # ---------------------------------------------------------------------------------------------- hub
 
 
-def _hub_repo_folder(repo_id: str) -> str:
-    return os.path.join(hub_cache_dir(), "datasets--" + repo_id.replace("/", "--"))
-
-
-def _cached_commit(repo_id: str, revision: str, hub_error: str | None) -> str:
-    """The commit the hub cache's ``refs/<revision>`` names for dataset ``repo_id``."""
-    folder = _hub_repo_folder(repo_id)
-    ref = os.path.join(folder, "refs", revision)
-    try:
-        with open(ref, encoding="utf-8") as f:
-            commit = f.read().strip()
-    except OSError:
-        why = f"the Hub could not be asked ({hub_error})" if hub_error else "the Hub is not used (HF_HUB_OFFLINE=1)"
-        raise SourceUnavailable(
-            f"source {repo_id!r} is a Hugging Face dataset id whose revision {revision!r} is not in the hub cache "
-            f"({folder} has no refs/{revision}) and {why}; download it where there is network "
-            f"(`hf download {repo_id} --repo-type dataset` with the same HF_HOME)") from None
-    if not _COMMIT.fullmatch(commit):
-        raise SourceUnavailable(f"source {repo_id!r}: {ref} names no commit ({commit[:60]!r})")
-    return commit.lower()
-
-
-def _hub_commit(repo_id: str, revision: str) -> str:
-    """The commit ``revision`` of dataset ``repo_id`` is at: asked of the Hub, else read from the cache."""
-    if _COMMIT.fullmatch(revision):
-        return revision.lower()
-    hub_error = None
-    if not hub_offline():
-        # Imported here: huggingface_hub takes about a second to import, paid only by an online lookup.
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
-        try:
-            sha = HfApi(endpoint=hub_endpoint()).dataset_info(repo_id, revision=revision, timeout=_HUB_TIMEOUT_S).sha
-        except (RepositoryNotFoundError, RevisionNotFoundError) as e:
-            raise SourceUnavailable(f"source {repo_id!r}: the Hugging Face Hub has no dataset {repo_id!r} at "
-                                    f"revision {revision!r} (or it is private): {type(e).__name__}") from None
-        except Exception as e:  # noqa: BLE001 - the Hub cannot be reached (network, HTTP, OS): the cache answers
-            hub_error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-        else:
-            if sha:
-                return sha.lower()
-            hub_error = "it named no commit"
-    return _cached_commit(repo_id, revision, hub_error)
-
-
 def _fingerprint_hub(repo_id: str, revision: str | None) -> SourceFingerprint:
-    commit = _hub_commit(repo_id, revision or "main")
+    try:
+        commit = hub_commit(repo_id, revision or "main")
+    except HubLookupError as e:
+        raise SourceUnavailable(str(e)) from None
     digest = _digest([SourceKind.HUB.value, repo_id, commit])
     return SourceFingerprint(repo_id, revision, SourceKind.HUB.value, digest, (), commit)
 
