@@ -4,8 +4,10 @@ state cache and Bazel's digests are the models).
 * Local files, folders and globs: each file's SHA-256, read once and then remembered by its stat
   (:class:`StatCache`): an unchanged file is never read again, a touched one is read again and
   fingerprints the same.
-* Object-store URLs and globs (``gs://`` ...): the checksum and generation of each object, from
-  one listing per prefix (:mod:`marin.execution.store.object_sources`); nothing is downloaded.
+* Object-store URLs and globs (``gs://`` ...): the content checksums of each object (crc32c, and
+  MD5 where the store gives it), from one listing per prefix
+  (:mod:`marin.execution.store.object_sources`); nothing is downloaded, and an object written
+  again with the same bytes (a new generation) fingerprints the same.
 * Hugging Face dataset ids (``org/name``): the commit their revision resolves to, from the Hub,
   or from the hub cache's ``refs/`` offline (``HF_HUB_OFFLINE=1``) or, with a warning, when the Hub
   cannot be reached (:mod:`marin.execution.store.hub_sources`).
@@ -75,10 +77,14 @@ class SourceFingerprint:
     the value that enters identities."""
     files: tuple[tuple[str, str], ...]
     """Sorted ``(name, fingerprint)``: names relative to the source's base folder (a single file's
-    is its base name); a local file's SHA-256, an object's listing checksum and generation. Empty
-    for a Hub id."""
+    is its base name); a local file's SHA-256, an object's listing checksums (never its
+    generation). Empty for a Hub id."""
     commit: str | None = None
     """The 40-hex commit a Hub id's revision resolved to."""
+    generations: tuple[tuple[str, str], ...] = ()
+    """Sorted ``(name, generation)`` of an object-store source's objects where the store versions
+    them: which write of each was read. Not in :attr:`digest`: an object written again with the
+    same bytes is the same input; it tells only that it was written again."""
 
     def __post_init__(self) -> None:
         if self.kind not in {k.value for k in SourceKind}:
@@ -86,8 +92,12 @@ class SourceFingerprint:
 
     def to_json(self) -> dict[str, Any]:
         """The fingerprint as JSON-ready data (read back by :meth:`from_json`)."""
-        return {"spec": self.spec, "revision": self.revision, "kind": str(self.kind), "digest": self.digest,
-                "files": [[name, value] for name, value in self.files], "commit": self.commit}
+        data: dict[str, Any] = {"spec": self.spec, "revision": self.revision, "kind": str(self.kind),
+                                "digest": self.digest, "files": [[name, value] for name, value in self.files],
+                                "commit": self.commit}
+        if self.generations:
+            data["generations"] = [[name, generation] for name, generation in self.generations]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SourceFingerprint:
@@ -98,8 +108,9 @@ class SourceFingerprint:
         """
         try:
             files = tuple((str(name), str(value)) for name, value in data.get("files") or ())
+            generations = tuple((str(name), str(value)) for name, value in data.get("generations") or ())
             return cls(spec=str(data["spec"]), revision=data.get("revision"), kind=str(data["kind"]),
-                       digest=str(data["digest"]), files=files, commit=data.get("commit"))
+                       digest=str(data["digest"]), files=files, commit=data.get("commit"), generations=generations)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a source fingerprint ({type(e).__name__}: {e}): {dict(data)!r:.200}") from None
 
@@ -321,11 +332,13 @@ def _fingerprint_objects(specs: list[str]) -> dict[tuple[str, str | None], Sourc
         raise SourceUnavailable(f"source {e.spec!r} cannot be listed ({e})") from None
     out = {}
     for spec in specs:
-        files = tuple(listed[spec])
-        if not files:
+        objects = listed[spec]
+        if not objects:
             raise SourceUnavailable(f"source {spec!r} matches no file")
+        files = tuple((o.name, o.fingerprint) for o in objects)
+        generations = tuple((o.name, o.generation) for o in objects if o.generation is not None)
         out[(spec, None)] = SourceFingerprint(spec, None, SourceKind.OBJECT.value,
-                                              _files_digest(SourceKind.OBJECT, files), files)
+                                              _files_digest(SourceKind.OBJECT, files), files, generations=generations)
     return out
 
 
