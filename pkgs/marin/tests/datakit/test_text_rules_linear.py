@@ -28,7 +28,7 @@ from marin.processing.urls import Blocklist
 
 SMALL, LARGE = 8 << 10, 64 << 10
 MAX_RATIO = 20  # linear: ~8 for 8x the input; quadratic: ~64
-FLOOR_S = 1e-4  # below this the smaller time is noise: judged against it instead
+FLOOR_S = 5e-4  # below this the smaller time is noise: judged against it (a quadratic rule takes far longer)
 
 
 def _repeat(unit: str, size: int) -> str:
@@ -85,11 +85,13 @@ RULES: list[tuple[str, tuple[Any, ...], Callable[[str], Any]]] = [
 
 
 def _time(rule: Callable[[str], Any], text: str, repeats: int) -> float:
+    """The least CPU time of this thread ``rule(text)`` took in ``repeats`` runs: on a busy machine
+    (the suite runs beside other workers) time spent waiting for a core does not count."""
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.thread_time()
         rule(text)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 
@@ -141,7 +143,7 @@ PIECES = ["a", "Z", "1", "-", "+", "_", "=", ".", "..", "@", "@@", " ", "é", "x
           "example.com", "EXAMPLE.org", ".test", ".invalid", "b.example"]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join))
 def test_the_email_finder_matches_what_the_regular_expression_matched(text: str) -> None:
     assert list(email_spans(text)) == [m.span() for m in EMAIL_REGEX.finditer(text)]
@@ -149,7 +151,7 @@ def test_the_email_finder_matches_what_the_regular_expression_matched(text: str)
         assert pii._names_someone(text[start:end]) == (RESERVED_REGEX.search(text[start:end]) is None)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([".", "!", "?", '"', "\u201d", " ", "a", "\n", "..."]), max_size=12).map("".join))
 def test_sentence_ends_are_counted_as_before(text: str) -> None:
     assert heuristics._SENTENCE_END.findall(text) == re.findall(r"[.!?]+[\"\u201d]?(?=\s|$)", text)
