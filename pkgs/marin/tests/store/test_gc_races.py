@@ -211,3 +211,20 @@ def test_a_killed_runs_temporary_root_keeps_nothing_and_is_a_leftover(tmp_path):
     fs.atomic_write(dead, "{not json")
     with pytest.raises(ValueError, match="temporary GC root .*1-dead.json is unreadable"):
         collect_garbage(StepStore(prefix), keep=set())
+
+
+def test_a_model_whose_manifest_is_damaged_or_missing_is_still_a_model(tmp_path):
+    prefix = str(tmp_path / "store")
+    for name, manifest in (("m/damaged-0123456789abcdef", "{not json"), ("m/unfinished-0123456789abcdef", None)):
+        out = Path(prefix, name)
+        (out / "checkpoints" / "step-1").mkdir(parents=True)
+        (out / "checkpoints" / "step-1" / "_CHECKPOINT_METADATA").write_text("{}")
+        (out / ".marin").mkdir()
+        (out / ".marin" / ("manifest.json" if manifest else "status.json")).write_text(manifest or "{}")
+    report = find_garbage(StepStore(prefix), keep=set())
+    assert sorted((e.folder, e.model) for e in report.entries) == [
+        ("m/damaged-0123456789abcdef", True), ("m/unfinished-0123456789abcdef", True)]
+    register_root(prefix, GcRoot.for_run(["other.py"], [], name="other"))  # a root, so that gc collects
+    result = CliRunner().invoke(cli, ["gc", "--prefix", prefix])
+    assert result.exit_code == 2 and "gc would remove 2 models" in result.output, result.output
+    assert Path(prefix, "m/damaged-0123456789abcdef/checkpoints").is_dir()

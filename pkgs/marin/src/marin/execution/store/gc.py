@@ -33,7 +33,7 @@ from marin.execution.store.roots import read_roots
 from marin.execution.store.run_roots import collection_lock, dead_run_roots, runs_kept
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
-from marin.execution.store.usage import build_sizes
+from marin.execution.store.usage import CHECKPOINT_MARKER
 from rigging import filesystem as fs
 from rigging.lease import held
 
@@ -111,6 +111,17 @@ def _output_sizes(files: Iterable[tuple[str, int]]) -> dict[str, int]:
     return totals
 
 
+def _holding_checkpoints(files: Iterable[tuple[str, int]], outputs: set[str]) -> set[str]:
+    """The ``outputs`` whose files (the prefix's listing) hold a checkpoint: models, from what is
+    there, not from a manifest (an unfinished training run has none, a damaged one reads as none)."""
+    found = set()
+    for rel, _size in files:
+        if rel.rpartition("/")[2] == CHECKPOINT_MARKER:
+            parts = rel.split("/")
+            found.update(owner for owner in ("/".join(parts[:i]) for i in range(1, len(parts))) if owner in outputs)
+    return found
+
+
 def find_outputs(store: StepStore) -> dict[str, int]:
     """Every step output folder under the prefix with its size in bytes (from a listing)."""
     return _output_sizes(fs.walk_files(store.prefix))
@@ -150,8 +161,8 @@ def find_garbage(store: StepStore, keep: set[str], *, now: float | None = None, 
             report.kept_live.append(folder)
             continue
         candidates.append((folder, size, EXPIRED if folder in expired else UNREACHABLE))
-    built = build_sizes(store, (folder for folder, _size, _why in candidates))
-    report.entries = [GcEntry(folder, size, why, folder in built and built[folder].model)
+    models = _holding_checkpoints(files, {folder for folder, _size, _why in candidates})
+    report.entries = [GcEntry(folder, size, why, folder in models)
                       for folder, size, why in candidates]
     if leftovers:
         going = set(report.removed)
