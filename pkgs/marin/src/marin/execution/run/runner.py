@@ -244,7 +244,7 @@ class StepRunner:
         """Shut down the client this runner made (a Ray connection, local log folders, warm workers)."""
         self.backends.close()
 
-    def _scheduling(self, root: RunRoot | None) -> Scheduling:
+    def _scheduling(self, root: RunRoot | None = None) -> Scheduling:
         from marin.execution.run.scheduler import Scheduling  # not at import: see run()
 
         backends, settings = self.backends, self.settings
