@@ -189,6 +189,9 @@ class PlainReporter:
     def waiting(self, planned: PlannedStep, holder: str) -> None:
         self._line(f"[wait]  {planned.output_name} (another runner holds it: {holder})")
 
+    def accelerator_wait(self, planned: PlannedStep, line: str) -> None:
+        self._line(f"[wait]  {planned.output_name} waits for the accelerator: {line}")
+
     def finished(self, outcome: StepOutcome) -> None:
         self.watch.finished.add(output_name_of(outcome.name, outcome.hash))
         took = f" in {outcome.duration:.1f}s" if outcome.duration is not None else ""
