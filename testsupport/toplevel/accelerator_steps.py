@@ -11,22 +11,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
 from marin.execution.core.step import Step, unhashed_field
 from marin.execution.core.traits import ON_ACCELERATOR, step_function
 from rigging import filesystem as fs
+from testsupport.accelerator import LIBTPU_HELD, hold_lock
 
-__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu_step", "hold_lock", "read_records", "tpu_step"]
-
-LIBTPU_HELD = ("Unable to initialize backend 'tpu': ABORTED: Internal error when accessing libtpu multi-process "
-               "lockfile. Run \"$ sudo rm /tmp/libtpu_lockfile\". (set JAX_PLATFORMS='' to automatically choose "
-               "an available backend)")
-"""What libtpu raises in a second process that opens the TPU (read off a real TPU v5e host)."""
-
+__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu", "cpu_step", "hold_lock", "read_records", "tpu", "tpu_step"]
 
 @dataclass(frozen=True)
 class ChipConfig:
@@ -89,14 +82,3 @@ def read_records(record_dir: str) -> dict[str, dict]:
             with open(os.path.join(record_dir, name)) as f:
                 out[name[:-5]] = json.load(f)
     return out
-
-
-def hold_lock(lock: str, seconds: float) -> subprocess.Popen:
-    """A process of its own holding ``lock`` as libtpu does for ``seconds`` (or until killed);
-    returns once it holds it. It prints the time it let go, as its last line."""
-    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
-            "fcntl.lockf(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2])); "
-            "t = time.time(); os.close(fd); print(t, flush=True)")
-    proc = subprocess.Popen([sys.executable, "-c", code, lock, str(seconds)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from iris.accelerator import HostAccelerator
 
-__all__ = ["HIDDEN_VARIABLES", "SAVED", "accelerator_hidden", "granted_env", "hiding_env", "users_environ",
-           "users_platforms"]
+__all__ = ["HIDDEN_VARIABLES", "SAVED", "accelerator_hidden", "granted_env", "hiding_env", "reveal_accelerator",
+           "users_environ", "users_platforms"]
 
 SAVED = "MARIN_ACCELERATOR_ENV"
 """The variable holding the user's own values (JSON; null: unset) of :data:`HIDDEN_VARIABLES`."""
@@ -98,3 +98,15 @@ def accelerator_hidden(accelerator: HostAccelerator | None,
                 env.pop(name, None)
             else:
                 env[name] = value
+
+
+def reveal_accelerator(environ: MutableMapping[str, str] | None = None) -> None:
+    """Give ``environ`` (default: ``os.environ``) the user's own values of the hidden variables back,
+    for a process that uses the accelerator itself (``marin sample``)."""
+    env = os.environ if environ is None else environ
+    users = users_environ(env)
+    for name in (SAVED, *HIDDEN_VARIABLES):
+        if name in users:
+            env[name] = users[name]
+        else:
+            env.pop(name, None)

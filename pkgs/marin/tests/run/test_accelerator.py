@@ -139,3 +139,27 @@ def test_on_a_host_without_an_accelerator_nothing_is_hidden_or_serialised(tmp_pa
     seen = chip.read_records(str(records))
     assert result.ok and {r["JAX_PLATFORMS"] for r in seen.values()} == {""}
     assert seen["t0"]["start"] < seen["t1"]["end"] and seen["t1"]["start"] < seen["t0"]["end"]
+
+
+def test_the_plan_says_which_steps_use_the_accelerator_and_its_estimate_queues_them(tmp_path, memory_prefix):
+    records, lock = tmp_path / "records", str(tmp_path / "libtpu_lockfile")
+    records.mkdir()
+
+    def graph(version: str) -> list[Step]:
+        tpus = [Step(f"chip/t{i}", chip.tpu_step, chip.ChipConfig(f"t{i}", 0.2, lock=lock, record_dir=str(records)),
+                     version=version) for i in range(3)]
+        return [*tpus, Step("data/c", chip.cpu_step, chip.ChipConfig("c", 0.2, record_dir=str(records)),
+                            version=version)]
+
+    built = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", max_parallel=4)
+    assert built.run(graph("v1")).ok
+    took = {p.name: prov.duration_s for p in built.plan(graph("v1")).steps
+            for _, prov in built.store.earlier_builds(p.name)}
+    queued = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", max_parallel=4)
+    estimate = queued.plan(graph("v2"), estimate=True).estimate
+    assert {e.name: e.resource for e in estimate.steps.values()} == {"chip/t0": "TPU v5e-1", "chip/t1": "TPU v5e-1",
+                                                                     "chip/t2": "TPU v5e-1", "data/c": None}
+    one_at_a_time = sum(took[f"chip/t{i}"] for i in range(3))
+    assert estimate.wall_s == pytest.approx(one_at_a_time)
+    side_by_side = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="none", max_parallel=4)
+    assert side_by_side.plan(graph("v2"), estimate=True).estimate.wall_s == pytest.approx(max(took.values()))

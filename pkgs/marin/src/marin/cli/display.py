@@ -119,7 +119,9 @@ class _RunWatch:
                 return None  # a step still to run was never built: no honest total
             waiting[pos] = e.seconds
         deps = {pos: plan.steps[pos].deps for pos in (*waiting, *left)}
-        return schedule(waiting, deps, plan.estimate.max_parallel, running=left)
+        # Accelerator steps queue for it here as in the plan's estimate.
+        return schedule(waiting, deps, plan.estimate.max_parallel, running=left, resources=plan.estimate.resources,
+                        accelerator=plan.estimate.accelerator)
 
 
 def estimate_lines(plan: Plan) -> list[str]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from marin.execution.plan.model import PlannedStep
 from rigging.config.discovery import bad_setting
@@ -25,9 +25,8 @@ from rigging.durations import format_duration
 if TYPE_CHECKING:
     from iris.accelerator import HostAccelerator
     from marin.execution.run.attempt import StepAttempt
-    from marin.execution.run.settings import RunSettings
 
-__all__ = ["AcceleratorGate", "host_accelerator"]
+__all__ = ["AcceleratorGate", "AcceleratorSettings", "host_accelerator"]
 
 REPORT_EVERY_S = 30.0
 """A step still waiting for the accelerator says so again this often (and whenever the holder changes)."""
@@ -36,7 +35,21 @@ _FIRST_PAUSE_S = 0.5  # after a step found the accelerator held: doubled each ti
 _LONGEST_PAUSE_S = 15.0
 
 
-def host_accelerator(settings: RunSettings) -> HostAccelerator | None:
+class AcceleratorSettings(Protocol):
+    """Where the accelerator settings come from: a run's ``RunSettings`` or the configuration
+    (``rigging.config.discovery.MarinConfig``)."""
+
+    @property
+    def accelerator(self) -> str | None: ...
+
+    @property
+    def accelerator_slots(self) -> int: ...
+
+    @property
+    def sources(self) -> Mapping[str, str]: ...
+
+
+def host_accelerator(settings: AcceleratorSettings) -> HostAccelerator | None:
     """This host's accelerator as the settings state it (``accelerator``), else as found on the
     host, split in ``accelerator_slots``; None: the host has none.
 
