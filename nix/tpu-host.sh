@@ -12,7 +12,9 @@
 #                                              lock, which of the lock's packages its own index has
 #           bash nix/tpu-host.sh train-nano    `marin run experiments/train_nano.py` on an empty prefix
 #                                              (expect 11 of 11 steps to run), then again (all cached)
-#           bash nix/tpu-host.sh experiments   the smoke-size `make experiments` on the same prefix
+#           bash nix/tpu-host.sh experiments   the smoke-size `make experiments` on the same prefix, for at
+#                                              most LIMIT seconds (default 540: a device command may run
+#                                              600); interrupted, it says so: run it again to go on
 #
 # Outputs are copied to $OUT when it is set (the device tool brings that folder back).
 set -euo pipefail
@@ -81,8 +83,20 @@ experiments)
     echo "prefix: $p"
     # What `make experiments` runs, at the smoke size. No experiment needs a TCP socket (each runs on the
     # local backend; Ray and the object-store emulators are only in the test suite), so none is left out.
-    EXPERIMENTS_SCALE=smoke .venv/bin/marin run experiments/ --prefix "$p" 2>&1 | tee build/tpu-experiments.txt
-    keep build/tpu-experiments.txt
+    # Each accelerator step opens the chip in a process of its own (6-15 s each): the whole graph may
+    # take longer than one device command, so it stops itself in time (SIGINT: the runner records
+    # its running steps as interrupted and gives their leases back) and the next call goes on.
+    log="build/tpu-experiments-$(date +%H%M%S).txt"
+    set +e
+    EXPERIMENTS_SCALE=smoke timeout -s INT -k 30 "${LIMIT:-540}" .venv/bin/marin run experiments/ --prefix "$p" \
+        2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    keep "$log"
+    if [ "$status" = 124 ] || [ "$status" = 130 ]; then
+        echo "experiments: stopped after ${LIMIT:-540}s with steps left to build: run \`bash nix/tpu-host.sh experiments\` again"
+    fi
+    exit "$status"
     ;;
 *)
     sed -n '2,18p' "${BASH_SOURCE[0]}"

@@ -373,6 +373,14 @@ class _Installer:
     def install(self, *args: str) -> None:
         _run([*self.pip, *args], env=self.env)
 
+    def from_index(self, index: str, names: list[str]) -> None:
+        """``names`` from the host's own index (its versions, no dependencies): all at once, else
+        each alone, so that one the index lacks leaves the others installed."""
+        command = [*self.pip, "--index-url", index, "--only-binary=:all:", "--no-deps"]
+        if subprocess.run([*command, *names], env=self.env, check=False).returncode != 0:
+            for name in names:
+                subprocess.run([*command, name], env=self.env, check=False)
+
     def missing(self, names: list[str]) -> list[str]:
         """Which of ``names`` the environment (with what it sees of the host's) does not have."""
         code = ("import importlib.metadata as m, sys\nfor n in sys.argv[1:]:\n    try: m.distribution(n)\n"
@@ -398,12 +406,18 @@ def install(args: argparse.Namespace) -> None:
               "install the next part")
         return
     if info.get("parts", 1) > 1:
-        print(f"wheelhouse: the last of {info['parts']} parts: every pin not in it must come from the parts before")
+        here = {name for name, _version in _wheels_in(wheelhouse)}
+        pins = [line.split("==")[0] for r in requirements for line in r.read_text().split()]
+        lacking = installer.missing([p for p in pins if _normalize(p) not in here])
+        if lacking:
+            raise SystemExit(f"wheelhouse: {wheelhouse} is the last of {info['parts']} parts, and the environment "
+                             f"lacks what the others hold ({', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}): "
+                             "install parts 1 to {} first".format(info["parts"] - 1))
     installer.install(*offline, *(a for r in requirements for a in ("-r", str(r))))
     excluded = info.get("excluded", [])
     absent = installer.missing(excluded) if excluded else []
     if absent and args.host_index:
-        installer.install("--index-url", args.host_index, "--only-binary=:all:", "--no-deps", *absent)
+        installer.from_index(args.host_index, absent)
         absent = installer.missing(absent)
     editable = [arg for p in WORKSPACE_PACKAGES for arg in ("-e", str(ROOT / "pkgs" / p))] + ["-e", str(ROOT)]
     installer.install(*offline, "--no-build-isolation", *editable)
@@ -413,7 +427,7 @@ def install(args: argparse.Namespace) -> None:
         Path(args.stamp).touch()
     if absent:
         print(f"wheelhouse: left out of the wheelhouse and not found here: {', '.join(absent)} "
-              "(the host provides none of them: install them, or give --host-index)")
+              "(neither this Python nor the host's index has them: install them, or give --host-index)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,7 +34,8 @@ class ChipConfig:
 
 def _record(config: ChipConfig, kind: str, start: float) -> None:
     seen = {name: os.environ.get(name) for name in ("JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS")}
-    record = {"label": config.label, "kind": kind, "start": start, "end": time.time(), "pid": os.getpid(), **seen}
+    record = {"label": config.label, "kind": kind, "start": start, "end": time.time(), "pid": os.getpid(),
+              "ppid": os.getppid(), **seen}
     path = os.path.join(config.record_dir, f"{config.label}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)

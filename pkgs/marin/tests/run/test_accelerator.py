@@ -72,6 +72,10 @@ def test_accelerator_steps_take_turns_cpu_steps_run_beside_them_hidden_and_a_for
     assert {r["JAX_PLATFORMS"] for r in data} == {"cpu"}
     assert {r["JAX_PLATFORMS"] for r in seen.values() if r["kind"] == "accelerator"} == {""}
     assert len({r["pid"] for r in seen.values()} | {os.getpid()}) == 11
+    # Accelerator steps had fresh interpreters of their own (started by the runner), never a warm
+    # worker's fork; the CPU steps were forked from the warm worker.
+    assert {r["ppid"] for r in seen.values() if r["kind"] == "accelerator"} == {os.getpid()}
+    assert os.getpid() not in {r["ppid"] for r in data}
     assert os.environ["JAX_PLATFORMS"] == "" and "MARIN_ACCELERATOR_ENV" not in os.environ  # put back
 
 
