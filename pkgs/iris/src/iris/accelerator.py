@@ -30,9 +30,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fray.resources import TPU_TYPES, GpuConfig, ResourceConfig, TpuConfig
 from iris.accelerator_env import users_environ
+
+if TYPE_CHECKING:
+    from fray.resources import GpuConfig, ResourceConfig, TpuConfig
 
 __all__ = ["DEFAULT_TPU_LOCK", "AcceleratorKind", "HostAccelerator", "detect_accelerator", "parse_accelerator"]
 
@@ -55,6 +58,9 @@ def _tpu_name(generation: str | None, chips: int) -> str | None:
     """The single-host TPU type of ``generation`` with ``chips`` chips (``v5e-1``, ``v4-8``), or None."""
     if generation is None:
         return None
+    # fray's request types: not on the path that only finds the accelerator (every run takes it).
+    from fray.resources import TPU_TYPES
+
     for name, topology in TPU_TYPES.items():
         if name.startswith(f"{generation}-") and topology.hosts == 1 and topology.chips_per_host == chips:
             return name
@@ -144,6 +150,9 @@ class HostAccelerator:
         Raises:
             ValueError: a TPU whose generation or chip count names no type (state it in the configuration).
         """
+    # fray's request types: not on the path that only finds the accelerator (every run takes it).
+        from fray.resources import GpuConfig, TpuConfig
+
         if self.kind is AcceleratorKind.GPU:
             return GpuConfig(type=self.model or "auto", count=self.slot_size)
         name = _tpu_name(self.model, self.slot_size)
@@ -164,6 +173,9 @@ class HostAccelerator:
         asked = resources.accelerator
         if asked is None:
             return 0
+    # fray's request types: not on the path that only finds the accelerator (every run takes it).
+        from fray.resources import TpuConfig
+
         if isinstance(asked, TpuConfig):
             wanted, what = resources.tpu_chips_per_host * resources.num_hosts, f"TPU {asked.type}"
             unit = "chip"
@@ -224,6 +236,9 @@ def parse_accelerator(text: str, *, source: str = "", environ: Mapping[str, str]
     spec = text.strip()
     if spec.lower() == "none":
         return None
+    # fray's request types: not on the path that only finds the accelerator (every run takes it).
+    from fray.resources import TPU_TYPES
+
     gpu = re.fullmatch(r"gpu:([A-Za-z0-9_.-]+)(?::(\d+))?", spec, flags=re.IGNORECASE)
     if gpu is not None:
         count = int(gpu.group(2) or 1)

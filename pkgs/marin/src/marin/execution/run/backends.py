@@ -79,10 +79,11 @@ class Backends:
 
     def worker_kind(self) -> WorkerKind:
         """Where steps' functions run."""
-        from fray.cluster import LocalClient
-        from fray.inprocess import InProcessClient
-
         if self._client is not None:
+            # fray's clients: only for a client given (the runner asks this on every run).
+            from fray.cluster import LocalClient
+            from fray.inprocess import InProcessClient
+
             if isinstance(self._client, InProcessClient):
                 return WorkerKind.IN_PROCESS
             return WorkerKind.LOCAL_PROCESS if isinstance(self._client, LocalClient) else WorkerKind.REMOTE
