@@ -358,7 +358,8 @@ class _Installer:
             self.pip = [self.uv, "pip", "install", "--quiet", "--python", str(self.python)]
             return
         self.env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-        self.pip = [str(self.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        self.pip = [str(self.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-compile"]
         if self.python.exists():
             if subprocess.run([*self.pip[:3], "--version"], capture_output=True, check=False).returncode == 0:
                 return
@@ -367,7 +368,7 @@ class _Installer:
         # No ensurepip for this interpreter: its own pip installs into the environment.
         if not self.python.exists():
             _run([sys.executable, "-m", "venv", "--without-pip", *site, str(venv)])
-        self.pip = [sys.executable, "-m", "pip", "--python", str(self.python), "install", "--quiet",
+        self.pip = [sys.executable, "-m", "pip", "--python", str(self.python), "install", "--quiet", "--no-compile",
                     "--disable-pip-version-check"]
 
     def install(self, *args: str) -> None:

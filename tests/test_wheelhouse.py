@@ -32,19 +32,24 @@ def _uv_cache() -> Path:
     return Path(subprocess.run([_uv(), "cache", "dir"], check=True, capture_output=True, text=True).stdout.strip())
 
 
-def _no_network() -> dict[str, str]:
-    """An environment in which any index a tool would ask is unreachable (and uv may not try)."""
+def _no_network(home: Path | None = None) -> dict[str, str]:
+    """An environment in which any index a tool would ask is unreachable (and uv may not try); with
+    ``home``, a host without uv (not on PATH, not in ``~/.local/bin``): venv and pip are used."""
     dead = "http://127.0.0.1:9/simple"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV"))}
-    path = os.pathsep.join([str(Path(_uv()).parent), env.get("PATH", "")])
-    return {**env, "PATH": path, "PIP_INDEX_URL": dead, "UV_INDEX_URL": dead, "UV_OFFLINE": "1",
-            "PIP_CONFIG_FILE": os.devnull}
+    uv_dir = str(Path(_uv()).parent)
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != uv_dir and not Path(p, "uv").exists()]
+    env.update({"PIP_INDEX_URL": dead, "UV_INDEX_URL": dead, "UV_OFFLINE": "1", "PIP_CONFIG_FILE": os.devnull})
+    if home is not None:
+        return {**env, "PATH": os.pathsep.join(path), "HOME": str(home)}
+    return {**env, "PATH": os.pathsep.join([uv_dir, *path])}
 
 
-def _script(*args: str) -> str:
-    done = subprocess.run([sys.executable, str(SCRIPT), *args], env=_no_network(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+def _script(*args: str, home: Path | None = None, check: bool = True) -> str:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], env=_no_network(home), capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def _simple_index(folder: Path, wheel: Path) -> str:
@@ -56,7 +61,8 @@ def _simple_index(folder: Path, wheel: Path) -> str:
     return folder.as_uri()
 
 
-def test_a_wheelhouse_in_parts_installs_with_no_index_and_the_host_index_fills_what_was_left_out(tmp_path):
+def test_a_wheelhouse_in_parts_installs_with_no_index_and_no_uv_and_the_host_index_fills_what_was_left_out(tmp_path):
+    # As on the TPU host: no uv, no index; venv and pip from the host's Python.
     out = tmp_path / "wheelhouse"
     # click (pure Python), xxhash (a manylinux wheel), word2number (sdist only: uv built its wheel);
     # tabulate is left out, as a host whose own index has it.
@@ -73,16 +79,29 @@ def test_a_wheelhouse_in_parts_installs_with_no_index_and_the_host_index_fills_w
     wheelhouse._zip_unpacked(tabulate, tmp_path / f"tabulate-{tabulate.name}.whl")
     url = _simple_index(host_index, tmp_path / f"tabulate-{tabulate.name}.whl")
     venv, stamp = tmp_path / "venv", tmp_path / "venv.synced"
+    home = tmp_path / "home"
+    home.mkdir()
+    early = _script("install", str(parts[-1]), "--venv", str(venv), home=home, check=False)
+    assert "install parts 1 to" in early  # the last part first: what the others hold is named
     for part in parts[:-1]:
-        assert "install the next part" in _script("install", str(part), "--venv", str(venv), "--stamp", str(stamp))
-        assert not stamp.exists()
-    _script("install", str(parts[-1]), "--venv", str(venv), "--host-index", url, "--stamp", str(stamp))
-    assert stamp.exists()
+        out = _script("install", str(part), "--venv", str(venv), "--stamp", str(stamp), home=home)
+        assert "install the next part" in out and not stamp.exists()
+    out = _script("install", str(parts[-1]), "--venv", str(venv), "--host-index", url, "--stamp", str(stamp), home=home)
+    assert stamp.exists() and "-m pip install" in out and "uv pip" not in out
     code = ("import click, xxhash, word2number, tabulate, rigging.durations, marin.cli.main, experiments.scale; "
             "print(rigging.durations.__file__)")
     seen = subprocess.run([str(venv / "bin" / "python"), "-c", code], check=True, capture_output=True, text=True)
     assert seen.stdout.strip() == str(ROOT / "pkgs" / "rigging" / "src" / "rigging" / "durations.py")  # editable
     assert (venv / "bin" / "marin").exists()
+
+
+def test_with_uv_a_wheelhouse_installs_with_uv_and_no_index(tmp_path):
+    out = tmp_path / "wheelhouse"
+    _script("build", "--out", str(out), "--platform", "manylinux_2_28_x86_64", "--only", "click",
+            "--from-cache", str(_uv_cache()))
+    venv = tmp_path / "venv"
+    assert "uv pip install" in _script("install", str(out), "--venv", str(venv))
+    subprocess.run([str(venv / "bin" / "python"), "-c", "import click, marin.cli.main"], check=True)
 
 
 def test_the_target_decides_tags_and_markers():
