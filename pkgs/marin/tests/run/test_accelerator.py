@@ -155,11 +155,12 @@ def test_the_plan_says_which_steps_use_the_accelerator_and_its_estimate_queues_t
         return [*tpus, Step("data/c", chip.cpu_step, chip.ChipConfig("c", 0.2, record_dir=str(records)),
                             version=version)]
 
-    built = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", max_parallel=4)
+    # Its own lock file: /tmp/libtpu_lockfile may be held by a real libtpu on this machine.
+    built = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", accelerator_lock=lock, max_parallel=4)
     assert built.run(graph("v1")).ok
     took = {p.name: prov.duration_s for p in built.plan(graph("v1")).steps
             for _, prov in built.store.earlier_builds(p.name)}
-    queued = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", max_parallel=4)
+    queued = StepRunner(prefix=memory_prefix, strict_env=False, accelerator="v5e-1", accelerator_lock=lock, max_parallel=4)
     estimate = queued.plan(graph("v2"), estimate=True).estimate
     assert {e.name: e.resource for e in estimate.steps.values()} == {"chip/t0": "TPU v5e-1", "chip/t1": "TPU v5e-1",
                                                                      "chip/t2": "TPU v5e-1", "data/c": None}
