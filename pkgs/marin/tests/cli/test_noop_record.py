@@ -152,7 +152,7 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
     assert noop.why_changed(record, key) == f"{marker} is no longer in the done index"
 
 
-def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path) -> None:
+def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path, monkeypatch) -> None:
     env = {"HOME": str(tmp_path), "EXPERIMENTS_SCALE": "smoke"}
     base = noop.request_of(["run", "exp.py", "--prefix", "store"], env)
     assert base is not None and not base.verbose
@@ -178,6 +178,11 @@ def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path) -> 
                  ["run", "exp.py", "--backend", "ray"], ["run", "exp.py", "--prefix"], ["--help", "run", "exp.py"],
                  ["run", "exp.py", "--require-cached"]):  # CI's gate is always answered in full
         assert noop.request_of(args, env) is None, args
+    host = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((host.sysname, "another-host", *host[2:])))
+    elsewhere = noop.request_of(["run", "exp.py", "--prefix", "store"], env)
+    assert elsewhere is not None and elsewhere.key != base.key, "a home shared by hosts: a record per host"
+    monkeypatch.undo()
     assert noop.request_of(["run", "exp.py"], {**env, noop.DISABLE_VARIABLE: "1"}) is None
     assert noop.request_of(["run", "exp.py"], {**env, noop.DISABLE_VARIABLE: "0"}) is not None
 

@@ -21,8 +21,9 @@ answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depend
 
 The record is kept beside the stat cache (``MARIN_STAT_CACHE``'s folder, else
 ``$XDG_CACHE_HOME/marin`` or ``~/.cache/marin``), in ``noop/``, under a key that digests the
-command line, the working folder, the Python executable and ``sys.path``, whether the streams
-are terminals, and the whole environment but :data:`IGNORED_VARIABLES`. The next identical
+command line, the working folder, the Python executable and ``sys.path``, the machine
+(``os.uname()``: host name, kernel), whether the streams are terminals, and the whole environment
+but :data:`IGNORED_VARIABLES`. The next identical
 command finds it, ``stat``s everything in it and lists the done index: when nothing moved it
 prints what the recorded run printed and exits 0; anything changed, missing or unreadable, and
 the command runs in full (writing a new record if it is a no-op again).
@@ -166,7 +167,8 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdout, sys.stderr))
     env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
     interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
-    material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, streams, env))
+    machine = tuple(os.uname())  # a home shared by hosts: a record answers on the host that wrote it
+    material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, machine, streams, env))
     key = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
     return Request(key, os.path.join(records_folder(environ), f"{key[:32]}{_SUFFIX}"), verbose or verbose_after)
 

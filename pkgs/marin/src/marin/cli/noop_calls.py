@@ -78,8 +78,8 @@ _CLOCK = frozenset({"time", "time_ns", "localtime", "gmtime", "ctime", "asctime"
                     "thread_time", "thread_time_ns", "clock_gettime", "clock_gettime_ns"})
 _POSIX_DENIED: dict[str, str] = {
     **dict.fromkeys(("urandom", "getrandom"), "a random source"),
-    **dict.fromkeys(("getpid", "getppid", "getpgid", "getpgrp", "getsid", "times", "getloadavg", "getlogin"),
-                    "the process and the machine"),
+    **dict.fromkeys(("getpid", "getppid", "getpgid", "getpgrp", "getsid", "times", "getloadavg", "getlogin",
+                     "sched_getaffinity"), "the process and the machine"),
     **dict.fromkeys(("statvfs", "fstatvfs"), "free space"),
     **dict.fromkeys(("getxattr", "listxattr"), "extended attributes"),
     **dict.fromkeys(("stat", "lstat", "access", "readlink", "scandir", "listdir"), "the file system behind the recorder"),
