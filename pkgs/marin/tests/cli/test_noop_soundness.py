@@ -6,7 +6,7 @@ can check makes the command unrecordable.
   ``os.path.exists(flags/on)``; after ``touch flags/on`` the next ``marin run`` runs the step.
 * A seeded property loop over every kind of question (``os.path.exists``, ``Path.is_file``,
   ``getmtime``, ``getsize``, ``isdir``, ``glob``, ``realpath`` through a link, ``os.access``, an
-  ``os.scandir`` entry's ``stat``, ``os.walk``): each change alone, the record's answer (does it
+  ``os.scandir`` entry's ``stat``, ``os.walk``, ``lexists`` and ``islink`` of a dangling link): each change alone, the record's answer (does it
   still hold?) is compared with the full path's (the plan made from the experiment imported again).
 * What the record cannot see (a file read by native code, ``git rev-parse``, ``sqlite3``,
   ``date.today()`` in a step name, ``time.time``, ``uuid4``, an installed package's function, a
@@ -55,6 +55,7 @@ config = {
     "runnable": os.access(inputs / "tool", os.X_OK),
     "newest": max((e.stat().st_mtime_ns for e in os.scandir(inputs / "scanned")), default=0),
     "walked": sorted(f for _, _, files in os.walk(inputs / "tree") for f in files),
+    "dangling": [os.path.lexists(inputs / "dangling"), os.path.islink(inputs / "dangling")],
 }
 steps = [Step(name="watched", fn=t.noop, config=config)]
 '''
@@ -150,6 +151,8 @@ def _changes(inputs: Path, exp: Path) -> dict[str, tuple[Callable[[], object], C
                                lambda: os.utime(inputs / "scanned" / "s2", ns=(scanned, scanned)), True),
         "os.walk": (lambda: (inputs / "tree" / "sub" / "new").write_text("n"), (inputs / "tree" / "sub" / "new").unlink,
                     True),
+        "lexists, islink": (lambda: (inputs / "dangling").symlink_to(inputs / "nowhere"), (inputs / "dangling").unlink,
+                            True),
     }
 
 

@@ -147,6 +147,8 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recor
     roots = tuple(dict.fromkeys(p.rstrip(os.sep) + os.sep for p in (store, os.path.realpath(store))))
 
     def outside(path: str) -> bool:
+        if "/.." in path:  # recorded as asked: what it names, the kernel decides
+            path = os.path.realpath(path)
         return not path.startswith(roots) and path not in (store, os.path.realpath(store))
 
     paths: dict[str, Any] = {path: st for path, st in recording.seen.items() if outside(path)}

@@ -121,9 +121,9 @@ class Recording:
             self.checks.setdefault((kind, path, arg if not isinstance(arg, list) else tuple(arg)), answer)
 
     def _note(self, path: Any) -> None:
-        if isinstance(path, int):
+        path = noop_watch.absolute(path)
+        if path is None:
             return  # a descriptor, opened by path before (noted then)
-        path = os.path.abspath(os.fsdecode(os.fspath(path)))
         if path.startswith(noop_watch.PSEUDO):
             from marin.cli.noop_calls import users_call
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from marin.cli.noop_recording import Recording
 
-__all__ = ["PSEUDO", "install", "real_realpath", "real_stat", "uninstall"]
+__all__ = ["PSEUDO", "absolute", "install", "real_realpath", "real_stat", "uninstall"]
 
 PSEUDO = ("/proc/", "/sys/", "/dev/")
 """Kernel and device files: what they hold is not told by ``stat``."""
@@ -59,21 +59,33 @@ _inside = _local()  # per thread: a wrapper is running (its own calls are not no
 _saved: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) of every wrapper installed
 
 
-def _path_of(path: Any, dir_fd: Any = None) -> str | None:
-    """The absolute path a call names; None for a descriptor (opened by path, noted then) or a bad argument."""
+def absolute(path: Any) -> str | None:
+    """The path a call names, made absolute from the working folder but not normalised (``link/..``
+    and a trailing ``/`` mean what the kernel makes of them); None for a descriptor (opened by
+    path, noted then) or an argument that is no path (the real call raises its own error)."""
     if isinstance(path, int):
         return None
     try:
         text = os.fsdecode(os.fspath(path))
     except TypeError:
-        return None  # the real call raises its own error
-    if dir_fd is not None and not text.startswith(os.sep):
+        return None
+    return text if text.startswith(os.sep) else posixpath.join(os.getcwd(), text)
+
+
+def _path_of(path: Any, dir_fd: Any = None) -> str | None:
+    """:func:`absolute`, for a path that may be relative to a folder descriptor."""
+    if dir_fd is not None and not isinstance(path, int):
         try:
-            text = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), text)
-        except OSError:
-            _refuse("it asked about a path relative to a folder descriptor")
+            text = os.fsdecode(os.fspath(path))
+        except TypeError:
             return None
-    return posixpath.abspath(text)
+        if not text.startswith(os.sep):
+            try:
+                return posixpath.join(os.readlink(f"/proc/self/fd/{dir_fd}"), text)
+            except OSError:
+                _refuse("it asked about a path relative to a folder descriptor")
+                return None
+    return absolute(path)
 
 
 def _refuse(reason: str) -> None:
