@@ -52,7 +52,14 @@ __all__ = ["ENGINE", "ENGINE_PACKAGES", "INSTALLED", "STDLIB", "USER", "code_kin
 ENGINE_PACKAGES = ("marin", "rigging", "fray", "iris", "zephyr", "levanter")
 """The workspace's packages: Marin's own code, trusted like the standard library."""
 
-STDLIB, ENGINE, INSTALLED, USER = 1, 2, 3, 4
+STDLIB = 1
+"""Whose code: the standard library's (and the import system's)."""
+ENGINE = 2
+"""Whose code: Marin's (:data:`ENGINE_PACKAGES`)."""
+INSTALLED = 3
+"""Whose code: an installed package's (``site-packages``), or the environment's (a console script)."""
+USER = 4
+"""Whose code: the experiment's own (its files, the project's helpers: everything else)."""
 
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 _PREFIXES = tuple({os.path.realpath(p).rstrip(os.sep) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
@@ -156,6 +163,7 @@ def code_kind(frame: FrameType) -> int:
 
 
 def code_kind_of_file(file: str) -> int:
+    """Whose code the (absolute) ``file`` holds, as :func:`code_kind` says."""
     kind = _kinds.get(file)
     if kind is None:
         kind = _kinds[file] = _file_kind(file)
