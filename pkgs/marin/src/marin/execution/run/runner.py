@@ -18,6 +18,8 @@ from marin.execution.plan.estimate import OverBudget, PlanEstimate, estimate_pla
 from marin.execution.plan.make import make_plan
 from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
 from marin.execution.run import capture
+from marin.execution.run.accelerator import host_accelerator
+from marin.execution.run.attempt_context import WorkerKind
 from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.run.settings import RunSettings
@@ -29,6 +31,7 @@ from rigging.lease import default_holder
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
+    from iris.accelerator import HostAccelerator
     from iris.admission import MachineCapacity
     from marin.execution.core.step import Step
     from marin.execution.run.scheduler import Scheduling
@@ -121,7 +124,8 @@ class StepRunner:
         plan = self._make_plan(steps, salt=salt, explain=explain, env_digest=env_digest if note_env else None,
                                code_changes=code)
         if estimate and plan.to_run():
-            plan = plan.with_estimate(estimate_plan(plan, self.settings.max_parallel))
+            plan = plan.with_estimate(estimate_plan(plan, self.settings.max_parallel,
+                                                    accelerator=self.backends.accelerator()))
         return plan
 
     def _make_plan(self, steps: Iterable[Placeholder], *, salt: str | None, explain: bool,
@@ -136,15 +140,34 @@ class StepRunner:
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
         """Build every step of the graph that is not already built; see :class:`RunResult`.
 
+        On a host with an accelerator, the run (this process, and every process it starts that is
+        not admitted to the accelerator) sees it hidden (``iris.accelerator_env``) until it ends.
+
         A run with something to do holds a temporary GC root naming every output it planned until
         it ends (:mod:`marin.execution.store.run_roots`): a ``marin gc`` meanwhile spares them; one
         that removed while the run planned makes it plan again.
         """
+        # Not at import: the standard library and fray's request types, for a run that may build.
+        from iris.accelerator_env import accelerator_hidden
+
         steps = list(steps)
+        with accelerator_hidden(self.hides()):
+            return self._run(steps)
+
+    def hides(self) -> HostAccelerator | None:
+        """The accelerator this runner's process hides while it runs: the host's, when steps run in
+        processes of their own (on this machine or elsewhere); None: nothing to hide (or steps run
+        in this very process, memory://)."""
+        kind = self.backends.worker_kind()
+        if kind is WorkerKind.IN_PROCESS:
+            return None
+        return host_accelerator(self.settings) if kind is WorkerKind.REMOTE else self.backends.accelerator()
+
+    def _run(self, steps: list[Placeholder]) -> RunResult:
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
         root = None if self.settings.dry_run else self._run_root()
         try:
-            return self._run(steps, root)
+            return self._run_held(steps, root)
         finally:
             if root is not None:
                 root.end()
@@ -174,7 +197,7 @@ class StepRunner:
         logger.warning("a `marin gc` removed from %s while this run planned: planning again", self.store.prefix)
         return False
 
-    def _run(self, steps: list[Placeholder], root: RunRoot | None) -> RunResult:
+    def _run_held(self, steps: list[Placeholder], root: RunRoot | None) -> RunResult:
         while True:
             if root is not None:
                 root.before_planning()
@@ -248,6 +271,7 @@ class StepRunner:
         from marin.execution.run.scheduler import Scheduling  # not at import: see run()
 
         backends, settings = self.backends, self.settings
+        backends.make_gate(self.reporter.accelerator_wait)
 
         def plan_more(found: list[Step], view: StoreView | None) -> Plan:
             # What a step expands into is built whatever --only said: it is part of that step's build.
@@ -263,4 +287,4 @@ class StepRunner:
         return Scheduling(
             settings=settings, holder=self.holder, reporter=self.reporter, admit=backends.admit,
             attempt_context=lambda: backends.attempt_context(self.holder, self._env),
-            wait=lambda busy: backends.wait(busy, settings.poll_interval), plan_more=plan_more)
+            wait=lambda busy: backends.wait(busy, settings.poll_interval), plan_more=plan_more, gate=backends.gate)
