@@ -95,9 +95,9 @@ class LlamaConfig:
         """Whole heads per logical axis: a mesh splits ``heads`` and ``kv_heads`` only between heads."""
         return {"heads": self.num_heads, "kv_heads": self.num_kv_heads}
 
-    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None) -> Any:
-        """This Llama as a Haiku ``Transformed`` (:func:`transformed_llama`)."""
-        return transformed_llama(self, compute_dtype, shard)
+    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None, impl: Any = None) -> Any:
+        """This Llama (:func:`transformed_llama`); ``impl`` (a ``levanter.models.impl.Impl``) says how it runs."""
+        return transformed_llama(self, compute_dtype, shard, impl)
 
 
 def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, shard: Any = None) -> Any:
@@ -108,9 +108,11 @@ def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, s
     return _llama_haiku.llama_forward(config, tokens, dtype, shard)
 
 
-def transformed_llama(config: LlamaConfig, compute_dtype: Any = None, shard: Any = None) -> Any:
-    """The Llama as a Haiku ``Transformed`` (init/apply pair); ``shard`` places activations on a mesh."""
+def transformed_llama(config: LlamaConfig, compute_dtype: Any = None, shard: Any = None, impl: Any = None) -> Any:
+    """The Llama (``_llama_haiku.LlamaModel``): ``init``/``apply`` as a Haiku transform's, plus ``hidden``
+    and ``head`` for the blockwise loss; ``shard`` places activations on a mesh, ``impl`` says how it runs."""
     from levanter.models import _llama_haiku
+    from levanter.models.impl import Impl
 
     dtype = _llama_haiku.jnp.float32 if compute_dtype is None else compute_dtype
-    return _llama_haiku.transformed_llama(config, dtype, shard)
+    return _llama_haiku.transformed_llama(config, dtype, shard, Impl() if impl is None else impl)

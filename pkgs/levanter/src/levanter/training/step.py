@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from levanter.optim import learning_rate
-from levanter.training.loss import loss_terms
+from levanter.training.loss import objective_terms
 from levanter.training.state import TrainState
 
 __all__ = ["make_train_step"]
@@ -20,7 +20,8 @@ __all__ = ["make_train_step"]
 
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
-                    z_loss_weight: float = 0.0) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+                    z_loss_weight: float = 0.0, *,
+                    loss_block: int | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
     When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
@@ -33,11 +34,14 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     of activations); row ``r`` goes to micro-batch ``r % grad_accum`` so each device keeps its rows.
     Metrics: ``loss`` is the cross entropy (comparable to the validation loss), ``z_loss`` the
     weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied,
-    ``grad_norm`` the global norm of the (averaged) gradient.
+    ``grad_norm`` the global norm of the (averaged) gradient. ``loss_block`` is the output softmax's
+    positions per block (``levanter.ops.cross_entropy``; None: chosen from the shapes).
     """
     def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
-        ce, z = loss_terms(model, params, batch, compute_dtype)
-        return (ce + z_loss_weight * z if z_loss_weight else ce), ce
+        # ce rides along as aux: only the total is differentiated, so its gradient comes from the
+        # loss's own pass over the blocks.
+        total, ce, _ = objective_terms(model, params, batch, compute_dtype, z_loss_weight, block=loss_block)
+        return total, ce
 
     grad_fn = jax.value_and_grad(objective, has_aux=True)
     if isinstance(tx, optax.GradientTransformation):
