@@ -177,7 +177,8 @@ def _layers(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment
     if impl.remat is not Remat.NONE:
         block = hk.remat(block, policy=remat_policy(impl.remat))
     if impl.scan_layers:
-        return hk.layer_stack(config.num_layers, name=LAYERS)(block)(x)
+        stacked: Any = hk.layer_stack(config.num_layers, name=LAYERS)(block)
+        return stacked(x)
     for i in range(config.num_layers):
         with hk.name_scope(f"layer_{i}"):
             x = block(x)
@@ -257,7 +258,7 @@ class LlamaModel:
 
     def init(self, rng: jax.Array, tokens: jax.Array) -> dict[str, Any]:
         """Fresh float32 parameters (stacked layout, unless ``impl.scan_layers`` is off)."""
-        params = self._per_layer.init(rng, tokens)
+        params = dict(self._per_layer.init(rng, tokens))
         return stack_layers(params) if self.impl.scan_layers else params
 
     def apply(self, params: Any, rng: Any, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:

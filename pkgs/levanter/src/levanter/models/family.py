@@ -45,8 +45,9 @@ class ModelConfig(Protocol):
         """Exact number of parameters of the model."""
         ...
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs (forward and backward) per token at context ``seq_len``."""
+    def flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
+        """Training FLOPs (forward and backward) per token at context ``seq_len`` (``causal``: the
+        attention products halved for the causal mask, MaxText's count)."""
         ...
 
     def sharding_units(self) -> Mapping[str, int]:

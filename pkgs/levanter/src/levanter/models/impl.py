@@ -80,7 +80,7 @@ class Impl:
     """What each layer keeps for the backward pass (``AUTO`` is resolved before a model is built)."""
     attention: Attention = Attention.AUTO
     """Which attention kernel."""
-    scan_layers: bool = False
+    scan_layers: bool = True
     """Run the layers as one ``jax.lax.scan`` over stacked weights (compile time independent of
     depth); False unrolls them (the same parameters, for comparisons)."""
     interpret: bool = False

@@ -29,20 +29,9 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
+from levanter.ops.blocks import default_block
+
 __all__ = ["default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
-
-_BLOCK_LOGITS = 1 << 25
-"""Logits per block the default aims at (32 Mi float32 values, 128 MiB): what one step holds."""
-
-
-def default_block(batch: int, seq_len: int, vocab: int) -> int:
-    """Positions per block: about ``_BLOCK_LOGITS / vocab`` logits rows over the whole batch, a power
-    of two (so ``batch x block`` rows fill the 128-wide matrix units), at most ``seq_len``."""
-    rows = max(_BLOCK_LOGITS // max(vocab, 1), 1)
-    per_row = max(rows // max(batch, 1), 1)
-    block = 1 << (per_row.bit_length() - 1)
-    return max(1, min(block, seq_len))
-
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""

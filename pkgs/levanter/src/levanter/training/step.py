@@ -20,8 +20,8 @@ __all__ = ["make_train_step"]
 
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
-                    z_loss_weight: float = 0.0, *,
-                    loss_block: int | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+                    z_loss_weight: float = 0.0, *, loss_block: int | None = None,
+                    opt_state_device: Any = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
     When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
@@ -36,6 +36,8 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied,
     ``grad_norm`` the global norm of the (averaged) gradient. ``loss_block`` is the output softmax's
     positions per block (``levanter.ops.cross_entropy``; None: chosen from the shapes).
+    ``opt_state_device``: the device shardings of an optimizer state kept in host memory between
+    steps; it is brought there for the update (the step's outputs say where it goes back).
     """
     def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
         # ce rides along as aux: only the total is differentiated, so its gradient comes from the
@@ -73,7 +75,10 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         state = TrainState.of(state)
         params = state.params
         (total, loss), grads = grad_fn(params, batch) if grad_accum == 1 else accumulated(params, batch)
-        updates, opt_state = transformation_at(rate).update(grads, state.opt_state, params)
+        opt_state = state.opt_state
+        if opt_state_device is not None:
+            opt_state = jax.device_put(opt_state, opt_state_device)
+        updates, opt_state = transformation_at(rate).update(grads, opt_state, params)
         new_state = state.replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
                                   step=state.step + 1)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
