@@ -30,8 +30,11 @@ import tempfile
 import time
 from typing import Any
 
-_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "compile_s", "step_ms", "tokens_per_s", "mfu",
-            "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "status")
+_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
+            "mfu", "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "status")
+
+_STARTED = time.perf_counter()
+"""When this process started (near enough: when this module was imported)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="device memory to fit in (default: what the device reports; a CPU reports none)")
     parser.add_argument("--fsdp", type=int, default=1, help="fsdp axis of the mesh (data axis takes the rest)")
     parser.add_argument("--tensor", type=int, default=1, help="tensor axis of the mesh")
+    parser.add_argument("--force", action="store_true",
+                        help="run what the estimate refuses (the compiler's own refusal is still one line)")
     parser.add_argument("--out", default=None, help="folder for the table (and profiles)")
     parser.add_argument("--profile", action="store_true", help="trace 3 steps of each configuration (needs --out)")
     args = parser.parse_args(argv)
@@ -174,13 +179,21 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     else:
         estimate = estimate_memory(model, remat=Remat.NONE if remat is Remat.AUTO else remat, **kwargs)
     row.update(remat=estimate.remat, attention=attention.value, estimate_gib=round(estimate.total / 2**30, 2))
-    if available is not None and not estimate.fits(available):
+    if available is not None and not estimate.fits(available) and not args.force:
         row["status"] = (f"refused: {spec.model} {spec.batch}x{spec.seq_len} needs about {estimate.describe()} "
                          f"x{HEADROOM} headroom > {available / 2**30:.2f} GiB on the device; fix: a smaller "
                          "--batch-size or --seq-len, --remat full, --moment-dtype bfloat16 --factored, or "
                          "--offload-optimizer")
         return row
-    row.update(_train(model, spec, remat, attention, args, available, tmp))
+    try:
+        row.update(_train(model, spec, remat, attention, args, available, tmp))
+    except Exception as e:  # noqa: BLE001 - a compiler's out-of-memory refusal is this row's answer
+        text = str(e)
+        if "RESOURCE_EXHAUSTED" not in text and "exceeds" not in text and "Out of memory" not in text:
+            raise
+        first = next((line for line in text.splitlines() if line.strip()), text)[:400]
+        row["status"] = (f"refused by the compiler: {spec.model} {spec.batch}x{spec.seq_len} (estimate "
+                         f"{estimate.describe()}): {first}")
     return row
 
 
@@ -238,7 +251,9 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         setup.iterator.close()
         setup.writer.close()
     row = _measure(os.path.join(out, "metrics.jsonl"), args.warmup, setup, available)
+    first_step_at = setup.started_at + (row["first_step_s"] or 0.0)
     row.update(compile_s=round(compile_s, 1), trace_dir=trace_dir, status="ok",
+               first_step_since_process_start_s=round(first_step_at - _STARTED, 1),
                cost_analysis=_cost(setup.train_step))
     del setup, loop
     gc.collect()
@@ -270,7 +285,9 @@ def _measure(metrics_path: str, warmup: int, setup: Any, available: int | None) 
             "mfu": statistics.median(r["mfu"] for r in steady),
             "mfu_causal": statistics.median(r["mfu_causal"] for r in steady),
             "input_wait": statistics.median(r["input_wait_frac"] for r in steady),
-            "first_step_s": next((r["time_to_first_step_s"] for r in rows if "time_to_first_step_s" in r), None),
+            # From the run's set-up (init, compile, first batch) to its first step's end.
+            "first_step_s": next((round(r["time_to_first_step_s"], 1) for r in rows if "time_to_first_step_s" in r),
+                                 None),
             "hbm_step_gib": round(used / 2**30, 2),
             "hbm_available_gib": None if available is None else round(available / 2**30, 2),
             "final_loss": steady[-1]["loss"], "peak_flops_per_device": setup.peak.flops_per_s,
