@@ -141,8 +141,8 @@ def main(argv: list[str]) -> list[dict]:
             print(row["status"], file=sys.stderr, flush=True)
         if args.profile and row.get("trace_dir"):
             row["profile"] = summarise_trace(row.pop("trace_dir"))
-    if args.out:
-        _write(args.out, device, rows)
+        if args.out:  # after every row: a run cut short keeps the rows it made
+            _write(args.out, device, rows)
     return rows
 
 
