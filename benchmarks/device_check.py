@@ -73,6 +73,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=None, help="steps left out of the medians (default 10; smoke: 2)")
     parser.add_argument("--moment-dtype", default="float32", help="Adam moments' storage: float32 or bfloat16")
     parser.add_argument("--factored", action="store_true", help="factored second moment (Adafactor-style)")
+    parser.add_argument("--grad-dtype", default="float32", help="gradients' dtype: float32 or bfloat16")
     parser.add_argument("--offload-optimizer", action="store_true", help="optimizer state in host memory")
     parser.add_argument("--memory-gib", type=float, default=None,
                         help="device memory to fit in (default: what the device reports; a CPU reports none)")
@@ -173,7 +174,8 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     row: dict[str, Any] = {"model": spec.model, "batch": spec.batch, "seq_len": spec.seq_len}
     remat, attention = Remat.parse(spec.remat), _attention(Attention.parse(spec.attention), spec.seq_len)
     kwargs: dict[str, Any] = dict(batch=spec.batch, seq_len=spec.seq_len, compute_bytes=2, attention=attention,
-                  optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer)
+                  optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer,
+                  grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     if remat is Remat.AUTO and available is not None:
         remat, estimate = choose_remat(model, available, **kwargs)
     else:
@@ -182,8 +184,8 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     if available is not None and not estimate.fits(available) and not args.force:
         row["status"] = (f"refused: {spec.model} {spec.batch}x{spec.seq_len} needs about {estimate.describe()} "
                          f"x{HEADROOM} headroom > {available / 2**30:.2f} GiB on the device; fix: a smaller "
-                         "--batch-size or --seq-len, --remat full, --moment-dtype bfloat16 --factored, or "
-                         "--offload-optimizer")
+                         "--batch-size or --seq-len, --remat full, --moment-dtype bfloat16 --factored, "
+                         "--grad-dtype bfloat16 or --offload-optimizer")
         return row
     try:
         row.update(_train(model, spec, remat, attention, args, available, tmp))
@@ -234,7 +236,7 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         (DatasetSpec(_data(tmp, model.vocab_size, args.smoke)),), model, _optimizer(args), batch_size=spec.batch,
         seq_len=spec.seq_len, num_train_steps=args.steps, compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0,
         checkpoint=CheckpointConfig(save_every=args.steps), log_every=1, remat=remat, attention=attention,
-        offload_optimizer=args.offload_optimizer, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
+        offload_optimizer=args.offload_optimizer, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
     out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}")
     started = time.perf_counter()
     setup = set_up(config, out)

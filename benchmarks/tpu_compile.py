@@ -25,6 +25,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--moment-dtype", default="float32")
     parser.add_argument("--factored", action="store_true")
     parser.add_argument("--offload-optimizer", action="store_true")
+    parser.add_argument("--grad-dtype", default="float32")
     parser.add_argument("--loss-block", type=int, default=None)
     parser.add_argument("--json", default=None, help="also write the rows here")
     return parser.parse_args(argv)
@@ -63,6 +64,7 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
     config = TrainLmConfig.from_settings((DatasetSpec("/unused"),), model, optimizer, batch_size=batch,
                                          seq_len=seq_len, compute_dtype="bfloat16", remat=remat, attention=attention,
                                          offload_optimizer=args.offload_optimizer, loss_block=args.loss_block,
+                                         grad_dtype=args.grad_dtype,
                                          checkpoint=CheckpointConfig())
     import numpy as np
 
@@ -76,7 +78,8 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
         target = offload_opt_state(target)
     batch_shape = jax.ShapeDtypeStruct((batch, seq_len + 1), jnp.int32, sharding=layout.batch_sharding)
     estimate = estimate_memory(model, batch=batch, seq_len=seq_len, compute_bytes=2, remat=remat, attention=attention,
-                               optimizer=optimizer, offload_optimizer=args.offload_optimizer, loss_block=args.loss_block)
+                               optimizer=optimizer, offload_optimizer=args.offload_optimizer, loss_block=args.loss_block,
+                               grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     row: dict[str, Any] = {"config": spec, "estimate_gib": round(estimate.total / 2**30, 2)}
     started = time.perf_counter()
     try:

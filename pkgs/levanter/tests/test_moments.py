@@ -109,3 +109,31 @@ def test_compact_moments_barely_move_the_loss():
     factored = train("bfloat16", True, steps=25)["final_loss"]
     assert abs(bf16 / base - 1) < 0.01
     assert abs(factored / base - 1) < 0.03
+
+
+def test_bfloat16_gradients_take_nearly_the_float32_step():
+    from levanter.config import TrainerConfig
+    from levanter.models.llama import LlamaConfig
+    from levanter.training import make_train_step, state_initializer
+
+    with pytest.raises(ValueError, match="grad_dtype must be 'float32' or 'bfloat16', got 'float16'"):
+        TrainerConfig(grad_dtype="float16")
+    config = LlamaConfig(vocab_size=32, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=1, num_layers=2)
+    optimizer = AdamConfig(max_grad_norm=None)
+    state = jax.jit(state_initializer(config, optimizer.at_rate(0.0)))(jax.random.PRNGKey(0))
+    batch = jax.random.randint(jax.random.PRNGKey(1), (2, 9), 0, 32)
+    model = config.build(jnp.float32)
+
+    def run(dtype):
+        return jax.jit(make_train_step(model, optimizer.at_rate, jnp.float32, 1, grad_dtype=dtype))(
+            state, batch, jnp.float32(1e-2))
+
+    (exact, m32), (rounded, m16) = run(jnp.float32), run(jnp.bfloat16)
+    assert float(m32["loss"]) == pytest.approx(float(m16["loss"]), rel=1e-2)
+    assert float(m32["grad_norm"]) == pytest.approx(float(m16["grad_norm"]), rel=2e-2)
+    assert {x.dtype for x in jax.tree.leaves(rounded.params)} == {jnp.dtype(jnp.float32)}
+    # Adam's first step is about the sign of the gradient: bf16 rounding rarely flips one.
+    moved = [np.mean(np.sign(np.asarray(a) - np.asarray(p)) == np.sign(np.asarray(b) - np.asarray(p)))
+             for a, b, p in zip(jax.tree.leaves(exact.params), jax.tree.leaves(rounded.params),
+                                jax.tree.leaves(state.params), strict=True)]
+    assert min(moved) > 0.9

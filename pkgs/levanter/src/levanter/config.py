@@ -204,6 +204,10 @@ class TrainerConfig:
     loss_block: int | None = unhashed_field(default=None)
     """Sequence positions per block of the output softmax (None: chosen from the vocabulary and batch).
     Not hashed."""
+    grad_dtype: str = added_field(default="float32")
+    """The gradients' dtype: ``"float32"``, or ``"bfloat16"`` (differentiated with respect to the
+    parameters cast to bfloat16: half the memory, rounded gradients). Changes the numbers: hashed
+    when set."""
     offload_optimizer: bool = unhashed_field(default=False)
     """Keep the optimizer state in host memory between steps (``pinned_host``), brought to the device
     for the update: frees its device memory at the cost of two transfers a step. Not hashed."""
@@ -214,6 +218,8 @@ class TrainerConfig:
         if self.loss_block is not None and (not isinstance(self.loss_block, int) or isinstance(self.loss_block, bool)
                                             or self.loss_block <= 0):
             raise ValueError(f"loss_block must be a positive int or None, got {self.loss_block!r}")
+        if self.grad_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"grad_dtype must be 'float32' or 'bfloat16', got {self.grad_dtype!r}")
         if not isinstance(self.offload_optimizer, bool):
             raise ValueError(f"offload_optimizer must be a bool, got {self.offload_optimizer!r}")
         if isinstance(self.compute_dtype, str):

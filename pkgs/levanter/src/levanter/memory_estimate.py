@@ -89,7 +89,8 @@ def _moment_bytes(optimizer: Any, params: int, largest: int, offload: bool) -> i
 
 def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
                     attention: Attention | str, optimizer: Any = None, offload_optimizer: bool = False,
-                    loss_block: int | None = None, shards: int = 1, batch_shards: int = 1) -> MemoryEstimate:
+                    loss_block: int | None = None, shards: int = 1, batch_shards: int = 1,
+                    grad_bytes: int = 4) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of a training step of Llama-shaped ``model`` (a ``LlamaConfig``).
 
     Args:
@@ -101,6 +102,7 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
         loss_block: the output softmax's positions per block (None: the default).
         shards: devices the parameters and optimizer state are split over (fsdp x tensor).
         batch_shards: devices the batch is split over (data x fsdp).
+        grad_bytes: bytes of a gradient (2 with ``grad_dtype="bfloat16"``).
     """
     remat, attention = Remat.parse(remat), Attention.parse(attention)
     if remat is Remat.AUTO:
@@ -127,7 +129,7 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
     # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
     # the embedding table and the head cast to the compute dtype.
     loss = rows * block * model.vocab_size * (8 + compute_bytes) + (4 + 2 * compute_bytes) * largest // shards
-    return MemoryEstimate(params=4 * params // shards, grads=4 * params // shards,
+    return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards,
                           opt_state=_moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer),
                           activations=activations, attention=scores, loss=loss, remat=remat.value)
 

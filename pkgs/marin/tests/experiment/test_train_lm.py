@@ -54,7 +54,7 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
                      {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)},
                      # The optimizer state's storage changes the numbers.
                      {"optimizer": AdamConfig(moment_dtype="bfloat16")},
-                     {"optimizer": AdamConfig(factored_second_moment=True)}):
+                     {"optimizer": AdamConfig(factored_second_moment=True)}, {"grad_dtype": "bfloat16"}):
         assert hash_over_fixed_sources(_handle(**settings)) != base, settings
 
 

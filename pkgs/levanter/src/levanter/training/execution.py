@@ -55,6 +55,7 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
     kwargs: dict[str, Any] = dict(batch=trainer.batch_size // trainer.grad_accum, seq_len=trainer.seq_len,
                   compute_bytes=jnp.dtype(trainer.compute_dtype.jnp).itemsize, attention=attention,
                   optimizer=config.optimizer, offload_optimizer=trainer.offload_optimizer,
+                  grad_bytes=jnp.dtype(trainer.grad_dtype).itemsize,
                   loss_block=trainer.loss_block, shards=sizes["fsdp"] * sizes["tensor"],
                   batch_shards=sizes["data"] * sizes["fsdp"])
     available = device_memory(device)
@@ -90,7 +91,7 @@ def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape:
         on_device = jax.tree.map(lambda s: s.sharding.with_memory_kind("device"), target.opt_state)
     step = make_train_step(model, config.optimizer.at_rate, trainer.compute_dtype.jnp, trainer.grad_accum,
                            layout.batch_sharding, z_loss_weight=config.z_loss_weight, loss_block=trainer.loss_block,
-                           opt_state_device=on_device)
+                           opt_state_device=on_device, grad_dtype=jnp.dtype(trainer.grad_dtype))
     # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
     return jax.jit(step, in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
                    out_shardings=(state_shardings, layout.replicated),

@@ -21,7 +21,8 @@ __all__ = ["make_train_step"]
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
                     z_loss_weight: float = 0.0, *, loss_block: int | None = None,
-                    opt_state_device: Any = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+                    opt_state_device: Any = None,
+                    grad_dtype: Any = jnp.float32) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
     When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
@@ -38,6 +39,8 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     positions per block (``levanter.ops.cross_entropy``; None: chosen from the shapes).
     ``opt_state_device``: the device shardings of an optimizer state kept in host memory between
     steps; it is brought there for the update (the step's outputs say where it goes back).
+    ``grad_dtype`` bfloat16 differentiates with respect to the parameters cast to it: the gradients
+    are held in half the memory (rounded to bfloat16; the update is still computed in float32).
     """
     def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
         # ce rides along as aux: only the total is differentiated, so its gradient comes from the
@@ -45,7 +48,14 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         total, ce, _ = objective_terms(model, params, batch, compute_dtype, z_loss_weight, block=loss_block)
         return total, ce
 
-    grad_fn = jax.value_and_grad(objective, has_aux=True)
+    value_and_grad = jax.value_and_grad(objective, has_aux=True)
+    low = jnp.dtype(grad_dtype) != jnp.dtype(jnp.float32)
+
+    def grad_fn(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
+        if not low:
+            return value_and_grad(params, batch)
+        cast = jax.tree.map(lambda p: p.astype(grad_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        return value_and_grad(cast, batch)
     if isinstance(tx, optax.GradientTransformation):
         fixed = tx
         rate_given, transformation_at = False, lambda _rate: fixed
@@ -63,7 +73,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
             (total_i, loss_i), grads_i = grad_fn(params, mb)
             return (total_sum + total_i, loss_sum + loss_i, jax.tree.map(jnp.add, grad_sum, grads_i)), None
 
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
         zero = jnp.zeros((), jnp.float32)
         (total_sum, loss_sum, grad_sum), _ = jax.lax.scan(body, (zero, zero, zeros), micro)
         return (total_sum / grad_accum, loss_sum / grad_accum), jax.tree.map(lambda g: g / grad_accum, grad_sum)
