@@ -94,7 +94,8 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
     """The :class:`MemoryEstimate` of a training step of Llama-shaped ``model`` (a ``LlamaConfig``).
 
     Args:
-        batch, seq_len: the global batch (per step, after gradient accumulation's split).
+        batch: sequences per (micro-)batch, over all devices.
+        seq_len: tokens per sequence.
         compute_bytes: bytes of the compute dtype (2 for bfloat16, 4 for float32).
         remat: the policy (``AUTO`` is not a policy: see :func:`choose_remat`).
         attention: ``SPLASH`` keeps no scores; ``XLA`` (and ``AUTO``, when not resolved) materialises them.
