@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -38,8 +39,8 @@ def _dist(site, name: str, version: str, *, requires: tuple[str, ...] = (), top_
     (info / "top_level.txt").write_text(module + "\n")
 
 
-def test_a_closure_holds_the_distributions_reached_and_what_they_require(tmp_path, monkeypatch):
-    from marin.execution.store.environment import PYTHON, closure_versions
+def test_a_closure_holds_the_distributions_reached_and_what_they_require(tmp_path, subprocess_env):
+    from marin.execution.store.environment import PYTHON
 
     site = tmp_path / "site"
     _dist(site, "envtest-extract", "2.0.0", requires=("envtest-parser>=1", 'envtest-speedups; extra == "all"',
@@ -48,7 +49,13 @@ def test_a_closure_holds_the_distributions_reached_and_what_they_require(tmp_pat
     _dist(site, "envtest-base", "0.9")
     _dist(site, "envtest-speedups", "3.0")  # installed, but only an extra's: not the step's unless it imports it
     _dist(site, "EnvTest.Odd_Name", "5.1", top_level="envtest_othermodule")  # module and distribution named apart
-    monkeypatch.syspath_prepend(str(site))
-    found = closure_versions(["envtest_extract", "envtest_othermodule", "json", "envtest_nowhere"])
+    # In a fresh process: the closure is read once per process, as the process imported its packages, so
+    # a test process that read the installed distributions before this site existed would not see it.
+    code = ("import json, sys; from marin.execution.store.environment import closure_versions; "
+            "print(json.dumps(closure_versions(sys.argv[1:])))")
+    env = {**subprocess_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), subprocess_env.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code, "envtest_extract", "envtest_othermodule", "json",
+                          "envtest_nowhere"], env=env, capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(out.stdout)
     assert found == {"envtest-extract": "2.0.0", "envtest-parser": "1.4", "envtest-base": "0.9",
                      "envtest-odd-name": "5.1", PYTHON: sys.version.split()[0]}
