@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from levanter.models.family import RUN_CONFIG_FILE, ModelConfig, read_model_config
+from levanter.models.layout import is_per_layer, stack_layers
 from rigging import filesystem as fs
 
 __all__ = ["generate", "load_final_model", "load_model", "read_model_config"]
@@ -48,7 +49,8 @@ def load_model(output_path: str, step: int | None = None) -> tuple[ModelConfig, 
         for key in flat.files:
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
-    return config, params
+    # A run finished before the layers were stacked saved them one by one.
+    return config, stack_layers(params) if is_per_layer(params) else params
 
 
 def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
@@ -73,11 +75,15 @@ def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int],
     if len(ids) >= length:
         return []
     model = config.build()
+    if is_per_layer(params):
+        params = stack_layers(params)
 
     @jax.jit
     def next_token(params: Any, buffer: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:
-        # Causal attention means the padding after ``position`` cannot change its logits.
-        logits = model.apply(params, None, buffer[None, :])[0, position]
+        # Causal attention means the padding after ``position`` cannot change its logits; only the
+        # position's logits are made (not the whole buffer's).
+        hidden = model.hidden(params, buffer[None, :])[0, position]
+        logits = jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32)
         if temperature == 0:
             return jnp.argmax(logits)
         return jax.random.categorical(key, logits / temperature)

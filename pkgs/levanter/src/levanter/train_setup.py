@@ -38,9 +38,9 @@ from levanter.training import (
     Validation,
     abstract_state,
     loss_fn,
-    make_train_step,
     starting_state,
 )
+from levanter.training.execution import compile_step, offload_opt_state, plan_execution, step_flops
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
@@ -142,6 +142,8 @@ class TrainSetup:
     """The metrics sink (``MetricsWriter`` on process 0)."""
     progress: Progress | None
     """The progress listener (process 0 only)."""
+    count_step_flops: Callable[[], float | None] = lambda: None
+    """FLOPs of one step as XLA counts them (``levanter.training.execution.step_flops``), on demand."""
     data_offset: int = 0
     """Step ``t``'s batch is elements ``[t * batch_size + data_offset, ...)`` of the mixture's stream
     (``levanter.data.usage``)."""
@@ -153,6 +155,11 @@ class TrainSetup:
     @property
     def flops_per_token(self) -> float:
         return self.config.model.flops_per_token(self.config.trainer.seq_len)
+
+    @property
+    def causal_flops_per_token(self) -> float:
+        """:attr:`flops_per_token` with the attention products halved for the causal mask."""
+        return self.config.model.flops_per_token(self.config.trainer.seq_len, causal=True)
 
     def close(self) -> None:
         self.iterator.close()
@@ -175,7 +182,9 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     trainer = config.trainer
     layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
-    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()))
+    execution = plan_execution(config, model_config, layout.mesh, jax.local_devices()[0])
+    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()),
+                               impl=execution.impl)
     # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
     # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
     # schedule, peak or length share their compiled init and step (JAX's compilation cache).
@@ -184,26 +193,23 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
 
     started_at = time.perf_counter()
     target = abstract_state(model_config, tx, layout.mesh)
+    if trainer.offload_optimizer:
+        target = offload_opt_state(target)
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
     start = starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
                            initialize_from=trainer.initialize_from)
 
     batch_shape = _batch_shape(config, layout)
-    # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
-    # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
-    train_step = jax.jit(make_train_step(model, config.optimizer.at_rate, dtype, trainer.grad_accum,
-                                         layout.batch_sharding, z_loss_weight=config.z_loss_weight),
-                         in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
-                         out_shardings=(state_shardings, layout.replicated),
-                         donate_argnums=0).lower(target, batch_shape, _RATE).compile()
-    memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step)
+    train_step = compile_step(model, config, layout, target, batch_shape, _RATE)
+    memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step,
+                            execution=execution)
     logger.info("%s", memory.summary())
     if layout.primary:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
 
     place = _placer(layout.batch_sharding, batch_shape.shape)
-    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype),
+    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype, block=trainer.loss_block),
                         in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
     val_batches = _validation_batches(config)
     validation = Validation(eval_loss, [b[layout.rows] for b in val_batches], place)
@@ -216,7 +222,8 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
                       rate_of_step=rate_of_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
-                      iterator=iterator, writer=writer, progress=progress, data_offset=data_offset)
+                      iterator=iterator, writer=writer, progress=progress, data_offset=data_offset,
+                      count_step_flops=lambda: step_flops(model_config, config, execution.impl, target, batch_shape, _RATE))
 
 
 def _batch_shape(config: TrainLmConfig, layout: BatchLayout) -> jax.ShapeDtypeStruct:

@@ -135,8 +135,10 @@ TRAIN_TRAITS = StepTraits(
     ),
     plan_start=plan_start,
     plan_notes=mixture_notes,
+    accelerator=True,
 )
-"""A training step's work is the tokens it trains on (estimates scale by it). Its volatile files
+"""A training step (pretraining or fine-tuning, with its in-training evaluations) computes on the
+accelerator. Its work is the tokens it trains on (estimates scale by it). Its volatile files
 differ between two runs of the same config and data (found by training twice and comparing the
 outputs' manifests) and are left out of its output digest; the trained parameters
 (``final/params.npz``) and the checkpoints' metadata are bit-identical on CPU and stay in."""
@@ -249,10 +251,12 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         reset_data_loader: with ``checkpoint(...)``, read the data from the start instead.
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
-            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
+            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``, ``remat``, ``attention``,
+            ``loss_block``, ``offload_optimizer``, ``mesh``), of its ``DataConfig``
             (``vocab_from_data``, ``prefetch``, ``shard_cache_dir``), or ``z_loss_weight``.
-            ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir`` and
-            ``peak_flops_per_device`` do not change the step's hash.
+            ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir``,
+            ``peak_flops_per_device``, ``mesh`` and how the step is computed (``remat``,
+            ``attention``, ``loss_block``, ``offload_optimizer``) do not change the step's hash.
 
     Raises:
         InvalidStep: a bad setting, naming the step and the field.
