@@ -9,6 +9,9 @@
   which enforces ``ifGenerationMatch=0`` on the uploads the store sends (see
   :mod:`testsupport.gcs`): create-if-absent races, lease takeovers and fencing on gs:// are proven
   there.
+* ``faulty_gcs``: a :class:`testsupport.faults.FaultProxy` in front of the strict emulator (no fault
+  until a test scripts one or sets rates) and a fresh bucket on it, ``gs://`` pointed at the proxy;
+  yields ``(proxy, "gs://<bucket>")``.
 * ``memory_prefix``: a fresh ``"memory://test-<uuid>"`` root, removed afterwards.
 * ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory``,
   ``gs-gcp-emulator`` and ``gs-fake-gcs``; for contract suites that every store must pass.
@@ -35,6 +38,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import pytest  # noqa: E402
 
 from rigging.log import printable  # noqa: E402
+from testsupport import faults as _faults  # noqa: E402
 from testsupport import gcs as _gcs  # noqa: E402
 from testsupport.ray_cluster import (  # noqa: E402
     RAY_HEAD_GROUP,
@@ -140,6 +144,15 @@ def gcs_bucket(gcs_emulator: _gcs.GcsEmulator) -> Iterator[str]:
 @pytest.fixture
 def strict_gcs_bucket(strict_gcs_emulator: _gcs.GcsEmulator) -> Iterator[str]:
     yield from _bucket_on(strict_gcs_emulator)
+
+
+@pytest.fixture
+def faulty_gcs(strict_gcs_emulator: _gcs.GcsEmulator) -> Iterator[tuple[_faults.FaultProxy, str]]:
+    if not strict_gcs_emulator.alive():
+        raise RuntimeError(f"the fake-gcs-server at {strict_gcs_emulator.url} has exited")
+    bucket = strict_gcs_emulator.create_bucket()
+    with _faults.FaultProxy(strict_gcs_emulator.url) as proxy, _gcs.use_gcs_emulator(proxy.url):
+        yield proxy, bucket
 
 
 @pytest.fixture

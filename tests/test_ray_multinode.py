@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
+import psutil
 import pytest
 
 from iris.admission import ResourcesTooLarge
@@ -139,6 +142,36 @@ def until_node_lost(config: VictimConfig, output_path: str) -> None:
     if attempt == 1:
         time.sleep(config.seconds)
         raise RuntimeError("the node was never removed")
+
+
+def test_the_soak_starts_a_runner_on_the_node_it_names_and_ends_it_there(cluster, tmp_path):
+    # testsupport.soak.nodes: `python -m testsupport.soak --nodes N` places its runners this way.
+    import ray
+
+    from testsupport.soak.nodes import SoakNodes
+
+    connected = not ray.is_initialized()
+    if connected:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        names = sorted(cluster.nodes)
+        nodes = SoakNodes(ray, {n: cluster.nodes[n].node_id for n in names}, tmp_path)
+        env = {"PATH": os.environ.get("PATH", "")}
+        sleeper = nodes.start(names[-1], [sys.executable, "-c", "import time; time.sleep(120)"], env, str(tmp_path),
+                              tmp_path / "sleeper.txt")
+        # A child of a worker process of that node (its processes carry the node's name).
+        assert psutil.Process(sleeper.pid).parent().environ().get(NODE_ENV) == names[-1]
+        assert sleeper.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            sleeper.wait(timeout=0.2)
+        sleeper.kill()
+        assert sleeper.wait(timeout=60) == -9 and sleeper.returncode == -9
+        hello = nodes.start(names[0], [sys.executable, "-c", "print('hello')"], env, str(tmp_path),
+                            tmp_path / "hello.txt")
+        assert hello.wait(timeout=60) == 0 and (tmp_path / "hello.txt").read_text() == "hello\n"
+    finally:
+        if connected:
+            ray.shutdown()  # the module's cluster removes its nodes at the end: no driver may hold one
 
 
 def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):

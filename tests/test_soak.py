@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testsupport.faults import FaultKind
 from testsupport.leases import place_elsewhere
 from testsupport.soak import observe as seen
 from testsupport.soak.graph import Call
@@ -49,10 +50,46 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     assert "builds: every step published once plus once per removal" in out
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_soak_with_a_store_that_fails_small_count(tmp_path):
+    # The faulty store's soak (`--prefix gs --faults 0.05`) on the small graph, on this host: seed 3
+    # draws a kill of a step process, then a race of two runners, 5% of their requests faulted.
+    # (Runners on Ray nodes: the long runs of docs/reliability.md; testsupport.soak.nodes is tested
+    # in tests/test_ray_multinode.py.)
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--prefix", "gs", "--faults", "0.05",
+                           "--rounds", "2", "--seed", "3", "--graph", "small", "--nodes", "0",
+                           "--workdir", str(tmp_path / "soak")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=280)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    lines = proc.stdout.splitlines()
+    faults = [line for line in lines if line.startswith("fault ")]
+    assert [f.split(":")[0] for f in faults] == [f"fault {k.value}" for k in FaultKind]
+    assert sum(int(f.rsplit(" ", 1)[1]) for f in faults) >= 3, faults
+    # The fault lines come first, then the soak's usual verdict.
+    assert lines.index(faults[-1]) < next(i for i, x in enumerate(lines) if x.startswith("soak seed 3 on gs"))
+    assert lines[-1] == "soak: OK"
+    assert re.search(r"KILL (step|step-group|template) \d+ of runner", out) and "race of 2 runners" in out
+    assert "builds: every step published once plus once per removal" in out
+    assert "marin verify:" in out and "no problems" in out
+    assert re.search(r"resumable uploads: \d+ opened, \d+ finished, \d+ cancelled, \d+ left open", out)
+    assert "attempt folders no record names: 0" in out
+    events = (tmp_path / "soak" / "faults.log").read_text().splitlines()
+    assert len(events) == sum(int(f.rsplit(" ", 1)[1]) for f in faults)
+    assert all(re.match(r" *\d+\.\d+s [\w-]+ +(GET|POST|PUT|PATCH|DELETE) /", e) for e in events), events[:3]
+
+
 def test_soak_rejects_bad_options():
     proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--rounds", "-1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--faults", "0.05"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--faults needs --prefix gs" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--prefix", "gs", "--faults", "1.5"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--faults must be in [0, 1), got 1.5" in proc.stderr
 
 
 def test_the_soak_refuses_a_workdir_an_earlier_soak_left(tmp_path):

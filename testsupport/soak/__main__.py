@@ -49,7 +49,13 @@ from a dead or expired holder, or after a release), how often a runner waited fo
 lease, and how many of the dedup's map tasks a retry reused; it exits 1 when any check fails.
 Options: ``--seed``, ``--rounds``, ``--workdir`` (kept for inspection), ``--prefix`` (``local``:
 a folder of the workdir; ``gs``: a bucket on a fake-gcs-server the soak starts, which enforces
-the store's preconditions as GCS does).
+the store's preconditions as GCS does), ``--faults RATE`` (with ``gs``: the runners reach the
+store through a proxy that fails that share of their requests, every kind of
+:class:`testsupport.faults.FaultKind` among them; at the end one line ``fault <kind>: <count>``
+per kind, before the verdict, and every fault with the request it hit in ``<workdir>/faults.log``),
+``--nodes N`` (the runners on the N nodes of a local multi-node Ray cluster, racing runners on
+different nodes, :mod:`testsupport.soak.nodes`; 3 by default with ``--faults``), ``--graph``
+(``full``, or ``small``: the corpus and its tokenizer only, for a short run).
 """
 
 from __future__ import annotations
@@ -69,12 +75,28 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rigging import filesystem as fs
 from testsupport.leases import place_elsewhere
 from testsupport.soak import observe as seen
-from testsupport.soak.graph import CALLS_ENV, DEDUP, MODEL, SWEEP, TARGETS, read_calls, steps
+from testsupport.soak.graph import (
+    CALLS_ENV,
+    DEDUP,
+    MODEL,
+    SMALL_TARGETS,
+    SWEEP,
+    TARGETS,
+    read_calls,
+    small_steps,
+    steps,
+)
+from testsupport.soak.stores import Stores, open_stores
+
+if TYPE_CHECKING:
+    from testsupport.soak.nodes import SoakNodes
+
+NODE_ENV = "FRAY_TEST_NODE"  # testsupport.ray_cluster's: set on a node's processes to its name
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH_FILE = Path(__file__).resolve().with_name("graph.py")  # the module imported above as .graph
@@ -85,6 +107,24 @@ dedup step's zephyr workers (drawn only at the shuffle's moments)."""
 KILL_MOMENTS = ("time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
 """When a kill round kills (see the module docstring)."""
 _MOMENT_DRAW = ("time", "time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
+_SMALL_MOMENT_DRAW = ("time", "time", "step-start")
+"""The moments of the small graph (``--graph small``: no checkpoint, shuffle nor sweep)."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Which of the soak's graphs it builds (``--graph``)."""
+
+    attr: str
+    """Its function in :mod:`testsupport.soak.graph` (what ``marin run graph.py:<attr>`` builds)."""
+    targets: tuple[str, ...]
+    moments: tuple[str, ...]
+
+    def steps(self) -> list:
+        return (steps if self.attr == "steps" else small_steps)()
+
+
+GRAPHS = {"full": Graph("steps", TARGETS, _MOMENT_DRAW), "small": Graph("small_steps", SMALL_TARGETS, _SMALL_MOMENT_DRAW)}
 LEASE_TTL_S = 10.0
 """The soak's runners take leases of this many seconds (``MARIN_LEASE_TTL``): a frozen runner's
 steps are taken over within a round, not after the default minute."""
@@ -119,6 +159,9 @@ class Tally:
     leases_taken_again: Counter = field(default_factory=Counter)  # ("takeover" | "after release" | "?", step)
     waits: int = 0  # "[wait]" lines: a runner found another holding a step's lease
     built_by_another: int = 0  # steps a runner took as "built by another runner"
+    on_node: Counter = field(default_factory=Counter)  # node -> runners started on it (--nodes)
+    attempt_folders_left: int = 0  # .attempts/<n>/ folders no record names, at the end
+    races_across_nodes: int = 0  # races whose runners ran on more than one node
     unexpected: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -149,41 +192,14 @@ class Runner:
     """One ``marin run`` subprocess of a round."""
 
     tag: str
-    proc: subprocess.Popen
+    proc: Any
+    """Its process: a ``subprocess.Popen``, or a :class:`testsupport.soak.nodes.NodeProcess` on a node."""
     output: Path
+    node: str | None = None
+    """The node of the Ray cluster it runs on (``--nodes``), None for this host."""
     killed: bool = False  # we SIGKILLed the runner itself
     frozen: bool = False  # we froze it (SIGSTOP) and revived it (SIGCONT)
     step_killed: bool = False  # we SIGKILLed one of its step processes, their group, its template or a worker
-
-
-@dataclass(frozen=True)
-class Stores:
-    """Where the soak builds (``soak``) and where its clean reference run builds (``clean``)."""
-
-    soak: str
-    """The prefix every round's runners share."""
-    clean: str
-    """The prefix of the reference run without kills."""
-    env: dict[str, str] = field(default_factory=dict)
-    """What runners need besides the soak's own environment (the emulator's address)."""
-
-
-@contextlib.contextmanager
-def open_stores(kind: str, workdir: Path) -> Iterator[Stores]:
-    """The soak's prefixes: ``local`` folders of ``workdir``, or ``gs`` folders of a bucket on a
-    fake-gcs-server started here (and pointed at by this process while the soak runs)."""
-    if kind == "local":
-        yield Stores(str(workdir / "soak-prefix"), str(workdir / "clean-prefix"))
-        return
-    from testsupport.gcs import emulator_env, start_fake_gcs_server, use_gcs_emulator
-
-    emulator = start_fake_gcs_server()
-    try:
-        bucket = emulator.create_bucket()
-        with use_gcs_emulator(emulator.url):
-            yield Stores(f"{bucket}/soak-prefix", f"{bucket}/clean-prefix", emulator_env(emulator.url))
-    finally:
-        emulator.stop()
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -195,11 +211,16 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def start_runner(prefix: str, output: Path, tag: str, env: dict[str, str]) -> Runner:
-    """``marin run testsupport/soak/graph.py:steps --prefix P`` in the workspace, output to a file."""
+def start_runner(prefix: str, output: Path, tag: str, env: dict[str, str], *, graph: str = "steps",
+                 nodes: SoakNodes | None = None, node: str | None = None) -> Runner:
+    """``marin run testsupport/soak/graph.py:<graph> --prefix P`` in the workspace, output to a file;
+    on ``node`` of ``nodes`` when given (started there by a Ray task), else as a child of this process."""
     output.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "marin.cli.main", "run", f"{GRAPH_FILE}:{graph}", "--prefix", prefix]
+    if nodes is not None and node is not None:
+        proc: Any = nodes.start(node, command, _env({**env, NODE_ENV: node}), str(ROOT), output)
+        return Runner(tag, proc, output, node)
     out = open(output, "wb")  # noqa: SIM115 - the child holds it; closed below
-    command = [sys.executable, "-m", "marin.cli.main", "run", f"{GRAPH_FILE}:steps", "--prefix", prefix]
     proc = subprocess.Popen(command, cwd=ROOT, env=_env(env), stdout=out, stderr=subprocess.STDOUT)
     out.close()
     return Runner(tag, proc, output)
@@ -225,11 +246,18 @@ def _why_not(runners: list[Runner], timeout: float) -> str:
 class Soak:
     """The rounds, the final run and the checks."""
 
-    def __init__(self, workdir: Path, seed: int, log: Log, stores: Stores):
+    def __init__(self, workdir: Path, seed: int, log: Log, stores: Stores, *, graph: Graph = GRAPHS["full"],
+                 nodes: SoakNodes | None = None):
         self.workdir = workdir
         self.prefix = stores.soak
         self.clean_prefix = stores.clean
         self.env = stores.env
+        self.envs = {stores.soak: stores.env, stores.clean: stores.clean_env}
+        self.graph = graph
+        self.nodes = nodes
+        # Which node each runner goes to: a stream of its own, so that the rounds' draws are the
+        # same with and without nodes.
+        self.node_rng = random.Random(f"nodes-{seed}")
         # Each prefix's trials count their calls in a file of their own.
         self.calls = {stores.soak: str(workdir / "calls-soak.txt"), stores.clean: str(workdir / "calls-clean.txt")}
         self.rng = random.Random(seed)
@@ -250,14 +278,25 @@ class Soak:
         self.tmp = workdir / "tmp"
         self.tmp.mkdir(exist_ok=True)
 
-    def _runner(self, round_no: int, tag: str, prefix: str | None = None) -> Runner:
+    def _runner(self, round_no: int, tag: str, prefix: str | None = None, node: str | None = None) -> Runner:
         prefix = prefix or self.prefix
         runner = start_runner(prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
-                              {**self.env, CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp),
-                               "MARIN_LEASE_TTL": str(LEASE_TTL_S)})
+                              {**self.envs[prefix], CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp),
+                               "MARIN_LEASE_TTL": str(LEASE_TTL_S)}, graph=self.graph.attr, nodes=self.nodes, node=node)
         self.runners.append(runner)
-        self.log(f"  start runner {tag} (pid {runner.proc.pid})")
+        if node is not None:
+            self.tally.on_node[node] += 1
+        self.log(f"  start runner {tag} (pid {runner.proc.pid}{f', node {node}' if node else ''})")
         return runner
+
+    def _place(self, count: int) -> list[str | None]:
+        """The nodes ``count`` runners of a round go to: each on another node while there are enough."""
+        if self.nodes is None:
+            return [None] * count
+        names = self.nodes.names
+        if count <= len(names):
+            return list(self.node_rng.sample(names, count))
+        return [self.node_rng.choice(names) for _ in range(count)]
 
     def stop_runners(self) -> None:
         """End every runner still running (the soak was interrupted); their steps follow them."""
@@ -590,7 +629,7 @@ class Soak:
         from marin.execution.plan.make import make_plan
         from marin.execution.store.store import StepStore
 
-        plan = make_plan(steps(), StepStore(self.prefix), explain=False)
+        plan = make_plan(self.graph.steps(), StepStore(self.prefix), explain=False)
         planned = sorted(p.name for p in plan.steps)
         # Not all built (by name: outputs of trials a sweep round expanded into earlier stay on disk
         # while the round itself is not built, and its plan does not have them yet).
@@ -604,7 +643,7 @@ class Soak:
         chosen = set()
         for name in self.rng.sample(planned, k):
             chosen.add(name)
-            while name not in TARGETS:
+            while name not in self.graph.targets:
                 name = self.rng.choice(sorted(readers[name]))
                 chosen.add(name)
         self._remove({n: built[n] for n in chosen}, "graph already built")
@@ -613,7 +652,7 @@ class Soak:
         self.tally.rounds += 1
         kind = self.rng.choice(["kill", "kill", "race"])
         racers, kill = (1, True) if kind == "kill" else (self.rng.choice([2, 3]), self.rng.random() < 0.6)
-        moment = self.rng.choice(_MOMENT_DRAW) if kill else None
+        moment = self.rng.choice(self.graph.moments) if kill else None
         self._make_work(moment)
         with self.leases:
             self._round(n, racers, moment)
@@ -625,7 +664,7 @@ class Soak:
     def _round(self, n: int, racers: int, moment: str | None) -> None:
         if racers == 1:
             self.log(f"round {n}: one runner, one kill at {moment}")
-            runner = self._runner(n, "a")
+            runner = self._runner(n, "a", node=self._place(1)[0])
             self._kill([runner], runner, moment or "time")
             self._finish_round([runner])
             return
@@ -633,8 +672,10 @@ class Soak:
         self.tally.races += 1
         self.tally.racers += racers
         runners = []
+        places = self._place(racers)
+        self.tally.races_across_nodes += len({p for p in places if p is not None}) > 1
         for i in range(racers):
-            runners.append(self._runner(n, "abc"[i]))
+            runners.append(self._runner(n, "abc"[i], node=places[i]))
             time.sleep(self.rng.uniform(0.0, 0.3))
         if moment:
             freeze = self.freeze_rng.random() < _FREEZE_SHARE
@@ -645,7 +686,8 @@ class Soak:
     def run_to_completion(self, prefix: str, label: str) -> bool:
         for attempt in range(1, 4):
             self.log(f"{label}: run to completion, attempt {attempt}")
-            runner = self._runner(0, f"{label}-{attempt}", prefix)
+            # The soak's final runs on a node too; the clean reference run on this host.
+            runner = self._runner(0, f"{label}-{attempt}", prefix, node=self._place(1)[0] if prefix == self.prefix else None)
             self._finish_round([runner], timeout=300)
             if runner.proc.returncode == 0:
                 return True
@@ -660,13 +702,13 @@ class Soak:
 
         fail = self.tally.failures.append
         self.ledger.sample(self.prefix)
-        plan = make_plan(steps(), StepStore(self.prefix), explain=False)
-        clean_plan = make_plan(steps(), StepStore(self.clean_prefix), explain=False)
+        plan = make_plan(self.graph.steps(), StepStore(self.prefix), explain=False)
+        clean_plan = make_plan(self.graph.steps(), StepStore(self.clean_prefix), explain=False)
         # 1. Every step succeeded, and a rerun is a no-op.
         for p in plan.steps:
             if not StepRecord(p.output_path).is_done():
                 fail(f"{p.output_name}: not done at the end")
-        cached = self._runner(0, "rerun")
+        cached = self._runner(0, "rerun", node=self._place(1)[0])
         self._finish_round([cached])
         text = cached.output.read_text(errors="replace")
         if cached.proc.returncode != 0 or f"{len(plan.steps)} cached" not in text:
@@ -678,10 +720,11 @@ class Soak:
             fail(f"the plans differ from the clean run's: {sorted(set(ours) ^ set(theirs))} "
                  f"{sorted(n for n in set(ours) & set(theirs) if ours[n].hash != theirs[n].hash)}")
         expansion = sorted(n for n in ours if n.startswith(SWEEP + "/"))
-        self.log(f"sweep: expanded into the clean run's {len(expansion)} steps, names and hashes "
-                 f"({', '.join(n.removeprefix(SWEEP + '/') for n in expansion)})"
-                 if all(n in theirs and theirs[n].hash == ours[n].hash for n in expansion)
-                 else "sweep: expanded into OTHER steps than the clean run's")
+        if expansion:
+            self.log(f"sweep: expanded into the clean run's {len(expansion)} steps, names and hashes "
+                     f"({', '.join(n.removeprefix(SWEEP + '/') for n in expansion)})"
+                     if all(n in theirs and theirs[n].hash == ours[n].hash for n in expansion)
+                     else "sweep: expanded into OTHER steps than the clean run's")
         for name in sorted(set(ours) & set(theirs)):
             # Where each build's files are (an attempt folder, when its records name one).
             mine, clean = (StepRecord(x[name].output_path).files_folder() for x in (ours, theirs))
@@ -725,6 +768,7 @@ class Soak:
 
     def _check_outputs(self) -> None:
         from marin.execution.store.gc import find_outputs
+        from marin.execution.store.layout import ATTEMPTS_DIR
         from marin.execution.store.records import StepRecord
         from marin.execution.store.store import StepStore
         from marin.execution.store.verify import verify_output
@@ -745,6 +789,9 @@ class Soak:
                 fail(f"{folder}: {check.verdict.value}: {check.problems[:3]}")
             files_folder = StepRecord(path).files_folder()
             self.tally.written_apart += files_folder != path
+            # Attempt folders no record names: what a taken-over attempt that wrote apart left (marin gc's).
+            attempts = [fs.join(path, ATTEMPTS_DIR, n) for n in fs.listdir(fs.join(path, ATTEMPTS_DIR))]
+            self.tally.attempt_folders_left += sum(1 for a in attempts if a != files_folder)
             for rel, _size in fs.walk_files(files_folder):
                 parts = rel.split("/")
                 if parts[0] == seen.WORK_FOLDER:
@@ -757,8 +804,13 @@ class Soak:
             self._check_listings(folder, files_folder)
         if leftover_meta_tmp:
             self.log(f"note: {leftover_meta_tmp} temporary record file(s) left inside .marin/ folders")
-        verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:steps",
-                                 "--prefix", self.prefix], cwd=ROOT, env=_env(self.env), capture_output=True,
+        self.log(f"attempt folders no record names: {self.tally.attempt_folders_left}"
+                 + (" (left by takeovers from a machine elsewhere; `marin gc` removes them)"
+                    if self.tally.attempt_folders_left else ""))
+        # Straight to the emulator, as every look of the soak's own: the verdict is not itself faulted.
+        verify = subprocess.run([sys.executable, "-m", "marin.cli.main", "verify", f"{GRAPH_FILE}:{self.graph.attr}",
+                                 "--prefix", self.prefix], cwd=ROOT, env=_env(self.envs[self.clean_prefix]),
+                                capture_output=True,
                                 text=True, timeout=120)
         self.log("marin verify: " + " | ".join(verify.stdout.strip().splitlines()))
         if verify.returncode != 0:
@@ -857,7 +909,39 @@ def summary(t: Tally, ledger: seen.BuildLedger) -> list[str]:
             f"leases taken again: {taken}; runners waited on another's lease {t.waits} times and took "
             f"{t.built_by_another} steps as built by another runner",
             f"dedup map tasks: {ledger.map_tasks['done']} done over every attempt, {ledger.map_tasks['reused']} of them "
-            f"reused from an attempt that was killed"]
+            f"reused from an attempt that was killed"] + \
+        ([f"nodes: runners on {len(t.on_node)} Ray nodes ({', '.join(f'{n} {k}' for n, k in sorted(t.on_node.items()))}); "
+          f"{t.races_across_nodes} of {t.races} races across nodes"] if t.on_node else [])
+
+
+@contextlib.contextmanager
+def _nodes(count: int, workdir: Path) -> Iterator[SoakNodes | None]:
+    """A local Ray cluster of ``count`` nodes for the runners (none for 0)."""
+    if not count:
+        yield None
+        return
+    from testsupport.soak.nodes import soak_nodes
+
+    with soak_nodes(count, workdir, os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)) as n:
+        yield n
+
+
+def _fault_report(proxy: Any, workdir: Path) -> list[str]:
+    """``fault <kind>: <count>`` of every kind (in the proxy's order), and the proxy's log of every
+    fault with the request it hit in ``<workdir>/faults.log``; nothing without ``--faults``."""
+    if proxy is None:
+        return []
+    from testsupport.faults import FaultKind
+
+    counts = proxy.counts()
+    with open(workdir / "faults.log", "w", encoding="utf-8") as f:
+        f.writelines(f"{event}\n" for event in list(proxy.log))
+    sessions = proxy.upload_sessions()
+    return [f"requests through the fault proxy: {proxy.count()}, faulted: {sum(counts.values())}"
+            f" (every fault and its request: {workdir / 'faults.log'}); resumable uploads: "
+            f"{sum(sessions.values())} opened, {sessions['finished']} finished, {sessions['cancelled']} cancelled, "
+            f"{sessions['open']} left open"] + \
+        [f"fault {kind.value}: {counts[kind.value]}" for kind in FaultKind]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -869,9 +953,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", choices=("local", "gs"), default="local",
                         help="local: folders of the workdir (default); gs: a bucket on a fake-gcs-server the soak "
                              "starts, which enforces the store's preconditions as GCS does")
+    parser.add_argument("--faults", type=float, default=None, metavar="RATE",
+                        help="(with --prefix gs) the share of the runners' store requests that fail, spread over every "
+                             "kind of fault (testsupport.faults); 0: every request through the proxy, none failed")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="runners on the N nodes of a local multi-node Ray cluster (default: 3 with --faults, "
+                             "else 0: on this host)")
+    parser.add_argument("--graph", choices=sorted(GRAPHS), default="full",
+                        help="full: training, shuffle and sweep (default); small: the corpus, tokenizer and "
+                             "tokenized shards only (a soak of a few rounds in seconds)")
     args = parser.parse_args(argv)
     if args.rounds < 0:
         parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    if args.faults is not None and not 0.0 <= args.faults < 1.0:
+        parser.error(f"--faults must be in [0, 1), got {args.faults}")
+    if args.faults is not None and args.prefix != "gs":
+        parser.error("--faults needs --prefix gs (the faults are an object store's)")
+    nodes = args.nodes if args.nodes is not None else (3 if args.faults is not None else 0)
+    if not 0 <= nodes <= 26:
+        parser.error(f"--nodes must be between 0 and 26, got {nodes}")
     # A SIGTERM ends the soak as Ctrl-C does: its runners are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marin-soak-")).resolve()
@@ -882,9 +982,12 @@ def main(argv: list[str] | None = None) -> int:
     log = Log(workdir / "soak.log")
     started = time.monotonic()
     try:
-        with open_stores(args.prefix, workdir) as stores:
-            soak = Soak(workdir, args.seed, log, stores)
-            log(f"soak: seed {args.seed}, {args.rounds} rounds, prefix {soak.prefix}, workdir {workdir}")
+        with open_stores(args.prefix, str(workdir), faults=args.faults, seed=args.seed) as stores, \
+                _nodes(nodes, workdir) as on_nodes:
+            soak = Soak(workdir, args.seed, log, stores, graph=GRAPHS[args.graph], nodes=on_nodes)
+            log(f"soak: seed {args.seed}, {args.rounds} rounds, prefix {soak.prefix}, workdir {workdir}"
+                + (f", {args.faults:.0%} of the runners' requests faulted" if args.faults is not None else "")
+                + (f", runners on {nodes} Ray nodes" if nodes else "") + f", graph {args.graph}")
             try:
                 if not soak.run_to_completion(soak.clean_prefix, "clean"):
                     log("the clean reference run failed; nothing to compare against")
@@ -895,10 +998,13 @@ def main(argv: list[str] | None = None) -> int:
                     soak.check()
             finally:
                 soak.stop_runners()
+                faults = _fault_report(stores.proxy, workdir)
     finally:
         log.close()
     t = soak.tally
     problems = t.unexpected + t.failures
+    for line in faults:
+        print(line)
     lines = summary(t, soak.ledger)
     print(f"\nsoak seed {args.seed} on {args.prefix}: {t.rounds} rounds in {time.monotonic() - started:.0f}s; "
           + lines[0])

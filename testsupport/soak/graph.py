@@ -40,6 +40,10 @@ DEDUP = "soak/dedup"
 SWEEP = "soak/sweep"
 TARGETS = (MODEL, DEDUP, f"{SWEEP}/best")
 """The names of the steps :func:`steps` returns."""
+TOKENIZED = "soak/tokenized"
+TOKENIZER = "soak/tokenizer"
+SMALL_TARGETS = (TOKENIZER,)
+"""The names of the steps :func:`small_steps` returns."""
 SWEEP_TRIALS = 4
 SWEEP_PARALLEL = 2
 
@@ -155,6 +159,16 @@ class BigramTrial(StepHandle, fn=bigram_trial):
     """Handle to a bigram trial (a sweep's base: each trial varies ``alpha``)."""
 
 
+def small_steps() -> list:
+    """The soak's small graph (``--graph small``): the corpus (three JSON-lines shards) and the
+    tokenizer trained on it, two data steps of records, shard uploads and leases, without
+    training, shuffle or sweep: a soak of a few rounds in seconds."""
+    from marin.experiment.data import bundled_corpus, trained_tokenizer
+
+    corpus = bundled_corpus(name="soak/raw", num_stories=300, seed=0, num_shards=3)
+    return [trained_tokenizer(name=TOKENIZER, source=corpus, vocab_size=320)]
+
+
 def steps() -> list:
     """The soak graph: small enough for CI, every stage real."""
     from levanter.checkpoint import CheckpointConfig
@@ -166,8 +180,8 @@ def steps() -> list:
     from marin.experiment.training.train import train_lm
 
     corpus = bundled_corpus(name="soak/raw", num_stories=300, seed=0, num_shards=3)
-    tokenizer = trained_tokenizer(name="soak/tokenizer", source=corpus, vocab_size=320)
-    data = tokenized(name="soak/tokenized", source=corpus, tokenizer=tokenizer, num_shards=3)
+    tokenizer = trained_tokenizer(name=TOKENIZER, source=corpus, vocab_size=320)
+    data = tokenized(name=TOKENIZED, source=corpus, tokenizer=tokenizer, num_shards=3)
     model = train_lm(
         name=MODEL, version="v1",
         model=LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=2,

@@ -113,6 +113,8 @@ def test_env_values_are_parsed(ws, user_file):
         "MARIN_WARM_WORKERS": "off",
         "MARIN_WARM_WORKER_MAX_STEPS": "25",
         "MARIN_LEASE_TTL": " 12.5 ",
+        "MARIN_STORE_TIMEOUT": "5",
+        "MARIN_STORE_DEADLINE": "300",
         "MARIN_STEP_ATTEMPT": "3",  # runner plumbing, not configuration
     }
     config = discover(ws, user_file, env=env)
@@ -123,6 +125,7 @@ def test_env_values_are_parsed(ws, user_file):
     assert config.ray_address == "auto"
     assert config.warm_workers is False and config.warm_worker_max_steps == 25
     assert config.lease_ttl == 12.5
+    assert (config.store_timeout, config.store_deadline) == (5.0, 300.0)
 
 
 def test_accelerator_settings_from_a_file_and_the_environment(ws, user_file):
@@ -217,6 +220,8 @@ def test_unknown_key_in_a_file_names_file_and_key(ws, user_file):
         ("lease_ttl", "soon"),
         ("lease_ttl", True),
         ("lease_ttl", ".nan"),
+        ("store_timeout", 0),
+        ("store_deadline", "forever"),
         ("caches", 3),
         ("prefix", ""),
         ("prefix", 12),

@@ -127,7 +127,7 @@ def read_bytes(path: str) -> bytes:
         with open(strip_protocol(path), "rb") as f:
             return f.read()
     fs, p = _fs_path(path)
-    return bytes(fs.cat_file(p))
+    return gcs.read_object(fs, p) if protocol_of(path) == "gs" else bytes(fs.cat_file(p))
 
 
 def read_text(path: str) -> str:
@@ -225,7 +225,10 @@ def atomic_write(path: str, data: bytes | str, *, durable: bool = True) -> None:
             raise
         return
     fs, p = _fs_path(path)
-    fs.pipe_file(p, payload)
+    if protocol_of(path) == "gs":
+        gcs.write_object(fs, p, payload)
+    else:
+        fs.pipe_file(p, payload)
 
 
 def _hard_link(src: str, dst: str) -> bool:
@@ -315,10 +318,8 @@ def delete(path: str) -> None:
             os.unlink(strip_protocol(path))
         return
     fs, p = _fs_path(path)
-    try:
-        fs.rm_file(p)
-    except FileNotFoundError:
-        pass
+    with contextlib.suppress(FileNotFoundError):
+        gcs.delete_object(fs, p) if protocol_of(path) == "gs" else fs.rm_file(p)
 
 
 def rm_tree(path: str) -> None:

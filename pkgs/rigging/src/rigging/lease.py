@@ -8,6 +8,11 @@ expiry has passed (holder dead or stuck) by creating the next number. A holder c
 publishes, that its number is still the highest and its expiry has not passed: a holder that lost
 its lease cannot publish.
 
+A holder whose renewals keep failing gives the lease up a margin before its expiry
+(:func:`give_up_margin`), so its work stops while the lease is still its own; a step watching its
+own lease (:func:`watch_lease`) ends itself then too. Its requests under the lease are bounded by
+that moment (:meth:`Lease.fenced`): a stalled renewal or publish cannot hold on past it.
+
 Numbers never repeat on a folder: giving a lease up for good (:meth:`Lease.clear`) deletes the
 older files but leaves the newest, marked released. Were it deleted, the next contender would take
 number 1 again, and a holder of an old number that was stalled inside a renewal (its check passed,
@@ -17,6 +22,7 @@ highest number on the folder would be its own again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,13 +31,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
+from rigging.pids import process_alive
+from rigging.store_requests import DeadlineReached, store_deadline
 
-__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "held", "holder_is_dead", "process_alive",
-           "watch_lease"]
+__all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "give_up_margin", "held",
+           "holder_is_dead", "process_alive", "watch_lease"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +69,17 @@ class LeaseInfo:
     def live(self, now: float | None = None) -> bool:
         """True while the lease is held: not released and not expired."""
         return not self.released and (now if now is not None else time.time()) < self.expires_at
+
+
+GIVE_UP_MARGIN_S = 5.0
+"""The most a lease is given up before its expiry (:func:`give_up_margin`)."""
+
+
+def give_up_margin(ttl: float) -> float:
+    """How long before its expiry a lease of ``ttl`` seconds is given up if not renewed: a tenth of
+    it, at most :data:`GIVE_UP_MARGIN_S`, time for the holder to stop its step (and for two hosts'
+    clocks to disagree) before another may take the lease."""
+    return min(ttl / 10, GIVE_UP_MARGIN_S)
 
 
 def _lease_name(token: int) -> str:
@@ -119,21 +138,6 @@ def holder_is_dead(holder: str) -> bool:
     return pid != os.getpid() and not process_alive(pid)
 
 
-def process_alive(pid: int) -> bool:
-    """True while process ``pid`` of this host exists and is not a zombie (unknown counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def held(folder: str) -> LeaseInfo | None:
     """The lease on ``folder`` if someone holds it now (live, and its holder not known dead)."""
     info = current_lease(folder)
@@ -149,16 +153,24 @@ def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], No
 
     The holder's own heartbeat stops the work when it finds the lease lost, but a holder that is
     frozen (a stopped process, a suspended machine) cannot, while its work may still run; the work
-    watching for itself stops by the expiry, when another holder may start. The file is read every
-    ``ttl / 4`` and again at the expiry it names; a read that fails keeps the last expiry seen.
+    watching for itself stops by the moment its holder would give the lease up
+    (:func:`give_up_margin` before the expiry), before another holder may start. The file is read
+    every ``ttl / 4`` and again at that moment; a read that fails, or is not answered by then,
+    keeps the last expiry seen.
     """
     interval = max(ttl / 4, 0.05)
+    margin = give_up_margin(ttl)
 
     def watch() -> None:
+        # The store's client is made first (a fresh step process imports it), so that its making
+        # does not use up the time the first reads have.
+        if not fs.is_local(folder):
+            fs.filesystem(folder)
         expires_at = time.time() + ttl
         while True:
             try:
-                info = current_lease(folder)
+                with store_deadline(expires_at - margin):
+                    info = current_lease(folder)
             except OSError:
                 info = None  # the store cannot say: judge by the last expiry seen
             if info is not None and info.token != token:
@@ -169,10 +181,10 @@ def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], No
                     on_lost(f"lease {token} on {folder} was released")
                     return
                 expires_at = info.expires_at
-            if time.time() >= expires_at:
-                on_lost(f"lease {token} on {folder} expired: its holder did not renew it in time")
+            if time.time() >= expires_at - margin:
+                on_lost(f"lease {token} on {folder} was not renewed: given up {margin:.1f}s before its expiry")
                 return
-            time.sleep(min(interval, max(expires_at - time.time(), 0.0) + 0.01))
+            time.sleep(min(interval, max(expires_at - margin - time.time(), 0.0) + 0.01))
 
     thread = threading.Thread(target=watch, name=f"lease-{token}-watch", daemon=True)
     thread.start()
@@ -249,35 +261,63 @@ class Lease:
     def path(self) -> str:
         return fs.join(self.folder, _lease_name(self.token))
 
+    @property
+    def gives_up_at(self) -> float:
+        """When the lease is given up unless renewed first (its expiry less :func:`give_up_margin`)."""
+        return self.expires_at - give_up_margin(self.ttl)
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        """This thread's requests in the block are answered before :attr:`gives_up_at`, or
+        :class:`LeaseLost`: a write under the lease never lands once another may have taken it."""
+        try:
+            with store_deadline(self.gives_up_at):
+                yield
+        except DeadlineReached as e:
+            raise LeaseLost(f"lease {self.token} on {self.folder}: a write under it was not answered before "
+                            f"the lease was to be given up ({e})") from e
+
     def check(self, listing: Iterable[str] | None = None) -> None:
-        """Raise :class:`LeaseLost` unless this lease is still the newest and unexpired (fencing).
+        """Raise :class:`LeaseLost` unless this lease is still the newest and not about to be given
+        up (fencing).
 
         Args:
             listing: the folder's file names, listed by the caller just now (saves listing again).
         """
         if self._lost:
             raise LeaseLost(self._lost)
-        if time.time() >= self.expires_at:
+        now = time.time()
+        if now >= self.expires_at:
             raise LeaseLost(f"lease {self.token} on {self.folder} expired before it was renewed")
-        self.listing = tuple(listing if listing is not None else fs.listdir(self.folder))
+        if now >= self.gives_up_at:
+            raise LeaseLost(f"lease {self.token} on {self.folder} was not renewed in time: it expires in "
+                            f"{self.expires_at - now:.1f}s, too soon to write under it")
+        with store_deadline(self.gives_up_at):
+            listed = listing if listing is not None else fs.listdir(self.folder)
+        self.listing = tuple(listed)
         tokens = _tokens_in(self.listing)
         if not tokens or tokens[-1] != self.token:
             newer = tokens[-1] if tokens else None
             raise LeaseLost(f"lease {self.token} on {self.folder} was taken over (newest is {newer})")
 
     def renew(self) -> None:
-        """Push the expiry ``ttl`` seconds ahead; raise :class:`LeaseLost` if it was taken over."""
-        self.check()
-        expires_at = time.time() + self.ttl
-        # Not durable: after a machine crash every lease of it is void anyway.
-        fs.atomic_write(self.path, _body(self.holder, self.token, expires_at), durable=False)
+        """Push the expiry ``ttl`` seconds ahead; raise :class:`LeaseLost` if it was taken over, an
+        ``OSError`` if the store did not answer (by the time the lease is to be given up, at the latest)."""
+        # Bounded (rigging.store_requests.DeadlineReached, an OSError, past it): a renewal that
+        # landed after the lease was given up would show a live lease nobody holds.
+        with store_deadline(self.gives_up_at):
+            self.check()
+            expires_at = time.time() + self.ttl
+            # Not durable: after a machine crash every lease of it is void anyway.
+            fs.atomic_write(self.path, _body(self.holder, self.token, expires_at), durable=False)
         self.expires_at = expires_at
 
     def start_heartbeat(self, interval: float | None = None) -> None:
         """Renew in a background thread every ``interval`` seconds (default ttl/4).
 
         A second thread watches the expiry: a renewal stuck on an unreachable store cannot keep
-        the holder from learning, at its expiry, that the lease is lost (:attr:`on_lost`).
+        the holder from learning that the lease is lost (:attr:`on_lost`), :func:`give_up_margin` before
+        its expiry, while it still holds it.
         """
         interval = interval if interval is not None else max(self.ttl / 4, 0.05)
 
@@ -289,15 +329,16 @@ class Lease:
                     self._mark_lost(str(e))
                     return
                 except OSError as e:
-                    # A passing storage error: keep trying until the lease actually expires.
+                    # A passing storage error: keep trying until the lease is given up (watch_expiry).
                     logger.warning("lease heartbeat on %s failed: %s", self.folder, e)
 
         def watch_expiry() -> None:
-            while not self._stop.wait(min(interval, max(self.expires_at - time.time(), 0.0) + 0.01)):
+            while not self._stop.wait(min(interval, max(self.gives_up_at - time.time(), 0.0) + 0.01)):
                 if self._lost:
                     return
-                if time.time() >= self.expires_at:
-                    self._mark_lost(f"lease {self.token} on {self.folder} expired: it could not be renewed in time")
+                if time.time() >= self.gives_up_at:
+                    self._mark_lost(f"lease {self.token} on {self.folder} could not be renewed in time: given up "
+                                    f"{self.expires_at - time.time():.1f}s before its expiry")
                     return
 
         self._threads = [threading.Thread(target=beat, name=f"lease-{self.token}", daemon=True),

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rigging.pids import process_alive
+
 __all__ = ["FRAY_LOGS", "FRAY_POOL", "FRAY_POOL_RESULTS", "LEFTOVER_KINDS", "LEVANTER_METRICS", "ZEPHYR_SHARD", "DeadTempdir",
            "dead_tempdirs", "owned_tempdir"]
 
@@ -60,10 +62,6 @@ def _owner(name: str) -> tuple[str, int] | None:
 def dead_tempdirs(root: str | None = None, prefixes: Mapping[str, str] = LEFTOVER_KINDS) -> list[DeadTempdir]:
     """The folders under ``root`` (default: the temporary folder) made by :func:`owned_tempdir` with
     one of ``prefixes`` whose process no longer exists on this host, sorted by path."""
-    from rigging.lease import (
-        process_alive,  # the lease module is heavier than this one; only a sweep needs it
-    )
-
     root = root or tempfile.gettempdir()
     try:
         names = os.listdir(root)

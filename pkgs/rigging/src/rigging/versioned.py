@@ -15,7 +15,6 @@ the same record never lose one another's change: the loser reads again and redoe
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import uuid
@@ -125,38 +124,32 @@ def _gcs(path: str) -> tuple[Any, str, str]:
 
 
 def _gcs_read(path: str) -> Versioned:
-    from fsspec.asyn import sync  # deferred, as in rigging.gcs
+    from rigging import gcs  # its requests: bounded, retried, counted, a torn answer read again
 
     gfs, bucket, key = _gcs(path)
     try:
-        answer: Any = sync(gfs.loop, gfs._call, "GET", "b/{}/o/{}", bucket, key, alt="media")
+        answer: Any = gcs.run(gfs, lambda: gfs._call("GET", "b/{}/o/{}", bucket, key, alt="media"))
         headers, body = answer
         generation = {k.lower(): v for k, v in headers.items()}.get("x-goog-generation")
         if generation is None:  # a server that does not send it (gcp-storage-emulator): ask, then read that one
-            metadata: Any = sync(gfs.loop, gfs._get_object, f"{bucket}/{key}")
+            metadata: Any = gcs.run(gfs, lambda: gfs._get_object(f"{bucket}/{key}"))
             generation = metadata["generation"]
-            answer = sync(gfs.loop, gfs._call, "GET", "b/{}/o/{}", bucket, key, alt="media", generation=generation)
+            answer = gcs.run(gfs, lambda: gfs._call("GET", "b/{}/o/{}", bucket, key, alt="media",
+                                                    generation=generation))
             body = answer[1]
     except FileNotFoundError:
         return Versioned(None)
     return Versioned(bytes(body), str(generation))
 
 
-_BOUNDARY = "marin-versioned-write"
-
-
 def _gcs_upload(path: str, payload: bytes, generation: Any) -> bool:
-    """One multipart upload of ``payload`` to ``path`` with ``ifGenerationMatch=generation``."""
-    from fsspec.asyn import sync
+    """One upload of ``payload`` to ``path`` with ``ifGenerationMatch=generation``
+    (:func:`rigging.gcs.write_object`: a write whose answer was lost is still recognised as this one's)."""
+    from rigging import gcs
 
-    gfs, bucket, key = _gcs(path)
-    head = (f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}\r\n"
-            f"--{_BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n")
-    body = head.encode("utf-8") + payload + f"\r\n--{_BOUNDARY}--\r\n".encode("ascii")
+    gfs = fs.filesystem(path)
     try:
-        sync(gfs.loop, gfs._call, "POST", f"{gfs._location}/upload/storage/v1/b/{bucket}/o", uploadType="multipart",
-             ifGenerationMatch=str(generation), headers={"Content-Type": f'multipart/related; boundary="{_BOUNDARY}"'},
-             data=body, json_out=True)
-    except FileExistsError:  # gcsfs's answer to 412 Precondition Failed
+        gcs.write_object(gfs, fs.strip_protocol(path), payload, if_generation_match=int(generation))
+    except FileExistsError:  # 412: another write came first
         return False
     return True

@@ -55,6 +55,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     from marin.cli.display import make_reporter, summary_table
     from marin.cli.targets import load_targets
     from marin.execution.plan.estimate import parse_duration
+    from rigging.store_requests import describe_counts
 
     try:
         budget_s = parse_duration(budget) if budget is not None else None
@@ -89,6 +90,9 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
         runner.close()
     click.echo(summary_table(result))
     click.echo(f"prefix: {result.prefix}")
+    requests = describe_counts(result.store_requests)
+    if requests:
+        click.echo(f"store: {requests}")
     for line in _scores(result):
         click.echo(line)
     if not dry_run:

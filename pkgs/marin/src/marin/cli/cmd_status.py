@@ -44,6 +44,31 @@ def _times(info: Provenance | StatusRecord | None) -> tuple[float | None, float 
     return (info.time if info is not None else None), None
 
 
+def _requests(info: Provenance | StatusRecord | None) -> str:
+    """A build's object-store requests and retries (its provenance's ``store_requests``), ``-`` if none."""
+    counts = getattr(info, "store_requests", None)
+    if not isinstance(counts, dict):
+        return "-"
+    made = sum(n for n in (counts.get("requests") or {}).values() if isinstance(n, int))
+    retried = sum(n for n in (counts.get("retries") or {}).values() if isinstance(n, int))
+    return f"{made} ({retried} retried)" if made else "-"
+
+
+def _total_requests(infos: Any) -> str | None:
+    """:func:`rigging.store_requests.describe_counts` of every build's ``store_requests`` together."""
+    from collections import Counter
+
+    from rigging.store_requests import describe_counts
+
+    total: dict[str, Counter] = {}
+    for info in infos:
+        counts = getattr(info, "store_requests", None)
+        for part, by in (counts.items() if isinstance(counts, dict) else ()):
+            if isinstance(by, dict):
+                total.setdefault(part, Counter()).update({k: n for k, n in by.items() if isinstance(n, int)})
+    return describe_counts({part: dict(c) for part, c in total.items()})
+
+
 def _age(ts: float | None) -> str:
     if not ts:
         return "-"
@@ -102,8 +127,13 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
         for p, (state, info) in zip(the_plan.steps, states, strict=True):
             finished, duration = _times(info)
             rows.append([p.name, state, p.output_path, _age(finished),
-                         f"{duration:.1f}s" if isinstance(duration, int | float) else "-"])
-        click.echo(table(rows, ["step", "state", "path", "age", "duration"]))
+                         f"{duration:.1f}s" if isinstance(duration, int | float) else "-", _requests(info)])
+        total = _total_requests(info for _state, info in states)
+        # The object-store requests each build's step made: a column only where some made any.
+        click.echo(table(rows if total else [r[:-1] for r in rows],
+                         ["step", "state", "path", "age", "duration", "requests"][:None if total else -1]))
+        if total:
+            click.echo(f"store requests of these builds' steps: {total}")
         if accelerator_line:
             click.echo(accelerator_line)
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,13 @@ def load_config(ctx: click.Context, **overrides: Any):
     from rigging.log import setup_logging
 
     config = discover_config(overrides)
+    # The object store's request settings act where its file systems are made, in this process and
+    # in every worker: through the environment (rigging.store_requests reads them there).
+    from rigging.store_requests import DEADLINE_ENV, TIMEOUT_ENV
+
+    for value, variable in ((config.store_timeout, TIMEOUT_ENV), (config.store_deadline, DEADLINE_ENV)):
+        if value is not None:
+            os.environ[variable] = repr(value)
     verbose = bool(ctx.obj and ctx.obj.get("verbose"))
     setup_logging("DEBUG" if verbose else config.log_level)
     accelerator = hide_from_cli(config)

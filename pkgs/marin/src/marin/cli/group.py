@@ -61,6 +61,7 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
     from marin.experiment.data.sources import DataSourceError
     from rigging.config.discovery import ConfigError
     from rigging.secrets import SecretNotFound
+    from rigging.store_requests import StoreUnavailable
 
     return [
         (NameClashes, "give each its own name, or make both from one handle (one name is one step in a graph)", 2),
@@ -76,6 +77,8 @@ def _user_errors() -> list[tuple[type[BaseException], str | None, int]]:
         (DataSourceError, "check the data source named above", 2),
         (TaskDataUnavailable, None, 2),  # the message names the task, the dataset and what to do
         (UnknownTask, "`lm-eval ls tasks` lists lm-eval's tasks; a task of your own is a YAML file path", 2),
+        (StoreUnavailable, "the object store did not answer (its status, the network, credentials?); run again "
+                           "once it does: what was built stays built, a stopped step resumes", 1),
     ]
 
 

@@ -27,6 +27,7 @@ from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.status_record import StatusRecord
 from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
+from rigging.store_requests import describe_counts
 
 __all__ = ["Section", "render", "summary_sections"]
 
@@ -95,6 +96,9 @@ def _head(record: StepRecord, prov: Provenance | None, status: StatusRecord | No
     if prov.incremental:
         rows.append(("rebuilt", f"{prov.incremental.get('files_reused', 0)} files reused, "
                                 f"{prov.incremental.get('files_processed', 0)} processed"))
+    requests = describe_counts(prov.store_requests)
+    if requests:
+        rows.append(("store requests", requests))
     rows += _labelled("reads", [output_name_of(d.name, d.hash) for d in prov.dependencies])
     rows += _labelled("sources", [_source(fp) for fp in prov.source_fingerprints()])
     rows.append(("code", _code(prov)))

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.run.worker import current_step
-from marin.execution.store.store import in_parallel
+from marin.execution.store.listings import in_parallel
 from marin.experiment.data.sources import is_hf_id
 from marin.processing.attributes import list_files, source_entries
 from marin.processing.incremental import PARTS_FILE

@@ -80,6 +80,10 @@ class MarinConfig:
             before it fails, naming the holder.
         accelerator_lock: the lock file the accelerator's runtime holds while a process uses it;
             None: libtpu's (``/tmp/libtpu_lockfile``) on a TPU host, none on a GPU host.
+        store_timeout: seconds an object-store request may go without progress before it is
+            abandoned and tried again (``rigging.store_requests``); None: its default (20).
+        store_deadline: seconds one object-store request may take with all its retries before the
+            command fails, naming it; None: its default (120).
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -102,6 +106,8 @@ class MarinConfig:
     accelerator_slots: int = 1
     accelerator_wait: float = 300.0
     accelerator_lock: str | None = None
+    store_timeout: float | None = None
+    store_deadline: float | None = None
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -126,7 +132,7 @@ class MarinConfig:
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
              "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
              "cache_trusted_keys", "fast_noop", "accelerator", "accelerator_slots", "accelerator_wait",
-             "accelerator_lock")
+             "accelerator_lock", "store_timeout", "store_deadline")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
@@ -218,6 +224,8 @@ def _coerce(key: str, value: Any) -> Any:
         return _parse_bool(value)
     if key == "lease_ttl":
         return _positive_seconds(value)
+    if key in ("store_timeout", "store_deadline"):
+        return None if value is None else _positive_seconds(value)
     if key == "code_changes":
         word = str(value).strip().lower() if isinstance(value, str) else value
         if word not in CODE_CHANGES:

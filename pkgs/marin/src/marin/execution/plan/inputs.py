@@ -13,8 +13,8 @@ from marin.execution.core.sources import SourceKey
 from marin.execution.core.step import Step
 from marin.execution.plan.model import SourceNotFound
 from marin.execution.store.done_index import split_stamp
+from marin.execution.store.listings import in_parallel
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import in_parallel
 
 if TYPE_CHECKING:
     from marin.execution.store.code_digest import CodeDigest

@@ -21,9 +21,10 @@ from marin.execution.core.step import Step, output_name_of
 from marin.execution.core.traits import Start, traits_of
 from marin.execution.store.cache import CacheHit
 from marin.execution.store.done_index import IndexFixes
+from marin.execution.store.listings import FolderListings
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Realised
-from marin.execution.store.store import FolderListings, StepStore
+from marin.execution.store.store import StepStore
 
 if TYPE_CHECKING:
     from marin.execution.plan.clashes import NameClash

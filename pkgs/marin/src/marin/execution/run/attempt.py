@@ -39,6 +39,7 @@ from marin.execution.run.worker import FnRef, StepPayload
 from marin.execution.store import done_index
 from marin.execution.store.cache import copy_tree
 from marin.execution.store.layout import LOST_PREFIX, files_folder
+from marin.execution.store.listings import in_parallel
 from marin.execution.store.manifest import (
     clear_output,
     compute_manifest,
@@ -49,7 +50,6 @@ from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.realisations import Nondeterminism
 from marin.execution.store.status_record import BuildState, StepStatus
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import in_parallel
 from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 from rigging.lease import Lease, LeaseLost
@@ -344,12 +344,18 @@ class StepAttempt:
             # Earlier attempts that lost their lease and were stopped (not failed): their records.
             lost_attempts=[record.read_lost(name) for name in lost] if lost else None,
             nondeterminism=odd.to_json() if odd is not None else None)
-        # Created, not overwritten: a holder that lost the lease cannot replace them afterwards.
-        in_parallel(lambda rec: record.write_once(*rec, listed=meta, still_ours=self.lease.check),
-                    [(record.manifest, manifest), (record.provenance, provenance.to_json())])
+        # Created, not overwritten: a holder that lost the lease cannot replace them afterwards. Each
+        # write is answered before the lease would be given up, or the lease counts as lost.
+        def write_once(rec: tuple[str, dict[str, Any]]) -> None:
+            with self.lease.fenced():
+                record.write_once(*rec, listed=meta, still_ours=self.lease.check)
+
+        in_parallel(write_once, [(record.manifest, manifest), (record.provenance, provenance.to_json())])
         self.lease.check()  # fencing: a runner that lost its lease never publishes
-        published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
-                                   listed_absent=not record_listed(record.success, self.lease), ttl_s=p.step.ttl_s)
+        with self.lease.fenced():
+            published = record.publish(p.name, p.hash, manifest, fields, attempt_folder=self.attempt_folder,
+                                       listed_absent=not record_listed(record.success, self.lease),
+                                       ttl_s=p.step.ttl_s)
         if not published:
             # Another runner published first (it held the lease after ours was lost): its build stands.
             raise LeaseLost(f"{record.success} was written by another runner")

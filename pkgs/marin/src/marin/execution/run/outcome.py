@@ -68,6 +68,9 @@ class RunResult:
     steps: list[StepOutcome]
     prefix: str
     plan: Plan | None = None
+    store_requests: dict[str, Any] | None = None
+    """The object-store requests this process made during the run, and retried
+    (``rigging.store_requests.request_counts``); each build's own are in its provenance."""
 
     @property
     def ok(self) -> bool:

@@ -39,8 +39,9 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
     # The worker's result holds its timings and what the step reported (run.worker.run_step).
     reported = worker if isinstance(worker, dict) else {}
     incremental = reported.get("incremental")
-    if incremental is not None:
-        worker = {k: v for k, v in reported.items() if k != "incremental"}
+    requests = reported.get("store_requests")
+    if incremental is not None or requests is not None:
+        worker = {k: v for k, v in reported.items() if k not in ("incremental", "store_requests")}
     return Provenance(
         name=p.name,
         hash=p.hash,
@@ -71,4 +72,5 @@ def provenance_of(p: PlannedStep, plan: Plan, ctx: AttemptContext, manifest: Map
         sources=[f.to_json() for f in p.sources] or None,
         code=code_digest(p.step.fn).to_json(),
         incremental=incremental if isinstance(incremental, dict) else None,
+        store_requests=requests if isinstance(requests, dict) else None,
     )

@@ -82,7 +82,9 @@ def publish_copy(state: RunState, pos: int, lease: Lease,
     try:
         manifest, fields = copy()
         lease.check()
-        if not record.publish(p.name, p.hash, manifest, fields, ttl_s=p.step.ttl_s):
+        with lease.fenced():
+            published = record.publish(p.name, p.hash, manifest, fields, ttl_s=p.step.ttl_s)
+        if not published:
             raise LeaseLost(f"{record.success} was written by another runner")
         provenance = record.read_provenance()
         done_index.mark(state.plan.store.prefix, p.output_name, done_index.env_of(provenance),
@@ -151,7 +153,8 @@ def copy_realisation(state: RunState, pos: int, lease: Lease, caches: Sequence[s
         realised_from=RealisedFrom(found.output_path, found.hash, found.output_digest, time.time() - started),
     )
     # Replaced only under the lease, and created so that no holder that lost it can replace it again.
-    record.write_once(record.provenance, provenance.to_json(), listed=(), still_ours=lease.check)
+    with lease.fenced():
+        record.write_once(record.provenance, provenance.to_json(), listed=(), still_ours=lease.check)
     return manifest, fields
 
 

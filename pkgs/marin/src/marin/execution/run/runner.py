@@ -28,6 +28,7 @@ from marin.execution.store.done_index import apply_fixes
 from marin.execution.store.store import StepStore
 from rigging.config.discovery import MarinConfig
 from rigging.lease import default_holder
+from rigging.store_requests import request_counts
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
@@ -167,7 +168,7 @@ class StepRunner:
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
         root = None if self.settings.dry_run else self._run_root()
         try:
-            return self._run_held(steps, root)
+            return self._run_held(steps, root, request_counts())
         finally:
             if root is not None:
                 root.end()
@@ -197,7 +198,8 @@ class StepRunner:
         logger.warning("a `marin gc` removed from %s while this run planned: planning again", self.store.prefix)
         return False
 
-    def _run_held(self, steps: list[Placeholder], root: RunRoot | None) -> RunResult:
+    def _run_held(self, steps: list[Placeholder], root: RunRoot | None,
+                  requests_before: dict[str, Any]) -> RunResult:
         while True:
             if root is not None:
                 root.before_planning()
@@ -232,7 +234,8 @@ class StepRunner:
 
             execute(state, self._scheduling(root))
         final = state.current_plan()
-        return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
+        return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final,
+                         store_requests=request_counts(since=requests_before))
 
     def _index_kept_current(self, plan: Plan) -> Plan:
         """``plan``, once what it found out of date in the done index is put right: a plan only

@@ -21,9 +21,9 @@ from marin.execution.plan.expansion import closure, expands
 from marin.execution.plan.model import Action, Plan, PlannedStep, Reason, ReasonKind
 from marin.execution.run.outcome import Outcome, StepOutcome
 from marin.execution.store.cache import CacheHit
+from marin.execution.store.listings import in_parallel
 from marin.execution.store.realisations import Realised, digest_of_build
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import in_parallel
 
 if TYPE_CHECKING:
     from marin.execution.run.attempt import StepAttempt

@@ -19,6 +19,7 @@ from typing import Any
 from marin.execution.core.traits import Start
 from rigging.lease import watch_lease
 from rigging.log import setup_logging
+from rigging.store_requests import request_counts
 
 __all__ = ["FnRef", "RunningStep", "StepPayload", "current_step", "import_fn", "run_step", "running"]
 
@@ -187,10 +188,16 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     # fray's package imports Ray (~0.8 s): not for the runner that only plans.
     from fray.types import Preempted
 
+    if payload.prefix.startswith("gs://"):
+        # What the step's libraries open on gs:// themselves (Orbax's metadata) follows the store's rules.
+        from rigging.gcs import use_in_fsspec  # fsspec: only for a step on an object store
+
+        use_in_fsspec()
     if payload.lease is not None:
         folder, token, ttl = payload.lease
         watch_lease(folder, token, ttl, _end_this_step)
     started = time.time()
+    requests_before = request_counts()  # a forked worker starts from its parent's counts
     fn = import_fn(payload.fn)
     config = pickle.loads(payload.config_pickle)
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
@@ -210,4 +217,6 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()
-    return {"started_at": started, "finished_at": time.time(), "pid": os.getpid(), **step.reports()}
+    counted = request_counts(since=requests_before)
+    return {"started_at": started, "finished_at": time.time(), "pid": os.getpid(), **step.reports(),
+            **({"store_requests": counted} if counted.get("requests") else {})}

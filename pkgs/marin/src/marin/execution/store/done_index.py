@@ -41,16 +41,14 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from marin.execution.store.layout import INDEX_DIR, index_folder
+from marin.execution.store.listings import FolderListings, in_parallel
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import FolderListings, in_parallel
 from rigging import filesystem as fs
 
 __all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "done_outputs", "env_of",
            "index_folder", "mark", "marker_name", "parse_marker", "read_index", "split_stamp", "stamp_of", "unmark"]
-
-INDEX_DIR = ".marin/done"
-"""The index folder, relative to the prefix."""
 
 UNKNOWN_ENV = "-"
 """The environment part of a marker whose step's environment digest is not known."""
@@ -58,11 +56,6 @@ UNKNOWN_ENV = "-"
 _SLASH = "%"
 _SEP = "@"
 _CODE = "."
-
-
-def index_folder(prefix: str) -> str:
-    """The folder of markers of the store at ``prefix``."""
-    return fs.join(prefix, INDEX_DIR)
 
 
 def marker_name(output_name: str, env_digest: str | None, code_digest: str | None = None) -> str:

@@ -29,18 +29,25 @@ from typing import Any
 
 from rigging import filesystem as fs
 
-__all__ = ["ATTEMPTS_DIR", "LOST_PREFIX", "META_DIR", "attempt_folder", "files_folder", "is_attempt_folder",
-           "is_reserved", "short_output_path"]
+__all__ = ["ATTEMPTS_DIR", "INDEX_DIR", "LOST_PREFIX", "META_DIR", "attempt_folder", "files_folder", "index_folder",
+           "is_attempt_folder", "is_reserved", "short_output_path"]
 
 
 META_DIR = ".marin"
 ATTEMPTS_DIR = ".attempts"
 """``<output>/.attempts/<lease number>/``: attempt folders (see the module's docstring)."""
+INDEX_DIR = ".marin/done"
+"""The done index's folder (:mod:`marin.execution.store.done_index`), relative to the prefix."""
 LOST_PREFIX = "lost-"
 """``.marin/lost-<lease number>.json``: an attempt that lost its lease and was stopped (one file per
 lease, so no runner ever writes another's record)."""
 
 _ATTEMPT_FOLDER = re.compile(rf"^{re.escape(ATTEMPTS_DIR)}/[0-9]{{8}}$")  # what attempt_folder names
+
+
+def index_folder(prefix: str) -> str:
+    """The folder of the done index's markers of the store at ``prefix`` (:data:`INDEX_DIR`)."""
+    return fs.join(prefix, INDEX_DIR)
 
 
 def attempt_folder(token: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from marin.execution.core.traits import ALWAYS_VOLATILE
 from marin.execution.store.layout import META_DIR, is_reserved
-from marin.execution.store.store import in_parallel
+from marin.execution.store.listings import in_parallel
 from rigging import filesystem as fs
 
 __all__ = ['clear_output', 'compute_manifest', 'differing_files', 'meta_names', 'output_digest', 'remove_orphan_temporaries', 'verify_manifest']

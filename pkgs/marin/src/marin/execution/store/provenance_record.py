@@ -111,6 +111,9 @@ class Provenance:
     """The digest of the code it ran (``CodeDigest.to_json()``, :mod:`marin.execution.store.code_digest`)."""
     incremental: dict[str, Any] | None = None
     """A build that reused an earlier build's per-file outputs: ``{"files_reused": N, "files_processed": M}``."""
+    store_requests: dict[str, Any] | None = None
+    """The object-store requests the step's own process made, and retried
+    (``rigging.store_requests.request_counts``: ``{"requests": {kind: n}, "retries": {kind: n}, ...}``)."""
     format: int = RECORD_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -137,7 +140,8 @@ class Provenance:
         RecordKey("realised_from", "realised_from", _is_realised_from),
         RecordKey("sources", "sources", is_list),
         RecordKey("code", "code", is_dict),
-        RecordKey("incremental", "incremental", is_dict))
+        RecordKey("incremental", "incremental", is_dict),
+        RecordKey("store_requests", "store_requests", is_dict))
 
     def to_json(self) -> dict[str, Any]:
         body = json_of(self, self._KEYS)

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable
 
 from marin.execution.core.step import output_name_of
-from marin.execution.store.layout import META_DIR
+from marin.execution.store.layout import META_DIR, index_folder
 from marin.execution.store.provenance_record import Provenance
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 
-__all__ = ['R', 'T', 'FolderListings', 'StepStore', 'finished_builds', 'in_parallel', 'parent_folder']
-
-
-T = TypeVar("T")
-
-
-R = TypeVar("R")
+__all__ = ['StepStore', 'finished_builds', 'parent_folder']
 
 
 def parent_folder(prefix: str, name: str) -> str:
@@ -51,45 +44,6 @@ def finished_builds(prefix: str, name: str, *, exclude: str = "",
     return found
 
 
-_PARALLEL_LOOKUPS = 32
-
-
-def in_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``[fn(x) for x in items]``, side by side in threads when there are several: each is a
-    round trip on an object store."""
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    # Not at import: a local no-op never looks anything up in parallel.
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(_PARALLEL_LOOKUPS, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
-class FolderListings:
-    """Names in folders of a store, each folder listed once: a plan's view of the store, so that
-    asking about a thousand outputs of one folder costs one listing (a page per 1,000 names)."""
-
-    def __init__(self) -> None:
-        self._names: dict[str, frozenset[str]] = {}
-
-    def fetch(self, folders: Iterable[str]) -> None:
-        """List the ``folders`` not listed yet, side by side."""
-        wanted = sorted(set(folders) - set(self._names))
-        for folder, names in zip(wanted, in_parallel(fs.listdir, wanted), strict=True):
-            self._names[folder] = frozenset(names)
-
-    def names(self, folder: str) -> frozenset[str]:
-        """The names directly in ``folder`` (listed now if not yet)."""
-        self.fetch([folder])
-        return self._names[folder]
-
-    def has(self, path: str) -> bool:
-        """True when ``path`` was in its folder's listing."""
-        folder, _, base = path.rstrip("/").rpartition("/")
-        return base in self.names(folder)
-
-
 class StepStore:
     """Maps steps to folders under a prefix (local path, ``gs://`` or ``memory://``)."""
 
@@ -119,8 +73,6 @@ class StepStore:
     @property
     def index_folder(self) -> str:
         """The folder of the done index (:mod:`marin.execution.store.done_index`)."""
-        from marin.execution.store.done_index import index_folder  # it reads this module's listings
-
         return index_folder(self.prefix)
 
     def path(self, *parts: str) -> str:

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from marin.execution.store.done_index import read_index
+from marin.execution.store.listings import in_parallel
 from marin.execution.store.roots import GcRoot
 from marin.execution.store.step_record import StepRecord
-from marin.execution.store.store import StepStore, in_parallel
+from marin.execution.store.store import StepStore
 
 __all__ = ["CHECKPOINT_MARKER", "BuildSize", "Usage", "build_size", "build_sizes", "disk_usage", "name_prefix"]
 
