@@ -28,6 +28,8 @@ from levanter.config import TrainerConfig, TrainLmConfig, config_to_dict
 from levanter.data import check_mixture_data, data_is_chat, data_vocab_size, eval_batches, train_dataset
 from levanter.data.usage import starting_data_state
 from levanter.flops import CONFIG_SOURCE, PeakFlops, peak_flops
+from levanter.initialize import initialize_to_dict
+from levanter.lora import write_lora_file
 from levanter.memory import MEMORY_FILE, MemoryReport, measure_memory
 from levanter.metrics import MetricsWriter
 from levanter.models.family import RUN_CONFIG_FILE
@@ -36,11 +38,11 @@ from levanter.training import (
     Progress,
     Start,
     Validation,
-    abstract_state,
     loss_fn,
     make_train_step,
-    starting_state,
 )
+from levanter.training.step import lm_objective
+from levanter.training.trained import trained_state
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
@@ -183,34 +185,38 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     tx = config.optimizer.at_rate(0.0)
 
     started_at = time.perf_counter()
-    target = abstract_state(model_config, tx, layout.mesh)
-    state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
-    start = starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
-                           initialize_from=trainer.initialize_from)
+    # All the parameters, or LoRA adapters of frozen weights (levanter.training.trained).
+    trained = trained_state(config, model_config, tx, layout.mesh, checkpointer)
+    target, start = trained.target, trained.start
+    state_shardings = jax.tree.map(lambda s: s.sharding, target)
 
     batch_shape = _batch_shape(config, layout)
+    objective = lm_objective(model, dtype, config.z_loss_weight, params_of=trained.model_params)
+    ema_decay = trainer.ema.decay if trainer.ema is not None else None
     # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
     # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
-    train_step = jax.jit(make_train_step(model, config.optimizer.at_rate, dtype, trainer.grad_accum,
-                                         layout.batch_sharding, z_loss_weight=config.z_loss_weight),
-                         in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
-                         out_shardings=(state_shardings, layout.replicated),
-                         donate_argnums=0).lower(target, batch_shape, _RATE).compile()
+    train_step = trained.compile(make_train_step(model, config.optimizer.at_rate, dtype, trainer.grad_accum,
+                                                 layout.batch_sharding, objective=objective, ema_decay=ema_decay),
+                                 in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
+                                 out_shardings=(state_shardings, layout.replicated), donate_argnums=(0,),
+                                 args=(target, batch_shape, _RATE))
     memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step)
     logger.info("%s", memory.summary())
     if layout.primary:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
 
     place = _placer(layout.batch_sharding, batch_shape.shape)
-    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype),
-                        in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
+    eval_loss = trained.jit(lambda params, batch, frozen: loss_fn(model, trained.model_params(params, frozen), batch, dtype),
+                            in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
     val_batches = _validation_batches(config)
     validation = Validation(eval_loss, [b[layout.rows] for b in val_batches], place)
     peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
             else peak_flops(dtype, layout.devices[0]))
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
     writer, progress = _writers(config, output_path, run_id, start, layout.primary)
+    if config.lora is not None and layout.primary:  # its parameters are adapters of this base
+        write_lora_file(output_path, config.lora, initialize_to_dict(trainer.initialize_from) or {})
     iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
                       rate_of_step=rate_of_step,

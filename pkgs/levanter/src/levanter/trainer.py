@@ -32,6 +32,7 @@ from levanter.config import (
     config_from_dict,
     config_to_dict,
 )
+from levanter.ema import EMA_PARAMS_FILE
 from levanter.eval import read_tokenizer_json
 from levanter.flops import FlopsSummary, compiled_step_flops
 from levanter.summary import TrainSummary
@@ -168,6 +169,8 @@ def _train(setup: TrainSetup, loop: Trainer) -> _Final:
             setup.writer.write(loop.step, {"val_loss": setup.validation.last})
         loss = float(setup.eval_loss(state.params, setup.place(next(setup.iterator))))
     params_path = save_final_params(setup.output_path, state.params)
+    if state.ema is not None:
+        save_final_params(setup.output_path, state.ema, EMA_PARAMS_FILE)
     setup.writer.write(loop.step, {"blocked_in_checkpoint_s": setup.checkpointer.blocked_seconds,
                                    "wall_s": time.perf_counter() - setup.started_at})
     return _Final(step=loop.step, loss=loss, params_path=params_path)

@@ -46,6 +46,10 @@ class ModelConfig(Protocol):
         """Training FLOPs (forward and backward) per token at context ``seq_len``."""
         ...
 
+    def linear_shapes(self) -> Mapping[str, tuple[int, int]]:
+        """``(in, out)`` of each linear module by name: what LoRA may adapt (``levanter.lora``)."""
+        ...
+
     def sharding_units(self) -> Mapping[str, int]:
         """Counts of indivisible units per logical axis (``{"heads": 8}``): a mesh never cuts one in two."""
         ...
