@@ -46,7 +46,7 @@ from levanter.training.trained import trained_state
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
-__all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "set_up"]
+__all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "run_writers", "set_up"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
             else peak_flops(dtype, layout.devices[0]))
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
-    writer, progress = _writers(config, output_path, run_id, start, layout.primary)
+    writer, progress = run_writers(config, output_path, run_id, start, layout.primary)
     if config.lora is not None and layout.primary:  # its parameters are adapters of this base
         write_lora_file(output_path, config.lora, initialize_to_dict(trainer.initialize_from) or {})
     iterator, data_offset = _train_batches(config, layout, start)
@@ -254,8 +254,8 @@ def _validation_batches(config: TrainLmConfig) -> list[np.ndarray]:
     return list(batches)
 
 
-def _writers(config: TrainLmConfig, output_path: str, run_id: str, start: Start,
-             primary: bool) -> tuple[Any, Progress | None]:
+def run_writers(config: TrainLmConfig, output_path: str, run_id: str, start: Start,
+                primary: bool) -> tuple[Any, Progress | None]:
     """The metrics sink and progress listener; on process 0 they (and ``config.json``) write into ``output_path``."""
     trainer = config.trainer
     if not primary:

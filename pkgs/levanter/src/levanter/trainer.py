@@ -75,6 +75,7 @@ __all__ = [
     "main",
     "make_train_step",
     "resolve_model",
+    "train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,12 @@ def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHo
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
     _join_distributed()
-    setup = set_up(config, output_path)
+    return train(set_up(config, output_path), hooks)
+
+
+def train(setup: TrainSetup, hooks: Sequence[ScheduledHook] = ()) -> TrainSummary:
+    """Run the loop over a run made ready (:func:`levanter.train_setup.set_up`, or a preference run's
+    ``levanter.dpo.trainer.set_up_dpo``) to its last step, save the final parameters, close ``setup``."""
     loop = _loop(setup, hooks)
     try:
         final = _train(setup, loop)
