@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ def final_params(out: str) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vocab_size: int,
+def write_tokenized(root: str, splits: Mapping[str, Sequence[Sequence[int]] | Sequence[np.ndarray]], *, vocab_size: int,
                     eos_id: int, docs_per_shard: int = 1_000_000, format_name: str = TOKENIZED_FORMAT,
                     **metadata: Any) -> str:
     """Write ``splits`` (split name -> documents of token ids, or of a record's uint32 words) under
