@@ -34,6 +34,7 @@ from marin.experiment import (
     reference_logprobs,
     story_preferences,
 )
+from marin.experiment.posttrain.dpo import Dpo
 
 BETAS = (0.1, 0.3, 1.0)
 
@@ -46,15 +47,20 @@ preference_pairs = preference_chat("tokenized/story-preferences", source=prefere
 # Scored once by the SFT model; every beta reads it.
 reference = reference_logprobs("reference/story-preferences/marin-nano-sft", sft_model, preference_pairs)
 
-# Smoke size (experiments.scale): 16 steps, scored on the held-out pairs before the first and after the last.
-dpo_models = {
-    beta: dpo(f"checkpoints/marin-nano-dpo-beta{beta}", sft_model, preference_pairs, beta=beta, reference=reference,
-              optimizer=AdamConfig(learning_rate=sized(1e-4, 5e-4), weight_decay=0.0, warmup=2, schedule="linear",
-                                   min_lr_ratio=0.0),
-              batch_size=8, num_train_steps=sized(100, 16), eval_every=sized(25, 16), eval_batches=8,
-              checkpoint=CheckpointConfig(save_every=sized(50, 16)))
-    for beta in BETAS
-}
+
+def dpo_run(beta: float) -> Dpo:
+    """The DPO run of one beta: the SFT model trained on the pairs, compared with the one reference.
+
+    Smoke size (experiments.scale): 16 steps, scored on the held-out pairs before the first and after the last.
+    """
+    return dpo(f"checkpoints/marin-nano-dpo-beta{beta}", sft_model, preference_pairs, beta=beta, reference=reference,
+               optimizer=AdamConfig(learning_rate=sized(1e-4, 5e-4), weight_decay=0.0, warmup=2, schedule="linear",
+                                    min_lr_ratio=0.0),
+               batch_size=8, num_train_steps=sized(100, 16), eval_every=sized(25, 16), eval_batches=8,
+               checkpoint=CheckpointConfig(save_every=sized(50, 16)))
+
+
+dpo_models = {beta: dpo_run(beta) for beta in BETAS}
 
 # Each model on the held-out conversations and the story text (the SFT model's are in experiments/sft).
 evaluations = [evaluate(f"evals/story-chats/dpo-beta{beta}", model, {"story-chats": chat_data, "tinystories": tinystories})

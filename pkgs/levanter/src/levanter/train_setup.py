@@ -147,10 +147,12 @@ class TrainSetup:
     data_offset: int = 0
     """Step ``t``'s batch is elements ``[t * batch_size + data_offset, ...)`` of the mixture's stream
     (``levanter.data.usage``)."""
+    sequences_per_example: int = 1
+    """Sequences of ``seq_len`` each batch row holds (a preference pair: 2)."""
 
     @property
     def tokens_per_step(self) -> int:
-        return self.config.trainer.batch_size * self.config.trainer.seq_len
+        return self.config.trainer.batch_size * self.config.trainer.seq_len * self.sequences_per_example
 
     @property
     def flops_per_token(self) -> float:

@@ -160,7 +160,8 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
                       rate_of_step=rate_of_step, eval_loss=eval_loss, place=place, checkpointer=checkpointer,
                       start=trained.start, memory=memory, validation=validation,  # pyright: ignore[reportArgumentType]
                       has_validation_data=validation.has_pairs, peak=peak,
-                      started_at=started_at, iterator=iterator, writer=writer, progress=progress)
+                      started_at=started_at, iterator=iterator, writer=writer, progress=progress,
+                      sequences_per_example=2)
 
 
 def _validation(config: DpoRunConfig, trained: Trained, model: Any, layout: Any, place: Callable[[Any], Any],

@@ -89,8 +89,13 @@ def preference_chat(name: str, source: Any, tokenizer: Any, *, template: ChatTem
             from the hub cache at ``revision`` (its commit is part of the step's identity).
         tokenizer: the tokenizer (the fine-tuned model's: a ``tokenized_chat`` of the same template
             adds the same special tokens, so ids agree).
-        template, max_seq_len, validation_fraction, seed, on_error, num_shards, revision: see
-            :class:`PreferenceChatConfig`.
+        template: the chat template (SFT's).
+        max_seq_len: tokens per side at most; longer pairs are dropped and counted.
+        validation_fraction: share of prompts held out.
+        seed: seed of the train/validation assignment.
+        on_error: ``raise`` on a bad row, or ``skip`` it.
+        num_shards: output shards per split (None: one per input file).
+        revision: the Hugging Face dataset's branch, tag or commit (a Hub id only).
 
     Raises:
         InvalidStep: a bad argument, naming the handle and the argument.
