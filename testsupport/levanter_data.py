@@ -212,10 +212,6 @@ def _main(argv: list[str]) -> None:
     print(json.dumps(results, default=str))
 
 
-if __name__ == "__main__":
-    _main(sys.argv[1:])
-
-
 def pattern_pairs(n: int, vocab_size: int, seed: int) -> list[np.ndarray]:
     """Preference pairs over arithmetic runs: a prompt (a header id, then four steps of a run), the run's
     next six steps chosen, the same six steps running backwards rejected (as record words)."""
@@ -240,3 +236,8 @@ def write_pattern_pairs(root: str, vocab_size: int = 64, train: int = 160, valid
     return write_tokenized(root, {"train": pattern_pairs(train, vocab_size, seed=1),
                                   "validation": pattern_pairs(validation, vocab_size, seed=2)},
                            vocab_size=vocab_size, eos_id=0, format_name=PREFERENCE_FORMAT, max_seq_len=16)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
+

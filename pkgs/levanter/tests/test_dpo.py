@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from levanter.checkpoint import CheckpointConfig
-from levanter.dpo.config import DpoConfig, DpoLoss, DpoRunConfig
+from levanter.dpo.config import DpoConfig, DpoLoss, DpoRunConfig, dpo_config_to_dict
 from levanter.dpo.loss import pair_metrics, pair_terms
 from levanter.dpo.reference import read_reference, score_pairs
 from levanter.dpo.trainer import main as dpo_main
@@ -18,8 +20,9 @@ from levanter.generate import load_model
 from levanter.initialize import TrainedModel
 from levanter.lora import LoraConfig
 from levanter.optim import AdamConfig
+from levanter.sharding import MeshConfig
 from levanter.trainer import main
-from testsupport.levanter_data import tiny_config, write_pattern_pairs
+from testsupport.levanter_data import pattern_documents, tiny_config, write_pattern_pairs, write_tokenized
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -89,18 +92,45 @@ def _at(rows: list[dict], step: int, key: str) -> float:
     return next(r[key] for r in rows if r.get("step") == step and key in r)
 
 
-def test_dpo_runs_in_the_loop_from_reference_log_probs_and_lora_uses_its_base(tiny_dataset: str, tmp_path) -> None:
-    pretrained = str(tmp_path / "pretrained")
-    main(tiny_config(tiny_dataset, num_train_steps=30, eval_batches=0), pretrained)
-    pairs = write_pattern_pairs(str(tmp_path / "pairs"))
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A tiny model trained on pattern documents, and pattern preference pairs of its vocabulary."""
+    root = tmp_path_factory.mktemp("dpo")
+    data = write_tokenized(str(root / "tok"), {"train": pattern_documents(200, 64, seed=1),
+                                               "validation": pattern_documents(40, 64, seed=2)}, vocab_size=64, eos_id=0)
+    out = str(root / "pretrained")
+    main(tiny_config(data, num_train_steps=20, eval_batches=0), out)
+    return out, write_pattern_pairs(str(root / "pairs"))
+
+
+def _lora_config(pretrained: tuple[str, str], mesh: MeshConfig = MeshConfig()) -> DpoRunConfig:
+    """LoRA-DPO: no reference step, the base scored in the step."""
+    model, pairs = pretrained
+    train = tiny_config(pairs, seq_len=16, num_train_steps=STEPS, eval_batches=4, eval_every=STEPS, mesh=mesh,
+                        initialize_from=TrainedModel(model), lora=LoraConfig(rank=4, alpha=16.0),
+                        optimizer=AdamConfig(learning_rate=3e-3, warmup=0, weight_decay=0.0))
+    return DpoRunConfig(train=train, dpo=DpoConfig(beta=0.5))
+
+
+@pytest.fixture(scope="module")
+def lora_run(pretrained, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = str(tmp_path_factory.mktemp("lora-dpo") / "out")
+    dpo_main(_lora_config(pretrained), out)
+    return out
+
+
+def test_dpo_runs_in_the_loop_from_reference_log_probs_and_lora_uses_its_base(pretrained, lora_run, tmp_path) -> None:
+    model, pairs = pretrained
     reference = str(tmp_path / "reference")
-    assert score_pairs(pretrained, pairs, reference, batch_size=8) == {"train": 160, "validation": 32}
+    assert score_pairs(model, pairs, reference, batch_size=8) == {"train": 160, "validation": 32}
     table = read_reference(reference, pairs)
     assert table["train"].shape == (160, 2) and (table["train"] < 0).all()
 
-    steps = 12
-    train = tiny_config(pairs, seq_len=16, num_train_steps=steps, eval_batches=4, eval_every=steps,
-                        initialize_from=TrainedModel(pretrained), checkpoint=CheckpointConfig(save_every=6),
+    train = tiny_config(pairs, seq_len=16, num_train_steps=STEPS, eval_batches=4, eval_every=STEPS,
+                        initialize_from=TrainedModel(model), checkpoint=CheckpointConfig(save_every=6),
                         optimizer=AdamConfig(learning_rate=1e-2, warmup=0, weight_decay=0.0))
     out = str(tmp_path / "dpo")
     summary = dpo_main(DpoRunConfig(train=train, dpo=DpoConfig(beta=0.5), reference=reference), out)
@@ -108,36 +138,47 @@ def test_dpo_runs_in_the_loop_from_reference_log_probs_and_lora_uses_its_base(ti
     # Before the first step the policy is the reference (scored by another program: equal to rounding).
     assert abs(_at(rows, 0, "val_reward_margin")) < 1e-3 and 0.2 <= _at(rows, 0, "val_reward_accuracy") <= 0.8
     assert _at(rows, 0, "val_loss") == pytest.approx(np.log(2), abs=1e-3)
-    assert _at(rows, steps, "val_reward_accuracy") >= 0.9 and _at(rows, steps, "val_reward_margin") > 0
-    assert _at(rows, steps, "val_loss") < 0.5 * np.log(2)
-    for key in ("loss", "chosen_reward", "rejected_reward", "reward_accuracy", "reward_margin"):
-        assert key in rows[-2] or any(key in r for r in rows if r.get("step") == steps), key
-    assert summary.steps == steps and os.path.exists(os.path.join(out, "dpo.json"))
+    assert _at(rows, STEPS, "val_reward_accuracy") >= 0.9 and _at(rows, STEPS, "val_reward_margin") > 0
+    assert _at(rows, STEPS, "val_loss") < 0.5 * np.log(2)
+    assert {"loss", "chosen_reward", "rejected_reward", "reward_accuracy", "reward_margin"} <= set(
+        next(r for r in rows if r.get("step") == STEPS and "reward_accuracy" in r))
+    assert summary.steps == STEPS and os.path.exists(os.path.join(out, "dpo.json"))
     config, params = load_model(out)  # a model like any other
     assert config.vocab_size == 64 and "embed" in params
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["12", "6"]
     again = dpo_main(DpoRunConfig(train=train, dpo=DpoConfig(beta=0.5), reference=reference), out)
-    assert again.start_step == steps and again.val_loss == pytest.approx(summary.val_loss, rel=1e-6)
+    assert again.start_step == STEPS and again.val_loss == pytest.approx(summary.val_loss, rel=1e-6)
 
     # LoRA-DPO: the base is the reference, scored in the step (no reference log-probs, no second copy).
-    lora_out = str(tmp_path / "lora-dpo")
-    lora_train = tiny_config(pairs, seq_len=16, num_train_steps=steps, eval_batches=4, eval_every=steps,
-                             initialize_from=TrainedModel(pretrained), lora=LoraConfig(rank=4, alpha=16.0),
-                             optimizer=AdamConfig(learning_rate=3e-3, warmup=0, weight_decay=0.0))
-    dpo_main(DpoRunConfig(train=lora_train, dpo=DpoConfig(beta=0.5)), lora_out)
-    lora_rows = _rows(lora_out)
+    lora_rows = _rows(lora_run)
     assert _at(lora_rows, 0, "val_reward_accuracy") == 0.5 and _at(lora_rows, 0, "val_reward_margin") == 0.0
     # ... its reference is the same model the reference step scored.
     assert _at(lora_rows, 0, "val_chosen_logp") == pytest.approx(float(table["validation"][:, 0].mean()), rel=1e-4)
-    assert _at(lora_rows, steps, "val_reward_accuracy") >= 0.9
-    assert os.path.exists(os.path.join(lora_out, "lora.json"))
+    assert _at(lora_rows, STEPS, "val_reward_accuracy") >= 0.9
+    assert os.path.exists(os.path.join(lora_run, "lora.json"))
 
     with pytest.raises(ValueError, match="score other preference data"):
         other = write_pattern_pairs(str(tmp_path / "other"), train=80)
-        dpo_main(DpoRunConfig(train=tiny_config(other, seq_len=16, initialize_from=TrainedModel(pretrained)),
+        dpo_main(DpoRunConfig(train=tiny_config(other, seq_len=16, initialize_from=TrainedModel(model)),
                               reference=reference), str(tmp_path / "bad"))
     with pytest.raises(ValueError, match="holds preference pairs .* not as language-model data"):
         main(tiny_config(pairs, seq_len=16), str(tmp_path / "lm-on-pairs"))
     with pytest.raises(ValueError, match="reference must name reference log-probs"):
-        DpoRunConfig(train=tiny_config(pairs, seq_len=16, initialize_from=TrainedModel(pretrained)))
+        DpoRunConfig(train=tiny_config(pairs, seq_len=16, initialize_from=TrainedModel(model)))
 
+
+def test_a_lora_dpo_run_over_two_devices_matches_one(pretrained, lora_run, tmp_path) -> None:
+    """The mesh is how, not what: pairs split over 2 devices (and the frozen base over fsdp) give the same steps."""
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(dpo_config_to_dict(_lora_config(pretrained, MeshConfig(data=1, fsdp=2)))))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    two = str(tmp_path / "two")
+    ran = subprocess.run([sys.executable, "-m", "levanter.dpo.trainer", str(path), two], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout.strip().splitlines()[-1])["devices"] == 2
+    for key in ("loss", "reward_margin", "val_reward_margin"):
+        a = [r[key] for r in _rows(lora_run) if key in r]
+        b = [r[key] for r in _rows(two) if key in r]
+        assert len(a) in (2, STEPS) and abs(a[-1] - a[0]) > 1e-3
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -25,14 +26,16 @@ from testsupport.levanter_data import TINY_MODEL, final_params, random_params, t
 
 # The adapted weights whose input side is their smaller one: with rank = that side, A is square.
 SQUARE_IN = ("q_proj", "o_proj", "gate_proj", "up_proj")
+# One layer, to compile quickly: the equivalence is per weight.
+SMALL = dataclasses.replace(TINY_MODEL, hidden_dim=16, intermediate_dim=32, num_layers=1)
 
 
 def _batch(seed: int = 0) -> jax.Array:
-    return jnp.asarray(np.random.default_rng(seed).integers(1, TINY_MODEL.vocab_size, size=(4, 17)), jnp.int32)
+    return jnp.asarray(np.random.default_rng(seed).integers(1, SMALL.vocab_size, size=(4, 17)), jnp.int32)
 
 
 def _first_step(params, tx, objective=None, frozen=None):
-    model = transformed_llama(TINY_MODEL)
+    model = transformed_llama(SMALL)
     step = jax.jit(make_train_step(model, tx, jnp.float32, 1, objective=objective))
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                        key=jax.random.PRNGKey(0))
@@ -47,8 +50,8 @@ def test_full_rank_lora_takes_full_fine_tuning_first_step(optimizer: str) -> Non
     SGD: ``dW = -lr s^2 A A^T G`` is ``-lr G`` for any orthogonal ``s A`` (random here). Adam's
     first step is elementwise (``-lr g / (|g| + eps)``), so it commutes only with ``s A = I``.
     """
-    base = jax.tree.map(jnp.asarray, random_params(TINY_MODEL, seed=1))
-    rank = TINY_MODEL.hidden_dim
+    base = jax.tree.map(jnp.asarray, random_params(SMALL, seed=1))
+    rank = SMALL.hidden_dim
     c = 0.5  # A = c Q, alpha chosen so that scale = alpha / rank = 1 / c
     lora = LoraConfig(rank=rank, alpha=rank / c, targets=SQUARE_IN)
     adapters = init_adapters(lora, base)
@@ -60,7 +63,7 @@ def test_full_rank_lora_takes_full_fine_tuning_first_step(optimizer: str) -> Non
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lr) if optimizer == "sgd" else AdamConfig(learning_rate=lr, warmup=0, weight_decay=0.0,
                                                               max_grad_norm=None).at_rate(lr)
     full = _first_step(base, tx)
-    objective = lm_objective(transformed_llama(TINY_MODEL), jnp.float32,
+    objective = lm_objective(transformed_llama(SMALL), jnp.float32,
                              params_of=lambda trained, frozen: fold(frozen, trained, lora.scale))
     stepped = _first_step(adapters, tx, objective, frozen=base)
     adapted = fold(base, stepped, lora.scale)
@@ -74,7 +77,7 @@ def test_full_rank_lora_takes_full_fine_tuning_first_step(optimizer: str) -> Non
         else:  # frozen: only the adapters train
             for name, value in names.items():
                 np.testing.assert_array_equal(np.asarray(adapted[module][name]), np.asarray(value))
-    assert moved == 4 * TINY_MODEL.num_layers
+    assert moved == 4 * SMALL.num_layers
 
 
 def test_adapters_start_at_zero_and_fold_batched_over_leading_axes() -> None:
@@ -136,7 +139,3 @@ def test_a_lora_run_trains_and_checkpoints_only_adapters_and_reads_back_folded(t
     model = transformed_llama(model_config)
     loss = float(jax.jit(lambda p, b: loss_fn(model, p, b, jnp.float32))(folded, batch))
     assert loss == pytest.approx(result.val_loss, rel=1e-5)
-
-    # Resuming the finished run restores the adapters and their optimizer state, not the base.
-    again = main(config, out)
-    assert again.start_step == 4 and again.val_loss == pytest.approx(result.val_loss, rel=1e-6)

@@ -196,14 +196,17 @@ def built(trained_prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     base = tiny_model(steps=20)
     settings = dict(batch_size=4, num_train_steps=3, eval_batches=2, eval_every=3,
                     optimizer=AdamConfig(learning_rate=3e-3, warmup=0, weight_decay=0.0))
-    full = dpo("checkpoints/dpo-0.1", base, prefs, beta=0.1, **settings)
+    full = dpo("checkpoints/dpo-0.1", base, prefs, beta=0.1, ema=0.5, **settings)
     lora = dpo("checkpoints/dpo-lora", base, prefs, beta=0.1, lora=LoraConfig(rank=4, alpha=8.0), **settings)
     folded = merge_lora("checkpoints/dpo-lora-merged", lora)
     merged = merge_checkpoints("checkpoints/tiny-merge", base, steps=[10, 20], weights=[1.0, 3.0])
     evals = {label: evaluate(f"evals/{label}", model, {"tiny": data})
              for label, model in (("lora", lora), ("folded", folded), ("merged", merged), ("full", full))}
-    export = export_hf("hf/dpo-lora", lora)
-    result = runner(prefix).run([*evals.values(), export])
+    evals["full-ema"] = evaluate("evals/full-ema", full, {"tiny": data}, ema=True)
+    further = train_lm("checkpoints/from-merge", "v1", TINY, AdamConfig(learning_rate=1e-3, warmup=0), {data: 1.0}, 4, 32,
+                       2, eval_every=0, initialize_from=checkpoint(merged))
+    exports = [export_hf("hf/dpo-lora", lora), export_hf("hf/tiny-merge", merged)]
+    result = runner(prefix).run([*evals.values(), *exports, further])
     assert result.ok, [(s.name, s.error) for s in result.failed]
     return {"prefix": prefix, "result": result, "prefs": prefs, "base": base, "settings": settings}
 
@@ -218,7 +221,8 @@ def test_a_beta_sweep_scores_the_reference_once_and_a_new_beta_scores_nothing_ag
     # The DPO run without a reference read the reference step every run from this model and data shares.
     assert names.count("tokenized/prefs/reference/checkpoints/tiny") == 1
     assert "reference/" not in " ".join(n for n in names if n.startswith("checkpoints/dpo-lora"))
-    sweep = [dpo(f"checkpoints/dpo-{beta}", base, prefs, beta=beta, **built["settings"]) for beta in (0.1, 0.2, 0.3, 0.5)]
+    sweep = [dpo(f"checkpoints/dpo-{beta}", base, prefs, beta=beta, ema=0.5, **built["settings"])
+             for beta in (0.1, 0.2, 0.3, 0.5)]
     plan = runner(built["prefix"]).plan(sweep)
     actions = {p.name: p.action.value for p in plan.steps}
     assert [n for n in actions if "reference" in n] == ["tokenized/prefs/reference/checkpoints/tiny"]
@@ -238,7 +242,10 @@ def test_a_dpo_run_logs_its_preference_metrics_and_is_a_model(built: dict) -> No
     summary = json.loads(fs.read_text(fs.join(out, "train_summary.json")))
     assert summary["initial_val_reward_accuracy"] == 0.5 and summary["steps"] == 3
     assert fs.exists(fs.join(out, "tokenizer.json")) and fs.exists(fs.join(out, "chat_template.json"))
-    assert np.isfinite(_loss(built["result"], "evals/full"))
+    # Evaluated like any model, and so is the average of its parameters it kept (ema=0.5).
+    assert np.isfinite(_loss(built["result"], "evals/full")) and np.isfinite(_loss(built["result"], "evals/full-ema"))
+    assert _loss(built["result"], "evals/full") != _loss(built["result"], "evals/full-ema")
+    assert fs.exists(fs.join(out, "final", "ema_params.npz"))
 
 
 def test_a_lora_merge_scores_as_the_adapted_model_and_exports_folded(built: dict) -> None:
@@ -279,3 +286,7 @@ def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict
             expected = (0.25 * value.astype(np.float64) + 0.75 * np.asarray(final[module][name], np.float64))
             np.testing.assert_array_equal(np.asarray(merged[module][name]), expected.astype(np.float32))
     assert np.isfinite(_loss(result, "evals/merged"))
+    # ... a model to export and to train further.
+    assert (Path(result.by_name("hf/tiny-merge").output_path) / "model.safetensors").exists()
+    summary = json.loads(fs.read_text(fs.join(result.by_name("checkpoints/from-merge").output_path, "train_summary.json")))
+    assert summary["steps"] == 2
