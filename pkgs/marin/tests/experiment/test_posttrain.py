@@ -25,6 +25,7 @@ from marin.experiment import (
     merge_lora,
     preference_chat,
     reference_logprobs,
+    story_preferences,
     train_lm,
 )
 from marin.experiment.chat.template import DEFAULT_CHAT_TEMPLATE
@@ -167,6 +168,11 @@ def test_bad_post_training_arguments_are_one_line_errors_naming_the_handle_and_a
         reference_logprobs("r", base, data)
     with pytest.raises(InvalidStep, match=r"^dpo 'd': model: model must be a train_lm"):
         dpo("d", "not a model", prefs, beta=0.1)
+    other = preference_chat("tokenized/other", _jsonl(tmp_path / "o.jsonl", _rows(6)), tokenizer)
+    with pytest.raises(InvalidStep, match=r"^dpo 'd': reference r scores tokenized/other, not this run's data "):
+        dpo("d", base, prefs, beta=0.1, reference=reference_logprobs("r", base, other))
+    with pytest.raises(InvalidStep, match=r"^story_preferences 'p': num_pairs must be an int >= 2, got 1$"):
+        story_preferences("p", num_pairs=1)
     wide = train_lm("checkpoints/wide", "v1", dataclasses.replace(TINY, hidden_dim=32), AdamConfig(), {data: 1.0}, 4, 32, 20)
     with pytest.raises(InvalidStep, match=r"^merge_checkpoints 'm': checkpoints from runs of different shapes: "
                                           r"checkpoints/tiny and checkpoints/wide differ in hidden_dim 16 != 32$"):
@@ -286,7 +292,13 @@ def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict
             expected = (0.25 * value.astype(np.float64) + 0.75 * np.asarray(final[module][name], np.float64))
             np.testing.assert_array_equal(np.asarray(merged[module][name]), expected.astype(np.float32))
     assert np.isfinite(_loss(result, "evals/merged"))
-    # ... a model to export and to train further.
+    # ... a model, that marin gc removes only when told (it holds final parameters, no checkpoint) ...
+    from marin.execution.store.step_record import StepRecord
+    from marin.execution.store.usage import build_size
+
+    built_size = build_size(StepRecord(out))
+    assert built_size is not None and built_size.model
+    # ... to export and to train further.
     assert (Path(result.by_name("hf/tiny-merge").output_path) / "model.safetensors").exists()
     summary = json.loads(fs.read_text(fs.join(result.by_name("checkpoints/from-merge").output_path, "train_summary.json")))
     assert summary["steps"] == 2

@@ -18,6 +18,7 @@ import json
 import random
 from dataclasses import dataclass
 
+from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import StepHandle
 
 __all__ = ["StoryPreferences", "StoryPreferencesConfig", "story_preference", "story_preferences"]
@@ -76,5 +77,13 @@ class StoryPreferences(StepHandle, fn=generate_story_preferences_step):
 
 def story_preferences(name: str = "raw/story-preferences", num_pairs: int = 2000, seed: int = 1,
                       first_index: int = 0) -> StoryPreferences:
-    """The bundled preference set: right and wrong answers about generated stories (nothing downloaded)."""
-    return StoryPreferences(name, StoryPreferencesConfig(num_pairs=num_pairs, seed=seed, first_index=first_index))
+    """The bundled preference set: right and wrong answers about generated stories (nothing downloaded).
+
+    Raises:
+        InvalidStep: a bad argument, naming the handle and the argument.
+    """
+    try:
+        config = StoryPreferencesConfig(num_pairs=num_pairs, seed=seed, first_index=first_index)
+    except ValueError as e:
+        raise InvalidStep(f"story_preferences {name!r}: {e}") from None
+    return StoryPreferences(name, config)
