@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.e2e import ROOT, actions, builds_experiments, clean_env, entry, experiments_prefix, plan_json
+from testsupport.e2e import (
+    ROOT,
+    actions,
+    builds_experiments,
+    clean_env,
+    entry,
+    experiments_prefix,
+    marin,
+    plan_json,
+)
 
 BETAS = ("0.1", "0.3", "1.0")
 DPO_FILE = "experiments/tutorials/dpo_nano.py"
@@ -77,3 +86,9 @@ def test_the_mean_of_the_last_four_checkpoints_beats_the_last_one(tmp_path_facto
     assert [m["checkpoint"] for m in merge["merged"]] == [25, 30, 35, "final"]
     assert loss["merge of the last 4"] < loss["last checkpoint"], loss
     print("validation loss: " + ", ".join(f"{k} {v:.4f}" for k, v in loss.items()))
+    # marin compare puts the merge beside the runs it is compared with.
+    compared = json.loads(marin("compare", "experiments/tutorials/merge_nano.py", "--format", "json",
+                                env=clean_env(MARIN_PREFIX=str(prefix))).stdout)
+    by_name = {row["name"]: row["metrics"].get("tinystories.loss") for row in compared["rows"]}
+    assert by_name["checkpoints/nano-constant-merge-last4"] == loss["merge of the last 4"]
+    assert by_name["checkpoints/nano-constant-cooldown"] == loss["cooldown branch"]

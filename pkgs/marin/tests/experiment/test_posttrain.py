@@ -171,6 +171,9 @@ def test_bad_post_training_arguments_are_one_line_errors_naming_the_handle_and_a
     other = preference_chat("tokenized/other", _jsonl(tmp_path / "o.jsonl", _rows(6)), tokenizer)
     with pytest.raises(InvalidStep, match=r"^dpo 'd': reference r scores tokenized/other, not this run's data "):
         dpo("d", base, prefs, beta=0.1, reference=reference_logprobs("r", base, other))
+    with pytest.raises(InvalidStep, match=r"^dpo 'd': reference r scores in float32, this run computes in bfloat16; "
+                                          r"give reference_logprobs\(\.\.\., compute_dtype='bfloat16'\)$"):
+        dpo("d", base, prefs, beta=0.1, compute_dtype="bfloat16", reference=reference_logprobs("r", base, prefs))
     with pytest.raises(InvalidStep, match=r"^story_preferences 'p': num_pairs must be an int >= 2, got 1$"):
         story_preferences("p", num_pairs=1)
     wide = train_lm("checkpoints/wide", "v1", dataclasses.replace(TINY, hidden_dim=32), AdamConfig(), {data: 1.0}, 4, 32, 20)

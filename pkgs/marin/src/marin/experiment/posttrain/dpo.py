@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
-from levanter.config import TrainLmConfig
+from levanter.config import ComputeDtype, TrainLmConfig
 from levanter.data.spec import DatasetSpec
 from levanter.dpo.config import DpoConfig, DpoRunConfig
 from levanter.initialize import TrainedModel
@@ -75,12 +75,16 @@ class Dpo(TrainedModelHandle, fn=dpo_step):
         return self.config.train
 
 
-def _reference(name: str, model: Any, data: Any, reference: Any, lora: LoraConfig | None) -> Any:
+def _reference(name: str, model: Any, data: Any, reference: Any, lora: LoraConfig | None, dtype: ComputeDtype) -> Any:
     """The reference log-probs step ``dpo`` compares with (None: a LoRA run's own base)."""
     if isinstance(reference, ReferenceLogprobs):
         if reference.config.data != data:
             raise InvalidStep(f"dpo {name!r}: reference {reference.name} scores {lower(reference.config.data).name}, "
                               f"not this run's data {lower(data).name}")
+        if reference.config.compute_dtype is not dtype:
+            raise InvalidStep(f"dpo {name!r}: reference {reference.name} scores in {reference.config.compute_dtype.value}, "
+                              f"this run computes in {dtype.value}; give reference_logprobs(..., "
+                              f"compute_dtype={dtype.value!r})")
         return reference
     if reference is None and lora is not None:
         return None
@@ -90,7 +94,8 @@ def _reference(name: str, model: Any, data: Any, reference: Any, lora: LoraConfi
     except ValueError:
         raise InvalidStep(f"dpo {name!r}: reference must be a reference_logprobs(...) handle, a trained model or None "
                           f"(the starting model), got {type(reference).__name__}") from None
-    return reference_logprobs(f"{lower(data).name}/reference/{lower(ref_model).name}", ref_model, data)
+    return reference_logprobs(f"{lower(data).name}/reference/{lower(ref_model).name}", ref_model, data,
+                              compute_dtype=dtype)
 
 
 def dpo(name: str, model: Any, data: Any, *, beta: float, loss: str = "sigmoid", reference: Any = None,
@@ -128,7 +133,12 @@ def dpo(name: str, model: Any, data: Any, *, beta: float, loss: str = "sigmoid",
         start_config = training_config(model)
     except ValueError as e:
         raise InvalidStep(f"dpo {name!r}: model: {e}") from None
-    ref = _reference(name, model, data, reference, lora)
+    try:
+        dtype = ComputeDtype(settings.get("compute_dtype", ComputeDtype.FLOAT32))
+    except ValueError:
+        raise InvalidStep(f"dpo {name!r}: compute_dtype must be one of {[d.value for d in ComputeDtype]}, "
+                          f"got {settings['compute_dtype']!r}") from None
+    ref = _reference(name, model, data, reference, lora, dtype)
     try:
         loss_config = DpoConfig(beta=beta, loss=loss, label_smoothing=label_smoothing)
         train = TrainLmConfig.from_settings(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from levanter.config import ComputeDtype
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.step import Step
@@ -33,6 +34,9 @@ class ReferenceLogprobsConfig:
     """The tokenized preference pairs (a ``preference_chat(...)`` handle)."""
     ema: bool = False
     """Score with the model's average of its parameters (``ema=`` of its training) instead."""
+    compute_dtype: ComputeDtype = ComputeDtype.FLOAT32
+    """Precision of the forward pass: the DPO runs that read the log-probs compute in the same one,
+    so that a policy that is still its reference has a margin of 0."""
     batch_size: int = unhashed_field(default=8)
     """Pairs scored at once (does not change the log-probs)."""
 
@@ -42,7 +46,8 @@ def reference_logprobs_step(config: ReferenceLogprobsConfig, output_path: str) -
     """Step function: score every pair of every split with the reference model."""
     from levanter.dpo.reference import score_pairs
 
-    counts = score_pairs(str(config.model), str(config.data), output_path, batch_size=config.batch_size, ema=config.ema)
+    counts = score_pairs(str(config.model), str(config.data), output_path, batch_size=config.batch_size, ema=config.ema,
+                         compute_dtype=ComputeDtype(config.compute_dtype).jnp)
     print("reference log-probs of " + ", ".join(f"{n} {split} pairs" for split, n in counts.items()))
 
 
@@ -59,7 +64,8 @@ def check_preference_data(handle: str, name: str, data: Any) -> None:
                       f"got {type(data).__name__} {shown}")
 
 
-def reference_logprobs(name: str, model: Any, data: Any, *, ema: bool = False, batch_size: int = 8,
+def reference_logprobs(name: str, model: Any, data: Any, *, ema: bool = False,
+                       compute_dtype: ComputeDtype | str = ComputeDtype.FLOAT32, batch_size: int = 8,
                        version: str = "v1") -> ReferenceLogprobs:
     """A step scoring every pair of ``data`` with ``model``'s final parameters (the DPO reference).
 
@@ -68,6 +74,7 @@ def reference_logprobs(name: str, model: Any, data: Any, *, ema: bool = False, b
         model: a trained model: a ``train_lm(...)`` handle (the SFT model), or any model handle.
         data: a ``preference_chat(...)`` handle.
         ema: score with the model's average of its parameters (it must train with ``ema=``).
+        compute_dtype: ``"float32"`` or ``"bfloat16"``: the precision of the DPO runs that read it.
         batch_size: pairs scored at once (not part of the step's identity).
 
     Raises:
@@ -83,5 +90,11 @@ def reference_logprobs(name: str, model: Any, data: Any, *, ema: bool = False, b
         raise InvalidStep(f"reference_logprobs {name!r}: ema=True, but {lower(model).name} trains without ema=")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise InvalidStep(f"reference_logprobs {name!r}: batch_size must be a positive int, got {batch_size!r}")
+    try:
+        dtype = ComputeDtype(compute_dtype)
+    except ValueError:
+        raise InvalidStep(f"reference_logprobs {name!r}: compute_dtype must be one of "
+                          f"{[d.value for d in ComputeDtype]}, got {compute_dtype!r}") from None
     return ReferenceLogprobs(name=name, config=ReferenceLogprobsConfig(model=model, data=data, ema=ema,
-                                                                       batch_size=batch_size), version=version)
+                                                                       compute_dtype=dtype, batch_size=batch_size),
+                             version=version)
