@@ -14,7 +14,7 @@ export UV_PYTHON_DOWNLOADS := never
 # mkdocs-material's banner about its successor, printed on every build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help setup test test-fast lint lint-code docs bench bench-peers train-nano experiments nix-check soak clean
+.PHONY: help setup wheelhouse test test-fast lint lint-code docs bench bench-peers train-nano experiments nix-check soak clean
 
 help:
 	@echo "make setup       create .venv from uv.lock (installs uv if missing)"
@@ -27,14 +27,42 @@ help:
 	@echo "                 WARC -> text -> language beside datatrove (in .venv-bench)"
 	@echo "make lint        ruff, import-linter, pyright (basic mode, via basedpyright), the docs site (--strict)"
 	@echo "make docs        the documentation site (mkdocs.yml) into build/site"
+	@echo "make wheelhouse PLATFORM=manylinux_2_28_x86_64 [PYTHON_VERSION=3.11] [EXCLUDE=...] [PRUNE=...]"
+	@echo "                 every wheel the lock pins, for a host without an index (then, there:"
+	@echo "                 make setup WHEELHOUSE=build/wheelhouse); see docs/scaling.md"
 
 $(UV):
 	$(PYTHON) -m pip install --user --quiet "uv>=0.5"
 
+# A host without a package index (docs/scaling.md): `make wheelhouse` (here, with an index) writes
+# every wheel the lock pins for PLATFORM and PYTHON_VERSION into WHEELHOUSE_OUT, leaving out EXCLUDE
+# (packages the host has: its JAX) and PRUNE (packages it cannot use, with what only they need: Ray);
+# SPLIT_MIB also writes parts of at most that size, WITH_UV=0 leaves uv's own wheel out. There,
+# `make setup WHEELHOUSE=dir` installs from that folder alone (uv too, if missing), into an environment
+# that sees the host's own packages with SYSTEM_SITE_PACKAGES=1; HOST_INDEX=url installs what was left
+# out and the host lacks from its own index. Parts are installed in order, each with `make setup WHEELHOUSE=part`.
+PYTHON_VERSION ?= 3.11
+WHEELHOUSE_OUT ?= build/wheelhouse
+WITH_UV ?= 1
+WHEELHOUSE_FLAGS = $(if $(SYSTEM_SITE_PACKAGES),--system-site-packages) $(if $(HOST_INDEX),--host-index $(HOST_INDEX))
+
+wheelhouse: | $(UV)
+	@test -n "$(PLATFORM)" || { echo "make wheelhouse: give PLATFORM=<a wheel platform tag>, e.g. manylinux_2_28_x86_64" >&2; exit 2; }
+	PATH="$(dir $(UV)):$$PATH" $(PYTHON) nix/wheelhouse.py build --out $(WHEELHOUSE_OUT) --platform $(PLATFORM) \
+		--python-version $(PYTHON_VERSION) --exclude "$(EXCLUDE)" --prune "$(PRUNE)" \
+		$(if $(SPLIT_MIB),--split-mib $(SPLIT_MIB)) $(if $(filter 0,$(WITH_UV)),--no-uv)
+
+ifdef WHEELHOUSE
+# The stamp is touched once the environment is complete (after the last part).
+$(VENV)/.synced: $(WHEELHOUSE)/wheelhouse.json
+	$(PYTHON) nix/wheelhouse.py install $(WHEELHOUSE) --venv $(VENV) --stamp $@ $(WHEELHOUSE_FLAGS)
+	@if [ -e $@ ]; then $(RUN)python $(COMPILE_BYTECODE) pkgs/*/src >/dev/null; fi
+else
 $(VENV)/.synced: uv.lock pyproject.toml $(wildcard pkgs/*/pyproject.toml) | $(UV)
 	$(UV) sync --frozen --all-packages
 	@$(RUN)python $(COMPILE_BYTECODE) $(VENV)/lib pkgs/*/src >/dev/null
 	@touch $@
+endif
 
 setup: $(VENV)/.synced
 

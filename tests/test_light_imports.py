@@ -66,3 +66,16 @@ def test_the_console_script_answers_a_noop_run_before_importing_click_or_the_eng
             "print(sorted(m for m in ('click', 'json', 're', 'typing', 'collections', 'rigging', 'marin.execution', "
             "'marin.cli.group') if m in sys.modules))")
     assert _fresh(code).strip() == "[]"
+
+
+def test_a_run_with_nothing_to_build_hides_the_accelerator_without_loading_clients_or_admission(tmp_path) -> None:
+    # Every run finds the host's accelerator (to hide it from itself); one that builds nothing must
+    # still pay for neither fray's clients, nor its request types, nor iris's admission.
+    code = ("import sys; from marin.execution.run.runner import StepRunner; import benchmarks.chain_steps as c; "
+            "r = StepRunner(prefix=sys.argv[1], config=None, max_parallel=1); ok = r.run(c.chain(3)).ok; r.close(); "
+            "print(ok, sorted(m for m in ('fray.local', 'fray.resources', 'iris.admission') if m in sys.modules))")
+    prefix = str(tmp_path / "store")
+    first = subprocess.run([sys.executable, "-c", code, prefix], capture_output=True, text=True, check=True).stdout
+    again = subprocess.run([sys.executable, "-c", code, prefix], capture_output=True, text=True, check=True).stdout
+    assert first.split()[0] == "True" and "iris.admission" in first  # it built: admission was asked
+    assert again.strip() == "True []"

@@ -125,6 +125,24 @@ def test_env_values_are_parsed(ws, user_file):
     assert config.lease_ttl == 12.5
 
 
+def test_accelerator_settings_from_a_file_and_the_environment(ws, user_file):
+    write_yaml(ws / "config" / "marin.yaml", {"accelerator": "gpu:H100:8", "accelerator_slots": 2,
+                                              "accelerator_wait": "2m", "accelerator_lock": "~/held"})
+    config = discover(ws, user_file)
+    assert (config.accelerator, config.accelerator_slots, config.accelerator_wait) == ("gpu:H100:8", 2, 120.0)
+    assert config.accelerator_lock == os.path.expanduser("~/held")
+    assert config.sources["accelerator"].endswith("marin.yaml")
+    stated = discover(ws, user_file, env={"MARIN_ACCELERATOR": " v5e-1 ", "MARIN_ACCELERATOR_WAIT": "45",
+                                          "MARIN_ACCELERATOR_ENV": "{}"})  # the last: the runner's plumbing
+    assert (stated.accelerator, stated.accelerator_wait) == ("v5e-1", 45.0)
+    assert discover(ws, user_file, env={"MARIN_ACCELERATOR": "auto"}).accelerator is None
+    for bad, why in (("tpu", "expected auto, none"), ("v5e", "expected auto, none")):
+        with pytest.raises(ConfigError, match=f"MARIN_ACCELERATOR.*{why}"):
+            discover(ws, user_file, env={"MARIN_ACCELERATOR": bad})
+    with pytest.raises(ConfigError, match="MARIN_ACCELERATOR_WAIT"):
+        discover(ws, user_file, env={"MARIN_ACCELERATOR_WAIT": "-1"})
+
+
 def test_config_is_frozen(ws, user_file):
     with pytest.raises(dataclasses.FrozenInstanceError):
         discover(ws, user_file).prefix = "x"  # type: ignore[misc]

@@ -1,4 +1,9 @@
-"""Admission: running jobs never ask for more CPUs, memory or accelerators together than a host has."""
+"""Admission: running jobs never ask for more CPUs, memory or accelerators together than a host has.
+
+A host's accelerator (:class:`~iris.accelerator.HostAccelerator`) is shared in *slots*: a job
+asking for any of it takes whole slots (:meth:`MachineCapacity.total`), and an admitted job knows
+which (:attr:`Admission.slots`), to be given only their devices.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from iris.accelerator import AcceleratorKind, HostAccelerator
 from iris.cluster import ResourceConfig
 
 __all__ = [
@@ -36,14 +42,21 @@ class MachineCapacity:
         memory: bytes of memory.
         gpus: GPUs.
         tpu_chips: TPU chips.
+        accelerator: the host's accelerator, when jobs on it share it in slots (its devices are
+            then ``gpus`` or ``tpu_chips``, which it sets); None: devices are counted one by one.
     """
 
     cpus: float
     memory: int
     gpus: int = 0
     tpu_chips: int = 0
+    accelerator: HostAccelerator | None = None
 
     def __post_init__(self) -> None:
+        if self.accelerator is not None:
+            tpu = self.accelerator.kind is AcceleratorKind.TPU
+            object.__setattr__(self, "tpu_chips", self.accelerator.count if tpu else 0)
+            object.__setattr__(self, "gpus", 0 if tpu else self.accelerator.count)
         if not self.cpus > 0:
             raise ValueError(f"cpus must be > 0, got {self.cpus!r}")
         if self.memory < 0:
@@ -54,12 +67,47 @@ class MachineCapacity:
             raise ValueError(f"tpu_chips must be >= 0, got {self.tpu_chips!r}")
 
     @classmethod
-    def detect(cls) -> MachineCapacity:
-        """This machine: the CPUs this process may use and its total memory (no accelerators)."""
-        return cls(cpus=float(len(os.sched_getaffinity(0))), memory=int(psutil.virtual_memory().total))
+    def detect(cls, accelerator: HostAccelerator | None = None) -> MachineCapacity:
+        """This machine: the CPUs this process may use, its total memory and ``accelerator``
+        (found by :func:`iris.accelerator.detect_accelerator` or stated by the configuration)."""
+        return cls(cpus=float(len(os.sched_getaffinity(0))), memory=int(psutil.virtual_memory().total),
+                   accelerator=accelerator)
 
     def as_demand(self) -> Demand:
         return Demand(cpus=self.cpus, memory=self.memory, gpus=self.gpus, tpu_chips=self.tpu_chips)
+
+    def slots_needed(self, resources: ResourceConfig) -> int:
+        """Slots of the accelerator a job asking ``resources`` takes here (0 without a shared accelerator).
+
+        Raises:
+            ResourcesTooLarge: it asks for an accelerator this host does not have, or more of it.
+        """
+        if self.accelerator is None:
+            return 0
+        try:
+            return self.accelerator.slots_needed(resources)
+        except ValueError as e:
+            raise ResourcesTooLarge(f"{e}; ask for what this host has, leave resources= unset to use its "
+                                    "accelerator, or run it on a cluster (--backend ray)") from None
+
+    def per_host(self, resources: ResourceConfig) -> Demand:
+        """What ``resources`` takes of each of its hosts, its accelerator in whole slots."""
+        demand = Demand.per_host(resources)
+        if self.accelerator is None or resources.accelerator is None:
+            return demand
+        devices = self.slots_needed(resources) * self.accelerator.slot_size
+        if self.accelerator.kind is AcceleratorKind.TPU:
+            return Demand(demand.cpus, demand.memory, 0, devices)
+        return Demand(demand.cpus, demand.memory, devices, 0)
+
+    def total(self, resources: ResourceConfig) -> Demand:
+        """What ``resources`` takes here with all its hosts' processes on this one (local runs)."""
+        if self.accelerator is None or resources.accelerator is None:
+            return Demand.total(resources)
+        whole = Demand.per_host(resources).scaled(resources.num_hosts)
+        # Slots are counted over all the job's chips together: they all run here.
+        one = self.per_host(resources)
+        return Demand(whole.cpus, whole.memory, one.gpus, one.tpu_chips)
 
 
 @dataclass(frozen=True)
@@ -143,7 +191,7 @@ def check_fits(resources: ResourceConfig, capacity: MachineCapacity, *, what: st
     Args:
         demand: the amount to check (default: everything the job asks, all hosts on one machine).
     """
-    demand = demand if demand is not None else Demand.total(resources)
+    demand = demand if demand is not None else capacity.total(resources)
     shortfalls = demand.shortfalls(capacity.as_demand())
     if shortfalls:
         raise ResourcesTooLarge(
@@ -172,18 +220,24 @@ def check_fits_cluster(resources: ResourceConfig, hosts: list[MachineCapacity], 
 
 
 class Admission:
-    """Resources held by one admitted job; release them with :meth:`release` or ``with``."""
+    """Resources held by one admitted job; release them with :meth:`release` or ``with``.
 
-    def __init__(self, controller: AdmissionController, demand: Demand):
+    Attributes:
+        demand: what it holds.
+        slots: the slots of the host's accelerator it holds (their devices are its own), in order.
+    """
+
+    def __init__(self, controller: AdmissionController, demand: Demand, slots: tuple[int, ...] = ()):
         self._controller = controller
         self.demand = demand
+        self.slots = slots
         self._released = False
 
     def release(self) -> None:
         """Give the resources back (idempotent)."""
         if not self._released:
             self._released = True
-            self._controller._release(self.demand)
+            self._controller._release(self.demand, self.slots)
 
     def __enter__(self) -> Admission:
         return self
@@ -207,6 +261,15 @@ class AdmissionController:
         self.capacity = capacity if capacity is not None else MachineCapacity.detect()
         self._ledger = Ledger(self.capacity)
         self._changed = threading.Condition()
+        accelerator = self.capacity.accelerator
+        self._free_slots = list(range(accelerator.slots)) if accelerator is not None else []
+
+    @property
+    def accelerator_in_use(self) -> bool:
+        """Whether an admitted job holds a slot of the host's accelerator now."""
+        accelerator = self.capacity.accelerator
+        with self._changed:
+            return accelerator is not None and len(self._free_slots) < accelerator.slots
 
     @property
     def in_use(self) -> Demand:
@@ -224,12 +287,18 @@ class AdmissionController:
             ResourcesTooLarge: it would never fit.
         """
         self.check_fits(resources)
-        demand = Demand.total(resources)
+        demand = self.capacity.total(resources)
         with self._changed:
             if not self._ledger.can_take(demand):
                 return None
-            self._ledger.take(demand)
-        return Admission(self, demand)
+            return self._take(resources, demand)
+
+    def _take(self, resources: ResourceConfig, demand: Demand) -> Admission:
+        """Take ``demand`` (it fits) and the lowest free slots it needs; under the lock."""
+        self._ledger.take(demand)
+        wanted = self.capacity.slots_needed(resources)
+        slots, self._free_slots = tuple(self._free_slots[:wanted]), self._free_slots[wanted:]
+        return Admission(self, demand, slots)
 
     def admit(self, resources: ResourceConfig, timeout: float | None = None) -> Admission:
         """Wait until the job fits next to what runs, then admit it.
@@ -239,7 +308,7 @@ class AdmissionController:
             TimeoutError: it did not fit within ``timeout`` seconds.
         """
         self.check_fits(resources)
-        demand = Demand.total(resources)
+        demand = self.capacity.total(resources)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while not self._ledger.can_take(demand):
@@ -247,10 +316,10 @@ class AdmissionController:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no room for {demand} within {timeout}s (in use: {self._ledger.used})")
                 self._changed.wait(remaining)
-            self._ledger.take(demand)
-        return Admission(self, demand)
+            return self._take(resources, demand)
 
-    def _release(self, demand: Demand) -> None:
+    def _release(self, demand: Demand, slots: tuple[int, ...] = ()) -> None:
         with self._changed:
             self._ledger.give_back(demand)
+            self._free_slots = sorted(self._free_slots + list(slots))
             self._changed.notify_all()

@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from iris.admission import Demand, Ledger, MachineCapacity, ResourcesTooLarge, check_fits
+from iris.admission import Ledger, MachineCapacity, ResourcesTooLarge, check_fits
 from iris.cluster import ResourceConfig
 
 __all__ = ["Placement", "Priority", "SimCluster", "SimResult", "SimStep", "critical_path", "simulate", "work_bound"]
@@ -156,7 +156,7 @@ def work_bound(steps: Sequence[SimStep], cluster: SimCluster) -> float:
         capacity = getattr(cluster.host, field) * cluster.num_hosts
         if capacity <= 0:
             continue
-        work = sum(s.duration * getattr(Demand.per_host(s.resources), field) * s.resources.num_hosts for s in steps)
+        work = sum(s.duration * getattr(cluster.host.per_host(s.resources), field) * s.resources.num_hosts for s in steps)
         bounds.append(work / capacity)
     return max(bounds)
 
@@ -218,7 +218,7 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
         now = active[0][0]
         while active and active[0][0] <= now:
             _, _, s, hosts = heapq.heappop(active)
-            demand = Demand.per_host(s.resources)
+            demand = cluster.host.per_host(s.resources)
             for i in hosts:
                 ledgers[i].give_back(demand)
             for u in users[s.name]:
@@ -243,7 +243,7 @@ def _check_can_run(order: Sequence[SimStep], cluster: SimCluster, running: Mappi
             raise ResourcesTooLarge(
                 f"step {s.name!r} spans {s.resources.num_hosts} hosts; the cluster has {cluster.num_hosts}"
             )
-        check_fits(s.resources, cluster.host, what=f"a host (for step {s.name!r})", demand=Demand.per_host(s.resources))
+        check_fits(s.resources, cluster.host, what=f"a host (for step {s.name!r})", demand=cluster.host.per_host(s.resources))
 
 
 def _dependents(order: Sequence[SimStep]) -> dict[str, list[SimStep]]:
@@ -258,7 +258,7 @@ def _dependents(order: Sequence[SimStep]) -> dict[str, list[SimStep]]:
 def _place(step: SimStep, ledgers: list[Ledger]) -> tuple[int, ...] | None:
     """Take the hosts ``step`` needs from ``ledgers`` (the first that can take its per-host
     demand), or None, taking nothing, when too few can."""
-    demand = Demand.per_host(step.resources)
+    demand = ledgers[0].capacity.per_host(step.resources)
     hosts = [i for i, ledger in enumerate(ledgers) if ledger.can_take(demand)][: step.resources.num_hosts]
     if len(hosts) < step.resources.num_hosts:
         return None

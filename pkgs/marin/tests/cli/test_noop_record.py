@@ -105,14 +105,22 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
     assert noop.why_changed(record, key) is None
 
     def changes(*expected: tuple[Path, str]) -> None:
-        """Each of ``expected`` is a reason the record no longer holds, and nothing else is."""
+        """Each of ``expected`` is a reason the record no longer holds, and nothing else is (a path's
+        ``stat`` changed, or another question about it got another answer: ``asked``)."""
         found = set()
         while (why := noop.why_changed(record, key)) is not None:
+            if ": " in why and " was " in why:  # another question: "PATH: KIND was X, now Y"
+                path = why.partition(": ")[0]
+                assert (Path(path), "asked") in expected, why
+                found.add((Path(path), "asked"))
+                for check in record["checks"]:
+                    if check[1] == path:
+                        check[3] = noop.ask(check[0], path, check[2])  # as if recorded again
+                continue
             path, _, what = why.partition(" ")
             assert (Path(path), what) in expected, why
             found.add((Path(path), what))
-            st = None if what == "is gone" else os.stat(path)
-            record["paths"][path] = None if st is None else noop.stat_key(st)  # as if recorded again
+            record["paths"][path] = noop.ask(noop.STAT, path)  # as if recorded again
         assert found == set(expected)
 
     (exp / "exp.py").write_text((exp / "exp.py").read_text() + "\n# edited\n")
@@ -129,7 +137,7 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
     changes((exp / "data", "changed"), (exp / "data" / "b.txt", "is gone"))
     (exp / "config").mkdir()
     (exp / "config" / "marin.yaml").write_text("prefix: elsewhere\n")  # a configuration file appears
-    changes((exp, "changed"), (exp / "config" / "marin.yaml", "appeared"))
+    changes((exp, "changed"), (exp / "config" / "marin.yaml", "appeared"), (exp / "config" / "marin.yaml", "asked"))
     [root] = (store / ".marin" / "roots").iterdir()  # the run's GC root (marin roots)
     root.unlink()  # dropped (`marin roots rm`): the next run registers it again in full
     assert noop.why_changed(record, key) == f"{root} is gone"
@@ -144,7 +152,7 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
     assert noop.why_changed(record, key) == f"{marker} is no longer in the done index"
 
 
-def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path) -> None:
+def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path, monkeypatch) -> None:
     env = {"HOME": str(tmp_path), "EXPERIMENTS_SCALE": "smoke"}
     base = noop.request_of(["run", "exp.py", "--prefix", "store"], env)
     assert base is not None and not base.verbose
@@ -160,15 +168,21 @@ def test_the_key_covers_the_command_line_and_the_environment(tmp_path: Path) -> 
         (["run", "exp.py", "--prefix=store"], env),
         (["run", "exp.py", "--prefix", "store", "--only", "noop/*"], env),
         (["run", "exp.py", "--prefix", "store", "--only", "-v"], env),
-        (["run", "exp.py", "--prefix", "store", "-j", "2", "--code-changes", "warn", "--require-cached"], env),
+        (["run", "exp.py", "--prefix", "store", "-j", "2", "--code-changes", "warn", "--no-warm-workers"], env),
     ]:
         other = noop.request_of(args, environ)
         assert other is not None and other.key != base.key, args
     for args in (["plan", "exp.py"], ["run"], ["run", "exp.py", "--force", "noop/*"], ["run", "exp.py", "--dry-run"],
                  ["run", "exp.py", "--cache", "c"], ["run", "exp.py", "--strict-env"], ["run", "exp.py", "--no-fast"],
                  ["run", "exp.py", "--code-changes", "rebuild"], ["run", "exp.py", "--code-changes=rebuild"],
-                 ["run", "exp.py", "--backend", "ray"], ["run", "exp.py", "--prefix"], ["--help", "run", "exp.py"]):
+                 ["run", "exp.py", "--backend", "ray"], ["run", "exp.py", "--prefix"], ["--help", "run", "exp.py"],
+                 ["run", "exp.py", "--require-cached"]):  # CI's gate is always answered in full
         assert noop.request_of(args, env) is None, args
+    host = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((host.sysname, "another-host", *host[2:])))
+    elsewhere = noop.request_of(["run", "exp.py", "--prefix", "store"], env)
+    assert elsewhere is not None and elsewhere.key != base.key, "a home shared by hosts: a record per host"
+    monkeypatch.undo()
     assert noop.request_of(["run", "exp.py"], {**env, noop.DISABLE_VARIABLE: "1"}) is None
     assert noop.request_of(["run", "exp.py"], {**env, noop.DISABLE_VARIABLE: "0"}) is not None
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from marin.execution.core.identity import workspace_root
-from marin.execution.store.code_digest import CLOSURE_LIMIT, DEPTH_LIMIT, UNAVAILABLE, CodeDigest, code_digest
+from marin.execution.store import code_digest as code_digest_module
+from marin.execution.store.code_digest import CLOSURE_LIMIT, UNAVAILABLE, CodeDigest, code_digest
 
 _TICK = itertools.count(1)
 
@@ -266,14 +267,33 @@ def test_appeared_and_disappeared_functions_are_named_step_first(pkg: Package) -
     assert pkg.digest("m").changed_since(before) == tuple(f"{pkg.name}.m:{n}" for n in ("step", "new", "old"))
 
 
-def test_the_closure_is_capped_in_depth_and_size(pkg: Package) -> None:
-    chain = "".join(f"def f{i}(x):\n    return f{i + 1}(x)\n\n" for i in range(DEPTH_LIMIT + 5))
-    pkg.write("chain", f"def step(c, o):\n    return f0(c)\n\n{chain}def f{DEPTH_LIMIT + 5}(x):\n    return x\n")
-    assert len(pkg.digest("chain").functions) == DEPTH_LIMIT + 1
-    fan = "".join(f"def g{i}(x):\n    return x\n\n" for i in range(CLOSURE_LIMIT + 20))
-    calls = " + ".join(f"g{i}(c)" for i in range(CLOSURE_LIMIT + 20))
+def test_the_closure_is_followed_to_its_end_and_a_walk_cut_short_says_so(
+        pkg: Package, monkeypatch: pytest.MonkeyPatch) -> None:
+    depth = 40  # the old walk stopped after 8 hops, quietly
+    chain = "".join(f"def f{i}(x):\n    return f{i + 1}(x)\n\n" for i in range(depth))
+    pkg.write("chain", f"def step(c, o):\n    return f0(c)\n\n{chain}def f{depth}(x):\n    return x\n")
+    deep = pkg.digest("chain")
+    assert len(deep.functions) == depth + 2 and deep.incomplete is None
+    assert CLOSURE_LIMIT >= 5_000, "the bound is a safety valve far beyond any real step's closure"
+    monkeypatch.setattr(code_digest_module, "CLOSURE_LIMIT", 25)
+    fan = "".join(f"def g{i}(x):\n    return x\n\n" for i in range(45))
+    calls = " + ".join(f"g{i}(c)" for i in range(45))
     pkg.write("fan", f"def step(c, o):\n    return {calls}\n\n{fan}")
-    assert len(pkg.digest("fan").functions) == CLOSURE_LIMIT
+    cut = pkg.digest("fan")
+    assert len(cut.functions) == 25 and cut.incomplete == "the walk stopped at 25 functions"
+    assert cut.made_otherwise(cut) == "code digest incomplete: the walk stopped at 25 functions"
+    assert CodeDigest.from_json(cut.to_json()).incomplete == cut.incomplete
+
+
+def test_a_name_re_exported_past_what_the_reader_follows_makes_the_digest_incomplete(pkg: Package) -> None:
+    pkg.write("r9", "def target(x):\n    return x\n")
+    for i in range(9):
+        pkg.write(f"r{i}", f"from {pkg.name}.r{i + 1} import target\n")
+    pkg.write("m", f"def step(c, o):\n    from {pkg.name}.r0 import target\n    return target(c)\n")
+    assert "is re-exported more than" in (pkg.digest("m").incomplete or "")
+    pkg.write("m", f"def step(c, o):\n    from {pkg.name}.r5 import target\n    return target(c)\n")
+    near = pkg.digest("m")
+    assert near.incomplete is None and f"{pkg.name}.r9:target" in names(near)
 
 
 def test_a_script_function_is_named_by_its_real_module(pkg: Package, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,3 +326,33 @@ def test_json_round_trip_and_damaged_records(pkg: Package) -> None:
     for damaged in (None, [], {"digest": "x"}, {"digest": "x", "functions": [["only-a-name"]]}):
         with pytest.raises(ValueError):
             CodeDigest.from_json(damaged)
+
+
+def test_the_installed_modules_the_code_reaches_are_named(pkg: Package) -> None:
+    pkg.write("tools", '''
+        import re
+        import numpy as np
+
+        _PATTERN = re.compile("x")
+
+        def helper(x):
+            return np.asarray(x)
+    ''')
+    pkg.write("m", f'''
+        from {pkg.name}.tools import helper
+
+        def step(c, o):
+            import xxhash
+            from tokenizers import Tokenizer
+            return helper(c), xxhash.xxh64(o), Tokenizer
+    ''')
+    digest = pkg.digest("m")
+    assert digest.modules == ("numpy", "tokenizers", "xxhash")  # not re (the standard library), nor the package itself
+    environment = digest.environment()
+    assert {"numpy", "tokenizers", "xxhash", "huggingface-hub", "python"} <= environment.keys()  # with what they require
+    built = CodeDigest.from_json(digest.to_json())
+    assert built.packages == environment and digest.made_otherwise(built) is None
+    older = CodeDigest.from_json({**digest.to_json(), "packages": {**environment, "xxhash": "0.1"}})
+    assert digest.made_otherwise(older) == f"environment changed: xxhash 0.1 → {environment['xxhash']}"
+    unknown = CodeDigest.from_json({k: v for k, v in digest.to_json().items() if k != "packages"})
+    assert digest.made_otherwise(unknown) == "the build recorded no package versions"

@@ -1,11 +1,11 @@
-"""Durations as people write them: ``"2h"``, ``"1h30m"``, ``"7d"``, ``"45s"`` or seconds."""
+"""Durations as people write them (``"2h"``, ``"1h30m"``, ``"7d"``, ``"45s"`` or seconds), and as they read them."""
 
 from __future__ import annotations
 
 import math
 import re
 
-__all__ = ["parse_duration"]
+__all__ = ["format_duration", "parse_duration"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
@@ -30,3 +30,16 @@ def parse_duration(text: str | float) -> float:
     if not seconds > 0 or not math.isfinite(seconds):
         raise ValueError(f"duration must be > 0, got {text!r}")
     return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    """``"3h 10m"``, ``"4m 05s"``, ``"12.3s"``; ``"no estimate"`` for None."""
+    if seconds is None:
+        return "no estimate"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"

@@ -42,6 +42,8 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         click.echo(json.dumps({**the_plan.to_json(), "caches": cache_trust(settings)}, indent=2))
         return
     estimates = the_plan.estimate.steps if the_plan.estimate is not None else {}
+    # Where each step runs, when some step to run uses the accelerator.
+    on_accelerator = any(e.resource is not None for e in estimates.values())
     rows, warnings = [], []
     for pos, p in enumerate(the_plan.steps):
         # Warnings get lines of their own, under the table, where they are not lost in a long row.
@@ -49,9 +51,10 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         why = "; ".join([*(str(r) for r in p.reasons if r.kind is not ReasonKind.WARNING), *p.notes()])
         guess = format_duration(estimates[pos].seconds) if pos in estimates else ""
         size = estimates[pos].bytes if pos in estimates else None
-        rows.append([p.action.value, p.name, p.hash[:16], guess, format_bytes(size) if size is not None else "",
+        on = [(estimates[pos].resource or "cpu") if pos in estimates else ""] if on_accelerator else []
+        rows.append([p.action.value, p.name, p.hash[:16], *on, guess, format_bytes(size) if size is not None else "",
                      why])
-    click.echo(table(rows, ["action", "step", "hash", "estimate", "writes", "why"]))
+    click.echo(table(rows, ["action", "step", "hash", *(["on"] if on_accelerator else []), "estimate", "writes", "why"]))
     n_run = len(the_plan.to_run())
     n_reuse = sum(1 for p in the_plan.steps if p.action is Action.REUSE)
     n_fetch = len(the_plan.to_do()) - n_run - n_reuse
@@ -62,6 +65,9 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         click.echo(f"expands after {the_plan.steps[pos].name}: the steps its output decides are planned once it is "
                    "built (estimates leave them out)")
     for line in estimate_lines(the_plan):
+        click.echo(line)
+    line = accelerator_line(the_plan.estimate)
+    if line:
         click.echo(line)
     for clash in the_plan.name_clashes:
         # The same line `marin run` refuses with, or warns with for Marin's executor steps.
@@ -87,3 +93,16 @@ def cache_trust_line(settings: RunSettings) -> str:
                 "(no cache_trusted_keys configured; see docs/caches.md)")
     names = ", ".join(k.name for k in settings.cache_trusted_keys)
     return f"caches verified: an entry from {caches} is used only when signed by one of {names}"
+
+
+def accelerator_line(estimate: Any) -> str | None:
+    """How the steps to run share the host's accelerator (None: none of them uses it)."""
+    if estimate is None or estimate.accelerator is None:
+        return None
+    users = [e for e in estimate.steps.values() if e.resource is not None]
+    if not users:
+        return None
+    host = estimate.accelerator
+    how = "one at a time" if host.slots == 1 else f"up to {host.slots} at a time"
+    return (f"accelerator: {host.describe()} ({host.source}): {len(users)} step(s) to run use it, {how}; "
+            "the others run beside them with it hidden")

@@ -67,7 +67,13 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
             check_root_name(root_name)
         except ValueError as e:
             raise MarinError(f"--root: {e}") from None
-    steps = load_targets(list(targets))
+    from marin.cli.noop_recording import unwatch_calls, watch_calls  # light: the standard library only
+
+    watch_calls()  # a recording command watches what the experiment's own code calls while it is imported
+    try:
+        steps = load_targets(list(targets))
+    finally:
+        unwatch_calls()
     keeper = _RootKeeper(targets, root_name, partial=bool(only))  # --only plans part of the graph
     reporter = make_reporter() if dry_run else _InputsChecked(make_reporter(), keeper)
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,

@@ -30,6 +30,7 @@ def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temp
         raise MarinError("--prompt must not be empty")
     if system is not None and not chat:
         raise MarinError("--system is only meaningful with --chat")
+    _use_accelerator(ctx)
     if chat:
         try:
             rendered, reply = sample_chat(output, prompt, system=system, max_new_tokens=max_new_tokens,
@@ -39,3 +40,21 @@ def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temp
         click.echo(rendered + reply)
         return
     click.echo(prompt + sample_text(output, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
+
+
+def _use_accelerator(ctx: click.Context) -> None:
+    """Sampling computes on the host's accelerator (the CLI hid it: give it back), unless another
+    process holds it: then one line names the holder rather than libtpu's error."""
+    from iris.accelerator_env import reveal_accelerator
+    from iris.chip_lock import lock_holder
+
+    found, config = (ctx.obj or {}).get("accelerator"), (ctx.obj or {}).get("config")
+    if found is None:
+        return
+    reveal_accelerator()
+    lock = config.accelerator_lock if config is not None and config.accelerator_lock else found.default_lock
+    holder = lock_holder(lock) if lock is not None else None
+    if holder is not None:
+        raise MarinError(f"the accelerator ({found.describe()}) is busy: {holder.describe()}",
+                         hint="wait for that process to end (a `marin run` step?), or sample on the CPU with "
+                              "JAX_PLATFORMS=cpu MARIN_ACCELERATOR=none")

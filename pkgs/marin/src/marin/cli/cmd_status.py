@@ -83,6 +83,7 @@ def _states(planned: list[Any], prefix: str, rows: bool) -> list[tuple[str, Prov
 @click.pass_context
 def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, show_all: bool) -> None:
     """Show the state of every step of TARGET... (by group when there are many)."""
+    from marin.cli.accelerator import describe_host_accelerator
     from marin.cli.display import table
     from marin.cli.targets import load_targets
     from marin.execution.core.step import name_group
@@ -90,6 +91,10 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
     steps = load_targets(list(targets))
     runner = runner_from_options(ctx, prefix=prefix)
     the_plan = runner.plan(steps, explain=False)
+    found, config = (ctx.obj or {}).get("accelerator"), (ctx.obj or {}).get("config")
+    # On a host with none (found or stated), the table stands alone; `marin config` says where it looked.
+    accelerator_line = "accelerator: {} ({})".format(*describe_host_accelerator(found, config)) \
+        if found is not None or (config is not None and config.accelerator is not None) else None
     rows_wanted = show_all or len(the_plan.steps) <= ROWS_SHOWN_UP_TO
     states = _states(the_plan.steps, runner.store.prefix, rows_wanted)
     if rows_wanted:
@@ -99,6 +104,8 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
             rows.append([p.name, state, p.output_path, _age(finished),
                          f"{duration:.1f}s" if isinstance(duration, int | float) else "-"])
         click.echo(table(rows, ["step", "state", "path", "age", "duration"]))
+        if accelerator_line:
+            click.echo(accelerator_line)
         return
     groups: dict[str, dict[str, int]] = {}
     for p, (state, _info) in zip(the_plan.steps, states, strict=True):
@@ -108,3 +115,5 @@ def status(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, sho
     rows = [[group, str(sum(c.values())), *(str(c[s]) for s in shown)] for group, c in groups.items()]
     click.echo(table(rows, ["group", "steps", *shown]))
     click.echo(f"{len(the_plan.steps)} steps in {len(groups)} groups; --all for one row per step")
+    if accelerator_line:
+        click.echo(accelerator_line)

@@ -22,14 +22,19 @@ def targets_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_config(ctx: click.Context, **overrides: Any):
+    """The configuration, with the verb's overrides; logging set up as it says, and the host's
+    accelerator hidden from this process (:func:`marin.cli.accelerator.hide_from_cli`)."""
+    from marin.cli.accelerator import hide_from_cli
     from rigging.config.discovery import discover_config
     from rigging.log import setup_logging
 
     config = discover_config(overrides)
     verbose = bool(ctx.obj and ctx.obj.get("verbose"))
     setup_logging("DEBUG" if verbose else config.log_level)
+    accelerator = hide_from_cli(config)
     if isinstance(ctx.obj, dict):
         ctx.obj["config"] = config  # for the verb's later questions (`marin run`: fast_noop)
+        ctx.obj["accelerator"] = accelerator
     return config
 
 

@@ -119,7 +119,9 @@ class _RunWatch:
                 return None  # a step still to run was never built: no honest total
             waiting[pos] = e.seconds
         deps = {pos: plan.steps[pos].deps for pos in (*waiting, *left)}
-        return schedule(waiting, deps, plan.estimate.max_parallel, running=left)
+        # Accelerator steps queue for it here as in the plan's estimate.
+        return schedule(waiting, deps, plan.estimate.max_parallel, running=left, resources=plan.estimate.resources,
+                        accelerator=plan.estimate.accelerator)
 
 
 def estimate_lines(plan: Plan) -> list[str]:
@@ -188,6 +190,9 @@ class PlainReporter:
 
     def waiting(self, planned: PlannedStep, holder: str) -> None:
         self._line(f"[wait]  {planned.output_name} (another runner holds it: {holder})")
+
+    def accelerator_wait(self, planned: PlannedStep, line: str) -> None:
+        self._line(f"[wait]  {planned.output_name} waits for the accelerator: {line}")
 
     def finished(self, outcome: StepOutcome) -> None:
         self.watch.finished.add(output_name_of(outcome.name, outcome.hash))

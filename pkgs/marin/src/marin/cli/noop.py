@@ -6,8 +6,13 @@ answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depend
 
 * every file the command read outside the store (the experiment files, the data they read at
   import, every imported module, the configuration files) with its ``stat`` (modification time
-  in ns, size, inode, device), every folder it listed (import searches, globs) with its own, and
-  the files it looked for and did not find (the configuration's places, ``sys.path`` entries);
+  in ns, size, inode, device, mode, owner), every folder it listed (import searches, globs) with
+  its own, and the files it looked for and did not find (the configuration's places, ``sys.path``
+  entries);
+* every other question it asked the file system outside the store, with the answer it got
+  (:data:`QUESTIONS`: ``os.stat`` and ``os.lstat`` of a path it never opened, ``os.path.exists``,
+  ``isfile``, ``isdir``, ``islink``, ``realpath``, ``os.access``, ``os.readlink``, an access or
+  change time), asked again on the next command;
 * every local file a step's ``source(...)`` covers (a record is written only when every source
   is local: an object store or the Hugging Face Hub cannot be asked by ``stat``);
 * each step's success record (``stat`` again; an unneeded step's must stay absent) and its
@@ -16,15 +21,20 @@ answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depend
 
 The record is kept beside the stat cache (``MARIN_STAT_CACHE``'s folder, else
 ``$XDG_CACHE_HOME/marin`` or ``~/.cache/marin``), in ``noop/``, under a key that digests the
-command line, the working folder, the Python executable and ``sys.path``, whether the streams
-are terminals, and the whole environment but :data:`IGNORED_VARIABLES`. The next identical
+command line, the working folder, the Python executable and ``sys.path``, the machine
+(``os.uname()``: host name, kernel), whether the streams are terminals, and the whole environment
+but :data:`IGNORED_VARIABLES`. The next identical
 command finds it, ``stat``s everything in it and lists the done index: when nothing moved it
 prints what the recorded run printed and exits 0; anything changed, missing or unreadable, and
 the command runs in full (writing a new record if it is a no-op again).
 
+A command whose answer could change with nothing of that changed (it ran a subprocess, opened a
+socket or an SQLite database, called native code of an installed package, read the clock or a
+random source) leaves no record (:mod:`marin.cli.noop_recording`).
+
 Only plain ``marin run TARGET...`` with ``--prefix``, ``-j``, ``--only``, ``--budget``,
-``--budget-accelerator-hours``, ``--require-cached``, ``--[no-]warm-workers`` or
-``--code-changes warn`` is answered; ``MARIN_NO_FAST_NOOP=1``, ``--no-fast`` or
+``--budget-accelerator-hours``, ``--[no-]warm-workers`` or ``--code-changes warn`` is answered
+(``--require-cached``, CI's gate, is always answered in full); ``MARIN_NO_FAST_NOOP=1``, ``--no-fast`` or
 ``fast_noop: false`` in the configuration turn it off.
 
 This module is imported before click and the engine (:mod:`marin.cli.main`), so it uses the
@@ -33,6 +43,7 @@ standard library only: the answer must cost a few milliseconds over the interpre
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import marshal
 import os
@@ -43,10 +54,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-u
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["DISABLE_VARIABLE", "IGNORED_VARIABLES", "RECORD_FORMAT", "Request", "answer", "debug", "record_of",
-           "records_folder", "remove_record", "request_of", "stat_key", "why_changed", "write_record"]
+__all__ = ["DISABLE_VARIABLE", "IGNORED_VARIABLES", "QUESTIONS", "RECORD_FORMAT", "Request", "answer", "ask", "debug",
+           "error_answer", "record_of", "records_folder", "remove_record", "request_of", "stat_key", "why_changed",
+           "write_record"]
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 """The form of the records this code writes; a record of another form is not read."""
 
 DISABLE_VARIABLE = "MARIN_NO_FAST_NOOP"
@@ -65,14 +77,15 @@ _KEEP = 64
 # --dry-run, --cache, --strict-env, --backend ...) takes the full path every time.
 _VALUED = frozenset({"--prefix", "-j", "--max-parallel", "--only", "--budget", "--budget-accelerator-hours",
                      "--code-changes"})
-_FLAGS = frozenset({"--warm-workers", "--no-warm-workers", "--require-cached"})
+_FLAGS = frozenset({"--warm-workers", "--no-warm-workers"})  # never --require-cached: CI's gate plans in full
 _VERBOSE = frozenset({"-v", "--verbose"})
 
 _SUFFIX = ".noop"
 # A record is a dict written with marshal, as Python's own bytecode caches are: read without
 # importing anything (json alone would cost a quarter of the answer), by the interpreter that
 # wrote it (its version is in the key). Its keys (one place: the writer and the reader below):
-_FORMAT, _KEY, _PATHS, _INDEX, _MARKERS, _OUTPUT = "format", "key", "paths", "index", "markers", "output"
+_FORMAT, _KEY, _PATHS, _CHECKS, _INDEX, _MARKERS, _OUTPUT = (
+    "format", "key", "paths", "checks", "index", "markers", "output")
 
 
 class Request:
@@ -154,36 +167,96 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdout, sys.stderr))
     env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
     interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
-    material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, streams, env))
+    machine = tuple(os.uname())  # a home shared by hosts: a record answers on the host that wrote it
+    material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, machine, streams, env))
     key = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
     return Request(key, os.path.join(records_folder(environ), f"{key[:32]}{_SUFFIX}"), verbose or verbose_after)
 
 
 def stat_key(st: os.stat_result) -> list[int]:
-    """What a record keeps of a ``stat``: modification time (ns), size, inode, device."""
-    return [st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev]
+    """What a record keeps of a ``stat``: modification time (ns), size, inode, device, mode, owner, group."""
+    return [st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid]
 
 
-def record_of(key: str, paths: Mapping[str, list[int] | None], index: str, markers: Iterable[str],
-                output: Iterable[tuple[int, str]]) -> dict[str, object]:
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
+
+
+def error_answer(error: OSError) -> int | None:
+    """What a record keeps of a failed question: None where the path is absent, else the negated
+    error number (never a valid answer of another kind)."""
+    return None if error.errno in _ABSENT else -(error.errno or 1)
+
+
+STAT, LSTAT, KIND, LKIND, ACCESS, REALPATH, READLINK, ATIME, CTIME = (
+    "stat", "lstat", "kind", "lkind", "access", "realpath", "readlink", "atime", "ctime")
+QUESTIONS = (STAT, LSTAT, KIND, LKIND, ACCESS, REALPATH, READLINK, ATIME, CTIME)
+"""What a record may ask of a path again: its ``stat`` (following a symbolic link or not), its kind
+(the file type bits of that ``stat``: what ``exists``, ``isfile``, ``isdir`` and ``islink`` answer
+from), ``os.access``, ``realpath``, ``readlink``, its access or change time. The recorder
+(:mod:`marin.cli.noop_watch`) notes the answer each call got in the form :func:`ask` gives it."""
+
+_FILE_TYPE = 0o170000  # stat.S_IFMT's mask, without importing stat
+
+
+def ask(kind: str, path: str, arg: object = None) -> object:
+    """The answer to question ``kind`` about ``path`` now, as a record keeps it: a ``stat`` as
+    :func:`stat_key`, a kind as the file type bits, a time in ns, a path, a yes or no; None where the
+    path is absent, the negated error number where asking failed otherwise.
+
+    Args:
+        kind: one of :data:`QUESTIONS`.
+        path: an absolute path.
+        arg: ``os.access``'s mode (or ``[mode, effective_ids, follow_symlinks]``), ``realpath``'s ``strict``.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`QUESTIONS`.
+    """
+    if kind == ACCESS:
+        mode, effective, follow = arg if isinstance(arg, list) else (arg, False, True)
+        return os.access(path, mode if isinstance(mode, int) else os.F_OK, effective_ids=bool(effective),
+                         follow_symlinks=bool(follow))
+    try:
+        if kind in (STAT, LSTAT, KIND, LKIND, ATIME, CTIME):
+            st = os.stat(path, follow_symlinks=kind not in (LSTAT, LKIND))
+            if kind in (KIND, LKIND):
+                return st.st_mode & _FILE_TYPE
+            return st.st_atime_ns if kind == ATIME else st.st_ctime_ns if kind == CTIME else stat_key(st)
+        if kind == REALPATH:
+            return os.path.realpath(path, strict=bool(arg))
+        if kind == READLINK:
+            return os.readlink(path)
+    except OSError as e:
+        return error_answer(e)
+    except ValueError:  # a path with a NUL in it: no such file
+        return None
+    raise ValueError(f"not a question a no-op record asks: {kind!r}")
+
+
+def record_of(key: str, paths: Mapping[str, list[int] | int | None], checks: Iterable[tuple[str, str, object, object]],
+              index: str, markers: Iterable[str], output: Iterable[tuple[int, str]]) -> dict[str, object]:
     """A record (what :func:`write_record` writes).
 
     Args:
         key: the request's key.
-        paths: each path looked at, with :func:`stat_key` of it, or None where it must not exist.
+        paths: each path looked at, with :func:`ask` ``(STAT, path)``'s answer: :func:`stat_key` of it,
+            None where it must not exist.
+        checks: the other questions asked, each (kind, path, arg, answer) as :func:`ask` gives it.
         index: the store's done index folder.
         markers: the file names in ``index`` that must still be there (the done steps').
         output: what the command printed, in order: (1 stdout or 2 stderr, text).
     """
-    return {_FORMAT: RECORD_FORMAT, _KEY: key, _PATHS: dict(paths), _INDEX: index, _MARKERS: list(markers),
-            _OUTPUT: [[stream, text] for stream, text in output]}
+    return {_FORMAT: RECORD_FORMAT, _KEY: key, _PATHS: dict(paths), _CHECKS: [list(c) for c in checks],
+            _INDEX: index, _MARKERS: list(markers), _OUTPUT: [[stream, text] for stream, text in output]}
 
 
-def _path_changed(path: str, want: list[int] | None) -> str | None:
+def _path_changed(path: str, want: list[int] | int | None) -> str | None:
     try:
         st = os.stat(path)
-    except OSError:
-        return None if want is None else f"{path} is gone"
+    except OSError as e:
+        now = error_answer(e)
+        if now == want:
+            return None
+        return f"{path} is gone" if now is None else f"{path} cannot be read ({errno.errorcode.get(-now, now)})"
     if want is None:
         return f"{path} appeared"
     return None if stat_key(st) == want else f"{path} changed"
@@ -191,8 +264,8 @@ def _path_changed(path: str, want: list[int] | None) -> str | None:
 
 def why_changed(record: object, key: str) -> str | None:
     """Why ``record`` does not answer the request with ``key`` now (a path moved, a step is no longer
-    done ...), or None when it does: every path ``stat``s as recorded, and the done index, listed
-    once, still holds every marker."""
+    done ...), or None when it does: every path ``stat``s as recorded, every other question gets the
+    answer it got, and the done index, listed once, still holds every marker."""
     if not isinstance(record, dict) or record.get(_FORMAT) != RECORD_FORMAT or record.get(_KEY) != key:
         return "it is of another form or for another command"
     try:
@@ -200,6 +273,10 @@ def why_changed(record: object, key: str) -> str | None:
             why = _path_changed(path, want)
             if why is not None:
                 return why
+        for kind, path, arg, want in record[_CHECKS]:
+            now = ask(kind, path, arg)
+            if now != want:
+                return f"{path}: {kind} was {want!r}, now {now!r}"
         index = record[_INDEX]
         try:
             listed = set(os.listdir(index))
@@ -239,8 +316,9 @@ def answer(request: Request) -> bool:
     for stream, text in record[_OUTPUT]:  # type: ignore[index]  (why_changed checked it is a record)
         (sys.stdout if stream == 1 else sys.stderr).write(text)
     sys.stdout.flush()
-    debug(request, f"answered from the no-op record {request.path}: {len(record[_PATHS])} paths and "  # type: ignore[index]
-                   f"{len(record[_MARKERS])} done markers unchanged (MARIN_NO_FAST_NOOP=1 or --no-fast runs in full)")
+    counts = f"{len(record[_PATHS])} paths, {len(record[_CHECKS])} other questions and "  # type: ignore[index]
+    debug(request, f"answered from the no-op record {request.path}: {counts}{len(record[_MARKERS])} done "  # type: ignore[index]
+                   "markers unchanged (MARIN_NO_FAST_NOOP=1 or --no-fast runs in full)")
     return True
 
 

@@ -4,8 +4,9 @@ recording (:mod:`marin.cli.noop_recording`) once it has printed its answer.
 A run leaves a no-op record only when its answer can be checked by ``stat``: every step cached
 or unneeded, a local store, plain settings (no ``--force``, caches, ``--strict-env``,
 ``code_changes: rebuild``, Ray), every source local, no step named twice, no debug logging,
-``fast_noop`` on, and nothing it read modified within the stat cache's racy window (a file
-changed twice within one tick of the file system's clock could ``stat`` the same).
+``fast_noop`` on, nothing it read modified within the stat cache's racy window (a file
+changed twice within one tick of the file system's clock could ``stat`` the same), and nothing the
+experiment's code did that no ``stat`` can check (:func:`marin.cli.noop_recording.refusal`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin.cli.noop_recording import current
+from marin.cli.noop import error_answer
+from marin.cli.noop_calls import USER, code_kind_of_file
+from marin.cli.noop_recording import current, refusal
 from marin.execution.core.step import DEV_VERSION
+from marin.execution.core.traits import traits_of
 from marin.execution.plan.model import Action, Plan
 from marin.execution.run.outcome import Outcome, RunResult
 from marin.execution.run.settings import RunSettings
@@ -27,6 +31,9 @@ from marin.execution.store.stat_cache import trusted
 from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig, search_paths
+
+if TYPE_CHECKING:
+    from marin.cli.noop_recording import Recording
 
 __all__ = ["offer_noop_record"]
 
@@ -50,15 +57,18 @@ def offer_noop_record(result: RunResult, settings: RunSettings, config: MarinCon
     """
     recording = current()
     if recording is None:
+        if refusal() is not None:
+            logger.debug("no no-op record for this run: %s", refusal())
         return
+    recording.stop_watching()  # what the run asked is known; the questions below are the record's own
     try:
         plan = _answerable(result, settings, config)
-        paths, markers = _depends(plan, settings.prefix, targets, report, recording.seen, recording.started_ns)
+        paths, checks, markers = _depends(plan, settings.prefix, targets, report, recording)
     except (_NoRecord, OSError) as e:  # OSError: a file or folder vanished meanwhile; the run itself went well
         logger.debug("no no-op record for this run: %s", e)
         recording.abandon()
         return
-    recording.offer(paths, fs.strip_protocol(done_index.index_folder(_local(settings.prefix))), markers)
+    recording.offer(paths, checks, fs.strip_protocol(done_index.index_folder(_local(settings.prefix))), markers)
 
 
 def _answerable(result: RunResult, settings: RunSettings, config: MarinConfig | None) -> Plan:
@@ -79,20 +89,30 @@ def _answerable(result: RunResult, settings: RunSettings, config: MarinConfig | 
         raise _NoRecord('a step of version "dev" rebuilds on every run')
     if any(f.kind != "local" for p in plan.steps for f in p.sources):
         raise _NoRecord("a source is not a local file (an object store or the Hub is not asked by stat)")
+    for p in plan.steps:
+        expander = traits_of(p.step.fn).expand
+        if expander is not None and _experiments_own(expander):
+            raise _NoRecord(f"{p.name}'s expander is the experiment's own code, run after it was imported")
     if logging.getLogger().isEnabledFor(logging.DEBUG):
         raise _NoRecord("debug logs are on")
     return plan
+
+
+def _experiments_own(fn: Any) -> bool:
+    """Whether ``fn`` is the experiment's own code (:mod:`marin.cli.noop_calls`), or cannot be told."""
+    file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    return not isinstance(file, str) or not file.startswith(os.sep) or code_kind_of_file(file) == USER
 
 
 def _local(prefix: str) -> str:
     return os.path.abspath(fs.strip_protocol(prefix))
 
 
-def _stat(path: str) -> os.stat_result | None:
+def _stat(path: str) -> os.stat_result | int | None:
     try:
         return os.stat(path)
-    except OSError:
-        return None
+    except OSError as e:
+        return error_answer(e)
 
 
 def _looked_for(plan: Plan, targets: Sequence[str]) -> Iterable[str]:
@@ -119,20 +139,25 @@ def _looked_for(plan: Plan, targets: Sequence[str]) -> Iterable[str]:
             yield from local_source_files(spec)
 
 
-def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str,
-             seen: dict[str, os.stat_result | None], started_ns: int) -> tuple[dict[str, Any], list[str]]:
-    """(every path to ``stat`` with its ``stat`` or None, the done markers that must stay)."""
+def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recording: Recording,
+             ) -> tuple[dict[str, Any], dict[tuple[str, str, object], object], list[str]]:
+    """(every path to ``stat`` with its ``stat`` or None, every other question asked outside the
+    store with its answer, the done markers that must stay)."""
     store = _local(prefix)
     roots = tuple(dict.fromkeys(p.rstrip(os.sep) + os.sep for p in (store, os.path.realpath(store))))
 
     def outside(path: str) -> bool:
+        if "/.." in path:  # recorded as asked: what it names, the kernel decides
+            path = os.path.realpath(path)
         return not path.startswith(roots) and path not in (store, os.path.realpath(store))
 
-    paths: dict[str, Any] = {path: st for path, st in seen.items() if outside(path)}
+    paths: dict[str, Any] = {path: st for path, st in recording.seen.items() if outside(path)}
+    checks = {question: answer for question, answer in recording.checks.items() if outside(question[1])}
     for path in _looked_for(plan, targets):
         if path not in paths and outside(path):
             paths[path] = _stat(path)
-    if not trusted([st for st in paths.values() if st is not None], started_ns):
+    stats = [st for st in (*paths.values(), *checks.values()) if isinstance(st, os.stat_result)]
+    if not trusted(stats, recording.started_ns):
         raise _NoRecord("a file it read was modified moments before it was read")
     # The store's own files are replaced whole, never edited in place: their stat is enough.
     index = done_index.read_index(store)
@@ -141,7 +166,7 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str,
         success = _local(StepRecord(p.output_path).success)
         st = _stat(success)
         if p.action is Action.CACHED:
-            if st is None or p.output_name not in index:
+            if not isinstance(st, os.stat_result) or p.output_name not in index:
                 raise _NoRecord(f"{p.output_name} is not in the done index yet")
             markers.append(done_index.marker_name(p.output_name, *done_index.split_stamp(index[p.output_name])))
         elif st is not None:
@@ -151,4 +176,4 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str,
     # The run's GC root: dropped (`marin roots rm`) or replaced since, the run registers it again in full.
     root = _local(fs.join(roots_folder(prefix), f"{root_id(targets)}.json"))
     paths[root] = _stat(root)
-    return paths, markers
+    return paths, checks, markers

@@ -6,8 +6,19 @@ standard library only), when the command line is one a record may answer:
 
 * an audit hook (``sys.addaudithook``) notes every file opened for reading and every folder
   listed, with its ``stat`` at that moment (a file looked for and not found is noted as absent).
-  A hook cannot be removed: once the recording ends it costs one check of a module global;
+  A hook cannot be removed: once the recording ends it costs one check of a module global. The
+  same hook makes the command unrecordable when the experiment's own code (:func:`marin.cli.noop_calls.users_call`)
+  runs a subprocess, opens a socket, an SQLite database or a native library through ``ctypes``,
+  reads a file's extended attributes or the terminal, or reads a kernel file (``/proc/cpuinfo``);
+* the ``stat`` family is wrapped (:mod:`marin.cli.noop_watch`): each question and its answer is noted;
+* while the experiment is imported and its handles lowered (:func:`watch_calls` to
+  :func:`unwatch_calls`, from ``marin run``), what its own code calls is watched
+  (:mod:`marin.cli.noop_calls`): the clock, random sources and installed packages' native code make
+  it unrecordable. Planning a no-op runs none of the experiment's code but a step's expander
+  (:mod:`marin.cli.noop_depends` refuses a record when one is the experiment's own);
 * stdout and stderr are passed through a tee that keeps what was printed, in order.
+
+Why a command is unrecordable is kept (:func:`refusal`) and printed by ``marin run -v``.
 
 The run says, once it knows, whether it was a no-op (:func:`abandon` when it builds something;
 :meth:`Recording.offer` with what else its answer depends on when it was one, from
@@ -21,22 +32,35 @@ import os
 import sys
 import time
 
-from marin.cli import noop
+from marin.cli import noop, noop_watch
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, TextIO
 
-__all__ = ["Recording", "abandon", "current", "start"]
+__all__ = ["Recording", "abandon", "current", "refusal", "start", "unwatch_calls", "watch_calls"]
 
 _MAX_OUTPUT = 1 << 20
 """Characters of output a record keeps at most; a command that prints more leaves no record."""
 
-_NOT_READ = ("/proc/", "/sys/", "/dev/")
-"""Pseudo-files read by libraries (``/proc/self/...``) that say nothing of the experiment."""
+_UNSEEN_EVENTS = (
+    (("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty."),
+     "runs a process"),
+    (("socket.", "urllib.", "http.client.", "ftplib.", "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.",
+      "webbrowser."), "uses the network"),
+    (("sqlite3.",), "opens an SQLite database"),
+    (("ctypes.",), "calls native code through ctypes"),
+    (("os.getxattr", "os.listxattr"), "reads extended attributes"),
+    (("builtins.input",), "reads the terminal"),
+    (("mmap.", "_winapi.", "winreg.", "msvcrt."), "reads what the operating system holds"),
+)
+"""Audit events of what a ``stat`` cannot check next time (prefixes, and what they do): raised by
+the experiment's own code, they make the command unrecordable."""
+_UNSEEN_PREFIXES = tuple(prefix for prefixes, _what in _UNSEEN_EVENTS for prefix in prefixes)
 
 _current: Recording | None = None
+_refusal: str | None = None
 _hooked = False
 
 
@@ -50,30 +74,69 @@ class Recording:
         self.started_ns = time.time_ns()
         """When recording began: a file modified less than the stat cache's racy window before it
         cannot be trusted to ``stat`` differently once changed (:mod:`marin.cli.noop_depends`)."""
-        self.seen: dict[str, os.stat_result | None] = {}
-        """Each path read or listed, with its ``stat`` when first seen (None: it did not exist)."""
+        self.seen: dict[str, os.stat_result | int | None] = {}
+        """Each path read, listed or ``stat``ed, with its ``stat`` when first seen (None: it did not
+        exist; a negative number: the error asking it gave)."""
+        self.checks: dict[tuple[str, str, object], object] = {}
+        """Every other question asked of a path (:data:`marin.cli.noop.QUESTIONS`, by kind, path and
+        argument), with the first answer it got."""
+        self.refused: str | None = None
+        """Why the command cannot be answered from a record (it ran a subprocess ...), once known."""
         self.output: list[tuple[int, str]] = []
         self._printed = 0
         self._offered: dict[str, Any] | None = None
-        self._ignored = (noop.records_folder(os.environ) + os.sep, *_NOT_READ)
+        self._ignored = (noop.records_folder(os.environ) + os.sep,)  # the recorder's own files
 
     def abandon(self) -> None:
         """Record nothing more and write no record (the run builds something, or cannot be answered)."""
         self.active = False
         self.seen.clear()
+        self.checks.clear()
         self.output.clear()
         self._offered = None
+        self.stop_watching()
+
+    def refuse(self, reason: str) -> None:
+        """The command cannot be answered from a record, for ``reason``: abandon it, keeping why."""
+        global _refusal
+        if self.active:
+            self.refused = _refusal = reason
+            self.abandon()
+
+    def stop_watching(self) -> None:
+        """Put back what the recording wrapped, and stop watching calls (what the run asked is known)."""
+        from marin.cli import noop_calls, noop_watch  # loaded by start()
+
+        noop_watch.uninstall()
+        noop_calls.unwatch()
+
+    def asked(self, kind: str, path: str, arg: object, answer: object) -> None:
+        """A question (:data:`marin.cli.noop.QUESTIONS`) was asked of ``path`` and got ``answer``
+        (a ``stat`` question: the ``stat_result`` itself)."""
+        if not self.active or path.startswith(self._ignored) or path.endswith(".pyc"):
+            return
+        if kind == noop.STAT:
+            self.seen.setdefault(path, answer)  # type: ignore[arg-type]
+        else:
+            self.checks.setdefault((kind, path, arg if not isinstance(arg, list) else tuple(arg)), answer)
 
     def _note(self, path: Any) -> None:
-        if isinstance(path, int):
+        path = noop_watch.absolute(path)
+        if path is None:
             return  # a descriptor, opened by path before (noted then)
-        path = os.path.abspath(os.fsdecode(os.fspath(path)))
+        if path.startswith(noop_watch.PSEUDO):
+            from marin.cli.noop_calls import users_call
+
+            where = users_call(sys._getframe(3))  # _audit, the event's handler, then the code that opened it
+            if where is not None:
+                self.refuse(f"{where} reads {path}, which stat cannot check")
+            return
         if path in self.seen or path.startswith(self._ignored) or path.endswith(".pyc"):
             return  # a .pyc is its .py's (every imported module's source is in the record)
         try:
-            self.seen[path] = os.stat(path)
-        except OSError:
-            self.seen[path] = None
+            self.seen[path] = noop_watch.real_stat(path)
+        except OSError as e:
+            self.seen[path] = noop.error_answer(e)
 
     def opened(self, path: Any, mode: Any, flags: Any) -> None:
         """An ``open`` audit event: noted unless the file is opened only to be written (created,
@@ -102,11 +165,12 @@ class Recording:
         else:
             self.output.append((stream, text))
 
-    def offer(self, paths: Mapping[str, os.stat_result | None], index: str, markers: list[str]) -> None:
-        """The run was a no-op: what its answer depends on besides what was seen (every path to
-        ``stat``, the done index folder and the markers it must hold); written by :meth:`finish`."""
+    def offer(self, paths: Mapping[str, os.stat_result | int | None], checks: Mapping[tuple[str, str, object], object],
+              index: str, markers: list[str]) -> None:
+        """The run was a no-op: what its answer depends on (every path to ``stat``, every other question
+        with its answer, the done index folder and the markers it must hold); written by :meth:`finish`."""
         if self.active:
-            self._offered = {"paths": paths, "index": index, "markers": markers}
+            self._offered = {"paths": paths, "checks": checks, "index": index, "markers": markers}
 
     def finish(self, ok: bool) -> None:
         """The command ended (``ok``: with exit code 0): write the record it offered, or remove a
@@ -115,17 +179,25 @@ class Recording:
         _current = None
         request, offered = self.request, self._offered if self.active and ok else None
         self.active = False
+        self.stop_watching()
         try:
             if offered is None:
                 noop.remove_record(request)
                 return
-            paths = {path: None if st is None else noop.stat_key(st) for path, st in offered["paths"].items()}
-            noop.write_record(request, noop.record_of(request.key, paths, offered["index"], offered["markers"],
-                                                      self.output))
+            paths = {path: _kept(st) for path, st in offered["paths"].items()}
+            checks = [(kind, path, list(arg) if isinstance(arg, tuple) else arg, _kept(answer))
+                      for (kind, path, arg), answer in offered["checks"].items()]
+            noop.write_record(request, noop.record_of(request.key, paths, checks, offered["index"],
+                                                      offered["markers"], self.output))
         except OSError as e:  # a read-only home: the next no-op runs in full, nothing else is lost
             import logging  # loaded already by the command that ran
 
             logging.getLogger(__name__).debug("no-op record %s not written: %s", request.path, e)
+
+
+def _kept(answer: object) -> Any:
+    """An answer as a record keeps it (a ``stat_result`` as :func:`marin.cli.noop.stat_key`)."""
+    return noop.stat_key(answer) if isinstance(answer, os.stat_result) else answer
 
 
 class _Tee:
@@ -160,8 +232,37 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             recording.opened(*args[:3])
         elif event in ("os.listdir", "os.scandir"):
             recording.listed(args[0])
-    except Exception:  # noqa: BLE001 - an audit hook must never fail the operation it watches
-        recording.abandon()  # what was read is not known for sure: no record
+        elif event.startswith(_UNSEEN_PREFIXES):
+            from marin.cli.noop_calls import users_call
+
+            where = users_call(sys._getframe(1), through_marin=True)
+            if where is not None:
+                what = next(what for prefixes, what in _UNSEEN_EVENTS if event.startswith(prefixes))
+                recording.refuse(f"{where} {what} (audit event {event}): what it gets no stat can check")
+    except Exception as e:  # noqa: BLE001 - an audit hook must never fail the operation it watches
+        recording.refuse(f"the recorder failed on the audit event {event} ({type(e).__name__}: {e})")
+
+
+def refusal() -> str | None:
+    """Why this command's recording was refused (:meth:`Recording.refuse`), if it was."""
+    return _refusal
+
+
+def watch_calls() -> None:
+    """The experiment is about to be imported: watch what its own code calls (:mod:`marin.cli.noop_calls`)."""
+    recording = current()
+    if recording is not None:
+        from marin.cli import noop_calls
+
+        if not noop_calls.watch(recording):
+            recording.refuse("another profiler (sys.setprofile) is installed: what the experiment calls cannot be watched")
+
+
+def unwatch_calls() -> None:
+    """The experiment is imported: stop watching calls (planning runs Marin's code)."""
+    from marin.cli import noop_calls
+
+    noop_calls.unwatch()
 
 
 def current() -> Recording | None:
@@ -177,8 +278,10 @@ def abandon() -> None:
 
 def start(request: noop.Request) -> Recording:
     """Begin recording what this command reads and prints, for ``request``'s record."""
-    global _current, _hooked
+    global _current, _hooked, _refusal
     _current = Recording(request)
+    _refusal = None
+    noop_watch.install(_current)
     if not _hooked:
         sys.addaudithook(_audit)
         os.register_at_fork(after_in_child=abandon)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from marin.execution.core.lazy import Lazy, StepHandle, lower
     from marin.execution.core.placeholders import OutputPath, output_path_of
     from marin.execution.core.step import Step, unhashed_field
-    from marin.execution.core.traits import PlanNote, Start, StepTraits, step_function
+    from marin.execution.core.traits import ON_ACCELERATOR, PlanNote, Start, StepTraits, step_function
     from marin.execution.run.outcome import Outcome, RunResult, StepOutcome
     from marin.execution.run.runner import StepRunner
 
@@ -33,6 +33,7 @@ _WHERE = {
     "output_path_of": "marin.execution.core.placeholders",
     "Step": "marin.execution.core.step",
     "unhashed_field": "marin.execution.core.step",
+    "ON_ACCELERATOR": "marin.execution.core.traits",
     "PlanNote": "marin.execution.core.traits",
     "Start": "marin.execution.core.traits",
     "StepTraits": "marin.execution.core.traits",
@@ -44,6 +45,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "ON_ACCELERATOR",
     "InvalidStep",
     "Lazy",
     "Outcome",

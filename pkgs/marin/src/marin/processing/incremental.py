@@ -15,6 +15,12 @@ step copies the parts of every input file whose fingerprint is unchanged. The pl
 step never searches the store itself (as for a training run's extension,
 :mod:`marin.experiment.training.warm_start`).
 
+A part is reused only when it was made by the same code on the same environment: the earlier build's
+code digest (complete, both then and now) must equal the code's now, and the versions it recorded of
+the distributions that code reaches (and what they require, and Python's) must be today's
+(:meth:`~marin.execution.store.code_record.CodeDigest.made_otherwise`). Otherwise every file is
+processed and the plan says why: ``parts rebuilt: environment changed: trafilatura 2.0.0 → 2.1.0``.
+
 The file-by-file comparison of fingerprints, at run time, is what keeps the result identical to a
 build from scratch: the plan only names a build whose parts were made by the same recipe.
 """
@@ -125,8 +131,10 @@ class IncrementalStart:
             if not fs.exists(fs.join(folder, PARTS_FILE)):
                 return None  # not made file by file (an older layout): nothing to reuse
             code = code or code_digest(step.fn)
-            if prov.code_digest() != code.digest:
-                return Start(f"processes every file: the code changed since {short_output_path(path)}")
+            built = prov.built_code()
+            why = code.made_otherwise(built) if built is not None else "the build recorded no code digest"
+            if why is not None:
+                return Start(f"parts rebuilt: {why} (since {short_output_path(path)})")
             return Start(f"reuses the per-file outputs of {short_output_path(path)} for unchanged files",
                          reuse_parts=folder)
         return None

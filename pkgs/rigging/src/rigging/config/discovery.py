@@ -11,11 +11,14 @@ import dataclasses
 import enum
 import math
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rigging.durations import parse_duration
 
 __all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "bad_setting", "discover_config",
            "find_workspace_root", "search_paths"]
@@ -67,6 +70,16 @@ class MarinConfig:
             a cache is used only when one of them signed it. Empty: fetches are not checked.
         fast_noop: let a repeated, unchanged ``marin run`` answer from its no-op record (``stat``
             calls, without loading the experiment); off, every run plans in full.
+        accelerator: this host's accelerator where detection is wrong: a single-host TPU type
+            (``v5e-1``), ``gpu:<model>:<count>`` (``gpu:H100:8``) or ``none``; None (or ``auto``):
+            found from the device files and environment (``iris.accelerator``).
+        accelerator_slots: how many steps may use the accelerator at once, each given its share of
+            the chips or GPUs (``TPU_VISIBLE_CHIPS``, ``CUDA_VISIBLE_DEVICES``); 1: one step holds all.
+        accelerator_wait: seconds an accelerator step waits for an accelerator held by a process
+            that is not this run's (its lock file held, or the step failed on finding it held)
+            before it fails, naming the holder.
+        accelerator_lock: the lock file the accelerator's runtime holds while a process uses it;
+            None: libtpu's (``/tmp/libtpu_lockfile``) on a TPU host, none on a GPU host.
         workspace_root: the folder holding the workspace's ``pyproject.toml`` (not configurable).
         sources: for each field, where its value came from.
     """
@@ -85,6 +98,10 @@ class MarinConfig:
     cache_signing_key: str | None = None
     cache_trusted_keys: tuple[str, ...] = ()
     fast_noop: bool = True
+    accelerator: str | None = None
+    accelerator_slots: int = 1
+    accelerator_wait: float = 300.0
+    accelerator_lock: str | None = None
     workspace_root: str | None = field(default=None, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -108,7 +125,8 @@ class MarinConfig:
 
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
              "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
-             "cache_trusted_keys", "fast_noop")
+             "cache_trusted_keys", "fast_noop", "accelerator", "accelerator_slots", "accelerator_wait",
+             "accelerator_lock")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
@@ -136,14 +154,29 @@ def _positive_seconds(value: Any) -> float:
     return seconds
 
 
+_ACCELERATOR = re.compile(r"auto|none|v\d+[a-z]*-\d+|gpu:[A-Za-z0-9_.-]+(:\d+)?", re.IGNORECASE)
+"""What ``accelerator`` may say (checked in full where it is used: ``iris.accelerator.parse_accelerator``)."""
+
+
+def _accelerator(value: Any) -> str | None:
+    text = value.strip() if isinstance(value, str) else value
+    if not isinstance(text, str) or not _ACCELERATOR.fullmatch(text):
+        raise ValueError(f"expected auto, none, a TPU type (v5e-1, v4-8) or gpu:<model>:<count>, got {value!r}")
+    return None if text.lower() == "auto" else text
+
+
 def _coerce(key: str, value: Any) -> Any:
     """Turn a raw value from a file or variable into the field's type; ValueError if it can't."""
-    if key in ("prefix", "ray_address", "cache_signing_key"):
+    if key == "accelerator":
+        return None if value is None else _accelerator(value)
+    if key == "accelerator_wait":
+        return parse_duration(value)
+    if key in ("prefix", "ray_address", "cache_signing_key", "accelerator_lock"):
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"expected a non-empty string, got {value!r}")
-        return os.path.expanduser(value.strip()) if key == "cache_signing_key" else value.strip()
+        return os.path.expanduser(value.strip()) if key in ("cache_signing_key", "accelerator_lock") else value.strip()
     if key == "backend":
         try:
             return value if isinstance(value, Backend) else Backend(str(value).strip().lower())
@@ -151,7 +184,7 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError(
                 f"expected one of {', '.join(b.value for b in Backend)}, got {value!r}"
             ) from None
-    if key in ("max_parallel", "warm_worker_max_steps"):
+    if key in ("max_parallel", "warm_worker_max_steps", "accelerator_slots"):
         if value is None and key == "max_parallel":
             return None
         if isinstance(value, bool) or value is None:
@@ -342,7 +375,8 @@ _ENV_SOURCE = "environment variable "
 """How :attr:`MarinConfig.sources` begins the name of an environment variable."""
 
 # Variables with the MARIN_ prefix that belong to the runner's own plumbing, not to the config.
-_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache", "no_fast_noop"})
+_RESERVED_ENV = frozenset({"step_attempt", "worker", "soak_seed", "test_gcs", "stat_cache", "no_fast_noop",
+                           "accelerator_env"})
 
 
 def replace(config: MarinConfig, **changes: Any) -> MarinConfig:

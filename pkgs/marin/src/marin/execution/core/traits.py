@@ -19,8 +19,8 @@ from typing import Any
 
 from marin.execution.core.step import Step
 
-__all__ = ["ALWAYS_VOLATILE", "EarlierBuilds", "Expander", "PlanNote", "PlanNotes", "Start", "StartPlanner",
-           "StepFunction", "StepTraits", "step_function", "traits_of", "volatile_patterns"]
+__all__ = ["ALWAYS_VOLATILE", "ON_ACCELERATOR", "EarlierBuilds", "Expander", "PlanNote", "PlanNotes", "Start",
+           "StartPlanner", "StepFunction", "StepTraits", "step_function", "traits_of", "uses_accelerator", "volatile_patterns"]
 
 EarlierBuilds = Callable[[str], Sequence[tuple[str, Any]]]
 """Finished builds of a step name, newest first: (output path, provenance record: the store's
@@ -121,6 +121,11 @@ class StepTraits:
             is refused before anything runs (:mod:`marin.execution.plan.clashes`).
         plan_notes: lines ``marin plan`` shows for a step that will run (:data:`PlanNotes`): what
             it will do with its inputs, and warnings.
+        accelerator: its steps compute on the accelerator (training, evaluation, sampling, DPO ...):
+            on a host that has one, a step that does not say where it runs (``resources``) asks
+            for one slot of it, waits its turn for it, and is the only kind of process that sees
+            it; every other step runs with it hidden (``JAX_PLATFORMS=cpu``). Mark such a function
+            with ``@step_function(StepTraits(accelerator=True))`` (or :data:`ON_ACCELERATOR`).
     """
 
     scale_fields: tuple[str, ...] = ()
@@ -129,6 +134,7 @@ class StepTraits:
     expand: Expander | None = None
     shares_names: bool = False
     plan_notes: PlanNotes | None = None
+    accelerator: bool = False
 
     def __post_init__(self) -> None:
         for name in ("scale_fields", "volatile_files"):
@@ -139,11 +145,16 @@ class StepTraits:
         for name in ("plan_start", "expand", "plan_notes"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
-        if not isinstance(self.shares_names, bool):
-            raise TypeError(f"StepTraits.shares_names must be a bool, got {self.shares_names!r}")
+        for name in ("shares_names", "accelerator"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"StepTraits.{name} must be a bool, got {getattr(self, name)!r}")
 
 
 _DEFAULT = StepTraits()
+
+ON_ACCELERATOR = StepTraits(accelerator=True)
+"""The traits of a step function that computes on the accelerator and needs nothing else:
+``@step_function(ON_ACCELERATOR)``."""
 
 
 class StepFunction:
@@ -179,6 +190,11 @@ def step_function(traits: StepTraits) -> Callable[[Callable[[Any, str], Any]], S
 def traits_of(fn: Any) -> StepTraits:
     """The traits of a step function (the defaults for a plain function)."""
     return fn.traits if isinstance(fn, StepFunction) else _DEFAULT
+
+
+def uses_accelerator(step: Step) -> bool:
+    """Whether ``step``'s function computes on the accelerator (:attr:`StepTraits.accelerator`)."""
+    return traits_of(step.fn).accelerator
 
 
 def volatile_patterns(step: Step) -> tuple[str, ...]:

@@ -23,8 +23,9 @@ from typing import Any
 from marin.execution.core.encoding import flatten_config, holds_dependency
 from marin.execution.core.traits import traits_of
 from marin.execution.plan.model import Action, Plan, PlannedStep
+from marin.execution.plan.resources import resources_of, schedule_resources
 from marin.execution.store.provenance_record import Provenance
-from rigging.durations import parse_duration
+from rigging.durations import format_duration, parse_duration
 
 __all__ = [
     "OverBudget",
@@ -75,6 +76,10 @@ class PlanEstimate:
     critical_path_s: float
     accelerator_hours: dict[str, float] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
+    resources: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What each step asks (an iris ``ResourceConfig``, by position): how the schedule queued them."""
+    accelerator: Any = field(default=None, compare=False, repr=False)
+    """The host's accelerator the steps queued for (an iris ``HostAccelerator``), None for none."""
 
     @property
     def total_bytes(self) -> int:
@@ -176,14 +181,11 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return start, slope
 
 
-def _resource_of(step: Any) -> tuple[str | None, float]:
+def _resource_of(resources: Any) -> tuple[str | None, float]:
     """(accelerator type, units held per second of wall time): slices for TPU, devices for GPU."""
-    # iris's package imports fray's clients and with them Ray (~0.8 s): only when estimating.
-    from iris.cluster import GpuConfig, ResourceConfig, TpuConfig
+    # iris's request types: only when estimating.
+    from iris.cluster import GpuConfig, TpuConfig
 
-    resources = step.resources
-    if not isinstance(resources, ResourceConfig):
-        return None, 0.0
     match resources.accelerator:
         case TpuConfig(type=tpu_type):
             return f"TPU {tpu_type}", 1.0
@@ -193,10 +195,14 @@ def _resource_of(step: Any) -> tuple[str | None, float]:
 
 
 def estimate_step(planned: PlannedStep, earlier: Sequence[tuple[str, Provenance]],
-                  hashes: Mapping[int, str]) -> StepEstimate:
-    """The estimate of one step from ``earlier`` builds of its name: (output path, provenance) pairs."""
+                  hashes: Mapping[int, str], accelerator: Any = None) -> StepEstimate:
+    """The estimate of one step from ``earlier`` builds of its name: (output path, provenance) pairs.
+
+    ``accelerator``: the host's (an iris ``HostAccelerator``), which a step that computes on the
+    accelerator and says nothing of its resources asks for (:func:`~marin.execution.plan.resources.resources_of`).
+    """
     step = planned.step
-    resource, units = _resource_of(step)
+    resource, units = _resource_of(resources_of(step, accelerator))
     fields = traits_of(step.fn).scale_fields
     inputs: set[str] = set()
     new_flat = flatten_config(step.config, hashes, dependency_keys=inputs)
@@ -253,7 +259,7 @@ def _nearest_size(sizes: Sequence[tuple[int, int]]) -> int | None:
 
 def schedule(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]], max_parallel: int,
              *, running: Mapping[int, float] | None = None, resources: Mapping[int, Any] | None = None,
-             capacity: Any = None) -> float:
+             capacity: Any = None, accelerator: Any = None) -> float:
     """Wall time of the runner's schedule: at most ``max_parallel`` steps at once, each started (in
     position order) as soon as its inputs are done and, given a ``capacity``, this machine has room
     for it: iris's simulation of admission (:func:`iris.simulate.simulate`).
@@ -264,7 +270,10 @@ def schedule(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]], 
         max_parallel: slots.
         running: steps already running and the seconds they have left (they hold slots at 0).
         resources: each step's iris ``ResourceConfig`` (default: one CPU).
-        capacity: what one host offers (an iris ``MachineCapacity``); None: room for everything.
+        capacity: what one host offers (an iris ``MachineCapacity``); None: room for everything
+            but ``accelerator``.
+        accelerator: the host's accelerator (an iris ``HostAccelerator``), shared in slots by the
+            steps that ask for it: they queue for it as the runner queues them.
     """
     # iris's package imports fray's clients and with them Ray (~0.8 s): only when estimating.
     from iris.admission import Demand, MachineCapacity
@@ -282,7 +291,8 @@ def schedule(durations: Mapping[int, float], deps: Mapping[int, Sequence[int]], 
         total = Demand(cpus=1.0)
         for r in asked.values():
             total = total + Demand.per_host(r)
-        capacity = MachineCapacity(cpus=total.cpus, memory=total.memory, gpus=total.gpus, tpu_chips=total.tpu_chips)
+        capacity = MachineCapacity(cpus=total.cpus, memory=total.memory, gpus=total.gpus, tpu_chips=total.tpu_chips,
+                                   accelerator=accelerator)
     result = simulate(steps, SimCluster(hosts, capacity), max_parallel=max_parallel, priority=Priority.GIVEN_ORDER,
                       running={str(pos): left for pos, left in running.items()})
     return result.makespan
@@ -307,19 +317,22 @@ def _critical_path(durations: Mapping[int, float], deps: Mapping[int, Sequence[i
     return path[::-1], total
 
 
-def estimate_plan(plan: Plan, max_parallel: int, capacity: Any = None) -> PlanEstimate:
+def estimate_plan(plan: Plan, max_parallel: int, capacity: Any = None, accelerator: Any = None) -> PlanEstimate:
     """Estimates of every step the plan would build (cached, fetched and reused steps cost nothing
     to estimate: they are not rebuilt), its total, wall time, critical path and accelerator-hours.
 
     ``capacity``: what this machine offers the steps (an iris ``MachineCapacity``), when they run
-    here: the wall time then accounts for steps that cannot run side by side."""
+    here: the wall time then accounts for steps that cannot run side by side. ``accelerator``:
+    this host's (an iris ``HostAccelerator``), when steps run here: the steps that compute on it
+    ask for it by default and queue for it (the wall time counts them one slot at a time)."""
     hashes = plan.hashes()
     steps: dict[int, StepEstimate] = {}
     for pos, p in enumerate(plan.steps):
         if p.action is Action.RUN:
-            steps[pos] = estimate_step(p, plan.earlier_builds(p.name), hashes)
+            steps[pos] = estimate_step(p, plan.earlier_builds(p.name), hashes, accelerator)
     durations = {pos: e.seconds or 0.0 for pos, e in steps.items()}
     deps = {pos: plan.steps[pos].deps for pos in steps}
+    asked = schedule_resources({pos: plan.steps[pos].step for pos in steps}, accelerator)
     path, path_s = _critical_path(durations, deps)
     hours: dict[str, float] = {}
     for e in steps.values():
@@ -328,14 +341,16 @@ def estimate_plan(plan: Plan, max_parallel: int, capacity: Any = None) -> PlanEs
     return PlanEstimate(
         steps=steps,
         total_s=sum(durations.values()),
-        wall_s=schedule(durations, deps, max_parallel, capacity=capacity,
-                        resources={pos: plan.steps[pos].step.resources for pos in steps}),
+        wall_s=schedule(durations, deps, max_parallel, capacity=capacity, resources=asked, accelerator=accelerator),
         max_parallel=max_parallel,
         critical_path=path,
         critical_path_s=path_s,
         accelerator_hours=hours,
         names={pos: plan.steps[pos].name for pos in steps},
+        resources=asked,
+        accelerator=accelerator,
     )
+
 
 
 # -- budgets ----------------------------------------------------------------------------------
@@ -368,18 +383,3 @@ def over_budget(estimate: PlanEstimate, *, seconds: float | None = None,
         return (f"the plan would use {used:.2f} accelerator-hours ({kinds}), over the budget of "
                 f"{accelerator_hours:g}; most of it: {top}")
     return None
-
-
-# -- durations as people write them ------------------------------------------------------------
-
-def format_duration(seconds: float | None) -> str:
-    """``"3h 10m"``, ``"4m 05s"``, ``"12.3s"``; ``"no estimate"`` for None."""
-    if seconds is None:
-        return "no estimate"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"

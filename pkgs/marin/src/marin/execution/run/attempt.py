@@ -28,7 +28,6 @@ from marin.execution.run.attempt_context import (
     Releasable,
     WorkerKind,
     is_lost_process,
-    resources_of,
 )
 from marin.execution.run.attempt_log import AttemptLog
 from marin.execution.run.outcome import Outcome, StepOutcome
@@ -103,7 +102,7 @@ class StepAttempt:
     @property
     def retries_left(self) -> int:
         """Retries of a lost process left (``resources.max_retries`` less those used)."""
-        return resources_of(self.planned.step).max_retries - self.retries
+        return self.ctx.resources_of(self.planned.step).max_retries - self.retries
 
     @property
     def files_folder(self) -> str:
@@ -113,18 +112,19 @@ class StepAttempt:
     # -- start ----------------------------------------------------------------------------
     @classmethod
     def start(cls, p: PlannedStep, lease: Lease, ctx: AttemptContext, paths: Mapping[int, str], *,
-              clear: bool, expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-              ) -> StepAttempt | StepOutcome:
+              clear: bool, expansions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (),
+              admission: Releasable | None = None) -> StepAttempt | StepOutcome:
         """Start ``p`` under ``lease`` (already taken); a step that cannot start is a failed outcome.
 
         Args:
             clear: empty the output folder first (a forced rebuild).
             expansions: what its expanding inputs expanded into (:attr:`StepPayload.expansions`).
+            admission: its room on this machine (an iris ``Admission``: the accelerator slots it holds).
         """
         from rigging.process import process_identity  # psutil: only when building
 
         record = StepRecord(p.output_path)
-        self = cls(p, lease, ctx, mask=SecretMask.of(p.step.config))
+        self = cls(p, lease, ctx, mask=SecretMask.of(p.step.config), admission=admission or NothingHeld())
         lease.start_heartbeat()
         try:
             if clear:
@@ -157,8 +157,7 @@ class StepAttempt:
             )
             if fs.is_local(self.files_folder):
                 os.makedirs(fs.strip_protocol(self.files_folder), exist_ok=True)
-            resources = resources_of(p.step)
-            self.resubmit = ctx.submitter(payload, resources, p.output_name)
+            self.resubmit = ctx.submitter(payload, ctx.resources_of(p.step), p.output_name, self.admission.slots)
             self.handle = self.resubmit()
             lease.on_lost = self._stop_lost
             # One status record per start, written once the process exists so that it can name it.
@@ -379,6 +378,13 @@ class StepAttempt:
         attempt lost its lease and was stopped: lost, not failed."""
         StepRecord(self.planned.output_path).write_lost(self.lease.token, attempt=self.attempt, holder=self.ctx.holder,
                                                         why=why, lost_at=self.lost_at)
+
+    def set_aside(self, why: str) -> None:
+        """End this attempt without failing the step, which starts again later (it found the
+        accelerator held by another process): recorded as interrupted, its lease given back."""
+        self.log.close(self.handle)
+        self._record(BuildState.INTERRUPTED, error=self.mask(why))
+        self.lease.release()
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""

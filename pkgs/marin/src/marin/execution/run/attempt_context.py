@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from marin.execution.core.step import Step
+from marin.execution.plan.resources import resources_of
 from marin.execution.run.worker import StepPayload, run_step
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient, JobHandle
+    from iris.accelerator import HostAccelerator
     from iris.cluster import ResourceConfig
     from marin.execution.run.settings import RunSettings
 
-__all__ = ["AttemptContext", "NothingHeld", "Releasable", "WorkerKind", "is_lost_process", "resources_of",
-           "warm_worker_can_run"]
+__all__ = ["AttemptContext", "NothingHeld", "Releasable", "WorkerKind", "is_lost_process", "warm_worker_can_run"]
 
 
 class WorkerKind(enum.Enum):
@@ -32,26 +34,19 @@ class WorkerKind(enum.Enum):
 class Releasable(Protocol):
     """What an attempt holds while it runs and gives back when it ends (an iris ``Admission``)."""
 
+    slots: tuple[int, ...]
+    """The slots of the host's accelerator it holds (none: it runs with the accelerator hidden)."""
+
     def release(self) -> None: ...
 
 
 class NothingHeld:
     """The hold of a step that takes nothing from this machine's ledger (a fetch, a step on Ray)."""
 
+    slots: tuple[int, ...] = ()
+
     def release(self) -> None:
         pass
-
-
-def resources_of(step: Step) -> ResourceConfig:
-    """The step's iris ``ResourceConfig``; a step that says nothing asks for one CPU."""
-    # iris's package imports fray's clients and with them Ray (~0.8 s): only when a step is built.
-    from iris.cluster import ResourceConfig
-
-    resources = step.resources if step.resources is not None else ResourceConfig()
-    if not isinstance(resources, ResourceConfig):
-        raise TypeError(f"step {step.name}: resources must be an iris ResourceConfig or None, "
-                        f"got {type(resources).__name__}")
-    return resources
 
 
 def warm_worker_can_run(resources: Any) -> bool:
@@ -85,12 +80,36 @@ class AttemptContext:
     pool: Callable[[], Any] | None = None
     """The warm worker pool (``fray.pool.WorkerPool``) local steps fork from; None: a fresh
     interpreter each."""
+    accelerator: HostAccelerator | None = None
+    """This host's accelerator, for steps that run here: only those admitted to it see it."""
 
-    def submitter(self, payload: StepPayload, resources: ResourceConfig, name: str) -> Callable[[], JobHandle]:
+    def resources_of(self, step: Step) -> ResourceConfig:
+        """What ``step`` asks for here (:func:`marin.execution.plan.resources.resources_of`)."""
+        return resources_of(step, self.accelerator)
+
+    def accelerator_env(self, resources: ResourceConfig, slots: tuple[int, ...]) -> dict[str, str]:
+        """The variables that give a step the accelerator slots it holds, or hide the accelerator
+        from it (:mod:`iris.accelerator_env`); for a step elsewhere (Ray) that asks for an
+        accelerator, the user's own ``JAX_PLATFORMS``."""
+        # Not at import: only a run that starts a step asks (the standard library and fray's request types).
+        from iris.accelerator_env import granted_env, hiding_env, users_platforms
+
+        if self.worker is WorkerKind.IN_PROCESS:
+            return {}
+        if self.worker is WorkerKind.REMOTE:
+            return users_platforms(os.environ) if resources.accelerator is not None else {}
+        if self.accelerator is None:
+            return {}
+        return granted_env(os.environ, self.accelerator, slots) if slots else hiding_env(os.environ, self.accelerator)
+
+    def submitter(self, payload: StepPayload, resources: ResourceConfig, name: str,
+                  slots: tuple[int, ...] = ()) -> Callable[[], JobHandle]:
         """A function that starts the step ``payload`` describes (again, for a retry) on this run's
-        client, as ``resources`` ask, and returns its job's handle."""
+        client, as ``resources`` ask, holding ``slots`` of the host's accelerator, and returns its
+        job's handle."""
         client = self.client
-        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)}
+        env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level),
+               **self.accelerator_env(resources, slots)}
         if resources.num_hosts > 1:
             # iris's package imports fray's clients and with them Ray (~0.8 s): only for multi-host steps.
             from iris.multihost import MultihostJobHandle, launch

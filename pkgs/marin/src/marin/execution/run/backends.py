@@ -7,18 +7,20 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.plan.model import Action, PlannedStep
+from marin.execution.plan.resources import resources_of
+from marin.execution.run.accelerator import AcceleratorGate, host_accelerator
 from marin.execution.run.attempt_context import (
     AttemptContext,
     NothingHeld,
     Releasable,
     WorkerKind,
-    resources_of,
 )
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
+    from iris.accelerator import HostAccelerator
     from iris.admission import AdmissionController, MachineCapacity
     from marin.execution.run.settings import RunSettings
 
@@ -31,10 +33,11 @@ class Backends:
     Args:
         settings: the run's settings (prefix, backend, Ray address, warm workers).
         client: a ``fray`` client to use instead of one made from the configuration.
-        capacity: what this machine offers to local steps (default: detected).
+        capacity: what this machine offers to local steps (default: detected, with the host's
+            accelerator: :func:`~marin.execution.run.accelerator.host_accelerator`).
 
-    fray's and iris's packages import Ray (~0.8 s): every method imports them when first asked,
-    so a run that builds nothing never pays for them.
+    fray's clients and iris's admission are imported when first asked, so a run that builds nothing
+    never pays for them.
     """
 
     def __init__(self, settings: RunSettings, client: DistributedClient | None = None,
@@ -44,15 +47,43 @@ class Backends:
         self._owns_client = False
         self._capacity = capacity
         self._admission: AdmissionController | None = None
+        self._accelerator: tuple[HostAccelerator | None] | None = None
+        self.gate: AcceleratorGate | None = None
+        """Waits for an accelerator another process holds (made by :meth:`make_gate`)."""
         self.pool: Any = None
         """The warm worker pool (``fray.pool.WorkerPool``), once a step ran in it."""
 
+    def accelerator(self) -> HostAccelerator | None:
+        """The accelerator of the machine steps run on, when it is this one (local and in-process
+        steps): the capacity's, else stated or found (:func:`host_accelerator`); None on Ray."""
+        if self._accelerator is None:
+            if self._capacity is not None:
+                found = self._capacity.accelerator
+            else:
+                found = host_accelerator(self.settings) if self.worker_kind() is not WorkerKind.REMOTE else None
+            self._accelerator = (found,)
+        return self._accelerator[0]
+
+    def resources_of(self, p: PlannedStep) -> Any:
+        """What the step asks for where it runs (an iris ``ResourceConfig``): on this machine, an
+        accelerator step that says nothing asks for a slot of the host's accelerator."""
+        return resources_of(p.step, self.accelerator())
+
+    def make_gate(self, report: Any) -> None:
+        """Check the accelerator's lock file before each accelerator step starts (local steps on a
+        host with an accelerator), telling ``report(planned, line)`` of each wait."""
+        accelerator = self.accelerator()
+        if accelerator is not None and self.worker_kind() is not WorkerKind.REMOTE:
+            lock = self.settings.accelerator_lock or accelerator.default_lock
+            self.gate = AcceleratorGate(lock, self.settings.accelerator_wait, report)
+
     def worker_kind(self) -> WorkerKind:
         """Where steps' functions run."""
-        from fray.cluster import LocalClient
-        from fray.inprocess import InProcessClient
-
         if self._client is not None:
+            # fray's clients: only for a client given (the runner asks this on every run).
+            from fray.cluster import LocalClient
+            from fray.inprocess import InProcessClient
+
             if isinstance(self._client, InProcessClient):
                 return WorkerKind.IN_PROCESS
             return WorkerKind.LOCAL_PROCESS if isinstance(self._client, LocalClient) else WorkerKind.REMOTE
@@ -91,29 +122,41 @@ class Backends:
         client = self._steps_client()
         warm = self.settings.warm_workers and isinstance(client, LocalClient)
         return AttemptContext(self.settings, holder, client, self.worker_kind(), environment,
-                              pool=self._warm_pool if warm else None)
+                              pool=self._warm_pool if warm else None, accelerator=self.accelerator())
 
     def _admission_controller(self) -> AdmissionController:
         if self._admission is None:
-            from iris.admission import AdmissionController
+            from iris.admission import AdmissionController, MachineCapacity
 
-            self._admission = AdmissionController(self._capacity)
+            capacity = self._capacity or MachineCapacity.detect(self.accelerator())
+            self._admission = AdmissionController(capacity)
         return self._admission
 
     def admit(self, p: PlannedStep) -> Releasable | str | None:
         """Room on this machine for ``p``: an iris ``Admission`` to release when it ends, None when
-        there is no room now, or why it can never run here. A step that needs nothing admitted
-        here (a fetch, any step on Ray) gets a hold that holds nothing."""
+        there is no room now (or the accelerator it was admitted to is held by another process:
+        :class:`~marin.execution.run.accelerator.AcceleratorGate`), or why it can never run here
+        (or waited in vain). A step that needs nothing admitted here (a fetch, any step on Ray)
+        gets a hold that holds nothing."""
         from iris.admission import ResourcesTooLarge
 
         if p.action is not Action.RUN or self.worker_kind() is WorkerKind.REMOTE:
             return NothingHeld()
+        controller = self._admission_controller()
+        ours_running = controller.accelerator_in_use
         try:
-            return self._admission_controller().try_admit(resources_of(p.step))
+            admission = controller.try_admit(self.resources_of(p))
         except ResourcesTooLarge as e:
             return f"step {p.name}: {e}"
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             return str(e)
+        if admission is None or not admission.slots or self.gate is None:
+            return admission
+        verdict = self.gate.clear(p, ours_running)
+        if verdict is True:
+            return admission
+        admission.release()
+        return verdict or None
 
     def check_resources(self, steps: Sequence[PlannedStep]) -> None:
         """Refuse a step that could never run: on this machine (local), or on any set of the Ray
@@ -139,9 +182,11 @@ class Backends:
                 check_fits_cluster(resources, hosts, what="the Ray cluster")
         for p in steps:
             try:
-                check(resources_of(p.step))
+                check(self.resources_of(p))
             except ResourcesTooLarge as e:
                 raise ResourcesTooLarge(f"step {p.name}: {e}") from None
+            except ValueError as e:  # a host's accelerator that names no type a step can ask for
+                raise ResourcesTooLarge(str(e)) from None
 
     def wait(self, busy: bool, seconds: float) -> None:
         """Wait up to ``seconds``: a warm pool with steps running wakes as soon as one ends."""

@@ -18,6 +18,8 @@ from marin.execution.plan.estimate import OverBudget, PlanEstimate, estimate_pla
 from marin.execution.plan.make import make_plan
 from marin.execution.plan.model import Action, Plan, StoreView, reasons_of
 from marin.execution.run import capture
+from marin.execution.run.accelerator import host_accelerator
+from marin.execution.run.attempt_context import WorkerKind
 from marin.execution.run.backends import Backends
 from marin.execution.run.outcome import NotCached, Outcome, QuietReporter, Reporter, RunResult, StepOutcome
 from marin.execution.run.settings import RunSettings
@@ -29,6 +31,7 @@ from rigging.lease import default_holder
 
 if TYPE_CHECKING:
     from fray.types import DistributedClient
+    from iris.accelerator import HostAccelerator
     from iris.admission import MachineCapacity
     from marin.execution.run.scheduler import Scheduling
 
@@ -119,7 +122,8 @@ class StepRunner:
         plan = self._make_plan(steps, salt=salt, explain=explain, env_digest=env_digest if note_env else None,
                                code_changes=code)
         if estimate and plan.to_run():
-            plan = plan.with_estimate(estimate_plan(plan, self.settings.max_parallel))
+            plan = plan.with_estimate(estimate_plan(plan, self.settings.max_parallel,
+                                                    accelerator=self.backends.accelerator()))
         return plan
 
     def _make_plan(self, steps: Iterable[Placeholder], *, salt: str | None, explain: bool,
@@ -132,8 +136,28 @@ class StepRunner:
                          expand_from_caches=not settings.cache_trusted_keys)
 
     def run(self, steps: Iterable[Placeholder]) -> RunResult:
-        """Build every step of the graph that is not already built; see :class:`RunResult`."""
+        """Build every step of the graph that is not already built; see :class:`RunResult`.
+
+        On a host with an accelerator, the run (this process, and every process it starts that is
+        not admitted to the accelerator) sees it hidden (``iris.accelerator_env``) until it ends.
+        """
+        # Not at import: the standard library and fray's request types, for a run that may build.
+        from iris.accelerator_env import accelerator_hidden
+
         steps = list(steps)
+        with accelerator_hidden(self.hides()):
+            return self._run(steps)
+
+    def hides(self) -> HostAccelerator | None:
+        """The accelerator this runner's process hides while it runs: the host's, when steps run in
+        processes of their own (on this machine or elsewhere); None: nothing to hide (or steps run
+        in this very process, memory://)."""
+        kind = self.backends.worker_kind()
+        if kind is WorkerKind.IN_PROCESS:
+            return None
+        return host_accelerator(self.settings) if kind is WorkerKind.REMOTE else self.backends.accelerator()
+
+    def _run(self, steps: list[Placeholder]) -> RunResult:
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
         plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
         # One name, one step: refused before anything is written, unless Marin's executor allows it.
@@ -203,10 +227,12 @@ class StepRunner:
         from marin.execution.run.scheduler import Scheduling  # not at import: see run()
 
         backends, settings = self.backends, self.settings
+        backends.make_gate(self.reporter.accelerator_wait)
         return Scheduling(
             settings=settings, holder=self.holder, reporter=self.reporter, admit=backends.admit,
             attempt_context=lambda: backends.attempt_context(self.holder, self._env),
             wait=lambda busy: backends.wait(busy, settings.poll_interval),
             # What a step expands into is built whatever --only said: it is part of that step's build.
             plan_more=lambda found, view: self._index_kept_current(
-                self._make_plan(found, salt=self._salt(), explain=True, view=view, only=())))
+                self._make_plan(found, salt=self._salt(), explain=True, view=view, only=())),
+            gate=backends.gate)

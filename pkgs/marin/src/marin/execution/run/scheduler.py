@@ -14,6 +14,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.step import Step
 from marin.execution.plan.expansion import expansion_of, merge_plans
 from marin.execution.plan.model import Action, Plan, PlannedStep, StoreView, reasons_of
+from marin.execution.run.accelerator import AcceleratorGate, found_accelerator_held
 from marin.execution.run.attempt import StepAttempt
 from marin.execution.run.attempt_context import AttemptContext, Releasable
 from marin.execution.run.outcome import Outcome, Reporter, StepOutcome
@@ -53,6 +54,8 @@ class Scheduling:
     plan_more: Callable[[list[Step], StoreView], Plan]
     """Plan more targets as the run's plan was made (same options), reading the store through
     the run's view: what a built step expanded into."""
+    gate: AcceleratorGate | None = None
+    """Waits for an accelerator held by another process (none: nothing is checked)."""
 
 
 def execute(state: RunState, s: Scheduling) -> None:
@@ -60,9 +63,10 @@ def execute(state: RunState, s: Scheduling) -> None:
     try:
         while state.pending or state.running:
             progressed = _start_what_can_start(state, s)
-            progressed = _finish_what_ended(state) or progressed
+            progressed = _finish_what_ended(state, s.gate) or progressed
             progressed = _expand_what_was_built(state, s) or progressed
-            if not progressed and not state.running and not state.waiting_on and state.pending:
+            waiting = bool(state.waiting_on) or (s.gate is not None and s.gate.waiting)
+            if not progressed and not state.running and not waiting and state.pending:
                 stuck = ", ".join(state.plan.steps[pos].name for pos in itertools.islice(state.pending, 5))
                 raise RuntimeError(f"scheduler stalled with no step runnable: {stuck}")
             if not progressed:
@@ -101,11 +105,10 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
         if admission is None:
             continue  # no room now: a smaller step may still fit
         before = len(state.pending)
-        started = _try_start(state, s, pos)
+        started = _try_start(state, s, pos, admission)
         if len(state.pending) != before:
             progressed = True  # settled, or a refused cache entry brought its inputs into the run
         if started is not None:
-            started.admission = admission
             state.started(pos, started)
             progressed = True
         else:
@@ -113,7 +116,7 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
     return progressed
 
 
-def _finish_what_ended(state: RunState) -> bool:
+def _finish_what_ended(state: RunState, gate: AcceleratorGate | None = None) -> bool:
     progressed = False
     for pos in list(state.running):
         attempt = state.running[pos]
@@ -122,6 +125,15 @@ def _finish_what_ended(state: RunState) -> bool:
             continue
         progressed = True
         if attempt.retry():
+            continue
+        held = found_accelerator_held(attempt) if gate is not None else None
+        if gate is not None and held is not None:
+            # Not the step's failure: the accelerator was taken by another process. It waits for
+            # it, and starts again (a new attempt, not a retry).
+            gate.found_held(attempt.planned, held)
+            attempt.set_aside(f"the accelerator was held by another process ({held}); waiting to start again")
+            attempt.admission.release()
+            state.ended(pos, None)
             continue
         try:
             outcome = attempt.finish(state)
@@ -152,9 +164,9 @@ def _expand_what_was_built(state: RunState, s: Scheduling) -> bool:
     return progressed
 
 
-def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
+def _try_start(state: RunState, s: Scheduling, pos: int, admission: Releasable) -> StepAttempt | None:
     """Take the step's lease and act on it: settle it (built by another runner, fetched, reused)
-    or start its attempt; None when it did not start."""
+    or start its attempt, holding ``admission``; None when it did not start."""
     p = state.entry(pos)
     record = StepRecord(p.output_path)
     forced = p.forced
@@ -198,7 +210,7 @@ def _try_start(state: RunState, s: Scheduling, pos: int) -> StepAttempt | None:
     # What a forced rebuild replaces, to compare the new build with (nondeterminism).
     replaced = snapshot_build(record) if clear else None
     started = StepAttempt.start(p, lease, s.attempt_context(), state.input_paths(pos), clear=clear,
-                                expansions=state.expanded_inputs(pos))
+                                expansions=state.expanded_inputs(pos), admission=admission)
     if isinstance(started, StepOutcome):
         state.settle(pos, started)
         return None

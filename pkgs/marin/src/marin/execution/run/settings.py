@@ -20,7 +20,8 @@ __all__ = ["RunSettings"]
 # The settings the configuration (``rigging.config.discovery.MarinConfig``) also holds: a keyword
 # of one of these names overrides the configured value (and is recorded as an override).
 _CONFIGURED = ("prefix", "max_parallel", "strict_env", "caches", "backend", "ray_address", "warm_workers",
-               "lease_ttl", "code_changes", "cache_signing_key", "cache_trusted_keys")
+               "lease_ttl", "code_changes", "cache_signing_key", "cache_trusted_keys", "accelerator",
+               "accelerator_slots", "accelerator_wait", "accelerator_lock")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,15 @@ class RunSettings:
     code_changes: str = "warn"
     """A built step whose code changed since its build (its ``version`` did not): ``warn`` keeps
     it and says so, ``rebuild`` builds it again."""
+    accelerator: str | None = None
+    """This host's accelerator as the configuration states it (``v5e-1``, ``gpu:H100:8``, ``none``);
+    None: found on the host (``iris.accelerator.detect_accelerator``)."""
+    accelerator_slots: int = 1
+    """How many steps may use the host's accelerator at once (each given its share of it)."""
+    accelerator_wait: float = 300.0
+    """Seconds an accelerator step waits for an accelerator another process holds before it fails."""
+    accelerator_lock: str | None = None
+    """The lock file the accelerator's runtime holds (None: libtpu's on a TPU host)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """For each configured setting, where its value came from (a file, a variable, ``override``)."""
 
@@ -88,6 +98,11 @@ class RunSettings:
             raise ValueError(f"lease_ttl must be a positive number of seconds, got {self.lease_ttl}")
         if not self.poll_interval > 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {self.poll_interval}")
+        if isinstance(self.accelerator_slots, bool) or not isinstance(self.accelerator_slots, int) \
+                or self.accelerator_slots < 1:
+            raise ValueError(f"accelerator_slots must be an integer >= 1, got {self.accelerator_slots!r}")
+        if not self.accelerator_wait > 0:
+            raise ValueError(f"accelerator_wait must be a positive number of seconds, got {self.accelerator_wait}")
         if self.warm_worker_max_steps < 1:
             raise ValueError(f"warm_worker_max_steps must be >= 1, got {self.warm_worker_max_steps}")
         if self.code_changes not in CODE_CHANGES:
@@ -111,7 +126,8 @@ class RunSettings:
 
         Keywords named like a configuration field (``prefix``, ``max_parallel``, ``strict_env``,
         ``caches``, ``backend``, ``ray_address``, ``warm_workers``, ``lease_ttl``,
-        ``cache_trusted_keys``, ``cache_signing_key``) override it and are recorded as overrides
+        ``cache_trusted_keys``, ``cache_signing_key``, ``accelerator``, ``accelerator_slots``,
+        ``accelerator_wait``, ``accelerator_lock``) override it and are recorded as overrides
         (:attr:`sources`); the others are the run's own.
 
         Raises:
@@ -155,6 +171,10 @@ class RunSettings:
             code_changes=config.code_changes,
             warm_workers=config.warm_workers,
             warm_worker_max_steps=config.warm_worker_max_steps,
+            accelerator=config.accelerator,
+            accelerator_slots=config.accelerator_slots,
+            accelerator_wait=config.accelerator_wait,
+            accelerator_lock=config.accelerator_lock,
             sources=dict(config.sources),
             **keywords,
         )

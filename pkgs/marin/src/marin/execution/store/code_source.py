@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["UNAVAILABLE", "UNREADABLE", "Binding", "FileSource", "Parsed", "SourceReader", "Span", "StaticDef", "def_text",
-           "file_source", "file_stamp", "find_def", "import_bindings", "in_roots", "module_file", "normalised_digest",
-           "realpath"]
+           "file_source", "file_stamp", "find_def", "import_bindings", "in_roots", "module_file", "module_folders",
+           "normalised_digest", "realpath"]
 
 UNAVAILABLE = "unavailable"
 """The digest of a function whose source cannot be read."""
@@ -220,6 +220,16 @@ def _found_spec(module: str, path: tuple[str, ...]) -> importlib.machinery.Modul
         return None
 
 
+def module_folders(module: str) -> tuple[str, ...]:
+    """The file of ``module`` and the folders of its package (a namespace package: only those), as
+    the import system would find them, importing nothing."""
+    spec = _spec(module)
+    if spec is None:
+        return ()
+    origin = spec.origin if isinstance(spec.origin, str) and os.path.isabs(spec.origin) else None
+    return (*([origin] if origin else []), *(spec.submodule_search_locations or ()))
+
+
 def module_file(module: str) -> str | None:
     """The ``.py`` file of module ``module``, found as the import system would, importing nothing."""
     spec = _spec(module)
@@ -271,13 +281,20 @@ class SourceReader:
 
     Args:
         readable: whether a file is worth reading to resolve names (the digest reads only the
-            workspace's): a name re-exported through a file it refuses is not found.
+            workspace's): a name re-exported through a file it refuses is not found, and that
+            file's module is noted in :attr:`outside`.
     """
 
     def __init__(self, readable: Callable[[str], bool]) -> None:
         self.readable = readable
         self._stamps: dict[str, Stamp | None] = {}
         self._resolved: dict[tuple[str, str], StaticDef | str | None] = {}
+        self.outside: set[str] = set()
+        """Modules a name was looked up in whose files are not readable (installed packages, the
+        standard library): what the code reaches beyond what it digests."""
+        self.cut: str | None = None
+        """Why a name was not followed to its definition though it may be readable (a chain of
+        re-exports longer than the reader follows), if that happened."""
 
     def stamps(self) -> dict[str, Stamp | None]:
         """The stamp of every file this reader read (or looked at), for telling when one changes."""
@@ -310,8 +327,14 @@ class SourceReader:
         return None
 
     def _resolve(self, module: str, name: str, depth: int) -> StaticDef | str | None:
-        path = module_file(module) if depth <= _RESOLVE_DEPTH else None
-        source = self.source(path) if path and self.readable(path) else None
+        if depth > _RESOLVE_DEPTH:
+            self.cut = self.cut or f"{module}.{name} is re-exported more than {_RESOLVE_DEPTH} times"
+            return None
+        path = module_file(module)
+        if path is None or not self.readable(path):
+            self.outside.add(module)
+            return None
+        source = self.source(path) if path else None
         if path is None or source is None:
             return None
         if module not in source.bindings:

@@ -23,6 +23,7 @@ from marin.execution.store.record_json import (
 )
 
 if TYPE_CHECKING:
+    from marin.execution.store.code_record import CodeDigest
     from marin.execution.store.sources import SourceFingerprint
 
 __all__ = ["Dependency", "Provenance", "RealisedFrom"]
@@ -160,13 +161,20 @@ class Provenance:
     def code_digest(self) -> str | None:
         """The digest of the code the build ran, as recorded; None when it records none or one that
         does not read back (never equal to a code's digest)."""
+        built = self.built_code()
+        return built.digest if built is not None else None
+
+    def built_code(self) -> CodeDigest | None:
+        """The code the build ran and the environment it ran on
+        (:class:`~marin.execution.store.code_record.CodeDigest`), as recorded; None when it records
+        none or one that does not read back."""
         # Not at import: records are read on every plan; code digests only where code is compared.
-        from marin.execution.store.code_digest import CodeDigest
+        from marin.execution.store.code_record import CodeDigest
 
         if self.code is None:
             return None
         try:
-            return CodeDigest.from_json(self.code).digest
+            return CodeDigest.from_json(self.code)
         except (KeyError, TypeError, ValueError):
             return None
 

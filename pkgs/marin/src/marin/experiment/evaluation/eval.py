@@ -26,6 +26,7 @@ from marin.execution.core.lazy import Lazy, StepHandle, lower
 from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.sources import Source
 from marin.execution.core.step import Step
+from marin.execution.core.traits import ON_ACCELERATOR, step_function
 from marin.experiment.evaluation.results import (
     EVAL_FORMAT,
     EVAL_RESULTS_FILE,
@@ -154,6 +155,7 @@ def _grown(model_config: Any, params: Any, data_tokenizer: str) -> tuple[Any, An
     return dataclasses.replace(model_config, vocab_size=vocab), extend_vocab(params, vocab), byte_lengths
 
 
+@step_function(ON_ACCELERATOR)  # it runs the model
 def evaluate_step(config: EvalConfig, output_path: str) -> None:
     """Step function: score the checkpoint on every dataset and write ``eval_results.json``."""
     import os

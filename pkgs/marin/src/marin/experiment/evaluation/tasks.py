@@ -91,7 +91,8 @@ class TaskEvalConfig:
                              bootstrap_iters=self.bootstrap_iters, seed=self.seed)
 
 
-@step_function(StepTraits(volatile_files=(RESULTS_FILE,)))  # it records dates and timings
+# lm-eval's results record dates and timings; its requests run the model.
+@step_function(StepTraits(volatile_files=(RESULTS_FILE,), accelerator=True))
 def harness_eval_step(config: TaskEvalConfig, output_path: str) -> None:
     """Step function: run the task on the checkpoint; write lm-eval's ``results.json`` and samples."""
     # JAX, the model and lm-eval load only where the step runs, not where it is planned.

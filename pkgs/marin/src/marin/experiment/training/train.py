@@ -136,8 +136,10 @@ TRAIN_TRAITS = StepTraits(
     ),
     plan_start=plan_start,
     plan_notes=mixture_notes,
+    accelerator=True,
 )
-"""A training step's work is the tokens it trains on (estimates scale by it). Its volatile files
+"""A training step (pretraining or fine-tuning, with its in-training evaluations) computes on the
+accelerator. Its work is the tokens it trains on (estimates scale by it). Its volatile files
 differ between two runs of the same config and data (found by training twice and comparing the
 outputs' manifests) and are left out of its output digest; the trained parameters
 (``final/params.npz``) and the checkpoints' metadata are bit-identical on CPU and stay in."""

@@ -1,0 +1,84 @@
+"""What the CLI says of the host's accelerator (found or stated, and where from), which steps use it,
+and that its own process runs with it hidden."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from iris.accelerator_env import SAVED
+from marin.cli.main import cli
+
+EXPERIMENT = """
+import accelerator_steps as chip
+
+steps = [chip.tpu("t0", "{records}", "{lock}"), chip.tpu("t1", "{records}", "{lock}"), chip.cpu("c0", "{records}")]
+"""
+
+
+@pytest.fixture
+def user_env(monkeypatch):
+    """The variables the CLI hides, as a user might have them; put back after the test (the CLI
+    hides the accelerator in its own process, here the test's)."""
+    monkeypatch.setenv("JAX_PLATFORMS", "")
+    monkeypatch.delenv(SAVED, raising=False)
+    monkeypatch.delenv("MARIN_ACCELERATOR", raising=False)
+    return monkeypatch
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_config_shows_the_stated_accelerator_and_where_from_and_the_cli_runs_with_it_hidden(tmp_path, user_env):
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
+    result = _invoke(["config", "--prefix", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith("(host accelerator)"))
+    assert "TPU v5e-1 (1 chip)" in row and "stated in environment variable MARIN_ACCELERATOR" in row
+    assert any(line.split()[:2] == ["accelerator", "v5e-1"] for line in result.stdout.splitlines())
+    assert os.environ["JAX_PLATFORMS"] == "cpu" and os.environ[SAVED]  # this (the CLI's) process: hidden
+
+
+def test_config_on_a_host_without_an_accelerator_says_where_it_looked(tmp_path, user_env):
+    user_env.setenv("MARIN_ACCELERATOR", "none")
+    stated = _invoke(["config", "--prefix", str(tmp_path)])
+    assert "stated in environment variable MARIN_ACCELERATOR" in stated.stdout
+    assert os.environ["JAX_PLATFORMS"] == ""  # nothing to hide
+    user_env.delenv("MARIN_ACCELERATOR")
+    if not os.path.exists("/dev/accel0") and not any(n.startswith("nvidia") for n in os.listdir("/dev")):
+        found = _invoke(["config", "--prefix", str(tmp_path)])
+        row = next(line for line in found.stdout.splitlines() if line.startswith("(host accelerator)"))
+        assert "none" in row and "found nothing (no /dev/accel*" in row
+
+
+def test_plan_and_status_say_which_steps_use_the_accelerator(tmp_path, user_env):
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
+    exp = tmp_path / "exp_chip.py"
+    exp.write_text(EXPERIMENT.format(records=tmp_path / "records", lock=tmp_path / "lock"))
+    plan = _invoke(["plan", str(exp), "--prefix", str(tmp_path / "store")])
+    assert plan.exit_code == 0, plan.output
+    rows = {line.split()[1]: line.split()[3] for line in plan.stdout.splitlines() if line.startswith("run ")}
+    assert rows == {"chip/t0": "TPU", "chip/t1": "TPU", "data/c0": "cpu"}
+    assert ("accelerator: TPU v5e-1 (1 chip) (stated in environment variable MARIN_ACCELERATOR): 2 step(s) to run "
+            "use it, one at a time") in plan.stdout
+    status = _invoke(["status", str(exp), "--prefix", str(tmp_path / "store")])
+    assert "accelerator: TPU v5e-1 (1 chip) (stated in environment variable MARIN_ACCELERATOR)" in status.stdout
+
+
+def test_a_bad_accelerator_setting_is_one_line_naming_where_it_was_set(tmp_path, user_env):
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-16")
+    result = CliRunner().invoke(cli, ["config", "--prefix", str(tmp_path)])
+    assert result.exit_code == 2
+    first = result.output.splitlines()[0]
+    assert first.startswith("error: environment variable MARIN_ACCELERATOR: bad value for 'MARIN_ACCELERATOR': "
+                            "'v5e-16' spans 4 hosts")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "marin.yaml").write_text("accelerator: v5e-4\naccelerator_slots: 3\n")
+    user_env.delenv("MARIN_ACCELERATOR")
+    user_env.chdir(tmp_path)
+    split = CliRunner().invoke(cli, ["config"])
+    assert split.exit_code == 2 and "accelerator_slots" in split.output and "marin.yaml" in split.output
+    assert "cannot be split into 3 slots" in split.output

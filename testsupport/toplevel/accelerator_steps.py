@@ -1,0 +1,85 @@
+"""Step functions for a simulated exclusive accelerator (imported by workers as ``accelerator_steps``).
+
+The accelerator is a lock file taken the way libtpu takes ``/tmp/libtpu_lockfile``: a POSIX
+(``fcntl``) write lock over the whole file, held for as long as the step runs; a step that finds it
+held fails at once with libtpu's own words. Every step records, in ``<record_dir>/<label>.json``,
+when it ran, its process and what it saw of the variables that hide the accelerator.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from marin.execution.core.step import Step, unhashed_field
+from marin.execution.core.traits import ON_ACCELERATOR, step_function
+from rigging import filesystem as fs
+from testsupport.accelerator import LIBTPU_HELD, hold_lock
+
+__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu", "cpu_step", "hold_lock", "read_records", "tpu", "tpu_step"]
+
+@dataclass(frozen=True)
+class ChipConfig:
+    """Config of :func:`tpu_step` and :func:`cpu_step`."""
+
+    label: str
+    seconds: float = 0.3
+    lock: str = unhashed_field(default="")
+    """The simulated runtime's lock file (:func:`tpu_step` takes it)."""
+    record_dir: str = unhashed_field(default="")
+
+
+def _record(config: ChipConfig, kind: str, start: float) -> None:
+    seen = {name: os.environ.get(name) for name in ("JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS")}
+    record = {"label": config.label, "kind": kind, "start": start, "end": time.time(), "pid": os.getpid(),
+              "ppid": os.getppid(), **seen}
+    path = os.path.join(config.record_dir, f"{config.label}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+@step_function(ON_ACCELERATOR)
+def tpu_step(config: ChipConfig, output_path: str) -> None:
+    """Open the simulated accelerator (its lock, as libtpu takes it), compute a while, close it."""
+    fd = os.open(config.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError(LIBTPU_HELD) from None
+        start = time.time()
+        time.sleep(config.seconds)
+        _record(config, "accelerator", start)
+    finally:
+        os.close(fd)  # the lock goes with it
+    fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
+
+
+def cpu_step(config: ChipConfig, output_path: str) -> None:
+    """A data step: a while on the CPU."""
+    start = time.time()
+    time.sleep(config.seconds)
+    _record(config, "cpu", start)
+    fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
+
+
+def tpu(label: str, record_dir: str, lock: str, seconds: float = 0.3) -> Step:
+    return Step(f"chip/{label}", tpu_step, ChipConfig(label, seconds, lock=lock, record_dir=record_dir))
+
+
+def cpu(label: str, record_dir: str, seconds: float = 0.3) -> Step:
+    return Step(f"data/{label}", cpu_step, ChipConfig(label, seconds, record_dir=record_dir))
+
+
+def read_records(record_dir: str) -> dict[str, dict]:
+    """Every step's record, by label."""
+    out = {}
+    for name in sorted(os.listdir(record_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(record_dir, name)) as f:
+                out[name[:-5]] = json.load(f)
+    return out
