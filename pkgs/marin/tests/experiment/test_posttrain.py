@@ -305,3 +305,16 @@ def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict
     assert (Path(result.by_name("hf/tiny-merge").output_path) / "model.safetensors").exists()
     summary = json.loads(fs.read_text(fs.join(result.by_name("checkpoints/from-merge").output_path, "train_summary.json")))
     assert summary["steps"] == 2
+
+
+def test_the_steps_that_run_the_model_ask_for_the_accelerator(tmp_path: Path) -> None:
+    from marin.execution.core.traits import uses_accelerator
+
+    prefs = preference_chat("tokenized/prefs", _jsonl(tmp_path / "p.jsonl", _rows(4)), tokenizer)
+    base = tiny_model(steps=20)
+    run = dpo("d", base, prefs, beta=0.1)
+    on_chip = {"dpo": run, "reference_logprobs": reference_logprobs("r", base, prefs)}
+    off_chip = {"preference_chat": prefs, "merge_checkpoints": merge_checkpoints("m", base, steps=[10, 20]),
+                "story_preferences": story_preferences("p")}
+    assert {k: uses_accelerator(h.lower()) for k, h in on_chip.items()} == dict.fromkeys(on_chip, True)
+    assert {k: uses_accelerator(h.lower()) for k, h in off_chip.items()} == dict.fromkeys(off_chip, False)

@@ -41,7 +41,8 @@ class ReferenceLogprobsConfig:
     """Pairs scored at once (does not change the log-probs)."""
 
 
-@step_function(StepTraits(volatile_files=("reference.json",)))  # it names the model's and data's folders
+# It runs the model; reference.json names the model's and the data's folders.
+@step_function(StepTraits(volatile_files=("reference.json",), accelerator=True))
 def reference_logprobs_step(config: ReferenceLogprobsConfig, output_path: str) -> None:
     """Step function: score every pair of every split with the reference model."""
     from levanter.dpo.reference import score_pairs
