@@ -22,7 +22,7 @@ from levanter.lora import LoraConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
 from levanter.trainer import main
-from testsupport.levanter_data import pattern_documents, tiny_config, write_pattern_pairs, write_tokenized
+from testsupport.levanter_data import tiny_config, write_pattern_pairs
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -96,14 +96,9 @@ STEPS = 12
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """A tiny model trained on pattern documents, and pattern preference pairs of its vocabulary."""
-    root = tmp_path_factory.mktemp("dpo")
-    data = write_tokenized(str(root / "tok"), {"train": pattern_documents(200, 64, seed=1),
-                                               "validation": pattern_documents(40, 64, seed=2)}, vocab_size=64, eos_id=0)
-    out = str(root / "pretrained")
-    main(tiny_config(data, num_train_steps=20, eval_batches=0), out)
-    return out, write_pattern_pairs(str(root / "pairs"))
+def pretrained(pretrained_tiny, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The shared tiny model trained on pattern documents, and pattern preference pairs of its vocabulary."""
+    return pretrained_tiny[1], write_pattern_pairs(str(tmp_path_factory.mktemp("dpo") / "pairs"))
 
 
 def _lora_config(pretrained: tuple[str, str], mesh: MeshConfig = MeshConfig()) -> DpoRunConfig:

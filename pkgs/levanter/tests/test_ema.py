@@ -21,9 +21,8 @@ def _leaves(params) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(params)}
 
 
-def test_the_average_follows_the_parameters_step_by_step_and_is_read_either_way(tiny_dataset: str, tmp_path) -> None:
-    start = str(tmp_path / "start")
-    main(tiny_config(tiny_dataset, num_train_steps=2, eval_batches=0), start)
+def test_the_average_follows_the_parameters_step_by_step_and_is_read_either_way(pretrained_tiny, tmp_path) -> None:
+    tiny_dataset, start = pretrained_tiny
     out = str(tmp_path / "ema")
     decay = 0.5
     config = tiny_config(tiny_dataset, num_train_steps=3, eval_batches=0, ema=decay,
@@ -52,6 +51,6 @@ def test_the_average_follows_the_parameters_step_by_step_and_is_read_either_way(
     with pytest.raises(FileNotFoundError, match=r"kept no average of its parameters \(train it with ema=\.\.\.\)"):
         load_model(start, ema=True)
     with pytest.raises(FileNotFoundError, match="holds no average of the parameters"):
-        read_checkpoint_params(os.path.join(start, "checkpoints"), 2, ema=True)
+        read_checkpoint_params(os.path.join(start, "checkpoints"), 20, ema=True)
     with pytest.raises(ValueError, match=r"ema decay must be a number in \(0, 1\), got 1.5"):
         tiny_config(tiny_dataset, ema=1.5)

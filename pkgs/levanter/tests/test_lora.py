@@ -108,9 +108,8 @@ def test_bad_lora_settings_are_one_line_errors_naming_what_is_wrong(tiny_dataset
                       {"layer_0/~/attn/~/k_proj": {"w": jax.ShapeDtypeStruct((32, 8), jnp.float32)}})
 
 
-def test_a_lora_run_trains_and_checkpoints_only_adapters_and_reads_back_folded(tiny_dataset: str, tmp_path) -> None:
-    pretrained = str(tmp_path / "pretrained")
-    main(tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0), pretrained)
+def test_a_lora_run_trains_and_checkpoints_only_adapters_and_reads_back_folded(pretrained_tiny, tmp_path) -> None:
+    tiny_dataset, pretrained = pretrained_tiny
     lora = LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))
     out = str(tmp_path / "lora")
     config: TrainLmConfig = tiny_config(tiny_dataset, num_train_steps=4, eval_batches=1, initialize_from=TrainedModel(pretrained),
