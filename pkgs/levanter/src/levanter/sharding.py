@@ -167,7 +167,7 @@ def param_spec(module: str, name: str, shape: Sequence[int], sizes: Mapping[str,
     logical = _RULES.get((leaf_module, name))
     if name in _LORA_FACTORS and (leaf_module, "w") in _RULES:
         # A LoRA factor keeps its weight's split on the side it shares with it (levanter.lora).
-        w_in, w_out = _RULES[(leaf_module, "w")]
+        w_in, w_out = _RULES[(leaf_module, "w")][-2:]  # a weight's own two axes, after any leading ones
         logical = (None,) * (len(shape) - 2) + ((w_in, None) if name == LORA_A else (None, w_out))
     if logical is None:
         raise KeyError(f"no sharding rule for parameter {module}/{name} of shape {tuple(shape)}; "

@@ -255,6 +255,11 @@ def test_a_dpo_run_logs_its_preference_metrics_and_is_a_model(built: dict) -> No
     assert np.isfinite(_loss(built["result"], "evals/full")) and np.isfinite(_loss(built["result"], "evals/full-ema"))
     assert _loss(built["result"], "evals/full") != _loss(built["result"], "evals/full-ema")
     assert fs.exists(fs.join(out, "final", "ema_params.npz"))
+    # ... and sampled in the chat format it was trained in.
+    from marin.experiment.training.sampling import sample_chat
+
+    prompt, reply = sample_chat(out, "Mia had a ball. What did Mia have?", max_new_tokens=4)
+    assert prompt.startswith("<|user|>\nMia had a ball.") and prompt.endswith("<|assistant|>\n") and isinstance(reply, str)
 
 
 def test_a_lora_merge_scores_as_the_adapted_model_and_exports_folded(built: dict) -> None:
