@@ -71,6 +71,7 @@ __all__ = [
     "checkpoint_dir",
     "config_from_dict",
     "config_to_dict",
+    "join_distributed",
     "loss_fn",
     "main",
     "make_train_step",
@@ -81,7 +82,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _join_distributed() -> None:
+def join_distributed() -> None:
     """Join the multi-host JAX job this process was launched into (``iris.multihost``), once."""
     from iris.multihost import initialize_jax  # deferred: only runs launched by iris have a job to join
 
@@ -116,7 +117,7 @@ def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHo
     """
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
-    _join_distributed()
+    join_distributed()
     return train(set_up(config, output_path), hooks)
 
 

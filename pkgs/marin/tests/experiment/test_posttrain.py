@@ -310,6 +310,13 @@ def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict
     assert (Path(result.by_name("hf/tiny-merge").output_path) / "model.safetensors").exists()
     summary = json.loads(fs.read_text(fs.join(result.by_name("checkpoints/from-merge").output_path, "train_summary.json")))
     assert summary["steps"] == 2
+    # Deterministic: rebuilt (a new version), it writes the same model, so its evaluation is cut off.
+    from marin.execution.run.outcome import Outcome
+
+    again = merge_checkpoints("checkpoints/tiny-merge", built["base"], steps=[10, 20], weights=[1.0, 3.0], version="v2")
+    rerun = runner(built["prefix"]).run([evaluate("evals/merged", again, {"tiny": data})])
+    assert rerun.by_name("checkpoints/tiny-merge").outcome is Outcome.RAN
+    assert rerun.by_name("evals/merged").outcome is Outcome.REUSED, rerun.by_name("evals/merged")
 
 
 def test_the_steps_that_run_the_model_ask_for_the_accelerator(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from levanter.memory import MEMORY_FILE, measure_memory
 from levanter.sharding import activation_sharder
 from levanter.summary import TrainSummary
 from levanter.train_setup import TrainSetup, batch_layout, resolve_model, run_writers
-from levanter.trainer import train
+from levanter.trainer import join_distributed, train
 from levanter.training import ScheduledHook, StepInfo, make_train_step
 from levanter.training.trained import Trained, trained_state
 from rigging import filesystem as fs
@@ -200,6 +200,7 @@ def main(config: DpoRunConfig, output_path: str, *, hooks: Sequence[ScheduledHoo
     """
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
+    join_distributed()
     setup = set_up_dpo(config, output_path)
     if setup.start.step == 0 and isinstance(setup.validation, PairValidation):
         try:
