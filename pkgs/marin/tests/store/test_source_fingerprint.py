@@ -7,6 +7,7 @@ import glob
 import hashlib
 import http.server
 import json
+import logging
 import os
 import re
 import shutil
@@ -246,30 +247,43 @@ def online(hub_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_sessions()
 
 
-def test_a_hub_that_cannot_be_reached_leaves_the_answer_to_the_cache(hub_home: Path, online: None,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_that_cannot_be_reached_leaves_the_answer_to_the_cache_and_says_so(
+        hub_home: Path, online: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from testsupport.net import LOOPBACK, free_port
 
     monkeypatch.setenv("HF_ENDPOINT", f"http://{LOOPBACK}:{free_port(LOOPBACK)}")  # nothing listens there
     write_hub_dataset(hub_home, "org/stories", {"train.jsonl": b"{}\n"}, revision="4" * 40)
-    assert fingerprint_source("org/stories").commit == "4" * 40
+    ref = hub_home / "hub" / "datasets--org--stories" / "refs" / "main"
+    os.utime(ref, (time.time() - 3 * 86400 - 60, time.time() - 3 * 86400 - 60))
+    with caplog.at_level(logging.WARNING, logger="marin.execution.store.hub_sources"):
+        assert fingerprint_source("org/stories").commit == "4" * 40
+    # Said, naming the commit used and how old the cache's record of it is.
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("source 'org/stories': the Hugging Face Hub could not be reached (ConnectionError")
+    assert f"using commit {'4' * 40} of revision 'main' from the hub cache, written 3 days ago" in warning
     with pytest.raises(SourceUnavailable, match=r"and the Hub could not be asked \(.*Error"):
         fingerprint_source("org/elsewhere")
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):
     """Answers ``/api/datasets/<org>/<name>/revision/<revision>`` as the Hub does: the dataset's
-    commit, or 404 with the Hub's ``X-Error-Code`` for a dataset it does not have."""
+    commit, 404 with the Hub's ``X-Error-Code`` for a dataset it does not have, and for the
+    datasets of ``refusals`` that status (a 401 as the Hub answers a token it does not accept)."""
 
     commits = {("org/stories", "main"): "5" * 40}
+    refusals = {"org/expired": 401, "org/forbidden": 403, "org/busy": 503}
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         match = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/revision/([^/?]+)(?:\?.*)?", self.path)
-        commit = self.commits.get((match[1], match[2])) if match else None
-        body = json.dumps({"id": match[1], "sha": commit} if commit else {"error": "Repository not found"}).encode()
-        self.send_response(200 if commit else 404)
-        if not commit:
+        repo_id, revision = (match[1], match[2]) if match else ("", "")
+        commit = self.commits.get((repo_id, revision))
+        status = 200 if commit else self.refusals.get(repo_id, 404)
+        body = json.dumps({"id": repo_id, "sha": commit} if commit else {"error": "no"}).encode()
+        self.send_response(status)
+        if status == 404:
             self.send_header("X-Error-Code", "RepoNotFound")
+        if status == 401:
+            self.send_header("X-Error-Message", "Invalid credentials in Authorization header")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -279,18 +293,40 @@ class _Hub(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_online_a_hub_id_is_the_commit_the_hub_names(hub_home: Path, online: None,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def hub_server(online: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A Hub on 127.0.0.1 (:class:`_Hub`), as ``HF_ENDPOINT``."""
     from testsupport.net import LOOPBACK
 
     server = http.server.ThreadingHTTPServer((LOOPBACK, 0), _Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{LOOPBACK}:{server.server_address[1]}")
     try:
-        monkeypatch.setenv("HF_ENDPOINT", f"http://{LOOPBACK}:{server.server_address[1]}")
-        write_hub_dataset(hub_home, "org/stories", {"train.jsonl": b"{}\n"}, revision="6" * 40)  # older, cached
-        assert fingerprint_source("org/stories").commit == "5" * 40
-        with pytest.raises(SourceUnavailable, match=r"^source 'org/gone': the Hugging Face Hub has no dataset"):
-            fingerprint_source("org/gone")
+        yield
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_online_a_hub_id_is_the_commit_the_hub_names(hub_home: Path, hub_server: None) -> None:
+    write_hub_dataset(hub_home, "org/stories", {"train.jsonl": b"{}\n"}, revision="6" * 40)  # older, cached
+    assert fingerprint_source("org/stories").commit == "5" * 40
+    with pytest.raises(SourceUnavailable, match=r"^source 'org/gone': the Hugging Face Hub has no dataset"):
+        fingerprint_source("org/gone")
+
+
+def test_a_token_the_hub_refuses_is_an_error_never_the_cached_commit(hub_home: Path, hub_server: None,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    for repo_id in ("org/expired", "org/forbidden", "org/busy"):
+        write_hub_dataset(hub_home, repo_id, {"train.jsonl": b"{}\n"}, revision="7" * 40)
+    for repo_id, status in (("org/expired", "401 Unauthorized"), ("org/forbidden", "403 Forbidden")):
+        with pytest.raises(SourceUnavailable) as refused:
+            fingerprint_source(repo_id)
+        message = str(refused.value)
+        assert message.startswith(f"source {repo_id!r}: the Hugging Face Hub refused to say which commit revision "
+                                  f"'main' is ({status}): the token (HF_TOKEN")
+        assert "\n" not in message
+    # A Hub that cannot answer now (503) is like no network: the cache answers, and says so.
+    with caplog.at_level(logging.WARNING, logger="marin.execution.store.hub_sources"):
+        assert fingerprint_source("org/busy").commit == "7" * 40
+    assert any("using commit " + "7" * 40 in r.getMessage() and "503" in r.getMessage() for r in caplog.records)

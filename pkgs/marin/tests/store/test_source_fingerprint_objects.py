@@ -9,7 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from marin.execution.store.object_sources import object_fingerprint
-from marin.execution.store.sources import SourceUnavailable, fingerprint_source, fingerprint_sources
+from marin.execution.store.sources import (
+    SourceFingerprint,
+    SourceUnavailable,
+    fingerprint_source,
+    fingerprint_sources,
+)
 from rigging import filesystem as fs
 from testsupport.gcs import GcsEmulator, use_gcs_emulator
 from testsupport.latency import LatencyProxy
@@ -27,18 +32,27 @@ def _corpus(root: str) -> None:
                 "d/.hidden/x.jsonl": b"no\n", "d/notes.txt": b"t\n", "d.bak": b"not below d\n"})
 
 
-def test_an_overwritten_object_changes_the_digest_even_with_the_same_bytes(gcs_bucket: str) -> None:
-    _corpus(gcs_bucket)
-    folder = fingerprint_source(f"{gcs_bucket}/d")
+@pytest.mark.parametrize("emulator", ["gcp-storage-emulator", "fake-gcs-server"])
+def test_an_object_is_its_content_not_its_generation(emulator: str, request: pytest.FixtureRequest) -> None:
+    bucket = request.getfixturevalue({"gcp-storage-emulator": "gcs_bucket", "fake-gcs-server": "strict_gcs_bucket"}[emulator])
+    _corpus(bucket)
+    folder = fingerprint_source(f"{bucket}/d")
     assert folder.kind == "object"
     assert [name for name, _ in folder.files] == ["d1.jsonl", "d2.jsonl", "more/d3.jsonl", "notes.txt"]
-    assert all(value.startswith("md5:") and ":gen" in value for _, value in folder.files)
-    fs.atomic_write(f"{gcs_bucket}/d/d1.jsonl", b"ONE\n")
-    changed = fingerprint_source(f"{gcs_bucket}/d")
+    # crc32c and MD5 as the listing gives them, no generation.
+    assert all(value.startswith("crc32c:") and ",md5:" in value and "gen" not in value for _, value in folder.files)
+    assert [name for name, _ in folder.generations] == [name for name, _ in folder.files]
+    fs.atomic_write(f"{bucket}/d/d1.jsonl", b"one\n")  # the same bytes again: a new generation
+    again = fingerprint_source(f"{bucket}/d")
+    assert again.digest == folder.digest and again.files == folder.files
+    assert again.generations != folder.generations  # which write was read is kept, beside the digest
+    assert [n for n, g in again.generations if folder.generations[[m for m, _ in folder.generations].index(n)][1] != g] \
+        == ["d1.jsonl"]
+    assert SourceFingerprint.from_json(again.to_json()) == again
+    fs.atomic_write(f"{bucket}/d/d1.jsonl", b"ONE\n")  # other bytes: another fingerprint
+    changed = fingerprint_source(f"{bucket}/d")
     assert changed.digest != folder.digest
     assert [n for n, v in changed.files if folder.file_map()[n] != v] == ["d1.jsonl"]
-    fs.atomic_write(f"{gcs_bucket}/d/d1.jsonl", b"ONE\n")  # the same bytes again: a new generation
-    assert fingerprint_source(f"{gcs_bucket}/d").digest != changed.digest
 
 
 def test_globs_files_and_folders_pick_their_objects(gcs_bucket: str) -> None:
@@ -66,7 +80,10 @@ def test_a_store_without_checksums_is_fingerprinted_by_size_and_time(memory_pref
     assert all(value.startswith("size:4:mtime:") for _, value in found.files)
     fs.atomic_write(f"{memory_prefix}/d/d2.jsonl", b"TWO!\n")
     assert fingerprint_source(f"{memory_prefix}/d/*.jsonl").file_map()["d2.jsonl"].startswith("size:5:")
-    assert object_fingerprint({"size": 3, "crc32c": "AAAAAA==", "generation": "7"}) == "crc32c:AAAAAA==:gen7"
+    assert object_fingerprint({"size": 3, "crc32c": "AAAAAA==", "generation": "7"}) == "crc32c:AAAAAA=="
+    assert object_fingerprint({"crc32c": "AAAAAA==", "md5Hash": "1B2M2Y8AsgTpgAmY7PhCfg==", "generation": "8"}) \
+        == "crc32c:AAAAAA==,md5:1B2M2Y8AsgTpgAmY7PhCfg=="
+    assert object_fingerprint({"ETag": '"9a0364b9"', "VersionId": "v1"}) == 'etag:"9a0364b9"'
 
 
 @pytest.fixture

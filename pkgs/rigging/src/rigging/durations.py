@@ -1,11 +1,12 @@
-"""Durations as people write them (``"2h"``, ``"1h30m"``, ``"7d"``, ``"45s"`` or seconds), and as they read them."""
+"""Durations as people write them (``"2h"``, ``"1h30m"``, ``"7d"``, ``"45s"`` or seconds), as they read
+them, and ages as people say them (``"3 days"``)."""
 
 from __future__ import annotations
 
 import math
 import re
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_age", "format_duration", "parse_duration"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
@@ -30,6 +31,20 @@ def parse_duration(text: str | float) -> float:
     if not seconds > 0 or not math.isfinite(seconds):
         raise ValueError(f"duration must be > 0, got {text!r}")
     return seconds
+
+
+_AGE_UNITS = (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0))
+
+
+def format_age(seconds: float) -> str:
+    """How old something is, in its largest whole unit: ``"3 days"``, ``"1 hour"``, ``"40 seconds"``
+    (a negative age, a clock set back, is ``"0 seconds"``)."""
+    for unit, size in _AGE_UNITS:
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    count = max(int(seconds), 0)
+    return f"{count} second{'s' if count != 1 else ''}"
 
 
 def format_duration(seconds: float | None) -> str:

@@ -25,7 +25,7 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
     or a yes at a terminal; without either nothing at all is removed.
     """
     from marin.cli.text import format_bytes, plural
-    from marin.execution.store.gc import find_garbage, remove_garbage
+    from marin.execution.store.gc import find_garbage
 
     store = store_of(ctx, prefix)
     roots = gc_roots(store)
@@ -46,17 +46,38 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
         click.echo(f"{going} {left.path} ({format_bytes(left.bytes)}): {left.kind}")
     for folder in report.kept_live:
         click.echo(f"kept {folder} (held by a live lease)")
+    for problem in report.problems:
+        click.echo(f"error: {problem}", err=True)
     if report.models and not dry_run and not yes and not _confirmed(report.models):
         names = ", ".join(e.folder for e in report.models)
         raise MarinError(f"gc would remove {plural(len(report.models), 'model')} ({names}); nothing was removed",
                          hint="run again with --yes to remove them too, or at a terminal to be asked")
     if not dry_run:
-        remove_garbage(store, report)
+        _remove(store, report, keep)
     verb = "would remove" if dry_run else "removed"
     kept_by = plural(len(roots), "root") + (" and the given files" if targets else "")
-    click.echo(f"{verb} {plural(len(report.entries), 'output')} and {plural(len(report.leftovers), 'leftover')}, "
+    click.echo(f"{verb} {plural(len(report.removed), 'output')} and {plural(len(report.leftovers), 'leftover')}, "
                f"{report.freed_bytes / 1e6:.1f} MB freed{' (dry run)' if dry_run else ''}; "
                f"kept {report.reachable} reachable (by {kept_by})")
+    if report.problems:
+        raise MarinError(f"{plural(len(report.problems), 'output')} left alone: a record of each cannot be read "
+                         "(listed above)", hint="`marin verify OUTPUT` checks one; fix or remove the damaged record, "
+                                                "then collect again", exit_code=1)
+
+
+def _remove(store: Any, report: Any, keep: set[str]) -> None:
+    """Remove what was found, under the store's collection lease; say what stayed, and why."""
+    from marin.execution.store.gc import remove_garbage
+    from marin.execution.store.run_roots import CollectionBusy
+
+    try:
+        remove_garbage(store, report, keep=keep)
+    except CollectionBusy as e:
+        raise MarinError(str(e), hint="run `marin gc` again later", exit_code=1) from None
+    except ValueError as e:  # a damaged root: never read as keeping nothing
+        raise MarinError(f"{e}; nothing removed", hint="fix or remove the record named above") from None
+    for folder, why in report.spared:
+        click.echo(f"kept {folder} ({why})")
 
 
 def _confirmed(models: list[Any]) -> bool:

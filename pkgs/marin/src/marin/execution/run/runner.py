@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from fray.types import DistributedClient
     from iris.accelerator import HostAccelerator
     from iris.admission import MachineCapacity
+    from marin.execution.core.step import Step
     from marin.execution.run.scheduler import Scheduling
+    from marin.execution.store.run_roots import RunRoot
 
 __all__ = ["NotCached", "Outcome", "Reporter", "RunResult", "RunSettings", "StepOutcome", "StepRunner"]
 
@@ -140,6 +142,10 @@ class StepRunner:
 
         On a host with an accelerator, the run (this process, and every process it starts that is
         not admitted to the accelerator) sees it hidden (``iris.accelerator_env``) until it ends.
+
+        A run with something to do holds a temporary GC root naming every output it planned until
+        it ends (:mod:`marin.execution.store.run_roots`): a ``marin gc`` meanwhile spares them; one
+        that removed while the run planned makes it plan again.
         """
         # Not at import: the standard library and fray's request types, for a run that may build.
         from iris.accelerator_env import accelerator_hidden
@@ -159,16 +165,54 @@ class StepRunner:
 
     def _run(self, steps: list[Placeholder]) -> RunResult:
         capture.offer(steps)  # `marin run FILE` takes the steps a script's __main__ block runs
-        plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
-        # One name, one step: refused before anything is written, unless Marin's executor allows it.
-        for clash in refuse_name_clashes(plan.name_clashes):
-            logger.warning("%s", clash)
-        plan = self._index_kept_current(plan)
-        if self.settings.require_cached and plan.to_run():
-            raise NotCached([p.output_name for p in plan.to_run()])
-        if plan.to_run():
-            self._check_budget(plan.estimate)
-            self.check_resources(plan)
+        root = None if self.settings.dry_run else self._run_root()
+        try:
+            return self._run_held(steps, root)
+        finally:
+            if root is not None:
+                root.end()
+
+    def _run_root(self) -> RunRoot:
+        from marin.execution.store.run_roots import RunRoot  # not at import: a plan never takes one
+
+        prefix = self.store.prefix
+
+        def waiting(holder: str) -> None:
+            logger.warning("waiting for a `marin gc` (%s) to finish removing from %s before planning", holder, prefix)
+
+        return RunRoot(prefix, ttl=self.settings.lease_ttl, on_wait=waiting)
+
+    def _held(self, root: RunRoot | None, plan: Plan) -> bool:
+        """Whether ``plan`` may be run: nothing to do, or its outputs are held by the run's root and
+        no collection removed since it was made (else it is made again)."""
+        if root is None or not plan.to_do():
+            return True
+        try:
+            if root.hold(p.output_name for p in plan.steps):
+                return True
+        except OSError as e:  # a store this user may read but not write: the run itself may need no write
+            logger.warning("no temporary GC root under %s (%s: %s): a `marin gc` meanwhile may remove what this "
+                           "run reads", self.store.prefix, type(e).__name__, e)
+            return True
+        logger.warning("a `marin gc` removed from %s while this run planned: planning again", self.store.prefix)
+        return False
+
+    def _run_held(self, steps: list[Placeholder], root: RunRoot | None) -> RunResult:
+        while True:
+            if root is not None:
+                root.before_planning()
+            plan = self.plan(steps, explain=True, estimate=not self.settings.require_cached)
+            # One name, one step: refused before anything is written, unless Marin's executor allows it.
+            for clash in refuse_name_clashes(plan.name_clashes):
+                logger.warning("%s", clash)
+            plan = self._index_kept_current(plan)
+            if self.settings.require_cached and plan.to_run():
+                raise NotCached([p.output_name for p in plan.to_run()])
+            if plan.to_run():
+                self._check_budget(plan.estimate)
+                self.check_resources(plan)
+            if self._held(root, plan):
+                break
         self.reporter.planned(plan)
         state = RunState(plan, on_settle=self.reporter.finished)
         known: dict[int, StepOutcome] = {}
@@ -186,7 +230,7 @@ class StepRunner:
             # tempfile), which a run with nothing to build never needs.
             from marin.execution.run.scheduler import execute
 
-            execute(state, self._scheduling())
+            execute(state, self._scheduling(root))
         final = state.current_plan()
         return RunResult([state.outcomes[i] for i in range(len(final.steps))], self.store.prefix, final)
 
@@ -223,16 +267,24 @@ class StepRunner:
         """Shut down the client this runner made (a Ray connection, local log folders, warm workers)."""
         self.backends.close()
 
-    def _scheduling(self) -> Scheduling:
+    def _scheduling(self, root: RunRoot | None = None) -> Scheduling:
         from marin.execution.run.scheduler import Scheduling  # not at import: see run()
 
         backends, settings = self.backends, self.settings
         backends.make_gate(self.reporter.accelerator_wait)
+
+        def plan_more(found: list[Step], view: StoreView | None) -> Plan:
+            # What a step expands into is built whatever --only said: it is part of that step's build.
+            while True:
+                if root is not None:
+                    root.before_planning()
+                more = self._index_kept_current(self._make_plan(found, salt=self._salt(), explain=True, view=view,
+                                                                only=()))
+                if self._held(root, more):
+                    return more
+                view = None  # what the run's view listed may be gone: look again
+
         return Scheduling(
             settings=settings, holder=self.holder, reporter=self.reporter, admit=backends.admit,
             attempt_context=lambda: backends.attempt_context(self.holder, self._env),
-            wait=lambda busy: backends.wait(busy, settings.poll_interval),
-            # What a step expands into is built whatever --only said: it is part of that step's build.
-            plan_more=lambda found, view: self._index_kept_current(
-                self._make_plan(found, salt=self._salt(), explain=True, view=view, only=())),
-            gate=backends.gate)
+            wait=lambda busy: backends.wait(busy, settings.poll_interval), plan_more=plan_more, gate=backends.gate)

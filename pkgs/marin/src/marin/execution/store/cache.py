@@ -2,9 +2,11 @@
 
 A cache is another prefix (local folder, ``gs://``, ``memory://``) holding finished step
 outputs at the same ``<name>-<hash16>`` paths. A hit is copied into the local prefix, verified
-against its manifest, and only then marked done; a partial or corrupt entry is refused.
-Publishing (:func:`push_output`) copies every file first and the success record last, so a half-pushed
-entry never looks finished.
+against its manifest, and only then marked done; a partial or corrupt entry is refused, and so is
+one holding anything its manifest does not list or a name that leaves its folder
+(:mod:`marin.execution.store.entry_files`): exactly the manifest's files and the known records
+are copied. Publishing (:func:`push_output`) copies those files first and the success record
+last, so a half-pushed entry never looks finished.
 
 With a signing key, a push signs the entry (``.marin/signatures.json``, before the success record);
 with trusted keys, a fetch takes only an entry one of them signed, checked before a byte of its
@@ -19,6 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.store.entry_files import (
+    TRAVELLING_RECORDS,
+    EntryIncomplete,
+    EntryRefused,
+    entry_copies,
+    name_problem,
+)
 from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
 from marin.execution.store.manifest import clear_output, verify_manifest
 from marin.execution.store.signing import Fingerprint, PublicKey, SecretKey, refusal, sign
@@ -29,10 +38,6 @@ from rigging import filesystem as fs
 __all__ = ["CacheMiss", "copy_tree", "find_in_caches", "push_output", "sign_cached", "substitute"]
 
 logger = logging.getLogger(__name__)
-
-# Records that describe one attempt in one place; they never travel between prefixes.
-_LOCAL_ONLY = ("lease-", "status.json")
-
 
 class CacheMiss(Exception):
     """A cache entry exists but cannot be used; the message says why."""
@@ -60,11 +65,6 @@ def find_in_caches(output_name: str, caches: Sequence[str]) -> CacheHit | None:
     return None
 
 
-def _travels(rel: str) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    return not (rel.startswith(META_DIR + "/") and name.startswith(_LOCAL_ONLY))
-
-
 def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = True, link: bool = False) -> int:
     """Copy every file of ``src`` into ``dst`` (streamed); returns how many files it copied or linked.
 
@@ -85,10 +85,20 @@ def copy_tree(src: str, dst: str, *, skip_success: bool = True, records: bool = 
             if data and rel.startswith(data + "/"):
                 moves.append((rel, rel[len(data) + 1:]))
         elif top == META_DIR:
-            if records and _travels(rel) and not (skip_success and rel == f"{META_DIR}/success.json"):
+            travels = rel.count("/") == 1 and rel[len(META_DIR) + 1:] in TRAVELLING_RECORDS
+            if records and (travels or (not skip_success and rel == f"{META_DIR}/success.json")):
                 moves.append((rel, rel))
         elif not data:
             moves.append((rel, rel))
+    for _rel, to in moves:
+        why = name_problem(to) if not to.startswith(META_DIR + "/") else None
+        if why is not None:
+            raise ValueError(f"{src}: file {to!r}: {why}")
+    return _copy_files(src, dst, moves, link=link)
+
+
+def _copy_files(src: str, dst: str, moves: Sequence[tuple[str, str]], *, link: bool = False) -> int:
+    """Copy each ``(path in src, path in dst)`` of ``moves`` (names already checked); returns how many."""
     local = fs.is_local(src) and fs.is_local(dst)
     for rel, to in moves:
         if local:
@@ -127,7 +137,14 @@ def substitute(hit: CacheHit, dst: str, *, link: bool = False, trusted: Sequence
         if why is not None:
             raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: {why}")
     try:
-        copy_tree(hit.path, dst, link=link)
+        moves = entry_copies(hit.path, manifest, success)
+    except EntryIncomplete as e:
+        raise CacheMiss(f"cache entry {hit.path} does not match its manifest ({e})") from None
+    except EntryRefused as e:
+        raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: {e}") from None
+    try:
+        clear_output(dst)  # what a cut-off attempt left would be published with the entry's files
+        _copy_files(hit.path, dst, moves, link=link)
     except (OSError, ValueError) as e:
         clear_output(dst)
         raise CacheMiss(f"copying cache entry {hit.path} failed: {e}") from e
@@ -168,7 +185,14 @@ def push_output(src: str, cache: str, output_name: str, *, signing_key: SecretKe
     if signing_key is not None:
         signatures = sign(_fingerprint(src, output_name, manifest, success), signing_key,
                           src_record.read_signatures())
-    copy_tree(src, dst)
+    try:
+        moves = entry_copies(src, manifest, success, strict=False) if manifest is not None else None
+    except EntryRefused as e:
+        raise CacheMiss(f"{src}: {e}; not pushing") from None
+    if moves is None:
+        copy_tree(src, dst)  # an output without a manifest (built before manifests were written)
+    else:
+        _copy_files(src, dst, moves)
     if signatures is not None:
         dst_record.write_json(dst_record.signatures, signatures.to_json())
     fs.create_if_absent(dst_record.success, json.dumps(success.published_here().to_json()))

@@ -24,16 +24,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from marin.execution.store.layout import ATTEMPTS_DIR
-from marin.execution.store.step_record import StepRecord
+from marin.execution.store.step_record import DamagedRecord, StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import held
 from rigging.tempdirs import dead_tempdirs
 
-__all__ = ["Leftover", "expired_outputs", "remove_leftovers", "store_leftovers", "temp_leftovers"]
+__all__ = ["ATTEMPT_KIND", "DEAD_RUN_KIND", "SHUFFLE_KIND", "Leftover", "expired_outputs", "remove_leftovers",
+           "store_leftovers", "temp_leftovers"]
 
 ATTEMPT_KIND = "attempt folder no record names"
 SHUFFLE_KIND = "shuffle spill of a finished step"
+DEAD_RUN_KIND = "temporary root of a run that is gone"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Leftover:
     path: str
     kind: str
     bytes: int
+    output: str | None = None
+    """The step output folder it lies in (its lease is looked at again before it goes), if any."""
 
 
 def _sizes_by_output(files: Iterable[tuple[str, int]], outputs: set[str], work: str) -> dict[str, dict[str, int]]:
@@ -69,37 +73,48 @@ def _sizes_by_output(files: Iterable[tuple[str, int]], outputs: set[str], work: 
 
 
 def _of_output(store: StepStore, output: str, sizes: Mapping[str, int], work: str) -> list[Leftover]:
-    """The leftovers of one output folder, from the sizes of its attempt and work folders."""
+    """The leftovers of one output folder, from the sizes of its attempt and work folders.
+
+    Raises:
+        DamagedRecord: its success or status record cannot be read: which attempt folder holds
+            its build is unknown, so none of them is a leftover.
+    """
     path = store.output_path(output)
     record = StepRecord(path)
     if held(record.meta) is not None:
         return []  # a running step: everything of it may be in use
-    success = record.read_success()
+    success = record.read_success_checked()
     if success is not None:
         named = success.attempt_folder
     else:
-        status = record.read_status_record()
+        status = record.read_status_checked()
         named = status.attempt_folder if status is not None else ""
     found = []
     for folder, size in sorted(sizes.items()):
         if folder.startswith(ATTEMPTS_DIR + "/") and folder.count("/") == 1 and folder != named:
-            found.append(Leftover(fs.join(path, folder), ATTEMPT_KIND, size))
+            found.append(Leftover(fs.join(path, folder), ATTEMPT_KIND, size, path))
         elif folder.endswith(work) and success is not None and (folder == work
                                                                       or folder.startswith(named + "/")):
-            found.append(Leftover(fs.join(path, folder), SHUFFLE_KIND, size))
+            found.append(Leftover(fs.join(path, folder), SHUFFLE_KIND, size, path))
     return found
 
 
-def store_leftovers(store: StepStore, outputs: Iterable[str], files: Iterable[tuple[str, int]]) -> list[Leftover]:
+def store_leftovers(store: StepStore, outputs: Iterable[str], files: Iterable[tuple[str, int]],
+                    problems: list[str] | None = None) -> list[Leftover]:
     """The attempt folders and shuffle spill left in ``outputs`` (output names), given the store's
     files (``(path relative to the prefix, size)``, as :func:`rigging.filesystem.walk_files` lists
-    them): nothing of a step a live lease holds."""
+    them): nothing of a step a live lease holds, nor of one whose records cannot be read (a line
+    saying so goes to ``problems``: a damaged record is never read as absent)."""
     # Here, not at import: zephyr (numpy ...) is loaded for a collection, never by the verbs that import the store.
     from zephyr.shuffle import WORK_FOLDER
 
     found = []
     for output, sizes in sorted(_sizes_by_output(files, set(outputs), WORK_FOLDER).items()):
-        found.extend(_of_output(store, output, sizes, WORK_FOLDER))
+        try:
+            found.extend(_of_output(store, output, sizes, WORK_FOLDER))
+        except DamagedRecord as e:
+            if problems is not None:
+                problems.append(f"{output}: its leftovers are kept: {e}")
     return found
 
 
@@ -123,9 +138,11 @@ def expired_outputs(store: StepStore, outputs: Iterable[str], now: float | None 
 
 
 def remove_leftovers(leftovers: Iterable[Leftover]) -> int:
-    """Remove every leftover folder; returns the bytes freed."""
+    """Remove every leftover folder, but those of a step a live lease holds now; returns the bytes freed."""
     freed = 0
     for leftover in leftovers:
+        if leftover.output is not None and held(StepRecord(leftover.output).meta) is not None:
+            continue  # a new attempt started since it was found: it may be writing there
         fs.rm_tree(leftover.path)
         freed += leftover.bytes
     return freed

@@ -1,5 +1,8 @@
 """Object-store sources (``gs://``, ``s3://``, ``memory://`` ...) fingerprinted from one listing, no
-downloads: each object by the checksum and generation the listing gives.
+downloads: each object by the content checksums the listing gives, so an object written again with
+the same bytes (a new generation, as ``gsutil cp`` or ``gsutil rsync`` of an unchanged file makes)
+fingerprints the same. Its generation is kept beside it, never in the fingerprint: it says that
+the object was written again, not that its content changed.
 
 A source is a single object, a folder (every object below it) or a glob. Each is listed by the
 raw name prefix before its first glob character, in one paginated request on GCS (a prefix listing
@@ -17,7 +20,7 @@ from typing import Any
 from marin.execution.store.source_glob import Glob, fixed_part, has_glob, split_glob
 from rigging import filesystem as fs
 
-__all__ = ["ObjectListingError", "list_object_sources", "object_fingerprint"]
+__all__ = ["ListedObject", "ObjectListingError", "list_object_sources", "object_fingerprint", "object_generation"]
 
 # File systems that list by a raw name prefix (``find(folder, prefix=...)``): gcsfs and s3fs.
 _PREFIX_LISTING = ("gs", "gcs", "s3", "s3a")
@@ -32,22 +35,38 @@ class ObjectListingError(OSError):
 
 
 def object_fingerprint(info: dict[str, Any]) -> str:
-    """One object's fingerprint from its listing entry.
+    """One object's fingerprint from its listing entry: its content, never its generation.
 
-    ``md5:<base64>`` (GCS's ``md5Hash``), else ``crc32c:<base64>`` (composite objects have no MD5),
-    else ``etag:<etag>`` (S3), followed by ``:gen<generation>`` where the store versions objects,
-    so that an object written again is a new object. A store whose listing gives neither checksum
-    nor generation (``memory://``) is fingerprinted by ``size:<bytes>:mtime:<time>``, its size and
-    modification (or creation) time as the listing spells them.
+    ``crc32c:<base64>`` (every GCS object has one), then ``,md5:<base64>`` where the store gives
+    an MD5 (GCS's ``md5Hash``; composite objects have none); else ``etag:<etag>`` (S3). A store
+    whose listing gives no checksum (``memory://``) is fingerprinted by ``size:<bytes>:mtime:<time>``,
+    its size and modification (or creation) time as the listing spells them.
     """
-    checksum = next((f"{label}:{info[key]}" for key, label in
-                     (("md5Hash", "md5"), ("crc32c", "crc32c"), ("ETag", "etag"), ("etag", "etag")) if info.get(key)), "")
-    if info.get("generation"):
-        checksum += f":gen{info['generation']}"
-    if checksum:
-        return checksum.lstrip(":")
+    checksums = [f"{label}:{info[key]}" for key, label in (("crc32c", "crc32c"), ("md5Hash", "md5")) if info.get(key)]
+    if checksums:
+        return ",".join(checksums)
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return f"etag:{etag}"
     when = next((info[k] for k in ("mtime", "LastModified", "updated", "created") if info.get(k) is not None), None)
     return f"size:{info.get('size')}:mtime:{when}"
+
+
+def object_generation(info: dict[str, Any]) -> str | None:
+    """The generation (GCS) or version id (S3) of an object's listing entry, where the store versions
+    objects: which write of it was listed."""
+    found = info.get("generation") or info.get("VersionId")
+    return str(found) if found else None
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    """One object a source names: its name relative to the source's base, its fingerprint
+    (:func:`object_fingerprint`) and its generation (:func:`object_generation`)."""
+
+    name: str
+    fingerprint: str
+    generation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,8 @@ def _visible(name: str) -> bool:
     return not any(part.startswith(".") for part in name.split("/"))
 
 
-def _pick(query: _Query, listing: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
-    """The ``(name, fingerprint)`` of the query's objects among ``listing``, names relative to its base."""
+def _pick(query: _Query, listing: dict[str, dict[str, Any]]) -> list[ListedObject]:
+    """The query's objects among ``listing``, by name (relative to its base)."""
     files = {name: info for name, info in listing.items()
              if info.get("type") != "directory" and not name.endswith("/")}
     if query.glob is None:
@@ -99,14 +118,13 @@ def _pick(query: _Query, listing: dict[str, dict[str, Any]]) -> list[tuple[str, 
         inside = [(name[len(below):], info) for name, info in files.items() if name.startswith(below)]
         chosen = [(rel, info) for rel, info in inside if _visible(rel)] if inside else [
             (posixpath.basename(name), info) for name, info in files.items() if name == query.path]
-        return sorted((rel, object_fingerprint(info)) for rel, info in chosen)
-    base = query.base.rstrip("/") + "/"
-    picked = []
-    for name, info in files.items():
-        rel = name[len(base):] if name.startswith(base) else None
-        if rel is not None and _glob_takes(query.glob, rel):
-            picked.append((rel, object_fingerprint(info)))
-    return sorted(picked)
+    else:
+        base = query.base.rstrip("/") + "/"
+        glob = query.glob
+        chosen = [(name[len(base):], info) for name, info in files.items()
+                  if name.startswith(base) and _glob_takes(glob, name[len(base):])]
+    return sorted((ListedObject(rel, object_fingerprint(info), object_generation(info)) for rel, info in chosen),
+                  key=lambda o: o.name)
 
 
 def _glob_takes(glob: Glob, rel: str) -> bool:
@@ -120,8 +138,8 @@ def _glob_takes(glob: Glob, rel: str) -> bool:
     return False
 
 
-def list_object_sources(specs: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-    """The sorted ``(name, fingerprint)`` of every object each of ``specs`` names (empty: none).
+def list_object_sources(specs: Sequence[str]) -> dict[str, list[ListedObject]]:
+    """Every object each of ``specs`` names (empty: none), sorted by name.
 
     One listing per prefix; a source whose prefix starts with another's is picked from that one.
 

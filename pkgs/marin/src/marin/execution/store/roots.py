@@ -29,6 +29,7 @@ from marin.execution.store.layout import META_DIR
 from marin.execution.store.record_json import RecordKey, fields_from, is_list, is_number, is_str, json_of
 from rigging import filesystem as fs
 from rigging.config.discovery import find_workspace_root
+from rigging.versioned import read_versioned, write_if_unchanged
 
 __all__ = ["ROOTS_DIR", "GcRoot", "UnknownRoot", "check_root_name", "read_roots", "register_root", "remove_roots",
            "root_id", "roots_folder"]
@@ -148,6 +149,9 @@ def _same(a: GcRoot, b: GcRoot) -> bool:
     return replace(a, **times) == replace(b, **times)
 
 
+_REGISTER_TRIES = 20
+
+
 def register_root(prefix: str, root: GcRoot, *, merge: bool = False) -> str:
     """Write ``root`` under ``prefix``, replacing an earlier root of its id (whose registration time
     it keeps); an earlier root that keeps the same outputs for the same targets is left as it is,
@@ -155,21 +159,31 @@ def register_root(prefix: str, root: GcRoot, *, merge: bool = False) -> str:
 
     ``merge``: keep the earlier root's outputs too (a run of part of its targets' graph, ``--only``,
     must not let go of the rest).
+
+    The record is read, changed and written back only if nobody wrote it in between
+    (:mod:`rigging.versioned`: a generation precondition on GCS, a checked rename locally); else it
+    is read and changed again, so two runs updating one root at once both keep what they added.
+
+    Raises:
+        RuntimeError: the root kept changing under every one of many tries.
     """
     path = _path(prefix, root.id)
-    try:
-        earlier = GcRoot.from_json(json.loads(fs.read_text(path)))
-    except (FileNotFoundError, ValueError, UnicodeDecodeError):
-        earlier = None
-    if merge and earlier is not None:
-        root = replace(root, outputs=tuple(sorted(set(root.outputs) | set(earlier.outputs))))
-    if earlier is not None and _same(earlier, root):
-        return path
-    if earlier is not None and earlier.registered_at is not None:
-        root = replace(root, registered_at=earlier.registered_at)
-    # Not durable: a root lost to a power cut is written again by the next run of its targets.
-    fs.atomic_write(path, json.dumps(root.to_json(), indent=1, sort_keys=True), durable=False)
-    return path
+    for _ in range(_REGISTER_TRIES):
+        seen = read_versioned(path)
+        try:
+            earlier = GcRoot.from_json(json.loads(seen.data)) if seen.data is not None else None
+        except (ValueError, UnicodeDecodeError):
+            earlier = None  # a damaged record is replaced by this run's
+        wanted = root
+        if merge and earlier is not None:
+            wanted = replace(wanted, outputs=tuple(sorted(set(root.outputs) | set(earlier.outputs))))
+        if earlier is not None and _same(earlier, wanted):
+            return path
+        if earlier is not None and earlier.registered_at is not None:
+            wanted = replace(wanted, registered_at=earlier.registered_at)
+        if write_if_unchanged(path, json.dumps(wanted.to_json(), indent=1, sort_keys=True), seen):
+            return path
+    raise RuntimeError(f"GC root {path} was changed by others {_REGISTER_TRIES} times while this run updated it")
 
 
 def read_roots(prefix: str) -> list[GcRoot]:
@@ -178,8 +192,8 @@ def read_roots(prefix: str) -> list[GcRoot]:
     folder = roots_folder(prefix)
     roots = []
     for name in fs.listdir(folder):
-        if not name.endswith(".json"):
-            continue
+        if not name.endswith(".json") or name.startswith("."):
+            continue  # a writer's temporary file (rigging.filesystem, rigging.versioned) or lock
         path = fs.join(folder, name)
         try:
             root = GcRoot.from_json(json.loads(fs.read_text(path)))

@@ -4,10 +4,13 @@ state cache and Bazel's digests are the models).
 * Local files, folders and globs: each file's SHA-256, read once and then remembered by its stat
   (:class:`StatCache`): an unchanged file is never read again, a touched one is read again and
   fingerprints the same.
-* Object-store URLs and globs (``gs://`` ...): the checksum and generation of each object, from
-  one listing per prefix (:mod:`marin.execution.store.object_sources`); nothing is downloaded.
+* Object-store URLs and globs (``gs://`` ...): the content checksums of each object (crc32c, and
+  MD5 where the store gives it), from one listing per prefix
+  (:mod:`marin.execution.store.object_sources`); nothing is downloaded, and an object written
+  again with the same bytes (a new generation) fingerprints the same.
 * Hugging Face dataset ids (``org/name``): the commit their revision resolves to, from the Hub,
-  or from the hub cache's ``refs/`` offline (``HF_HUB_OFFLINE=1``) or when the Hub cannot be reached.
+  or from the hub cache's ``refs/`` offline (``HF_HUB_OFFLINE=1``) or, with a warning, when the Hub
+  cannot be reached (:mod:`marin.execution.store.hub_sources`).
 
 A fingerprint's :attr:`~SourceFingerprint.digest` is what enters identities. It holds file names
 relative to the source's base folder and their fingerprints, never the spec itself (the step's
@@ -20,7 +23,6 @@ import enum
 import hashlib
 import json
 import os
-import re
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.sources import Source, SourceKey, set_fingerprinter
+from marin.execution.store.hub_sources import HubLookupError, hub_commit
 from marin.execution.store.object_sources import ObjectListingError, list_object_sources
 from marin.execution.store.source_glob import Glob, has_glob, split_glob
 from marin.execution.store.stat_cache import (
@@ -38,14 +41,12 @@ from marin.execution.store.stat_cache import (
     trusted,
 )
 from rigging import filesystem as fs
-from rigging.hf_hub import hub_cache_dir, hub_endpoint, hub_offline, is_hf_id
+from rigging.hf_hub import is_hf_id
 
 __all__ = ["FileChanges", "SourceFingerprint", "SourceKind", "SourceUnavailable", "StatCache", "default_stat_cache",
            "diff_files", "fingerprint_digests", "fingerprint_source", "fingerprint_sources", "local_source_files",
            "source_kind", "stat_cache_path"]
 
-_COMMIT = re.compile(r"[0-9a-fA-F]{40}")
-_HUB_TIMEOUT_S = 10.0
 
 
 class SourceUnavailable(ValueError):
@@ -76,10 +77,14 @@ class SourceFingerprint:
     the value that enters identities."""
     files: tuple[tuple[str, str], ...]
     """Sorted ``(name, fingerprint)``: names relative to the source's base folder (a single file's
-    is its base name); a local file's SHA-256, an object's listing checksum and generation. Empty
-    for a Hub id."""
+    is its base name); a local file's SHA-256, an object's listing checksums (never its
+    generation). Empty for a Hub id."""
     commit: str | None = None
     """The 40-hex commit a Hub id's revision resolved to."""
+    generations: tuple[tuple[str, str], ...] = ()
+    """Sorted ``(name, generation)`` of an object-store source's objects where the store versions
+    them: which write of each was read. Not in :attr:`digest`: an object written again with the
+    same bytes is the same input; it tells only that it was written again."""
 
     def __post_init__(self) -> None:
         if self.kind not in {k.value for k in SourceKind}:
@@ -87,8 +92,12 @@ class SourceFingerprint:
 
     def to_json(self) -> dict[str, Any]:
         """The fingerprint as JSON-ready data (read back by :meth:`from_json`)."""
-        return {"spec": self.spec, "revision": self.revision, "kind": str(self.kind), "digest": self.digest,
-                "files": [[name, value] for name, value in self.files], "commit": self.commit}
+        data: dict[str, Any] = {"spec": self.spec, "revision": self.revision, "kind": str(self.kind),
+                                "digest": self.digest, "files": [[name, value] for name, value in self.files],
+                                "commit": self.commit}
+        if self.generations:
+            data["generations"] = [[name, generation] for name, generation in self.generations]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SourceFingerprint:
@@ -99,8 +108,9 @@ class SourceFingerprint:
         """
         try:
             files = tuple((str(name), str(value)) for name, value in data.get("files") or ())
+            generations = tuple((str(name), str(value)) for name, value in data.get("generations") or ())
             return cls(spec=str(data["spec"]), revision=data.get("revision"), kind=str(data["kind"]),
-                       digest=str(data["digest"]), files=files, commit=data.get("commit"))
+                       digest=str(data["digest"]), files=files, commit=data.get("commit"), generations=generations)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a source fingerprint ({type(e).__name__}: {e}): {dict(data)!r:.200}") from None
 
@@ -261,54 +271,11 @@ def _fingerprint_local(spec: str, cache: StatCache) -> SourceFingerprint:
 # ---------------------------------------------------------------------------------------------- hub
 
 
-def _hub_repo_folder(repo_id: str) -> str:
-    return os.path.join(hub_cache_dir(), "datasets--" + repo_id.replace("/", "--"))
-
-
-def _cached_commit(repo_id: str, revision: str, hub_error: str | None) -> str:
-    """The commit the hub cache's ``refs/<revision>`` names for dataset ``repo_id``."""
-    folder = _hub_repo_folder(repo_id)
-    ref = os.path.join(folder, "refs", revision)
-    try:
-        with open(ref, encoding="utf-8") as f:
-            commit = f.read().strip()
-    except OSError:
-        why = f"the Hub could not be asked ({hub_error})" if hub_error else "the Hub is not used (HF_HUB_OFFLINE=1)"
-        raise SourceUnavailable(
-            f"source {repo_id!r} is a Hugging Face dataset id whose revision {revision!r} is not in the hub cache "
-            f"({folder} has no refs/{revision}) and {why}; download it where there is network "
-            f"(`hf download {repo_id} --repo-type dataset` with the same HF_HOME)") from None
-    if not _COMMIT.fullmatch(commit):
-        raise SourceUnavailable(f"source {repo_id!r}: {ref} names no commit ({commit[:60]!r})")
-    return commit.lower()
-
-
-def _hub_commit(repo_id: str, revision: str) -> str:
-    """The commit ``revision`` of dataset ``repo_id`` is at: asked of the Hub, else read from the cache."""
-    if _COMMIT.fullmatch(revision):
-        return revision.lower()
-    hub_error = None
-    if not hub_offline():
-        # Imported here: huggingface_hub takes about a second to import, paid only by an online lookup.
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
-        try:
-            sha = HfApi(endpoint=hub_endpoint()).dataset_info(repo_id, revision=revision, timeout=_HUB_TIMEOUT_S).sha
-        except (RepositoryNotFoundError, RevisionNotFoundError) as e:
-            raise SourceUnavailable(f"source {repo_id!r}: the Hugging Face Hub has no dataset {repo_id!r} at "
-                                    f"revision {revision!r} (or it is private): {type(e).__name__}") from None
-        except Exception as e:  # noqa: BLE001 - the Hub cannot be reached (network, HTTP, OS): the cache answers
-            hub_error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-        else:
-            if sha:
-                return sha.lower()
-            hub_error = "it named no commit"
-    return _cached_commit(repo_id, revision, hub_error)
-
-
 def _fingerprint_hub(repo_id: str, revision: str | None) -> SourceFingerprint:
-    commit = _hub_commit(repo_id, revision or "main")
+    try:
+        commit = hub_commit(repo_id, revision or "main")
+    except HubLookupError as e:
+        raise SourceUnavailable(str(e)) from None
     digest = _digest([SourceKind.HUB.value, repo_id, commit])
     return SourceFingerprint(repo_id, revision, SourceKind.HUB.value, digest, (), commit)
 
@@ -365,11 +332,13 @@ def _fingerprint_objects(specs: list[str]) -> dict[tuple[str, str | None], Sourc
         raise SourceUnavailable(f"source {e.spec!r} cannot be listed ({e})") from None
     out = {}
     for spec in specs:
-        files = tuple(listed[spec])
-        if not files:
+        objects = listed[spec]
+        if not objects:
             raise SourceUnavailable(f"source {spec!r} matches no file")
+        files = tuple((o.name, o.fingerprint) for o in objects)
+        generations = tuple((o.name, o.generation) for o in objects if o.generation is not None)
         out[(spec, None)] = SourceFingerprint(spec, None, SourceKind.OBJECT.value,
-                                              _files_digest(SourceKind.OBJECT, files), files)
+                                              _files_digest(SourceKind.OBJECT, files), files, generations=generations)
     return out
 
 

@@ -22,7 +22,13 @@ from marin.execution.store.success_record import SuccessRecord, manifest_digest
 from rigging import filesystem as fs
 from rigging.lease import held
 
-__all__ = ["StepRecord"]
+__all__ = ["DamagedRecord", "StepRecord"]
+
+
+class DamagedRecord(ValueError):
+    """A record that exists but cannot be read (not JSON, or not the record's shape): for a reader
+    that must not take it for absent (``marin gc`` deciding what no record names). The message
+    names the file."""
 
 
 _WRITE_ONCE_TRIES = 5
@@ -107,6 +113,42 @@ class StepRecord:
         except (ValueError, UnicodeDecodeError):
             return None
         return data if isinstance(data, dict) else None
+
+    def _read_checked(self, path: str, parse: Callable[[Any], Any]) -> Any:
+        """``parse`` of the JSON record at ``path``; None when it does not exist.
+
+        Raises:
+            DamagedRecord: it exists but is not JSON, or ``parse`` makes nothing of it.
+        """
+        try:
+            text = fs.read_text(path)
+        except FileNotFoundError:
+            return None
+        except UnicodeDecodeError:
+            raise DamagedRecord(f"{path} is damaged (not UTF-8 text)") from None
+        try:
+            record = parse(json.loads(text))
+        except ValueError:
+            record = None
+        if record is None:
+            raise DamagedRecord(f"{path} is damaged ({'empty' if not text.strip() else 'not the record it should be'})")
+        return record
+
+    def read_success_checked(self) -> SuccessRecord | None:
+        """The success record, None when there is none.
+
+        Raises:
+            DamagedRecord: it exists but cannot be read (never taken for "not done" here).
+        """
+        return self._read_checked(self.success, SuccessRecord.from_json)
+
+    def read_status_checked(self) -> StatusRecord | None:
+        """The status record, None when there is none.
+
+        Raises:
+            DamagedRecord: it exists but cannot be read.
+        """
+        return self._read_checked(self.status, StatusRecord.from_json)
 
     def read_success(self) -> SuccessRecord | None:
         """The success record, or None when the step is not done or its record is unreadable."""

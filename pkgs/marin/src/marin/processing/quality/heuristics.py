@@ -57,7 +57,11 @@ __all__ = ["C4_RULES", "DEFAULT_RULES", "FINEWEB_RULES", "GOPHER_RULES", "Heuris
 _STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 _BULLETS = ("\u2022", "-", "*", "\u25cf", "\u2023", "\u25e6", "\u2013", "\u00b7", "\u25aa")
 _TERMINAL = (".", "!", "?", '"', "\u201d")
-_SENTENCE_END = re.compile(r"[.!?]+[\"\u201d]?(?=\s|$)")
+# Tried only where a run of terminators starts (from inside a run it ends where the run's first
+# character would, so it matches there exactly when it does from the run's start; tried at every
+# character, a long run not followed by a space is scanned once per character: quadratic), and the
+# run taken whole (possessive: a shorter run is followed by a terminator, never a space).
+_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]++[\"\u201d]?(?=\s|$)")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _LETTER = re.compile(r"[^\W\d_]")
 
