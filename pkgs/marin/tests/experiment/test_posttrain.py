@@ -99,12 +99,10 @@ def test_a_bad_row_is_one_line_naming_its_file_and_line(tmp_path: Path, row: dic
 
 
 def test_parquet_rows_read_as_json_lines_do(tmp_path: Path) -> None:
-    rows = [LAYOUTS["ultrafeedback"], LAYOUTS["trl strings"]]
-    pq.write_table(pa.Table.from_pylist([{k: json.dumps(v) if not isinstance(v, str) else v for k, v in r.items()}
-                                         for r in rows[1:]]), tmp_path / "strings.parquet")
-    pq.write_table(pa.Table.from_pylist(rows[:1]), tmp_path / "convs.parquet")
-    pairs = list(read_preferences(str(tmp_path / "convs.parquet")))
-    assert pairs == [preference_from_record(rows[0])]
+    for layout in ("trl strings", "ultrafeedback", "whole conversations"):  # strings, and lists of structs
+        rows = [LAYOUTS[layout], LAYOUTS[layout]]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "prefs.parquet")
+        assert list(read_preferences(str(tmp_path / "prefs.parquet"))) == [preference_from_record(LAYOUTS[layout])] * 2
 
 
 def test_only_the_completion_is_marked_and_the_prompt_is_the_same_on_both_sides(tmp_path: Path) -> None:
@@ -125,6 +123,24 @@ def test_only_the_completion_is_marked_and_the_prompt_is_the_same_on_both_sides(
     assert decode([i for i, m in zip(c_ids, c_mask, strict=True) if m], skip_special_tokens=False) == "A boy.<|end|>"
     assert decode([i for i, m in zip(r_ids, r_mask, strict=True) if m],
                   skip_special_tokens=False) == "A dog who runs.<|end|>"
+
+
+def test_a_pair_too_long_is_dropped_and_counted_and_none_fitting_is_one_line(tmp_path: Path) -> None:
+    from marin.experiment.posttrain.tokenize import tokenize_preferences_to_shards
+    from testsupport.levanter_data import byte_level_tokenizer
+    from zephyr import DataError
+
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(byte_level_tokenizer(["Who is Mia? A girl. A cat."] * 20, 300))
+    long_row = {"prompt": "Who is Mia? " * 20_000, "chosen": "A girl.", "rejected": "A cat."}  # a ~240 KB line
+    source = _jsonl(tmp_path / "p.jsonl", [LAYOUTS["trl strings"], long_row])
+    done = tokenize_preferences_to_shards(source, str(tok), str(tmp_path / "out"), DEFAULT_CHAT_TEMPLATE, max_seq_len=64,
+                                          validation_fraction=0.0)
+    assert done["train_records"] == 1 and done["counters"]["pairs"] == 2 and done["counters"]["pairs_too_long"] == 1
+    with pytest.raises(DataError, match=r"p2.jsonl: empty corpus: no documents to tokenize \(1 preference pairs were "
+                                        r"dropped: a side longer than max_seq_len; raise max_seq_len\)$"):
+        tokenize_preferences_to_shards(_jsonl(tmp_path / "p2.jsonl", [long_row]), str(tok), str(tmp_path / "out2"),
+                                       DEFAULT_CHAT_TEMPLATE, max_seq_len=64)
 
 
 def test_a_hub_dataset_is_read_at_its_pinned_revision(tmp_path: Path, monkeypatch, lm_data_prefix: Path) -> None:

@@ -128,7 +128,7 @@ def tokenize_preferences_to_shards(
     sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=PREFERENCE_FORMAT,
                          metadata={"vocab_size": vocab_size, "eos_id": tokenizer.token_to_id(template.end_token),
                                    "max_seq_len": max_seq_len},
-                         source_description=f"{description} (pairs longer than max_seq_len={max_seq_len} are dropped)")
+                         source_description=description)
     result = write_shards(dataset, sink, source, client, max_parallel=min(os.cpu_count() or 1, dataset.num_shards))
     index = result.index or {}
     return {"index": index, "counters": dict(result.counters), "added_tokens": added, **split_totals(index)}
