@@ -221,7 +221,7 @@ def test_sharded_over_a_two_device_mesh_the_answers_are_the_same(lm, params, tok
                            str(SEQ_LEN)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["devices"] == 2 and result["param_spec"] == ["fsdp", None]
+    assert result["devices"] == 2 and result["param_spec"] == [None, "fsdp", None]
     np.testing.assert_allclose([a for a, _ in result["answers"]], [a for a, _ in expected], rtol=1e-5, atol=1e-5)
     assert [g for _, g in result["answers"]] == [g for _, g in expected]
 
@@ -245,7 +245,7 @@ lm = LevanterLM(config, params, open(folder + "/tokenizer.json").read(), Harness
                 mesh=mesh)
 pairs = json.load(open(folder + "/pairs.json"))
 answers = lm.loglikelihood([Instance("loglikelihood", {}, tuple(p), 0) for p in pairs])
-spec = list(lm._model.params["layer_0/attn/q_proj"]["w"].sharding.spec)
+spec = list(lm._model.params["layers/attn/q_proj"]["w"].sharding.spec)
 print(json.dumps({"devices": len(jax.devices()), "param_spec": spec, "answers": answers}))
 """
 

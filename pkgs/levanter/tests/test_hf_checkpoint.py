@@ -55,8 +55,9 @@ def test_hf_tensor_names_and_shapes_follow_pytorch_layout():
     assert tensors["model.layers.1.self_attn.k_proj.weight"].shape == (16, 32)  # [kv_heads * head_dim, hidden]
     assert tensors["model.layers.0.mlp.down_proj.weight"].shape == (32, 80)
     assert tensors["lm_head.weight"].shape == (96, 32)
-    np.testing.assert_array_equal(tensors["model.layers.0.mlp.gate_proj.weight"],
-                                  params["layer_0/mlp/gate_proj"]["w"].T)
+    # The model's layer weights are stacked; the file has one tensor per layer.
+    np.testing.assert_array_equal(tensors["model.layers.1.mlp.gate_proj.weight"],
+                                  np.asarray(params["layers/mlp/gate_proj"]["w"][1]).T)
     assert len(tensors) == 2 + 2 * 9 + 1 and all(t.dtype == np.float32 for t in tensors.values())
 
 

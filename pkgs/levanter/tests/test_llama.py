@@ -31,7 +31,8 @@ def test_param_count_and_shapes(tie):
     # Shapes only (nothing compiled or computed): the init's and the forward pass's.
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens)
     assert sum(p.size for p in jax.tree.leaves(params)) == cfg.num_params()
-    assert params["layer_0/attn/k_proj"]["w"].shape == (16, 8)  # 2 kv heads of width 4
+    # Layer weights stacked on a leading axis (one scan over the layers): 2 layers, 2 kv heads of width 4.
+    assert params["layers/attn/k_proj"]["w"].shape == (2, 16, 8)
     assert jax.eval_shape(model.apply, params, None, tokens).shape == (2, 7, 50)
 
 

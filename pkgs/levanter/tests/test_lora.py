@@ -120,7 +120,8 @@ def test_a_lora_run_trains_and_checkpoints_only_adapters_and_reads_back_folded(p
     assert record["rank"] == 4 and record["base"] == {"kind": "trained_model", "path": pretrained, "ema": False}
     saved = final_params(out)
     assert saved and all(k.rsplit("/", 1)[-1] in (LORA_A, LORA_B) for k in saved), sorted(saved)
-    assert len(saved) == 2 * 3 * TINY_MODEL.num_layers
+    # Two factors of three targets in every layer (stacked: the layers on a leading axis).
+    assert sum(int(np.prod(v.shape[:-2])) for v in saved.values()) == 2 * 3 * TINY_MODEL.num_layers
     checkpoint = read_checkpoint_params(os.path.join(out, "checkpoints"), 4)
     assert {name for names in checkpoint.values() for name in names} == {LORA_A, LORA_B}
 

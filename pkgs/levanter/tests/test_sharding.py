@@ -90,6 +90,9 @@ def test_parameter_rules_split_embed_over_fsdp_and_heads_mlp_vocab_over_tensor()
     assert param_spec("layer_0/mlp/up_proj", "w", (32, 64), sizes, units) == ("fsdp", "tensor")
     assert param_spec("layer_0/mlp/down_proj", "w", (64, 32), sizes, units) == ("tensor", "fsdp")
     assert param_spec("lm_head", "w", (32, 64), sizes, units) == ("fsdp", "tensor")
+    assert param_spec("layers/attn/q_proj", "w", (3, 32, 32), sizes, units) == (None, "fsdp", "tensor")
+    assert param_spec("layers/mlp/down_proj", "w", (3, 64, 32), sizes, units) == (None, "tensor", "fsdp")
+    assert param_spec("layers/attn_norm", "scale", (3, 32), sizes, units) == (None, None)
     for norm in ("layer_0/attn_norm", "layer_0/mlp_norm", "final_norm"):
         assert param_spec(norm, "scale", (32,), sizes, units) == (None,)
     # One kv head cannot be split over tensor=2: k and v stay whole on tensor (a head is never cut).
@@ -139,7 +142,8 @@ def test_checkpoint_of_fsdp8_restores_bit_identical_on_4_devices_and_on_1(runs):
     [on_four] = run_on_devices("restore", [(_config(runs["data"], MeshConfig(data=1, fsdp=2, tensor=2)), saved)],
                                str(runs["root"] / "restore4"), devices=4)
     assert on_four["step"] == STEPS
-    assert on_four["specs"]["['params']['layer_0/mlp/up_proj']['w']"] == ["fsdp", "tensor"]
+    # Stacked layer weights: the layer axis whole, each layer's slice split as a layer's weight is.
+    assert on_four["specs"]["['params']['layers/mlp/up_proj']['w']"] == [None, "fsdp", "tensor"]
     assert on_four["specs"]["['params']['embed']['embeddings']"] == ["tensor", "fsdp"]
 
     from testsupport.levanter_data import restore_state

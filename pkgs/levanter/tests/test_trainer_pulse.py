@@ -20,7 +20,7 @@ from testsupport.levanter_data import tiny_config
 SUMMARY_KEYS = ["final_loss", "val_loss", "steps", "start_step", "output_path", "checkpoint_path", "params_path",
                 "config_path", "metrics_path", "model", "tokens_per_s", "checkpoint_blocked_s", "devices", "mesh",
                 "processes", "memory", "run_id", "num_params", "flops_per_token", "tokens_trained", "model_flops",
-                "hardware_flops", "mfu", "hfu", "peak_flops_per_device", "peak_flops_source"]
+                "hardware_flops", "mfu", "hfu", "peak_flops_per_device", "peak_flops_source", "mfu_causal"]
 
 
 def test_pulse_two_steps(tiny_dataset, tmp_path):

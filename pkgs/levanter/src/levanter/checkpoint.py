@@ -4,16 +4,21 @@ A checkpoint is one Orbax step folder holding two items: ``state`` (params, opti
 PRNG key; a PyTree) and ``data`` (the input iterator's position, JSON). Orbax only lists a step
 once its save committed, so a save killed half-way is never seen; a committed step that fails to
 restore (corrupt files) is skipped for the previous one with a warning.
+
+Checkpoints written before the layers were stacked (``layer_<i>/...`` parameters and moments) are
+read in that layout and stacked on read (``levanter.models.layout``), never taken for broken ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from typing import Any
 
+from levanter.models.layout import is_per_layer, stack_layers, stack_tree, unstack_tree
 from rigging import filesystem as fs
 
 __all__ = [
@@ -24,6 +29,7 @@ __all__ = [
     "committed_steps",
     "read_checkpoint_params",
     "restore_checkpoint",
+    "saved_per_layer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -175,14 +181,13 @@ class Checkpointer:
         """
         for step in reversed(self.steps()):
             try:
-                restored = self._manager.restore(step, args=self._ocp.args.Composite(
-                    state=self._ocp.args.StandardRestore(target), data=self._ocp.args.JsonRestore()))
+                restored = _restore(self._manager, self._ocp, self.directory, step, target)
             except _RESTORE_ERRORS as e:
                 logger.warning("checkpoint %s/%s is unreadable (%s: %s); falling back to the previous one",
                                self.directory, step, type(e).__name__, str(e).splitlines()[0][:300])
                 self._discard(step)
                 continue
-            return RestoredCheckpoint(step=step, state=restored.state, data_state=restored.data)
+            return restored
         return None
 
     def _discard(self, step: int) -> None:
@@ -193,6 +198,32 @@ class Checkpointer:
         """Wait for pending saves and release Orbax's threads."""
         self.wait()
         self._manager.close()
+
+
+_PER_LAYER_KEY = re.compile(r"'layer_\d+/")
+
+
+def saved_per_layer(directory: str, step: int) -> bool:
+    """Whether checkpoint ``step`` under ``directory`` holds per-layer parameters (written before the
+    layers were stacked), read from the state item's Orbax metadata file without loading it."""
+    path = fs.join(directory, str(step), "state", "_METADATA")
+    return fs.exists(path) and _PER_LAYER_KEY.search(fs.read_text(path)) is not None
+
+
+def _restore(manager: Any, ocp: Any, directory: str, step: int, target: Any) -> RestoredCheckpoint:
+    """Checkpoint ``step`` in the structure, layout and placement of ``target`` (a per-layer one
+    is restored as it was written, then stacked and placed as ``target`` says)."""
+    legacy = saved_per_layer(directory, step)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(unstack_tree(target) if legacy else target), data=ocp.args.JsonRestore()))
+    state = restored.state
+    if legacy:
+        import jax
+
+        logger.info("checkpoint %s/%s has per-layer parameters; stacking them", directory, step)
+        shardings = jax.tree.map(lambda t: getattr(t, "sharding", None), target)
+        state = jax.device_put(stack_tree(state), shardings)
+    return RestoredCheckpoint(step=step, state=state, data_state=restored.data)
 
 
 def committed_steps(directory: str) -> list[int]:
@@ -238,8 +269,9 @@ def read_checkpoint_params(directory: str, step: int, *, ema: bool = False) -> d
     if item not in restored.state:
         raise FileNotFoundError(f"{directory}/{step}: the checkpoint holds no average of the parameters "
                                 "(the run kept none: train it with ema=...)")
-    params = restored.state[item]
-    return {module: {name: np.asarray(value) for name, value in names.items()} for module, names in params.items()}
+    params = {module: {name: np.asarray(value) for name, value in names.items()}
+              for module, names in restored.state[item].items()}
+    return stack_layers(params) if is_per_layer(params) else params
 
 
 def restore_checkpoint(directory: str, step: int, target: Any) -> RestoredCheckpoint:
@@ -251,6 +283,4 @@ def restore_checkpoint(directory: str, step: int, target: Any) -> RestoredCheckp
     import orbax.checkpoint as ocp
 
     with _read_only_manager(directory, step) as manager:
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
-    return RestoredCheckpoint(step=step, state=restored.state, data_state=restored.data)
+        return _restore(manager, ocp, directory, step, target)

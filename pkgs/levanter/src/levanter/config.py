@@ -36,6 +36,7 @@ from levanter.initialize import (
 )
 from levanter.lora import LoraConfig
 from levanter.models.family import ModelConfig, model_config_from_dict, model_family
+from levanter.models.impl import Attention, Remat
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
@@ -199,8 +200,33 @@ class TrainerConfig:
     ema: EmaConfig | None = added_field(default=None)
     """Keep an exponential moving average of the parameters beside them (``levanter.ema``): an
     ``EmaConfig`` or its decay (None: none)."""
+    remat: Remat = unhashed_field(default=Remat.AUTO)
+    """What each layer keeps for the backward pass: ``auto`` (the least recomputation whose memory
+    estimate fits the device), ``none``, ``save_dots``, ``save_attention`` or ``full`` (a ``Remat`` or
+    its string value). Not hashed: it changes how, not what, is computed."""
+    attention: Attention = unhashed_field(default=Attention.AUTO)
+    """The attention kernel: ``auto`` (splash on a TPU, XLA elsewhere), ``xla`` or ``splash``. Not hashed."""
+    loss_block: int | None = unhashed_field(default=None)
+    """Sequence positions per block of the output softmax (None: chosen from the vocabulary and batch).
+    Not hashed."""
+    grad_dtype: str = added_field(default="float32")
+    """The gradients' dtype: ``"float32"``, or ``"bfloat16"`` (differentiated with respect to the
+    parameters cast to bfloat16: half the memory, rounded gradients). Changes the numbers: hashed
+    when set."""
+    offload_optimizer: bool = unhashed_field(default=False)
+    """Keep the optimizer state in host memory between steps (``pinned_host``), brought to the device
+    for the update: frees its device memory at the cost of two transfers a step. Not hashed."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "remat", Remat.parse(self.remat))
+        object.__setattr__(self, "attention", Attention.parse(self.attention))
+        if self.loss_block is not None and (not isinstance(self.loss_block, int) or isinstance(self.loss_block, bool)
+                                            or self.loss_block <= 0):
+            raise ValueError(f"loss_block must be a positive int or None, got {self.loss_block!r}")
+        if self.grad_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"grad_dtype must be 'float32' or 'bfloat16', got {self.grad_dtype!r}")
+        if not isinstance(self.offload_optimizer, bool):
+            raise ValueError(f"offload_optimizer must be a bool, got {self.offload_optimizer!r}")
         if isinstance(self.compute_dtype, str):
             try:
                 object.__setattr__(self, "compute_dtype", ComputeDtype(self.compute_dtype))

@@ -161,11 +161,14 @@ class FlopsSummary:
     """The peak both utilisations are measured against."""
     peak_flops_source: str
     """Where the peak comes from (:class:`PeakFlops`)."""
+    mfu_causal: float | None = None
+    """:attr:`mfu` with the causal count of model FLOPs (attention halved for the causal mask,
+    MaxText's convention; ``flops_per_token(seq_len, causal=True)``)."""
 
     @classmethod
     def of_run(cls, *, num_params: int, flops_per_token: float, tokens_per_step: int, steps: int, steps_run: int,
                train_seconds: float, num_devices: int, peak: PeakFlops,
-               step_hardware_flops: float | None) -> FlopsSummary:
+               step_hardware_flops: float | None, causal_flops_per_token: float | None = None) -> FlopsSummary:
         """Account a run of ``steps`` steps, ``steps_run`` of them in ``train_seconds`` by this attempt."""
         model_step = flops_per_token * tokens_per_step
 
@@ -179,7 +182,8 @@ class FlopsSummary:
                    model_flops=model_step * steps,
                    hardware_flops=None if step_hardware_flops is None else step_hardware_flops * steps,
                    mfu=used(model_step), hfu=used(step_hardware_flops),
-                   peak_flops_per_device=peak.flops_per_s, peak_flops_source=peak.source)
+                   peak_flops_per_device=peak.flops_per_s, peak_flops_source=peak.source,
+                   mfu_causal=None if causal_flops_per_token is None else used(causal_flops_per_token * tokens_per_step))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

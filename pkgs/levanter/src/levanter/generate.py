@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from levanter.models.family import RUN_CONFIG_FILE, ModelConfig, read_model_config
+from levanter.models.layout import is_per_layer, stack_layers
 from rigging import filesystem as fs
 
 __all__ = ["generate", "load_final_model", "load_model", "read_model_config", "read_params_file"]
@@ -65,7 +66,8 @@ def read_params_file(path: str) -> dict[str, dict[str, Any]]:
         for key in flat.files:
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
-    return params
+    # A run finished before the layers were stacked saved them one by one.
+    return stack_layers(params) if is_per_layer(params) else params
 
 
 def _with_base(output_path: str, config: ModelConfig, params: dict[str, Any]) -> dict[str, Any]:
@@ -105,11 +107,15 @@ def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int],
     if len(ids) >= length:
         return []
     model = config.build()
+    if is_per_layer(params):
+        params = stack_layers(params)
 
     @jax.jit
     def next_token(params: Any, buffer: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:
-        # Causal attention means the padding after ``position`` cannot change its logits.
-        logits = model.apply(params, None, buffer[None, :])[0, position]
+        # Causal attention means the padding after ``position`` cannot change its logits; only the
+        # position's logits are made (not the whole buffer's).
+        hidden = model.hidden(params, buffer[None, :])[0, position]
+        logits = jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32)
         if temperature == 0:
             return jnp.argmax(logits)
         return jax.random.categorical(key, logits / temperature)

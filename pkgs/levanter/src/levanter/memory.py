@@ -36,6 +36,14 @@ class MemoryReport:
     """The compiled step's arguments on one device (state and batch), as XLA counts them."""
     step_output_bytes_per_device: int | None
     """The compiled step's outputs on one device (before donated inputs are reused)."""
+    remat: str | None = None
+    """The remat policy the step runs with (``levanter.models.impl.Remat``; None: not recorded)."""
+    attention: str | None = None
+    """The attention kernel the step runs with."""
+    estimate: dict[str, Any] | None = None
+    """``levanter.memory_estimate``'s bytes of the step by kind (what ``remat="auto"`` decided by)."""
+    device_bytes_available: int | None = None
+    """The device's memory for a program (None: the backend does not say)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": _FORMAT, **dataclasses.asdict(self)}
@@ -47,7 +55,8 @@ class MemoryReport:
     def from_json(cls, data: dict[str, Any]) -> MemoryReport:
         if data.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} memory report: format {data.get('format')!r}")
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+        # Reports written before the estimate was recorded lack its fields (they have defaults).
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     def summary(self) -> str:
         """One log line: ``params 1.2 MiB/device of 9.6 MiB, ...``."""
@@ -58,8 +67,9 @@ class MemoryReport:
                 f"(of {mib(self.opt_state_bytes_total)}), step temporaries {mib(self.temp_bytes_per_device)}")
 
 
-def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any) -> MemoryReport:
-    """Measure ``params`` and ``opt_state`` (placed arrays) and ``compiled`` (a compiled jitted step)."""
+def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any, execution: Any = None) -> MemoryReport:
+    """Measure ``params`` and ``opt_state`` (placed arrays) and ``compiled`` (a compiled jitted step);
+    record ``execution``'s choices and estimate (``levanter.training.execution.Execution``) with them."""
     from levanter.sharding import shard_bytes
 
     p_dev, p_total = shard_bytes(params)
@@ -74,4 +84,8 @@ def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any) -> Mem
                         opt_state_bytes_per_device=o_dev, opt_state_bytes_total=o_total,
                         temp_bytes_per_device=field("temp_size_in_bytes"),
                         step_argument_bytes_per_device=field("argument_size_in_bytes"),
-                        step_output_bytes_per_device=field("output_size_in_bytes"))
+                        step_output_bytes_per_device=field("output_size_in_bytes"),
+                        remat=None if execution is None else execution.impl.remat.value,
+                        attention=None if execution is None else execution.impl.attention.value,
+                        estimate=None if execution is None else execution.estimate.to_json(),
+                        device_bytes_available=None if execution is None else execution.available)

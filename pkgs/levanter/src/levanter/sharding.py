@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from levanter.lora import LORA_A, LORA_B
+from levanter.models.layout import LAYERS
 
 __all__ = [
     "AXES",
@@ -124,6 +125,8 @@ _RULES: dict[tuple[str, str], tuple[str | None, ...]] = {
 }
 # The two factors of a LoRA adapter of a weight ``w`` ([..., in, rank] and [..., rank, out]).
 _LORA_FACTORS = (LORA_A, LORA_B)
+# Stacked layer weights: one module path per kind of layer weight, the layers on a leading axis.
+_STACKED_PREFIX = f"{LAYERS}/"
 # RMSNorm scales: replicated (a few kilobytes; splitting them would only add collectives).
 _NORM = re.compile(r"(^|_)norm$")
 
@@ -158,9 +161,14 @@ def param_spec(module: str, name: str, shape: Sequence[int], sizes: Mapping[str,
     ``units`` such as ``{"heads": 8}``, divides the count of whole units in it, so a head is
     never cut in two); otherwise it stays whole on that axis.
 
+    Stacked layer weights (``layers/...``, ``levanter.models.layout``) have the layers on a leading
+    axis, never split: each layer's slice is split as that layer's weight would be.
+
     Raises:
         KeyError: no rule names the parameter (add one to ``_RULES``).
     """
+    if module.startswith(_STACKED_PREFIX) and len(shape) >= 1:
+        return (None, *param_spec(module[len(_STACKED_PREFIX):], name, shape[1:], sizes, units))
     leaf_module = module.rsplit("/", 1)[-1]
     if _NORM.search(leaf_module) and name == "scale":
         return (None,) * len(shape)
@@ -182,18 +190,29 @@ def activation_sharder(mesh: Any, units: Mapping[str, int] | None = None) -> Cal
     """``shard(x, logical_axes)``: constrain activation ``x`` (axes such as ``("batch", None, "mlp")``) on ``mesh``.
 
     Without these constraints XLA may keep weights split and gather the batch instead, which
-    undoes FSDP (every device would hold every row's activations).
+    undoes FSDP (every device would hold every row's activations). The sharder also tells kernels
+    that XLA cannot split (splash attention) its ``mesh``, ``batch_axes`` and ``head_axis``.
     """
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
+    return _Sharder(mesh, dict(units or {}))
 
-    sizes = dict(mesh.shape)
 
-    def shard(x: Any, logical: Sequence[str | None]) -> Any:
-        spec = _spec(logical, x.shape, _ACTIVATION_AXES, sizes, units)
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+class _Sharder:
+    """The callable :func:`activation_sharder` returns."""
 
-    return shard
+    batch_axes = BATCH_AXES
+    head_axis = _ACTIVATION_AXES["heads"]
+
+    def __init__(self, mesh: Any, units: Mapping[str, int]):
+        self.mesh = mesh
+        self._units = units
+        self._sizes = dict(mesh.shape)
+
+    def __call__(self, x: Any, logical: Sequence[str | None]) -> Any:
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        spec = _spec(logical, x.shape, _ACTIVATION_AXES, self._sizes, self._units)
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, PartitionSpec(*spec)))
 
 
 def batch_spec() -> tuple[Any, ...]:

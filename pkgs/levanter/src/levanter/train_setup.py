@@ -39,8 +39,8 @@ from levanter.training import (
     Start,
     Validation,
     loss_fn,
-    make_train_step,
 )
+from levanter.training.execution import compile_step, plan_execution, step_flops
 from levanter.training.step import lm_objective
 from levanter.training.trained import trained_state
 from rigging import filesystem as fs
@@ -144,6 +144,8 @@ class TrainSetup:
     """The metrics sink (``MetricsWriter`` on process 0)."""
     progress: Progress | None
     """The progress listener (process 0 only)."""
+    count_step_flops: Callable[[], float | None] = lambda: None
+    """FLOPs of one step as XLA counts them (``levanter.training.execution.step_flops``), on demand."""
     data_offset: int = 0
     """Step ``t``'s batch is elements ``[t * batch_size + data_offset, ...)`` of the mixture's stream
     (``levanter.data.usage``)."""
@@ -157,6 +159,11 @@ class TrainSetup:
     @property
     def flops_per_token(self) -> float:
         return self.config.model.flops_per_token(self.config.trainer.seq_len)
+
+    @property
+    def causal_flops_per_token(self) -> float:
+        """:attr:`flops_per_token` with the attention products halved for the causal mask."""
+        return self.config.model.flops_per_token(self.config.trainer.seq_len, causal=True)
 
     def close(self) -> None:
         self.iterator.close()
@@ -179,7 +186,9 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     trainer = config.trainer
     layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
-    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()))
+    execution = plan_execution(config, model_config, layout.mesh, jax.local_devices()[0])
+    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()),
+                               impl=execution.impl)
     # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
     # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
     # schedule, peak or length share their compiled init and step (JAX's compilation cache).
@@ -194,22 +203,18 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
 
     batch_shape = _batch_shape(config, layout)
-    objective = lm_objective(model, dtype, config.z_loss_weight, params_of=trained.model_params)
-    ema_decay = trainer.ema.decay if trainer.ema is not None else None
-    # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
-    # The old state is donated, so parameters and optimizer state are held once, not twice, per step.
-    train_step = trained.compile(make_train_step(model, config.optimizer.at_rate, dtype, trainer.grad_accum,
-                                                 layout.batch_sharding, objective=objective, ema_decay=ema_decay),
-                                 in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
-                                 out_shardings=(state_shardings, layout.replicated), donate_argnums=(0,),
-                                 args=(target, batch_shape, _RATE))
-    memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step)
+    objective = None if config.lora is None else lm_objective(
+        model, dtype, config.z_loss_weight, loss_block=trainer.loss_block, params_of=trained.model_params)
+    train_step = compile_step(model, config, layout, target, batch_shape, _RATE, objective=objective, trained=trained)
+    memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step,
+                            execution=execution)
     logger.info("%s", memory.summary())
     if layout.primary:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
 
     place = _placer(layout.batch_sharding, batch_shape.shape)
-    eval_loss = trained.jit(lambda params, batch, frozen: loss_fn(model, trained.model_params(params, frozen), batch, dtype),
+    eval_loss = trained.jit(lambda params, batch, frozen: loss_fn(model, trained.model_params(params, frozen), batch,
+                                                                  dtype, block=trainer.loss_block),
                             in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
     val_batches = _validation_batches(config)
     validation = Validation(eval_loss, [b[layout.rows] for b in val_batches], place)
@@ -224,7 +229,10 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
                       rate_of_step=rate_of_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
-                      iterator=iterator, writer=writer, progress=progress, data_offset=data_offset)
+                      iterator=iterator, writer=writer, progress=progress, data_offset=data_offset,
+                      # XLA's count is of a plain language-model step: a LoRA run's step is another program.
+                      count_step_flops=(lambda: None) if config.lora is not None else
+                      lambda: step_flops(model_config, config, execution.impl, target, batch_shape, _RATE))
 
 
 def _batch_shape(config: TrainLmConfig, layout: BatchLayout) -> jax.ShapeDtypeStruct:

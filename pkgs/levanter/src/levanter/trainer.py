@@ -34,7 +34,7 @@ from levanter.config import (
 )
 from levanter.ema import EMA_PARAMS_FILE
 from levanter.eval import read_tokenizer_json
-from levanter.flops import FlopsSummary, compiled_step_flops
+from levanter.flops import FlopsSummary
 from levanter.summary import TrainSummary
 from levanter.train_setup import TrainSetup, resolve_model, set_up
 from levanter.training import (
@@ -136,7 +136,8 @@ def _loop(setup: TrainSetup, hooks: Sequence[ScheduledHook]) -> Trainer:
     """The training loop over ``setup``: validation, task evals, checkpoints, then the caller's ``hooks``."""
     trainer = setup.config.trainer
     throughput = Throughput(setup.tokens_per_step, setup.flops_per_token * setup.tokens_per_step,
-                            len(setup.layout.devices), setup.peak.flops_per_s)
+                            len(setup.layout.devices), setup.peak.flops_per_s,
+                            causal_flops_per_step=setup.causal_flops_per_token * setup.tokens_per_step)
     loop = Trainer(setup.train_step, setup.iterator, setup.place, num_train_steps=trainer.num_train_steps,
                    writer=setup.writer, throughput=throughput, log_every=trainer.log_every,
                    started_at=setup.started_at, rate_of_step=setup.rate_of_step)
@@ -190,8 +191,7 @@ def _summary(setup: TrainSetup, loop: Trainer, final: _Final) -> TrainSummary:
         num_params=config.model.num_params(), flops_per_token=setup.flops_per_token,
         tokens_per_step=setup.tokens_per_step, steps=final.step, steps_run=loop.steps_run,
         train_seconds=loop.train_seconds, num_devices=n_dev, peak=setup.peak,
-        # XLA counts a loop's body once, so a step that accumulates gradients in a scan is not counted.
-        step_hardware_flops=compiled_step_flops(setup.train_step, n_dev) if config.trainer.grad_accum == 1 else None)
+        step_hardware_flops=setup.count_step_flops(), causal_flops_per_token=setup.causal_flops_per_token)
     return TrainSummary(
         final_loss=final.loss, val_loss=setup.validation.last, steps=final.step, start_step=setup.start.step,
         output_path=output_path, checkpoint_path=setup.checkpointer.directory, params_path=final.params_path,

@@ -74,11 +74,10 @@ def test_transformers_loads_the_export_and_gives_our_logits(built):
     # The tolerance has teeth: the same model with q and k rows in the interleaved-pairs rotary
     # layout (the permutation a model rotating interleaved pairs would need) is far off.
     swapped = {m: dict(v) for m, v in params.items()}
-    for i in range(config.num_layers):
-        for proj in ("q_proj", "k_proj"):
-            w = np.asarray(swapped[f"layer_{i}/attn/{proj}"]["w"])
-            heads = w.reshape(w.shape[0], -1, config.head_dim // 2, 2)
-            swapped[f"layer_{i}/attn/{proj}"]["w"] = heads.transpose(0, 1, 3, 2).reshape(w.shape)
+    for proj in ("q_proj", "k_proj"):  # every layer's at once: the layer weights are stacked
+        w = np.asarray(swapped[f"layers/attn/{proj}"]["w"])
+        heads = w.reshape(*w.shape[:2], -1, config.head_dim // 2, 2)
+        swapped[f"layers/attn/{proj}"]["w"] = heads.transpose(0, 1, 2, 4, 3).reshape(w.shape)
     permuted = np.asarray(apply(swapped, None, jnp.asarray(tokens)))
     assert np.abs(permuted - theirs).max() > 100 * 1e-5
 
@@ -105,7 +104,7 @@ def test_export_of_a_kept_checkpoint_holds_that_steps_weights(built):
     for module in expected:
         for name in expected[module]:
             np.testing.assert_array_equal(exported[module][name], expected[module][name])
-    assert not np.array_equal(final["layer_0/attn/q_proj"]["w"], exported["layer_0/attn/q_proj"]["w"])
+    assert not np.array_equal(final["layers/attn/q_proj"]["w"], exported["layers/attn/q_proj"]["w"])
 
 
 def test_cli_export_by_path_and_by_step_name(built, tmp_path):

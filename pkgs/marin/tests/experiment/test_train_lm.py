@@ -27,7 +27,8 @@ DATA = tokenized(name="tokenized/x", source="/corpus", tokenizer="/tokenizer.jso
 
 
 def _handle(**settings):
-    return train_lm(name="checkpoints/x", version="v1", model=LlamaConfig(), optimizer=AdamConfig(),
+    settings.setdefault("optimizer", AdamConfig())
+    return train_lm(name="checkpoints/x", version="v1", model=LlamaConfig(),
                     datasets={DATA: 1.0}, batch_size=8, seq_len=64, num_train_steps=20, **settings)
 
 
@@ -45,11 +46,23 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
     for settings in ({"run_id": "mine"}, {"tags": ["a", "b"]}, {"log_every": 10}, {"prefetch": 1},
                      {"shard_cache_dir": "/tmp/x"}, {"peak_flops_per_device": 1e12},
                      {"wandb": WandbConfig(project="p")}, {"z_loss_weight": None}, {"evals": None},
-                     {"resources": ResourceConfig.with_cpu()}, {"mesh": MeshConfig(data=1, fsdp=-1, tensor=2)}):
+                     {"resources": ResourceConfig.with_cpu()}, {"mesh": MeshConfig(data=1, fsdp=-1, tensor=2)},
+                     # How the step is computed, not what (tests show equal values and gradients).
+                     {"remat": "full"}, {"attention": "splash"}, {"loss_block": 16}, {"offload_optimizer": True}):
         assert hash_over_fixed_sources(_handle(**settings)) == base, settings
     for settings in ({"seed": 1}, {"z_loss_weight": 1e-4}, {"grad_accum": 2}, {"eval_every": 7},
-                     {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)}):
+                     {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)},
+                     # The optimizer state's storage changes the numbers.
+                     {"optimizer": AdamConfig(moment_dtype="bfloat16")},
+                     {"optimizer": AdamConfig(factored_second_moment=True)}, {"grad_dtype": "bfloat16"}):
         assert hash_over_fixed_sources(_handle(**settings)) != base, settings
+
+
+def test_the_hash_of_a_training_step_is_pinned():
+    # Computed on the code before remat, attention kernels, loss blocks and compact moments existed:
+    # adding them (unhashed, or hashed only when set) left every training step's identity as it was.
+    assert hash_over_fixed_sources(_handle()) == "cb7995276137b51a98ffa343526652319fc967253626e03b8b4aed333d379102"
+    assert hash_over_fixed_sources(_handle(remat="save_dots", attention="xla")) == hash_over_fixed_sources(_handle())
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -58,6 +71,9 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
     ({"z_loss_weight": -1}, "train_lm 'checkpoints/x': z_loss_weight must be a finite number >= 0 or None, got -1"),
     ({"learning_rate": 1e-3}, "train_lm 'checkpoints/x': unknown training setting 'learning_rate'; settings are: "),
     ({"mesh": "fsdp=8"}, "train_lm 'checkpoints/x': mesh must be a MeshConfig, got str"),
+    ({"remat": "some"}, "train_lm 'checkpoints/x': remat must be one of ['auto', 'none', 'save_dots', "
+                        "'save_attention', 'full'], got 'some'"),
+    ({"attention": "flash"}, "train_lm 'checkpoints/x': attention must be one of ['auto', 'xla', 'splash'], got 'flash'"),
     ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': eval dataset 'hellaswag': 'hellaswag' is not a tokenized "
                                "handle, a step, an existing path, a URL or a Hugging Face dataset id"),
 ])

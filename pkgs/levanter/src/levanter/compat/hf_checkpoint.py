@@ -6,6 +6,9 @@ both read it. Haiku's ``Linear`` stores ``w`` as ``[in, out]`` and PyTorch's ``n
 dimension's first half against its second half, exactly as HF's ``rotate_half`` does (same
 frequencies, ``theta ** (-2i / head_dim)``), so q and k rows need no permutation.
 
+The model keeps its layer weights stacked (``levanter.models.layout``); the files keep Hugging
+Face's one tensor per layer: export unstacks, import stacks.
+
 Files are written and read through ``rigging.filesystem`` (local, gs://, memory://); tensors go
 through the ``safetensors`` byte format with numpy, no PyTorch.
 """
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from levanter.compat.hub import HubIdInvalid, HubSnapshotMissing, hub_snapshot
+from levanter.models.layout import stack_layers, unstack_layers
 from levanter.models.llama import LlamaConfig
 from rigging import filesystem as fs
 
@@ -176,7 +180,9 @@ def read_hf_config(folder: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tensors
 
 def to_hf_tensors(config: LlamaConfig, params: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """HF-named float32 tensors of the Haiku parameters ``params`` (C-contiguous, PyTorch layout)."""
+    """HF-named float32 tensors of the Haiku parameters ``params`` (C-contiguous, PyTorch layout),
+    stacked or per layer."""
+    params = unstack_layers(params)
     tensors = {}
     for t in _tensor_table(config):
         value = np.asarray(params[t.module][t.name], dtype=np.float32)
@@ -186,7 +192,7 @@ def to_hf_tensors(config: LlamaConfig, params: Mapping[str, Mapping[str, Any]]) 
 
 def from_hf_tensors(config: LlamaConfig, tensors: Mapping[str, np.ndarray],
                     source: str = "checkpoint") -> dict[str, dict[str, np.ndarray]]:
-    """Haiku parameters (float32) of the model ``config`` describes from HF-named ``tensors``.
+    """Haiku parameters (float32, layers stacked) of the model ``config`` describes from HF-named ``tensors``.
 
     Raises:
         HfCheckpointError: a tensor is missing, has the wrong shape, or is not part of this model.
@@ -210,7 +216,7 @@ def from_hf_tensors(config: LlamaConfig, tensors: Mapping[str, np.ndarray],
             raise HfCheckpointError(f"{source}: tensor {t.hf_name} has shape {tuple(tensors[t.hf_name].shape)}, "
                                     f"the configured model needs {hf_shape}")
         params.setdefault(t.module, {})[t.name] = np.ascontiguousarray(value, dtype=np.float32)
-    return params
+    return stack_layers(params)
 
 
 def _expected_shapes(config: LlamaConfig) -> dict[tuple[str, str], tuple[int, ...]]:

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from levanter.data.chat import loss_weights
 from levanter.dpo.config import DpoConfig, DpoLoss
-from levanter.logprobs import sequence_logprobs
+from levanter.training.loss import sequence_logprobs
 from levanter.training.step import Objective
 
 __all__ = ["PairTerms", "batch_terms", "dpo_objective", "pair_metrics", "pair_terms"]
@@ -78,25 +79,31 @@ def pair_metrics(terms: Any, weights: Any = None) -> dict[str, Any]:
 
 
 def batch_terms(model: Any, params: Any, batch: dict[str, jax.Array], compute_dtype: Any, config: DpoConfig,
-                base: Any = None) -> PairTerms:
+                base: Any = None, *, block: int | None = None) -> PairTerms:
     """The terms of a batch ``{"pairs": [b, 2, 3, window], "reference": [b, 2]}``; without ``reference``
-    the reference is ``base`` (the frozen weights the policy's adapters adapt), scored here."""
+    the reference is ``base`` (the frozen weights the policy's adapters adapt), scored here.
+
+    Each side's log-prob is ``levanter.training.loss.sequence_logprobs`` (the softmax a block of
+    ``block`` positions at a time): the sum over the completion's tokens, the ones the mask marks.
+    """
     pairs = batch["pairs"]
     b = pairs.shape[0]
     flat = pairs.reshape(b * 2, *pairs.shape[2:])
-    sums, counts = sequence_logprobs(model, params, flat, compute_dtype)
+    sums = sequence_logprobs(model, params, flat, compute_dtype, block=block)
+    counts = jnp.sum(loss_weights(flat).astype(jnp.float32), axis=-1)
     if "reference" in batch:
         reference = batch["reference"]
     else:
-        reference = jax.lax.stop_gradient(sequence_logprobs(model, base, flat, compute_dtype)[0]).reshape(b, 2)
+        reference = jax.lax.stop_gradient(sequence_logprobs(model, base, flat, compute_dtype, block=block)).reshape(b, 2)
     return pair_terms(sums.reshape(b, 2), reference, counts.reshape(b, 2), config)
 
 
-def dpo_objective(model: Any, compute_dtype: Any, config: DpoConfig, params_of: Any) -> Objective:
+def dpo_objective(model: Any, compute_dtype: Any, config: DpoConfig, params_of: Any, *,
+                  block: int | None = None) -> Objective:
     """The training objective (``levanter.training.step``): the mean preference loss of a batch;
     ``params_of(trained, frozen)`` makes the policy's parameters (``frozen``: a LoRA run's base)."""
     def objective(params: Any, batch: Any, frozen: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
-        terms = batch_terms(model, params_of(params, frozen), batch, compute_dtype, config, base=frozen)
+        terms = batch_terms(model, params_of(params, frozen), batch, compute_dtype, config, base=frozen, block=block)
         metrics = pair_metrics(terms)
         loss = metrics.pop("loss")
         return loss, (loss, metrics)

@@ -56,10 +56,11 @@ def score_pairs(model_path: str, data_path: str, output_path: str, *, batch_size
     import jax
     import jax.numpy as jnp
 
+    from levanter.data.chat import loss_weights
     from levanter.data.preference import iter_pair_batches
     from levanter.generate import load_model
-    from levanter.logprobs import sequence_logprobs
     from levanter.models.vocab import extend_vocab
+    from levanter.training.loss import sequence_logprobs
 
     index = _preference_index(data_path)
     config, params = load_model(model_path, ema=ema)
@@ -71,12 +72,17 @@ def score_pairs(model_path: str, data_path: str, output_path: str, *, batch_size
     dtype = jnp.float32 if compute_dtype is None else compute_dtype
     model = config.build(dtype)
     window = seq_len + 1
-    score = jax.jit(lambda p, pairs: sequence_logprobs(model, p, pairs.reshape(-1, 3, window), dtype))
+
+    def score(p: Any, pairs: Any) -> tuple[Any, Any]:
+        flat = pairs.reshape(-1, 3, window)
+        return sequence_logprobs(model, p, flat, dtype), jnp.sum(loss_weights(flat).astype(jnp.float32), axis=-1)
+
+    scorer = jax.jit(score)
     splits: dict[str, dict[str, Any]] = {}
     for split in sorted(index["splits"]):
         rows: list[np.ndarray] = []
         for batch, real in iter_pair_batches(data_path, split, window=window, batch_size=batch_size):
-            sums, counts = jax.device_get(score(params, jnp.asarray(batch["pairs"])))
+            sums, counts = jax.device_get(scorer(params, jnp.asarray(batch["pairs"])))
             rows.append(np.concatenate([sums.reshape(-1, 2), counts.reshape(-1, 2)], axis=1)[:real])
         table = np.concatenate(rows) if rows else np.zeros((0, 4), np.float32)
         name = f"{split}.parquet"

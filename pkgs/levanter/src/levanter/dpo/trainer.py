@@ -42,7 +42,8 @@ from levanter.sharding import activation_sharder
 from levanter.summary import TrainSummary
 from levanter.train_setup import TrainSetup, batch_layout, resolve_model, run_writers
 from levanter.trainer import join_distributed, train
-from levanter.training import ScheduledHook, StepInfo, make_train_step
+from levanter.training import ScheduledHook, StepInfo
+from levanter.training.execution import compile_step, plan_execution
 from levanter.training.trained import Trained, trained_state
 from rigging import filesystem as fs
 
@@ -118,7 +119,10 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
     trainer = train_config.trainer
     layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
-    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()))
+    # Remat and the attention kernel as a training run of this model, batch and context would use.
+    execution = plan_execution(train_config, model_config, layout.mesh, jax.local_devices()[0])
+    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()),
+                               impl=execution.impl)
     rate_of_step = train_config.optimizer.rate_of_step(trainer.num_train_steps)
     tx = train_config.optimizer.at_rate(0.0)
     started_at = time.perf_counter()
@@ -128,15 +132,11 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
     shapes = {"pairs": jax.ShapeDtypeStruct((trainer.batch_size, 2, 3, window), jnp.int32, sharding=layout.batch_sharding)}
     if reference is not None:
         shapes["reference"] = jax.ShapeDtypeStruct((trainer.batch_size, 2), jnp.float32, sharding=layout.batch_sharding)
-    state_shardings = jax.tree.map(lambda s: s.sharding, trained.target)
-    objective = dpo_objective(model, dtype, config.dpo, trained.model_params)
-    train_step = trained.compile(
-        make_train_step(model, train_config.optimizer.at_rate, dtype, trainer.grad_accum, layout.batch_sharding,
-                        objective=objective, ema_decay=trainer.ema.decay if trainer.ema is not None else None),
-        in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
-        out_shardings=(state_shardings, layout.replicated), donate_argnums=(0,),
-        args=(trained.target, shapes, _RATE))
-    memory = measure_memory(layout.mesh, trained.start.state.params, trained.start.state.opt_state, train_step)
+    objective = dpo_objective(model, dtype, config.dpo, trained.model_params, block=trainer.loss_block)
+    train_step = compile_step(model, train_config, layout, trained.target, shapes, _RATE, objective=objective,
+                              trained=trained)
+    memory = measure_memory(layout.mesh, trained.start.state.params, trained.start.state.opt_state, train_step,
+                            execution=execution)
     logger.info("%s", memory.summary())
     place = _tree_placer(layout.batch_sharding, shapes)
     validation, eval_loss = _validation(config, trained, model, layout, place, data_path, reference, window)
@@ -178,11 +178,12 @@ def _validation(config: DpoRunConfig, trained: Trained, model: Any, layout: Any,
     params_shardings = jax.tree.map(lambda s: s.sharding, trained.target.params)
 
     def terms(params: Any, batch: Any, frozen: Any) -> Any:
-        return batch_terms(model, trained.model_params(params, frozen), batch, dtype, config.dpo, base=frozen)
+        return batch_terms(model, trained.model_params(params, frozen), batch, dtype, config.dpo, base=frozen,
+                           block=trainer.loss_block)
 
     jitted = trained.jit(terms, in_shardings=(params_shardings, layout.batch_sharding), out_shardings=layout.replicated)
     validation = PairValidation(jitted, [{k: v[layout.rows] for k, v in b.items()} for b in batches], real, place)
-    objective = dpo_objective(model, dtype, config.dpo, trained.model_params)
+    objective = dpo_objective(model, dtype, config.dpo, trained.model_params, block=trainer.loss_block)
     eval_loss = trained.jit(lambda params, batch, frozen: objective(params, batch, frozen)[0],
                             in_shardings=(params_shardings, layout.batch_sharding), out_shardings=layout.replicated)
     return validation, eval_loss

@@ -17,7 +17,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from levanter.models.layout import is_per_layer, stack_layers
 from levanter.models.llama import LlamaConfig, transformed_llama
+from levanter.ops.cross_entropy import greedy_tokens, token_scores
 from levanter.sharding import activation_sharder, batch_spec, tree_shardings
 
 __all__ = ["PackedModel"]
@@ -42,6 +44,8 @@ class PackedModel:
                  compute_dtype: Any = jnp.float32, mesh: Any = None):
         self.config, self.batch_size, self.seq_len, self.mesh = config, batch_size, seq_len, mesh
         units = {"heads": config.num_heads, "kv_heads": config.num_kv_heads}
+        if is_per_layer(params):
+            params = stack_layers(params)
         if mesh is not None:
             shards = mesh.shape["data"] * mesh.shape["fsdp"]
             if batch_size % shards:
@@ -55,22 +59,18 @@ class PackedModel:
             self.params = jax.tree.map(jnp.asarray, params)
             model = transformed_llama(config, compute_dtype)
 
-        def logits(params: Any, tokens: jax.Array, segments: jax.Array) -> jax.Array:
-            cast = jax.tree.map(lambda p: p.astype(compute_dtype), params)
-            return model.apply(cast, None, tokens, segment_ids=segments)  # float32
-
+        # The model casts each weight to compute_dtype where it reads it; the softmax over the
+        # vocabulary runs a block of positions at a time (the full logits are never held).
         def score(params: Any, tokens: jax.Array, segments: jax.Array,
                   targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-            out = logits(params, tokens, segments)
-            picked = jnp.take_along_axis(out, targets[..., None], axis=-1)[..., 0]
-            logprob = picked - jax.nn.logsumexp(out, axis=-1)
-            return logprob, jnp.argmax(out, axis=-1) == targets
+            return token_scores(model.hidden(params, tokens, segment_ids=segments), model.head(params), targets)
 
         def generate_step(params: Any, tokens: jax.Array, segments: jax.Array, gen_index: jax.Array,
                           step: jax.Array) -> jax.Array:
             # The token chosen at column c is written at c + 1, where gen_index says step ``step``
             # of a sequence's generation goes; later columns of a segment cannot change earlier logits.
-            chosen = jnp.argmax(logits(params, tokens, segments), axis=-1).astype(tokens.dtype)
+            hidden = model.hidden(params, tokens, segment_ids=segments)
+            chosen = greedy_tokens(hidden, model.head(params)).astype(tokens.dtype)
             shifted = jnp.concatenate([jnp.zeros_like(chosen[:, :1]), chosen[:, :-1]], axis=1)
             return jnp.where(gen_index == step, shifted, tokens)
 

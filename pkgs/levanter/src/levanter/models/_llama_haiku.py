@@ -9,10 +9,14 @@ from typing import Any
 import haiku as hk
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
+from levanter.models.impl import Attention, Impl, Remat
+from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
+from levanter.ops.attention import xla_attention
 
-__all__ = ["llama_forward", "transformed_llama"]
+__all__ = ["LlamaModel", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention", "transformed_llama"]
 
 
 Shard = Callable[[jax.Array, Sequence[Any]], jax.Array]
@@ -59,41 +63,59 @@ def _rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 
 class _Attention(hk.Module):
-    def __init__(self, config: LlamaConfig, shard: Shard, name: str | None = None):
+    def __init__(self, config: LlamaConfig, shard: Shard, impl: Impl, name: str | None = None):
         super().__init__(name=name)
         self.c = config
         self.shard = shard
+        self.impl = impl
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array) -> jax.Array:
         c = self.c
         b, t, _ = x.shape
         hd, h, kvh = c.head_dim, c.num_heads, c.num_kv_heads
         std = 0.02
-        q = hk.Linear(h * hd, with_bias=False, w_init=_init(std), name="q_proj")(x).reshape(b, t, h, hd)
-        k = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="k_proj")(x).reshape(b, t, kvh, hd)
-        v = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="v_proj")(x).reshape(b, t, kvh, hd)
-        q = self.shard(q, ("batch", None, "heads", None))
-        k = self.shard(k, ("batch", None, "kv_heads", None))
-        v = self.shard(v, ("batch", None, "kv_heads", None))
-        positions = jnp.arange(t) if segment_ids is None else _segment_positions(segment_ids)
+        q = hk.Linear(h * hd, with_bias=False, w_init=_init(std), name="q_proj")(x)
+        k = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="k_proj")(x)
+        v = hk.Linear(kvh * hd, with_bias=False, w_init=_init(std), name="v_proj")(x)
+        q = self.shard(_named(q, "q_proj").reshape(b, t, h, hd), ("batch", None, "heads", None))
+        k = self.shard(_named(k, "k_proj").reshape(b, t, kvh, hd), ("batch", None, "kv_heads", None))
+        v = self.shard(_named(v, "v_proj").reshape(b, t, kvh, hd), ("batch", None, "kv_heads", None))
         q = _rotary(q, positions, c.rope_theta)
         k = _rotary(k, positions, c.rope_theta)
         # Grouped-query attention: each key/value head serves num_heads / num_kv_heads query heads,
         # so the query heads are viewed as [kv_heads, group] instead of copying keys and values.
-        group = h // kvh
-        q = q.reshape(b, t, kvh, group, hd)
-        scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / math.sqrt(hd)
-        allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None, None]
-        if segment_ids is not None:
-            # Block-diagonal: a token sees only earlier tokens of its own conversation.
-            same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [b, q, s]
-            allowed = allowed & same[:, None, None]
-        scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(b, t, h * hd)
+        q = q.reshape(b, t, kvh, h // kvh, hd)
+        out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
-        return hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out)
+        return _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
+
+
+def _attend(impl: Impl, shard: Shard, q: jax.Array, k: jax.Array, v: jax.Array,
+            segment_ids: jax.Array | None) -> jax.Array:
+    """The attention kernel ``impl`` names (``AUTO`` is resolved by :func:`resolve_attention`)."""
+    if resolve_attention(impl.attention, q.shape[1]) is Attention.SPLASH:
+        from levanter.ops.attention import splash_attention
+
+        mesh = getattr(shard, "mesh", None)
+        return splash_attention(q, k, v, segment_ids, interpret=impl.interpret, mesh=mesh,
+                                batch_axes=getattr(shard, "batch_axes", ()), head_axis=getattr(shard, "head_axis", None))
+    return xla_attention(q, k, v, segment_ids)
+
+
+def resolve_attention(choice: Attention, seq_len: int) -> Attention:
+    """The kernel ``choice`` means for sequences of ``seq_len`` on this process's default backend:
+    ``AUTO`` is splash on a TPU when the kernel takes the length, else XLA."""
+    if choice is not Attention.AUTO:
+        return choice
+    from levanter.ops.attention import splash_supports
+
+    return Attention.SPLASH if jax.default_backend() == "tpu" and splash_supports(seq_len) else Attention.XLA
+
+
+def _named(x: jax.Array, name: str) -> jax.Array:
+    """``x`` tagged for the remat policies (``checkpoint_name``)."""
+    return checkpoint_name(x, name)
 
 
 def _segment_positions(segment_ids: jax.Array) -> jax.Array:
@@ -124,46 +146,138 @@ class _SwiGLU(hk.Module):
             jax.nn.silu(gate) * up)
 
 
-class _Block(hk.Module):
-    def __init__(self, config: LlamaConfig, shard: Shard, name: str | None = None):
-        super().__init__(name=name)
-        self.c = config
-        self.shard = shard
+def _layer(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment_ids: jax.Array | None,
+           positions: jax.Array) -> jax.Array:
+    """One transformer block; its modules are made in the caller's name scope (``layer_<i>`` or the stack)."""
+    attn_in = _RMSNorm(config.norm_eps, name="attn_norm")(x)
+    x = x + _Attention(config, shard, impl, name="attn")(attn_in, segment_ids, positions)
+    x = shard(x, ("batch", None, None))
+    x = x + _SwiGLU(config, shard, name="mlp")(_RMSNorm(config.norm_eps, name="mlp_norm")(x))
+    return shard(x, ("batch", None, None))
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
-        x = x + _Attention(self.c, self.shard, name="attn")(_RMSNorm(self.c.norm_eps, name="attn_norm")(x), segment_ids)
-        x = self.shard(x, ("batch", None, None))
-        x = x + _SwiGLU(self.c, self.shard, name="mlp")(_RMSNorm(self.c.norm_eps, name="mlp_norm")(x))
-        return self.shard(x, ("batch", None, None))
+
+_SAVED_NAMES = {Remat.SAVE_ATTENTION: ("q_proj", "k_proj", "v_proj", "attention", "o_proj")}
+
+
+def remat_policy(remat: Remat) -> Callable[..., Any] | None:
+    """The ``jax.checkpoint`` policy of ``remat`` (None: everything recomputed)."""
+    if remat is Remat.SAVE_DOTS:
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    if remat in _SAVED_NAMES:
+        return jax.checkpoint_policies.save_only_these_names(*_SAVED_NAMES[remat])
+    return None
+
+
+def _layers(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment_ids: jax.Array | None,
+            positions: jax.Array) -> jax.Array:
+    """Every block, scanned over stacked weights or unrolled (``impl.scan_layers``), with ``impl.remat``."""
+    def block(h: jax.Array) -> jax.Array:
+        return _layer(config, shard, impl, h, segment_ids, positions)
+
+    if impl.remat is not Remat.NONE:
+        block = hk.remat(block, policy=remat_policy(impl.remat))
+    if impl.scan_layers:
+        stacked: Any = hk.layer_stack(config.num_layers, name=LAYERS)(block)
+        return stacked(x)
+    for i in range(config.num_layers):
+        with hk.name_scope(f"layer_{i}"):
+            x = block(x)
+    return x
+
+
+def _cast_getter(dtype: Any) -> Callable[..., Any]:
+    """A Haiku getter casting floating parameters to ``dtype`` where they are read: inside the layer
+    scan that is one layer's weights at a time, never a copy of the whole model."""
+    def getter(next_getter: Callable[[jax.Array], jax.Array], value: jax.Array, context: Any) -> jax.Array:
+        value = next_getter(value)
+        return value.astype(dtype) if jnp.issubdtype(value.dtype, jnp.floating) else value
+
+    return getter
+
+
+def llama_hidden(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32, shard: Shard | None = None,
+                 segment_ids: jax.Array | None = None, impl: Impl = Impl()) -> jax.Array:
+    """The final (normalised) hidden states ``[batch, seq, hidden]`` in ``compute_dtype``; inside ``hk.transform``.
+
+    With ``segment_ids`` ``[batch, seq]`` (packed conversations), attention stays inside a segment
+    and rotary positions restart at each segment's first token. Parameters are float32 and are cast
+    to ``compute_dtype`` where each is read.
+    """
+    return _trunk(config, tokens, compute_dtype, shard or _no_shard, segment_ids, impl)[0]
+
+
+def _trunk(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any, shard: Shard, segment_ids: jax.Array | None,
+           impl: Impl) -> tuple[jax.Array, jax.Array]:
+    """(final hidden states, the embedding table in ``compute_dtype``)."""
+    with hk.custom_getter(_cast_getter(compute_dtype)):
+        embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
+        x = shard(embed(tokens).astype(compute_dtype), ("batch", None, None))
+        positions = jnp.arange(tokens.shape[1]) if segment_ids is None else _segment_positions(segment_ids)
+        x = _layers(config, shard, impl, x, segment_ids, positions)
+        return _RMSNorm(config.norm_eps, name="final_norm")(x), embed.embeddings
 
 
 def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32,
-                  shard: Shard | None = None, segment_ids: jax.Array | None = None) -> jax.Array:
+                  shard: Shard | None = None, segment_ids: jax.Array | None = None, impl: Impl = Impl()) -> jax.Array:
     """Logits ``[batch, seq, vocab]`` (float32) for int tokens ``[batch, seq]``; call inside ``hk.transform``.
 
-    With ``segment_ids`` ``[batch, seq]`` (packed conversations), attention stays inside a segment
-    and rotary positions restart at each segment's first token.
-
-    Parameters are created in float32; activations run in ``compute_dtype`` (the caller casts the
-    parameters for a bfloat16 policy, see ``levanter.trainer``). ``shard`` places activations on a
-    device mesh (``levanter.sharding.activation_sharder``); None leaves placement to XLA.
+    The same as :func:`llama_hidden` followed by the output head (the tied embedding, or ``lm_head``).
+    ``shard`` places activations on a device mesh (``levanter.sharding.activation_sharder``); None
+    leaves placement to XLA. Training and scoring use the hidden states and the head a block at a
+    time instead (``levanter.ops.cross_entropy``): the full logits are large.
     """
     shard = shard or _no_shard
-    embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
-    x = shard(embed(tokens).astype(compute_dtype), ("batch", None, None))
-    for i in range(config.num_layers):
-        x = _Block(config, shard, name=f"layer_{i}")(x, segment_ids)
-    x = _RMSNorm(config.norm_eps, name="final_norm")(x)
-    if config.tie_embeddings:
-        logits = x @ embed.embeddings.astype(x.dtype).T
-    else:
-        logits = hk.Linear(config.vocab_size, with_bias=False, w_init=_init(0.02), name="lm_head")(x)
+    x, table = _trunk(config, tokens, compute_dtype, shard, segment_ids, impl)
+    with hk.custom_getter(_cast_getter(compute_dtype)):
+        if config.tie_embeddings:
+            logits = jnp.einsum("btd,vd->btv", x, table.astype(x.dtype), preferred_element_type=jnp.float32)
+        else:
+            logits = hk.Linear(config.vocab_size, with_bias=False, w_init=_init(0.02), name="lm_head")(x)
     return shard(logits, ("batch", None, "vocab")).astype(jnp.float32)
 
 
-def transformed_llama(config: LlamaConfig, compute_dtype: Any = jnp.float32,
-                      shard: Shard | None = None) -> hk.Transformed:
-    """``init(rng, tokens)`` / ``apply(params, None, tokens, segment_ids=None)`` pair for the model
-    ``config`` describes."""
-    return hk.transform(lambda tokens, segment_ids=None: llama_forward(config, tokens, compute_dtype, shard,
-                                                                       segment_ids))
+class LlamaModel:
+    """A Llama's Haiku transform, and what the loss and scoring need besides logits.
+
+    ``init(rng, tokens)`` makes the parameters in the stacked layout (``levanter.models.layout``),
+    with the same values as the per-layer model always made (the per-layer init is run, then
+    stacked: one random stream, one result, whatever the layout). ``apply(params, rng, tokens,
+    segment_ids=None)`` returns float32 logits; :meth:`hidden` the final hidden states and
+    :meth:`head` the ``[hidden, vocab]`` output projection, for the blockwise softmax.
+    """
+
+    def __init__(self, config: LlamaConfig, compute_dtype: Any = jnp.float32, shard: Shard | None = None,
+                 impl: Impl = Impl()):
+        self.config, self.compute_dtype, self.impl = config, compute_dtype, impl
+        self._logits = hk.transform(lambda tokens, segment_ids=None: llama_forward(
+            config, tokens, compute_dtype, shard, segment_ids, impl))
+        self._hidden = hk.transform(lambda tokens, segment_ids=None: llama_hidden(
+            config, tokens, compute_dtype, shard, segment_ids, impl))
+        per_layer = Impl(remat=Remat.NONE, attention=Attention.XLA, scan_layers=False)
+        self._per_layer = hk.transform(lambda tokens: llama_forward(config, tokens, jnp.float32, None, None, per_layer))
+
+    def init(self, rng: jax.Array, tokens: jax.Array) -> dict[str, Any]:
+        """Fresh float32 parameters (stacked layout, unless ``impl.scan_layers`` is off)."""
+        params = dict(self._per_layer.init(rng, tokens))
+        return stack_layers(params) if self.impl.scan_layers else params
+
+    def apply(self, params: Any, rng: Any, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+        """Logits ``[batch, seq, vocab]``, float32."""
+        return self._logits.apply(params, rng, tokens, segment_ids=segment_ids)
+
+    def hidden(self, params: Any, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+        """Final hidden states ``[batch, seq, hidden]`` in the compute dtype."""
+        return self._hidden.apply(params, None, tokens, segment_ids=segment_ids)
+
+    def head(self, params: Any) -> jax.Array:
+        """The output projection ``[hidden, vocab]`` in the compute dtype (the tied embedding's transpose)."""
+        if self.config.tie_embeddings:
+            return params["embed"]["embeddings"].astype(self.compute_dtype).T
+        return params["lm_head"]["w"].astype(self.compute_dtype)
+
+
+def transformed_llama(config: LlamaConfig, compute_dtype: Any = jnp.float32, shard: Shard | None = None,
+                      impl: Impl = Impl()) -> LlamaModel:
+    """The model ``config`` describes: ``init(rng, tokens)`` / ``apply(params, None, tokens, segment_ids=None)``
+    and the hidden states and head (:class:`LlamaModel`)."""
+    return LlamaModel(config, compute_dtype, shard, impl)

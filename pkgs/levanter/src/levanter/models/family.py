@@ -33,17 +33,21 @@ class ModelConfig(Protocol):
     vocab_size: int
     max_seq_len: int
 
-    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None) -> Any:
-        """The model as a Haiku ``Transformed``: ``init(rng, tokens)``, ``apply(params, None, tokens,
-        segment_ids=None)`` returning float32 logits; ``shard`` places activations on a mesh."""
+    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None, impl: Any = None) -> Any:
+        """The model: ``init(rng, tokens)``, ``apply(params, None, tokens, segment_ids=None)`` returning
+        float32 logits as a Haiku transform's, ``hidden(params, tokens, segment_ids=None)`` (the final
+        hidden states) and ``head(params)`` (the ``[hidden, vocab]`` output projection) for the
+        blockwise loss; ``shard`` places activations on a mesh; ``impl`` (``levanter.models.impl.Impl``)
+        says how it runs (remat, attention kernel), never what it computes."""
         ...
 
     def num_params(self) -> int:
         """Exact number of parameters of the model."""
         ...
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs (forward and backward) per token at context ``seq_len``."""
+    def flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
+        """Training FLOPs (forward and backward) per token at context ``seq_len`` (``causal``: the
+        attention products halved for the causal mask, MaxText's count)."""
         ...
 
     def linear_shapes(self) -> Mapping[str, tuple[int, int]]:

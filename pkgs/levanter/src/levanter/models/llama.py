@@ -75,7 +75,7 @@ class LlamaConfig:
         head = 0 if self.tie_embeddings else d * self.vocab_size
         return self.vocab_size * d + self.num_layers * per_layer + d + head
 
-    def flops_per_token(self, seq_len: int) -> float:
+    def flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
         """Model FLOPs of training (forward and backward) per token at context ``seq_len``.
 
         The convention MFU is quoted in (PaLM's appendix B; Chinchilla's and Marin's 6N): each
@@ -83,12 +83,15 @@ class LlamaConfig:
         projection and the output head but not the embedding lookup, nor norms, activations or the
         softmax. Attention adds its two products per layer (scores ``q k^T`` and ``p v``): 2 * 2 *
         seq_len * hidden forward per token, 12 * layers * hidden * seq_len with the backward, with
-        no discount for the causal mask.
+        no discount for the causal mask (this project's count until now, and ``causal=False``).
+        With ``causal`` the attention term is halved: a token attends to the ones before it, about
+        half the context on average (MaxText's count since its PR #1988; PaLM's 6N + 12LHQT does
+        not halve). Goals are stated in the causal count; both are reported.
         """
         d, kv = self.hidden_dim, self.num_kv_heads * self.head_dim
         matmul = self.num_layers * (2 * d * d + 2 * d * kv + 3 * d * self.intermediate_dim)
         matmul += d * self.vocab_size
-        return 6.0 * matmul + 12.0 * self.num_layers * d * seq_len
+        return 6.0 * matmul + (6.0 if causal else 12.0) * self.num_layers * d * seq_len
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """``(in, out)`` of each linear module, by name (what ``LoraConfig.targets`` may name)."""
@@ -103,9 +106,9 @@ class LlamaConfig:
         """Whole heads per logical axis: a mesh splits ``heads`` and ``kv_heads`` only between heads."""
         return {"heads": self.num_heads, "kv_heads": self.num_kv_heads}
 
-    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None) -> Any:
-        """This Llama as a Haiku ``Transformed`` (:func:`transformed_llama`)."""
-        return transformed_llama(self, compute_dtype, shard)
+    def build(self, compute_dtype: Any = None, shard: Callable[..., Any] | None = None, impl: Any = None) -> Any:
+        """This Llama (:func:`transformed_llama`); ``impl`` (a ``levanter.models.impl.Impl``) says how it runs."""
+        return transformed_llama(self, compute_dtype, shard, impl)
 
 
 def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, shard: Any = None) -> Any:
@@ -116,9 +119,11 @@ def llama_forward(config: LlamaConfig, tokens: Any, compute_dtype: Any = None, s
     return _llama_haiku.llama_forward(config, tokens, dtype, shard)
 
 
-def transformed_llama(config: LlamaConfig, compute_dtype: Any = None, shard: Any = None) -> Any:
-    """The Llama as a Haiku ``Transformed`` (init/apply pair); ``shard`` places activations on a mesh."""
+def transformed_llama(config: LlamaConfig, compute_dtype: Any = None, shard: Any = None, impl: Any = None) -> Any:
+    """The Llama (``_llama_haiku.LlamaModel``): ``init``/``apply`` as a Haiku transform's, plus ``hidden``
+    and ``head`` for the blockwise loss; ``shard`` places activations on a mesh, ``impl`` says how it runs."""
     from levanter.models import _llama_haiku
+    from levanter.models.impl import Impl
 
     dtype = _llama_haiku.jnp.float32 if compute_dtype is None else compute_dtype
-    return _llama_haiku.transformed_llama(config, dtype, shard)
+    return _llama_haiku.transformed_llama(config, dtype, shard, Impl() if impl is None else impl)

@@ -13,6 +13,8 @@ import dataclasses
 import enum
 from typing import Any, ClassVar
 
+from rigging.fields import added_field
+
 __all__ = ["AdamConfig", "DecayShape", "Schedule", "learning_rate"]
 
 
@@ -76,6 +78,12 @@ class AdamConfig:
     """``wsd`` only: length of the final decay, a fraction of training if < 1, else a number of steps."""
     decay_shape: DecayShape | None = None
     """``wsd`` only: linear (the default), 1-sqrt or cosine (a ``DecayShape`` or its string value)."""
+    moment_dtype: str = added_field(default="float32")
+    """Storage of Adam's moments: ``"float32"`` or ``"bfloat16"`` (half the memory; updates are
+    still computed in float32). Changes the numbers, so it is part of a run's identity."""
+    factored_second_moment: bool = added_field(default=False)
+    """Keep the second moment of each matrix as its row and column means (Adafactor's factoring):
+    ``rows + cols`` numbers instead of ``rows x cols``. Changes the numbers (part of the identity)."""
 
     SCHEDULE_FIELDS: ClassVar[tuple[str, ...]] = ("warmup", "schedule", "min_lr_ratio", "decay", "decay_shape")
     """Fields that only shape the learning-rate schedule: runs differing in them (or in length) may
@@ -103,6 +111,10 @@ class AdamConfig:
             raise ValueError(f"warmup must be a fraction in [0, 1) or a whole number of steps, got {self.warmup}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.moment_dtype not in _MOMENT_DTYPES:
+            raise ValueError(f"moment_dtype must be one of {list(_MOMENT_DTYPES)}, got {self.moment_dtype!r}")
+        if not isinstance(self.factored_second_moment, bool):
+            raise ValueError(f"factored_second_moment must be a bool, got {self.factored_second_moment!r}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         if self.schedule is Schedule.WSD:
@@ -254,22 +266,39 @@ class AdamConfig:
         import jax
         import optax
 
+        # Norm scales are vectors (a stacked layer's norms are [layers, hidden]: still vectors);
+        # decaying them towards zero only hurts.
+        def matrices(params: Any) -> Any:
+            return jax.tree_util.tree_map_with_path(lambda path, p: p.ndim - _stacked(path) >= 2, params)
+
         def adamw(learning_rate: Any) -> Any:
             parts = []
             if self.max_grad_norm is not None:
                 parts.append(optax.clip_by_global_norm(self.max_grad_norm))
-            parts.append(optax.adamw(
-                learning_rate=learning_rate,
-                b1=self.beta1,
-                b2=self.beta2,
-                eps=self.epsilon,
-                weight_decay=self.weight_decay,
-                # Norm scales are vectors; decaying them towards zero only hurts.
-                mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
-            ))
+            if self.moment_dtype == "float32" and not self.factored_second_moment:
+                parts.append(optax.adamw(learning_rate=learning_rate, b1=self.beta1, b2=self.beta2, eps=self.epsilon,
+                                         weight_decay=self.weight_decay, mask=matrices))
+            else:
+                from levanter.optim.moments import scale_by_compact_adam
+
+                parts += [scale_by_compact_adam(self.beta1, self.beta2, self.epsilon, _MOMENT_DTYPES[self.moment_dtype],
+                                                self.factored_second_moment),
+                          optax.add_decayed_weights(self.weight_decay, matrices),
+                          optax.scale_by_learning_rate(learning_rate)]
             return optax.chain(*parts)
 
         return optax.inject_hyperparams(adamw)(learning_rate=schedule)
+
+
+_MOMENT_DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
+"""The storage dtypes of Adam's moments, by the name a config gives."""
+
+
+def _stacked(path: Any) -> int:
+    """1 for a leaf of stacked layer weights (``layers/...``: a leading layer axis), else 0."""
+    from levanter.models.layout import LAYERS
+
+    return int(any(isinstance(getattr(k, "key", None), str) and k.key.startswith(f"{LAYERS}/") for k in path))
 
 
 def learning_rate(opt_state: Any) -> Any:

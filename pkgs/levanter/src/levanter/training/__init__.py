@@ -8,7 +8,7 @@ from levanter.training.callbacks import Checkpointing, Progress, Validation
 from levanter.training.errors import NonFiniteLossError, TrainingPreempted
 from levanter.training.hooks import Hook, Hooks, MetricsListener, ScheduledHook, StepInfo
 from levanter.training.loop import MetricsSink, Throughput, Trainer
-from levanter.training.loss import loss_fn, loss_terms
+from levanter.training.loss import loss_fn, loss_terms, objective_terms, sequence_logprobs, token_logprobs
 from levanter.training.start import Start, starting_state
 from levanter.training.state import TrainState, abstract_state, state_initializer
 from levanter.training.step import make_train_step
@@ -33,6 +33,9 @@ __all__ = [
     "loss_fn",
     "loss_terms",
     "make_train_step",
+    "objective_terms",
+    "sequence_logprobs",
     "starting_state",
     "state_initializer",
+    "token_logprobs",
 ]

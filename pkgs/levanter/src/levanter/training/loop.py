@@ -46,11 +46,17 @@ class Throughput:
     """Devices the step runs on."""
     peak_flops_per_device: float
     """Peak FLOP/s of one device."""
+    causal_flops_per_step: float | None = None
+    """Model FLOPs of one step with the attention products halved for the causal mask (MaxText's count)."""
 
     def rates(self, step_time: float) -> dict[str, float]:
-        """``tokens_per_s`` and ``mfu`` of a step that took ``step_time`` seconds."""
-        return {"tokens_per_s": self.tokens_per_step / step_time,
-                "mfu": utilisation(self.model_flops_per_step, step_time, self.num_devices, self.peak_flops_per_device)}
+        """``tokens_per_s``, ``mfu`` (and ``mfu_causal``) of a step that took ``step_time`` seconds."""
+        out = {"tokens_per_s": self.tokens_per_step / step_time,
+               "mfu": utilisation(self.model_flops_per_step, step_time, self.num_devices, self.peak_flops_per_device)}
+        if self.causal_flops_per_step is not None:
+            out["mfu_causal"] = utilisation(self.causal_flops_per_step, step_time, self.num_devices,
+                                            self.peak_flops_per_device)
+        return out
 
 
 class _SigtermFlag:

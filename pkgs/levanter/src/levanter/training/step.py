@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from levanter.ema import ema_update
 from levanter.optim import learning_rate
-from levanter.training.loss import loss_terms
+from levanter.training.loss import objective_terms
 from levanter.training.state import TrainState
 
 __all__ = ["Objective", "lm_objective", "make_train_step"]
@@ -24,24 +24,24 @@ minimises. ``frozen`` is what the step is given besides the state and is not tra
 weights of LoRA adapters; None when there is none). Metrics are means over the batch."""
 
 
-def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.0,
+def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.0, *, loss_block: int | None = None,
                  params_of: Callable[[Any, Any], Any] | None = None) -> Objective:
     """Next-token cross entropy (plus the weighted z-loss) of ``model``; ``params_of(trained, frozen)``
     makes the model's parameters from the trained ones (LoRA: the base with the adapters folded in)."""
     def objective(params: Any, batch: Any, frozen: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
         full = params if params_of is None else params_of(params, frozen)
-        ce, z = loss_terms(model, full, batch, compute_dtype)
-        if not z_loss_weight:
-            return ce, (ce, {})
-        total = ce + z_loss_weight * z
-        return total, (ce, {"z_loss": total - ce})
+        # ce rides along as aux: only the total is differentiated, so its gradient comes from the
+        # loss's own pass over the blocks.
+        total, ce, _ = objective_terms(model, full, batch, compute_dtype, z_loss_weight, block=loss_block)
+        return total, (ce, {"z_loss": total - ce} if z_loss_weight else {})
 
     return objective
 
 
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
-                    z_loss_weight: float = 0.0, *, objective: Objective | None = None,
+                    z_loss_weight: float = 0.0, *, loss_block: int | None = None,
+                    opt_state_device: Any = None, grad_dtype: Any = jnp.float32, objective: Objective | None = None,
                     ema_decay: float | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
@@ -55,7 +55,12 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     of activations); row ``r`` goes to micro-batch ``r % grad_accum`` so each device keeps its rows.
     Metrics: ``loss`` is the cross entropy (comparable to the validation loss), ``z_loss`` the
     weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied,
-    ``grad_norm`` the global norm of the (averaged) gradient.
+    ``grad_norm`` the global norm of the (averaged) gradient. ``loss_block`` is the output softmax's
+    positions per block (``levanter.ops.cross_entropy``; None: chosen from the shapes).
+    ``opt_state_device``: the device shardings of an optimizer state kept in host memory between
+    steps; it is brought there for the update (the step's outputs say where it goes back).
+    ``grad_dtype`` bfloat16 differentiates with respect to the parameters cast to it: the gradients
+    are held in half the memory (rounded to bfloat16; the update is still computed in float32).
 
     ``objective`` replaces that loss (a preference loss, or the loss of adapters over frozen
     weights); its other metrics join the step's, and its ``frozen`` argument is the step's optional
@@ -64,8 +69,16 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     updated parameters (``levanter.ema``).
     """
     if objective is None:
-        objective = lm_objective(model, compute_dtype, z_loss_weight)
-    grad_fn = jax.value_and_grad(objective, has_aux=True)
+        objective = lm_objective(model, compute_dtype, z_loss_weight, loss_block=loss_block)
+    value_and_grad = jax.value_and_grad(objective, has_aux=True)
+    low = jnp.dtype(grad_dtype) != jnp.dtype(jnp.float32)
+
+    def grad_fn(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
+        if not low:
+            return value_and_grad(params, batch, frozen)
+        cast = jax.tree.map(lambda p: p.astype(grad_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        return value_and_grad(cast, batch, frozen)
+
     if isinstance(tx, optax.GradientTransformation):
         fixed = tx
         rate_given, transformation_at = False, lambda _rate: fixed
@@ -85,8 +98,9 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
             (total_i, aux_i), grads_i = grad_fn(params, mb, frozen)
             return jax.tree.map(jnp.add, carry, (total_i, aux_i, grads_i)), None
 
-        first = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen))
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (first[0][0], first[0][1], first[1]))
+        aux = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)[0][1])
+        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux),
+                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
         (total_sum, aux_sum, grad_sum), _ = jax.lax.scan(body, zeros, micro)
         mean = jax.tree.map(lambda x: x / grad_accum, (total_sum, aux_sum, grad_sum))
         return (mean[0], mean[1]), mean[2]
@@ -99,7 +113,10 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         params = state.params
         (_total, (loss, extra)), grads = (grad_fn(params, batch, frozen) if grad_accum == 1
                                           else accumulated(params, batch, frozen))
-        updates, opt_state = transformation_at(rate).update(grads, state.opt_state, params)
+        opt_state = state.opt_state
+        if opt_state_device is not None:
+            opt_state = jax.device_put(opt_state, opt_state_device)
+        updates, opt_state = transformation_at(rate).update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         new_state = state.replace(params=new_params, opt_state=opt_state, step=state.step + 1)
         if ema_decay is not None:

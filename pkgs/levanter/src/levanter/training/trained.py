@@ -22,6 +22,7 @@ from levanter.config import TrainLmConfig
 from levanter.initialize import initial_params
 from levanter.lora import LoraConfig, fold, init_adapters
 from levanter.sharding import tree_shardings
+from levanter.training.execution import offload_opt_state
 from levanter.training.start import Start, starting_state
 from levanter.training.state import TrainState, abstract_state
 
@@ -98,7 +99,7 @@ def trained_state(config: TrainLmConfig, model_config: Any, tx: optax.GradientTr
     """
     trainer, ema = config.trainer, config.trainer.ema is not None
     if config.lora is None:
-        target = abstract_state(model_config, tx, mesh, ema)
+        target = _placed(abstract_state(model_config, tx, mesh, ema), trainer.offload_optimizer)
         return Trained(target=target, start=starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
                                                            initialize_from=trainer.initialize_from))
     lora, base_from = config.lora, trainer.initialize_from
@@ -119,5 +120,11 @@ def trained_state(config: TrainLmConfig, model_config: Any, tx: optax.GradientTr
     shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
     shardings = tree_shardings(shapes, mesh, units=units)
     target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    target = _placed(target, trainer.offload_optimizer)
     start = starting_state(checkpointer, target, model_config, tx, seed=trainer.seed, initialize_from=None, init=init)
     return Trained(target=target, start=start, frozen=frozen, lora=lora)
+
+
+def _placed(target: TrainState, offload_optimizer: bool) -> TrainState:
+    """``target`` with its optimizer state in host memory when the run keeps it there."""
+    return offload_opt_state(target) if offload_optimizer else target

@@ -252,10 +252,12 @@ def train_lm(name: str, version: str, model: LlamaConfig, optimizer: AdamConfig,
         reset_data_loader: with ``checkpoint(...)``, read the data from the start instead.
         **settings: any other field of levanter's ``TrainerConfig`` (``seed``, ``grad_accum``,
             ``compute_dtype``, ``eval_every``, ``eval_batches``, ``checkpoint``, ``log_every``,
-            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``), of its ``DataConfig``
+            ``peak_flops_per_device``, ``run_id``, ``tags``, ``wandb``, ``remat``, ``attention``,
+            ``loss_block``, ``offload_optimizer``, ``mesh``), of its ``DataConfig``
             (``vocab_from_data``, ``prefetch``, ``shard_cache_dir``), or ``z_loss_weight``.
-            ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir`` and
-            ``peak_flops_per_device`` do not change the step's hash.
+            ``run_id``, ``tags``, ``wandb``, ``log_every``, ``prefetch``, ``shard_cache_dir``,
+            ``peak_flops_per_device``, ``mesh`` and how the step is computed (``remat``,
+            ``attention``, ``loss_block``, ``offload_optimizer``) do not change the step's hash.
 
     Raises:
         InvalidStep: a bad setting, naming the step and the field.

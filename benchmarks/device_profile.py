@@ -1,0 +1,66 @@
+"""Summarise a ``jax.profiler`` trace (its Perfetto JSON): where a traced step's device time went.
+
+Ops on the accelerator's "XLA Ops" lines (every op of the first device process when there is no
+such line; a CPU's host threads when there is no device) are summed by name, and by kind: the
+output softmax, attention, the MLP and projections (named by the model's Haiku scopes, which XLA
+keeps in an op's long name), the optimizer, and the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+from typing import Any
+
+__all__ = ["summarise_trace"]
+
+# Kind of an op, by the first of these words in its name or long name (lowercased).
+_KINDS = (("splash", "attention"), ("attention", "attention"), ("cross_entropy", "loss"), ("lm_loss", "loss"),
+          ("_loss_grads", "loss"), ("mlp", "mlp"), ("attn", "attention projections"), ("adam", "optimizer"),
+          ("optax", "optimizer"), ("clip", "optimizer"), ("embed", "embedding"), ("norm", "norms"))
+
+
+def _kind(text: str) -> str:
+    low = text.lower()
+    return next((kind for word, kind in _KINDS if word in low), "other")
+
+
+def _device_events(events: list[dict]) -> list[dict]:
+    names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "") for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    procs = {e.get("pid"): e.get("args", {}).get("name", "") for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device = {pid for pid, name in procs.items() if "/device:" in name and "CPU" not in name}
+    # Python frames ("$file.py:line name") are the host's, never an op.
+    spans = [e for e in events if e.get("ph") == "X" and not str(e.get("name", "")).startswith("$")]
+    ops = [e for e in spans if e.get("pid") in device and "XLA Ops" in names.get((e.get("pid"), e.get("tid")), "")]
+    if ops:
+        return ops
+    return [e for e in spans if e.get("pid") in device] or spans
+
+
+def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
+    """``{"total_ms", "ops": [[name, ms, share]], "kinds": {kind: share}, "lines": [...]}`` of the
+    newest Perfetto trace under ``trace_dir`` (empty when there is none)."""
+    found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
+    if not found:
+        return {"total_ms": 0.0, "ops": [], "kinds": {}, "lines": [f"no trace under {trace_dir}"]}
+    with gzip.open(found[-1]) as f:
+        data = json.load(f)
+    events = _device_events(data["traceEvents"] if isinstance(data, dict) else data)
+    by_name: collections.Counter[str] = collections.Counter()
+    by_kind: collections.Counter[str] = collections.Counter()
+    for e in events:
+        args = e.get("args") or {}
+        long_name = " ".join(str(args.get(k, "")) for k in ("long_name", "tf_op", "hlo_op", "name"))
+        by_name[e["name"]] += e.get("dur", 0.0)
+        by_kind[_kind(e["name"] + " " + long_name)] += e.get("dur", 0.0)
+    total = sum(by_name.values()) or 1.0
+    ops = [[name, round(us / 1e3, 3), round(us / total, 4)] for name, us in by_name.most_common(top)]
+    kinds = {k: round(us / total, 4) for k, us in by_kind.most_common()}
+    lines = [f"traced {total / 1e3:.1f} ms; by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in kinds.items())]
+    lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" for name, ms, share in ops[:10]]
+    return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "lines": lines}

@@ -1,0 +1,94 @@
+"""How a model is computed, as opposed to what it computes: rematerialisation, the attention kernel,
+the loss's blocks. None of these is part of a run's identity (``rigging.fields.unhashed_field``):
+tests show each gives the same values and gradients within the dtype's rounding.
+
+Importing this module does not import JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+__all__ = ["Attention", "Impl", "Remat"]
+
+
+class Remat(enum.Enum):
+    """What the backward pass keeps of each layer's forward pass; the rest it recomputes."""
+
+    AUTO = "auto"
+    """The least recomputation whose memory estimate fits the device (``levanter.memory_estimate``)."""
+    NONE = "none"
+    """Keep every activation (fastest; the most memory)."""
+    SAVE_DOTS = "save_dots"
+    """Keep the outputs of the weight matmuls (projections, MLP); recompute norms, rotary
+    embeddings, attention and activation functions."""
+    SAVE_ATTENTION = "save_attention"
+    """Keep the attention projections' outputs (q, k, v, attention output, o); recompute the MLP."""
+    FULL = "full"
+    """Keep each layer's input only; recompute the whole layer (the least memory)."""
+
+    @classmethod
+    def parse(cls, value: Remat | str | None) -> Remat:
+        """``value`` as a ``Remat`` (its string value too; None is ``AUTO``).
+
+        Raises:
+            ValueError: ``value`` names no policy (the message lists them).
+        """
+        if value is None:
+            return cls.AUTO
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"remat must be one of {[r.value for r in cls]}, got {value!r}") from None
+
+
+class Attention(enum.Enum):
+    """The attention kernel."""
+
+    AUTO = "auto"
+    """Splash on a TPU (when the sequence length is a multiple of 128), XLA elsewhere."""
+    XLA = "xla"
+    """Einsums and a softmax, the scores materialised (any device)."""
+    SPLASH = "splash"
+    """JAX's Pallas splash attention kernel (TPU; Pallas' interpreter elsewhere, slowly)."""
+
+    @classmethod
+    def parse(cls, value: Attention | str | None) -> Attention:
+        """``value`` as an ``Attention`` (its string value too; None is ``AUTO``).
+
+        Raises:
+            ValueError: ``value`` names no kernel (the message lists them).
+        """
+        if value is None:
+            return cls.AUTO
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"attention must be one of {[a.value for a in cls]}, got {value!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    """How a model's forward pass runs (a model config's ``build`` takes it)."""
+
+    remat: Remat = Remat.NONE
+    """What each layer keeps for the backward pass (``AUTO`` is resolved before a model is built)."""
+    attention: Attention = Attention.AUTO
+    """Which attention kernel."""
+    scan_layers: bool = True
+    """Run the layers as one ``jax.lax.scan`` over stacked weights (compile time independent of
+    depth); False unrolls them (the same parameters, for comparisons)."""
+    interpret: bool = False
+    """Run Pallas kernels in the interpreter (tests on a CPU)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "remat", Remat.parse(self.remat))
+        object.__setattr__(self, "attention", Attention.parse(self.attention))
+        if self.remat is Remat.AUTO:
+            raise ValueError("remat='auto' is resolved to a policy before the model is built "
+                             "(levanter.memory_estimate.choose_remat)")

@@ -1,0 +1,2 @@
+"""Building blocks of the model's arithmetic that change how, not what, is computed: the blockwise
+output softmax (:mod:`levanter.ops.cross_entropy`) and the attention kernels (:mod:`levanter.ops.attention`)."""

@@ -1,0 +1,116 @@
+"""Causal grouped-query attention, two ways: XLA's einsums (any device) and JAX's Pallas splash
+attention kernel (TPU; on a CPU in Pallas' interpret mode, for tests).
+
+Both take ``q [b, t, kv_heads, group, d]`` (query head ``h`` is ``kv * group + g``), ``k, v
+[b, t, kv_heads, d]`` and optional ``segment_ids [b, t]`` (packed documents: a token sees only
+earlier tokens of its own segment), and return ``[b, t, kv_heads * group * d]``. They compute the
+same function; which one runs is a choice of speed and memory (not part of a run's identity).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["SPLASH_BLOCK", "splash_attention", "splash_supports", "xla_attention"]
+
+SPLASH_BLOCK = 512
+"""Largest query/key block of the splash kernel (the sequence is cut into blocks of this or less)."""
+
+_LANES = 128
+"""The kernel's key blocks are multiples of the vector lanes."""
+
+
+def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+    """Attention as einsums: the ``[b, heads, t, t]`` scores are materialised (float32 softmax)."""
+    b, t, kvh, group, hd = q.shape
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / math.sqrt(hd)
+    allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None, None]
+    if segment_ids is not None:
+        # Block-diagonal: a token sees only earlier tokens of its own segment.
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [b, q, s]
+        allowed = allowed & same[:, None, None]
+    scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(b, t, kvh * group * hd)
+
+
+def splash_supports(seq_len: int) -> bool:
+    """Whether the splash kernel takes sequences of ``seq_len`` (a multiple of its 128-wide blocks)."""
+    return seq_len % _LANES == 0
+
+
+def _block(seq_len: int, largest: int) -> int:
+    """The largest multiple of 128 up to ``largest`` dividing ``seq_len``."""
+    for size in range(min(largest, seq_len) // _LANES * _LANES, 0, -_LANES):
+        if seq_len % size == 0:
+            return size
+    raise ValueError(f"splash attention needs a sequence length that is a multiple of {_LANES}, got {seq_len}")
+
+
+@functools.lru_cache(maxsize=32)
+def _kernel(num_heads: int, seq_len: int, block: int, interpret: bool) -> Any:
+    """The splash kernel of one causal ``[heads, t, d]`` problem (built once per shape: its mask
+    tables are made on the host)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    size = _block(seq_len, block)
+    sizes = sk.BlockSizes(block_q=size, block_kv=size, block_kv_compute=size, block_q_dkv=size,
+                          block_kv_dkv=size, block_kv_dkv_compute=size, block_q_dq=size, block_kv_dq=size)
+    mask = sm.MultiHeadMask([sm.CausalMask((seq_len, seq_len)) for _ in range(num_heads)])
+    return sk.make_splash_mha_single_device(mask, block_sizes=sizes, interpret=interpret)
+
+
+def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None, *,
+                     block: int = SPLASH_BLOCK, interpret: bool = False, mesh: Any = None,
+                     batch_axes: Sequence[str] = (), head_axis: str | None = None) -> jax.Array:
+    """Attention by the splash kernel (flash attention over blocks; masked-out blocks skipped).
+
+    Args:
+        block: largest block of queries and keys (the sequence length's largest divisor that is a
+            multiple of 128 and at most this).
+        interpret: run the kernel in Pallas' interpreter (any backend, slow: for tests).
+        mesh: a device mesh whose ``batch_axes`` split the rows (and ``head_axis`` the key/value
+            heads, when it divides them): the kernel then runs per shard (``shard_map``), as a
+            custom call cannot be split by XLA.
+    """
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+    b, t, kvh, group, hd = q.shape
+    kernel = _kernel(kvh * group, t, block, interpret)
+    # [b, t, kv, g, d] -> [b, kv * g, t, d]; the kernel does not scale the scores.
+    qh = (q * (1.0 / math.sqrt(hd))).astype(q.dtype).reshape(b, t, kvh * group, hd).transpose(0, 2, 1, 3)
+    kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+    def per_shard(qs: jax.Array, ks: jax.Array, vs: jax.Array, seg: jax.Array | None) -> jax.Array:
+        local = kernel if qs.shape[1] == kvh * group else _kernel(qs.shape[1], t, block, interpret)
+        if seg is None:
+            return jax.vmap(lambda a, c, d: local(a, c, d))(qs, ks, vs)
+        return jax.vmap(lambda a, c, d, s: local(a, c, d, segment_ids=sk.SegmentIds(q=s, kv=s)))(qs, ks, vs, seg)
+
+    if mesh is None:
+        out = per_shard(qh, kh, vh, segment_ids)
+    else:
+        out = _sharded(per_shard, mesh, tuple(batch_axes), head_axis, kvh, qh, kh, vh, segment_ids)
+    return out.transpose(0, 2, 1, 3).reshape(b, t, kvh * group * hd).astype(q.dtype)
+
+
+def _sharded(fn: Any, mesh: Any, batch_axes: tuple[str, ...], head_axis: str | None, kv_heads: int,
+             q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+    """``fn`` per shard of the rows (and of the key/value heads when ``head_axis`` divides them)."""
+    from jax.sharding import PartitionSpec as P
+
+    rows = batch_axes if q.shape[0] % math.prod(mesh.shape[a] for a in batch_axes) == 0 else None
+    heads = head_axis if head_axis is not None and kv_heads % mesh.shape[head_axis] == 0 else None
+    spec = P(rows, heads, None, None)
+    if segment_ids is None:
+        return jax.shard_map(lambda a, c, d: fn(a, c, d, None), mesh=mesh, in_specs=(spec, spec, spec),
+                             out_specs=spec, check_vma=False)(q, k, v)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec, spec, P(rows, None)), out_specs=spec,
+                         check_vma=False)(q, k, v, segment_ids)

@@ -1,0 +1,56 @@
+"""The shapes' memory estimate, remat="auto"'s choice, and the causal FLOPs count."""
+
+from __future__ import annotations
+
+import pytest
+
+from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
+from levanter.models.impl import Remat
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
+
+# llama_150m's shape with the Llama 3 vocabulary.
+M150 = LlamaConfig(vocab_size=128_256, hidden_dim=512, intermediate_dim=1792, num_heads=8, num_kv_heads=8,
+                   num_layers=6, max_seq_len=1024)
+GIB = 2**30
+
+
+def _estimate(**kwargs):
+    base = dict(batch=32, seq_len=1024, compute_bytes=2, remat="none", attention="splash")
+    return estimate_memory(M150, **{**base, **kwargs})
+
+
+def test_each_policy_keeps_less_and_the_xla_kernel_keeps_scores():
+    totals = [_estimate(remat=r).activations for r in ("none", "save_dots", "save_attention", "full")]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    assert _estimate(attention="xla").attention > 32 * 8 * 1024 * 1024 * 2 * 6  # bf16 probabilities, 6 layers
+    assert _estimate().attention == 0
+    # Parameters and gradients in float32, Adam's two moments in float32.
+    params = M150.num_params() * 4
+    assert (_estimate().params, _estimate().grads, _estimate().opt_state) == (params, params, 2 * params)
+
+
+def test_compact_and_offloaded_optimizer_state_count_less():
+    full = _estimate().opt_state
+    assert _estimate(optimizer=AdamConfig(moment_dtype="bfloat16")).opt_state == full // 2
+    factored = _estimate(optimizer=AdamConfig(moment_dtype="bfloat16", factored_second_moment=True)).opt_state
+    assert full // 4 < factored < full // 2
+    assert _estimate(offload_optimizer=True).opt_state == 2 * 4 * 128_256 * 512  # the largest array's, while updated
+
+
+def test_auto_takes_the_least_recomputation_that_fits():
+    kwargs = dict(batch=32, seq_len=1024, compute_bytes=2, attention="splash")
+    assert choose_remat(M150, 64 * GIB, **kwargs)[0] is Remat.NONE
+    remat, estimate = choose_remat(M150, int(estimate_memory(M150, remat="save_dots", **kwargs).total * HEADROOM) + 1,
+                                   **kwargs)
+    assert remat is Remat.SAVE_DOTS and estimate.remat == "save_dots"
+    remat, estimate = choose_remat(M150, GIB, **kwargs)  # nothing fits: the smallest, which does not fit
+    assert remat is Remat.FULL and not estimate.fits(GIB)
+    with pytest.raises(ValueError, match="estimate a policy, not remat='auto'"):
+        estimate_memory(M150, remat="auto", **kwargs)
+
+
+def test_causal_count_halves_the_attention_products():
+    full, causal = M150.flops_per_token(1024), M150.flops_per_token(1024, causal=True)
+    assert full - causal == 6 * 6 * 512 * 1024
+    assert causal == 6 * (M150.num_params() - 128_256 * 512) + 6 * 6 * 512 * 1024 - 6 * (2 * 6 * 512 + 512)

@@ -1,0 +1,139 @@
+"""Optimizer state that fits: bfloat16 moments, a factored second moment, host-offloaded state."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from levanter.optim import AdamConfig
+from levanter.optim.moments import FactoredMoment, scale_by_compact_adam
+
+
+def _grads(seed: int):
+    k = jax.random.split(jax.random.PRNGKey(seed), 3)
+    return {"layers/mlp/up_proj": {"w": jax.random.normal(k[0], (3, 6, 5))},
+            "embed": {"embeddings": jax.random.normal(k[1], (7, 6))},
+            "final_norm": {"scale": jax.random.normal(k[2], (6,))}}
+
+
+def _run(tx, steps: int = 3):
+    params = jax.tree.map(jnp.zeros_like, _grads(0))
+    state = tx.init(params)
+    out = []
+    for i in range(steps):
+        update, state = jax.jit(tx.update)(_grads(i), state, params)
+        out.append(update)
+    return out, state
+
+
+def test_float32_unfactored_is_optax_adam():
+    ours, _ = _run(scale_by_compact_adam(0.9, 0.95, 1e-8))
+    theirs, _ = _run(optax.scale_by_adam(0.9, 0.95, 1e-8))
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_bfloat16_moments_are_stored_in_bfloat16_and_stay_close():
+    ours, state = _run(scale_by_compact_adam(0.9, 0.95, 1e-8, jnp.bfloat16))
+    theirs, _ = _run(optax.scale_by_adam(0.9, 0.95, 1e-8))
+    assert {x.dtype for x in jax.tree.leaves((state.mu, state.nu))} == {jnp.dtype(jnp.bfloat16)}
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=3e-2, atol=1e-2)
+
+
+def test_factored_second_moment_is_row_and_column_means_and_exact_for_rank_one_squares():
+    tx = scale_by_compact_adam(0.9, 0.95, 1e-8, factored=True)
+    params = jax.tree.map(jnp.zeros_like, _grads(0))
+    state = tx.init(params)
+    up, embed = state.nu["layers/mlp/up_proj"]["w"], state.nu["embed"]["embeddings"]
+    # A stacked layer weight factors per layer (its last two axes); a vector keeps its full moment.
+    assert isinstance(up, FactoredMoment) and (up.row.shape, up.col.shape) == ((3, 6), (3, 5))
+    assert isinstance(embed, FactoredMoment) and (embed.row.shape, embed.col.shape) == ((7,), (6,))
+    assert state.nu["final_norm"]["scale"].shape == (6,)
+    # When g^2 is an outer product (|g| = a b^T), the row/column factoring loses nothing: the first
+    # update equals Adam's.
+    a, b = jnp.arange(1.0, 8.0), jnp.linspace(0.5, 2.0, 6)
+    grads = {"embed": {"embeddings": jnp.outer(a, b) * jnp.where(jnp.arange(42).reshape(7, 6) % 3 == 0, -1.0, 1.0)}}
+    p = jax.tree.map(jnp.zeros_like, grads)
+    ours, _ = tx.update(grads, tx.init(p), p)
+    adam = optax.scale_by_adam(0.9, 0.95, 1e-8)
+    theirs, _ = adam.update(grads, adam.init(p), p)
+    np.testing.assert_allclose(ours["embed"]["embeddings"], theirs["embed"]["embeddings"], rtol=1e-5)
+
+
+def test_moment_dtype_is_checked():
+    with pytest.raises(ValueError, match="moment_dtype must be one of \\['float32', 'bfloat16'\\], got 'float16'"):
+        AdamConfig(moment_dtype="float16")
+    with pytest.raises(ValueError, match="factored_second_moment must be a bool, got 'yes'"):
+        AdamConfig(factored_second_moment="yes")
+
+
+def test_offloaded_optimizer_state_lives_on_the_host_and_gives_the_same_step():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from levanter.models.llama import LlamaConfig
+    from levanter.sharding import MeshConfig, make_mesh
+    from levanter.training import make_train_step, state_initializer
+
+    config = LlamaConfig(vocab_size=32, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=1, num_layers=2)
+    optimizer = AdamConfig(weight_decay=0.1)
+    mesh = make_mesh(MeshConfig())
+    state = jax.jit(state_initializer(config, optimizer.at_rate(0.0)))(jax.random.PRNGKey(0))
+    batch = jax.random.randint(jax.random.PRNGKey(1), (2, 9), 0, 32)
+    model = config.build(jnp.float32)
+    rate = jnp.float32(1e-2)
+    plain = jax.jit(make_train_step(model, optimizer.at_rate, jnp.float32, 1))(state, batch, rate)
+
+    device = NamedSharding(mesh, P())
+    host = device.with_memory_kind("pinned_host")
+    on_host = state.replace(opt_state=jax.device_put(state.opt_state, host))
+    shardings = jax.tree.map(lambda _: device, state).replace(opt_state=jax.tree.map(lambda _: host, state.opt_state))
+    step = make_train_step(model, optimizer.at_rate, jnp.float32, 1,
+                           opt_state_device=jax.tree.map(lambda _: device, state.opt_state))
+    offloaded = jax.jit(step, out_shardings=(shardings, device))(on_host, batch, rate)
+    assert {x.sharding.memory_kind for x in jax.tree.leaves(offloaded[0].opt_state)} == {"pinned_host"}
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(offloaded), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_compact_moments_barely_move_the_loss():
+    """The benchmark's run (``benchmarks/bench_moments.py``: 400 steps there), 25 steps here."""
+    from benchmarks.bench_moments import train
+
+    base = train("float32", False, steps=25)["final_loss"]
+    bf16 = train("bfloat16", False, steps=25)["final_loss"]
+    factored = train("bfloat16", True, steps=25)["final_loss"]
+    assert abs(bf16 / base - 1) < 0.01
+    assert abs(factored / base - 1) < 0.03
+
+
+def test_bfloat16_gradients_take_nearly_the_float32_step():
+    from levanter.config import TrainerConfig
+    from levanter.models.llama import LlamaConfig
+    from levanter.training import make_train_step, state_initializer
+
+    with pytest.raises(ValueError, match="grad_dtype must be 'float32' or 'bfloat16', got 'float16'"):
+        TrainerConfig(grad_dtype="float16")
+    config = LlamaConfig(vocab_size=32, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=1, num_layers=2)
+    optimizer = AdamConfig(max_grad_norm=None)
+    state = jax.jit(state_initializer(config, optimizer.at_rate(0.0)))(jax.random.PRNGKey(0))
+    batch = jax.random.randint(jax.random.PRNGKey(1), (2, 9), 0, 32)
+    model = config.build(jnp.float32)
+
+    def run(dtype):
+        return jax.jit(make_train_step(model, optimizer.at_rate, jnp.float32, 1, grad_dtype=dtype))(
+            state, batch, jnp.float32(1e-2))
+
+    (exact, m32), (rounded, m16) = run(jnp.float32), run(jnp.bfloat16)
+    assert float(m32["loss"]) == pytest.approx(float(m16["loss"]), rel=1e-2)
+    assert float(m32["grad_norm"]) == pytest.approx(float(m16["grad_norm"]), rel=2e-2)
+    assert {x.dtype for x in jax.tree.leaves(rounded.params)} == {jnp.dtype(jnp.float32)}
+    # Adam's first step is about the sign of the gradient: bf16 rounding rarely flips one.
+    moved = [np.mean(np.sign(np.asarray(a) - np.asarray(p)) == np.sign(np.asarray(b) - np.asarray(p)))
+             for a, b, p in zip(jax.tree.leaves(exact.params), jax.tree.leaves(rounded.params),
+                                jax.tree.leaves(state.params), strict=True)]
+    assert min(moved) > 0.9
