@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,10 +63,12 @@ def final_params(out: str) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def write_tokenized(root: str, splits: dict[str, Sequence[Sequence[int]]], *, vocab_size: int,
-                    eos_id: int, docs_per_shard: int = 1_000_000) -> str:
-    """Write ``splits`` (split name -> documents of token ids) under ``root``; return ``root``."""
-    index = {"format": TOKENIZED_FORMAT, "vocab_size": vocab_size, "eos_id": eos_id, "splits": {}}
+def write_tokenized(root: str, splits: Mapping[str, Sequence[Sequence[int]] | Sequence[np.ndarray]], *, vocab_size: int,
+                    eos_id: int, docs_per_shard: int = 1_000_000, format_name: str = TOKENIZED_FORMAT,
+                    **metadata: Any) -> str:
+    """Write ``splits`` (split name -> documents of token ids, or of a record's uint32 words) under
+    ``root`` with an index of ``format_name`` (and ``metadata``); return ``root``."""
+    index = {"format": format_name, "vocab_size": vocab_size, "eos_id": eos_id, **metadata, "splits": {}}
     for split, docs in splits.items():
         os.makedirs(os.path.join(root, split), exist_ok=True)
         shards = []
@@ -210,5 +212,32 @@ def _main(argv: list[str]) -> None:
     print(json.dumps(results, default=str))
 
 
+def pattern_pairs(n: int, vocab_size: int, seed: int) -> list[np.ndarray]:
+    """Preference pairs over arithmetic runs: a prompt (a header id, then four steps of a run), the run's
+    next six steps chosen, the same six steps running backwards rejected (as record words)."""
+    from levanter.data.preference import encode_pair
+
+    rng = np.random.default_rng(seed)
+    header, out = vocab_size - 1, []
+    for _ in range(n):
+        start, stride = int(rng.integers(1, vocab_size - 2)), int(rng.integers(1, 4))
+        run = [1 + (start + stride * i) % (vocab_size - 2) for i in range(10)]
+        prompt = [header, *run[:4]]
+        wrong = [1 + (run[3] - stride * (i + 1)) % (vocab_size - 2) for i in range(6)]
+        sides = [(prompt + completion, [0] * len(prompt) + [1] * len(completion)) for completion in (run[4:], wrong)]
+        out.append(np.frombuffer(encode_pair(sides[0], sides[1]), "<u4"))
+    return out
+
+
+def write_pattern_pairs(root: str, vocab_size: int = 64, train: int = 160, validation: int = 32) -> str:
+    """A preference dataset of :func:`pattern_pairs` (``marin.tokenized_preference/v1``, 11-token sides)."""
+    from levanter.data.chat import PREFERENCE_FORMAT
+
+    return write_tokenized(root, {"train": pattern_pairs(train, vocab_size, seed=1),
+                                  "validation": pattern_pairs(validation, vocab_size, seed=2)},
+                           vocab_size=vocab_size, eos_id=0, format_name=PREFERENCE_FORMAT, max_seq_len=16)
+
+
 if __name__ == "__main__":
     _main(sys.argv[1:])
+

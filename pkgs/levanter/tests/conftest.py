@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testsupport.levanter_data import pattern_documents, write_tokenized
+from testsupport.levanter_data import pattern_documents, tiny_config, write_tokenized
 
 
 @pytest.fixture
@@ -14,3 +14,19 @@ def tiny_dataset(tmp_path) -> str:
         "train": pattern_documents(200, 64, seed=1),
         "validation": pattern_documents(40, 64, seed=2),
     }, vocab_size=64, eos_id=0, docs_per_shard=120)
+
+
+@pytest.fixture(scope="session")
+def pretrained_tiny(tmp_path_factory) -> tuple[str, str]:
+    """``(data, output)``: :func:`tiny_dataset`'s data, and a run of ``tiny_config`` trained 20 steps on
+    it (read-only: the LoRA, EMA and DPO tests start from it)."""
+    from levanter.trainer import main
+
+    root = tmp_path_factory.mktemp("pretrained-tiny")
+    data = write_tokenized(str(root / "tok"), {
+        "train": pattern_documents(200, 64, seed=1),
+        "validation": pattern_documents(40, 64, seed=2),
+    }, vocab_size=64, eos_id=0, docs_per_shard=120)
+    out = str(root / "pretrained")
+    main(tiny_config(data, num_train_steps=20, eval_batches=0), out)
+    return data, out

@@ -152,7 +152,8 @@ def test_a_folder_that_is_not_a_tokenized_dataset_is_named(tmp_path):
     index = json.loads(open(os.path.join(data, "index.json")).read())
     with open(os.path.join(data, "index.json"), "w") as f:
         json.dump({**index, "format": "zephyr.jsonl/v1"}, f)
-    with pytest.raises(DataError, match=r"format must be one of 'marin.tokenized/v1', 'marin.tokenized_chat/v1', got 'zephyr.jsonl/v1'"):
+    with pytest.raises(DataError, match=r"format must be one of 'marin.tokenized/v1', 'marin.tokenized_chat/v1', "
+                                        r"'marin.tokenized_preference/v1', got 'zephyr.jsonl/v1'"):
         open_split(data, "train")
     with open(os.path.join(data, "index.json"), "w") as f:
         json.dump({k: v for k, v in index.items() if k != "eos_id"}, f)

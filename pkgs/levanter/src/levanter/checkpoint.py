@@ -250,21 +250,27 @@ def _read_only_manager(directory: str, step: int) -> Any:
     return ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
 
 
-def read_checkpoint_params(directory: str, step: int) -> dict[str, Any]:
-    """The model parameters of committed checkpoint ``step`` under ``directory`` (host numpy arrays).
+def read_checkpoint_params(directory: str, step: int, *, ema: bool = False) -> dict[str, Any]:
+    """The model parameters of committed checkpoint ``step`` under ``directory`` (host numpy arrays);
+    with ``ema``, the average of them the run kept beside them (``levanter.ema``).
 
     Reads only the ``state`` item, without a restore target (no model or optimizer needed).
 
     Raises:
-        FileNotFoundError: ``step`` is not a committed checkpoint there (the message lists those that are).
+        FileNotFoundError: ``step`` is not a committed checkpoint there (the message lists those that
+            are), or ``ema`` is asked of a checkpoint without an average.
     """
     import numpy as np
     import orbax.checkpoint as ocp
 
     with _read_only_manager(directory, step) as manager:
         restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    item = "ema" if ema else "params"
+    if item not in restored.state:
+        raise FileNotFoundError(f"{directory}/{step}: the checkpoint holds no average of the parameters "
+                                "(the run kept none: train it with ema=...)")
     params = {module: {name: np.asarray(value) for name, value in names.items()}
-              for module, names in restored.state["params"].items()}
+              for module, names in restored.state[item].items()}
     return stack_layers(params) if is_per_layer(params) else params
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.data.spec import DatasetSpec, MixturePhase
+from levanter.ema import EmaConfig, ema_config
 from levanter.initialize import (
     CheckpointStart,
     InitializeFrom,
@@ -33,6 +34,7 @@ from levanter.initialize import (
     initialize_kinds,
     initialize_to_dict,
 )
+from levanter.lora import LoraConfig
 from levanter.models.family import ModelConfig, model_config_from_dict, model_family
 from levanter.models.impl import Attention, Remat
 from levanter.models.llama import LlamaConfig
@@ -195,6 +197,9 @@ class TrainerConfig:
     """Documents per task at each of those evaluations: a count, or a share below 1.0 (None: all)."""
     eval_task_fewshot: int | None = added_field(default=None)
     """Few-shot examples per prompt of every task (None: each task's default)."""
+    ema: EmaConfig | None = added_field(default=None)
+    """Keep an exponential moving average of the parameters beside them (``levanter.ema``): an
+    ``EmaConfig`` or its decay (None: none)."""
     remat: Remat = unhashed_field(default=Remat.AUTO)
     """What each layer keeps for the backward pass: ``auto`` (the least recomputation whose memory
     estimate fits the device), ``none``, ``save_dots``, ``save_attention`` or ``full`` (a ``Remat`` or
@@ -261,6 +266,7 @@ class TrainerConfig:
                                                    or isinstance(self.eval_task_fewshot, bool)
                                                    or self.eval_task_fewshot < 0):
             raise ValueError(f"eval_task_fewshot must be an int >= 0 or None, got {self.eval_task_fewshot!r}")
+        object.__setattr__(self, "ema", ema_config(self.ema))
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise ValueError(f"wandb must be a WandbConfig or None, got {type(self.wandb).__name__}")
         if self.initialize_from is not None and not isinstance(self.initialize_from, InitializeFrom):
@@ -283,6 +289,9 @@ class TrainLmConfig:
     """The training loop."""
     z_loss_weight: float = 0.0
     """Add ``weight * mean(logsumexp(logits)^2)`` to the loss (0 or None: off)."""
+    lora: LoraConfig | None = added_field(default=None)
+    """Train low-rank adapters of the starting weights instead of the weights (``levanter.lora``):
+    only the adapters are trained and checkpointed. Needs ``trainer.initialize_from`` weights."""
     revision: int = dataclasses.field(default=TRAINER_REVISION, init=False)
     """The trainer's revision (``TRAINER_REVISION``): part of a step's identity, not a setting."""
 
@@ -299,9 +308,21 @@ class TrainLmConfig:
         object.__setattr__(self, "z_loss_weight", float(weight))
         self.optimizer.check(self.trainer.num_train_steps)
         start = self.trainer.initialize_from
+        self._check_lora()
         if isinstance(start, CheckpointStart) and start.step >= self.trainer.num_train_steps:
             raise ValueError(f"initialize_from starts at step {start.step}, not before the end of training "
                              f"(num_train_steps={self.trainer.num_train_steps})")
+
+    def _check_lora(self) -> None:
+        if self.lora is None:
+            return
+        if not isinstance(self.lora, LoraConfig):
+            raise ValueError(f"lora must be a LoraConfig or None, got {type(self.lora).__name__}")
+        start = self.trainer.initialize_from
+        if start is None or isinstance(start, CheckpointStart):
+            raise ValueError("lora adapts trained weights: give initialize_from=checkpoint(model) or "
+                             f"hf_checkpoint(...) (the base), got {type(start).__name__ if start else 'none'}")
+        self.lora.check(self.model.linear_shapes())
 
     @classmethod
     def from_settings(cls, datasets: tuple[DatasetSpec, ...], model: ModelConfig, optimizer: AdamConfig,
@@ -362,8 +383,10 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainLmConfig:
     t["eval_tasks"] = tuple(t.get("eval_tasks", ()))
     t["wandb"] = WandbConfig(**t["wandb"]) if t.get("wandb") else None
     t["initialize_from"] = initialize_from_dict(t.get("initialize_from"))
+    t["ema"] = EmaConfig(**t["ema"]) if t.get("ema") else None
     if "mesh" in t:
         t["mesh"] = MeshConfig(**t["mesh"])
     return TrainLmConfig(data=DataConfig(**d), model=model_config_from_dict(data["model"], data.get("model_family")),
                          optimizer=AdamConfig(**data["optimizer"]), trainer=TrainerConfig(**t),
-                         z_loss_weight=data.get("z_loss_weight", 0.0))
+                         z_loss_weight=data.get("z_loss_weight", 0.0),
+                         lora=LoraConfig.from_json(data["lora"]) if data.get("lora") else None)

@@ -14,43 +14,75 @@ from levanter.models.family import RUN_CONFIG_FILE, ModelConfig, read_model_conf
 from levanter.models.layout import is_per_layer, stack_layers
 from rigging import filesystem as fs
 
-__all__ = ["generate", "load_final_model", "load_model", "read_model_config"]
+__all__ = ["generate", "load_final_model", "load_model", "read_model_config", "read_params_file"]
 
 
-def load_final_model(output_path: str) -> tuple[ModelConfig, dict[str, Any]]:
-    """Read ``<output_path>/config.json`` and ``<output_path>/final/params.npz`` of a training run.
+def load_final_model(output_path: str, *, ema: bool = False) -> tuple[ModelConfig, dict[str, Any]]:
+    """Read ``<output_path>/config.json`` and the final parameters of a training run (see :func:`load_model`).
 
     Raises:
         FileNotFoundError: the run has not finished (no final parameters).
     """
-    return load_model(output_path)
+    return load_model(output_path, ema=ema)
 
 
-def load_model(output_path: str, step: int | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+def load_model(output_path: str, step: int | None = None, *, ema: bool = False) -> tuple[ModelConfig, dict[str, Any]]:
     """The model config and parameters of a training run: final (``step`` None) or checkpoint ``step``.
 
+    With ``ema``, the run's average of its parameters (``levanter.ema``) instead of the parameters.
+    A LoRA run's adapters (``levanter.lora``) come back folded into its base: the parameters are
+    those the adapted model computes with.
+
     Raises:
-        FileNotFoundError: the run has not finished, or checkpoint ``step`` is not (or no longer) kept.
+        FileNotFoundError: the run has not finished, checkpoint ``step`` is not (or no longer) kept,
+            or ``ema`` is asked of a run that kept no average.
     """
     from levanter.checkpoint import checkpoint_dir, read_checkpoint_params
+    from levanter.ema import EMA_PARAMS_FILE
+    from levanter.training.final import PARAMS_FILE
 
     config_path = fs.join(output_path, RUN_CONFIG_FILE)
     if not fs.exists(config_path):
         raise FileNotFoundError(f"{config_path} not found: {output_path} is not a training run's output")
     config = read_model_config(output_path)
     if step is not None:
-        params = jax.tree.map(jnp.asarray, read_checkpoint_params(checkpoint_dir(output_path), step))
-        return config, params
-    params_path = fs.join(output_path, "final", "params.npz")
-    if not fs.exists(params_path):
-        raise FileNotFoundError(f"{params_path} not found: training under {output_path} has not finished")
-    with np.load(io.BytesIO(fs.read_bytes(params_path))) as flat:
+        params = jax.tree.map(jnp.asarray, read_checkpoint_params(checkpoint_dir(output_path), step, ema=ema))
+    else:
+        params_path = fs.join(output_path, "final", EMA_PARAMS_FILE if ema else PARAMS_FILE)
+        if not fs.exists(params_path):
+            raise FileNotFoundError(
+                f"{params_path} not found: " + (f"the run under {output_path} kept no average of its parameters "
+                                                "(train it with ema=...)" if ema and fs.exists(
+                                                    fs.join(output_path, "final", PARAMS_FILE))
+                                                else f"training under {output_path} has not finished"))
+        params = read_params_file(params_path)
+    return config, _with_base(output_path, config, params)
+
+
+def read_params_file(path: str) -> dict[str, dict[str, Any]]:
+    """Parameters saved by ``levanter.training.final.save_final_params`` (one array per ``module/name``)."""
+    with np.load(io.BytesIO(fs.read_bytes(path))) as flat:
         params: dict[str, dict[str, Any]] = {}
         for key in flat.files:
             module, name = key.rsplit("/", 1)
             params.setdefault(module, {})[name] = jnp.asarray(flat[key])
     # A run finished before the layers were stacked saved them one by one.
-    return config, stack_layers(params) if is_per_layer(params) else params
+    return stack_layers(params) if is_per_layer(params) else params
+
+
+def _with_base(output_path: str, config: ModelConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """``params``, or for a LoRA run's output the adapters ``params`` folded into its base."""
+    from levanter.initialize import initial_params, initialize_from_dict
+    from levanter.lora import fold, read_lora_file
+
+    lora = read_lora_file(output_path)
+    if lora is None:
+        return params
+    lora_config, base = lora
+    start = initialize_from_dict(base)
+    if start is None:
+        raise ValueError(f"{output_path}: its lora.json names no base model")
+    return fold(initial_params(start, config), params, lora_config.scale)
 
 
 def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,

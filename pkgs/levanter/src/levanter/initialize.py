@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from levanter.models.llama import LlamaConfig
+from rigging.fields import added_field
 
 __all__ = ["CheckpointStart", "HfCheckpoint", "InitializeFrom", "TrainedModel", "initial_params",
            "initialize_from_dict", "initialize_kinds", "initialize_to_dict"]
@@ -45,10 +46,14 @@ class TrainedModel:
 
     path: Any
     """The run's output folder (a training step or handle until the runner resolves it)."""
+    ema: bool = added_field(default=False)
+    """Start from the run's average of its parameters (``levanter.ema``) instead of its parameters."""
 
     def __post_init__(self) -> None:
         if self.path is None or (isinstance(self.path, str) and not self.path):
             raise ValueError(f"path must name a trained model's output, got {self.path!r}")
+        if not isinstance(self.ema, bool):
+            raise ValueError(f"ema must be a bool, got {self.ema!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,18 +103,18 @@ def initial_params(init: InitializeFrom, config: LlamaConfig) -> dict[str, dict[
 
         return load_hf_params(resolve_hf_folder(init.repo, init.revision), config)
     if isinstance(init, TrainedModel):
-        return _trained_params(str(init.path), config)
+        return _trained_params(str(init.path), config, init.ema)
     if isinstance(init, CheckpointStart):
         raise TypeError("a CheckpointStart is restored whole (levanter.checkpoint.restore_checkpoint), "
                         "not as parameters alone")
     raise TypeError(f"initialize_from must be one of {initialize_kinds()}, got {type(init).__name__}")
 
 
-def _trained_params(path: str, config: LlamaConfig) -> dict[str, dict[str, Any]]:
+def _trained_params(path: str, config: LlamaConfig, ema: bool = False) -> dict[str, dict[str, Any]]:
     from levanter.generate import load_final_model
     from levanter.models.vocab import extend_vocab
 
-    pretrained, params = load_final_model(path)
+    pretrained, params = load_final_model(path, ema=ema)
     shape = ("hidden_dim", "intermediate_dim", "num_heads", "num_kv_heads", "num_layers", "tie_embeddings")
     differ = [f"{k}: {getattr(pretrained, k)} != {getattr(config, k)}" for k in shape
               if getattr(pretrained, k) != getattr(config, k)]

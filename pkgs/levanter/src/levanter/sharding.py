@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from levanter.lora import LORA_A, LORA_B
 from levanter.models.layout import LAYERS
 
 __all__ = [
@@ -122,6 +123,8 @@ _RULES: dict[tuple[str, str], tuple[str | None, ...]] = {
     ("down_proj", "w"): ("mlp", "embed"),
     ("lm_head", "w"): ("embed", "vocab"),
 }
+# The two factors of a LoRA adapter of a weight ``w`` ([..., in, rank] and [..., rank, out]).
+_LORA_FACTORS = (LORA_A, LORA_B)
 # Stacked layer weights: one module path per kind of layer weight, the layers on a leading axis.
 _STACKED_PREFIX = f"{LAYERS}/"
 # RMSNorm scales: replicated (a few kilobytes; splitting them would only add collectives).
@@ -170,6 +173,10 @@ def param_spec(module: str, name: str, shape: Sequence[int], sizes: Mapping[str,
     if _NORM.search(leaf_module) and name == "scale":
         return (None,) * len(shape)
     logical = _RULES.get((leaf_module, name))
+    if name in _LORA_FACTORS and (leaf_module, "w") in _RULES:
+        # A LoRA factor keeps its weight's split on the side it shares with it (levanter.lora).
+        w_in, w_out = _RULES[(leaf_module, "w")][-2:]  # a weight's own two axes, after any leading ones
+        logical = (None,) * (len(shape) - 2) + ((w_in, None) if name == LORA_A else (None, w_out))
     if logical is None:
         raise KeyError(f"no sharding rule for parameter {module}/{name} of shape {tuple(shape)}; "
                        "add one to levanter.sharding._RULES")

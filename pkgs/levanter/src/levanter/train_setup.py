@@ -28,6 +28,8 @@ from levanter.config import TrainerConfig, TrainLmConfig, config_to_dict
 from levanter.data import check_mixture_data, data_is_chat, data_vocab_size, eval_batches, train_dataset
 from levanter.data.usage import starting_data_state
 from levanter.flops import CONFIG_SOURCE, PeakFlops, peak_flops
+from levanter.initialize import initialize_to_dict
+from levanter.lora import write_lora_file
 from levanter.memory import MEMORY_FILE, MemoryReport, measure_memory
 from levanter.metrics import MetricsWriter
 from levanter.models.family import RUN_CONFIG_FILE
@@ -36,15 +38,15 @@ from levanter.training import (
     Progress,
     Start,
     Validation,
-    abstract_state,
     loss_fn,
-    starting_state,
 )
-from levanter.training.execution import compile_step, offload_opt_state, plan_execution, step_flops
+from levanter.training.execution import compile_step, plan_execution, step_flops
+from levanter.training.step import lm_objective
+from levanter.training.trained import trained_state
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
-__all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "set_up"]
+__all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "run_writers", "set_up"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,10 +149,12 @@ class TrainSetup:
     data_offset: int = 0
     """Step ``t``'s batch is elements ``[t * batch_size + data_offset, ...)`` of the mixture's stream
     (``levanter.data.usage``)."""
+    sequences_per_example: int = 1
+    """Sequences of ``seq_len`` each batch row holds (a preference pair: 2)."""
 
     @property
     def tokens_per_step(self) -> int:
-        return self.config.trainer.batch_size * self.config.trainer.seq_len
+        return self.config.trainer.batch_size * self.config.trainer.seq_len * self.sequences_per_example
 
     @property
     def flops_per_token(self) -> float:
@@ -192,16 +196,16 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
     tx = config.optimizer.at_rate(0.0)
 
     started_at = time.perf_counter()
-    target = abstract_state(model_config, tx, layout.mesh)
-    if trainer.offload_optimizer:
-        target = offload_opt_state(target)
-    state_shardings = jax.tree.map(lambda s: s.sharding, target)
     checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
-    start = starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
-                           initialize_from=trainer.initialize_from)
+    # All the parameters, or LoRA adapters of frozen weights (levanter.training.trained).
+    trained = trained_state(config, model_config, tx, layout.mesh, checkpointer)
+    target, start = trained.target, trained.start
+    state_shardings = jax.tree.map(lambda s: s.sharding, target)
 
     batch_shape = _batch_shape(config, layout)
-    train_step = compile_step(model, config, layout, target, batch_shape, _RATE)
+    objective = None if config.lora is None else lm_objective(
+        model, dtype, config.z_loss_weight, loss_block=trainer.loss_block, params_of=trained.model_params)
+    train_step = compile_step(model, config, layout, target, batch_shape, _RATE, objective=objective, trained=trained)
     memory = measure_memory(layout.mesh, start.state.params, start.state.opt_state, train_step,
                             execution=execution)
     logger.info("%s", memory.summary())
@@ -209,21 +213,26 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
 
     place = _placer(layout.batch_sharding, batch_shape.shape)
-    eval_loss = jax.jit(lambda params, batch: loss_fn(model, params, batch, dtype, block=trainer.loss_block),
-                        in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
+    eval_loss = trained.jit(lambda params, batch, frozen: loss_fn(model, trained.model_params(params, frozen), batch,
+                                                                  dtype, block=trainer.loss_block),
+                            in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
     val_batches = _validation_batches(config)
     validation = Validation(eval_loss, [b[layout.rows] for b in val_batches], place)
     peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
             else peak_flops(dtype, layout.devices[0]))
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
-    writer, progress = _writers(config, output_path, run_id, start, layout.primary)
+    writer, progress = run_writers(config, output_path, run_id, start, layout.primary)
+    if config.lora is not None and layout.primary:  # its parameters are adapters of this base
+        write_lora_file(output_path, config.lora, initialize_to_dict(trainer.initialize_from) or {})
     iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
                       rate_of_step=rate_of_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
                       validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
                       iterator=iterator, writer=writer, progress=progress, data_offset=data_offset,
-                      count_step_flops=lambda: step_flops(model_config, config, execution.impl, target, batch_shape, _RATE))
+                      # XLA's count is of a plain language-model step: a LoRA run's step is another program.
+                      count_step_flops=(lambda: None) if config.lora is not None else
+                      lambda: step_flops(model_config, config, execution.impl, target, batch_shape, _RATE))
 
 
 def _batch_shape(config: TrainLmConfig, layout: BatchLayout) -> jax.ShapeDtypeStruct:
@@ -255,8 +264,8 @@ def _validation_batches(config: TrainLmConfig) -> list[np.ndarray]:
     return list(batches)
 
 
-def _writers(config: TrainLmConfig, output_path: str, run_id: str, start: Start,
-             primary: bool) -> tuple[Any, Progress | None]:
+def run_writers(config: TrainLmConfig, output_path: str, run_id: str, start: Start,
+                primary: bool) -> tuple[Any, Progress | None]:
     """The metrics sink and progress listener; on process 0 they (and ``config.json``) write into ``output_path``."""
     trainer = config.trainer
     if not primary:

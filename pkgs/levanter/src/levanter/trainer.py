@@ -32,6 +32,7 @@ from levanter.config import (
     config_from_dict,
     config_to_dict,
 )
+from levanter.ema import EMA_PARAMS_FILE
 from levanter.eval import read_tokenizer_json
 from levanter.flops import FlopsSummary
 from levanter.summary import TrainSummary
@@ -70,16 +71,18 @@ __all__ = [
     "checkpoint_dir",
     "config_from_dict",
     "config_to_dict",
+    "join_distributed",
     "loss_fn",
     "main",
     "make_train_step",
     "resolve_model",
+    "train",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-def _join_distributed() -> None:
+def join_distributed() -> None:
     """Join the multi-host JAX job this process was launched into (``iris.multihost``), once."""
     from iris.multihost import initialize_jax  # deferred: only runs launched by iris have a job to join
 
@@ -114,8 +117,13 @@ def main(config: TrainLmConfig, output_path: str, *, hooks: Sequence[ScheduledHo
     """
     if not output_path:
         raise ValueError(f"output_path must be non-empty, got {output_path!r}")
-    _join_distributed()
-    setup = set_up(config, output_path)
+    join_distributed()
+    return train(set_up(config, output_path), hooks)
+
+
+def train(setup: TrainSetup, hooks: Sequence[ScheduledHook] = ()) -> TrainSummary:
+    """Run the loop over a run made ready (:func:`levanter.train_setup.set_up`, or a preference run's
+    ``levanter.dpo.trainer.set_up_dpo``) to its last step, save the final parameters, close ``setup``."""
     loop = _loop(setup, hooks)
     try:
         final = _train(setup, loop)
@@ -169,6 +177,8 @@ def _train(setup: TrainSetup, loop: Trainer) -> _Final:
             setup.writer.write(loop.step, {"val_loss": setup.validation.last})
         loss = float(setup.eval_loss(state.params, setup.place(next(setup.iterator))))
     params_path = save_final_params(setup.output_path, state.params)
+    if state.ema is not None:
+        save_final_params(setup.output_path, state.ema, EMA_PARAMS_FILE)
     setup.writer.write(loop.step, {"blocked_in_checkpoint_s": setup.checkpointer.blocked_seconds,
                                    "wall_s": time.perf_counter() - setup.started_at})
     return _Final(step=loop.step, loss=loss, params_path=params_path)

@@ -20,6 +20,7 @@ import numpy as np
 __all__ = [
     "CHAT_FORMAT",
     "MAX_CHAT_VOCAB",
+    "PREFERENCE_FORMAT",
     "ROW_IDS",
     "ROW_LOSS_MASK",
     "ROW_SEGMENTS",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 CHAT_FORMAT = "marin.tokenized_chat/v1"
+PREFERENCE_FORMAT = "marin.tokenized_preference/v1"
+"""Preference pairs: each record two conversations in this format, chosen then rejected (``levanter.data.preference``)."""
 MAX_CHAT_VOCAB = 1 << 30
 """Token ids must be below this (the two top bits carry the mask and the start flag)."""
 ROW_IDS, ROW_LOSS_MASK, ROW_SEGMENTS = 0, 1, 2

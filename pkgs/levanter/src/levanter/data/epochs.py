@@ -64,7 +64,11 @@ class EpochOrder:
 
     def record(self, epoch: int, index: int) -> Any:
         """The stored record at ``index`` of ``epoch``'s order."""
-        return self._ds.split.source[int(self._permutation(epoch)[index])]
+        return self._ds.split.source[self.record_index(epoch, index)]
+
+    def record_index(self, epoch: int, index: int) -> int:
+        """Which stored record (its position in the split) stands at ``index`` of ``epoch``'s order."""
+        return int(self._permutation(epoch)[index])
 
     def _permutation(self, epoch: int) -> np.ndarray:
         if not self._ds.shuffle:

@@ -16,7 +16,7 @@ from rigging import filesystem as fs
 from zephyr import DataError
 from zephyr.shards import index_groups, read_index
 
-__all__ = ["DatasetSpec", "check_mixture_data", "data_is_chat", "data_vocab_size", "eval_batches", "split_windows",
+__all__ = ["DatasetSpec", "check_dataset", "check_mixture_data", "data_is_chat", "data_vocab_size", "eval_batches", "split_windows",
            "train_dataset"]
 
 
@@ -99,29 +99,45 @@ def check_mixture_data(specs: Sequence[DatasetSpec]) -> None:
 
     Each dataset needs its ``index.json`` (written last by the tokenize step), a ``train`` split
     with tokens, and every shard the index lists, at the size it records (one listing per dataset).
+    Preference pairs are refused too: they train a preference loss, not a language model.
 
     Raises:
         ValueError: one line naming the dataset and what is wrong with it.
     """
+    from levanter.data.chat import PREFERENCE_FORMAT
+
     for i, spec in enumerate(specs):
         where = f"mixture dataset {i + 1} of {len(specs)} ({spec.path})"
-        try:
-            index = read_index(str(spec.path))
-        except DataError as e:
-            raise ValueError(f"{where}: tokenized data missing or incomplete: {e}; build it before training on "
-                             "it (a mixture never trains without one of its datasets)") from None
-        splits = dict(index_groups(index))
-        train = splits.get("train")
-        if not train or not train.get("shards") or not int(train.get("tokens", 1)):
-            raise ValueError(f"{where}: its index lists no training data (splits: {sorted(splits)})")
-        present = dict(fs.walk_files(str(spec.path)))
-        for _name, group in splits.items():
-            for shard in group["shards"]:
-                size = present.get(shard["path"])
-                if size != shard["bytes"]:
-                    found = "is missing" if size is None else f"has {size} bytes"
-                    raise ValueError(f"{where}: tokenized data incomplete: shard {shard['path']} {found}, its index "
-                                     f"says {shard['bytes']} bytes; rebuild it before training on it")
+        if check_dataset(spec.path, where)["format"] == PREFERENCE_FORMAT:
+            raise ValueError(f"{where}: holds preference pairs (chosen and rejected): train on it with a preference "
+                             "loss (marin.experiment.dpo), not as language-model data")
+
+
+def check_dataset(path: str, where: str) -> dict:
+    """The index of the tokenized dataset at ``path``, once its shards are all there at their sizes.
+
+    Raises:
+        ValueError: one line starting with ``where``: the index is missing, lists no training data,
+            or a shard is missing or of another size.
+    """
+    try:
+        index = read_index(str(path))
+    except DataError as e:
+        raise ValueError(f"{where}: tokenized data missing or incomplete: {e}; build it before training on "
+                         "it (a mixture never trains without one of its datasets)") from None
+    splits = dict(index_groups(index))
+    train = splits.get("train")
+    if not train or not train.get("shards") or not int(train.get("tokens", 1)):
+        raise ValueError(f"{where}: its index lists no training data (splits: {sorted(splits)})")
+    present = dict(fs.walk_files(str(path)))
+    for _name, group in splits.items():
+        for shard in group["shards"]:
+            size = present.get(shard["path"])
+            if size != shard["bytes"]:
+                found = "is missing" if size is None else f"has {size} bytes"
+                raise ValueError(f"{where}: tokenized data incomplete: shard {shard['path']} {found}, its index "
+                                 f"says {shard['bytes']} bytes; rebuild it before training on it")
+    return index
 
 
 class _RowSlice(grain.MapTransform):

@@ -13,7 +13,7 @@ import dataclasses
 import grain.python as grain
 import numpy as np
 
-from levanter.data.chat import CHAT_FORMAT
+from levanter.data.chat import CHAT_FORMAT, PREFERENCE_FORMAT
 from rigging import filesystem as fs
 from zephyr import DataError
 from zephyr.shards import TOKENIZED_FORMAT, decode_tokens, local_shard
@@ -22,8 +22,9 @@ from zephyr.shards import read_index as _read_shard_index
 __all__ = ["FORMAT", "FORMATS", "TokenizedSplit", "decode_document", "open_split", "read_index"]
 
 FORMAT = TOKENIZED_FORMAT
-FORMATS = (FORMAT, CHAT_FORMAT)
-"""Formats the loader reads: plain documents, and chat records (``levanter.data.chat``)."""
+FORMATS = (FORMAT, CHAT_FORMAT, PREFERENCE_FORMAT)
+"""Formats the loader reads: plain documents, chat records (``levanter.data.chat``), and preference
+pairs (``levanter.data.preference``; read by preference training only)."""
 
 
 def read_index(path: str) -> dict:

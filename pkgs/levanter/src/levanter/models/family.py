@@ -50,6 +50,10 @@ class ModelConfig(Protocol):
         attention products halved for the causal mask, MaxText's count)."""
         ...
 
+    def linear_shapes(self) -> Mapping[str, tuple[int, int]]:
+        """``(in, out)`` of each linear module by name: what LoRA may adapt (``levanter.lora``)."""
+        ...
+
     def sharding_units(self) -> Mapping[str, int]:
         """Counts of indivisible units per logical axis (``{"heads": 8}``): a mesh never cuts one in two."""
         ...

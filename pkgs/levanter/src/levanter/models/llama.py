@@ -93,6 +93,14 @@ class LlamaConfig:
         matmul += d * self.vocab_size
         return 6.0 * matmul + (6.0 if causal else 12.0) * self.num_layers * d * seq_len
 
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """``(in, out)`` of each linear module, by name (what ``LoraConfig.targets`` may name)."""
+        d, kv, inner = self.hidden_dim, self.num_kv_heads * self.head_dim, self.intermediate_dim
+        shapes = {"q_proj": (d, d), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (d, d),
+                  "gate_proj": (d, inner), "up_proj": (d, inner), "down_proj": (inner, d)}
+        if not self.tie_embeddings:
+            shapes["lm_head"] = (d, self.vocab_size)
+        return shapes
 
     def sharding_units(self) -> Mapping[str, int]:
         """Whole heads per logical axis: a mesh splits ``heads`` and ``kv_heads`` only between heads."""

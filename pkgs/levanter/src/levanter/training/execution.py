@@ -78,11 +78,15 @@ def offload_opt_state(target: Any) -> Any:
     return target.replace(opt_state=jax.tree.map(host, target.opt_state))
 
 
-def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape: Any, rate: Any) -> Any:
+def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape: Any, rate: Any, *,
+                 objective: Any = None, trained: Any = None) -> Any:
     """The step of ``model`` for run ``config``, compiled once for ``target``'s placement.
 
     The old state is donated, so parameters and optimizer state are held once, not twice. An
     offloaded optimizer state is brought to the device for the update and goes back after.
+    ``objective`` replaces the language-model loss (``levanter.training.step``); ``trained``
+    (``levanter.training.trained.Trained``) binds the weights the run holds fixed (LoRA's base) as
+    the step's last argument. The run's ``trainer.ema`` moves its average after each update.
     """
     trainer = config.trainer
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
@@ -91,10 +95,14 @@ def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape:
         on_device = jax.tree.map(lambda s: s.sharding.with_memory_kind("device"), target.opt_state)
     step = make_train_step(model, config.optimizer.at_rate, trainer.compute_dtype.jnp, trainer.grad_accum,
                            layout.batch_sharding, z_loss_weight=config.z_loss_weight, loss_block=trainer.loss_block,
-                           opt_state_device=on_device, grad_dtype=jnp.dtype(trainer.grad_dtype))
+                           opt_state_device=on_device, grad_dtype=jnp.dtype(trainer.grad_dtype), objective=objective,
+                           ema_decay=trainer.ema.decay if trainer.ema is not None else None)
+    in_shardings = (state_shardings, layout.batch_sharding, layout.replicated)
+    out_shardings = (state_shardings, layout.replicated)
+    if trained is not None:
+        return trained.compile(step, in_shardings, out_shardings, args=(target, batch_shape, rate), donate_argnums=(0,))
     # Compiled ahead of time, once: a batch or state placed differently is an error, not a recompile.
-    return jax.jit(step, in_shardings=(state_shardings, layout.batch_sharding, layout.replicated),
-                   out_shardings=(state_shardings, layout.replicated),
+    return jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings,
                    donate_argnums=0).lower(target, batch_shape, rate).compile()
 
 

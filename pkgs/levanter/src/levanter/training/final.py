@@ -10,7 +10,10 @@ import numpy as np
 
 from rigging import filesystem as fs
 
-__all__ = ["save_final_params"]
+__all__ = ["PARAMS_FILE", "save_final_params"]
+
+PARAMS_FILE = "params.npz"
+"""The final parameters' file name in a run's ``final/`` folder."""
 
 
 def _flatten_params(params: Any) -> dict[str, np.ndarray]:
@@ -18,10 +21,11 @@ def _flatten_params(params: Any) -> dict[str, np.ndarray]:
             for module, names in params.items() for name, value in names.items()}
 
 
-def save_final_params(output_path: str, params: Any) -> str:
+def save_final_params(output_path: str, params: Any, name: str = PARAMS_FILE) -> str:
     """Write ``params`` (Haiku's ``{module: {name: array}}``, possibly split over processes) under
-    ``output_path`` as ``final/params.npz``; every process must call it. Returns the file's path."""
-    path = fs.join(output_path, "final", "params.npz")
+    ``output_path`` as ``final/<name>`` (``params.npz``; ``ema_params.npz`` for an average); every
+    process must call it. Returns the file's path."""
+    path = fs.join(output_path, "final", name)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils  # only multi-process runs need it
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from levanter.checkpoint import Checkpointer, restore_checkpoint
@@ -33,9 +35,12 @@ class Start:
 
 
 def starting_state(checkpointer: Checkpointer, target: TrainState, model_config: Any, tx: optax.GradientTransformation,
-                   *, seed: int, initialize_from: InitializeFrom | None) -> Start:
+                   *, seed: int, initialize_from: InitializeFrom | None,
+                   init: Callable[[jax.Array], TrainState] | None = None) -> Start:
     """The run's own newest checkpoint; else ``initialize_from``'s checkpoint; else a fresh init from ``seed``
     (with ``initialize_from``'s parameters, when it names weights, and a fresh optimizer state).
+    ``init`` (``key -> state``) makes the fresh state instead of ``model_config``'s initializer
+    (LoRA adapters); an average (``target.ema``) starts at the starting parameters.
 
     ``target`` is :func:`~levanter.training.state.abstract_state` on the run's mesh: every state is
     placed as it says, whatever mesh saved it, and a fresh one is created already split (no device
@@ -53,9 +58,15 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
         data_state = None if source is not None and source.reset_data_loader else restored.data_state
         return Start(state=TrainState.of(restored.state), step=restored.step, data_state=data_state, source=source)
     shardings = jax.tree.map(lambda s: s.sharding, target)
-    state = jax.jit(state_initializer(model_config, tx), out_shardings=shardings)(jax.random.PRNGKey(seed))
-    if isinstance(initialize_from, HfCheckpoint | TrainedModel):
+    ema = target.ema is not None
+    make = init if init is not None else state_initializer(model_config, tx, ema)
+    state = jax.jit(make, out_shardings=shardings)(jax.random.PRNGKey(seed))
+    if init is None and isinstance(initialize_from, HfCheckpoint | TrainedModel):
         params = initial_params(initialize_from, model_config)
-        state = jax.jit(lambda p, s: s.replace(params=p, opt_state=tx.init(p)), out_shardings=shardings)(params, state)
+
+        def start_from(p: Any, s: TrainState) -> TrainState:
+            return s.replace(params=p, opt_state=tx.init(p), ema=jax.tree.map(jnp.copy, p) if ema else None)
+
+        state = jax.jit(start_from, out_shardings=shardings)(params, state)
         logger.info("initialised from %s", initialize_from)
     return Start(state=state, step=0, data_state=None, source=None)

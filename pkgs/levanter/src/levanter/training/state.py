@@ -3,7 +3,9 @@
 Its pytree paths are those of the dict the state used to be (``['params']['embed']['embeddings']``),
 and its leaves come in that dict's order, so checkpoints written before and after it are the same
 files (Orbax names arrays by path), sharding rules match the same paths, and the compiled step
-takes the same arguments in the same order.
+takes the same arguments in the same order. A run that keeps an average of its parameters
+(``levanter.ema``) has one more child, ``ema``, first in that order; a state without one has the
+same paths and leaves as before.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class TrainState:
     """The optimizer's state."""
     key: Any
     """PRNG key of the run."""
+    ema: Any = None
+    """The exponential moving average of ``params`` (``levanter.ema``), or None when the run keeps none."""
 
     def replace(self, **changes: Any) -> TrainState:
         """A copy with ``changes`` (field name -> value)."""
@@ -41,8 +45,8 @@ class TrainState:
 
     def __getitem__(self, name: str) -> Any:
         """``state["params"]``: the state used to be a dict, and code that indexes it keeps working."""
-        if name not in _CHILDREN:
-            raise KeyError(f"TrainState has no field {name!r}; fields are {list(_CHILDREN)}")
+        if name not in _WITH_EMA:
+            raise KeyError(f"TrainState has no field {name!r}; fields are {list(_WITH_EMA)}")
         return getattr(self, name)
 
     @classmethod
@@ -53,25 +57,33 @@ class TrainState:
         missing = [name for name in _CHILDREN if name not in state]
         if missing:
             raise KeyError(f"training state lacks {missing}; it needs {list(_CHILDREN)}")
-        return cls(**{name: state[name] for name in _CHILDREN})
+        return cls(**{name: state[name] for name in _children(state.get("ema"))})
 
 
 # Children in the sorted key order of the dict the state was, keyed as that dict's entries.
 _CHILDREN = ("key", "opt_state", "params", "step")
+_WITH_EMA = ("ema", *_CHILDREN)
+
+
+def _children(ema: Any) -> tuple[str, ...]:
+    """The state's children: ``ema`` only when the run keeps an average."""
+    return _CHILDREN if ema is None else _WITH_EMA
+
 
 # Registering a pytree type is part of defining it (as a dataclass decorator would), not a registry
-# that dispatches on what was imported.
+# that dispatches on what was imported. The names of the children are the auxiliary data.
 jax.tree_util.register_pytree_with_keys(
     TrainState,
-    lambda s: (tuple((DictKey(name), getattr(s, name)) for name in _CHILDREN), None),
-    lambda _aux, children: TrainState(**dict(zip(_CHILDREN, children, strict=True))),
-    flatten_func=lambda s: (tuple(getattr(s, name) for name in _CHILDREN), None),
+    lambda s: (tuple((DictKey(name), getattr(s, name)) for name in _children(s.ema)), _children(s.ema)),
+    lambda names, children: TrainState(**dict(zip(names, children, strict=True))),
+    flatten_func=lambda s: (tuple(getattr(s, name) for name in _children(s.ema)), _children(s.ema)),
 )
 
 
-def state_initializer(model_config: Any, tx: optax.GradientTransformation) -> Callable[[jax.Array], TrainState]:
+def state_initializer(model_config: Any, tx: optax.GradientTransformation,
+                      ema: bool = False) -> Callable[[jax.Array], TrainState]:
     """``key -> state``: fresh float32 parameters of ``model_config`` (a ``ModelConfig``), optimizer
-    state, step 0 and the rest of the PRNG key.
+    state, step 0 and the rest of the PRNG key (with ``ema``, an average equal to the parameters).
 
     The parameters' shapes and values come from the config and the key, never from the length of
     the input the init is traced on: it is traced on one token, so one compiled init serves every
@@ -82,13 +94,15 @@ def state_initializer(model_config: Any, tx: optax.GradientTransformation) -> Ca
     def init_state(key: jax.Array) -> TrainState:
         init_key, key = jax.random.split(key)
         params = init_model.init(init_key, jnp.zeros((1, 1), jnp.int32))
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key,
+                          ema=jax.tree.map(jnp.copy, params) if ema else None)
 
     return init_state
 
 
-def abstract_state(model_config: Any, tx: optax.GradientTransformation, mesh: jax.sharding.Mesh) -> TrainState:
+def abstract_state(model_config: Any, tx: optax.GradientTransformation, mesh: jax.sharding.Mesh,
+                   ema: bool = False) -> TrainState:
     """Shapes, dtypes and shardings on ``mesh`` of the training state (a restore target; allocates nothing)."""
-    shapes = jax.eval_shape(state_initializer(model_config, tx), jax.random.PRNGKey(0))
+    shapes = jax.eval_shape(state_initializer(model_config, tx, ema), jax.random.PRNGKey(0))
     shardings = tree_shardings(shapes, mesh, units=model_config.sharding_units())
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)

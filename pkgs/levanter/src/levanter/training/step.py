@@ -11,18 +11,38 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from levanter.ema import ema_update
 from levanter.optim import learning_rate
 from levanter.training.loss import objective_terms
 from levanter.training.state import TrainState
 
-__all__ = ["make_train_step"]
+__all__ = ["Objective", "lm_objective", "make_train_step"]
+
+Objective = Callable[[Any, Any, Any], tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]]
+"""``(params, batch, frozen) -> (what is differentiated, (loss, other metrics))``: the loss a step
+minimises. ``frozen`` is what the step is given besides the state and is not trained (the base
+weights of LoRA adapters; None when there is none). Metrics are means over the batch."""
+
+
+def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.0, *, loss_block: int | None = None,
+                 params_of: Callable[[Any, Any], Any] | None = None) -> Objective:
+    """Next-token cross entropy (plus the weighted z-loss) of ``model``; ``params_of(trained, frozen)``
+    makes the model's parameters from the trained ones (LoRA: the base with the adapters folded in)."""
+    def objective(params: Any, batch: Any, frozen: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+        full = params if params_of is None else params_of(params, frozen)
+        # ce rides along as aux: only the total is differentiated, so its gradient comes from the
+        # loss's own pass over the blocks.
+        total, ce, _ = objective_terms(model, full, batch, compute_dtype, z_loss_weight, block=loss_block)
+        return total, (ce, {"z_loss": total - ce} if z_loss_weight else {})
+
+    return objective
 
 
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
                     z_loss_weight: float = 0.0, *, loss_block: int | None = None,
-                    opt_state_device: Any = None,
-                    grad_dtype: Any = jnp.float32) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+                    opt_state_device: Any = None, grad_dtype: Any = jnp.float32, objective: Objective | None = None,
+                    ema_decay: float | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
     When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
@@ -41,59 +61,67 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     steps; it is brought there for the update (the step's outputs say where it goes back).
     ``grad_dtype`` bfloat16 differentiates with respect to the parameters cast to it: the gradients
     are held in half the memory (rounded to bfloat16; the update is still computed in float32).
-    """
-    def objective(params: Any, batch: jax.Array) -> tuple[jax.Array, jax.Array]:
-        # ce rides along as aux: only the total is differentiated, so its gradient comes from the
-        # loss's own pass over the blocks.
-        total, ce, _ = objective_terms(model, params, batch, compute_dtype, z_loss_weight, block=loss_block)
-        return total, ce
 
+    ``objective`` replaces that loss (a preference loss, or the loss of adapters over frozen
+    weights); its other metrics join the step's, and its ``frozen`` argument is the step's optional
+    last one: ``(state, batch, rate, frozen)``. The batch may be any pytree of arrays with the
+    batch as their first dimension. With ``ema_decay`` the state's ``ema`` is moved towards the
+    updated parameters (``levanter.ema``).
+    """
+    if objective is None:
+        objective = lm_objective(model, compute_dtype, z_loss_weight, loss_block=loss_block)
     value_and_grad = jax.value_and_grad(objective, has_aux=True)
     low = jnp.dtype(grad_dtype) != jnp.dtype(jnp.float32)
 
-    def grad_fn(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
+    def grad_fn(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
         if not low:
-            return value_and_grad(params, batch)
+            return value_and_grad(params, batch, frozen)
         cast = jax.tree.map(lambda p: p.astype(grad_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-        return value_and_grad(cast, batch)
+        return value_and_grad(cast, batch, frozen)
+
     if isinstance(tx, optax.GradientTransformation):
         fixed = tx
         rate_given, transformation_at = False, lambda _rate: fixed
     else:
         rate_given, transformation_at = True, tx
 
-    def accumulated(params: Any, batch: jax.Array) -> tuple[tuple[jax.Array, jax.Array], Any]:
-        micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, *batch.shape[1:]).swapaxes(0, 1)
-        if batch_sharding is not None:
-            micro = jax.lax.with_sharding_constraint(
-                micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
+    def split(x: jax.Array) -> jax.Array:
+        micro = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
+        if batch_sharding is None:
+            return micro
+        return jax.lax.with_sharding_constraint(micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
 
-        def body(carry: Any, mb: jax.Array) -> tuple[Any, None]:
-            total_sum, loss_sum, grad_sum = carry
-            (total_i, loss_i), grads_i = grad_fn(params, mb)
-            return (total_sum + total_i, loss_sum + loss_i, jax.tree.map(jnp.add, grad_sum, grads_i)), None
+    def accumulated(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
+        micro = jax.tree.map(split, batch)
 
-        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        zero = jnp.zeros((), jnp.float32)
-        (total_sum, loss_sum, grad_sum), _ = jax.lax.scan(body, (zero, zero, zeros), micro)
-        return (total_sum / grad_accum, loss_sum / grad_accum), jax.tree.map(lambda g: g / grad_accum, grad_sum)
+        def body(carry: Any, mb: Any) -> tuple[Any, None]:
+            (total_i, aux_i), grads_i = grad_fn(params, mb, frozen)
+            return jax.tree.map(jnp.add, carry, (total_i, aux_i, grads_i)), None
 
-    def step(state: TrainState | Mapping[str, Any], batch: jax.Array,
-             rate: jax.Array | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+        aux = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)[0][1])
+        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux),
+                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+        (total_sum, aux_sum, grad_sum), _ = jax.lax.scan(body, zeros, micro)
+        mean = jax.tree.map(lambda x: x / grad_accum, (total_sum, aux_sum, grad_sum))
+        return (mean[0], mean[1]), mean[2]
+
+    def step(state: TrainState | Mapping[str, Any], batch: Any, rate: jax.Array | None = None,
+             frozen: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
         if rate_given == (rate is None):
             raise TypeError("a step made with rate -> transformation takes a rate; one made with a transformation does not")
         state = TrainState.of(state)
         params = state.params
-        (total, loss), grads = grad_fn(params, batch) if grad_accum == 1 else accumulated(params, batch)
+        (_total, (loss, extra)), grads = (grad_fn(params, batch, frozen) if grad_accum == 1
+                                          else accumulated(params, batch, frozen))
         opt_state = state.opt_state
         if opt_state_device is not None:
             opt_state = jax.device_put(opt_state, opt_state_device)
         updates, opt_state = transformation_at(rate).update(grads, opt_state, params)
-        new_state = state.replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
-                                  step=state.step + 1)
-        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state)}
-        if z_loss_weight:
-            metrics["z_loss"] = total - loss
+        new_params = optax.apply_updates(params, updates)
+        new_state = state.replace(params=new_params, opt_state=opt_state, step=state.step + 1)
+        if ema_decay is not None:
+            new_state = new_state.replace(ema=ema_update(state.ema, new_params, ema_decay))
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state), **extra}
         return new_state, metrics
 
     return step

@@ -2,13 +2,14 @@
 
 Handles for data (the bundled corpus, trained tokenizers, tokenized text and chats), data curation
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
-(``train_lm``, ``checkpoint``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and
-export, the best trial of a sweep (``best``; ``sweep`` itself is
+(``train_lm``, ``checkpoint``, with ``lora=LoraConfig(...)`` and ``ema=``), post-training
+(``preference_chat``, ``story_preferences``, ``reference_logprobs``, ``dpo``, ``merge_checkpoints``,
+``merge_lora``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and export, the best trial of a sweep (``best``; ``sweep`` itself is
 :func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's), the mixture a sweep's fit
 proposes (``mixture_fit``) and scaling ladders (``isoflop``).
 They live in subpackages by idea: :mod:`~marin.experiment.data`, :mod:`~marin.experiment.datakit`,
 :mod:`~marin.experiment.training`, :mod:`~marin.experiment.evaluation`, :mod:`~marin.experiment.tasks`,
-:mod:`~marin.experiment.chat`, :mod:`~marin.experiment.sweeps`, :mod:`~marin.experiment.scaling`, and
+:mod:`~marin.experiment.chat`, :mod:`~marin.experiment.posttrain`, :mod:`~marin.experiment.sweeps`, :mod:`~marin.experiment.scaling`, and
 :mod:`~marin.experiment.hf`; this package re-exports the names experiment files write, as optax
 re-exports its transforms. The flat modules of earlier versions (``marin.experiment.train``,
 ``marin.experiment.eval``, ``marin.experiment.sweep``, ...) still import, as the same modules: what
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING
 from rigging.lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from levanter.ema import EmaConfig
+    from levanter.lora import LoraConfig
     from marin.execution.core.placeholders import output_path_of
     from marin.execution.core.step import Step
     from marin.execution.run.runner import StepRunner
@@ -56,11 +59,16 @@ if TYPE_CHECKING:
     from marin.experiment.evaluation.eval import eval_data, evaluate
     from marin.experiment.evaluation.table import eval_report
     from marin.experiment.hf import export_hf, hf_checkpoint
+    from marin.experiment.posttrain.data import preference_chat, preference_data
+    from marin.experiment.posttrain.dpo import dpo
+    from marin.experiment.posttrain.merge import merge_checkpoints, merge_lora
+    from marin.experiment.posttrain.reference import reference_logprobs
     from marin.experiment.scaling import isoflop
     from marin.experiment.sweeps.mixture_fit import mixture_fit
     from marin.experiment.sweeps.sweep import best
     from marin.experiment.tasks.story import story_tasks
     from marin.experiment.tasks.story_chat import story_chats
+    from marin.experiment.tasks.story_preferences import story_preferences
     from marin.experiment.training.train import FINAL, checkpoint, train_lm
 
 # Each name is imported from its module when first used: importing this package loads nothing
@@ -93,6 +101,15 @@ _WHERE = {
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
+    "EmaConfig": "levanter.ema",
+    "LoraConfig": "levanter.lora",
+    "preference_chat": "marin.experiment.posttrain.data",
+    "preference_data": "marin.experiment.posttrain.data",
+    "dpo": "marin.experiment.posttrain.dpo",
+    "merge_checkpoints": "marin.experiment.posttrain.merge",
+    "merge_lora": "marin.experiment.posttrain.merge",
+    "reference_logprobs": "marin.experiment.posttrain.reference",
+    "story_preferences": "marin.experiment.tasks.story_preferences",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",
     "isoflop": "marin.experiment.scaling",
@@ -109,6 +126,8 @@ __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
     "FINAL",
     "ChatTemplate",
+    "EmaConfig",
+    "LoraConfig",
     "Step",
     "StepRunner",
     "best",
@@ -118,6 +137,7 @@ __all__ = [
     "consolidate",
     "decontaminate",
     "dedup",
+    "dpo",
     "eval_data",
     "eval_report",
     "evaluate",
@@ -129,12 +149,18 @@ __all__ = [
     "keep",
     "keep_languages",
     "language_id",
+    "merge_checkpoints",
+    "merge_lora",
     "mixture_fit",
     "output_path_of",
     "pii",
+    "preference_chat",
+    "preference_data",
     "quality_classifier",
+    "reference_logprobs",
     "source",
     "story_chats",
+    "story_preferences",
     "story_tasks",
     "tokenized",
     "tokenized_chat",

@@ -16,6 +16,7 @@ from marin.execution.core.lazy import StepHandle
 from marin.experiment.data.sources import is_hf_id, normalize_path
 from marin.experiment.training.models import FINAL
 from rigging import filesystem as fs
+from rigging.fields import added_field
 
 __all__ = [
     "FINAL",
@@ -37,20 +38,21 @@ def _check_checkpoint(checkpoint: Any) -> None:
 
 # --------------------------------------------------------------------------- export
 
-def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FINAL) -> None:
+def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FINAL, *, ema: bool = False) -> None:
     """Write the model of a ``train_lm`` output folder into ``out_dir`` in Hugging Face's layout.
 
     Args:
         train_output: a training step's output folder (``config.json``, ``final/``, ``checkpoints/``).
         out_dir: the folder to write (created; existing files of the same names are replaced).
         checkpoint: ``"final"`` for the final parameters, or the step of a kept checkpoint.
+        ema: the run's average of its parameters (``ema=`` of its training) instead. A LoRA run's
+            adapters are folded into its base (``levanter.generate.load_model``).
 
     Raises:
         FileNotFoundError: the parameters, the run's config or its tokenizer are missing.
     """
-    from levanter.checkpoint import checkpoint_dir, read_checkpoint_params
     from levanter.compat.hf_checkpoint import save_hf_model
-    from levanter.generate import load_final_model, read_model_config
+    from levanter.generate import load_model
     from marin.experiment.data.tokenizer import EOS_TOKEN
 
     _check_checkpoint(checkpoint)
@@ -59,11 +61,7 @@ def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FIN
         raise FileNotFoundError(f"{tokenizer_file}: no tokenizer beside the model (is this a train_lm output?)")
     tokenizer_json = fs.read_bytes(tokenizer_file)
     eos_id = _token_id(json.loads(tokenizer_json), EOS_TOKEN, tokenizer_file)
-    if checkpoint == FINAL:
-        config, params = load_final_model(train_output)
-    else:
-        config = read_model_config(train_output)
-        params = read_checkpoint_params(checkpoint_dir(train_output), checkpoint)
+    config, params = load_model(train_output, None if checkpoint == FINAL else int(checkpoint), ema=ema)
     if fs.is_local(out_dir):
         fs.makedirs(out_dir)
     # Documents are packed with EOS between them, so EOS is also what the model saw before a document
@@ -92,6 +90,8 @@ class ExportHfConfig:
     """A ``train_lm`` handle (or step, or the path of a training output folder)."""
     checkpoint: str | int = FINAL
     """``"final"``, or the step number of a kept checkpoint."""
+    ema: bool = added_field(default=False)
+    """Export the run's average of its parameters instead."""
 
     def __post_init__(self) -> None:
         _check_checkpoint(self.checkpoint)
@@ -99,22 +99,25 @@ class ExportHfConfig:
 
 def export_hf_step(config: ExportHfConfig, output_path: str) -> None:
     """Step function: the model in Hugging Face's layout at ``output_path``."""
-    write_hf_folder(str(config.model), output_path, config.checkpoint)
+    write_hf_folder(str(config.model), output_path, config.checkpoint, ema=config.ema)
 
 
 class ExportHf(StepHandle, fn=export_hf_step):
     """Handle to an export step; its output folder loads with ``transformers``."""
 
 
-def export_hf(name: str, model: Any, checkpoint: str | int = FINAL, *, version: str = "v1") -> ExportHf:
+def export_hf(name: str, model: Any, checkpoint: str | int = FINAL, *, ema: bool = False,
+              version: str = "v1") -> ExportHf:
     """A step writing ``model`` (a ``train_lm`` handle) as a Hugging Face ``LlamaForCausalLM`` folder.
 
     Args:
         name: the step's name (output at ``<prefix>/<name>-<hash>``).
-        model: the training step whose parameters are exported.
+        model: the training step whose parameters are exported (any model handle: a LoRA run's
+            adapters are folded into its base).
         checkpoint: ``"final"`` or the step number of a checkpoint the run kept.
+        ema: export the run's average of its parameters (``ema=`` of its training) instead.
     """
-    return ExportHf(name=name, config=ExportHfConfig(model=model, checkpoint=checkpoint), version=version)
+    return ExportHf(name=name, config=ExportHfConfig(model=model, checkpoint=checkpoint, ema=ema), version=version)
 
 
 # --------------------------------------------------------------------------- import

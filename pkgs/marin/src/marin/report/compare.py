@@ -125,11 +125,14 @@ class Comparison:
 
 
 def compare_plan(plan: Plan) -> Comparison:
-    """The comparison of every training step in ``plan``, with the eval steps that read them."""
+    """The comparison of every step in ``plan`` that makes a model (training, preference training, a merge
+    of checkpoints), with the eval steps that read them."""
+    from levanter.dpo.config import DpoRunConfig
+    from marin.experiment.posttrain.merge import MergeCheckpointsConfig
     from marin.experiment.training.train import TrainLmConfig
 
     hashes = plan.hashes()
-    training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig)]
+    training = [p for p in plan.steps if isinstance(p.step.config, TrainLmConfig | DpoRunConfig | MergeCheckpointsConfig)]
     row_of = {p.hash: i for i, p in enumerate(training)}
     flat = [flatten_config(p.step.config, hashes) for p in training]
     differing = differing_fields(flat)

@@ -33,7 +33,7 @@ from marin.execution.store.roots import read_roots
 from marin.execution.store.run_roots import collection_lock, dead_run_roots, runs_kept
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
-from marin.execution.store.usage import CHECKPOINT_MARKER
+from marin.execution.store.usage import MODEL_FILE_NAMES, marks_a_model
 from rigging import filesystem as fs
 from rigging.lease import held
 
@@ -112,13 +112,16 @@ def _output_sizes(files: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 
 def _holding_checkpoints(files: Iterable[tuple[str, int]], outputs: set[str]) -> set[str]:
-    """The ``outputs`` whose files (the prefix's listing) hold a checkpoint: models, from what is
-    there, not from a manifest (an unfinished training run has none, a damaged one reads as none)."""
+    """The ``outputs`` whose files (the prefix's listing) hold a checkpoint or final parameters
+    (:func:`~marin.execution.store.usage.marks_a_model`): models, from what is there, not from a
+    manifest (an unfinished training run has none, a damaged one reads as none)."""
     found = set()
     for rel, _size in files:
-        if rel.rpartition("/")[2] == CHECKPOINT_MARKER:
-            parts = rel.split("/")
-            found.update(owner for owner in ("/".join(parts[:i]) for i in range(1, len(parts))) if owner in outputs)
+        if rel.rpartition("/")[2] not in MODEL_FILE_NAMES:
+            continue
+        parts = rel.split("/")
+        found.update(owner for i in range(1, len(parts))
+                     if (owner := "/".join(parts[:i])) in outputs and marks_a_model("/".join(parts[i:])))
     return found
 
 

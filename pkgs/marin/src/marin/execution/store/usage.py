@@ -17,11 +17,22 @@ from marin.execution.store.roots import GcRoot
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 
-__all__ = ["CHECKPOINT_MARKER", "BuildSize", "Usage", "build_size", "build_sizes", "disk_usage", "name_prefix"]
+__all__ = ["CHECKPOINT_MARKER", "FINAL_PARAMS", "MODEL_FILE_NAMES", "BuildSize", "Usage", "build_size", "build_sizes",
+           "disk_usage", "marks_a_model", "name_prefix"]
 
 CHECKPOINT_MARKER = "_CHECKPOINT_METADATA"
 """The file Orbax writes into every checkpoint it commits: an output holding one is a trained model
 (or a training run's state), which ``marin gc`` removes only when told to."""
+FINAL_PARAMS = "final/params.npz"
+"""A model's final parameters: an output holding them without checkpoints (a merge of checkpoints,
+a folded LoRA run) is a model too."""
+MODEL_FILE_NAMES = (CHECKPOINT_MARKER, FINAL_PARAMS.rpartition("/")[2])
+"""The names of the files :func:`marks_a_model` may accept (a cheap first test on a listing)."""
+
+
+def marks_a_model(path: str) -> bool:
+    """Whether the file at ``path`` (relative to its output folder) makes the output a model."""
+    return path.rpartition("/")[2] == CHECKPOINT_MARKER or path == FINAL_PARAMS
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,7 @@ def build_size(record: StepRecord) -> BuildSize | None:
     files = record.read_manifest_files()
     if files is None:
         return None
-    model = any(path.rpartition("/")[2] == CHECKPOINT_MARKER for path, _size in files)
+    model = any(marks_a_model(path) for path, _size in files)
     return BuildSize(sum(size for _path, size in files), len(files), model)
 
 

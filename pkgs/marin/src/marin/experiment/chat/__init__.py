@@ -26,6 +26,7 @@ __all__ = [
     "Role",
     "conversation_from_record",
     "conversations_dataset",
+    "messages_from_turns",
     "read_conversations",
 ]
 
@@ -83,24 +84,39 @@ def conversation_from_record(record: Mapping[str, Any]) -> Conversation:
     turns = record[fmt.value]
     if not isinstance(turns, (list, tuple)) or not turns:
         raise ValueError(f"{fmt.value!r} must be a non-empty list of turns, got {_describe(turns)}")
-    speaker_key, text_key = _TURN_KEYS[fmt]
-    speakers = _SPEAKERS[fmt]
-    messages = []
-    for i, turn in enumerate(turns):
-        if not isinstance(turn, Mapping):
-            raise ValueError(f"turn {i} is {type(turn).__name__}, not an object with {speaker_key!r} and {text_key!r}")
-        speaker, text = turn.get(speaker_key), turn.get(text_key)
-        role = speakers.get(speaker) if isinstance(speaker, str) else None
-        if role is None:
-            raise ValueError(f"turn {i}: {speaker_key} {speaker!r} is not one of {', '.join(sorted(speakers))}")
-        if not isinstance(text, str):
-            raise ValueError(f"turn {i}: {text_key!r} is {_describe(text)}, not a string")
-        if not text.strip():
-            raise ValueError(f"turn {i} ({role.value}) is empty")
-        messages.append(Message(role, text))
+    messages = messages_from_turns(turns, fmt)
     if messages[-1].role is not Role.ASSISTANT:
         raise ValueError(f"the conversation ends with {messages[-1].role.value!r}, not 'assistant' "
                          "(nothing to learn from its last turn)")
+    return messages
+
+
+def messages_from_turns(turns: Any, fmt: ChatFormat | None = None, where: str = "") -> Conversation:
+    """The messages of a list of turns in ``fmt``'s layout (None: each turn's keys say, ``role``/``content``
+    or ``from``/``value``); ``where`` begins each error message.
+
+    Raises:
+        ValueError: a turn that is not an object, has an unknown speaker, or is empty.
+    """
+    if not isinstance(turns, (list, tuple)):
+        raise ValueError(f"{where}expected a list of turns, got {_describe(turns)}")
+    messages = []
+    for i, turn in enumerate(turns):
+        turn_fmt = fmt if fmt is not None else (ChatFormat.SHAREGPT if isinstance(turn, Mapping) and "from" in turn
+                                                else ChatFormat.OPENAI)
+        speaker_key, text_key = _TURN_KEYS[turn_fmt]
+        if not isinstance(turn, Mapping):
+            raise ValueError(f"{where}turn {i} is {type(turn).__name__}, not an object with {speaker_key!r} and {text_key!r}")
+        speakers = _SPEAKERS[turn_fmt]
+        speaker, text = turn.get(speaker_key), turn.get(text_key)
+        role = speakers.get(speaker) if isinstance(speaker, str) else None
+        if role is None:
+            raise ValueError(f"{where}turn {i}: {speaker_key} {speaker!r} is not one of {', '.join(sorted(speakers))}")
+        if not isinstance(text, str):
+            raise ValueError(f"{where}turn {i}: {text_key!r} is {_describe(text)}, not a string")
+        if not text.strip():
+            raise ValueError(f"{where}turn {i} ({role.value}) is empty")
+        messages.append(Message(role, text))
     return tuple(messages)
 
 

@@ -87,13 +87,17 @@ def resolve_corpus(source: str) -> tuple[str | list[str], list[str]]:
     return resolve_source(source), []
 
 
-def resolve_source(source: str) -> str | list[str]:
+def resolve_source(source: str, revision: str | None = None) -> str | list[str]:
     """The fsspec path, URL or files to read a corpus from; raises :class:`DataSourceError` if unusable.
 
-    A Hugging Face dataset id resolves to the train split's files in the hub cache (downloaded
-    into it first when the Hub can be reached and ``HF_HUB_OFFLINE`` is not set); see
-    :mod:`marin.experiment.data.hub` (and :func:`resolve_corpus` for its validation files).
+    A Hugging Face dataset id resolves to the train split's files in the hub cache at ``revision``
+    (a branch, tag or commit; None: ``main``), downloaded into it first when the Hub can be reached
+    and ``HF_HUB_OFFLINE`` is not set; see :mod:`marin.experiment.data.hub` (and
+    :func:`resolve_corpus` for its validation files). A revision of anything else is refused.
     """
+    if revision is not None and not ("://" not in source and not os.path.isabs(source) and not os.path.exists(source)
+                                     and is_hf_id(source)):
+        raise DataSourceError(f"source {source!r}: revision={revision!r} applies to Hugging Face dataset ids only")
     if "://" in source or os.path.isabs(source) or os.path.exists(source):
         if not fs.is_local(source) or os.path.exists(fs.strip_protocol(source)) or any(c in source for c in "*?["):
             return source
@@ -102,7 +106,7 @@ def resolve_source(source: str) -> str | list[str]:
         from marin.experiment.data.hub import HfDatasetUnavailable, resolve_hf_dataset
 
         try:
-            return list(resolve_hf_dataset(source, online=hf_reachable()).train)
+            return list(resolve_hf_dataset(source, online=hf_reachable(), revision=revision).train)
         except HfDatasetUnavailable as e:
             raise DataSourceError(f"{e}, or use marin.experiment.data.bundled_corpus()") from None
     raise DataSourceError(f"source {source!r} is neither an existing path, a URL, nor a Hugging Face id")

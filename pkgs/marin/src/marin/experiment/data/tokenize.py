@@ -204,6 +204,9 @@ class TokenizedSink(ArrayRecordSink):
             if lossless:
                 extra += (f" ({lossless} conversations were dropped: no assistant token within max_seq_len; "
                           "raise max_seq_len)")
+            too_long = counters.get("pairs_too_long", 0)
+            if too_long:
+                extra += f" ({too_long} preference pairs were dropped: a side longer than max_seq_len; raise max_seq_len)"
             raise DataError(self.source_description, "", f"empty corpus: no documents to tokenize{extra}")
         return super().finalize(shard_records, counters)
 

@@ -38,6 +38,7 @@ from marin.experiment.evaluation.tasks import check_checkpoint, task_evals
 from marin.experiment.results import TRAIN_SUMMARY_FILE
 from marin.experiment.training.models import FINAL, check_checkpoint_kept, final_only, training_config
 from rigging import filesystem as fs
+from rigging.fields import added_field
 
 __all__ = [
     "EVAL_FORMAT",
@@ -103,6 +104,8 @@ class EvalConfig:
     """Windows scored at once (does not change the scores)."""
     max_eval_tokens: int | None = None
     """Score at most about this many tokens of each dataset (None: all of it)."""
+    ema: bool = added_field(default=False)
+    """Score the run's average of its parameters (``ema=`` of its training) instead of the parameters."""
 
     def __post_init__(self) -> None:
         check_checkpoint(self.checkpoint)
@@ -163,7 +166,7 @@ def evaluate_step(config: EvalConfig, output_path: str) -> None:
 
     model_output = str(config.model)
     step = None if config.checkpoint == FINAL else int(config.checkpoint)
-    model_config, params = load_model(model_output, step)
+    model_config, params = load_model(model_output, step, ema=config.ema)
     tokenizer_json = read_tokenizer_json(model_output)
     byte_lengths = token_byte_lengths(tokenizer_json)
     results: dict[str, dict[str, Any]] = {}
@@ -284,7 +287,7 @@ def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *
              checkpoint: int | str = FINAL, seq_len: int | None = None, batch_size: int = 8,
              max_eval_tokens: int | None = None, text_field: str = "text", num_fewshot: int | None = None,
              limit: int | float | None = None, harness: HarnessConfig | None = None, bootstrap_iters: int = 1000,
-             version: str = "v1") -> Evaluate:
+             ema: bool = False, version: str = "v1") -> Evaluate:
     """An evaluation of one checkpoint of ``model``: losses on ``datasets``, scores on benchmark ``tasks``.
 
     Args:
@@ -309,6 +312,8 @@ def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *
         harness: the harness's batch shape, context, end token and precision (default: ``seq_len``
             and ``batch_size`` above).
         bootstrap_iters: resamples for the standard errors of non-mean task metrics.
+        ema: score the run's average of its parameters (it must train with ``ema=``) instead of
+            the parameters; both can be evaluated.
         version: bump to re-evaluate when the evaluation code changed (the task steps have their own).
 
     Raises:
@@ -320,6 +325,8 @@ def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *
     final_only(model, checkpoint)
     if datasets is None and tasks is None:
         raise ValueError(f"evaluate {name!r}: give datasets={{label: data}}, tasks=[...] or both")
+    if ema and train_config.trainer.ema is None:
+        raise ValueError(f"evaluate {name!r}: ema=True, but {lower(model).name} trains without ema= (no average to score)")
     if datasets is not None and (not isinstance(datasets, Mapping) or not datasets):
         raise ValueError("datasets must be a non-empty mapping of label to dataset")
     if checkpoint != FINAL:
@@ -332,13 +339,13 @@ def evaluate(name: str, model: Any, datasets: Mapping[str, Any] | None = None, *
         config = EvalConfig(
             model=model, checkpoint=checkpoint,
             datasets=tuple(eval_data(label, data, text_field=text_field) for label, data in datasets.items()),
-            seq_len=seq_len, batch_size=batch_size, max_eval_tokens=max_eval_tokens)
+            seq_len=seq_len, batch_size=batch_size, max_eval_tokens=max_eval_tokens, ema=ema)
         losses = Evaluate(name=name if tasks is None else f"{name}/losses", config=config, version=version)
         if tasks is None:
             return losses
     harness = harness if harness is not None else HarnessConfig(batch_size=batch_size, seq_len=seq_len)
     steps = task_evals(model, lower(model).name, checkpoint, tasks, harness=harness, num_fewshot=num_fewshot,
-                       limit=limit, bootstrap_iters=bootstrap_iters)
+                       limit=limit, bootstrap_iters=bootstrap_iters, ema=ema)
     return EvalSummary(name=name, config=EvalSummaryConfig(model=model, checkpoint=checkpoint, losses=losses,
                                                            tasks=steps), version=version)
 

@@ -36,6 +36,7 @@ from marin.execution.core.step import Step
 from marin.execution.core.traits import StepTraits, step_function
 from marin.experiment.tasks.story import StoryTasks
 from marin.experiment.training.models import FINAL
+from rigging.fields import added_field
 
 __all__ = ["TaskEval", "TaskEvalConfig", "check_checkpoint", "check_task_data", "harness_eval_step", "task_evals"]
 
@@ -75,6 +76,8 @@ class TaskEvalConfig:
     """SHA-256 of a local task YAML file and the local data files it names (None otherwise)."""
     lm_eval_version: str | None = None
     """lm-eval's version, for a task it defines (None for a YAML file)."""
+    ema: bool = added_field(default=False)
+    """Score the run's average of its parameters (``ema=`` of its training) instead of the parameters."""
 
     def __post_init__(self) -> None:
         check_checkpoint(self.checkpoint)
@@ -99,7 +102,8 @@ def harness_eval_step(config: TaskEvalConfig, output_path: str) -> None:
     from levanter.sharding import MeshConfig, make_mesh
 
     model_output = str(config.model)
-    model_config, params = load_model(model_output, None if config.checkpoint == FINAL else int(config.checkpoint))
+    model_config, params = load_model(model_output, None if config.checkpoint == FINAL else int(config.checkpoint),
+                                      ema=config.ema)
     scores = evaluate_model(model_config, params, read_tokenizer_json(model_output), config.run_config(str(config.task)),
                             config.harness, mesh=make_mesh(MeshConfig()), output_dir=output_path, name=model_output)
     for task, found in scores.items():
@@ -196,7 +200,7 @@ def _lm_eval_version() -> str:
 
 def task_evals(model: Any, model_name: str, checkpoint: int | str, tasks: Any, *, harness: HarnessConfig,
                num_fewshot: int | None = None, limit: int | float | None = None, bootstrap_iters: int = 1000,
-               seed: int = 0) -> tuple[TaskEval, ...]:
+               seed: int = 0, ema: bool = False) -> tuple[TaskEval, ...]:
     """One :class:`TaskEval` per task of ``tasks`` (see the module docstring), on ``checkpoint`` of ``model``.
 
     Raises:
@@ -204,11 +208,12 @@ def task_evals(model: Any, model_name: str, checkpoint: int | str, tasks: Any, *
             a task given twice, or a bad setting.
     """
     folder = f"evals/{model_name}" if checkpoint == FINAL else f"evals/{model_name}/step-{checkpoint}"
+    folder += "/ema" if ema else ""
     return tuple(
         TaskEval(name=f"{folder}/{t.label}", config=TaskEvalConfig(
             model=model, checkpoint=checkpoint, task=t.spec, harness=harness, num_fewshot=num_fewshot, limit=limit,
             bootstrap_iters=bootstrap_iters, seed=seed, task_digest=t.digest,
-            lm_eval_version=_lm_eval_version() if t.builtin else None))
+            lm_eval_version=_lm_eval_version() if t.builtin else None, ema=ema))
         for t in _tasks_of(tasks))
 
 

@@ -8,7 +8,7 @@ without a cycle.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from levanter.config import TrainLmConfig
 from marin.execution.core.identity import keep_identities
@@ -23,8 +23,13 @@ FINAL = "final"
 
 class TrainedModelHandle(StepHandle):
     """Base of handles whose output holds a trained model laid out as a training step's (final
-    parameters, tokenizer, ``train_summary.json``) without being one: a sweep's best trial. They
-    are fine-tuned from (``checkpoint(handle)``) and evaluated at their final parameters only."""
+    parameters, tokenizer, ``train_summary.json``) without being one: a sweep's best trial, a merge
+    of checkpoints, a preference-trained model. They are fine-tuned from (``checkpoint(handle)``)
+    and evaluated at their final parameters, and at their checkpoints when they keep them
+    (:attr:`keeps_checkpoints`: a training run of another objective, such as ``dpo(...)``)."""
+
+    keeps_checkpoints: ClassVar[bool] = False
+    """Whether its output holds the checkpoints its :meth:`training_config` describes."""
 
     def training_config(self) -> TrainLmConfig:
         """The training config as known before the step is built (what it picks may differ)."""
@@ -33,7 +38,7 @@ class TrainedModelHandle(StepHandle):
 
 def final_only(model: Any, step: int | str | None) -> None:
     """Raise ValueError when ``step`` names a checkpoint of a model known only by its final parameters."""
-    if isinstance(model, TrainedModelHandle) and step not in (None, FINAL):
+    if isinstance(model, TrainedModelHandle) and not model.keeps_checkpoints and step not in (None, FINAL):
         raise ValueError(f"{model.name} holds only final parameters (which run it copies is decided when it "
                          f"is built), got checkpoint step {step!r}")
 

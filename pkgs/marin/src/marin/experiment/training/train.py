@@ -132,6 +132,7 @@ TRAIN_TRAITS = StepTraits(
         "checkpoints/*/state/d/*",  # OCDBT data files, named at random
         "checkpoints/*/state/ocdbt.process_*",  # the same, per process
         "wandb/*",  # W&B's run files (only with wandb=): a random run id and times, by construction
+        "lora.json",  # a LoRA run's base: its absolute folder (only with lora=)
     ),
     plan_start=plan_start,
     plan_notes=mixture_notes,
@@ -307,7 +308,7 @@ def _eval_datasets(evals: Any) -> tuple[Any, ...]:
     return tuple(items)
 
 
-def checkpoint(model: Any, step: int | None = None) -> Any:
+def checkpoint(model: Any, step: int | None = None, *, ema: bool = False) -> Any:
     """A checkpoint of a training step, for ``train_lm(..., initialize_from=...)``.
 
     ``checkpoint(model, step=N)`` continues that run from its checkpoint ``N``: parameters,
@@ -315,7 +316,8 @@ def checkpoint(model: Any, step: int | None = None) -> Any:
     branch does. ``checkpoint(model)`` names the run's final parameters for a fine-tune: it starts
     at step 0 with a fresh optimizer and schedule, its vocabulary grown to its data's (new special
     tokens of a chat template get new rows; the old rows stay as trained). Either way the new
-    step's key holds ``model``'s hash (and ``N``).
+    step's key holds ``model``'s hash (and ``N``). ``checkpoint(model, ema=True)`` fine-tunes from the
+    run's average of its parameters (``ema=`` of its training) instead of its final parameters.
 
     Raises:
         ValueError: ``model`` is not a training step, or the run never writes or does not keep
@@ -323,8 +325,11 @@ def checkpoint(model: Any, step: int | None = None) -> Any:
     """
     config = training_config(model)
     final_only(model, step)
+    if ema and (step is not None or config.trainer.ema is None):
+        raise ValueError(f"checkpoint(..., ema=True) names a run's final average: {lower(model).name} "
+                         + ("trains without ema=" if config.trainer.ema is None else f"at step {step} (give no step)"))
     if step is None:
-        return TrainedModel(path=model)
+        return TrainedModel(path=model, ema=ema)
     check_checkpoint_kept(config, step)
     return CheckpointRef(model=model, step=step)
 
