@@ -294,7 +294,7 @@ def test_a_lora_merge_scores_as_the_adapted_model_and_exports_folded(built: dict
 
     exported = load_file(str(Path(result.by_name("hf/dpo-lora").output_path) / "model.safetensors"))
     q = next(k for k in exported if k.endswith("layers.0.self_attn.q_proj.weight"))
-    np.testing.assert_allclose(exported[q], np.asarray(folded["layer_0/attn/q_proj"]["w"]).T, rtol=0, atol=0)
+    np.testing.assert_allclose(exported[q], np.asarray(folded["layers/attn/q_proj"]["w"][0]).T, rtol=0, atol=0)
 
 
 def test_a_merge_is_the_weighted_mean_of_the_checkpoints_and_a_model(built: dict) -> None:
