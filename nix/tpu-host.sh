@@ -28,6 +28,10 @@ HOST_INDEX="${HOST_INDEX:-file:///opt/pypi/simple}"
 # Ray cannot start without a TCP socket, and the local runner never needs it: left out, with what only it needs.
 PRUNE="ray"
 PARTS=build/wheelhouse-tpu
+# Every accelerator step is a process of its own that compiles its programs again: a persistent
+# compilation cache lets the steps of one model (its evaluations, a rerun) reuse them. A cached
+# program is the one XLA would compile again, so it changes no result.
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/build/jax-cache}"
 PREFIX_FILE=build/tpu-host-prefix
 
 keep() {  # keep a copy of a file in $OUT, when there is one
