@@ -19,6 +19,10 @@
   of it (:mod:`testsupport.ray_cluster`). Defined here and nowhere else: each conftest or module
   that imported them made a fixture of its own, and so a head of its own (five per session, all
   kept running until the session ended).
+* (autouse) the variables that hide the accelerator (``JAX_PLATFORMS``, ``CUDA_VISIBLE_DEVICES``,
+  ``MARIN_ACCELERATOR_ENV``) are put back after every test: the CLI hides the accelerator from
+  its own short-lived process, and a test that runs the CLI in-process would otherwise hand its
+  hidden state to the next test of the worker.
 * (autouse, session) ``MARIN_STAT_CACHE`` names a stat cache of the session's own, so no test
   writes the user's ``~/.cache/marin``.
 
@@ -37,6 +41,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import pytest  # noqa: E402
 
+from iris.accelerator_env import HIDDEN_VARIABLES, SAVED  # noqa: E402
 from rigging.log import printable  # noqa: E402
 from testsupport import faults as _faults  # noqa: E402
 from testsupport import gcs as _gcs  # noqa: E402
@@ -173,6 +178,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "gs-gcp-emulator":
         return request.getfixturevalue("gcs_bucket")
     return request.getfixturevalue("strict_gcs_bucket")
+
+
+@pytest.fixture(autouse=True)
+def _accelerator_variables_put_back() -> Iterator[None]:
+    """Each test ends with the variables that hide the accelerator as it found them."""
+    names = (SAVED, *HIDDEN_VARIABLES)
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,8 +11,10 @@ import urllib.request
 
 import fsspec
 import pytest
+from gcsfs.core import GCSFileSystem
 
 from rigging import filesystem as rfs
+from rigging.gcs_client import RetryingGCSFileSystem
 from testsupport import gcs as testing
 
 
@@ -20,9 +22,10 @@ def test_emulator_environment_is_set(gcs_emulator):
     for key, value in testing.emulator_env(gcs_emulator.url).items():
         assert os.environ[key] == value
     assert gcs_emulator.url.startswith("http://127.0.0.1:")
-    # Plain fsspec users get the core gcsfs class pointed at the emulator too.
+    # Plain fsspec users (Orbax through etils) get gcsfs with the store's request layer
+    # (rigging.gcs.use_in_fsspec), pointed at the emulator too.
     fs = fsspec.filesystem("gs")
-    assert type(fs).__module__ == "gcsfs.core"
+    assert isinstance(fs, GCSFileSystem) and isinstance(fs, RetryingGCSFileSystem)
     assert fs._location == gcs_emulator.url
 
 
