@@ -38,6 +38,50 @@ def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.
     return objective
 
 
+_GradFn = Callable[[Any, Any, Any], tuple[tuple[jax.Array, Any], Any]]
+
+
+def _gradient_fn(objective: Objective, grad_dtype: Any) -> _GradFn:
+    """``(params, batch, frozen) -> ((total, aux), grads)`` of ``objective``; with a ``grad_dtype``
+    below float32 the parameters are cast to it first (gradients held in that dtype)."""
+    value_and_grad = jax.value_and_grad(objective, has_aux=True)
+    if jnp.dtype(grad_dtype) == jnp.dtype(jnp.float32):
+        return value_and_grad
+
+    def grad_fn(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
+        cast = jax.tree.map(lambda p: p.astype(grad_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        return value_and_grad(cast, batch, frozen)
+
+    return grad_fn
+
+
+def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: NamedSharding | None) -> _GradFn:
+    """``grad_fn`` averaged over ``grad_accum`` micro-batches (a scan; row ``r`` in micro-batch
+    ``r % grad_accum``, so each device keeps its rows)."""
+
+    def split(x: jax.Array) -> jax.Array:
+        micro = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
+        if batch_sharding is None:
+            return micro
+        return jax.lax.with_sharding_constraint(micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
+
+    def accumulated(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
+        micro = jax.tree.map(split, batch)
+
+        def body(carry: Any, mb: Any) -> tuple[Any, None]:
+            (total_i, aux_i), grads_i = grad_fn(params, mb, frozen)
+            return jax.tree.map(jnp.add, carry, (total_i, aux_i, grads_i)), None
+
+        aux = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)[0][1])
+        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux),
+                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+        (total_sum, aux_sum, grad_sum), _ = jax.lax.scan(body, zeros, micro)
+        mean = jax.tree.map(lambda x: x / grad_accum, (total_sum, aux_sum, grad_sum))
+        return (mean[0], mean[1]), mean[2]
+
+    return accumulated
+
+
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
                     z_loss_weight: float = 0.0, *, loss_block: int | None = None,
@@ -70,40 +114,15 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     """
     if objective is None:
         objective = lm_objective(model, compute_dtype, z_loss_weight, loss_block=loss_block)
-    value_and_grad = jax.value_and_grad(objective, has_aux=True)
-    low = jnp.dtype(grad_dtype) != jnp.dtype(jnp.float32)
-
-    def grad_fn(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
-        if not low:
-            return value_and_grad(params, batch, frozen)
-        cast = jax.tree.map(lambda p: p.astype(grad_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-        return value_and_grad(cast, batch, frozen)
-
+    grad_fn = _gradient_fn(objective, grad_dtype)
+    transformation_at: Callable[[Any], optax.GradientTransformation]
     if isinstance(tx, optax.GradientTransformation):
         fixed = tx
         rate_given, transformation_at = False, lambda _rate: fixed
     else:
         rate_given, transformation_at = True, tx
 
-    def split(x: jax.Array) -> jax.Array:
-        micro = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
-        if batch_sharding is None:
-            return micro
-        return jax.lax.with_sharding_constraint(micro, NamedSharding(batch_sharding.mesh, P(None, *batch_sharding.spec)))
-
-    def accumulated(params: Any, batch: Any, frozen: Any) -> tuple[tuple[jax.Array, Any], Any]:
-        micro = jax.tree.map(split, batch)
-
-        def body(carry: Any, mb: Any) -> tuple[Any, None]:
-            (total_i, aux_i), grads_i = grad_fn(params, mb, frozen)
-            return jax.tree.map(jnp.add, carry, (total_i, aux_i, grads_i)), None
-
-        aux = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)[0][1])
-        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux),
-                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
-        (total_sum, aux_sum, grad_sum), _ = jax.lax.scan(body, zeros, micro)
-        mean = jax.tree.map(lambda x: x / grad_accum, (total_sum, aux_sum, grad_sum))
-        return (mean[0], mean[1]), mean[2]
+    accumulated = _accumulated_gradient_fn(grad_fn, grad_accum, batch_sharding)
 
     def step(state: TrainState | Mapping[str, Any], batch: Any, rate: jax.Array | None = None,
              frozen: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
