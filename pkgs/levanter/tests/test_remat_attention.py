@@ -114,3 +114,22 @@ def test_splash_kernel_matches_xla_attention_on_packed_rows():
     # The tolerance has teeth: attention without the segments is far off on a packed row.
     (_, unpacked), _ = run(lambda q_, k_, v_, _s: xla_attention(q_, k_, v_, None))
     assert rel(want, unpacked) > 0.1
+
+
+def test_one_splash_kernel_serves_every_program_that_traces_it():
+    """The kernel of a shape is built once, inside the first trace that asks for it (a training
+    step), and reused by later programs (the evaluation): its mask tables must not be that first
+    trace's tracers. (On the chip, train_nano's first evaluation failed with JAX's
+    UnexpectedTracerError before the kernel was built eagerly.)"""
+    b, t, kv, group, hd = 1, 384, 1, 3, 32  # a shape no other test builds a kernel for
+    q = jnp.ones((b, t, kv, group, hd), jnp.float32)
+    k = v = jnp.ones((b, t, kv, hd), jnp.float32)
+    segments = jnp.zeros((b, t), jnp.int32)
+
+    def attend(q_, k_, v_, s_):
+        return splash_attention(q_, k_, v_, s_, block=128, interpret=True)
+
+    grads = jax.jit(jax.grad(lambda *a: attend(*a).sum()))(q, k, v, segments)
+    evaluated = jax.jit(lambda *a: attend(*a).mean())(q, k, v, segments)
+    assert grads.shape == q.shape
+    assert float(evaluated) == pytest.approx(1.0)  # v is all ones: every output is 1

@@ -56,7 +56,12 @@ def _block(seq_len: int, largest: int) -> int:
 @functools.lru_cache(maxsize=32)
 def _kernel(num_heads: int, seq_len: int, block: int, interpret: bool) -> Any:
     """The splash kernel of one causal ``[heads, t, d]`` problem (built once per shape: its mask
-    tables are made on the host)."""
+    tables are made on the host).
+
+    Built eagerly even when first asked for inside a trace: the kernel keeps its mask tables as
+    arrays, and a table made as a tracer of the first program traced would leak into every later
+    one (JAX's ``UnexpectedTracerError`` as soon as a second program, an evaluation after the
+    training step, uses the cached kernel)."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -64,7 +69,8 @@ def _kernel(num_heads: int, seq_len: int, block: int, interpret: bool) -> Any:
     sizes = sk.BlockSizes(block_q=size, block_kv=size, block_kv_compute=size, block_q_dkv=size,
                           block_kv_dkv=size, block_kv_dkv_compute=size, block_q_dq=size, block_kv_dq=size)
     mask = sm.MultiHeadMask([sm.CausalMask((seq_len, seq_len)) for _ in range(num_heads)])
-    return sk.make_splash_mha_single_device(mask, block_sizes=sizes, interpret=interpret)
+    with jax.ensure_compile_time_eval():
+        return sk.make_splash_mha_single_device(mask, block_sizes=sizes, interpret=interpret)
 
 
 def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None, *,
