@@ -4,7 +4,7 @@
 #
 #   here:   bash nix/tpu-host.sh wheelhouse    build/wheelhouse-tpu-1 ... -N: the lock's wheels for the
 #                                              host (manylinux x86_64, CPython 3.11), in parts of at most
-#                                              SPLIT_MIB MiB (default 54: a part and the repository fit
+#                                              SPLIT_MIB MiB (default 58: a part and the repository fit
 #                                              one 64 MiB transfer); the host's own JAX left out
 #   there:  bash nix/tpu-host.sh install K     part K into .venv (in order; the last part installs the
 #                                              workspace and what the host's own index has: HOST_INDEX)
@@ -23,7 +23,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # In the host's own Python (its system site-packages, which .venv sees): JAX and what JAX needs.
 HOST_HAS="jax jaxlib numpy scipy ml-dtypes opt-einsum"
 # In the host's own index (HOST_INDEX), big: installed from there by the last part.
-HOST_INDEX_HAS="${HOST_INDEX_HAS:-tensorstore pandas pyarrow datasets tokenizers lxml pydantic pydantic-core aiohttp multidict regex pytz}"
+HOST_INDEX_HAS="${HOST_INDEX_HAS:-tensorstore pandas pyarrow datasets tokenizers lxml pydantic pydantic-core aiohttp multidict regex pytz \
+matplotlib scikit-learn pillow fonttools kiwisolver pyyaml sqlalchemy greenlet grpcio babel nltk zstandard pygments \
+setuptools uvloop contourpy}"
 HOST_INDEX="${HOST_INDEX:-file:///opt/pypi/simple}"
 # Ray cannot start without a TCP socket, and the local runner never needs it: left out, with what only it needs.
 PRUNE="ray"
@@ -48,7 +50,7 @@ prefix() {  # the run's prefix: made empty once, then the same for every later c
 
 case "${1:-}" in
 wheelhouse)
-    make wheelhouse PLATFORM=manylinux_2_28_x86_64 PYTHON_VERSION=3.11 WITH_UV=0 SPLIT_MIB="${SPLIT_MIB:-54}" \
+    make wheelhouse PLATFORM=manylinux_2_28_x86_64 PYTHON_VERSION=3.11 WITH_UV=0 SPLIT_MIB="${SPLIT_MIB:-58}" \
         WHEELHOUSE_OUT="$PARTS" PRUNE="$PRUNE" EXCLUDE="$HOST_HAS $HOST_INDEX_HAS"
     ;;
 install)
