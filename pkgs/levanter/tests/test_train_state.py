@@ -92,3 +92,30 @@ def test_a_fresh_state_has_the_parameters_of_an_init_on_a_full_length_input(seq_
     full = jax.jit(TINY_MODEL.build(jnp.float32).init)(init_key, jnp.zeros((1, seq_len), jnp.int32))
     assert jax.tree.structure(state.params) == jax.tree.structure(full) and _same(state.params, full)
     assert np.array_equal(state.key, rest)
+
+
+def test_fresh_parameters_drawn_on_the_host_are_the_devices_own_split_as_the_run_says():
+    # On an accelerator the parameters are drawn by the host's CPU and each device gets its shards
+    # (levanter.training.start.fresh_state): the same state as the devices' own init, placed as the
+    # target says; on CPU devices there is no host to go to.
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from levanter.training.start import fresh_state, host_cpu
+
+    tx = TINY_OPTIMIZER.at_rate(0.0)
+    mesh = Mesh(np.asarray(jax.devices()), ("fsdp",))
+    shapes = jax.eval_shape(state_initializer(TINY_MODEL, tx, True), jax.random.PRNGKey(0))
+    # The first dimension split over the devices where it divides, else replicated.
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, P("fsdp") if s.ndim and s.shape[0] % mesh.size == 0
+                                                     else P()), shapes)
+    assert host_cpu(shardings) is None
+    on_devices = jax.jit(state_initializer(TINY_MODEL, tx, True), out_shardings=shardings)(jax.random.PRNGKey(11))
+    from_host = fresh_state(TINY_MODEL, tx, 11, shardings, ema=True, host=jax.devices("cpu")[0])
+    assert _same(from_host, on_devices) and _same(from_host.ema, from_host.params)
+    assert jax.tree.structure(from_host) == jax.tree.structure(on_devices)
+    for got, want in zip(jax.tree.leaves(from_host), jax.tree.leaves(shardings), strict=True):
+        assert got.sharding.is_equivalent_to(want, got.ndim)
+    # The seed is the state's: another seed, other parameters.
+    other = fresh_state(TINY_MODEL, tx, 12, shardings, ema=True, host=jax.devices("cpu")[0])
+    assert not _same(other.params, from_host.params)

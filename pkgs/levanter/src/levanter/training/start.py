@@ -9,13 +9,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from levanter.checkpoint import Checkpointer, restore_checkpoint
 from levanter.initialize import CheckpointStart, HfCheckpoint, InitializeFrom, TrainedModel, initial_params
-from levanter.training.state import TrainState, state_initializer
+from levanter.training.state import TrainState, params_initializer, state_of_params
 
-__all__ = ["Start", "starting_state"]
+__all__ = ["Start", "fresh_state", "host_cpu", "starting_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
         return Start(state=TrainState.of(restored.state), step=restored.step, data_state=data_state, source=source)
     shardings = jax.tree.map(lambda s: s.sharding, target)
     ema = target.ema is not None
-    make = init if init is not None else state_initializer(model_config, tx, ema)
-    state = jax.jit(make, out_shardings=shardings)(jax.random.PRNGKey(seed))
+    if init is not None:
+        state = jax.jit(init, out_shardings=shardings)(jax.random.PRNGKey(seed))
+    else:
+        state = fresh_state(model_config, tx, seed, shardings, ema=ema, host=host_cpu(shardings))
     if init is None and isinstance(initialize_from, HfCheckpoint | TrainedModel):
         params = initial_params(initialize_from, model_config)
 
@@ -70,3 +73,44 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
         state = jax.jit(start_from, out_shardings=shardings)(params, state)
         logger.info("initialised from %s", initialize_from)
     return Start(state=state, step=0, data_state=None, source=None)
+
+
+def host_cpu(shardings: Any) -> Any:
+    """The CPU that makes a run's fresh parameters when the run's devices are accelerators (None:
+    they are CPUs, or JAX was told to leave its CPU backend out)."""
+    devices = next(iter(jax.tree.leaves(shardings))).device_set
+    if all(d.platform == "cpu" for d in devices):
+        return None
+    try:
+        return jax.local_devices(backend="cpu")[0]
+    except RuntimeError:
+        return None
+
+
+def fresh_state(model_config: Any, tx: optax.GradientTransformation, seed: int, shardings: Any, *, ema: bool = False,
+                host: Any = None) -> TrainState:
+    """A fresh state of ``model_config`` from ``seed``, placed as ``shardings`` (a ``TrainState`` of
+    shardings) say.
+
+    With ``host`` (a CPU device) the parameters are drawn there and each device is sent its shards.
+    The init draws every weight with a random op of its own, unrolled over the layers, and a TPU's
+    compiler takes about a second for each (the fresh start of ``llama_150m`` spent 73 s compiling
+    its init on a v5e, against 9 s for its training step), a CPU's a small part of that. The values
+    are the CPU's, so a run starts from the same weights on every platform. The host holds the
+    float32 parameters once (4 bytes a parameter); the optimizer state is made on the devices.
+    """
+    init_params, make = params_initializer(model_config), state_of_params(tx, ema)
+    if host is None:
+        return jax.jit(lambda key: make(*init_params(key)), out_shardings=shardings)(jax.random.PRNGKey(seed))
+    with jax.default_device(host):
+        params, key = jax.jit(init_params)(jax.random.PRNGKey(seed))
+    placed = jax.tree.map(_from_host, (params, key), (shardings.params, shardings.key))
+    del params, key
+    return jax.jit(make, out_shardings=shardings, donate_argnums=0)(*placed)
+
+
+def _from_host(value: jax.Array, sharding: Any) -> jax.Array:
+    """``value`` (a whole array on the host) as an array of ``sharding``: each device gets its shard
+    (every process made the same value, so this holds on many hosts too)."""
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

@@ -21,7 +21,7 @@ from jax.tree_util import DictKey
 
 from levanter.sharding import tree_shardings
 
-__all__ = ["TrainState", "abstract_state", "state_initializer"]
+__all__ = ["TrainState", "abstract_state", "params_initializer", "state_initializer", "state_of_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +80,29 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
+def params_initializer(model_config: Any) -> Callable[[jax.Array], tuple[Any, jax.Array]]:
+    """``key -> (params, rest of the key)``: the fresh float32 parameters of
+    :func:`state_initializer`, and the key the state keeps."""
+    init_model = model_config.build(jnp.float32)
+
+    def init_params(key: jax.Array) -> tuple[Any, jax.Array]:
+        init_key, key = jax.random.split(key)
+        return init_model.init(init_key, jnp.zeros((1, 1), jnp.int32)), key
+
+    return init_params
+
+
+def state_of_params(tx: optax.GradientTransformation, ema: bool = False) -> Callable[[Any, jax.Array], TrainState]:
+    """``(params, key) -> state``: step 0, a fresh optimizer state of ``params`` (and, with ``ema``,
+    an average equal to them)."""
+
+    def make(params: Any, key: jax.Array) -> TrainState:
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key,
+                          ema=jax.tree.map(jnp.copy, params) if ema else None)
+
+    return make
+
+
 def state_initializer(model_config: Any, tx: optax.GradientTransformation,
                       ema: bool = False) -> Callable[[jax.Array], TrainState]:
     """``key -> state``: fresh float32 parameters of ``model_config`` (a ``ModelConfig``), optimizer
@@ -89,13 +112,10 @@ def state_initializer(model_config: Any, tx: optax.GradientTransformation,
     the input the init is traced on: it is traced on one token, so one compiled init serves every
     sequence length and batch size of a model (the same values as an init on a full-length input).
     """
-    init_model = model_config.build(jnp.float32)
+    init_params, make = params_initializer(model_config), state_of_params(tx, ema)
 
     def init_state(key: jax.Array) -> TrainState:
-        init_key, key = jax.random.split(key)
-        params = init_model.init(init_key, jnp.zeros((1, 1), jnp.int32))
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key,
-                          ema=jax.tree.map(jnp.copy, params) if ema else None)
+        return make(*init_params(key))
 
     return init_state
 
