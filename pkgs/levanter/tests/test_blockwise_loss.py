@@ -103,8 +103,8 @@ def test_scores_and_greedy_tokens(problem):
 
 def test_default_block_and_bad_arguments(problem):
     hidden, head, targets, _, _ = problem
-    # About 32 Mi logits per block over the batch: 8 rows x 32 positions of the Llama 3 vocabulary.
-    assert default_block(8, 4096, 128_256) == 32 and default_block(32, 1024, 128_256) == 8
+    # About 128 Mi logits per block over the batch: 8 rows x 128 positions of the Llama 3 vocabulary.
+    assert default_block(8, 4096, 128_256) == 128 and default_block(32, 1024, 128_256) == 32
     assert default_block(1, 5, 64) == 5
     with pytest.raises(ValueError, match="block must be a positive int or None, got 0"):
         lm_loss(hidden, head, targets, block=0)
