@@ -180,12 +180,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     return request.getfixturevalue("strict_gcs_bucket")
 
 
-@pytest.fixture(autouse=True)
-def _accelerator_variables_put_back() -> Iterator[None]:
-    """Each test ends with the variables that hide the accelerator as it found them."""
-    names = (SAVED, *HIDDEN_VARIABLES)
-    saved = {name: os.environ.get(name) for name in names}
-    yield
+def _put_back(saved: dict[str, str | None]) -> None:
+    """Set each variable of ``saved`` in ``os.environ`` back to its value there (None: unset)."""
     for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
@@ -193,16 +189,21 @@ def _accelerator_variables_put_back() -> Iterator[None]:
             os.environ[name] = value
 
 
+@pytest.fixture(autouse=True)
+def _accelerator_variables_put_back() -> Iterator[None]:
+    """Each test ends with the variables that hide the accelerator as it found them."""
+    saved = {name: os.environ.get(name) for name in (SAVED, *HIDDEN_VARIABLES)}
+    yield
+    _put_back(saved)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_stat_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Local sources' digests remembered in a file of this session's (shared by its xdist workers)."""
-    saved = os.environ.get("MARIN_STAT_CACHE")
+    saved = {"MARIN_STAT_CACHE": os.environ.get("MARIN_STAT_CACHE")}
     os.environ["MARIN_STAT_CACHE"] = str(session_root(tmp_path_factory) / "stat-cache.sqlite")
     yield
-    if saved is None:
-        os.environ.pop("MARIN_STAT_CACHE", None)
-    else:
-        os.environ["MARIN_STAT_CACHE"] = saved
+    _put_back(saved)
 
 
 @pytest.fixture(scope="session")
@@ -234,8 +235,4 @@ def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    _put_back(saved)

@@ -14,6 +14,7 @@ import pytest
 from gcsfs.core import GCSFileSystem
 
 from rigging import filesystem as rfs
+from rigging.gcs import use_in_fsspec
 from rigging.gcs_client import RetryingGCSFileSystem
 from testsupport import gcs as testing
 
@@ -22,11 +23,13 @@ def test_emulator_environment_is_set(gcs_emulator):
     for key, value in testing.emulator_env(gcs_emulator.url).items():
         assert os.environ[key] == value
     assert gcs_emulator.url.startswith("http://127.0.0.1:")
-    # Plain fsspec users (Orbax through etils) get gcsfs with the store's request layer
-    # (rigging.gcs.use_in_fsspec), pointed at the emulator too.
+    # Plain fsspec users get gcsfs pointed at the emulator too: gcsfs's own class until a process
+    # uses the store on gs:// (earlier tests of this worker may have), then the store's.
     fs = fsspec.filesystem("gs")
-    assert isinstance(fs, GCSFileSystem) and isinstance(fs, RetryingGCSFileSystem)
-    assert fs._location == gcs_emulator.url
+    assert isinstance(fs, GCSFileSystem) and fs._location == gcs_emulator.url
+    use_in_fsspec()  # what a step on a gs:// prefix does as it starts (Orbax opens gs:// through fsspec)
+    fs = fsspec.filesystem("gs")
+    assert isinstance(fs, RetryingGCSFileSystem) and fs._location == gcs_emulator.url
 
 
 def test_buckets_are_fresh_and_empty(gcs_bucket, gcs_emulator):
