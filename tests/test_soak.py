@@ -54,7 +54,7 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
 @pytest.mark.timeout(300)
 def test_soak_with_a_store_that_fails_small_count(tmp_path):
     # The faulty store's soak (`--prefix gs --faults 0.05`) on the small graph, on this host: seed 3
-    # draws a kill (of a step process where one is running), then a race of two runners, 5% of their requests faulted.
+    # draws a kill first, then a race or another kill, 5% of the runners' requests faulted.
     # (Runners on Ray nodes: the long runs of docs/reliability.md; testsupport.soak.nodes is tested
     # in tests/test_ray_multinode.py.)
     proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--prefix", "gs", "--faults", "0.05",
@@ -70,9 +70,12 @@ def test_soak_with_a_store_that_fails_small_count(tmp_path):
     # The fault lines come first, then the soak's usual verdict.
     assert lines.index(faults[-1]) < next(i for i, x in enumerate(lines) if x.startswith("soak seed 3 on gs"))
     assert lines[-1] == "soak: OK"
-    # The kill drawn is of a step's process when one is running at that moment, else of the runner
-    # (a busy host moves the moment): either way one process was SIGKILLed mid-run.
-    assert re.search(r"KILL (runner \S+ \(pid|(step|step-group|template) \d+ of runner)", out) and "race of 2 runners" in out
+    # Round 1 of seed 3 is a kill: of a step's process when one is running at the drawn moment, else
+    # of the runner (a busy host moves the moment). Round 2 is drawn after round 1's own draws, which
+    # that moment decides: a race of runners or another kill. Every round ran, with the faults.
+    rounds = re.findall(r"round (\d+): (one runner, one kill|race of [23] runners)", out)
+    assert [(n, kind.startswith("one runner")) for n, kind in rounds][:1] == [("1", True)] and len(rounds) == 2, rounds
+    assert re.search(r"KILL (runner \S+ \(pid|(step|step-group|template) \d+ of runner)", out)
     assert "builds: every step published once plus once per removal" in out
     assert "marin verify:" in out and "no problems" in out
     assert re.search(r"resumable uploads: \d+ opened, \d+ finished, \d+ cancelled, \d+ left open", out)
