@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import IO
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from testsupport.net import LOOPBACK
+from testsupport.net import LOOPBACK, LoopbackServer, proxy_target
 
 __all__ = ["FaultEvent", "FaultKind", "FaultProxy", "Request", "spread_rate"]
 
@@ -251,7 +251,7 @@ def _peer_closed(sock: socket.socket) -> bool:
         return True
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """A loopback proxy to ``target`` (``http://host:port``) that injects faults (see the module docstring).
 
     Args:
@@ -263,17 +263,16 @@ class FaultProxy:
         delay_s: latency added before every request is forwarded (as :class:`testsupport.latency.LatencyProxy`).
     """
 
+    thread_name = "fault-proxy"
+
     def __init__(self, target: str, *, rates: Mapping[FaultKind, float] | None = None, seed: int = 0,
                  stall_s: float = 5.0, retry_after_s: int = 1, hide_truncation: bool = False, delay_s: float = 0.0,
                  host: str = LOOPBACK):
-        parts = urlsplit(target)
-        if not parts.hostname or not parts.port:
-            raise ValueError(f"proxy target must be http://host:port, got {target!r}")
+        self._target = proxy_target(target)
         rates = dict(rates or {})
         if any(r < 0 for r in rates.values()) or sum(rates.values()) >= 1.0:
             raise ValueError(f"fault rates must be >= 0 and sum to less than 1, got {rates}")
-        self._target = (parts.hostname, parts.port)
-        self._target_url = f"http://{parts.hostname}:{parts.port}"
+        self._target_url = f"http://{self._target[0]}:{self._target[1]}"
         self.rates = rates
         self.stall_s = stall_s
         self.retry_after_s = retry_after_s
@@ -287,18 +286,7 @@ class FaultProxy:
         self._sessions: dict[str, str] = {}  # resumable upload id -> "open" | "finished" | "cancelled"
         self.log: list[FaultEvent] = []
         self._started = time.monotonic()
-        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind((host, 0))
-        self._server.listen(512)
-        self.host, self.port = host, int(self._server.getsockname()[1])
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, daemon=True, name="fault-proxy")
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        self._listen(host, 512)
 
     # -- control ------------------------------------------------------------------------------
     def inject(self, kind: FaultKind, match: Callable[[Request], bool] = lambda r: True, times: int = 1) -> None:
@@ -346,17 +334,6 @@ class FaultProxy:
                 with self._lock:
                     self._sessions[query["upload_id"][0]] = ended
 
-    def close(self) -> None:
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self._server.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- serving ------------------------------------------------------------------------------
     def _choose(self, request: Request) -> FaultKind | None:
         with self._lock:
@@ -378,14 +355,6 @@ class FaultProxy:
     def _note(self, kind: FaultKind, request: Request, note: str = "") -> None:
         with self._lock:
             self.log.append(FaultEvent(time.monotonic() - self._started, kind, str(request), note))
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True, name="fault-proxy-conn").start()
 
     def _serve(self, client: socket.socket) -> None:
         reader = client.makefile("rb")

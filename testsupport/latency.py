@@ -6,16 +6,15 @@ import contextlib
 import socket
 import threading
 import time
-from urllib.parse import urlsplit
 
-from testsupport.net import LOOPBACK
+from testsupport.net import LOOPBACK, LoopbackServer, proxy_target
 
 __all__ = ["LatencyProxy"]
 
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"PATCH ", b"DELETE ", b"HEAD ")
 
 
-class LatencyProxy:
+class LatencyProxy(LoopbackServer):
     """A loopback TCP proxy that delays every request by ``delay_s`` and counts requests.
 
     Put in front of the GCS emulator so that each round trip costs what it costs from a cloud VM
@@ -30,28 +29,16 @@ class LatencyProxy:
         delay_s: seconds added before forwarding each request (may be changed at any time).
     """
 
+    thread_name = "latency-proxy"
+
     def __init__(self, target: str, delay_s: float = 0.0, host: str = LOOPBACK):
-        parts = urlsplit(target)
-        if not parts.hostname or not parts.port:
-            raise ValueError(f"proxy target must be http://host:port, got {target!r}")
+        self._target = proxy_target(target)
         if delay_s < 0:
             raise ValueError(f"delay_s must be >= 0, got {delay_s}")
-        self._target = (parts.hostname, parts.port)
         self.delay_s = delay_s
         self._lock = threading.Lock()
         self.requests: list[str] = []  # "METHOD path" of every request seen, in arrival order
-        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind((host, 0))
-        self._server.listen(256)
-        self.host, self.port = host, int(self._server.getsockname()[1])
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, daemon=True, name="latency-proxy")
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        self._listen(host, 256)
 
     def count(self) -> int:
         """Requests seen so far."""
@@ -63,25 +50,6 @@ class LatencyProxy:
         with self._lock:
             seen, self.requests = self.requests, []
         return seen
-
-    def close(self) -> None:
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self._server.close()
-
-    def __enter__(self) -> LatencyProxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _note(self, chunk: bytes) -> None:
         if chunk.startswith(_HTTP_METHODS):
