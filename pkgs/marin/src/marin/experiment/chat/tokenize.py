@@ -39,7 +39,8 @@ from zephyr import current_context
 if TYPE_CHECKING:
     from fray import DistributedClient
 
-__all__ = ["TEMPLATE_FILE", "load_chat_template", "prepare_chat_tokenizer", "template_to_json", "tokenize_chat_to_shards"]
+__all__ = ["TEMPLATE_FILE", "ChatEncoder", "load_chat_template", "prepare_chat_tokenizer", "template_to_json",
+           "tokenize_chat_to_shards", "write_chat_shards", "write_chat_tokenizer"]
 
 TEMPLATE_FILE = "chat_template.json"
 
@@ -73,21 +74,28 @@ def prepare_chat_tokenizer(tokenizer_json: str, template: ChatTemplate) -> tuple
 
 
 @dataclass(frozen=True)
-class _EncodeChats:
-    """Worker-side: a batch of conversations to ``(split, record bytes)`` pairs, packed per split."""
+class ChatEncoder:
+    """Worker-side base of the chat folders' encoders: the tokenizer the shards are made with
+    (``tokenizer_path``, as :func:`write_chat_tokenizer` wrote it), read once per worker."""
 
     tokenizer_path: str
-    template: ChatTemplate
-    max_seq_len: int
-    pack: bool
-    seed: int
-    validation_fraction: float
 
     @functools.cached_property
     def _tokenizer(self) -> Any:
         from tokenizers import Tokenizer
 
         return Tokenizer.from_str(fs.read_text(self.tokenizer_path))
+
+
+@dataclass(frozen=True)
+class _EncodeChats(ChatEncoder):
+    """Worker-side: a batch of conversations to ``(split, record bytes)`` pairs, packed per split."""
+
+    template: ChatTemplate
+    max_seq_len: int
+    pack: bool
+    seed: int
+    validation_fraction: float
 
     def __call__(self, batch: list[Conversation]) -> list[tuple[str, bytes]]:
         from levanter.data.chat import encode_chat_record
@@ -146,7 +154,27 @@ def tokenize_chat_to_shards(
         zephyr.DataError: missing or bad input (when ``on_error="raise"``) or no conversation at all.
         marin.experiment.chat.template.TemplateError: the template cannot render a conversation.
     """
-    from levanter.data.chat import CHAT_FORMAT, MAX_CHAT_VOCAB
+    from levanter.data.chat import CHAT_FORMAT
+
+    tokenizer, added, out_tokenizer = write_chat_tokenizer(tokenizer_path, output_path, template, max_seq_len)
+    encode = _EncodeChats(out_tokenizer, template, max_seq_len, pack, seed, validation_fraction)
+    dataset = (conversations_dataset(source, num_shards=num_shards, on_error=on_error)
+               .batch(batch_size).flat_map(encode))
+    return write_chat_shards(dataset, source, output_path, CHAT_FORMAT, tokenizer, template, added, client,
+                             max_seq_len=max_seq_len, packed=pack)
+
+
+def write_chat_tokenizer(tokenizer_path: str, output_path: str, template: ChatTemplate,
+                         max_seq_len: int) -> tuple[Any, list[str], str]:
+    """The tokenizer at ``tokenizer_path`` with ``template``'s special tokens added, written with the
+    template into ``output_path`` (``tokenizer.json``, ``chat_template.json``): the tokenizer the
+    shards are made with and the template travel with them, so a fine-tuned model is sampled with
+    exactly these. Returns the tokenizer, the tokens added and the path of the one written.
+
+    Raises:
+        ValueError: ``max_seq_len`` below 2, or a vocabulary the chat record format cannot hold.
+    """
+    from levanter.data.chat import MAX_CHAT_VOCAB
 
     if max_seq_len < 2:
         raise ValueError(f"max_seq_len must be >= 2, got {max_seq_len}")
@@ -154,19 +182,22 @@ def tokenize_chat_to_shards(
     vocab_size = tokenizer.get_vocab_size()
     if vocab_size > MAX_CHAT_VOCAB:
         raise ValueError(f"tokenizer {tokenizer_path}: vocabulary of {vocab_size} exceeds the chat format's {MAX_CHAT_VOCAB}")
-    # The tokenizer the shards were made with (special tokens included) and the template travel
-    # with them: a fine-tuned model is sampled with exactly these.
     out_tokenizer = fs.join(output_path, "tokenizer.json")
     fs.atomic_write(out_tokenizer, tokenizer.to_str().encode("utf-8"))
     fs.atomic_write(fs.join(output_path, TEMPLATE_FILE), template_to_json(template).encode("utf-8"))
+    return tokenizer, added, out_tokenizer
 
-    encode = _EncodeChats(out_tokenizer, template, max_seq_len, pack, seed, validation_fraction)
-    dataset = (conversations_dataset(source, num_shards=num_shards, on_error=on_error)
-               .batch(batch_size).flat_map(encode))
+
+def write_chat_shards(dataset: Any, source: str | Sequence[str], output_path: str, format_name: str, tokenizer: Any,
+                      template: ChatTemplate, added: list[str], client: DistributedClient | None,
+                      **metadata: Any) -> dict[str, Any]:
+    """Write ``dataset``'s ``(split, record)`` pairs as the shards of a chat folder of ``format_name``
+    (its index has the vocabulary, the end token's id and ``metadata``); returns ``{"index",
+    "counters", "added_tokens", "<split>_records", "<split>_tokens"}``."""
     description = source if isinstance(source, str) else ", ".join(source)
-    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=CHAT_FORMAT,
-                         metadata={"vocab_size": vocab_size, "eos_id": tokenizer.token_to_id(template.end_token),
-                                   "max_seq_len": max_seq_len, "packed": pack},
+    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=format_name,
+                         metadata={"vocab_size": tokenizer.get_vocab_size(),
+                                   "eos_id": tokenizer.token_to_id(template.end_token), **metadata},
                          source_description=description)
     result = write_shards(dataset, sink, source, client, max_parallel=min(os.cpu_count() or 1, dataset.num_shards))
     index = result.index or {}

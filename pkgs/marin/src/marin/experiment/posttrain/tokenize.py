@@ -18,17 +18,14 @@ one prompt lands in the same split.
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.experiment.chat.template import ChatTemplate, TemplateError
-from marin.experiment.chat.tokenize import TEMPLATE_FILE, prepare_chat_tokenizer, template_to_json
-from marin.experiment.data.tokenize import SPLITS, TokenizedSink, assign_split, split_totals, write_shards
+from marin.experiment.chat.tokenize import ChatEncoder, write_chat_shards, write_chat_tokenizer
+from marin.experiment.data.tokenize import assign_split
 from marin.experiment.posttrain.preference import PreferencePair, preferences_dataset
-from rigging import filesystem as fs
 from zephyr import current_context
 
 if TYPE_CHECKING:
@@ -66,20 +63,13 @@ def encode_preference(template: ChatTemplate, tokenizer: Any, pair: PreferencePa
 
 
 @dataclass(frozen=True)
-class _EncodePairs:
+class _EncodePairs(ChatEncoder):
     """Worker-side: a batch of preferences to ``(split, record bytes)`` pairs."""
 
-    tokenizer_path: str
     template: ChatTemplate
     max_seq_len: int
     seed: int
     validation_fraction: float
-
-    @functools.cached_property
-    def _tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
-        return Tokenizer.from_str(fs.read_text(self.tokenizer_path))
 
     def __call__(self, batch: list[PreferencePair]) -> list[tuple[str, bytes]]:
         from levanter.data.preference import encode_pair
@@ -111,24 +101,10 @@ def tokenize_preferences_to_shards(
         zephyr.DataError: missing or bad input (when ``on_error="raise"``), or no pair that fits.
         marin.experiment.chat.template.TemplateError: the template cannot render a pair.
     """
-    from levanter.data.chat import MAX_CHAT_VOCAB, PREFERENCE_FORMAT
+    from levanter.data.chat import PREFERENCE_FORMAT
 
-    if max_seq_len < 2:
-        raise ValueError(f"max_seq_len must be >= 2, got {max_seq_len}")
-    tokenizer, added = prepare_chat_tokenizer(fs.read_text(tokenizer_path), template)
-    vocab_size = tokenizer.get_vocab_size()
-    if vocab_size > MAX_CHAT_VOCAB:
-        raise ValueError(f"tokenizer {tokenizer_path}: vocabulary of {vocab_size} exceeds the chat format's {MAX_CHAT_VOCAB}")
-    out_tokenizer = fs.join(output_path, "tokenizer.json")
-    fs.atomic_write(out_tokenizer, tokenizer.to_str().encode("utf-8"))
-    fs.atomic_write(fs.join(output_path, TEMPLATE_FILE), template_to_json(template).encode("utf-8"))
+    tokenizer, added, out_tokenizer = write_chat_tokenizer(tokenizer_path, output_path, template, max_seq_len)
     encode = _EncodePairs(out_tokenizer, template, max_seq_len, seed, validation_fraction)
     dataset = preferences_dataset(source, num_shards=num_shards, on_error=on_error).batch(batch_size).flat_map(encode)
-    description = source if isinstance(source, str) else ", ".join(source)
-    sink = TokenizedSink(output_path=output_path, splits=SPLITS, format_name=PREFERENCE_FORMAT,
-                         metadata={"vocab_size": vocab_size, "eos_id": tokenizer.token_to_id(template.end_token),
-                                   "max_seq_len": max_seq_len},
-                         source_description=description)
-    result = write_shards(dataset, sink, source, client, max_parallel=min(os.cpu_count() or 1, dataset.num_shards))
-    index = result.index or {}
-    return {"index": index, "counters": dict(result.counters), "added_tokens": added, **split_totals(index)}
+    return write_chat_shards(dataset, source, output_path, PREFERENCE_FORMAT, tokenizer, template, added, client,
+                             max_seq_len=max_seq_len)
