@@ -40,13 +40,14 @@ from levanter.training import (
     Validation,
     loss_fn,
 )
-from levanter.training.execution import compile_step, plan_execution, step_flops
+from levanter.training.execution import Execution, compile_step, plan_execution, step_flops
 from levanter.training.step import lm_objective
-from levanter.training.trained import trained_state
+from levanter.training.trained import Trained, trained_state
 from rigging import filesystem as fs
 from rigging.progress import ProgressWriter
 
-__all__ = ["BatchLayout", "TrainSetup", "batch_layout", "resolve_model", "run_writers", "set_up"]
+__all__ = ["BatchLayout", "RunParts", "TrainSetup", "batch_layout", "build_run", "resolve_model", "run_peak", "run_writers",
+           "set_up", "write_lora"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,24 +182,10 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
         ValueError: a dataset of the mixture is missing or incomplete (before anything is built).
     """
     check_mixture_data(config.data.datasets)
-    model_config = resolve_model(config)
-    config = dataclasses.replace(config, model=model_config)
-    trainer = config.trainer
-    layout = batch_layout(trainer)
+    run = build_run(config, output_path)
+    config, layout, model, trained, checkpointer = run.config, run.layout, run.model, run.trained, run.checkpointer
+    model_config, trainer, execution = config.model, config.trainer, run.execution
     dtype = trainer.compute_dtype.jnp
-    execution = plan_execution(config, model_config, layout.mesh, jax.local_devices()[0])
-    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()),
-                               impl=execution.impl)
-    # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
-    # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
-    # schedule, peak or length share their compiled init and step (JAX's compilation cache).
-    rate_of_step = config.optimizer.rate_of_step(trainer.num_train_steps)  # checks the schedule fits
-    tx = config.optimizer.at_rate(0.0)
-
-    started_at = time.perf_counter()
-    checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
-    # All the parameters, or LoRA adapters of frozen weights (levanter.training.trained).
-    trained = trained_state(config, model_config, tx, layout.mesh, checkpointer)
     target, start = trained.target, trained.start
     state_shardings = jax.tree.map(lambda s: s.sharding, target)
 
@@ -218,21 +205,76 @@ def set_up(config: TrainLmConfig, output_path: str) -> TrainSetup:
                             in_shardings=(state_shardings.params, layout.batch_sharding), out_shardings=layout.replicated)
     val_batches = _validation_batches(config)
     validation = Validation(eval_loss, [b[layout.rows] for b in val_batches], place)
-    peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
-            else peak_flops(dtype, layout.devices[0]))
+    peak = run_peak(trainer, layout)
     run_id = trainer.run_id or os.path.basename(output_path.rstrip("/"))
     writer, progress = run_writers(config, output_path, run_id, start, layout.primary)
-    if config.lora is not None and layout.primary:  # its parameters are adapters of this base
-        write_lora_file(output_path, config.lora, initialize_to_dict(trainer.initialize_from) or {})
+    if layout.primary:
+        write_lora(config, output_path)
     iterator, data_offset = _train_batches(config, layout, start)
     return TrainSetup(config=config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
-                      rate_of_step=rate_of_step,
+                      rate_of_step=run.rate_of_step,
                       eval_loss=eval_loss, place=place, checkpointer=checkpointer, start=start, memory=memory,
-                      validation=validation, has_validation_data=bool(val_batches), peak=peak, started_at=started_at,
+                      validation=validation, has_validation_data=bool(val_batches), peak=peak,
+                      started_at=run.started_at,
                       iterator=iterator, writer=writer, progress=progress, data_offset=data_offset,
                       # XLA's count is of a plain language-model step: a LoRA run's step is another program.
                       count_step_flops=(lambda: None) if config.lora is not None else
                       lambda: step_flops(model_config, config, execution.impl, target, batch_shape, _RATE))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunParts:
+    """What every training run (a language model's, a DPO run's) builds before its step."""
+
+    config: TrainLmConfig
+    """The run's config, its model resolved (:func:`resolve_model`)."""
+    layout: BatchLayout
+    execution: Execution
+    """Its remat policy and attention kernel (``levanter.training.execution.plan_execution``)."""
+    model: Any
+    """The model in the compute dtype, its activations sharded on the mesh."""
+    rate_of_step: Callable[[int], float]
+    started_at: float
+    """When the run's set-up began (after the model was built): its time to first step counts from here."""
+    checkpointer: Checkpointer
+    trained: Trained
+    """Its target and starting state (``levanter.training.trained``)."""
+
+
+def build_run(config: TrainLmConfig, output_path: str) -> RunParts:
+    """The model, mesh, execution plan, checkpointer and starting state of run ``config``."""
+    model_config = resolve_model(config)
+    config = dataclasses.replace(config, model=model_config)
+    trainer = config.trainer
+    layout = batch_layout(trainer)
+    execution = plan_execution(config, model_config, layout.mesh, jax.local_devices()[0])
+    model = model_config.build(trainer.compute_dtype.jnp,
+                               shard=activation_sharder(layout.mesh, model_config.sharding_units()),
+                               impl=execution.impl)
+    # The schedule stays out of every compiled program: the state is made with the rate at 0 (each
+    # step sets it) and the step takes its rate as an argument, so runs of one model that differ in
+    # schedule, peak or length share their compiled init and step (JAX's compilation cache).
+    rate_of_step = config.optimizer.rate_of_step(trainer.num_train_steps)  # checks the schedule fits
+    tx = config.optimizer.at_rate(0.0)
+    started_at = time.perf_counter()
+    checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
+    # All the parameters, or LoRA adapters of frozen weights (levanter.training.trained).
+    trained = trained_state(config, model_config, tx, layout.mesh, checkpointer)
+    return RunParts(config=config, layout=layout, execution=execution, model=model, rate_of_step=rate_of_step,
+                    started_at=started_at, checkpointer=checkpointer, trained=trained)
+
+
+def run_peak(trainer: TrainerConfig, layout: BatchLayout) -> PeakFlops:
+    """The peak FLOP/s the run's MFU is counted against: the config's, else its device's."""
+    if trainer.peak_flops_per_device:
+        return PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE)
+    return peak_flops(trainer.compute_dtype.jnp, layout.devices[0])
+
+
+def write_lora(config: TrainLmConfig, output_path: str) -> None:
+    """For a LoRA run, the adapters' file (its parameters are adapters of ``initialize_from``'s base)."""
+    if config.lora is not None:
+        write_lora_file(output_path, config.lora, initialize_to_dict(config.trainer.initialize_from) or {})
 
 
 def _batch_shape(config: TrainLmConfig, layout: BatchLayout) -> jax.ShapeDtypeStruct:

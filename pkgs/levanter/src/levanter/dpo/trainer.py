@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,23 +27,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from levanter.checkpoint import Checkpointer, checkpoint_dir
 from levanter.data.loader import check_dataset
 from levanter.data.preference import eval_pair_batches, pair_batches
 from levanter.dpo.config import DPO_CONFIG_FILE, DpoRunConfig, dpo_config_from_dict, dpo_config_to_dict
 from levanter.dpo.loss import batch_terms, dpo_objective, pair_metrics
 from levanter.dpo.reference import read_reference
-from levanter.flops import CONFIG_SOURCE, PeakFlops, peak_flops
-from levanter.initialize import initialize_to_dict
-from levanter.lora import write_lora_file
 from levanter.memory import MEMORY_FILE, measure_memory
-from levanter.sharding import activation_sharder
 from levanter.summary import TrainSummary
-from levanter.train_setup import TrainSetup, batch_layout, resolve_model, run_writers
+from levanter.train_setup import TrainSetup, build_run, run_peak, run_writers, write_lora
 from levanter.trainer import join_distributed, train
 from levanter.training import ScheduledHook, StepInfo
-from levanter.training.execution import compile_step, plan_execution
-from levanter.training.trained import Trained, trained_state
+from levanter.training.execution import compile_step
+from levanter.training.trained import Trained
 from rigging import filesystem as fs
 
 __all__ = ["PairValidation", "main", "set_up_dpo"]
@@ -114,20 +108,10 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
     data_path = str(config.train.data.datasets[0].path)
     check_dataset(data_path, f"preference data ({data_path})")
     reference = _references(config, data_path)  # before anything is built: other data's log-probs are refused
-    model_config = resolve_model(config.train)
-    train_config = dataclasses.replace(config.train, model=model_config)
+    run = build_run(config.train, output_path)
+    train_config, layout, model, trained = run.config, run.layout, run.model, run.trained
     trainer = train_config.trainer
-    layout = batch_layout(trainer)
     dtype = trainer.compute_dtype.jnp
-    # Remat and the attention kernel as a training run of this model, batch and context would use.
-    execution = plan_execution(train_config, model_config, layout.mesh, jax.local_devices()[0])
-    model = model_config.build(dtype, shard=activation_sharder(layout.mesh, model_config.sharding_units()),
-                               impl=execution.impl)
-    rate_of_step = train_config.optimizer.rate_of_step(trainer.num_train_steps)
-    tx = train_config.optimizer.at_rate(0.0)
-    started_at = time.perf_counter()
-    checkpointer = Checkpointer(checkpoint_dir(output_path), trainer.checkpoint)
-    trained = trained_state(train_config, model_config, tx, layout.mesh, checkpointer)
     window = trainer.seq_len + 1
     shapes = {"pairs": jax.ShapeDtypeStruct((trainer.batch_size, 2, 3, window), jnp.int32, sharding=layout.batch_sharding)}
     if reference is not None:
@@ -136,7 +120,7 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
     train_step = compile_step(model, train_config, layout, trained.target, shapes, _RATE, objective=objective,
                               trained=trained)
     memory = measure_memory(layout.mesh, trained.start.state.params, trained.start.state.opt_state, train_step,
-                            execution=execution)
+                            execution=run.execution)
     logger.info("%s", memory.summary())
     place = _tree_placer(layout.batch_sharding, shapes)
     validation, eval_loss = _validation(config, trained, model, layout, place, data_path, reference, window)
@@ -146,21 +130,19 @@ def set_up_dpo(config: DpoRunConfig, output_path: str) -> TrainSetup:
         fs.atomic_write(fs.join(output_path, MEMORY_FILE), memory.dumps())
         resolved = dataclasses.replace(config, train=train_config)
         fs.atomic_write(fs.join(output_path, DPO_CONFIG_FILE), json.dumps(dpo_config_to_dict(resolved), indent=2))
-        if train_config.lora is not None:
-            write_lora_file(output_path, train_config.lora, initialize_to_dict(trainer.initialize_from) or {})
+        write_lora(train_config, output_path)
     iterator = iter(pair_batches(data_path, window=window, batch_size=trainer.batch_size, seed=trainer.seed,
                                  reference=None if reference is None else reference["train"],
                                  prefetch=train_config.data.prefetch, cache_dir=train_config.data.shard_cache_dir,
                                  rows=layout.rows))
     if trained.start.data_state is not None:
         iterator.set_state(trained.start.data_state)
-    peak = (PeakFlops(trainer.peak_flops_per_device, CONFIG_SOURCE) if trainer.peak_flops_per_device
-            else peak_flops(dtype, layout.devices[0]))
+    peak = run_peak(trainer, layout)
     return TrainSetup(config=train_config, output_path=output_path, run_id=run_id, layout=layout, train_step=train_step,
-                      rate_of_step=rate_of_step, eval_loss=eval_loss, place=place, checkpointer=checkpointer,
+                      rate_of_step=run.rate_of_step, eval_loss=eval_loss, place=place, checkpointer=run.checkpointer,
                       start=trained.start, memory=memory, validation=validation,  # pyright: ignore[reportArgumentType]
                       has_validation_data=validation.has_pairs, peak=peak,
-                      started_at=started_at, iterator=iterator, writer=writer, progress=progress,
+                      started_at=run.started_at, iterator=iterator, writer=writer, progress=progress,
                       sequences_per_example=2)
 
 
