@@ -17,6 +17,7 @@ from zephyr.readers import (
     TextReader,
     expand_paths,
     read_documents,
+    read_records,
     reader_for_path,
 )
 from zephyr.shards import (
@@ -68,6 +69,7 @@ __all__ = [
     "local_shard",
     "plan_file_shards",
     "read_documents",
+    "read_records",
     "read_index",
     "read_web_records",
     "reader_for_path",

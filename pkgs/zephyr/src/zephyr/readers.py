@@ -53,6 +53,7 @@ __all__ = [
     "TextReader",
     "expand_paths",
     "read_documents",
+    "read_records",
     "reader_for_path",
 ]
 
@@ -284,6 +285,13 @@ def read_documents(
     for path in expand_paths(source):
         reader = reader_for_path(path, text_field=text_field, text_mode=text_mode, on_error=on_error)
         yield from reader.read(FileSlice(path), counters)
+
+
+def read_records(source: str | Iterable[str], record_fn: RecordFn, *, on_error: OnError | str = OnError.RAISE,
+                 counters: Counters | None = None) -> Iterator[Any]:
+    """Yield ``record_fn`` of every record of ``source`` (JSON lines or Parquet) in this process, in file order."""
+    for path in expand_paths(source):
+        yield from reader_for_path(path, on_error=on_error, record_fn=record_fn).read(FileSlice(path), counters)
 
 
 def _lone_surrogate(text: str) -> int | None:

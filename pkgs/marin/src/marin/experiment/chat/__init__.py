@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zephyr import Counters, Dataset, FileSlice, OnError, expand_paths, reader_for_path
+from zephyr import Counters, Dataset, OnError, read_records
 
 __all__ = [
     "ChatFormat",
@@ -133,6 +133,4 @@ def conversations_dataset(source: str | Iterable[str], *, num_shards: int | None
 def read_conversations(source: str | Iterable[str], *, on_error: OnError | str = OnError.RAISE,
                        counters: Counters | None = None) -> Iterator[Conversation]:
     """Every conversation of ``source`` in this process, in file order."""
-    for path in expand_paths(source):
-        reader = reader_for_path(path, on_error=on_error, record_fn=conversation_from_record)
-        yield from reader.read(FileSlice(path), counters)
+    return read_records(source, conversation_from_record, on_error=on_error, counters=counters)

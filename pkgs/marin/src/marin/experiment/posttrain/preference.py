@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.experiment.chat import Conversation, Message, Role, messages_from_turns
-from zephyr import Counters, Dataset, FileSlice, OnError, expand_paths, reader_for_path
+from zephyr import Counters, Dataset, OnError, read_records
 
 __all__ = ["PreferencePair", "preference_from_record", "preferences_dataset", "read_preferences"]
 
@@ -104,6 +104,4 @@ def preferences_dataset(source: str | Iterable[str], *, num_shards: int | None =
 def read_preferences(source: str | Iterable[str], *, on_error: OnError | str = OnError.RAISE,
                      counters: Counters | None = None) -> Iterator[PreferencePair]:
     """Every preference of ``source`` in this process, in file order."""
-    for path in expand_paths(source):
-        reader = reader_for_path(path, on_error=on_error, record_fn=preference_from_record)
-        yield from reader.read(FileSlice(path), counters)
+    return read_records(source, preference_from_record, on_error=on_error, counters=counters)
