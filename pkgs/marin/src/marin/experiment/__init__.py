@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from marin.experiment.posttrain import POSTTRAIN_NAMES
 from rigging.lazy import lazy_getattr
 
 if TYPE_CHECKING:
@@ -102,9 +101,14 @@ _WHERE = {
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
-    # Where each post-training name lives, as marin.experiment.posttrain says (not through that
-    # package: some of the names are also its submodules' names, which shadow its lazy attributes).
-    **POSTTRAIN_NAMES,
+    "EmaConfig": "marin.experiment.posttrain",
+    "LoraConfig": "marin.experiment.posttrain",
+    "preference_chat": "marin.experiment.posttrain",
+    "preference_data": "marin.experiment.posttrain",
+    "dpo": "marin.experiment.posttrain",
+    "merge_checkpoints": "marin.experiment.posttrain",
+    "merge_lora": "marin.experiment.posttrain",
+    "reference_logprobs": "marin.experiment.posttrain",
     "story_preferences": "marin.experiment.tasks.story_preferences",
     "export_hf": "marin.experiment.hf",
     "hf_checkpoint": "marin.experiment.hf",

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from marin.experiment.posttrain.merge import merge_checkpoints, merge_lora
     from marin.experiment.posttrain.reference import reference_logprobs
 
-__all__ = ["POSTTRAIN_NAMES", "EmaConfig", "LoraConfig", "dpo", "merge_checkpoints", "merge_lora", "preference_chat", "preference_data",
+__all__ = ["EmaConfig", "LoraConfig", "dpo", "merge_checkpoints", "merge_lora", "preference_chat", "preference_data",
            "reference_logprobs"]
 
-POSTTRAIN_NAMES = {
+_WHERE = {
     "EmaConfig": "levanter.ema",
     "LoraConfig": "levanter.lora",
     "preference_chat": "marin.experiment.posttrain.data",
@@ -42,4 +42,4 @@ POSTTRAIN_NAMES = {
     "reference_logprobs": "marin.experiment.posttrain.reference",
 }
 
-__getattr__ = lazy_getattr(__name__, POSTTRAIN_NAMES)
+__getattr__ = lazy_getattr(__name__, _WHERE)
