@@ -101,6 +101,8 @@ _WHERE = {
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
+    # As marin.experiment.posttrain's own map says: listed here again because importing this package
+    # loads no subpackage (tested), and that package's submodules dpo and merge shadow its names.
     "EmaConfig": "levanter.ema",
     "LoraConfig": "levanter.lora",
     "preference_chat": "marin.experiment.posttrain.data",
