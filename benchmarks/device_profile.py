@@ -3,7 +3,9 @@
 Ops on the accelerator's "XLA Ops" lines (every op of the first device process when there is no
 such line; a CPU's host threads when there is no device) are summed by name, and by kind: the
 output softmax, attention, the MLP and projections (named by the model's Haiku scopes, which XLA
-keeps in an op's long name), the optimizer, and the rest.
+keeps in an op's long name), the optimizer, and the rest. An op counts its own time only: a
+``while`` loop's span holds its body's ops on the same line, so the loop is charged what its body's
+ops leave over (without that, a scanned model's time is counted twice).
 """
 
 from __future__ import annotations
@@ -42,8 +44,33 @@ def _device_events(events: list[dict]) -> list[dict]:
     return [e for e in spans if e.get("pid") in device] or spans
 
 
+def _self_times(events: list[dict]) -> list[float]:
+    """Each event's duration less that of the events nested in it on its own line (pid, tid)."""
+    own = [float(e.get("dur", 0.0)) for e in events]
+    lines: dict[tuple[Any, Any], list[int]] = collections.defaultdict(list)
+    for i, e in enumerate(events):
+        lines[(e.get("pid"), e.get("tid"))].append(i)
+    for indices in lines.values():
+        indices.sort(key=lambda i: (float(events[i].get("ts", 0.0)), -float(events[i].get("dur", 0.0))))
+        stack: list[int] = []  # open spans, outermost first
+        for i in indices:
+            start = float(events[i].get("ts", 0.0))
+            while stack and float(events[stack[-1]].get("ts", 0.0)) + float(events[stack[-1]].get("dur", 0.0)) <= start:
+                stack.pop()
+            if stack:
+                own[stack[-1]] -= float(events[i].get("dur", 0.0))
+            stack.append(i)
+    return [max(t, 0.0) for t in own]
+
+
+def _what(args: dict) -> str:
+    """The framework op an XLA op came from (its ``tf_op``/``source`` metadata), short."""
+    text = str(args.get("tf_op") or args.get("source") or "")
+    return text if len(text) <= 90 else "..." + text[-87:]
+
+
 def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
-    """``{"total_ms", "ops": [[name, ms, share]], "kinds": {kind: share}, "lines": [...]}`` of the
+    """``{"total_ms", "ops": [[name, ms, share, source op]], "kinds": {kind: share}, "lines": [...]}`` of the
     newest Perfetto trace under ``trace_dir`` (empty when there is none)."""
     found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
     if not found:
@@ -53,14 +80,16 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     events = _device_events(data["traceEvents"] if isinstance(data, dict) else data)
     by_name: collections.Counter[str] = collections.Counter()
     by_kind: collections.Counter[str] = collections.Counter()
-    for e in events:
+    what: dict[str, str] = {}
+    for e, us in zip(events, _self_times(events), strict=True):
         args = e.get("args") or {}
         long_name = " ".join(str(args.get(k, "")) for k in ("long_name", "tf_op", "hlo_op", "name"))
-        by_name[e["name"]] += e.get("dur", 0.0)
-        by_kind[_kind(e["name"] + " " + long_name)] += e.get("dur", 0.0)
+        by_name[e["name"]] += us
+        by_kind[_kind(e["name"] + " " + long_name)] += us
+        what.setdefault(e["name"], _what(args))
     total = sum(by_name.values()) or 1.0
-    ops = [[name, round(us / 1e3, 3), round(us / total, 4)] for name, us in by_name.most_common(top)]
+    ops = [[name, round(us / 1e3, 3), round(us / total, 4), what[name]] for name, us in by_name.most_common(top)]
     kinds = {k: round(us / total, 4) for k, us in by_kind.most_common()}
     lines = [f"traced {total / 1e3:.1f} ms; by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in kinds.items())]
-    lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" for name, ms, share in ops[:10]]
+    lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" + (f"  ({src})" if src else "") for name, ms, share, src in ops[:12]]
     return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "lines": lines}

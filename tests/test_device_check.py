@@ -39,3 +39,34 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys):
 def test_unknown_model_is_named(tmp_path):
     with pytest.raises(SystemExit, match="no model 'llama_7x' in experiments/llama.py; models are: .*llama_150m"):
         main(["--smoke", "--model", "llama_7x", "--out", os.fspath(tmp_path)])
+
+
+def _perfetto(path: os.PathLike, events: list[dict]) -> None:
+    import gzip
+
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:TPU:0"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "XLA Ops"}}]
+    os.makedirs(path, exist_ok=True)
+    with gzip.open(os.path.join(path, "perfetto_trace.json.gz"), "wt") as f:
+        json.dump({"traceEvents": meta + [dict(e, ph="X", pid=1, tid=2) for e in events]}, f)
+
+
+def test_profile_summary_charges_a_loop_only_what_its_body_leaves(tmp_path):
+    from benchmarks.device_profile import summarise_trace
+
+    # One step: a while loop (0-100 us) whose body ran two ops (10-40, 50-90), then an op after it.
+    _perfetto(tmp_path / "t", [
+        {"name": "while.3", "ts": 0, "dur": 100, "args": {"tf_op": "jit(step)/while"}},
+        {"name": "fusion.1", "ts": 10, "dur": 30, "args": {"tf_op": "jit(step)/while/body/_loss_grads/dot_general"}},
+        {"name": "fusion.2", "ts": 50, "dur": 40, "args": {"tf_op": "jit(step)/transpose(jvp(embed))/scatter-add"}},
+        {"name": "fusion.1", "ts": 100, "dur": 20, "args": {}},
+    ])
+    summary = summarise_trace(str(tmp_path / "t"))
+    ops = {name: (ms, share, src) for name, ms, share, src in summary["ops"]}
+    assert summary["total_ms"] == pytest.approx(0.12)  # 120 us of device time, none counted twice
+    assert ops["fusion.1"][:2] == (pytest.approx(0.05), pytest.approx(50 / 120, abs=1e-4))
+    assert ops["while.3"][0] == pytest.approx(0.03)  # 100 less the 70 of its body
+    assert ops["fusion.2"][2].endswith("scatter-add")
+    assert summary["kinds"]["loss"] == pytest.approx(30 / 120, abs=1e-4)  # by each op's own source
+    assert summary["kinds"]["embedding"] == pytest.approx(40 / 120, abs=1e-4)
+    assert any("scatter-add" in line for line in summary["lines"])
