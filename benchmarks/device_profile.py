@@ -69,6 +69,10 @@ def _what(args: dict) -> str:
     return text if len(text) <= 90 else "..." + text[-87:]
 
 
+def _largest(times: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(times.items(), key=lambda kv: -kv[1])
+
+
 def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     """``{"total_ms", "ops": [[name, ms, share, source op]], "kinds": {kind: share}, "lines": [...]}`` of the
     newest Perfetto trace under ``trace_dir`` (empty when there is none)."""
@@ -78,8 +82,8 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     with gzip.open(found[-1]) as f:
         data = json.load(f)
     events = _device_events(data["traceEvents"] if isinstance(data, dict) else data)
-    by_name: collections.Counter[str] = collections.Counter()
-    by_kind: collections.Counter[str] = collections.Counter()
+    by_name: collections.defaultdict[str, float] = collections.defaultdict(float)
+    by_kind: collections.defaultdict[str, float] = collections.defaultdict(float)
     what: dict[str, str] = {}
     for e, us in zip(events, _self_times(events), strict=True):
         args = e.get("args") or {}
@@ -88,8 +92,8 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
         by_kind[_kind(e["name"] + " " + long_name)] += us
         what.setdefault(e["name"], _what(args))
     total = sum(by_name.values()) or 1.0
-    ops = [[name, round(us / 1e3, 3), round(us / total, 4), what[name]] for name, us in by_name.most_common(top)]
-    kinds = {k: round(us / total, 4) for k, us in by_kind.most_common()}
+    ops = [[name, round(us / 1e3, 3), round(us / total, 4), what[name]] for name, us in _largest(by_name)[:top]]
+    kinds = {k: round(us / total, 4) for k, us in _largest(by_kind)}
     lines = [f"traced {total / 1e3:.1f} ms; by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in kinds.items())]
     lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" + (f"  ({src})" if src else "") for name, ms, share, src in ops[:12]]
     return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "lines": lines}
