@@ -17,10 +17,12 @@ import json
 import os
 from typing import Any
 
+from levanter.ops.blocks import SCOPE
+
 __all__ = ["summarise_trace"]
 
 # Kind of an op, by the first of these words in its name or long name (lowercased).
-_KINDS = (("splash", "attention"), ("attention", "attention"), ("cross_entropy", "loss"), ("lm_loss", "loss"),
+_KINDS = (("splash", "attention"), ("attention", "attention"), (SCOPE, "loss"), ("lm_loss", "loss"),
           ("_loss_grads", "loss"), ("mlp", "mlp"), ("attn", "attention projections"), ("adam", "optimizer"),
           ("optax", "optimizer"), ("clip", "optimizer"), ("embed", "embedding"), ("norm", "norms"))
 

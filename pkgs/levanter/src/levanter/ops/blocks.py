@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_LOGITS", "default_block"]
+__all__ = ["BLOCK_LOGITS", "SCOPE", "default_block"]
+
+SCOPE = "cross_entropy"
+"""The name scope of every op of the blockwise softmax: XLA keeps it in the ops' metadata, so a
+profile (``benchmarks/device_profile``) can tell the output head's share of a step."""
 
 BLOCK_LOGITS = 1 << 27
 """Logits per block the default aims at (128 Mi float32 values, 512 MiB): what one step holds.

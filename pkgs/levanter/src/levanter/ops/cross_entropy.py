@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from levanter.ops.blocks import default_block
+from levanter.ops.blocks import SCOPE, default_block
 
-__all__ = ["default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
+__all__ = ["SCOPE", "default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""
@@ -96,7 +96,8 @@ def _loss_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights:
 
     zero = jnp.zeros((), jnp.float32)
     init = (jnp.zeros(head.shape, jnp.float32), zero, zero)
-    (d_head, ce_sum, z_sum), d_h = jax.lax.scan(body, init, (hb, tb, wb))
+    with jax.named_scope(SCOPE):
+        (d_head, ce_sum, z_sum), d_h = jax.lax.scan(body, init, (hb, tb, wb))
     return ce_sum, z_sum, _unblock(d_h, t), d_head
 
 
@@ -179,7 +180,8 @@ def _scan_blocks(hidden: jax.Array, head: jax.Array, targets: jax.Array, block: 
         logits, lse, picked = _block_stats(h, head, tgt)
         return None, per_block(logits, lse, picked, tgt)
 
-    _, out = jax.lax.scan(body, None, (_blocks(hidden, block), _blocks(targets, block)))
+    with jax.named_scope(SCOPE):
+        _, out = jax.lax.scan(body, None, (_blocks(hidden, block), _blocks(targets, block)))
     return jax.tree.map(lambda x: _unblock(x, t), out)
 
 
@@ -208,7 +210,8 @@ def _token_logprobs_bwd(block: int, residuals: Any, g: jax.Array) -> Any:
         d_h = jnp.einsum("bkv,dv->bkd", d_logits, head, preferred_element_type=jnp.float32).astype(h.dtype)
         return d_head + jnp.einsum("bkd,bkv->dv", h, d_logits, preferred_element_type=jnp.float32), d_h
 
-    d_head, d_h = jax.lax.scan(body, jnp.zeros(head.shape, jnp.float32), xs)
+    with jax.named_scope(SCOPE):
+        d_head, d_h = jax.lax.scan(body, jnp.zeros(head.shape, jnp.float32), xs)
     return _unblock(d_h, t), d_head.astype(head.dtype), None
 
 
