@@ -45,6 +45,7 @@ from iris.accelerator_env import HIDDEN_VARIABLES, SAVED  # noqa: E402
 from rigging.log import printable  # noqa: E402
 from testsupport import faults as _faults  # noqa: E402
 from testsupport import gcs as _gcs  # noqa: E402
+from testsupport.e2e import NANO_STORE_GROUP  # noqa: E402
 from testsupport.ray_cluster import (  # noqa: E402
     RAY_HEAD_GROUP,
     ray_client,  # noqa: F401 - fixture
@@ -73,6 +74,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       which starts the one head: a head costs seconds to start and keeps processes running;
     * a module-scoped fixture is built once per worker that runs a test of the module, so the tests
       that use one go to one worker: a group per module.
+
+    The groups that take minutes (``FIRST_GROUPS``) are then moved to the front, their tests' order
+    kept: pytest-xdist hands out the groups in the order of the collection, so a long group
+    collected late (``tests/`` comes last) would run alone at the end while the other workers wait.
     """
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
@@ -83,6 +88,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(RAY_HEAD_GROUP))
         elif any(d.scope == "module" for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
+    items.sort(key=lambda item: _group(item) not in FIRST_GROUPS)  # a stable sort: False first
+
+
+FIRST_GROUPS = (NANO_STORE_GROUP, RAY_HEAD_GROUP)
+"""Groups sent to the workers before every other test: the longest (the nano store's, several
+minutes) and the Ray head's (a minute of tests, and a head that is stopped after them)."""
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark is not None and mark.args else None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -102,8 +118,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def _in_ray_group(item: pytest.Item) -> bool:
-    mark = item.get_closest_marker("xdist_group")
-    return mark is not None and mark.args[:1] == (RAY_HEAD_GROUP,)
+    return _group(item) == RAY_HEAD_GROUP
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -230,7 +230,12 @@ def nano_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ran]:
     return _SHARED["nano"]
 
 
-shares_nano_store = pytest.mark.xdist_group("nano-store")
+NANO_STORE_GROUP = "nano-store"
+"""The xdist group of the tests that share the built nano store: the suite's longest group (the
+smoke ``make experiments`` twice alone takes 5-7 minutes of one worker), which the root conftest
+sends out first."""
+
+shares_nano_store = pytest.mark.xdist_group(NANO_STORE_GROUP)
 """Mark for every test that calls :func:`nano_prefix` or :func:`experiments_prefix`: under ``pytest -n``
 they run in one worker (``--dist loadgroup``), so the prefix is built once and never written by two
 tests at a time."""
