@@ -282,16 +282,20 @@ def read_documents(
     counters: Counters | None = None,
 ) -> Iterator[str]:
     """Yield every document of ``source`` in this process, in file order."""
-    for path in expand_paths(source):
-        reader = reader_for_path(path, text_field=text_field, text_mode=text_mode, on_error=on_error)
-        yield from reader.read(FileSlice(path), counters)
+    return _read_in_order(source, counters, text_field=text_field, text_mode=text_mode, on_error=on_error)
 
 
 def read_records(source: str | Iterable[str], record_fn: RecordFn, *, on_error: OnError | str = OnError.RAISE,
                  counters: Counters | None = None) -> Iterator[Any]:
     """Yield ``record_fn`` of every record of ``source`` (JSON lines or Parquet) in this process, in file order."""
+    return _read_in_order(source, counters, on_error=on_error, record_fn=record_fn)
+
+
+def _read_in_order(source: str | Iterable[str], counters: Counters | None, **reader_options: Any) -> Iterator[Any]:
+    """Every item of every file of ``source``, each file read whole by ``reader_for_path(path,
+    **reader_options)``, in file order (lazily: nothing is opened before the first item is asked for)."""
     for path in expand_paths(source):
-        yield from reader_for_path(path, on_error=on_error, record_fn=record_fn).read(FileSlice(path), counters)
+        yield from reader_for_path(path, **reader_options).read(FileSlice(path), counters)
 
 
 def _lone_surrogate(text: str) -> int | None:
