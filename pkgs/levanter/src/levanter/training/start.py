@@ -14,7 +14,7 @@ import optax
 
 from levanter.checkpoint import Checkpointer, restore_checkpoint
 from levanter.initialize import CheckpointStart, HfCheckpoint, InitializeFrom, TrainedModel, initial_params
-from levanter.training.state import TrainState, params_initializer, state_of_params
+from levanter.training.state import TrainState, params_initializer, state_initializer, state_of_params
 
 __all__ = ["Start", "fresh_state", "host_cpu", "starting_state"]
 
@@ -99,14 +99,13 @@ def fresh_state(model_config: Any, tx: optax.GradientTransformation, seed: int, 
     are the CPU's, so a run starts from the same weights on every platform. The host holds the
     float32 parameters once (4 bytes a parameter); the optimizer state is made on the devices.
     """
-    init_params, make = params_initializer(model_config), state_of_params(tx, ema)
     if host is None:
-        return jax.jit(lambda key: make(*init_params(key)), out_shardings=shardings)(jax.random.PRNGKey(seed))
+        return jax.jit(state_initializer(model_config, tx, ema), out_shardings=shardings)(jax.random.PRNGKey(seed))
     with jax.default_device(host):
-        params, key = jax.jit(init_params)(jax.random.PRNGKey(seed))
+        params, key = jax.jit(params_initializer(model_config))(jax.random.PRNGKey(seed))
     placed = jax.tree.map(_from_host, (params, key), (shardings.params, shardings.key))
     del params, key
-    return jax.jit(make, out_shardings=shardings, donate_argnums=0)(*placed)
+    return jax.jit(state_of_params(tx, ema), out_shardings=shardings, donate_argnums=0)(*placed)
 
 
 def _from_host(value: jax.Array, sharding: Any) -> jax.Array:
