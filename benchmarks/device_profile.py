@@ -22,9 +22,10 @@ from levanter.ops.blocks import SCOPE
 __all__ = ["summarise_trace"]
 
 # Kind of an op, by the first of these words in its name or long name (lowercased).
-_KINDS = (("splash", "attention"), ("attention", "attention"), (SCOPE, "loss"), ("lm_loss", "loss"),
-          ("_loss_grads", "loss"), ("mlp", "mlp"), ("attn", "attention projections"), ("adam", "optimizer"),
-          ("optax", "optimizer"), ("clip", "optimizer"), ("embed", "embedding"), ("norm", "norms"))
+# The loss's ops by their name scope (levanter.ops.blocks.SCOPE): their metadata names none of its functions.
+_KINDS = (("splash", "attention"), ("attention", "attention"), (SCOPE, "loss"), ("mlp", "mlp"),
+          ("attn", "attention projections"), ("adam", "optimizer"), ("optax", "optimizer"), ("clip", "optimizer"),
+          ("embed", "embedding"), ("norm", "norms"))
 
 
 def _kind(text: str) -> str:
@@ -48,19 +49,20 @@ def _device_events(events: list[dict]) -> list[dict]:
 
 def _self_times(events: list[dict]) -> list[float]:
     """Each event's duration less that of the events nested in it on its own line (pid, tid)."""
+    start = [float(e.get("ts", 0.0)) for e in events]
     own = [float(e.get("dur", 0.0)) for e in events]
+    end = [s + d for s, d in zip(start, own, strict=True)]
     lines: dict[tuple[Any, Any], list[int]] = collections.defaultdict(list)
     for i, e in enumerate(events):
         lines[(e.get("pid"), e.get("tid"))].append(i)
     for indices in lines.values():
-        indices.sort(key=lambda i: (float(events[i].get("ts", 0.0)), -float(events[i].get("dur", 0.0))))
+        indices.sort(key=lambda i: (start[i], -end[i]))  # an enclosing span before what it holds
         stack: list[int] = []  # open spans, outermost first
         for i in indices:
-            start = float(events[i].get("ts", 0.0))
-            while stack and float(events[stack[-1]].get("ts", 0.0)) + float(events[stack[-1]].get("dur", 0.0)) <= start:
+            while stack and end[stack[-1]] <= start[i]:
                 stack.pop()
             if stack:
-                own[stack[-1]] -= float(events[i].get("dur", 0.0))
+                own[stack[-1]] -= end[i] - start[i]
             stack.append(i)
     return [max(t, 0.0) for t in own]
 

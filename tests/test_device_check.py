@@ -57,7 +57,7 @@ def test_profile_summary_charges_a_loop_only_what_its_body_leaves(tmp_path):
     # One step: a while loop (0-100 us) whose body ran two ops (10-40, 50-90), then an op after it.
     _perfetto(tmp_path / "t", [
         {"name": "while.3", "ts": 0, "dur": 100, "args": {"tf_op": "jit(step)/while"}},
-        {"name": "fusion.1", "ts": 10, "dur": 30, "args": {"tf_op": "jit(step)/while/body/_loss_grads/dot_general"}},
+        {"name": "fusion.1", "ts": 10, "dur": 30, "args": {"tf_op": "jit(step)/jvp(cross_entropy)/while/body/closed_call/bkd,dv->bkv/dot_general"}},
         {"name": "fusion.2", "ts": 50, "dur": 40, "args": {"tf_op": "jit(step)/transpose(jvp(embed))/scatter-add"}},
         {"name": "fusion.1", "ts": 100, "dur": 20, "args": {}},
     ])
