@@ -125,14 +125,21 @@ def main(argv: list[str]) -> list[dict]:
     if jax.default_backend() == "cpu" and not args.smoke:
         raise SystemExit("device_check: JAX sees only CPU devices (install jax with its CUDA or TPU plugin); "
                          "use --smoke for a CPU check of the script")
-    from benchmarks.device_profile import summarise_trace
     from levanter.training.execution import device_memory
 
     available = int(args.memory_gib * 2**30) if args.memory_gib else device_memory(jax.devices()[0])
-    tmp = tempfile.mkdtemp(prefix="device-check-")
     device = f"{jax.devices()[0].device_kind} x{len(jax.devices())}"
     print(f"device_check on {device}; memory {'unknown' if available is None else f'{available / 2**30:.2f} GiB'}")
     print(" | ".join(_COLUMNS))
+    # The random tokens and the runs' folders are the check's own: removed when it ends, however it ends.
+    with tempfile.TemporaryDirectory(prefix="device-check-") as tmp:
+        return _rows(args, device, available, tmp)
+
+
+def _rows(args: argparse.Namespace, device: str, available: int | None, tmp: str) -> list[dict]:
+    """Run (or refuse) each configuration in turn, print its row and keep the rows in ``args.out``."""
+    from benchmarks.device_profile import summarise_trace  # imports JAX: as main's, after the arguments
+
     rows = []
     for spec in args.specs:
         row = _run(spec, args, available, tmp)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 
 import pytest
 
 from benchmarks.device_check import main
 
 
-def test_smoke_rows_and_a_refusal(tmp_path, capsys):
+def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
+    scratch = tmp_path / "scratch"  # the check's temporary folders go here, and must be gone after it
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     rows = main(["--smoke", "--config", "llama_nano:4x64:full:xla", "--config", "llama_1_4b:8x2048",
                  "--memory-gib", "16", "--steps", "3", "--warmup", "1", "--out", str(out)])
     ok, refused = rows
@@ -34,6 +38,7 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys):
     saved = json.loads((out / "device_check.json").read_text())
     assert [r["status"] == "ok" for r in saved["rows"]] == [True, False]
     assert "| llama_nano | 4 | 64 | full | xla |" in (out / "device_check.md").read_text()
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("device-check-")]
 
 
 def test_unknown_model_is_named(tmp_path):
