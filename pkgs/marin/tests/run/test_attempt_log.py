@@ -42,3 +42,32 @@ def test_a_remote_outputs_log_is_uploaded_beside_it_when_closed():
 
     with fsspec.open(log.remote, "r") as f:
         assert f.read() == "hello\n"  # type: ignore[union-attr]
+
+
+def _scratch_folders(tmp_path) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("marin-log-"))
+
+
+def test_a_remote_outputs_log_leaves_no_temporary_folder_however_the_attempt_ends(tmp_path, monkeypatch):
+    import tempfile
+
+    import fsspec
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    quiet = AttemptLog("memory://logs/quiet", SecretMask(), pulled=True)
+    assert _scratch_folders(tmp_path)  # the local copy's folder, while the attempt runs
+    quiet.close(_Handle())  # the worker printed nothing: nothing to upload, and the folder goes
+    assert _scratch_folders(tmp_path) == []
+    assert not fsspec.filesystem("memory").exists("/logs/quiet/.marin/log.txt")
+
+    lost = AttemptLog("memory://logs/lost", SecretMask(), pulled=True)
+    lost.append("mine\n")
+    lost.discard()  # its lease was lost: the log is the new holder's to write, not uploaded
+    lost.discard()
+    assert _scratch_folders(tmp_path) == []
+    assert not fsspec.filesystem("memory").exists("/logs/lost/.marin/log.txt")
+
+    local = AttemptLog(str(tmp_path / "out"), SecretMask(), pulled=False)
+    local.append("kept\n")
+    local.discard()  # a local output's log is beside it, never a temporary copy: discard keeps it
+    assert open(local.path).read() == "kept\n"

@@ -165,6 +165,8 @@ class StepAttempt:
             local = isinstance(worker_pid, int) and ctx.worker is WorkerKind.LOCAL_PROCESS
             self._record(BuildState.RUNNING, worker=process_identity(worker_pid) if local and worker_pid else None)
         except Exception as e:  # noqa: BLE001 - a step that cannot start is that step's failure
+            if (log := vars(self).get("log")) is not None:  # set once the config could be sent
+                log.discard()
             error, tb = self.mask(f"{type(e).__name__}: {e}"), self.mask(traceback.format_exc())
             record.write_status(BuildState.FAILED, 0, ctx.holder, error=error, traceback=tb, attempt_folder=self.attempt_folder)
             lease.release()
@@ -376,6 +378,7 @@ class StepAttempt:
     def _lost(self, why: str) -> None:
         """The lease was lost: the step is stopped (if anything is left of it) and recorded as lost."""
         self.handle.cancel(grace_s=0)
+        self.log.discard()  # the step's log is the new holder's to write
         self._record_lost(why)
         logger.warning("%s: %s; waiting for the new holder", self.planned.output_name, why)
 
@@ -395,6 +398,11 @@ class StepAttempt:
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""
         self.handle.cancel()
+        try:  # what the attempt printed before it was stopped goes where its log belongs
+            self.log.close(self.handle)
+        except Exception as e:  # noqa: BLE001 - an interrupted run still records and gives its lease back
+            logger.warning("%s: its log could not be kept: %s", self.planned.output_name, e)
+            self.log.discard()
         self._record(BuildState.INTERRUPTED, error="interrupted by the runner")
         self.lease.release()
         return StepOutcome.of(self.planned, Outcome.INTERRUPTED, error="interrupted")

@@ -35,10 +35,12 @@ class AttemptLog:
         record = StepRecord(output_path)
         self.remote: str | None = None
         """Where the log is uploaded when the attempt ends (its output is not local); None: it stays put."""
+        self._scratch: str | None = None  # the temporary folder of a remote output's log, until it ends
         if fs.is_local(output_path):
             self.local = fs.strip_protocol(record.log)
         else:
-            self.local, self.remote = os.path.join(tempfile.mkdtemp(prefix="marin-log-"), "log.txt"), record.log
+            self._scratch = tempfile.mkdtemp(prefix="marin-log-")
+            self.local, self.remote = os.path.join(self._scratch, "log.txt"), record.log
         self._mask = mask
         self._pulled = pulled
         self._offsets: dict[int, int] = {}  # per host's handle: how much of its output is in the log
@@ -94,5 +96,12 @@ class AttemptLog:
         if self.remote and os.path.exists(self.local):
             with open(self.local, "rb") as f:
                 fs.atomic_write(self.remote, f.read())
-            shutil.rmtree(os.path.dirname(self.local), ignore_errors=True)
             self.local = self.remote
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the local copy of a remote output's log (uploaded by :meth:`close`, or not this
+        attempt's to upload any more: its lease was lost, it never started). Idempotent."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
