@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 
-def _fresh(code: str) -> str:
-    """What ``code`` prints in a fresh interpreter (nothing imported before it)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+def _fresh(code: str, *args: str) -> str:
+    """What ``code`` prints in a fresh interpreter (nothing imported before it), given ``args`` (sys.argv[1:])."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True).stdout
 
 
 def test_naming_configs_does_not_import_jax() -> None:
@@ -37,25 +37,25 @@ def test_naming_harness_settings_and_story_tasks_does_not_import_jax_or_the_harn
     assert _fresh(code).strip() == "[]"
 
 
-def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_code_digests() -> None:
+def test_planning_a_graph_that_reads_no_source_loads_neither_fingerprinting_nor_code_digests(tmp_path) -> None:
     # The no-op path of `marin run`: steps made from handles, hashed and planned against a store.
-    code = ("import sys, tempfile, marin.experiment.data, marin.experiment.datakit, marin.cli.display; "
+    code = ("import sys, marin.experiment.data, marin.experiment.datakit, marin.cli.display; "
             "from marin.execution.run.runner import StepRunner; from marin.execution.core.step import Step; "
             "import benchmarks.chain_steps as c; "
-            "StepRunner(prefix=tempfile.mkdtemp(), config=None).plan(c.chain(3)); "
+            "StepRunner(prefix=sys.argv[1], config=None).plan(c.chain(3)); "
             "print(sorted(m for m in ('marin.execution.store.sources', 'marin.execution.store.code_digest', "
             "'sqlite3') if m in sys.modules))")
-    assert _fresh(code).strip() == "[]"
+    assert _fresh(code, str(tmp_path / "store")).strip() == "[]"
 
 
-def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_checked() -> None:
+def test_configured_cache_keys_load_no_cryptography_until_an_entry_is_signed_or_checked(tmp_path) -> None:
     # Trusted keys are parsed when the settings are made, on every command; ed25519 waits for a fetch.
-    code = ("import sys, tempfile; from marin.execution.run.runner import StepRunner; "
+    code = ("import sys; from marin.execution.run.runner import StepRunner; "
             "import benchmarks.chain_steps as c; "
-            "r = StepRunner(prefix=tempfile.mkdtemp(), config=None, caches=[tempfile.mkdtemp()], "
+            "r = StepRunner(prefix=sys.argv[1], config=None, caches=[sys.argv[2]], "
             "cache_trusted_keys=['ci-1:' + 'A' * 43 + '=']); r.plan(c.chain(3)); "
             "print([k.name for k in r.settings.cache_trusted_keys], 'cryptography' in sys.modules)")
-    assert _fresh(code).strip() == "['ci-1'] False"
+    assert _fresh(code, str(tmp_path / "store"), str(tmp_path / "cache")).strip() == "['ci-1'] False"
 
 
 def test_the_console_script_answers_a_noop_run_before_importing_click_or_the_engine() -> None:
@@ -75,7 +75,6 @@ def test_a_run_with_nothing_to_build_hides_the_accelerator_without_loading_clien
             "r = StepRunner(prefix=sys.argv[1], config=None, max_parallel=1); ok = r.run(c.chain(3)).ok; r.close(); "
             "print(ok, sorted(m for m in ('fray.local', 'fray.resources', 'iris.admission') if m in sys.modules))")
     prefix = str(tmp_path / "store")
-    first = subprocess.run([sys.executable, "-c", code, prefix], capture_output=True, text=True, check=True).stdout
-    again = subprocess.run([sys.executable, "-c", code, prefix], capture_output=True, text=True, check=True).stdout
+    first, again = _fresh(code, prefix), _fresh(code, prefix)
     assert first.split()[0] == "True" and "iris.admission" in first  # it built: admission was asked
     assert again.strip() == "True []"
