@@ -71,3 +71,23 @@ def test_a_remote_outputs_log_leaves_no_temporary_folder_however_the_attempt_end
     local.append("kept\n")
     local.discard()  # a local output's log is beside it, never a temporary copy: discard keeps it
     assert open(local.path).read() == "kept\n"
+
+
+def test_a_log_that_cannot_be_uploaded_is_dropped_with_a_warning_when_the_attempt_is_set_aside(
+        tmp_path, monkeypatch, caplog):
+    import tempfile
+
+    from marin.execution.run import attempt_log
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    log = AttemptLog("memory://logs/unreachable", SecretMask(), pulled=True)
+    handle = _Handle()
+    handle.text = "printed before the interrupt\n"
+
+    def unreachable(path, data):
+        raise OSError(f"{path}: the store is unreachable")
+
+    monkeypatch.setattr(attempt_log.fs, "atomic_write", unreachable)
+    log.end(handle)  # an interrupted runner still records the step and gives its lease back
+    assert _scratch_folders(tmp_path) == []
+    assert "could not be kept" in caplog.text and "memory://logs/unreachable" in caplog.text

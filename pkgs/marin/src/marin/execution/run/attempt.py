@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import UnserializableConfig
-from marin.execution.core.identity import fn_identity, workspace_root
+from marin.execution.core.identity import workspace_root
 from marin.execution.core.walk import with_real_paths
 from marin.execution.plan.model import PlannedStep
 from marin.execution.run.attempt_context import (
@@ -60,13 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["StepAttempt"]
 
 logger = logging.getLogger("marin.execution.step_runner")
-
-
-def _fn_ref(fn: Any) -> FnRef:
-    module, qualname = fn_identity(fn).split(":", 1)
-    source = sys.modules.get(fn.__module__)
-    file = getattr(source, "__file__", None)
-    return FnRef(module=module, qualname=qualname, file=os.path.abspath(file) if file else None)
 
 
 @dataclass
@@ -144,7 +137,7 @@ class StepAttempt:
             payload = StepPayload(
                 step_name=p.name,
                 step_version=p.step.version,
-                fn=_fn_ref(p.step.fn),
+                fn=FnRef.of(p.step.fn),
                 config_pickle=config_bytes,
                 output_path=self.files_folder,
                 prefix=ctx.settings.prefix,
@@ -390,19 +383,14 @@ class StepAttempt:
 
     def set_aside(self, why: str) -> None:
         """End this attempt without failing the step, which starts again later (it found the
-        accelerator held by another process): recorded as interrupted, its lease given back."""
-        self.log.close(self.handle)
+        accelerator held by another process, or the runner was interrupted): recorded as
+        interrupted, what it printed kept in its log, its lease given back."""
+        self.log.end(self.handle)
         self._record(BuildState.INTERRUPTED, error=self.mask(why))
         self.lease.release()
 
     def cancel(self) -> StepOutcome:
         """Stop the job (the runner is interrupted); the step is left for the next run."""
         self.handle.cancel()
-        try:  # what the attempt printed before it was stopped goes where its log belongs
-            self.log.close(self.handle)
-        except Exception as e:  # noqa: BLE001 - an interrupted run still records and gives its lease back
-            logger.warning("%s: its log could not be kept: %s", self.planned.output_name, e)
-            self.log.discard()
-        self._record(BuildState.INTERRUPTED, error="interrupted by the runner")
-        self.lease.release()
+        self.set_aside("interrupted by the runner")
         return StepOutcome.of(self.planned, Outcome.INTERRUPTED, error="interrupted")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -13,6 +14,8 @@ from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["AttemptLog"]
+
+logger = logging.getLogger(__name__)
 
 _PULL_INTERVAL_S = 1.0
 
@@ -98,6 +101,15 @@ class AttemptLog:
                 fs.atomic_write(self.remote, f.read())
             self.local = self.remote
         self.discard()
+
+    def end(self, handle: Any) -> None:
+        """:meth:`close`; where the log cannot be kept (its store unreachable), :meth:`discard` it
+        with a warning: an attempt set aside still records that and gives its lease back."""
+        try:
+            self.close(handle)
+        except Exception as e:  # noqa: BLE001 - the log is not worth the step's record
+            logger.warning("the log of %s could not be kept: %s", self.remote or self.local, e)
+            self.discard()
 
     def discard(self) -> None:
         """Remove the local copy of a remote output's log (uploaded by :meth:`close`, or not this

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.execution.core.identity import fn_identity
 from marin.execution.core.traits import Start
 from rigging.lease import watch_lease
 from rigging.log import setup_logging
@@ -31,6 +32,13 @@ class FnRef:
     module: str
     qualname: str
     file: str | None = None
+
+    @classmethod
+    def of(cls, fn: Any) -> FnRef:
+        """Where ``fn`` is found (:func:`fn_identity`), with the file of the module that defines it."""
+        module, qualname = fn_identity(fn).split(":", 1)
+        file = getattr(sys.modules.get(fn.__module__), "__file__", None)
+        return cls(module=module, qualname=qualname, file=os.path.abspath(file) if file else None)
 
 
 @dataclass(frozen=True)
