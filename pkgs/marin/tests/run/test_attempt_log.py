@@ -91,3 +91,19 @@ def test_a_log_that_cannot_be_uploaded_is_dropped_with_a_warning_when_the_attemp
     log.end(handle)  # an interrupted runner still records the step and gives its lease back
     assert _scratch_folders(tmp_path) == []
     assert "could not be kept" in caplog.text and "memory://logs/unreachable" in caplog.text
+
+
+def test_the_log_folder_of_a_killed_runner_is_a_leftover_gc_finds(tmp_path):
+    import subprocess
+    import sys
+
+    from marin.execution.store.leftovers import temp_leftovers
+
+    # A runner killed with its attempt running (os._exit: no cleanup of any kind) leaves its folder.
+    code = ("import os, sys, tempfile; tempfile.tempdir = sys.argv[1]; "
+            "from marin.execution.run.attempt_log import AttemptLog; from marin.execution.run.secrets import SecretMask; "
+            "AttemptLog('memory://logs/killed', SecretMask(), pulled=True).append('half a log'); os._exit(9)")
+    assert subprocess.run([sys.executable, "-c", code, str(tmp_path)]).returncode == 9
+    (left,) = _scratch_folders(tmp_path)
+    assert [(f.path, f.kind, f.bytes) for f in temp_leftovers(str(tmp_path))] == \
+        [(str(tmp_path / left), "step logs for a remote store", len("half a log"))]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import time
 from typing import Any
 
 from marin.execution.run.secrets import SecretMask
 from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
+from rigging.tempdirs import MARIN_STEP_LOG, owned_tempdir
 
 __all__ = ["AttemptLog"]
 
@@ -42,7 +42,7 @@ class AttemptLog:
         if fs.is_local(output_path):
             self.local = fs.strip_protocol(record.log)
         else:
-            self._scratch = tempfile.mkdtemp(prefix="marin-log-")
+            self._scratch = owned_tempdir(MARIN_STEP_LOG)  # a killed runner's is found by `marin gc`
             self.local, self.remote = os.path.join(self._scratch, "log.txt"), record.log
         self._mask = mask
         self._pulled = pulled
