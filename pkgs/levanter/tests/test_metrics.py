@@ -7,9 +7,11 @@ import glob
 import json
 import os
 
+import levanter.metrics
 from levanter.config import WandbConfig
 from levanter.metrics import MetricsWriter
 from levanter.trainer import main
+from rigging.tempdirs import LEVANTER_WANDB, owned_tempdir
 from testsupport.levanter_data import tiny_config
 
 
@@ -54,8 +56,16 @@ def test_run_id_and_tags_are_recorded_and_sent_to_wandb_offline(tiny_dataset, tm
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     out = str(tmp_path / "run")
+    made = []  # the run's staging folders: named for `marin gc` to find if the run is killed, gone after it
+
+    def staging(prefix: str) -> str:
+        made.append((prefix, owned_tempdir(prefix)))
+        return made[-1][1]
+
+    monkeypatch.setattr(levanter.metrics, "owned_tempdir", staging)
     cfg = tiny_config(tiny_dataset, run_id="nano-run/1", tags=("tiny", "pulse"), wandb=WandbConfig(project="tests"))
     result = main(cfg, out)
+    assert [prefix for prefix, _ in made] == [LEVANTER_WANDB] and not os.path.exists(made[0][1])
     assert result.run_id == "nano-run/1"
     rows = _rows(out)
     assert rows[0] == {"step": 0, "run_id": "nano-run/1", "tags": ["tiny", "pulse"]}

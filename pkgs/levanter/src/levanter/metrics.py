@@ -12,14 +12,13 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorboardX import SummaryWriter
 
 from rigging import filesystem as fs
-from rigging.tempdirs import LEVANTER_METRICS, owned_tempdir
+from rigging.tempdirs import LEVANTER_METRICS, LEVANTER_WANDB, owned_tempdir
 
 if TYPE_CHECKING:
     from levanter.config import WandbConfig
@@ -124,7 +123,7 @@ class _WandbRun:
         except ImportError:
             raise ImportError("wandb logging needs the wandb package: pip install 'levanter[wandb]'") from None
         self._wandb = wandb
-        self._scratch = tempfile.mkdtemp(prefix="levanter-wandb-")
+        self._scratch = owned_tempdir(LEVANTER_WANDB)
         self._run = wandb.init(project=config.project, entity=config.entity, group=config.group,
                                mode=config.mode, name=run_id, id=_wandb_id(run_id) if run_id else None,
                                resume="allow" if run_id else None, tags=list(tags), config=run_config,

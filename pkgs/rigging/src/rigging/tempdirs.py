@@ -16,13 +16,15 @@ from dataclasses import dataclass
 
 from rigging.pids import process_alive
 
-__all__ = ["FRAY_LOGS", "FRAY_POOL", "FRAY_POOL_RESULTS", "LEFTOVER_KINDS", "LEVANTER_METRICS", "MARIN_STEP_LOG",
+__all__ = ["FRAY_LOGS", "FRAY_POOL", "FRAY_POOL_RESULTS", "LEFTOVER_KINDS", "LEVANTER_METRICS", "LEVANTER_WANDB",
+           "MARIN_STEP_LOG",
            "ZEPHYR_SHARD", "DeadTempdir", "dead_tempdirs", "owned_tempdir"]
 
 FRAY_POOL = "fray-pool-"
 FRAY_POOL_RESULTS = "fray-pool-results-"
 FRAY_LOGS = "fray-logs-"
 LEVANTER_METRICS = "levanter-metrics-"
+LEVANTER_WANDB = "levanter-wandb-"
 MARIN_STEP_LOG = "marin-log-"
 ZEPHYR_SHARD = "zephyr-shard-"
 
@@ -31,6 +33,7 @@ LEFTOVER_KINDS: Mapping[str, str] = {
     FRAY_POOL_RESULTS: "worker pool results",
     FRAY_LOGS: "job logs",
     LEVANTER_METRICS: "metrics staging",
+    LEVANTER_WANDB: "W&B run staging",
     MARIN_STEP_LOG: "step logs for a remote store",
     ZEPHYR_SHARD: "shard scratch",
 }
