@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+
+import fsspec
+
+from marin.execution.run import attempt_log
 from marin.execution.run.attempt_log import AttemptLog
 from marin.execution.run.secrets import SecretMask
+from marin.execution.store.leftovers import temp_leftovers
+from rigging.tempdirs import MARIN_STEP_LOG
 
 
 class _Handle:
@@ -38,21 +47,15 @@ def test_a_remote_outputs_log_is_uploaded_beside_it_when_closed():
     log.close(handle)
     assert log.path == log.remote == log.local
 
-    import fsspec
-
     with fsspec.open(log.remote, "r") as f:
         assert f.read() == "hello\n"  # type: ignore[union-attr]
 
 
 def _scratch_folders(tmp_path) -> list[str]:
-    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("marin-log-"))
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(MARIN_STEP_LOG))
 
 
 def test_a_remote_outputs_log_leaves_no_temporary_folder_however_the_attempt_ends(tmp_path, monkeypatch):
-    import tempfile
-
-    import fsspec
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     quiet = AttemptLog("memory://logs/quiet", SecretMask(), pulled=True)
     assert _scratch_folders(tmp_path)  # the local copy's folder, while the attempt runs
@@ -75,10 +78,6 @@ def test_a_remote_outputs_log_leaves_no_temporary_folder_however_the_attempt_end
 
 def test_a_log_that_cannot_be_uploaded_is_dropped_with_a_warning_when_the_attempt_is_set_aside(
         tmp_path, monkeypatch, caplog):
-    import tempfile
-
-    from marin.execution.run import attempt_log
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     log = AttemptLog("memory://logs/unreachable", SecretMask(), pulled=True)
     handle = _Handle()
@@ -94,11 +93,6 @@ def test_a_log_that_cannot_be_uploaded_is_dropped_with_a_warning_when_the_attemp
 
 
 def test_the_log_folder_of_a_killed_runner_is_a_leftover_gc_finds(tmp_path):
-    import subprocess
-    import sys
-
-    from marin.execution.store.leftovers import temp_leftovers
-
     # A runner killed with its attempt running (os._exit: no cleanup of any kind) leaves its folder.
     code = ("import os, sys, tempfile; tempfile.tempdir = sys.argv[1]; "
             "from marin.execution.run.attempt_log import AttemptLog; from marin.execution.run.secrets import SecretMask; "
