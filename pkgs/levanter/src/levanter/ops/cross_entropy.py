@@ -31,7 +31,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from levanter.ops.blocks import SCOPE, default_block
 
-__all__ = ["SCOPE", "default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
+__all__ = ["default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""
