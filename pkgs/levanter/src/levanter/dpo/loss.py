@@ -3,9 +3,9 @@
 For a pair, with ``pi`` the policy's and ``ref`` the reference's summed log-probs of a completion
 (per-token means for IPO), the log-ratio margin is ``h = (pi_w - ref_w) - (pi_l - ref_l)``, the
 rewards are ``beta (pi_w - ref_w)`` (chosen) and ``beta (pi_l - ref_l)`` (rejected), the margin is
-their difference, and a pair counts as ranked right (``reward_accuracy``) when the chosen reward
-is the larger; a tie (the policy still the reference, as at the start) counts one half, so an
-untrained policy scores 0.5 rather than 0.
+their difference, and a pair counts as ranked right (``reward_accuracy``) only when the chosen
+reward is strictly the larger: a tie counts 0, as in TRL (``chosen_rewards > rejected_rewards``),
+so a policy that is still its reference (every pair a tie, as at step 0) scores 0.
 """
 
 from __future__ import annotations
@@ -66,8 +66,7 @@ def pair_metrics(terms: Any, weights: Any = None) -> dict[str, Any]:
     xp = jnp if isinstance(terms.loss, jax.Array) else np
     w = xp.ones_like(terms.loss) if weights is None else weights
     total = xp.maximum(xp.sum(w), 1.0)
-    right = xp.where(terms.chosen_reward > terms.rejected_reward, 1.0,
-                     xp.where(terms.chosen_reward == terms.rejected_reward, 0.5, 0.0))
+    right = xp.where(terms.chosen_reward > terms.rejected_reward, 1.0, 0.0)  # a tie counts 0, as in TRL
 
     def mean(x: Any) -> Any:
         return xp.sum(x * w) / total
