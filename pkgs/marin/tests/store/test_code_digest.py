@@ -213,7 +213,10 @@ def test_lambdas_and_builtins_do_not_raise(pkg: Package) -> None:
     assert code_digest(object()).functions[0][1] == UNAVAILABLE
 
 
-def test_a_class_is_digested_whole_and_wherever_it_says_it_lives(pkg: Package) -> None:
+def test_a_class_is_digested_whole_and_named_where_it_is_defined(
+        pkg: Package, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A moved class keeps its old module name as its identity (keep_identity); whether that old
+    # module is in sys.modules depends on what the process imported: the digest does not.
     source = '''
         import dataclasses
 
@@ -227,20 +230,29 @@ def test_a_class_is_digested_whole_and_wherever_it_says_it_lives(pkg: Package) -
             def rounded(self):
                 return helper(self.n)
 
-        Config.__module__ = "elsewhere"  # moved, its identity kept
+        class Refused(ValueError):
+            """No method of its own: only its module says where it lives."""
+
+        Config.__module__ = Refused.__module__ = "elsewhere"  # moved, its identity kept
 
         def helper(n):
             return round(n)
 
         def step(config: Config, output_path):
+            if config.n < 0:
+                raise Refused(config.n)
             return config.total()
     '''
     pkg.write("m", source)
     before = pkg.digest("m")
-    assert names(before) == [f"{pkg.name}.m:step", f"{pkg.name}.m:helper", "elsewhere:Config"]
+    assert names(before) == [f"{pkg.name}.m:step", f"{pkg.name}.m:Config", f"{pkg.name}.m:Refused", f"{pkg.name}.m:helper"]
     assert UNAVAILABLE not in dict(before.functions).values()
+    module = sys.modules[f"{pkg.name}.m"]
+    monkeypatch.setitem(sys.modules, "elsewhere", module)  # the old name imported, as Marin's old paths do
+    assert code_digest(module.step, roots=[str(pkg.folder)]) == before
+    monkeypatch.delitem(sys.modules, "elsewhere")
     pkg.write("m", source.replace("self.n * 2", "self.n * 4"))
-    assert pkg.digest("m").changed_since(before) == ("elsewhere:Config",)
+    assert pkg.digest("m").changed_since(before) == (f"{pkg.name}.m:Config",)
 
 
 def test_a_decorated_step_is_digested_with_its_decorator(pkg: Package) -> None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.core.identity import real_module_name, workspace_root
+from marin.execution.store.code_home import defining_module
 from marin.execution.store.code_record import CodeDigest
 from marin.execution.store.code_source import (
     UNAVAILABLE,
@@ -252,7 +253,7 @@ def _references(node: Any, reader: SourceReader) -> list[Any]:
         elif isinstance(node, StaticDef):
             found.append(_static_chain(reader.resolve(node.module, chain[0]), chain[1:], reader))
         else:
-            found.append(_live_chain(scope.get(chain[0]), chain[1:]))
+            found.append(_live_chain(scope.get(chain[0]), chain[1:], reader))
     for cell in getattr(node, "__closure__", None) or ():
         try:
             found.append(_followable(cell.cell_contents))
@@ -262,12 +263,14 @@ def _references(node: Any, reader: SourceReader) -> list[Any]:
     return [ref for ref in found if isinstance(ref, StaticDef) or _followable(ref) is not None]
 
 
-def _live_chain(value: Any, attrs: tuple[str, ...]) -> Any:
-    """The function or class ``value.attr.attr`` is, through modules only; None otherwise."""
-    for attr in attrs:
-        if not isinstance(value, types.ModuleType):
-            break
-        value = vars(value).get(attr)  # never a module's __getattr__: nothing is imported here
+def _live_chain(value: Any, attrs: tuple[str, ...], reader: SourceReader) -> Any:
+    """The function or class ``value.attr.attr`` is, through modules only; None otherwise.
+
+    Past a module it is read from source: whether a submodule or a lazily re-exported name is an
+    attribute of its package yet depends on what this process happened to import.
+    """
+    if isinstance(value, types.ModuleType) and attrs:
+        return _static_chain(value.__name__, attrs, reader)
     return _followable(value)
 
 
@@ -286,7 +289,7 @@ def _globals_of(obj: Any) -> Mapping[str, Any]:
         return obj.__globals__
     for method in _own_methods(obj) if isinstance(obj, type) else ():
         return method.__globals__
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    module = defining_module(obj) if isinstance(obj, type) else None
     return vars(module) if module is not None else {}
 
 
@@ -328,8 +331,7 @@ def _source_file(node: Any) -> str | None:
     if isinstance(node, type):
         for method in _own_methods(node):
             return method.__code__.co_filename
-        module = sys.modules.get(getattr(node, "__module__", None) or "")
-        return _real_file(getattr(module, "__file__", None))
+        return _real_file(getattr(defining_module(node), "__file__", None))
     return None
 
 
@@ -355,17 +357,23 @@ def _key(node: Any) -> tuple[Any, ...]:
 
 
 def _name_of(node: Any) -> str:
-    """``module:qualname`` of ``node`` (``__main__`` replaced by the module's real name)."""
-    if isinstance(node, StaticDef):
-        return f"{node.module}:{node.qualname}"
-    module = getattr(node, "__module__", None)
+    """``module:qualname`` of ``node``, the module being the one whose code defines it."""
     qualname = getattr(node, "__qualname__", None) or getattr(node, "__name__", None) or type(node).__qualname__
-    return f"{real_module_name(module) if isinstance(module, str) else '?'}:{qualname}"
+    return f"{node.module}:{node.qualname}" if isinstance(node, StaticDef) else f"{_home(node)}:{qualname}"
+
+
+def _home(node: Any) -> str:
+    """The module whose code defines live ``node``, by the name it ran under (``__main__`` replaced by
+    its real name), never the ``__module__`` a moved object keeps: a function or class reached both
+    live and read from source, in any process, whatever else it imported, has one name."""
+    name = _globals_of(node).get("__name__") if isinstance(node, types.FunctionType | type) else None
+    module = name if isinstance(name, str) else getattr(node, "__module__", None)
+    return real_module_name(module) if isinstance(module, str) else "?"
 
 
 def _in_workspace(node: Any, roots: tuple[str, ...]) -> bool:
     """Whether ``node`` is defined under ``roots``, outside installed packages and Marin's engine."""
-    module = node.module if isinstance(node, StaticDef) else real_module_name(getattr(node, "__module__", None) or "")
+    module = node.module if isinstance(node, StaticDef) else _home(node)
     if module == ENGINE_PACKAGE or module.startswith(ENGINE_PACKAGE + "."):
         return False
     file = _source_file(node)
