@@ -90,7 +90,8 @@ def _loss_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights:
         scale = (w * (a + 2.0 * c * lse))[..., None]
         onehot = jax.nn.one_hot(tgt, logits.shape[-1], dtype=jnp.float32)
         d_logits = (scale * p - (w * a)[..., None] * onehot).astype(head.dtype)
-        d_h = jnp.einsum("bkv,dv->bkd", d_logits, head, preferred_element_type=jnp.float32).astype(h.dtype)
+        # float32 out: the backward scales it by the cotangent and rounds once (see _lm_loss_fwd).
+        d_h = jnp.einsum("bkv,dv->bkd", d_logits, head, preferred_element_type=jnp.float32)
         d_head = d_head + jnp.einsum("bkd,bkv->dv", h, d_logits, preferred_element_type=jnp.float32)
         return (d_head, ce_sum + jnp.sum(w * (lse - picked)), z_sum + jnp.sum(w * lse * lse)), d_h
 
@@ -119,7 +120,9 @@ def _lm_loss_fwd(hidden: Any, head: Any, targets: Any, weights: Any, z_weight: f
     ce_sum, z_sum, d_h, d_head = _loss_grads(hidden, head, targets, weights, block,
                                              jnp.ones((), jnp.float32), jnp.asarray(z_weight, jnp.float32))
     ce, z = ce_sum / count, z_sum / count
-    residuals = (hidden, head, targets, weights, count, d_h, d_head.astype(head.dtype))
+    # Both gradients stay float32 until scaled by the cotangent: rounded to the inputs' dtype once,
+    # as the materialised loss's are (rounded here too, a bfloat16 gradient had twice the error).
+    residuals = (hidden, head, targets, weights, count, d_h, d_head)
     return (ce + z_weight * z, ce, z), residuals
 
 
@@ -130,8 +133,7 @@ def _lm_loss_bwd(z_weight: float, block: int, residuals: Any, cotangents: Any) -
         if isinstance(g_total, SymbolicZero):
             return jnp.zeros_like(hidden), jnp.zeros_like(head), None, None
         scale = g_total / count
-        return ((d_h.astype(jnp.float32) * scale).astype(hidden.dtype),
-                (d_head.astype(jnp.float32) * scale).astype(head.dtype), None, None)
+        return (d_h * scale).astype(hidden.dtype), (d_head * scale).astype(head.dtype), None, None
 
     def value(g: Any) -> jax.Array:
         return jnp.zeros((), jnp.float32) if isinstance(g, SymbolicZero) else g.astype(jnp.float32)
@@ -141,7 +143,7 @@ def _lm_loss_bwd(z_weight: float, block: int, residuals: Any, cotangents: Any) -
     a = (gt + value(g_ce)) / count
     c = (gt * z_weight + value(g_z)) / count
     _, _, d_h, d_head = _loss_grads(hidden, head, targets, weights, block, a, c)
-    return d_h, d_head.astype(head.dtype), None, None
+    return d_h.astype(hidden.dtype), d_head.astype(head.dtype), None, None
 
 
 _lm_loss.defvjp(_lm_loss_fwd, _lm_loss_bwd, symbolic_zeros=True)
