@@ -10,7 +10,6 @@ preconditions, so races are never judged on it.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,7 +19,15 @@ import time
 import pytest
 
 from rigging import filesystem as fs
-from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, holder_is_dead, watch_lease
+from rigging.lease import Lease, LeaseLost, clear_leases, current_lease, held, watch_lease
+from rigging.pids import ProcessPlace
+from testsupport.namespaces import (
+    gone_place,
+    held_at,
+    of_another_boot,
+    of_another_namespace,
+    python_in_another_pid_namespace,
+)
 
 
 @pytest.fixture(params=["local", "memory", "gs-fake-gcs"])
@@ -31,12 +38,6 @@ def folder(request, tmp_path) -> str:
     if request.param == "memory":
         return request.getfixturevalue("memory_prefix") + "/step/.marin"
     return request.getfixturevalue("strict_gcs_bucket") + "/step/.marin"
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 def test_acquire_and_contend(folder):
@@ -131,31 +132,59 @@ def test_release_lets_the_next_contender_in_at_once(folder):
     assert current_lease(folder).holder == "otherhost:2:b" and current_lease(folder).live()
 
 
-def test_a_dead_holder_on_this_host_is_taken_over_before_expiry(folder):
-    dead = f"{socket.gethostname()}:{_dead_pid()}:gone"
-    assert holder_is_dead(dead)
-    assert Lease.acquire(folder, ttl=300, holder=dead) is not None
+def test_a_holder_whose_process_is_gone_is_taken_over_before_expiry(folder):
+    first = Lease.acquire(folder, ttl=300, holder=f"{socket.gethostname()}:1:gone")
+    assert first is not None and first.process == ProcessPlace.here()
+    assert current_lease(folder).process == ProcessPlace.here() and held(folder) is not None
+    held_at(first.path, gone_place())
+    assert held(folder) is None
     taker = Lease.acquire(folder, ttl=300, holder="otherhost:1:a")
     assert taker is not None and taker.token == 2
 
 
-def test_holder_is_dead():
-    host = socket.gethostname()
-    assert holder_is_dead(f"{host}:{_dead_pid()}:x")
-    assert not holder_is_dead(f"{host}:{os.getpid()}:x")  # this process
-    assert not holder_is_dead(f"{host}:1:x")  # init: alive (or not ours to judge)
-    assert not holder_is_dead(f"another-{host}:{_dead_pid()}:x")  # other hosts: judged by expiry
-    assert not holder_is_dead("garbage")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+@pytest.mark.parametrize("where", ["another PID namespace", "another boot", "not recorded"])
+def test_a_holder_whose_pid_cannot_be_checked_here_holds_until_expiry(folder, where):
+    # Its pid is of a process gone from this namespace, and its host name is this one's: a
+    # container on this host (docker --net=host), or a file of an older version. Only expiry ends it.
+    gone = gone_place()
+    holder = f"{socket.gethostname()}:{gone.pid}:x"
+    first = Lease.acquire(folder, ttl=0.5, holder=holder)
+    assert first is not None
+    place = {"another PID namespace": of_another_namespace(gone), "another boot": of_another_boot(gone),
+             "not recorded": None}[where]
+    held_at(first.path, place)
+    info = held(folder)
+    assert info is not None and info.holder == holder and info.process == place
+    assert Lease.acquire(folder, ttl=300, holder="otherhost:1:a") is None
+    time.sleep(0.6)
+    assert held(folder) is None
+    taker = Lease.acquire(folder, ttl=300, holder="otherhost:1:a")
+    assert taker is not None and taker.token == 2
+
+
+TAKE_FROM_THERE = """
+import json, sys
+from rigging.lease import Lease, held
+folder = sys.argv[1]
+seen = held(folder)
+taken = Lease.acquire(folder, ttl=300)
+print(json.dumps({"held": seen.token if seen else None, "taken": taken.token if taken else None}))
+"""
+
+
+def test_from_another_pid_namespace_a_live_lease_is_held_and_not_taken(tmp_path):
+    # The issue's reproduction: `unshare -Urpf --mount-proc` on the same host, a live holder here.
+    folder = str(tmp_path / "step" / ".marin")
+    lease = Lease.acquire(folder, ttl=300)
+    assert lease is not None
+    lease.start_heartbeat()
     try:
-        assert not holder_is_dead(f"{host}:{sleeper.pid}:x")
-        sleeper.kill()
-        time.sleep(0.2)
-        # Killed but not yet reaped (a zombie) counts as dead.
-        assert holder_is_dead(f"{host}:{sleeper.pid}:x")
+        there = python_in_another_pid_namespace(TAKE_FROM_THERE, folder)
+        assert there.returncode == 0, there.stderr
+        assert json.loads(there.stdout) == {"held": 1, "taken": None}
+        lease.check()  # still the newest: nobody took it over
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        lease.release()
 
 
 def test_an_unreadable_lease_file_never_wedges_the_folder(folder):

@@ -25,7 +25,8 @@ from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from marin.execution.store.usage import build_size
 from rigging import filesystem as fs
-from rigging.tempdirs import FRAY_POOL
+from rigging.tempdirs import FRAY_POOL, owned_prefix
+from testsupport.namespaces import gone_place
 
 DIAMOND = """
 import steps_for_tests as t
@@ -193,7 +194,7 @@ def test_gc_removes_expired_outputs_and_what_killed_processes_left(tmp_path, mon
     stray = fs.join(store.output_path(d), attempt_folder(7))
     fs.atomic_write(fs.join(stray, "out.txt"), "x" * 100)
     tmp = tmp_path / "tmp"
-    dead = tmp / f"{FRAY_POOL}{_dead_pid()}-abc"
+    dead = tmp / f"{owned_prefix(FRAY_POOL, gone_place())}abc"
     dead.mkdir(parents=True)
     (dead / "worker.log").write_text("y" * 50)
     monkeypatch.setenv("TMPDIR", str(tmp))
@@ -210,11 +211,6 @@ def test_gc_removes_expired_outputs_and_what_killed_processes_left(tmp_path, mon
     # The expired step is built again when next needed.
     code, out = _marin("run", exp, "--prefix", prefix)
     assert code == 0 and StepRecord(store.output_path(e)).is_done(), out
-
-
-def _dead_pid() -> int:
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(proc.stdout)
 
 
 def test_a_root_registered_on_gcs_protects_its_outputs_from_a_gc_in_another_process(tmp_path, gcs_bucket,

@@ -18,6 +18,7 @@ from marin.execution.store.records import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import Lease
+from testsupport.namespaces import gone_place, held_at
 
 
 def _build(prefix: str, steps, **kwargs):
@@ -127,6 +128,7 @@ def test_earlier_attempt_killed_and_a_live_one_elsewhere(prefix):
     dead = f"{socket.gethostname()}:{_dead_pid()}:gone"
     lease = Lease.acquire(record.meta, ttl=300, holder=dead)
     assert lease is not None
+    held_at(lease.path, gone_place())  # its runner's process is gone
     record.write_json(record.status, {"state": "running", "attempt": 1, "holder": dead})
     (p,) = _plan(prefix, [step]).steps
     assert _kinds(p) == [ReasonKind.EARLIER_KILLED]

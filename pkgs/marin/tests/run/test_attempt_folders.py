@@ -20,6 +20,7 @@ from marin.execution.store.store import StepStore
 from marin.execution.store.verify import Verdict, verify_output
 from rigging import filesystem as fs
 from rigging.lease import Lease
+from testsupport.namespaces import gone_place
 
 APART = ".attempts/00000002"
 
@@ -113,7 +114,7 @@ def test_a_takeover_writes_apart_only_from_a_process_it_cannot_see_end(tmp_path,
     record = StepRecord(folder)
     if where != "another host":
         status = record.read_json(record.status) or {}
-        status["worker"] = f"{socket.gethostname()}:999999999:1.0"  # no such process on this host
+        status["worker"] = f"{socket.gethostname()}:{gone_place().to_text()}"  # a process of this host, gone
         record.write_json(record.status, status)
 
     assert runner.run([b]).ok

@@ -5,8 +5,6 @@ their sizes, never a live step's or a live process's."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,8 @@ from marin.execution.store.step_record import StepRecord
 from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import Lease
-from rigging.tempdirs import FRAY_LOGS, LEVANTER_METRICS
+from rigging.tempdirs import FRAY_LOGS, LEVANTER_METRICS, owned_prefix
+from testsupport.namespaces import gone_place, of_another_namespace
 
 
 def _build(prefix: str, *steps: Step) -> dict[str, str]:
@@ -85,14 +84,18 @@ def test_attempt_folders_no_record_names_and_spill_of_finished_steps(tmp_path: P
 
 
 def test_temporary_folders_of_gone_processes_only(tmp_path: Path) -> None:
-    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout)
-    _put(str(tmp_path / f"{FRAY_LOGS}{gone}-abc" / "job.log"), 11)
-    _put(str(tmp_path / f"{LEVANTER_METRICS}{os.getpid()}-def" / "metrics.jsonl"), 13)  # this live process's
+    gone = gone_place()
+    _put(str(tmp_path / f"{owned_prefix(FRAY_LOGS, gone)}abc" / "job.log"), 11)
+    _put(str(tmp_path / f"{owned_prefix(LEVANTER_METRICS)}def" / "metrics.jsonl"), 13)  # this live process's
     _put(str(tmp_path / f"{FRAY_LOGS}notapid-xyz" / "a"), 1)  # not made by owned_tempdir
     _put(str(tmp_path / "someone-elses" / "a"), 1)
+    # A container sharing this /tmp (its pid means nothing here), and a folder named before names
+    # said where their pid means something: never taken for leftovers.
+    _put(str(tmp_path / f"{owned_prefix(FRAY_LOGS, of_another_namespace(gone))}ghi" / "job.log"), 17)
+    _put(str(tmp_path / f"{FRAY_LOGS}{gone.pid}-jkl" / "job.log"), 19)
     found = temp_leftovers(str(tmp_path))
-    assert [(os.path.basename(f.path), f.kind, f.bytes) for f in found] == [(f"{FRAY_LOGS}{gone}-abc", "job logs", 11)]
+    assert [(os.path.basename(f.path), f.kind, f.bytes) for f in found] == [
+        (f"{owned_prefix(FRAY_LOGS, gone)}abc", "job logs", 11)]
 
 
 def test_ttl_is_recorded_with_the_build_never_hashed_and_expires(tmp_path: Path) -> None:

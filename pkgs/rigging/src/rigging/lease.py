@@ -8,6 +8,11 @@ expiry has passed (holder dead or stuck) by creating the next number. A holder c
 publishes, that its number is still the highest and its expiry has not passed: a holder that lost
 its lease cannot publish.
 
+A lease file names its holder's process where its pid means something (:class:`rigging.pids.ProcessPlace`):
+a contender on the same machine, in the same PID namespace, takes over at once from a holder whose
+process is known gone; any other holder (another host, container or boot, or a file written before
+lease files named it) holds its lease until the lease expires. A failed signal never says a holder died.
+
 A holder whose renewals keep failing gives the lease up a margin before its expiry
 (:func:`give_up_margin`), so its work stops while the lease is still its own; a step watching its
 own lease (:func:`watch_lease`) ends itself then too. Its requests under the lease are bounded by
@@ -35,11 +40,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
-from rigging.pids import process_alive
+from rigging.pids import ProcessPlace
 from rigging.store_requests import DeadlineReached, store_deadline
 
 __all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "give_up_margin", "held",
-           "holder_is_dead", "process_alive", "watch_lease"]
+           "watch_lease"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,16 +64,22 @@ class LeaseInfo:
         holder: who holds it (host, pid, runner id).
         expires_at: wall-clock time (seconds since the epoch) after which it may be taken over.
         released: the holder gave it up.
+        process: where the holder's process runs (None: a file that does not say, judged by its
+            expiry alone).
     """
 
     token: int
     holder: str
     expires_at: float
     released: bool = False
+    process: ProcessPlace | None = None
 
     def live(self, now: float | None = None) -> bool:
-        """True while the lease is held: not released and not expired."""
-        return not self.released and (now if now is not None else time.time()) < self.expires_at
+        """True while the lease is held: not released, not expired, and its holder's process not
+        known gone (:meth:`rigging.pids.ProcessPlace.gone`)."""
+        if self.released or (now if now is not None else time.time()) >= self.expires_at:
+            return False
+        return self.process is None or not self.process.gone()
 
 
 GIVE_UP_MARGIN_S = 5.0
@@ -115,6 +126,7 @@ def _read(folder: str, token: int) -> LeaseInfo | None:
         holder=str(data.get("holder", "?")),
         expires_at=float(expires_at),
         released=data.get("released", False) is True,
+        process=ProcessPlace.from_json(data.get("process")),
     )
 
 
@@ -124,26 +136,11 @@ def current_lease(folder: str) -> LeaseInfo | None:
     return _read(folder, tokens[-1]) if tokens else None
 
 
-def holder_is_dead(holder: str) -> bool:
-    """True when ``holder`` names a process on this host that no longer exists.
-
-    Lets a runner take over at once from a killed runner on the same machine instead of waiting
-    for the lease to expire; holders on other hosts are judged by expiry alone.
-    """
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    return pid != os.getpid() and not process_alive(pid)
-
-
 def held(folder: str) -> LeaseInfo | None:
-    """The lease on ``folder`` if someone holds it now (live, and its holder not known dead)."""
+    """The lease on ``folder`` if someone holds it now (:meth:`LeaseInfo.live`: not expired, not
+    released, its holder's process not known gone)."""
     info = current_lease(folder)
-    if info is not None and info.live() and not holder_is_dead(info.holder):
-        return info
-    return None
+    return info if info is not None and info.live() else None
 
 
 def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], None]) -> threading.Thread:
@@ -191,9 +188,11 @@ def watch_lease(folder: str, token: int, ttl: float, on_lost: Callable[[str], No
     return thread
 
 
-def _body(holder: str, token: int, expires_at: float, *, released: bool = False) -> str:
+def _body(holder: str, token: int, expires_at: float, process: ProcessPlace | None, *, released: bool = False) -> str:
     """What a lease file holds."""
     fields: dict[str, object] = {"holder": holder, "expires_at": expires_at, "token": token}
+    if process is not None:
+        fields["process"] = process.to_json()
     if released:
         fields["released"] = True
     return json.dumps(fields)
@@ -224,6 +223,8 @@ class Lease:
     listing: tuple[str, ...] = field(default=(), repr=False)
     """The folder's file names at its newest listing (when the lease was taken, or last checked):
     callers read from it what else the folder holds instead of looking again."""
+    process: ProcessPlace | None = field(default=None, repr=False)
+    """Where the process that took the lease (and heartbeats it) runs, written in the lease file."""
 
     @classmethod
     def acquire(cls, folder: str, *, ttl: float = 30.0, holder: str | None = None) -> Lease | None:
@@ -238,13 +239,14 @@ class Lease:
         tokens = _tokens_in(fs.listdir(folder))
         if tokens:
             info = _read(folder, tokens[-1])
-            if info is not None and info.live() and not holder_is_dead(info.holder):
+            if info is not None and info.live():
                 return None  # held (the same test as held(), on the listing already read)
             next_token = tokens[-1] + 1
         else:
             next_token = 1
         expires_at = time.time() + ttl
-        body = _body(holder, next_token, expires_at)
+        process = ProcessPlace.here()
+        body = _body(holder, next_token, expires_at, process)
         # The listing just showed the number free; on GCS the write's precondition still refuses
         # it to a contender that created it meanwhile.
         if not fs.create_if_absent(fs.join(folder, _lease_name(next_token)), body, durable=False,
@@ -255,7 +257,8 @@ class Lease:
         listing = tuple(fs.listdir(folder))
         if _tokens_in(listing)[-1] != next_token:
             return None
-        return cls(folder=folder, token=next_token, holder=holder, ttl=ttl, expires_at=expires_at, listing=listing)
+        return cls(folder=folder, token=next_token, holder=holder, ttl=ttl, expires_at=expires_at, listing=listing,
+                   process=process)
 
     @property
     def path(self) -> str:
@@ -309,7 +312,7 @@ class Lease:
             self.check()
             expires_at = time.time() + self.ttl
             # Not durable: after a machine crash every lease of it is void anyway.
-            fs.atomic_write(self.path, _body(self.holder, self.token, expires_at), durable=False)
+            fs.atomic_write(self.path, _body(self.holder, self.token, expires_at, self.process), durable=False)
         self.expires_at = expires_at
 
     def start_heartbeat(self, interval: float | None = None) -> None:
@@ -372,7 +375,7 @@ class Lease:
         self.stop_heartbeat()
         tokens = _tokens(self.folder)
         if tokens and tokens[-1] == self.token:
-            fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, released=True), durable=False)
+            fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, self.process, released=True), durable=False)
 
     def clear(self) -> None:
         """Give the lease up for good once the folder's result is published: delete every older
@@ -384,7 +387,7 @@ class Lease:
         self.stop_heartbeat()
         for token in sorted(t for t in _tokens_in(self.listing) if t < self.token):
             fs.delete(fs.join(self.folder, _lease_name(token)))
-        fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, released=True), durable=False)
+        fs.atomic_write(self.path, _body(self.holder, self.token, 0.0, self.process, released=True), durable=False)
 
 
 def clear_leases(folder: str) -> None:

@@ -10,31 +10,19 @@ import time
 
 import psutil
 
+from rigging.pids import ProcessPlace
+
 __all__ = ["end_orphaned_process", "process_identity"]
 
 logger = logging.getLogger(__name__)
 
 
-def _start_time(pid: int) -> str:
-    """When process ``pid`` started, as text ("" if it is gone or unknown)."""
-    try:
-        return repr(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError):
-        return ""
-
-
 def process_identity(pid: int) -> str:
-    """``host:pid:start time`` of process ``pid`` of this host: unique even when pids are reused."""
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True
+    """``host:<place>`` of process ``pid`` of this namespace (:meth:`rigging.pids.ProcessPlace.to_text`:
+    pid, boot, PID namespace and start time): unique even when pids are reused, and judged only
+    where its pid means something. ``host:pid:`` where ``/proc`` cannot say."""
+    place = ProcessPlace.here(pid)
+    return f"{socket.gethostname()}:{place.to_text() if place is not None else f'{pid}:'}"
 
 
 def _stopped(pid: int) -> bool:
@@ -49,21 +37,23 @@ def end_orphaned_process(identity: str, wait_s: float = 10.0) -> bool:
 
     It gets ``wait_s`` seconds to end on its own (a worker whose parent died notices within its
     watchdog's interval) before its group is killed; a stopped (frozen) process cannot notice
-    anything and is killed at once. Another host's process, this process, or one whose pid now
-    belongs to another process is left alone.
+    anything and is killed at once. A process whose pid means nothing here (another boot or PID
+    namespace: another machine, or a container sharing this one's host name), this process, or one
+    whose pid now belongs to another process is left alone.
 
     Returns:
-        True when the process is known to have ended (it was gone, its pid now names another
-        process, or it was killed here and is gone); False when nothing here can say (another
-        host's process, an identity not of this form, this process, or one that outlived its kill).
+        True when the process is known to have ended (:meth:`rigging.pids.ProcessPlace.gone`, or
+        killed here and gone since); False when nothing here can say (its pid means nothing here,
+        an identity not of this form or of an older one without its place, this process, or one
+        that outlived its kill).
     """
-    host, pid_text, started = (identity.split(":") + ["", ""])[:3]
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    place = ProcessPlace.from_text(identity.partition(":")[2])
+    if place is None or place.pid == os.getpid() or not place.checkable_here():
         return False
-    pid = int(pid_text)
+    pid = place.pid
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if not _alive(pid) or _start_time(pid) != started:
+        if place.gone():
             return True
         if _stopped(pid):
             break
@@ -75,6 +65,6 @@ def end_orphaned_process(identity: str, wait_s: float = 10.0) -> bool:
         return True
     except PermissionError:
         return False
-    while _alive(pid) and time.monotonic() < deadline + 5.0:
+    while not place.gone() and time.monotonic() < deadline + 5.0:
         time.sleep(0.05)
-    return not _alive(pid)
+    return place.gone()

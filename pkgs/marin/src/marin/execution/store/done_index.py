@@ -48,7 +48,7 @@ from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 
 __all__ = ["INDEX_DIR", "UNKNOWN_ENV", "DoneLookup", "IndexFixes", "apply_fixes", "done_outputs", "env_of",
-           "index_folder", "mark", "marker_name", "parse_marker", "read_index", "split_stamp", "stamp_of", "unmark"]
+           "index_folder", "mark", "marker_name", "marker_paths", "parse_marker", "read_index", "split_stamp", "stamp_of", "unmark"]
 
 UNKNOWN_ENV = "-"
 """The environment part of a marker whose step's environment digest is not known."""
@@ -108,12 +108,22 @@ def mark(prefix: str, output_name: str, env_digest: str | None, code_digest: str
                     durable=False)
 
 
-def unmark(prefix: str, output_names: Iterable[str]) -> None:
-    """Remove the markers of ``output_names`` (before their outputs are cleared or deleted)."""
+def marker_paths(prefix: str, output_names: Iterable[str]) -> dict[str, list[str]]:
+    """The marker files of each of ``output_names`` that has any (one listing): what :func:`unmark`
+    deletes, for a caller that decides output by output."""
     wanted = set(output_names)
+    found: dict[str, list[str]] = {}
     for entry, name, _env in _entries(prefix):
         if name in wanted:
-            fs.delete(fs.join(index_folder(prefix), entry))
+            found.setdefault(name, []).append(fs.join(index_folder(prefix), entry))
+    return found
+
+
+def unmark(prefix: str, output_names: Iterable[str]) -> None:
+    """Remove the markers of ``output_names`` (before their outputs are cleared or deleted)."""
+    for paths in marker_paths(prefix, output_names).values():
+        for path in paths:
+            fs.delete(path)
 
 
 def _success_path(prefix: str, output_name: str) -> str:

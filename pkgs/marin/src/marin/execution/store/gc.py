@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin.execution.store.done_index import unmark
+from marin.execution.store.done_index import marker_paths
 from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
 from marin.execution.store.leftovers import (
     DEAD_RUN_KIND,
@@ -207,13 +207,14 @@ def remove_garbage(store: StepStore, report: GcReport, *, models: bool = True, k
                 report.spared.append((e.folder, SPARED_ROOT))
             else:
                 removing.append(e.folder)
-        if removing:
-            unmark(store.prefix, removing)  # first: a marker never outlives its output
+        markers = marker_paths(store.prefix, removing) if removing else {}
         for folder in removing:
             lease.check()
             if held(StepRecord(store.output_path(folder)).meta) is not None:
-                report.spared.append((folder, SPARED_LEASE))
+                report.spared.append((folder, SPARED_LEASE))  # kept whole: its done marker too
                 continue
+            for marker in markers.get(folder, ()):
+                fs.delete(marker)  # first: a marker never outlives its output
             fs.rm_tree(store.output_path(folder))
         report.spared += [(e.folder, "a model, kept without --yes") for e in report.entries if e not in going]
         lease.check()

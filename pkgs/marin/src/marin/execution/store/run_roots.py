@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from marin.execution.store.layout import META_DIR
 from rigging import filesystem as fs
-from rigging.lease import Lease, default_holder, held, holder_is_dead
+from rigging.lease import Lease, default_holder, held
+from rigging.pids import ProcessPlace
 
 __all__ = ["GC_LOCK_DIR", "RUNS_DIR", "CollectionBusy", "LiveRun", "RunRoot", "collection_lock", "dead_run_roots",
            "live_runs", "runs_kept"]
@@ -51,15 +52,21 @@ class CollectionBusy(RuntimeError):
 
 @dataclass(frozen=True)
 class LiveRun:
-    """A run whose temporary root is live: who holds it, until when, and the outputs it names."""
+    """A run's temporary root: who holds it, until when, the outputs it names, and where its
+    process runs (None: a root that does not say, judged by its expiry alone)."""
 
     id: str
     holder: str
     expires_at: float
     outputs: frozenset[str]
+    process: ProcessPlace | None = None
 
     def live(self, now: float | None = None) -> bool:
-        return (now if now is not None else time.time()) < self.expires_at and not holder_is_dead(self.holder)
+        """Not expired, and its process not known gone (:meth:`rigging.pids.ProcessPlace.gone`: never
+        from a failed signal, so a run in another container or PID namespace keeps its root)."""
+        if (now if now is not None else time.time()) >= self.expires_at:
+            return False
+        return self.process is None or not self.process.gone()
 
 
 def _runs_folder(prefix: str) -> str:
@@ -83,7 +90,8 @@ def _read_root(path: str) -> LiveRun | None:
     if not (isinstance(outputs, list) and all(isinstance(o, str) for o in outputs)
             and isinstance(expires, int | float) and not isinstance(expires, bool) and isinstance(holder, str)):
         raise ValueError(f"temporary GC root {path} is not a run's root")
-    return LiveRun(path.rpartition("/")[2].removesuffix(".json"), holder, float(expires), frozenset(outputs))
+    return LiveRun(path.rpartition("/")[2].removesuffix(".json"), holder, float(expires), frozenset(outputs),
+                   ProcessPlace.from_json(data.get("process")))
 
 
 def _roots(prefix: str) -> list[tuple[str, LiveRun]]:
@@ -159,7 +167,11 @@ class RunRoot:
         self.path = fs.join(_runs_folder(prefix), f"{int(time.time())}-{uuid.uuid4().hex[:12]}.json")
         self.ttl = ttl
         self.holder = default_holder()
+        self.process = ProcessPlace.here()
         self.outputs: set[str] = set()
+        # Held while the root is built and written: a heartbeat that built its body before outputs
+        # were added cannot land after the write that added them (a collection would miss them).
+        self._lock = threading.Lock()
         self._sleep = sleep
         self._on_wait = on_wait
         self._seen = 0
@@ -190,10 +202,11 @@ class RunRoot:
         """Name ``outputs`` (with those named before) in the root, written now; False when a
         collection started since :meth:`before_planning`: the plan may rest on removed outputs,
         so wait (:meth:`before_planning`) and plan again."""
-        new = set(outputs) - self.outputs
-        if new or not self._written:
-            self.outputs |= new
-            self._write()
+        with self._lock:
+            new = set(outputs) - self.outputs
+            if new or not self._written:
+                self.outputs |= new
+                self._write()
         if self._beat is None:
             self._beat = threading.Thread(target=self._heartbeat, name="run-root", daemon=True)
             self._beat.start()
@@ -207,14 +220,19 @@ class RunRoot:
         yield
 
     def _write(self) -> None:
-        body = {"holder": self.holder, "expires_at": time.time() + self.ttl, "outputs": sorted(self.outputs)}
+        """Write the root as it is now (hold :attr:`_lock`)."""
+        body: dict[str, object] = {"holder": self.holder, "expires_at": time.time() + self.ttl,
+                                   "outputs": sorted(self.outputs)}
+        if self.process is not None:
+            body["process"] = self.process.to_json()
         fs.atomic_write(self.path, json.dumps(body), durable=False)
         self._written = True
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(max(self.ttl / 4, 0.05)):
             try:
-                self._write()
+                with self._lock:
+                    self._write()
             except OSError as e:  # a passing storage error: try again at the next beat
                 logger.warning("temporary GC root %s not renewed: %s", self.path, e)
 
