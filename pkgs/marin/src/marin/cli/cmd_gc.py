@@ -24,7 +24,7 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
     Outputs past their step's ttl go even when a root reaches them. Removing a model needs --yes,
     or a yes at a terminal; without either nothing at all is removed.
     """
-    from marin.cli.text import format_bytes, plural
+    from marin.cli.text import plural
     from marin.execution.store.gc import find_garbage
 
     store = store_of(ctx, prefix)
@@ -38,12 +38,11 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
                          hint="name the experiments to keep (`marin gc FILE...`), or run them once (`marin run` "
                               "registers them as roots)")
     report = find_garbage(store, keep, machine=True)
-    going = "would remove" if dry_run or (report.models and not yes) else "removing"
-    for e in report.entries:
-        model = ", a model" if e.model else ""
-        click.echo(f"{going} {e.folder} ({format_bytes(e.bytes)}{model}): {e.why}")
-    for left in report.leftovers:
-        click.echo(f"{going} {left.path} ({format_bytes(left.bytes)}): {left.kind}")
+    # What goes is said once per output: before removal when the user is shown or asked (and then
+    # only what stayed after), else after it, each output with what became of it.
+    asking = dry_run or bool(report.models and not yes)
+    if asking:
+        _say(report, "would remove", spared={})
     for folder in report.kept_live:
         click.echo(f"kept {folder} (held by a live lease)")
     for problem in report.problems:
@@ -54,6 +53,12 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
                          hint="run again with --yes to remove them too, or at a terminal to be asked")
     if not dry_run:
         _remove(store, report, keep)
+        spared = dict(report.spared)
+        if asking:
+            for folder, why in report.spared:
+                click.echo(f"kept {folder} ({why})")
+        else:
+            _say(report, "removing", spared)
     verb = "would remove" if dry_run else "removed"
     kept_by = plural(len(roots), "root") + (" and the given files" if targets else "")
     click.echo(f"{verb} {plural(len(report.removed), 'output')} and {plural(len(report.leftovers), 'leftover')}, "
@@ -65,8 +70,21 @@ def gc(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, dry_run
                                                 "then collect again", exit_code=1)
 
 
+def _say(report: Any, going: str, spared: dict[str, str]) -> None:
+    """One line per output and leftover found: ``going`` it, or kept (``spared``: why)."""
+    from marin.cli.text import format_bytes
+
+    for e in report.entries:
+        if e.folder in spared:
+            click.echo(f"kept {e.folder} ({spared[e.folder]})")
+        else:
+            click.echo(f"{going} {e.folder} ({format_bytes(e.bytes)}{', a model' if e.model else ''}): {e.why}")
+    for left in report.leftovers:
+        click.echo(f"{going} {left.path} ({format_bytes(left.bytes)}): {left.kind}")
+
+
 def _remove(store: Any, report: Any, keep: set[str]) -> None:
-    """Remove what was found, under the store's collection lease; say what stayed, and why."""
+    """Remove what was found, under the store's collection lease."""
     from marin.execution.store.gc import remove_garbage
     from marin.execution.store.run_roots import CollectionBusy
 
@@ -76,8 +94,6 @@ def _remove(store: Any, report: Any, keep: set[str]) -> None:
         raise MarinError(str(e), hint="run `marin gc` again later", exit_code=1) from None
     except ValueError as e:  # a damaged root: never read as keeping nothing
         raise MarinError(f"{e}; nothing removed", hint="fix or remove the record named above") from None
-    for folder, why in report.spared:
-        click.echo(f"kept {folder} ({why})")
 
 
 def _confirmed(models: list[Any]) -> bool:
