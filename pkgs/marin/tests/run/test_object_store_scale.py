@@ -103,6 +103,35 @@ def _counted_cli(proxy: LatencyProxy, tmp_path, verb: str, steps: str, prefix: s
     return result, proxy.reset()
 
 
+def _links(n: int) -> list[Step]:
+    """The first ``n`` links of :func:`_graph`'s chain (cached with it), all in ``scale/``."""
+    previous = None
+    for i in range(n):
+        previous = Step(name=f"scale/link{i:04d}", fn=t.noop,
+                        config=t.LinkConfig(i=i, prev=output_path_of(previous) if previous else None))
+    assert previous is not None
+    return [previous]
+
+
+# A no-op `marin run` of 100 cached steps in one folder (issue 54: 9 requests, goal 5): it lists the
+# collection lease (a run with nothing to build writes no temporary root), the done index and the
+# steps' folder, reads its GC root (one GET: the generation is asked for only when it must be
+# written, which a run that changes nothing never does), and looks for its no-op report (the page a
+# run in the same states wrote). The first such run also writes its root and its report page.
+NOOP_RUN_REQUESTS = 5
+
+
+def test_a_noop_marin_run_of_100_cached_steps_costs_5_requests(cached_graph, tmp_path):
+    prefix, proxy = cached_graph
+    first, _seen = _counted_cli(proxy, tmp_path, "run", "_links(100)", prefix)
+    assert first.exit_code == 0 and "100 cached" in first.output, first.output
+    again, seen = _counted_cli(proxy, tmp_path, "run", "_links(100)", prefix)
+    assert again.exit_code == 0 and "100 cached" in again.output, again.output
+    breakdown = _breakdown(seen, "a no-op marin run of 100 cached steps on gs://")
+    assert len(seen) == NOOP_RUN_REQUESTS, breakdown
+    assert sum(1 for r in seen if "/.marin/roots/" in unquote(r)) == 1, breakdown
+
+
 def test_status_of_200_cached_steps_costs_a_few_requests(cached_graph, tmp_path):
     prefix, proxy = cached_graph
     status, seen = _counted_cli(proxy, tmp_path, "status", "_graph(200)", prefix)

@@ -4,7 +4,9 @@ the same record never lose one another's change: the loser reads again and redoe
 
 * ``gs://``: the object's generation, read with it in one GET (``X-Goog-Generation``); the write is
   an upload with the precondition ``ifGenerationMatch`` (``0``: only if absent), which GCS refuses
-  with 412 when another write came first.
+  with 412 when another write came first. A server that does not send the generation with the
+  content (gcp-storage-emulator) is asked for it only when a write follows, and the content at that
+  generation must be what was read: a reader that writes nothing pays one request, as on GCS.
 * local: a file that does not exist yet is created by :func:`rigging.filesystem.create_if_absent`
   (a hard link: exactly one creator wins); one that exists is replaced by an atomic rename, under
   an exclusive ``flock`` of a lock file beside it and only if its inode, size and ``mtime_ns`` are
@@ -131,15 +133,33 @@ def _gcs_read(path: str) -> Versioned:
         answer: Any = gcs.run(gfs, lambda: gfs._call("GET", "b/{}/o/{}", bucket, key, alt="media"))
         headers, body = answer
         generation = {k.lower(): v for k, v in headers.items()}.get("x-goog-generation")
-        if generation is None:  # a server that does not send it (gcp-storage-emulator): ask, then read that one
-            metadata: Any = gcs.run(gfs, lambda: gfs._get_object(f"{bucket}/{key}"))
-            generation = metadata["generation"]
-            answer = gcs.run(gfs, lambda: gfs._call("GET", "b/{}/o/{}", bucket, key, alt="media",
-                                                    generation=generation))
-            body = answer[1]
     except FileNotFoundError:
         return Versioned(None)
-    return Versioned(bytes(body), str(generation))
+    # No generation (gcp-storage-emulator): the content stands for it until a write needs it.
+    return Versioned(bytes(body), str(generation) if generation is not None else _Unversioned(bytes(body)))
+
+
+@dataclass(frozen=True)
+class _Unversioned:
+    """The version of an object read from a server that did not say its generation: its content."""
+
+    data: bytes
+
+
+def _gcs_generation_of(path: str, data: bytes) -> str | None:
+    """The generation of ``path`` whose content is ``data`` (asked for, then that generation read);
+    None when the object is gone or holds other content now."""
+    from rigging import gcs
+
+    gfs, bucket, key = _gcs(path)
+    try:
+        metadata: Any = gcs.run(gfs, lambda: gfs._get_object(f"{bucket}/{key}"))
+        generation = metadata["generation"]
+        answer: Any = gcs.run(gfs, lambda: gfs._call("GET", "b/{}/o/{}", bucket, key, alt="media",
+                                                     generation=generation))
+    except FileNotFoundError:
+        return None
+    return str(generation) if bytes(answer[1]) == data else None
 
 
 def _gcs_upload(path: str, payload: bytes, generation: Any) -> bool:
@@ -147,6 +167,10 @@ def _gcs_upload(path: str, payload: bytes, generation: Any) -> bool:
     (:func:`rigging.gcs.write_object`: a write whose answer was lost is still recognised as this one's)."""
     from rigging import gcs
 
+    if isinstance(generation, _Unversioned):
+        generation = _gcs_generation_of(path, generation.data)
+        if generation is None:
+            return False  # replaced since it was read
     gfs = fs.filesystem(path)
     try:
         gcs.write_object(gfs, fs.strip_protocol(path), payload, if_generation_match=int(generation))
