@@ -1,8 +1,10 @@
 """Step functions for a simulated exclusive accelerator (imported by workers as ``accelerator_steps``).
 
 The accelerator is a lock file taken the way libtpu takes ``/tmp/libtpu_lockfile``: a POSIX
-(``fcntl``) write lock over the whole file, held for as long as the step runs; a step that finds it
-held fails at once with libtpu's own words. Every step records, in ``<record_dir>/<label>.json``,
+(``fcntl``) write lock over the whole file. :func:`tpu_step`'s process takes it when it opens the
+accelerator (:func:`open_chip`, its ``open_accelerator`` trait: before the function runs, as JAX's
+backend start) and holds it until the step ends; a process that finds it held fails at once with
+libtpu's own words. Every step records, in ``<record_dir>/<label>.json``,
 when it ran, its process and what it saw of the variables that hide the accelerator.
 """
 
@@ -15,11 +17,12 @@ import time
 from dataclasses import dataclass
 
 from marin.execution.core.step import Step, unhashed_field
-from marin.execution.core.traits import ON_ACCELERATOR, step_function
+from marin.execution.core.traits import StepTraits, step_function
 from rigging import filesystem as fs
 from testsupport.accelerator import LIBTPU_HELD, hold_lock
 
-__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu", "cpu_step", "hold_lock", "read_records", "tpu", "tpu_step"]
+__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu", "cpu_step", "failing_tpu", "failing_tpu_step", "hold_lock", "open_chip",
+           "read_records", "tpu", "tpu_step"]
 
 @dataclass(frozen=True)
 class ChipConfig:
@@ -42,21 +45,44 @@ def _record(config: ChipConfig, kind: str, start: float) -> None:
     os.replace(path + ".tmp", path)
 
 
-@step_function(ON_ACCELERATOR)
-def tpu_step(config: ChipConfig, output_path: str) -> None:
-    """Open the simulated accelerator (its lock, as libtpu takes it), compute a while, close it."""
+_OPENED: dict[str, int] = {}
+"""The simulated accelerators this process opened (lock file: its descriptor), as libtpu keeps its own."""
+
+
+def open_chip(config: ChipConfig) -> None:
+    """Open the simulated accelerator as libtpu opens the TPU: take its lock, or fail in libtpu's words."""
+    if config.lock in _OPENED:
+        return
     fd = os.open(config.lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RuntimeError(LIBTPU_HELD) from None
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RuntimeError(LIBTPU_HELD) from None
+    _OPENED[config.lock] = fd
+
+
+_ON_CHIP = StepTraits(accelerator=True, open_accelerator=open_chip)
+
+
+@step_function(_ON_CHIP)
+def tpu_step(config: ChipConfig, output_path: str) -> None:
+    """Compute a while on the simulated accelerator (its process opened it first), then let it go."""
+    open_chip(config)  # open already, unless the function is called outside a step's process
+    try:
         start = time.time()
         time.sleep(config.seconds)
         _record(config, "accelerator", start)
     finally:
-        os.close(fd)  # the lock goes with it
+        os.close(_OPENED.pop(config.lock))  # the lock goes with it
     fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
+
+
+@step_function(_ON_CHIP)
+def failing_tpu_step(config: ChipConfig, output_path: str) -> None:
+    """Open the simulated accelerator, then fail for the step's own reason in words that read like a
+    held accelerator (CUDA says "busy or unavailable" for a faulted GPU too)."""
+    raise RuntimeError(f"the step's own error: {LIBTPU_HELD}; all CUDA-capable devices are busy or unavailable")
 
 
 def cpu_step(config: ChipConfig, output_path: str) -> None:
@@ -71,6 +97,10 @@ def tpu(label: str, record_dir: str, lock: str, seconds: float = 0.3) -> Step:
     return Step(f"chip/{label}", tpu_step, ChipConfig(label, seconds, lock=lock, record_dir=record_dir))
 
 
+def failing_tpu(label: str, record_dir: str, lock: str) -> Step:
+    return Step(f"chip/{label}", failing_tpu_step, ChipConfig(label, 0.0, lock=lock, record_dir=record_dir))
+
+
 def cpu(label: str, record_dir: str, seconds: float = 0.3) -> Step:
     return Step(f"data/{label}", cpu_step, ChipConfig(label, seconds, record_dir=record_dir))
 
@@ -83,3 +113,4 @@ def read_records(record_dir: str) -> dict[str, dict]:
             with open(os.path.join(record_dir, name)) as f:
                 out[name[:-5]] = json.load(f)
     return out
+

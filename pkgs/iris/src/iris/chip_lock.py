@@ -4,7 +4,9 @@ libtpu takes a POSIX (``fcntl``) write lock over the whole of its lock file (``/
 when a process opens the TPU, and holds it for the life of that process; a second process then
 fails at once (:data:`BUSY_ERRORS`). ``F_GETLK`` asks the kernel, without taking anything, whether
 a write lock would conflict and, if so, which process holds it (:func:`lock_holder`). The file
-stays after its holder ends, unlocked: its existence says nothing.
+stays after its holder ends, unlocked: its existence says nothing, unless this user may not open it
+(libtpu makes it ``0600``: left by another user's process, running or not); then no process here
+can open the accelerator either, and the holder is named as unreadable.
 """
 
 from __future__ import annotations
@@ -37,14 +39,19 @@ class LockHolder:
         path: the lock file.
         pid: the holder's process id; None where the kernel did not say (another PID namespace).
         command: its command line (``/proc/<pid>/cmdline``); None where it cannot be read.
+        readable: False when this user may not open the file, so no holder can be asked for.
     """
 
     path: str
     pid: int | None
     command: str | None = None
+    readable: bool = True
 
     def describe(self) -> str:
         """``/tmp/libtpu_lockfile is held by pid 4242 (python train.py)``."""
+        if not self.readable:
+            return (f"{self.path} is held by a process of another user, or left over: remove {self.path} "
+                    "if no TPU process runs")
         who = f"pid {self.pid}" if self.pid is not None else "a process this one cannot see"
         what = f" ({self.command})" if self.command else ""
         return f"{self.path} is held by {who}{what}"
@@ -63,15 +70,17 @@ def _command_line(pid: int, limit: int = 160) -> str | None:
 
 def lock_holder(path: str) -> LockHolder | None:
     """Who holds a POSIX write lock on ``path`` now; None when nobody does, or the file does not
-    exist (a process that opens the accelerator creates it), or this user may not read it
-    (then only the accelerator's own error can tell: :func:`busy_error`).
+    exist (a process that opens the accelerator creates it). A file this user may not open is a
+    holder that cannot be read (:attr:`LockHolder.readable`): this user's runtime cannot open it either.
 
     A lock held by this very process never conflicts with its own, so it is not seen here.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOCTTY)
     except OSError as e:
-        if e.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR):
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return LockHolder(path, None, readable=False)
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
         raise
     try:

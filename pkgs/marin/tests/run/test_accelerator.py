@@ -16,7 +16,7 @@ from iris.cluster import ResourceConfig
 from marin.execution.core.step import Step
 from marin.execution.run.outcome import Outcome, QuietReporter
 from marin.execution.run.runner import StepRunner
-from marin.execution.store.records import StepRecord
+from marin.execution.store.records import BuildState, StepRecord
 from rigging.config.discovery import Backend
 
 
@@ -71,30 +71,44 @@ def test_accelerator_steps_take_turns_cpu_steps_run_beside_them_hidden_and_a_for
     # Every CPU step's process saw the accelerator hidden; every accelerator step the user's setting.
     assert {r["JAX_PLATFORMS"] for r in data} == {"cpu"}
     assert {r["JAX_PLATFORMS"] for r in seen.values() if r["kind"] == "accelerator"} == {""}
-    assert len({r["pid"] for r in seen.values()} | {os.getpid()}) == 11
-    # Accelerator steps had fresh interpreters of their own (started by the runner), never a warm
-    # worker's fork; the CPU steps were forked from the warm worker.
+    # The accelerator steps ran one after another in one warm process the runner started (never a
+    # fork of the CPU steps' warm worker); each CPU step in a process of its own forked from that worker.
+    assert len({r["pid"] for r in seen.values() if r["kind"] == "accelerator"}) == 1
+    assert len({r["pid"] for r in data} | {os.getpid()}) == 7
     assert {r["ppid"] for r in seen.values() if r["kind"] == "accelerator"} == {os.getpid()}
     assert os.getpid() not in {r["ppid"] for r in data}
     assert os.environ["JAX_PLATFORMS"] == "" and "MARIN_ACCELERATOR_ENV" not in os.environ  # put back
 
 
+class _ReleaseOnWait(_Waits):
+    """Ends the foreign holder once the run said it waits for it (no race with a process's start)."""
+
+    def __init__(self, holder) -> None:
+        super().__init__()
+        self.holder = holder
+
+    def accelerator_wait(self, planned, line: str) -> None:
+        super().accelerator_wait(planned, line)
+        self.holder.kill()
+        self.holder.wait()
+
+
 def test_a_step_that_finds_the_chip_held_waits_and_runs_again_without_using_a_retry(tmp_path):
-    # The runner checks a lock file nobody holds; the step's runtime finds its own held (a
-    # holder the runner could not see): libtpu's error is a wait, not a failure.
+    # The runner checks a lock file nobody holds; the step's process, opening the accelerator
+    # before its function runs, finds its own held (a holder the runner could not see): libtpu's
+    # error at that start is a wait, not a failure.
     records, lock = tmp_path / "records", str(tmp_path / "other_lockfile")
     records.mkdir()
-    foreign = chip.hold_lock(lock, seconds=1.0)
-    waits = _Waits()
+    foreign = chip.hold_lock(lock, seconds=60)
+    waits = _ReleaseOnWait(foreign)
     runner = _runner(tmp_path, waits, max_parallel=2)
     try:
         result = runner.run([chip.tpu("t0", str(records), lock, seconds=0.1)])
     finally:
         runner.close()
         foreign.kill()
-    released = float(foreign.communicate()[0].strip().splitlines()[-1])
+        foreign.wait()
     assert result.ok and result.steps[0].outcome is Outcome.RAN
-    assert chip.read_records(str(records))["t0"]["start"] >= released
     assert any("multi-process lockfile" in line for _, line in waits.lines)
     status = StepRecord(result.steps[0].output_path).read_status()
     assert status.attempt >= 2  # the attempts that found it held are counted, not failed
@@ -116,6 +130,42 @@ def test_a_chip_held_past_accelerator_wait_fails_the_step_with_one_line_naming_t
     assert "\n" not in failed.error
     assert f"is held by pid {foreign.pid}" in failed.error and "accelerator_wait" in failed.error
     assert "t0" not in chip.read_records(str(records))
+
+
+def test_a_steps_own_error_that_reads_like_a_held_chip_is_its_failure_with_its_log(tmp_path):
+    # The function opened the accelerator and then raised, in words that read like libtpu's and
+    # CUDA's: its own failure, at once (no accelerator_wait), recorded failed, its log named.
+    records, lock = tmp_path / "records", str(tmp_path / "libtpu_lockfile")
+    records.mkdir()
+    waits = _Waits()
+    runner = _runner(tmp_path, waits, max_parallel=1, accelerator_wait=30.0)
+    try:
+        result = runner.run([chip.failing_tpu("f0", str(records), lock)])
+    finally:
+        runner.close()
+    [failed] = result.steps
+    assert failed.outcome is Outcome.FAILED and waits.lines == []
+    assert "the step's own error" in (failed.error or "") and "stayed held" not in (failed.error or "")
+    assert failed.log_path is not None and "the step's own error" in open(failed.log_path).read()
+    status = StepRecord(failed.output_path).read_status()
+    assert status.written is BuildState.FAILED and status.attempt == 1
+
+
+def test_a_chip_its_process_found_held_past_accelerator_wait_fails_naming_the_log(tmp_path):
+    records, lock = tmp_path / "records", str(tmp_path / "other_lockfile")
+    records.mkdir()
+    foreign = chip.hold_lock(lock, seconds=60)
+    runner = _runner(tmp_path, max_parallel=1, accelerator_wait=0.5)
+    try:
+        result = runner.run([chip.tpu("t0", str(records), lock)])
+    finally:
+        runner.close()
+        foreign.kill()
+        foreign.wait()
+    [failed] = result.steps
+    assert failed.outcome is Outcome.FAILED and "accelerator_wait" in (failed.error or "")
+    assert failed.log_path is not None and failed.error.endswith(f"; log: {failed.log_path}")
+    assert "multi-process lockfile" in open(failed.log_path).read()
 
 
 def test_a_tpu_asked_for_that_this_host_does_not_have_is_refused_in_one_line_naming_both(tmp_path):

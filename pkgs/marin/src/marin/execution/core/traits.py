@@ -126,6 +126,9 @@ class StepTraits:
             for one slot of it, waits its turn for it, and is the only kind of process that sees
             it; every other step runs with it hidden (``JAX_PLATFORMS=cpu``). Mark such a function
             with ``@step_function(StepTraits(accelerator=True))`` (or :data:`ON_ACCELERATOR`).
+        open_accelerator: how its step's process opens the accelerator, given the step's config,
+            before the function is called (default: JAX's backends, ``iris.accelerator_open.open_jax``).
+            Another process holding it then is a wait for it; the function's own errors are failures.
     """
 
     scale_fields: tuple[str, ...] = ()
@@ -135,6 +138,7 @@ class StepTraits:
     shares_names: bool = False
     plan_notes: PlanNotes | None = None
     accelerator: bool = False
+    open_accelerator: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("scale_fields", "volatile_files"):
@@ -142,7 +146,7 @@ class StepTraits:
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                 raise TypeError(f"StepTraits.{name} must be a tuple of non-empty strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
-        for name in ("plan_start", "expand", "plan_notes"):
+        for name in ("plan_start", "expand", "plan_notes", "open_accelerator"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"StepTraits.{name} must be callable, got {getattr(self, name)!r}")
         for name in ("shares_names", "accelerator"):

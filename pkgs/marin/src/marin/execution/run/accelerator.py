@@ -5,9 +5,11 @@ Admission (``iris.admission``) keeps this run's own accelerator steps from shari
 process that is not this run's may hold the accelerator anyway (another user's job, a leftover
 process): before an admitted accelerator step starts, its runtime's lock file is asked who holds
 it (``iris.chip_lock``), and the step waits, saying what holds it and for how long, up to
-``accelerator_wait``; then it fails with one line naming the holder and the fix. A step whose own
-error says it found the accelerator held is the same wait, not a failure: it is set aside and
-started again after a pause, its attempt not counted against ``max_retries``.
+``accelerator_wait``; then it fails with one line naming the holder, the fix and the log of its
+last attempt. A step whose process could not open the accelerator before its function ran (the
+runtime found it held: ``iris.accelerator_open``) is the same wait, not a failure: it is set aside
+and started again after a pause, its attempt not counted against ``max_retries``. An exception
+the step's function raised is its own failure, whatever its text says.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ class _Wait:
 
     since: float
     holder: str = "the accelerator is held by another process"
+    held_by: str = "held by another process"
+    """How the failure line says it stayed: held by a process, or unavailable (a lock file this
+    user may not open names no holder)."""
     not_before: float = 0.0
     pause: float = _FIRST_PAUSE_S
     said: str = ""
@@ -108,6 +113,7 @@ class AcceleratorGate:
         self.report = report
         self._clock = clock
         self._waits: dict[str, _Wait] = {}
+        self._logs: dict[str, str] = {}
 
     @property
     def waiting(self) -> bool:
@@ -137,39 +143,60 @@ class AcceleratorGate:
         wait.active = True
         if holder is not None:
             wait.holder = holder.describe()
+            wait.held_by = "held by another process" if holder.readable else "unavailable"
         waited = now - wait.since
         if waited >= self.wait_s:
             del self._waits[p.output_name]
-            return (f"the accelerator stayed held by another process for {format_duration(waited)} "
+            log = self._logs.get(p.output_name)
+            return (f"the accelerator stayed {wait.held_by} for {format_duration(waited)} "
                     f"(accelerator_wait): {wait.holder}; end that process or let it finish, then run again "
-                    "(or raise accelerator_wait)")
+                    f"(or raise accelerator_wait){f'; log: {log}' if log else ''}")
         if wait.holder != wait.said or now - wait.said_at >= REPORT_EVERY_S:
             wait.said, wait.said_at = wait.holder, now
             self.report(p, f"{wait.holder}; waited {format_duration(waited)} of {format_duration(self.wait_s)} "
                            "(accelerator_wait)")
         return False
 
-    def found_held(self, p: PlannedStep, line: str) -> None:
-        """``p`` ended on finding the accelerator held (its error said ``line``): it waits a pause
-        (longer each time) before it may start again, within the same ``wait_s``."""
+    def last_log(self, p: PlannedStep) -> str | None:
+        """The log of ``p``'s last attempt that could not open the accelerator, if one started."""
+        return self._logs.get(p.output_name)
+
+    def found_held(self, p: PlannedStep, line: str, log: str | None = None) -> None:
+        """``p``'s process could not open the accelerator (its runtime said ``line``; ``log``: that
+        attempt's log): it waits a pause (longer each time) before it may start again, within the
+        same ``wait_s``."""
+        # Not at import: only a run with an accelerator step asks (fcntl, struct).
+        from iris.chip_lock import lock_holder
+
         now = self._clock()
         wait = self._waits.setdefault(p.output_name, _Wait(since=now))
+        if log:
+            self._logs[p.output_name] = log
+        holder = lock_holder(self.lock) if self.lock is not None else None
+        if holder is not None and not holder.readable:
+            wait.holder, wait.held_by = f"the step could not open it ({line}): {holder.describe()}", "unavailable"
+            return self._pause(wait, now)
         wait.holder = f"the step found it held ({line})"
+        return self._pause(wait, now)
+
+    @staticmethod
+    def _pause(wait: _Wait, now: float) -> None:
         wait.active = True
         wait.not_before = now + wait.pause
         wait.pause = min(wait.pause * 2, _LONGEST_PAUSE_S)
 
 
 def found_accelerator_held(attempt: StepAttempt) -> str | None:
-    """The line of an ended accelerator step's error that says it found the accelerator held by
-    another process (libtpu's lock file error, a busy GPU), or None (it did not fail so)."""
+    """The runtime's line when an ended accelerator step's process could not open the accelerator
+    before its function ran (libtpu's lock file error, a busy GPU at start), or None: it did not
+    end so (an error its function raised is its failure, whatever its text)."""
     # Not at import: only an accelerator step that ended asks.
-    from iris.chip_lock import busy_error
+    from iris.accelerator_open import unavailable_line
 
     if not attempt.admission.slots or attempt.lease.lost:
         return None
     try:
         attempt.handle.result(timeout=0)
     except BaseException as e:  # noqa: BLE001 - only read here: finish() reports any other failure
-        return busy_error(f"{e}\n{getattr(e, 'remote_traceback', None) or ''}")
+        return unavailable_line(e)
     return None

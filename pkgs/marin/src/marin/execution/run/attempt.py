@@ -147,6 +147,7 @@ class StepAttempt:
                 sys_path=tuple(x for x in (root, *sys.path[:1]) if x),
                 exit_on_preemption=ctx.worker is not WorkerKind.IN_PROCESS,
                 lease=(lease.folder, lease.token, lease.ttl) if ctx.worker is not WorkerKind.IN_PROCESS else None,
+                opens_accelerator=bool(self.admission.slots),
             )
             if fs.is_local(self.files_folder):
                 os.makedirs(fs.strip_protocol(self.files_folder), exist_ok=True)

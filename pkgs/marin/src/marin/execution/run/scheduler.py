@@ -99,7 +99,9 @@ def _start_what_can_start(state: RunState, s: Scheduling) -> bool:
             break
         admission = s.admit(p)
         if isinstance(admission, str):
-            state.settle(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=admission))
+            log = s.gate.last_log(p) if s.gate is not None else None  # an attempt that could not open the accelerator
+            state.settle(pos, StepOutcome.of(p, Outcome.FAILED, reasons=reasons_of(p.reasons), error=admission,
+                                             log_path=log))
             progressed = True
             continue
         if admission is None:
@@ -130,7 +132,7 @@ def _finish_what_ended(state: RunState, gate: AcceleratorGate | None = None) -> 
         if gate is not None and held is not None:
             # Not the step's failure: the accelerator was taken by another process. It waits for
             # it, and starts again (a new attempt, not a retry).
-            gate.found_held(attempt.planned, held)
+            gate.found_held(attempt.planned, held, attempt.log.path)
             attempt.set_aside(f"the accelerator was held by another process ({held}); waiting to start again")
             attempt.admission.release()
             state.ended(pos, None)

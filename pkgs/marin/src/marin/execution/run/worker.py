@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.core.identity import fn_identity
-from marin.execution.core.traits import Start
+from marin.execution.core.traits import Start, traits_of
 from rigging.lease import watch_lease
 from rigging.log import setup_logging
 from rigging.store_requests import request_counts
@@ -68,6 +68,9 @@ class StepPayload:
     """(folder, number, ttl) of the lease the step runs under, when it has a process of its own:
     the process watches it and ends itself once the lease is lost (:func:`rigging.lease.watch_lease`),
     so a step whose runner is frozen, or on another host, still stops by the lease's expiry."""
+    opens_accelerator: bool = False
+    """The step holds accelerator slots: its process opens the accelerator before ``fn`` runs
+    (:func:`_open_accelerator`), so that finding it held is told apart from ``fn``'s own errors."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,19 @@ def _end_this_step(why: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _open_accelerator(fn: Any, config: Any) -> None:
+    """Open the accelerator as ``fn``'s runtime does (its trait's opener, else JAX's backends);
+    raises ``iris.accelerator_open.AcceleratorUnavailable`` when another process holds it."""
+    # Not at import: only a step given the accelerator opens it.
+    from iris.accelerator_open import open_accelerator, open_jax
+
+    opener = traits_of(fn).open_accelerator
+    if opener is not None:
+        open_accelerator(opener, config)
+    else:
+        open_accelerator(open_jax)
+
+
 def run_step(payload: StepPayload) -> dict[str, Any]:
     """Run one step in this (fresh) process; returns timing facts for the provenance, and what the
     step reported of its build (:meth:`RunningStep.report_incremental`)."""
@@ -211,6 +227,8 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
     log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
     step = RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
                        payload.expansions, payload.start)
+    if payload.opens_accelerator:
+        _open_accelerator(fn, config)
     try:
         with running(step):
             fn(config, payload.output_path)
