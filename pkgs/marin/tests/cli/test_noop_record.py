@@ -109,6 +109,11 @@ def test_an_unchanged_noop_is_answered_from_its_record_and_every_change_it_depen
         ``stat`` changed, or another question about it got another answer: ``asked``)."""
         found = set()
         while (why := noop.why_changed(record, key)) is not None:
+            if why.endswith(": its content changed"):  # a small file read: its digest goes with its stat
+                path = why.removesuffix(": its content changed")
+                assert any(Path(path) == p for p, _ in expected), why
+                record["digests"][path] = noop.content_digest(path)
+                continue
             if ": " in why and " was " in why:  # another question: "PATH: KIND was X, now Y"
                 path = why.partition(": ")[0]
                 assert (Path(path), "asked") in expected, why

@@ -70,11 +70,15 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
             raise MarinError(f"--root: {e}") from None
     from marin.cli.noop_recording import unwatch_calls, watch_calls  # light: the standard library only
 
-    watch_calls()  # a recording command watches what the experiment's own code calls while it is imported
+    # A recording command watches what the experiment's own code calls while it is imported and
+    # until its plan is made: a dependency's handle is lowered while planning (an ArtifactStep's
+    # build_config). The reporter stops it once the plan is known (_InputsChecked.planned).
+    watch_calls()
     try:
         steps = load_targets(list(targets))
-    finally:
+    except BaseException:
         unwatch_calls()
+        raise
     keeper = _RootKeeper(targets, root_name, partial=bool(only))  # --only plans part of the graph
     reporter = make_reporter() if dry_run else _InputsChecked(make_reporter(), keeper)
     runner = runner_from_options(ctx, prefix=prefix, max_parallel=max_parallel, force=force, only=only,
@@ -86,6 +90,7 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     try:
         result = runner.run(steps)  # NotCached, OverBudget, ResourcesTooLarge ...: the CLI's one error funnel
     finally:
+        unwatch_calls()
         reporter.close()
         runner.close()
     click.echo(summary_table(result))
@@ -168,11 +173,12 @@ class _InputsChecked:
         self._keeper = keeper
 
     def planned(self, plan: Any) -> None:
+        from marin.cli.noop_recording import abandon, unwatch_calls  # light: the standard library only
+
+        unwatch_calls()  # the plan is made: what the experiment's code did to make it was watched
         self._keeper.add(plan)
         to_run = plan.to_run()
         if to_run:
-            from marin.cli.noop_recording import abandon  # light: the standard library only
-
             abandon()  # a run that builds leaves no no-op record: stop noting what it reads
             # The harness's task settings: only when there is something to build.
             from marin.experiment.evaluation.tasks import check_task_data

@@ -58,7 +58,7 @@ __all__ = ["DISABLE_VARIABLE", "IGNORED_VARIABLES", "QUESTIONS", "RECORD_FORMAT"
            "error_answer", "record_of", "records_folder", "remove_record", "request_of", "stat_key", "why_changed",
            "write_record"]
 
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3
 """The form of the records this code writes; a record of another form is not read."""
 
 DISABLE_VARIABLE = "MARIN_NO_FAST_NOOP"
@@ -84,8 +84,8 @@ _SUFFIX = ".noop"
 # A record is a dict written with marshal, as Python's own bytecode caches are: read without
 # importing anything (json alone would cost a quarter of the answer), by the interpreter that
 # wrote it (its version is in the key). Its keys (one place: the writer and the reader below):
-_FORMAT, _KEY, _PATHS, _CHECKS, _INDEX, _MARKERS, _OUTPUT = (
-    "format", "key", "paths", "checks", "index", "markers", "output")
+_FORMAT, _KEY, _PATHS, _CHECKS, _DIGESTS, _INDEX, _MARKERS, _OUTPUT = (
+    "format", "key", "paths", "checks", "digests", "index", "markers", "output")
 
 
 class Request:
@@ -164,7 +164,7 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
         cwd = os.getcwd()
     except OSError:  # the working folder was removed
         return None
-    streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdout, sys.stderr))
+    streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdin, sys.stdout, sys.stderr))
     env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
     interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
     machine = tuple(os.uname())  # a home shared by hosts: a record answers on the host that wrote it
@@ -174,8 +174,25 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
 
 
 def stat_key(st: os.stat_result) -> list[int]:
-    """What a record keeps of a ``stat``: modification time (ns), size, inode, device, mode, owner, group."""
-    return [st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid]
+    """What a record keeps of a ``stat``: modification time (ns), size, inode, device, mode, owner, group,
+    and the change time (ns): a write with the modification time put back (``touch -d``) moves it."""
+    return [st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid, st.st_ctime_ns]
+
+
+DIGESTED_SIZE = 1 << 16
+"""A regular file the command read, of at most this many bytes, is kept in its record with the
+digest of its content as well (:func:`content_digest`), checked again by the next command: what a
+file system whose times are coarse or put back cannot tell is still seen, for the price of reading
+a few small files."""
+
+
+def content_digest(path: str) -> str | None:
+    """SHA-256 of the file's content; None where it cannot be read (absent, a folder)."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return hashlib.sha256(f.read(DIGESTED_SIZE + 1)).hexdigest()
+    except OSError:
+        return None
 
 
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
@@ -233,7 +250,8 @@ def ask(kind: str, path: str, arg: object = None) -> object:
 
 
 def record_of(key: str, paths: Mapping[str, list[int] | int | None], checks: Iterable[tuple[str, str, object, object]],
-              index: str, markers: Iterable[str], output: Iterable[tuple[int, str]]) -> dict[str, object]:
+              index: str, markers: Iterable[str], output: Iterable[tuple[int, str]],
+              digests: Mapping[str, str] | None = None) -> dict[str, object]:
     """A record (what :func:`write_record` writes).
 
     Args:
@@ -244,9 +262,11 @@ def record_of(key: str, paths: Mapping[str, list[int] | int | None], checks: Ite
         index: the store's done index folder.
         markers: the file names in ``index`` that must still be there (the done steps').
         output: what the command printed, in order: (1 stdout or 2 stderr, text).
+        digests: the small files it read (:data:`DIGESTED_SIZE`), each with :func:`content_digest` of it.
     """
     return {_FORMAT: RECORD_FORMAT, _KEY: key, _PATHS: dict(paths), _CHECKS: [list(c) for c in checks],
-            _INDEX: index, _MARKERS: list(markers), _OUTPUT: [[stream, text] for stream, text in output]}
+            _DIGESTS: dict(digests or {}), _INDEX: index, _MARKERS: list(markers),
+            _OUTPUT: [[stream, text] for stream, text in output]}
 
 
 def _path_changed(path: str, want: list[int] | int | None) -> str | None:
@@ -277,6 +297,9 @@ def why_changed(record: object, key: str) -> str | None:
             now = ask(kind, path, arg)
             if now != want:
                 return f"{path}: {kind} was {want!r}, now {now!r}"
+        for path, want in record[_DIGESTS].items():
+            if content_digest(path) != want:
+                return f"{path}: its content changed"
         index = record[_INDEX]
         try:
             listed = set(os.listdir(index))

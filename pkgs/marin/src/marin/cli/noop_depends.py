@@ -15,9 +15,10 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any
 
-from marin.cli.noop import error_answer
+from marin.cli.noop import DIGESTED_SIZE, content_digest, error_answer, stat_key
 from marin.cli.noop_calls import USER, code_kind_of_file
 from marin.cli.noop_recording import current, refusal
 from marin.execution.core.step import DEV_VERSION
@@ -26,9 +27,11 @@ from marin.execution.plan.model import Action, Plan
 from marin.execution.run.outcome import Outcome, RunResult
 from marin.execution.run.settings import RunSettings
 from marin.execution.store import done_index
+from marin.execution.store.layout import META_DIR
 from marin.execution.store.roots import root_id, roots_folder
 from marin.execution.store.stat_cache import trusted
 from marin.execution.store.step_record import StepRecord
+from marin.report.run_report import REPORTS_DIR
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend, MarinConfig, search_paths
 
@@ -63,12 +66,13 @@ def offer_noop_record(result: RunResult, settings: RunSettings, config: MarinCon
     recording.stop_watching()  # what the run asked is known; the questions below are the record's own
     try:
         plan = _answerable(result, settings, config)
-        paths, checks, markers = _depends(plan, settings.prefix, targets, report, recording)
+        paths, checks, markers, digests = _depends(plan, settings.prefix, targets, report, recording)
     except (_NoRecord, OSError) as e:  # OSError: a file or folder vanished meanwhile; the run itself went well
         logger.debug("no no-op record for this run: %s", e)
         recording.abandon()
         return
-    recording.offer(paths, checks, fs.strip_protocol(done_index.index_folder(_local(settings.prefix))), markers)
+    recording.offer(paths, checks, fs.strip_protocol(done_index.index_folder(_local(settings.prefix))), markers,
+                    digests)
 
 
 def _answerable(result: RunResult, settings: RunSettings, config: MarinConfig | None) -> Plan:
@@ -139,17 +143,29 @@ def _looked_for(plan: Plan, targets: Sequence[str]) -> Iterable[str]:
             yield from local_source_files(spec)
 
 
+def _store_own(plan: Plan, store: str) -> tuple[str, ...]:
+    """The folders under the store that are its own (bookkeeping, reports) or this plan's outputs,
+    each with a trailing separator, as written and as resolved: what a run reads there is covered by
+    each step's success record and the done index. Anything else under the prefix (``--prefix .``:
+    the experiment itself, a data file, a source) is an input like any other."""
+    bases = dict.fromkeys((store, os.path.realpath(store)))
+    own = [META_DIR, REPORTS_DIR]
+    own += [os.path.relpath(_local(p.output_path), store) for p in plan.steps]
+    return tuple(dict.fromkeys(os.path.join(base, rel).rstrip(os.sep) + os.sep for base in bases for rel in own))
+
+
 def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recording: Recording,
-             ) -> tuple[dict[str, Any], dict[tuple[str, str, object], object], list[str]]:
+             ) -> tuple[dict[str, Any], dict[tuple[str, str, object], object], list[str], dict[str, str]]:
     """(every path to ``stat`` with its ``stat`` or None, every other question asked outside the
-    store with its answer, the done markers that must stay)."""
+    store's own folders with its answer, the done markers that must stay, the small files read with
+    their content's digest)."""
     store = _local(prefix)
-    roots = tuple(dict.fromkeys(p.rstrip(os.sep) + os.sep for p in (store, os.path.realpath(store))))
+    own = _store_own(plan, store)
 
     def outside(path: str) -> bool:
         if "/.." in path:  # recorded as asked: what it names, the kernel decides
             path = os.path.realpath(path)
-        return not path.startswith(roots) and path not in (store, os.path.realpath(store))
+        return not (path + os.sep).startswith(own)
 
     paths: dict[str, Any] = {path: st for path, st in recording.seen.items() if outside(path)}
     checks = {question: answer for question, answer in recording.checks.items() if outside(question[1])}
@@ -159,6 +175,7 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recor
     stats = [st for st in (*paths.values(), *checks.values()) if isinstance(st, os.stat_result)]
     if not trusted(stats, recording.started_ns):
         raise _NoRecord("a file it read was modified moments before it was read")
+    digests = _digests(paths, recording.read)
     # The store's own files are replaced whole, never edited in place: their stat is enough.
     index = done_index.read_index(store)
     markers = []
@@ -176,4 +193,27 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recor
     # The run's GC root: dropped (`marin roots rm`) or replaced since, the run registers it again in full.
     root = _local(fs.join(roots_folder(prefix), f"{root_id(targets)}.json"))
     paths[root] = _stat(root)
-    return paths, checks, markers
+    return paths, checks, markers, digests
+
+
+_ENVIRONMENT = tuple(dict.fromkeys(os.path.realpath(p).rstrip(os.sep) + os.sep
+                                   for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)))
+"""The Python environment's own folders (the standard library, installed packages): replaced by
+installers (a new inode and change time), so their files are kept by ``stat`` alone."""
+
+
+def _digests(paths: dict[str, Any], read: set[str]) -> dict[str, str]:
+    """The content digest of each small regular file the command read (:data:`marin.cli.noop.DIGESTED_SIZE`)
+    outside the Python environment, once its ``stat`` shows it unchanged since it was read."""
+    digests = {}
+    for path in sorted(read):
+        st = paths.get(path)
+        if (not isinstance(st, os.stat_result) or st.st_size > DIGESTED_SIZE or not S_ISREG(st.st_mode)
+                or path.startswith(_ENVIRONMENT)):
+            continue
+        digest = content_digest(path)
+        now = _stat(path)
+        if digest is None or not isinstance(now, os.stat_result) or stat_key(now) != stat_key(st):
+            raise _NoRecord(f"{path} changed while the command ran")
+        digests[path] = digest
+    return digests

@@ -80,6 +80,8 @@ class Recording:
         self.checks: dict[tuple[str, str, object], object] = {}
         """Every other question asked of a path (:data:`marin.cli.noop.QUESTIONS`, by kind, path and
         argument), with the first answer it got."""
+        self.read: set[str] = set()
+        """The paths of files opened for reading (a small one's content is digested into the record)."""
         self.refused: str | None = None
         """Why the command cannot be answered from a record (it ran a subprocess ...), once known."""
         self.output: list[tuple[int, str]] = []
@@ -92,6 +94,7 @@ class Recording:
         self.active = False
         self.seen.clear()
         self.checks.clear()
+        self.read.clear()
         self.output.clear()
         self._offered = None
         self.stop_watching()
@@ -120,10 +123,14 @@ class Recording:
         else:
             self.checks.setdefault((kind, path, arg if not isinstance(arg, list) else tuple(arg)), answer)
 
-    def _note(self, path: Any) -> None:
+    def _note(self, path: Any, reads: bool = False) -> None:
+        if isinstance(path, int):  # a descriptor, opened by path before (noted then), or standard input
+            if _is_stdin(path):
+                self.refuse(f"{_where_reading()} reads standard input (descriptor {path}), which no stat can check")
+            return
         path = noop_watch.absolute(path)
         if path is None:
-            return  # a descriptor, opened by path before (noted then)
+            return
         if path.startswith(noop_watch.PSEUDO):
             from marin.cli.noop_calls import users_call
 
@@ -131,8 +138,12 @@ class Recording:
             if where is not None:
                 self.refuse(f"{where} reads {path}, which stat cannot check")
             return
-        if path in self.seen or path.startswith(self._ignored) or path.endswith(".pyc"):
+        if path.startswith(self._ignored) or path.endswith(".pyc"):
             return  # a .pyc is its .py's (every imported module's source is in the record)
+        if reads:
+            self.read.add(path)
+        if path in self.seen:
+            return
         try:
             self.seen[path] = noop_watch.real_stat(path)
         except OSError as e:
@@ -147,7 +158,7 @@ class Recording:
             flags = flags if isinstance(flags, int) else 0
             reads = not flags & (os.O_WRONLY | os.O_TRUNC | os.O_EXCL)
         if reads:
-            self._note(path)
+            self._note(path, reads=True)
 
     def listed(self, path: Any) -> None:
         """An ``os.listdir`` or ``os.scandir`` audit event."""
@@ -166,17 +177,20 @@ class Recording:
             self.output.append((stream, text))
 
     def offer(self, paths: Mapping[str, os.stat_result | int | None], checks: Mapping[tuple[str, str, object], object],
-              index: str, markers: list[str]) -> None:
+              index: str, markers: list[str], digests: Mapping[str, str] | None = None) -> None:
         """The run was a no-op: what its answer depends on (every path to ``stat``, every other question
-        with its answer, the done index folder and the markers it must hold); written by :meth:`finish`."""
+        with its answer, the done index folder and the markers it must hold, the small files read with
+        their content's digest); written by :meth:`finish`."""
         if self.active:
-            self._offered = {"paths": paths, "checks": checks, "index": index, "markers": markers}
+            self._offered = {"paths": paths, "checks": checks, "index": index, "markers": markers,
+                             "digests": dict(digests or {})}
 
     def finish(self, ok: bool) -> None:
         """The command ended (``ok``: with exit code 0): write the record it offered, or remove a
         record that no longer holds."""
         global _current
         _current = None
+        _StdinGuard.remove()
         request, offered = self.request, self._offered if self.active and ok else None
         self.active = False
         self.stop_watching()
@@ -188,7 +202,7 @@ class Recording:
             checks = [(kind, path, list(arg) if isinstance(arg, tuple) else arg, _kept(answer))
                       for (kind, path, arg), answer in offered["checks"].items()]
             noop.write_record(request, noop.record_of(request.key, paths, checks, offered["index"],
-                                                      offered["markers"], self.output))
+                                                      offered["markers"], self.output, offered["digests"]))
         except OSError as e:  # a read-only home: the next no-op runs in full, nothing else is lost
             import logging  # loaded already by the command that ran
 
@@ -225,7 +239,7 @@ class _Tee:
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     recording = _current
-    if recording is None or not recording.active:
+    if recording is None or not recording.active or noop_watch.busy():
         return
     try:
         if event == "open":
@@ -241,6 +255,72 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                 recording.refuse(f"{where} {what} (audit event {event}): what it gets no stat can check")
     except Exception as e:  # noqa: BLE001 - an audit hook must never fail the operation it watches
         recording.refuse(f"the recorder failed on the audit event {event} ({type(e).__name__}: {e})")
+
+
+_stdin_identity: tuple[int, int] | None = None
+"""(device, inode) of standard input when the recording began; None when it was closed."""
+
+
+def _is_stdin(fd: int) -> bool:
+    """Whether the descriptor ``fd`` is standard input (descriptor 0, or another for the same file)."""
+    if _stdin_identity is None:
+        return False
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == _stdin_identity
+
+
+def _where_reading() -> str:
+    """Where the code that reads is ("file:line" of the experiment's, else "the command")."""
+    from marin.cli.noop_calls import users_call
+
+    return users_call(sys._getframe(2), through_marin=True) or "the command"
+
+
+class _StdinGuard:
+    """``sys.stdin`` while a command records: reading it makes the command unrecordable (what it
+    holds is no file a ``stat`` can check); asking whether it is a terminal, or for its encoding, does not."""
+
+    _READS = frozenset({"read", "readline", "readlines", "buffer", "readinto", "detach", "__next__"})
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def _refuse(self, how: str) -> None:
+        recording = current()
+        if recording is not None:
+            recording.refuse(f"{_where_reading()} reads standard input (sys.stdin.{how}), which no stat can check")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._READS:
+            self._refuse(name)
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Any:
+        self._refuse("__iter__")
+        return iter(self._stream)
+
+    def __next__(self) -> Any:
+        self._refuse("__next__")
+        return next(self._stream)
+
+    @staticmethod
+    def install() -> None:
+        if sys.stdin is not None and not isinstance(sys.stdin, _StdinGuard):
+            guard = _StdinGuard(sys.stdin)
+            if sys.__stdin__ is sys.stdin:
+                sys.__stdin__ = guard  # type: ignore[misc]  # code that "restores" stdin gets the guard too
+            sys.stdin = guard  # type: ignore[assignment]
+
+    @staticmethod
+    def remove() -> None:
+        if isinstance(sys.stdin, _StdinGuard):
+            stream = sys.stdin._stream
+            if sys.__stdin__ is sys.stdin:
+                sys.__stdin__ = stream  # type: ignore[misc]
+            sys.stdin = stream
 
 
 def refusal() -> str | None:
@@ -278,10 +358,16 @@ def abandon() -> None:
 
 def start(request: noop.Request) -> Recording:
     """Begin recording what this command reads and prints, for ``request``'s record."""
-    global _current, _hooked, _refusal
+    global _current, _hooked, _refusal, _stdin_identity
     _current = Recording(request)
     _refusal = None
-    noop_watch.install(_current)
+    try:
+        st = os.fstat(0)
+        _stdin_identity = (st.st_dev, st.st_ino)
+    except OSError:  # no standard input at all
+        _stdin_identity = None
+    _StdinGuard.install()
+    noop_watch.install(_current, _is_stdin)
     if not _hooked:
         sys.addaudithook(_audit)
         os.register_at_fork(after_in_child=abandon)

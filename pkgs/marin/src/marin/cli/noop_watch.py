@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from marin.cli.noop_recording import Recording
 
-__all__ = ["PSEUDO", "absolute", "install", "real_realpath", "real_stat", "uninstall"]
+__all__ = ["PSEUDO", "absolute", "busy", "install", "real_realpath", "real_stat", "uninstall"]
 
 PSEUDO = ("/proc/", "/sys/", "/dev/")
 """Kernel and device files: what they hold is not told by ``stat``."""
@@ -50,11 +50,19 @@ PSEUDO = ("/proc/", "/sys/", "/dev/")
 real_stat = os.stat
 """``os.stat`` as it was before any wrapper (the recorder's own ``stat`` calls)."""
 _realpath = os.path.realpath
+_readlink = os.readlink
 
 _IGNORED_ERRORS = (2, 20, 9, 40)  # ENOENT, ENOTDIR, EBADF, ELOOP: pathlib's "no" rather than an error
 _S_IFDIR, _S_IFREG, _S_IFLNK = 0o040000, 0o100000, 0o120000
 
 _recording: Recording | None = None
+
+
+def _never(fd: int) -> bool:
+    return False
+
+
+_is_stdin: Callable[[int], bool] = _never  # what noop_recording.start says standard input is (install)
 _inside = _local()  # per thread: a wrapper is running (its own calls are not noted again)
 _saved: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) of every wrapper installed
 
@@ -81,7 +89,7 @@ def _path_of(path: Any, dir_fd: Any = None) -> str | None:
             return None
         if not text.startswith(os.sep):
             try:
-                return posixpath.join(os.readlink(f"/proc/self/fd/{dir_fd}"), text)
+                return posixpath.join(_readlink(f"/proc/self/fd/{dir_fd}"), text)  # the recorder's own question
             except OSError:
                 _refuse("it asked about a path relative to a folder descriptor")
                 return None
@@ -105,6 +113,12 @@ def _note(kind: str, path: str | None, arg: Any, answer: Any) -> None:
             recording.refuse(f"{where} asks about {path}, which stat cannot check")
         return
     recording.asked(kind, path, arg, answer)
+
+
+def busy() -> bool:
+    """Whether this thread is inside one of the wrappers (whose own calls' audit events are not noted:
+    the wrapper notes what they mean)."""
+    return getattr(_inside, "busy", False)
 
 
 def real_realpath(path: str) -> str:
@@ -347,16 +361,53 @@ def _scandir(real: Callable[..., Any]) -> Callable[..., Any]:
     return _named(scandir, real)
 
 
+def _open(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``os.open``: a path relative to a folder descriptor (``dir_fd``, as ``os.fwalk`` opens) is noted as
+    the file it names (the audit event gives only the name); one whose folder cannot be told makes
+    the command unrecordable."""
+
+    def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
+        if dir_fd is None or getattr(_inside, "busy", False) or _recording is None or not _recording.active:
+            return real(path, flags, mode, dir_fd=dir_fd)
+        where = _path_of(path, dir_fd)
+        with _BUSY as noting:
+            fd = real(path, flags, mode, dir_fd=dir_fd)
+        if noting and where is not None:
+            _recording.opened(where, None, flags)
+        return fd
+
+    return _named(open_, real)
+
+
+def _read(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``os.read`` (and ``os.readv``): reading standard input makes the command unrecordable."""
+
+    def read(fd: int, *args: Any) -> Any:
+        recording = _recording
+        if recording is not None and recording.active and _is_stdin(fd):
+            from marin.cli.noop_calls import users_call
+
+            where = users_call(_caller(), through_marin=True) or "the command"
+            recording.refuse(f"{where} reads standard input (os.{real.__name__} of descriptor {fd}), "
+                             "which no stat can check")
+        return real(fd, *args)
+
+    return _named(read, real)
+
+
 def _replace(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> None:
     real = getattr(owner, name)
     _saved.append((owner, name, real))
     setattr(owner, name, make(real))
 
 
-def install(recording: Recording) -> None:
-    """Note ``recording``'s file-system questions from now on (see the module's docstring)."""
-    global _recording
+def install(recording: Recording, is_stdin: Callable[[int], bool] | None = None) -> None:
+    """Note ``recording``'s file-system questions from now on (see the module's docstring); ``is_stdin``
+    tells a descriptor of standard input (read, it makes the command unrecordable)."""
+    global _recording, _is_stdin
     _recording = recording
+    if is_stdin is not None:
+        _is_stdin = is_stdin
     if _saved:
         return
     import pathlib  # here: the recording path only (the answer never loads it)
@@ -366,6 +417,9 @@ def install(recording: Recording) -> None:
     _replace(os, "access", lambda real: _result_question(real, noop.ACCESS, bool, _access_arg))
     _replace(os, "readlink", lambda real: _result_question(real, noop.READLINK, os.fsdecode))
     _replace(os, "scandir", _scandir)
+    _replace(os, "open", _open)
+    _replace(os, "read", _read)
+    _replace(os, "readv", _read)
     _replace(os, "statvfs", _statvfs)
     _replace(posixpath, "realpath", lambda real: _result_question(
         real, noop.REALPATH, os.fsdecode, lambda *args, strict=False: bool(args[0] if args else strict)))
