@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from marin.execution.core.step import Step, unhashed_field
-from marin.execution.core.traits import StepTraits, step_function
+from marin.execution.core.traits import ON_ACCELERATOR, StepTraits, step_function
 from rigging import filesystem as fs
 from testsupport.accelerator import LIBTPU_HELD, hold_lock
 
-__all__ = ["LIBTPU_HELD", "ChipConfig", "cpu", "cpu_step", "failing_tpu", "failing_tpu_step", "hold_lock", "open_chip",
-           "read_records", "tpu", "tpu_step"]
+__all__ = ["LIBTPU_HELD", "ChipConfig", "JaxChipConfig", "cpu", "cpu_step", "failing_tpu", "failing_tpu_step", "hold_lock",
+           "jax_chip", "jax_step", "open_chip", "read_records", "tpu", "tpu_step"]
 
 @dataclass(frozen=True)
 class ChipConfig:
@@ -114,3 +116,76 @@ def read_records(record_dir: str) -> dict[str, dict]:
                 out[name[:-5]] = json.load(f)
     return out
 
+
+@dataclass(frozen=True)
+class JaxChipConfig:
+    """Config of :func:`jax_step`: a tiny JAX computation on the simulated accelerator."""
+
+    label: str
+    seed: int = 0
+    after: Any = None
+    """Another step's output (a placeholder): this step runs after it."""
+    leave_array: bool = False
+    """Keep an array alive in a module after the step (a leak a warm process must not carry on)."""
+    enable_x64: bool = False
+    """Turn JAX's ``jax_enable_x64`` flag on inside the step (a global a warm process must put back)."""
+    hold_s: float = 0.0
+    """Sleep this long after the start record (once: a marker in ``record_dir`` says it slept)."""
+    lock: str = unhashed_field(default="")
+    record_dir: str = unhashed_field(default="")
+
+
+_KEPT: list[Any] = []  # where a leaking step keeps its array
+
+
+@step_function(ON_ACCELERATOR)
+def jax_step(config: JaxChipConfig, output_path: str) -> None:
+    """Hold the simulated accelerator's lock while computing a little with JAX; print a line and
+    log one (each names the step); write the result's bytes and the default float dtype; record
+    the run (``<record_dir>/<label>.json``, and a line per run in ``<label>.runs``)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    fd = os.open(config.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError(LIBTPU_HELD) from None
+        start = time.time()
+        with open(os.path.join(config.record_dir, f"{config.label}.runs"), "a") as f:
+            f.write(f"{os.getpid()}\n")
+        marker = os.path.join(config.record_dir, f"{config.label}.held")
+        if config.hold_s and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(config.hold_s)
+        if config.enable_x64:
+            jax.config.update("jax_enable_x64", True)
+        print(f"stdout line of {config.label}", flush=True)
+        logging.getLogger("accelerator_steps").warning("log line of %s", config.label)
+        x = jnp.arange(64, dtype=jnp.float32).reshape(8, 8) * (config.seed + 1)
+        y = jax.jit(lambda a: jnp.tanh(a @ a.T / 64.0).sum(axis=0))(x)
+        if config.leave_array:
+            _KEPT.append(y)
+        default = str(jnp.ones(1).dtype)
+        out = np.asarray(y).tobytes() + default.encode()
+        _record(config, "accelerator", start)  # type: ignore[arg-type] - the same fields it reads
+        _record_extra(config, {"default_dtype": default})
+    finally:
+        os.close(fd)
+    fs.atomic_write(fs.join(output_path, "out.bin"), out)
+
+
+def _record_extra(config: JaxChipConfig, extra: dict[str, Any]) -> None:
+    path = os.path.join(config.record_dir, f"{config.label}.json")
+    with open(path) as f:
+        record = json.load(f)
+    record.update(extra)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def jax_chip(label: str, record_dir: str, lock: str, **fields: Any) -> Step:
+    return Step(f"chip/{label}", jax_step, JaxChipConfig(label, lock=lock, record_dir=record_dir, **fields))

@@ -37,12 +37,10 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -50,6 +48,7 @@ import cloudpickle
 from fray import pool_template
 from fray.pool_job import PoolJobHandle
 from fray.pool_messages import (
+    Exited,
     Learn,
     Learned,
     Prepare,
@@ -65,6 +64,7 @@ from fray.pool_messages import (
 from fray.template_blas import template_environment
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
+from fray.worker_process import preparation_data, start_worker
 from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
 
 __all__ = ["PoolConfig", "PoolJobHandle", "WorkerPool"]
@@ -100,28 +100,15 @@ class _Template:
     """The caller's side of one template process (its own side: :mod:`fray.pool_template`)."""
 
     def __init__(self, pool: WorkerPool, preload: Sequence[str]):
-        import socket
-
         if pool_template.BOOTSTRAPPING:
             # The caller's script, imported here as multiprocessing's spawn would, starts work at
             # import: without this, every template would start another one, without end.
             raise RuntimeError("a worker pool was started while importing the main script into a worker; "
                                "put the script's work under `if __name__ == \"__main__\":`")
 
-        ours, theirs = socket.socketpair()
-        self.conn = Connection(ours.detach())
-        child_fd = theirs.detach()
-        code = ("import sys; from fray.pool_template import template_main; "
-                "template_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])")
-        # A session of its own: a Ctrl-C meant for the caller must not reach the template.
-        self.process = subprocess.Popen([sys.executable, "-c", code, str(child_fd), str(os.getpid()), *preload],
-                                        pass_fds=(child_fd,), stdin=subprocess.DEVNULL, start_new_session=True,
-                                        env=template_environment(os.environ))
-        os.close(child_fd)
-        import multiprocessing.spawn
-
-        data = multiprocessing.spawn.get_preparation_data("fray-pool-template")
-        data.pop("authkey", None)  # not needed here, and never to be pickled
+        self.conn, self.process = start_worker("fray.pool_template:template_main", preload,
+                                               template_environment(os.environ))
+        data = preparation_data("fray-pool-template")
         config = pool.config
         self.conn.send(Prepare(data, TemplateSettings(config.never_in_template, config.learn_imports,
                                                       main_in_calls=pool._main_in_calls)))
@@ -208,7 +195,7 @@ class _Template:
         elif isinstance(message, Started):
             self._pool._refused.update(message.failed)
             handle._started(message.pid)
-        else:
+        elif isinstance(message, Exited):
             self._handles.pop(message.call_id, None)
             outcome, learned = pool_template.read_result(handle.result_path, message.code)
             if learned:  # taught before the caller hears of the result: settle() then waits for it

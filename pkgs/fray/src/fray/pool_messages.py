@@ -1,4 +1,5 @@
-"""The messages between a worker pool (:mod:`fray.pool`) and its template process (:mod:`fray.pool_template`).
+"""The messages between a worker pool (:mod:`fray.pool`) and its template process (:mod:`fray.pool_template`),
+and between a warm process (:mod:`fray.warm_process`) and its caller.
 
 One frozen dataclass per kind, pickled over the pair's socket. Both sides import them from here,
 so a field added or renamed is one change, not two tuples that must agree by position.
@@ -7,6 +8,11 @@ The caller sends :class:`Prepare` once, then any of :class:`Run`, :class:`Learn`
 :class:`Retire`. The template answers a ``Run`` with :class:`Started` then :class:`Exited` (or with
 :class:`Refused`), a ``Learn`` with :class:`Learned`, and a main script that made it unsafe to fork
 with :class:`UnsafeMain` (and exits).
+
+A warm process gets :class:`Prepare` (with :class:`WarmSettings`), then :class:`Run` and
+:class:`Retire`; it answers a ``Run`` with :class:`Started`, :class:`Exited` once the call's result
+is written, and :class:`Settled` once it has put itself back as it was before the call (or found
+that it cannot, and exits).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ __all__ = [
     "TemplateSettings",
     "ToCaller",
     "ToTemplate",
+    "Settled",
     "UnsafeMain",
+    "WarmSettings",
 ]
 
 
@@ -44,6 +52,16 @@ class TemplateSettings:
     """Each call imports the caller's ``__main__`` itself: importing it made a template unsafe to fork."""
 
 
+@dataclass(frozen=True)
+class WarmSettings:
+    """What the caller tells a warm process when it starts (see :class:`fray.warm_process.WarmConfig`)."""
+
+    idle_s: float
+    """It exits after this many seconds without a call."""
+    preload: tuple[str, ...] = ()
+    """Modules it imports when it starts (so that it can tell what a call changed of them)."""
+
+
 # --------------------------------------------------------------------------- caller -> template
 
 
@@ -53,7 +71,7 @@ class Prepare:
 
     preparation: dict[str, Any]
     """``multiprocessing.spawn.get_preparation_data``: ``sys.path``, folder, ``__main__``."""
-    settings: TemplateSettings
+    settings: TemplateSettings | WarmSettings
 
 
 @dataclass(frozen=True)
@@ -136,4 +154,13 @@ class Exited:
     code: int
 
 
-ToCaller = UnsafeMain | Learned | Refused | Started | Exited
+@dataclass(frozen=True)
+class Settled:
+    """A warm process after a call: back as it was before it (``unclean`` None), or what the call
+    left that it could not put back (a line; the process then exits)."""
+
+    call_id: int
+    unclean: str | None
+
+
+ToCaller = UnsafeMain | Learned | Refused | Started | Exited | Settled

@@ -42,7 +42,7 @@ from fray.template_imports import (
     under,
 )
 
-__all__ = ["BOOTSTRAPPING", "TemplateSettings", "read_result", "template_main"]
+__all__ = ["BOOTSTRAPPING", "TemplateSettings", "read_result", "template_main", "write_result"]
 
 BOOTSTRAPPING = False  # True while a template imports its caller's __main__ (see fray.pool._Template)
 
@@ -96,7 +96,7 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
             tb = traceback.format_exc()
             sys.stderr.write(tb)
             message = ("error", f"{type(e).__name__}: {e}", tb)
-        _write_result(result_path, message, learned)
+        write_result(result_path, message, learned)
         code = 0
     finally:
         with contextlib.suppress(Exception):
@@ -105,7 +105,8 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         os._exit(code)
 
 
-def _write_result(path: str, outcome: Outcome, learned: list[ModuleEntry]) -> None:
+def write_result(path: str, outcome: Outcome, learned: list[ModuleEntry]) -> None:
+    """Write a call's outcome (and the modules it imported) for :func:`read_result`, whole or not at all."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(cloudpickle.dumps((outcome, learned)))
@@ -144,7 +145,7 @@ def _prepare(conn: Connection, preload: Sequence[str]) -> tuple[TemplateSettings
     import multiprocessing.spawn
 
     prepare = conn.recv()
-    assert isinstance(prepare, Prepare)
+    assert isinstance(prepare, Prepare) and isinstance(prepare.settings, TemplateSettings)
     settings, preparation = prepare.settings, dict(prepare.preparation)
     never = settings.never_in_template
     main = {k: preparation.pop(k) for k in ("init_main_from_name", "init_main_from_path") if k in preparation}

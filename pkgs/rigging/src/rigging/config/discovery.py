@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import os
-import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rigging.config.values import accelerator_value, parse_bool, positive_seconds
 from rigging.durations import parse_duration
 
 __all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "bad_setting", "discover_config",
-           "find_workspace_root", "search_paths"]
+           "find_workspace_root", "search_paths", "user_cache_folder"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -80,6 +79,12 @@ class MarinConfig:
             before it fails, naming the holder.
         accelerator_lock: the lock file the accelerator's runtime holds while a process uses it;
             None: libtpu's (``/tmp/libtpu_lockfile``) on a TPU host, none on a GPU host.
+        accelerator_process: how local accelerator steps run: ``warm``, one after another in a
+            long-lived process per accelerator slot that keeps the accelerator open
+            (``fray.warm_process``), or ``fresh``, each in a new interpreter that opens it again.
+        compilation_cache: the folder of JAX's persistent compilation cache for accelerator steps
+            (``JAX_COMPILATION_CACHE_DIR`` where the environment sets it wins), or ``off``; None:
+            ``$XDG_CACHE_HOME/marin/jax`` (``~/.cache/marin/jax``). Never part of a hash.
         store_timeout: seconds an object-store request may go without progress before it is
             abandoned and tried again (``rigging.store_requests``); None: its default (20).
         store_deadline: seconds one object-store request may take with all its retries before the
@@ -106,6 +111,8 @@ class MarinConfig:
     accelerator_slots: int = 1
     accelerator_wait: float = 300.0
     accelerator_lock: str | None = None
+    accelerator_process: str = "warm"
+    compilation_cache: str | None = None
     store_timeout: float | None = None
     store_deadline: float | None = None
     workspace_root: str | None = field(default=None, compare=False)
@@ -132,57 +139,28 @@ class MarinConfig:
 _SETTABLE = ("prefix", "backend", "max_parallel", "log_level", "ray_address", "caches", "strict_env",
              "warm_workers", "warm_worker_max_steps", "lease_ttl", "code_changes", "cache_signing_key",
              "cache_trusted_keys", "fast_noop", "accelerator", "accelerator_slots", "accelerator_wait",
-             "accelerator_lock", "store_timeout", "store_deadline")
+             "accelerator_lock", "accelerator_process", "compilation_cache", "store_timeout", "store_deadline")
 
 CODE_CHANGES = ("warn", "rebuild")
 """The values of ``code_changes``."""
 
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _positive_seconds(value: Any) -> float:
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    try:
-        seconds = float(str(value).strip()) if not isinstance(value, int | float) else float(value)
-    except ValueError:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    return seconds
-
-
-_ACCELERATOR = re.compile(r"auto|none|v\d+[a-z]*-\d+|gpu:[A-Za-z0-9_.-]+(:\d+)?", re.IGNORECASE)
-"""What ``accelerator`` may say (checked in full where it is used: ``iris.accelerator.parse_accelerator``)."""
-
-
-def _accelerator(value: Any) -> str | None:
-    text = value.strip() if isinstance(value, str) else value
-    if not isinstance(text, str) or not _ACCELERATOR.fullmatch(text):
-        raise ValueError(f"expected auto, none, a TPU type (v5e-1, v4-8) or gpu:<model>:<count>, got {value!r}")
-    return None if text.lower() == "auto" else text
+ACCELERATOR_PROCESSES = ("warm", "fresh")
+"""The values of ``accelerator_process``."""
 
 
 def _coerce(key: str, value: Any) -> Any:
     """Turn a raw value from a file or variable into the field's type; ValueError if it can't."""
     if key == "accelerator":
-        return None if value is None else _accelerator(value)
+        return None if value is None else accelerator_value(value)
     if key == "accelerator_wait":
         return parse_duration(value)
-    if key in ("prefix", "ray_address", "cache_signing_key", "accelerator_lock"):
+    if key in ("prefix", "ray_address", "cache_signing_key", "accelerator_lock", "compilation_cache"):
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"expected a non-empty string, got {value!r}")
-        return os.path.expanduser(value.strip()) if key in ("cache_signing_key", "accelerator_lock") else value.strip()
+        paths = ("cache_signing_key", "accelerator_lock", "compilation_cache")
+        return os.path.expanduser(value.strip()) if key in paths else value.strip()
     if key == "backend":
         try:
             return value if isinstance(value, Backend) else Backend(str(value).strip().lower())
@@ -221,15 +199,16 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError(f"expected a list of {what}, got {value!r}")
         return tuple(v.strip() for v in items)
     if key in ("strict_env", "warm_workers", "fast_noop"):
-        return _parse_bool(value)
+        return parse_bool(value)
     if key == "lease_ttl":
-        return _positive_seconds(value)
+        return positive_seconds(value)
     if key in ("store_timeout", "store_deadline"):
-        return None if value is None else _positive_seconds(value)
-    if key == "code_changes":
+        return None if value is None else positive_seconds(value)
+    if key in ("code_changes", "accelerator_process"):
+        words = CODE_CHANGES if key == "code_changes" else ACCELERATOR_PROCESSES
         word = str(value).strip().lower() if isinstance(value, str) else value
-        if word not in CODE_CHANGES:
-            raise ValueError(f"expected one of {', '.join(CODE_CHANGES)}, got {value!r}")
+        if word not in words:
+            raise ValueError(f"expected one of {', '.join(words)}, got {value!r}")
         return word
     raise KeyError(key)
 
@@ -244,6 +223,13 @@ def bad_setting(key: str, where: str, why: str) -> ConfigError:
     variable, ``override``: :attr:`MarinConfig.sources`), worded as discovery words its own, for
     values that are checked where they are used."""
     return ConfigError(f"{where}: bad value for {_setting_name(key, where)!r}: {why}")
+
+
+def user_cache_folder(environ: Mapping[str, str] | None = None) -> str:
+    """The user's cache folder for this project: ``$XDG_CACHE_HOME/marin``, else ``~/.cache/marin``
+    (the stat cache, the no-op records and JAX's compiled programs live under it)."""
+    env = os.environ if environ is None else environ
+    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "marin")
 
 
 def find_workspace_root(start: str | os.PathLike | None = None) -> Path | None:

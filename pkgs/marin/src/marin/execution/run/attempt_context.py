@@ -82,6 +82,11 @@ class AttemptContext:
     interpreter each."""
     accelerator: HostAccelerator | None = None
     """This host's accelerator, for steps that run here: only those admitted to it see it."""
+    accelerator_process: Callable[[tuple[int, ...], dict[str, str]], Any] | None = None
+    """The warm process (``fray.warm_process.WarmProcess``) of the accelerator slots a local step
+    holds, given those slots and the variables that grant them
+    (:class:`~marin.execution.run.warm_accelerator.AcceleratorProcesses`); None: each accelerator
+    step in a fresh interpreter (``accelerator_process: fresh``)."""
 
     def resources_of(self, step: Step) -> ResourceConfig:
         """What ``step`` asks for here (:func:`marin.execution.plan.resources.resources_of`)."""
@@ -100,7 +105,12 @@ class AttemptContext:
             return users_platforms(os.environ) if resources.accelerator is not None else {}
         if self.accelerator is None:
             return {}
-        return granted_env(os.environ, self.accelerator, slots) if slots else hiding_env(os.environ, self.accelerator)
+        if not slots:
+            return hiding_env(os.environ, self.accelerator)
+        # Not at import either: only a run with a local accelerator step asks.
+        from marin.execution.run.warm_accelerator import compilation_cache_env
+
+        return {**granted_env(os.environ, self.accelerator, slots), **compilation_cache_env(self.settings)}
 
     def submitter(self, payload: StepPayload, resources: ResourceConfig, name: str,
                   slots: tuple[int, ...] = ()) -> Callable[[], JobHandle]:
@@ -115,6 +125,9 @@ class AttemptContext:
             from iris.multihost import MultihostJobHandle, launch
 
             return lambda: MultihostJobHandle(launch(client, run_step, payload, resources=resources, name=name, env=env))
+        if self.worker is WorkerKind.LOCAL_PROCESS and slots and self.accelerator_process is not None:
+            warm = self.accelerator_process(slots, env)
+            return lambda: warm.submit(run_step, payload, name=name, env=env)
         if self.worker is WorkerKind.LOCAL_PROCESS and self.pool is not None and warm_worker_can_run(resources):
             pool = self.pool()
             return lambda: pool.submit(run_step, payload, name=name, env=env, preload=(payload.fn.module,))

@@ -15,6 +15,7 @@ from marin.execution.run.attempt_context import (
     Releasable,
     WorkerKind,
 )
+from marin.execution.run.warm_accelerator import AcceleratorProcesses, process_line
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 
@@ -52,6 +53,8 @@ class Backends:
         """Waits for an accelerator another process holds (made by :meth:`make_gate`)."""
         self.pool: Any = None
         """The warm worker pool (``fray.pool.WorkerPool``), once a step ran in it."""
+        self.accelerator_processes = AcceleratorProcesses()
+        """The warm processes local accelerator steps run in (``accelerator_process: warm``)."""
 
     def accelerator(self) -> HostAccelerator | None:
         """The accelerator of the machine steps run on, when it is this one (local and in-process
@@ -121,8 +124,10 @@ class Backends:
 
         client = self._steps_client()
         warm = self.settings.warm_workers and isinstance(client, LocalClient)
+        warm_accelerator = self.settings.accelerator_process == "warm" and isinstance(client, LocalClient)
         return AttemptContext(self.settings, holder, client, self.worker_kind(), environment,
-                              pool=self._warm_pool if warm else None, accelerator=self.accelerator())
+                              pool=self._warm_pool if warm else None, accelerator=self.accelerator(),
+                              accelerator_process=self.accelerator_processes.for_slots if warm_accelerator else None)
 
     def _admission_controller(self) -> AdmissionController:
         if self._admission is None:
@@ -143,7 +148,8 @@ class Backends:
         if p.action is not Action.RUN or self.worker_kind() is WorkerKind.REMOTE:
             return NothingHeld()
         controller = self._admission_controller()
-        ours_running = controller.accelerator_in_use
+        # A warm accelerator process of this run holds the accelerator's lock between its steps.
+        ours_running = controller.accelerator_in_use or bool(self.accelerator_processes.pids)
         try:
             admission = controller.try_admit(self.resources_of(p))
         except ResourcesTooLarge as e:
@@ -195,8 +201,21 @@ class Backends:
         else:
             time.sleep(seconds)
 
+    def process_line(self, steps: Sequence[PlannedStep]) -> str | None:
+        """How the local accelerator steps among ``steps`` run (the run's header); None: none does."""
+        if self.worker_kind() is not WorkerKind.LOCAL_PROCESS or self.accelerator() is None:
+            return None
+        if not any(self.resources_of(p).accelerator is not None for p in steps):
+            return None
+        return process_line(self.settings)
+
+    def end_accelerator_processes(self) -> None:
+        """The run ended: its warm accelerator processes end, and the accelerator is free."""
+        self.accelerator_processes.close()
+
     def close(self) -> None:
         """Shut down what was made here (a Ray connection, local log folders, warm workers)."""
+        self.accelerator_processes.close()
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None

@@ -153,7 +153,10 @@ class StepRunner:
 
         steps = list(steps)
         with accelerator_hidden(self.hides()):
-            return self._run(steps)
+            try:
+                return self._run(steps)
+            finally:
+                self.backends.end_accelerator_processes()  # the accelerator is free between runs
 
     def hides(self) -> HostAccelerator | None:
         """The accelerator this runner's process hides while it runs: the host's, when steps run in
@@ -216,6 +219,8 @@ class StepRunner:
             if self._held(root, plan):
                 break
         self.reporter.planned(plan)
+        if (line := self.backends.process_line(plan.to_run())) is not None and not self.settings.dry_run:
+            logger.info("%s", line)
         state = RunState(plan, on_settle=self.reporter.finished)
         known: dict[int, StepOutcome] = {}
         for pos, p in enumerate(plan.steps):

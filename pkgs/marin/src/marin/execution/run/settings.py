@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.store.signing import PublicKey, trusted_keys
-from rigging.config.discovery import CODE_CHANGES, Backend, MarinConfig, discover_config, replace
+from rigging.config.discovery import (
+    ACCELERATOR_PROCESSES,
+    CODE_CHANGES,
+    Backend,
+    MarinConfig,
+    discover_config,
+    replace,
+)
 
 __all__ = ["RunSettings"]
 
@@ -21,7 +28,7 @@ __all__ = ["RunSettings"]
 # of one of these names overrides the configured value (and is recorded as an override).
 _CONFIGURED = ("prefix", "max_parallel", "strict_env", "caches", "backend", "ray_address", "warm_workers",
                "lease_ttl", "code_changes", "cache_signing_key", "cache_trusted_keys", "accelerator",
-               "accelerator_slots", "accelerator_wait", "accelerator_lock")
+               "accelerator_slots", "accelerator_wait", "accelerator_lock", "accelerator_process", "compilation_cache")
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,13 @@ class RunSettings:
     """Seconds an accelerator step waits for an accelerator another process holds before it fails."""
     accelerator_lock: str | None = None
     """The lock file the accelerator's runtime holds (None: libtpu's on a TPU host)."""
+    accelerator_process: str = "warm"
+    """``warm``: local accelerator steps run one after another in a long-lived process per
+    accelerator slot, which keeps the accelerator open (:mod:`marin.execution.run.warm_accelerator`);
+    ``fresh``: each in an interpreter of its own."""
+    compilation_cache: str | None = None
+    """JAX's persistent compilation cache for accelerator steps: a folder, ``off``, or None for the
+    user's cache folder (:func:`marin.execution.run.warm_accelerator.compilation_cache_env`)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """For each configured setting, where its value came from (a file, a variable, ``override``)."""
 
@@ -105,6 +119,9 @@ class RunSettings:
             raise ValueError(f"accelerator_wait must be a positive number of seconds, got {self.accelerator_wait}")
         if self.warm_worker_max_steps < 1:
             raise ValueError(f"warm_worker_max_steps must be >= 1, got {self.warm_worker_max_steps}")
+        if self.accelerator_process not in ACCELERATOR_PROCESSES:
+            raise ValueError(f"accelerator_process must be one of {', '.join(ACCELERATOR_PROCESSES)}, "
+                             f"got {self.accelerator_process!r}")
         if self.code_changes not in CODE_CHANGES:
             raise ValueError(f"code_changes must be one of {', '.join(CODE_CHANGES)}, got {self.code_changes!r}")
         for name in ("budget_s", "budget_accelerator_hours"):
@@ -127,7 +144,7 @@ class RunSettings:
         Keywords named like a configuration field (``prefix``, ``max_parallel``, ``strict_env``,
         ``caches``, ``backend``, ``ray_address``, ``warm_workers``, ``lease_ttl``,
         ``cache_trusted_keys``, ``cache_signing_key``, ``accelerator``, ``accelerator_slots``,
-        ``accelerator_wait``, ``accelerator_lock``) override it and are recorded as overrides
+        ``accelerator_wait``, ``accelerator_lock``, ``accelerator_process``, ``compilation_cache``) override it and are recorded as overrides
         (:attr:`sources`); the others are the run's own.
 
         Raises:
@@ -175,6 +192,8 @@ class RunSettings:
             accelerator_slots=config.accelerator_slots,
             accelerator_wait=config.accelerator_wait,
             accelerator_lock=config.accelerator_lock,
+            accelerator_process=config.accelerator_process,
+            compilation_cache=config.compilation_cache,
             sources=dict(config.sources),
             **keywords,
         )

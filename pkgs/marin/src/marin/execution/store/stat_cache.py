@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rigging.config.discovery import user_cache_folder
+
 __all__ = ["StatCache", "default_stat_cache", "listing_signature", "stat_cache_path", "trusted"]
 
 logger = logging.getLogger(__name__)
@@ -227,8 +229,7 @@ def stat_cache_path() -> str:
     """Where the stat cache lives: ``MARIN_STAT_CACHE``, else under ``XDG_CACHE_HOME`` or ``~/.cache``."""
     if os.environ.get("MARIN_STAT_CACHE"):
         return os.path.expanduser(os.environ["MARIN_STAT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "marin", "stat-cache.sqlite")
+    return os.path.join(user_cache_folder(), "stat-cache.sqlite")
 
 
 def default_stat_cache() -> StatCache:

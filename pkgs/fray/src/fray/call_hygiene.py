@@ -1,0 +1,171 @@
+"""What a call may change of the process it runs in, put back after it, in a warm process
+(:mod:`fray.warm_process`) that runs calls one after another.
+
+Before a call a :class:`ProcessState` is taken; after it, :meth:`ProcessState.restore` puts back
+what a call can change globally and a fresh process would not have: environment variables, the
+working folder, the random state (``random``, numpy's global one), logging handlers and levels,
+the handlers of SIGINT and SIGTERM, JAX's configuration flags. It also drops every device buffer
+the call left alive (``jax.live_arrays()``) and checks that the device memory in use is back to its
+level before the call. What cannot be shown clean is returned as a line: a buffer left alive (some
+module may still hold it), memory not given back, a flag that could not be put back. The process
+must then not serve another call.
+
+JAX is looked at only when a call imported it; the backend is never started here (on a TPU host,
+starting it opens the chip), only asked once a call has started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import random
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MEMORY_SLACK_BYTES", "ProcessState"]
+
+MEMORY_SLACK_BYTES = 1 << 20
+"""Device memory a call may leave in use beyond its level before the call (allocator rounding)."""
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _loggers() -> dict[str, tuple[int, list[logging.Handler], bool, bool]]:
+    found = {"": (logging.root.level, list(logging.root.handlers), logging.root.propagate, logging.root.disabled)}
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            found[name] = (logger.level, list(logger.handlers), logger.propagate, logger.disabled)
+    return found
+
+
+def _jax() -> Any:
+    return sys.modules.get("jax")
+
+
+def _device_bytes_in_use() -> int | None:
+    """Bytes in use on this process's devices, or None: JAX not imported, its backend not started,
+    or a device that does not say (the CPU)."""
+    jax = _jax()
+    if jax is None:
+        return None
+    from jax._src import xla_bridge  # imported already with jax: where it says whether a backend started
+
+    if not xla_bridge.backends_are_initialized():
+        return None
+    total = 0
+    for device in jax.local_devices():
+        stats = device.memory_stats()
+        if not stats or "bytes_in_use" not in stats:
+            return None
+        total += int(stats["bytes_in_use"])
+    return total
+
+
+def _describe_arrays(arrays: list[Any]) -> str:
+    shown = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays[:3])
+    more = f" and {len(arrays) - 3} more" if len(arrays) > 3 else ""
+    return f"{len(arrays)} live array{'s' if len(arrays) != 1 else ''} on the device ({shown}{more})"
+
+
+@dataclass
+class ProcessState:
+    """What a call may change, as it was before the call (:meth:`take`)."""
+
+    environ: dict[str, str]
+    cwd: str
+    random_state: Any
+    numpy_random_state: Any
+    loggers: dict[str, tuple[int, list[logging.Handler], bool, bool]]
+    handlers: dict[int, Any]
+    jax_flags: dict[str, Any] | None
+    device_bytes: int | None
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def take(cls) -> ProcessState:
+        """The state now (before a call)."""
+        jax = _jax()
+        numpy = sys.modules.get("numpy")
+        return cls(environ=dict(os.environ), cwd=os.getcwd(), random_state=random.getstate(),
+                   numpy_random_state=numpy.random.get_state() if numpy is not None else None,
+                   loggers=_loggers(), handlers={s: signal.getsignal(s) for s in _SIGNALS},
+                   jax_flags=dict(jax.config.values) if jax is not None else None,
+                   device_bytes=_device_bytes_in_use())
+
+    def restore(self) -> str | None:
+        """Put back what the call changed; None when the process is as clean as before the call,
+        else a line saying what the call left that could not be shown clean."""
+        self.problems = []
+        self._environment()
+        self._logging()
+        for sig, handler in self.handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        random.setstate(self.random_state)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.numpy_random_state is not None:
+            numpy.random.set_state(self.numpy_random_state)
+        if _jax() is not None:
+            self._jax_flags()
+            self._device()
+        return "; ".join(self.problems) or None
+
+    def _environment(self) -> None:
+        for name in set(os.environ) - set(self.environ):
+            del os.environ[name]
+        for name, value in self.environ.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        try:
+            os.chdir(self.cwd)
+        except OSError as e:
+            self.problems.append(f"its working folder {self.cwd} is gone ({e.strerror})")
+
+    def _logging(self) -> None:
+        now = _loggers()
+        for name, (level, handlers, propagate, disabled) in now.items():
+            logger = logging.root if name == "" else logging.getLogger(name)
+            if name in self.loggers:
+                level, kept, propagate, disabled = self.loggers[name]
+            else:  # made by the call: as a library that made it at import would leave it
+                level, kept, propagate, disabled = level, [h for h in handlers if isinstance(h, logging.NullHandler)], True, False
+            for handler in handlers:
+                if handler not in kept:
+                    logger.removeHandler(handler)
+                    with contextlib.suppress(Exception):
+                        handler.close()
+            for handler in kept:
+                if handler not in logger.handlers:
+                    logger.addHandler(handler)
+            logger.setLevel(level)
+            logger.propagate, logger.disabled = propagate, disabled
+
+    def _jax_flags(self) -> None:
+        jax = _jax()
+        before = self.jax_flags
+        if before is None:  # the call imported JAX: its flags were the defaults, which it could not have changed before
+            return
+        for name, value in before.items():
+            if jax.config.values.get(name, value) != value:
+                try:
+                    jax.config.update(name, value)
+                except Exception as e:  # noqa: BLE001 - a flag that cannot be put back: the process retires
+                    self.problems.append(f"changed the JAX flag {name} and it could not be put back ({e})")
+
+    def _device(self) -> None:
+        jax = _jax()
+        gc.collect()  # buffers only a reference cycle still held are the call's garbage, not a leak
+        live = list(jax.live_arrays())
+        if live:
+            self.problems.append(f"left {_describe_arrays(live)}")
+            for array in live:
+                with contextlib.suppress(Exception):
+                    array.delete()
+        now = _device_bytes_in_use()
+        if now is not None and self.device_bytes is not None and now > self.device_bytes + MEMORY_SLACK_BYTES:
+            self.problems.append(f"left {now - self.device_bytes} bytes of device memory in use "
+                                 f"({now} now, {self.device_bytes} before it)")
