@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import accelerator_steps as chip
 import pytest
 from click.testing import CliRunner
 
@@ -82,3 +83,31 @@ def test_a_bad_accelerator_setting_is_one_line_naming_where_it_was_set(tmp_path,
     split = CliRunner().invoke(cli, ["config"])
     assert split.exit_code == 2 and "accelerator_slots" in split.output and "marin.yaml" in split.output
     assert "cannot be split into 3 slots" in split.output
+
+
+ON_THE_CPU = """
+import accelerator_steps as chip
+from iris.cluster import ResourceConfig
+from marin.execution.core.step import Step
+
+steps = [Step("chip/cpu-only", chip.tpu_step, chip.ChipConfig("t0", 0.0, lock="{lock}", record_dir="{records}"),
+              resources=ResourceConfig(cpu=1))]
+"""
+
+
+def test_an_accelerator_step_whose_resources_ask_for_none_is_warned_of_by_plan_and_run(tmp_path, user_env):
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
+    (tmp_path / "records").mkdir()
+    exp = tmp_path / "exp_cpu_only.py"
+    exp.write_text(ON_THE_CPU.format(records=tmp_path / "records", lock=tmp_path / "lock"))
+    said = ("chip/cpu-only: its function computes on the accelerator, but its resources= asks for none: it runs "
+            "on the CPU with the accelerator hidden")
+    plan = _invoke(["plan", str(exp), "--prefix", str(tmp_path / "store")])
+    assert plan.exit_code == 0, plan.output
+    assert [line for line in plan.stdout.splitlines() if said in line] == [f"warning: {said}; ask for it in resources= "
+                                                                          "(e.g. ResourceConfig.with_tpu(...)) or leave "
+                                                                          "resources= out to take one slot of this host's"]
+    run = _invoke(["run", str(exp), "--prefix", str(tmp_path / "store"), "--no-fast"])
+    assert run.exit_code == 0, run.output
+    assert len([line for line in run.output.splitlines() if "but its resources= asks for none" in line]) == 1
+    assert chip.read_records(str(tmp_path / "records"))["t0"]["JAX_PLATFORMS"] == "cpu"  # it did run on the CPU

@@ -36,6 +36,7 @@ from marin.execution.plan.model import (
     StoreView,
     UnknownStep,
 )
+from marin.execution.plan.resources import accelerator_ignored
 from marin.execution.plan.reuse import plan_reuse
 from marin.execution.store.cache import CacheHit, find_in_caches
 from marin.execution.store.done_index import UNKNOWN_ENV, done_outputs, split_stamp
@@ -376,6 +377,8 @@ def _plan_once(targets: list[Step], shown: list[Step], store: StepStore, *, forc
             reasons += (start_reason(start),)
         if action is Action.RUN and expands(step):
             reasons += (Reason(ReasonKind.EXPANDS, "its output decides more steps, planned once it is built"),)
+        if action is Action.RUN and explain and (ignored := accelerator_ignored(step)) is not None:
+            reasons += (Reason(ReasonKind.WARNING, ignored),)
         if action is Action.RUN and explain and traits_of(step.fn).plan_notes is not None:
             paths = paths or {key: graph.outputs[p] for key, p in graph.pos_of.items()}
             reasons += step_notes(step, paths)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from iris.accelerator import HostAccelerator
     from iris.cluster import ResourceConfig
 
-__all__ = ["describe_accelerator", "resources_of", "schedule_resources"]
+__all__ = ["accelerator_ignored", "describe_accelerator", "resources_of", "schedule_resources"]
 
 
 def resources_of(step: Step, accelerator: HostAccelerator | None = None) -> ResourceConfig:
@@ -44,6 +44,18 @@ def resources_of(step: Step, accelerator: HostAccelerator | None = None) -> Reso
         except ValueError as e:
             raise ValueError(f"step {step.name}: {e}") from None
     return ResourceConfig()
+
+
+def accelerator_ignored(step: Step) -> str | None:
+    """The warning for a step whose function computes on the accelerator (``StepTraits.accelerator``)
+    while its ``resources=`` asks for none: it runs on the CPU, with the accelerator hidden; None
+    for any other step."""
+    resources = step.resources
+    if resources is None or not uses_accelerator(step) or getattr(resources, "accelerator", None) is not None:
+        return None
+    return ("its function computes on the accelerator, but its resources= asks for none: it runs on the CPU "
+            "with the accelerator hidden; ask for it in resources= (e.g. ResourceConfig.with_tpu(...)) "
+            "or leave resources= out to take one slot of this host's")
 
 
 def describe_accelerator(resources: ResourceConfig) -> str | None:
