@@ -230,13 +230,24 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
         yield driver
 
 
+JAX_CACHE_MAX_BYTES = 8 * 1024**3
+"""The session's JAX compilation cache's size limit, far above what a session writes (the smoke
+``make experiments``: 3 MB): set for the lock that comes with a limit (see ``_jax_compilation_cache``)."""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Share compiled programs between the many identical tiny runs of the session: every xdist
     worker, its step subprocesses and warm workers (they inherit the environment).
 
     Compilation dominates these runs on a small CPU; a cached program is the one XLA would compile
-    again, so caching changes no result.
+    again, so caching changes no result. JAX keys an entry by the program (its source locations
+    left out), the compile options and the versions, not by the process: a second process, or a
+    second run of the same shapes with another schedule, reads what the first wrote.
+
+    A size limit turns on JAX's lock of the folder (``filelock``, around every read and write of an
+    entry): without one, an entry is written in place, so a process could read one that another was
+    still writing, or two could write one at once.
     """
     # Imported here, not at the top: the fixture is the one place the test process needs jax for.
     import jax
@@ -244,10 +255,12 @@ def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # MARIN_TEST_JAX_CACHE keeps the cache between sessions (a developer's reruns); by default it is
     # the session's own, so every run starts cold, as CI does.
     cache = os.environ.get("MARIN_TEST_JAX_CACHE") or str(session_root(tmp_path_factory) / "jax-cache")
-    saved = {k: os.environ.get(k) for k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    settings = {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_COMPILATION_CACHE_MAX_SIZE": str(JAX_CACHE_MAX_BYTES)}
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_compilation_cache_max_size", JAX_CACHE_MAX_BYTES)
     yield
     _put_back(saved)
