@@ -100,10 +100,12 @@ def test_a_step_that_leaves_an_array_retires_the_process_and_one_that_sets_a_jax
     os.mkdir(records)
     flag = chip.jax_chip("flag", records, lock, enable_x64=True)
     after_flag = chip.jax_chip("after-flag", records, lock, after=output_path_of(flag))
-    leak = chip.jax_chip("leak", records, lock, leave_array=True, after=output_path_of(after_flag))
+    # It holds on a while: long enough for the earlier steps' leases, released, to be seen so by
+    # the process's lease watchers (a short lease_ttl), which must not end it for that.
+    leak = chip.jax_chip("leak", records, lock, leave_array=True, hold_s=1.5, after=output_path_of(after_flag))
     after_leak = chip.jax_chip("after-leak", records, lock, after=output_path_of(leak))
     with caplog.at_level(logging.WARNING, logger="marin.execution.step_runner"):
-        result = _run(tmp_path, "store", [after_leak], max_parallel=2)
+        result = _run(tmp_path, "store", [after_leak], max_parallel=2, lease_ttl=2.0)
     assert result.ok, [(s.name, s.error) for s in result.failed]
     seen = chip.read_records(records)
     # The flag was on in its own step only; the next step, in the same process, had the default.

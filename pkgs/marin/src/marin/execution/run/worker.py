@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -217,9 +218,12 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
         from rigging.gcs import use_in_fsspec  # fsspec: only for a step on an object store
 
         use_in_fsspec()
+    # A warm accelerator process runs later steps after this one: once this step has ended, its
+    # lease (released, or taken by the next run) is no reason to end the process.
+    ended = threading.Event()
     if payload.lease is not None:
         folder, token, ttl = payload.lease
-        watch_lease(folder, token, ttl, _end_this_step)
+        watch_lease(folder, token, ttl, lambda why: None if ended.is_set() else _end_this_step(why))
     started = time.time()
     requests_before = request_counts()  # a forked worker starts from its parent's counts
     fn = import_fn(payload.fn)
@@ -240,6 +244,8 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(e.exit_code)
+    finally:
+        ended.set()
     log.info("step %s finished in %.2fs", payload.step_name, time.time() - started)
     sys.stdout.flush()
     sys.stderr.flush()

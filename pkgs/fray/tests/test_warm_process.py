@@ -1,0 +1,106 @@
+"""A warm process runs calls one after another, itself, each as if alone; what a call leaves that
+cannot be put back, its failure, its death or a long idle time ends the process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from fray.types import JobCancelled, JobFailed
+from fray.warm_process import WarmConfig, WarmProcess
+
+
+def _changes_everything(label: str) -> dict:
+    """Print and log a line, and change what a fresh process would not carry to the next call."""
+    seen = {"pid": os.getpid(), "given": os.environ.get("GIVEN"), "left": os.environ.get("LEFT"),
+            "cwd": os.getcwd(), "random": random.random(), "handlers": len(logging.getLogger().handlers)}
+    print(f"printed by {label}", flush=True)
+    logging.getLogger().addHandler(logging.StreamHandler())
+    logging.getLogger().warning("logged by %s", label)
+    os.environ["LEFT"] = label
+    os.chdir("/")
+    random.seed(label)
+    return seen
+
+
+def _fails() -> None:
+    raise ValueError("on purpose")
+
+
+def _sleeps(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@pytest.fixture
+def warm():
+    w = WarmProcess(WarmConfig(idle_s=30.0))
+    yield w
+    w.shutdown()
+
+
+def test_calls_run_in_one_process_each_with_its_own_log_and_nothing_left_by_the_one_before(warm):
+    random.seed(7)
+    handles = [warm.submit(_changes_everything, f"call{i}", name=f"call{i}", env={"GIVEN": f"g{i}"}) for i in range(3)]
+    seen = [h.result(timeout=60) for h in handles]
+    assert len({s["pid"] for s in seen}) == 1 and seen[0]["pid"] != os.getpid() and warm.processes_started == 1
+    assert [s["given"] for s in seen] == ["g0", "g1", "g2"]  # each its own variables ...
+    assert {s["left"] for s in seen} == {None}  # ... and none of what the one before set
+    assert len({s["cwd"] for s in seen}) == 1 and seen[0]["cwd"] != "/"
+    assert len({s["random"] for s in seen}) == 1  # the random state as the process had it, each time
+    assert len({s["handlers"] for s in seen}) == 1
+    for i, h in enumerate(handles):
+        log = h.logs()
+        assert f"printed by call{i}" in log and f"logged by call{i}" in log
+        assert not [j for j in range(3) if j != i and f"call{j}" in log], log
+    assert warm.retirements == []
+
+
+def test_a_failed_call_retires_the_process_and_the_next_starts_a_new_one(warm):
+    first = warm.submit(_sleeps, 0.0).result(timeout=60)
+    with pytest.raises(JobFailed, match="on purpose"):
+        warm.submit(_fails, name="failing").result(timeout=60)
+    assert warm.submit(_sleeps, 0.0).result(timeout=60) != first
+    assert warm.processes_started == 2
+    assert len(warm.retirements) == 1 and "failing" in warm.retirements[0] and "on purpose" in warm.retirements[0]
+
+
+def test_a_killed_process_is_that_calls_death_alone_and_a_queued_call_cancelled_never_runs(warm):
+    running = warm.submit(_sleeps, 60.0, name="long")
+    queued = warm.submit(_sleeps, 0.0, name="queued")
+    cancelled = warm.submit(_sleeps, 0.0, name="cancelled")
+    cancelled.cancel()
+    with pytest.raises(JobCancelled):
+        cancelled.result(timeout=5)
+    pid = running.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(JobFailed) as failed:
+        running.result(timeout=30)
+    assert failed.value.process_died
+    assert queued.result(timeout=60) != pid and warm.processes_started == 2
+
+
+def test_an_idle_process_exits_and_the_next_call_starts_another():
+    warm = WarmProcess(WarmConfig(idle_s=0.3))
+    try:
+        first = warm.submit(_sleeps, 0.0).result(timeout=60)
+        deadline = time.monotonic() + 30
+        while warm.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert warm.pid is None
+        assert warm.submit(_sleeps, 0.0).result(timeout=60) != first
+    finally:
+        warm.shutdown()
+
+
+def test_a_bad_config_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="idle_s must be a positive number of seconds, got 0"):
+        WarmConfig(idle_s=0)
+    with pytest.raises(ValueError, match="preload must be a tuple of module names"):
+        WarmConfig(preload="jax")  # type: ignore[arg-type]
