@@ -14,7 +14,7 @@ from levanter.models.family import RUN_CONFIG_FILE, ModelConfig, read_model_conf
 from levanter.models.layout import is_per_layer, stack_layers
 from rigging import filesystem as fs
 
-__all__ = ["generate", "load_final_model", "load_model", "read_model_config", "read_params_file"]
+__all__ = ["generate", "generate_by_recompute", "load_final_model", "load_model", "read_model_config", "read_params_file"]
 
 
 def load_final_model(output_path: str, *, ema: bool = False) -> tuple[ModelConfig, dict[str, Any]]:
@@ -86,14 +86,31 @@ def _with_base(output_path: str, config: ModelConfig, params: dict[str, Any]) ->
 
 
 def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *, max_new_tokens: int = 32,
-             temperature: float = 0.0, seed: int = 0, eos_id: int | None = None) -> list[int]:
+             temperature: float = 0.0, seed: int = 0, eos_id: int | None = None, top_k: int = 0,
+             top_p: float = 1.0) -> list[int]:
     """Continue ``prompt`` by up to ``max_new_tokens`` ids; returns only the new ids.
 
-    ``temperature == 0`` is greedy; otherwise ids are sampled from ``softmax(logits / temperature)``.
-    Generation stops after ``eos_id`` (included) or at ``config.max_seq_len`` total tokens.
-    The whole context is recomputed per token in a fixed-size buffer (one compilation), which is
-    cheap at the sizes sampled from the command line.
+    ``temperature == 0`` is greedy; otherwise ids are drawn from ``softmax(logits / temperature)``
+    after ``top_k`` and ``top_p`` (``levanter.inference.SamplingParams``). Generation stops after
+    ``eos_id`` (included) or at ``config.max_seq_len`` total tokens. Runs the key/value-cache decoder
+    (``levanter.inference.Engine``); :func:`generate_by_recompute` is the reference it equals.
     """
+    from levanter.inference import Engine, SamplingParams
+
+    ids = _checked_prompt(config, prompt, temperature, max_new_tokens)
+    room = min(max_new_tokens, config.max_seq_len - len(ids))
+    if room <= 0:
+        return []
+    sampling = SamplingParams(max_tokens=room, temperature=float(temperature), top_k=top_k, top_p=top_p, seed=seed,
+                              stop_token_ids=() if eos_id is None else (eos_id,))
+    model = config.build()
+    if is_per_layer(params):
+        params = stack_layers(params)
+    engine = Engine(model, params, slots=1, max_len=config.max_seq_len, steps_per_sync=min(room, 64))
+    return engine.generate([ids], sampling)[0].token_ids
+
+
+def _checked_prompt(config: ModelConfig, prompt: Sequence[int], temperature: float, max_new_tokens: int) -> list[int]:
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if max_new_tokens < 0:
@@ -103,6 +120,14 @@ def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int],
         raise ValueError("prompt must hold at least one token id")
     if any(t < 0 or t >= config.vocab_size for t in ids):
         raise ValueError(f"prompt ids must be in [0, {config.vocab_size}), got {ids}")
+    return ids
+
+
+def generate_by_recompute(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *,
+                          max_new_tokens: int = 32, eos_id: int | None = None) -> list[int]:
+    """Greedy continuation by recomputing the whole context for every new token (quadratic, one
+    trip to the host per token): the reference the cached decoder is tested and measured against."""
+    ids = _checked_prompt(config, prompt, 0.0, max_new_tokens)
     length = min(len(ids) + max_new_tokens, config.max_seq_len)
     if len(ids) >= length:
         return []
@@ -111,22 +136,17 @@ def generate(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int],
         params = stack_layers(params)
 
     @jax.jit
-    def next_token(params: Any, buffer: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:
+    def next_token(params: Any, buffer: jax.Array, position: jax.Array) -> jax.Array:
         # Causal attention means the padding after ``position`` cannot change its logits; only the
         # position's logits are made (not the whole buffer's).
         hidden = model.hidden(params, buffer[None, :])[0, position]
-        logits = jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32)
-        if temperature == 0:
-            return jnp.argmax(logits)
-        return jax.random.categorical(key, logits / temperature)
+        return jnp.argmax(jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32))
 
     buffer = np.zeros(length, dtype=np.int32)
     buffer[:len(ids)] = ids
-    key = jax.random.PRNGKey(seed)
     out: list[int] = []
     for position in range(len(ids) - 1, length - 1):
-        key, sub = jax.random.split(key)
-        token = int(next_token(params, jnp.asarray(buffer), jnp.int32(position), sub))
+        token = int(next_token(params, jnp.asarray(buffer), jnp.int32(position)))
         buffer[position + 1] = token
         out.append(token)
         if eos_id is not None and token == eos_id:

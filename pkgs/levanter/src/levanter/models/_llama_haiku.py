@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import haiku as hk
 import jax
@@ -14,9 +14,9 @@ from jax.ad_checkpoint import checkpoint_name
 from levanter.models.impl import Attention, Impl, Remat
 from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
-from levanter.ops.attention import xla_attention
+from levanter.ops.attention import cached_attention, xla_attention
 
-__all__ = ["LlamaModel", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention", "transformed_llama"]
+__all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention", "transformed_llama"]
 
 
 Shard = Callable[[jax.Array, Sequence[Any]], jax.Array]
@@ -69,7 +69,11 @@ class _Attention(hk.Module):
         self.shard = shard
         self.impl = impl
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array,
+                 cache: KVCache | None = None) -> Any:
+        """The block's attention output; with ``cache`` (one layer's, for decoding) the output and
+        the cache with this call's keys and values written at ``positions`` (``[b, t]``, each row's
+        run of consecutive positions)."""
         c = self.c
         b, t, _ = x.shape
         hd, h, kvh = c.head_dim, c.num_heads, c.num_kv_heads
@@ -85,10 +89,31 @@ class _Attention(hk.Module):
         # Grouped-query attention: each key/value head serves num_heads / num_kv_heads query heads,
         # so the query heads are viewed as [kv_heads, group] instead of copying keys and values.
         q = q.reshape(b, t, kvh, h // kvh, hd)
-        out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
+        if cache is None:
+            out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
+        else:
+            cache = cache.write(k, v, positions)
+            out = cached_attention(q, cache.k, cache.v, positions)
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
-        return _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
+        out = _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
+        return out if cache is None else (out, cache)
+
+
+class KVCache(NamedTuple):
+    """The keys and values of a decoder's past tokens, by row and position: ``[b, s, kv_heads, d]``
+    each (one layer's), or ``[layers, b, s, kv_heads, d]`` (the stack's)."""
+
+    k: jax.Array
+    v: jax.Array
+
+    def write(self, k: jax.Array, v: jax.Array, positions: jax.Array) -> KVCache:
+        """This layer's cache with ``k, v [b, t, kv_heads, d]`` written from each row's first position."""
+        def put(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
+            return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (start, 0, 0))
+
+        starts = positions[:, 0]
+        return KVCache(jax.vmap(put)(self.k, k, starts), jax.vmap(put)(self.v, v, starts))
 
 
 def _attend(impl: Impl, shard: Shard, q: jax.Array, k: jax.Array, v: jax.Array,
@@ -147,13 +172,17 @@ class _SwiGLU(hk.Module):
 
 
 def _layer(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment_ids: jax.Array | None,
-           positions: jax.Array) -> jax.Array:
-    """One transformer block; its modules are made in the caller's name scope (``layer_<i>`` or the stack)."""
+           positions: jax.Array, cache: KVCache | None = None) -> Any:
+    """One transformer block; its modules are made in the caller's name scope (``layer_<i>`` or the stack).
+    With ``cache`` (decoding), the block's output and its layer's updated cache."""
     attn_in = _RMSNorm(config.norm_eps, name="attn_norm")(x)
-    x = x + _Attention(config, shard, impl, name="attn")(attn_in, segment_ids, positions)
-    x = shard(x, ("batch", None, None))
+    attended = _Attention(config, shard, impl, name="attn")(attn_in, segment_ids, positions, cache)
+    if cache is not None:
+        attended, cache = attended
+    x = shard(x + attended, ("batch", None, None))
     x = x + _SwiGLU(config, shard, name="mlp")(_RMSNorm(config.norm_eps, name="mlp_norm")(x))
-    return shard(x, ("batch", None, None))
+    x = shard(x, ("batch", None, None))
+    return x if cache is None else (x, cache)
 
 
 _SAVED_NAMES = {Remat.SAVE_ATTENTION: ("q_proj", "k_proj", "v_proj", "attention", "o_proj")}
@@ -217,6 +246,22 @@ def _trunk(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any, shard: Sh
         return _RMSNorm(config.norm_eps, name="final_norm")(x), embed.embeddings
 
 
+def llama_cached(config: LlamaConfig, tokens: jax.Array, positions: jax.Array, cache: KVCache,
+                 compute_dtype: Any = jnp.float32) -> tuple[jax.Array, KVCache]:
+    """Final hidden states ``[b, t, hidden]`` of ``tokens [b, t]`` at ``positions [b, t]`` (each row
+    consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads, d]``) and written
+    into it; inside ``hk.transform``. The same modules and parameters as :func:`llama_hidden`."""
+    def block(h: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, KVCache]:
+        return _layer(config, _no_shard, Impl(), h, None, positions, KVCache(k, v))
+
+    with hk.custom_getter(_cast_getter(compute_dtype)):
+        embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
+        x = embed(tokens).astype(compute_dtype)
+        x, (k, v) = hk.layer_stack(config.num_layers, with_per_layer_inputs=True, name=LAYERS)(block)(
+            x, cache.k, cache.v)
+        return _RMSNorm(config.norm_eps, name="final_norm")(x), KVCache(k, v)
+
+
 def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32,
                   shard: Shard | None = None, segment_ids: jax.Array | None = None, impl: Impl = Impl()) -> jax.Array:
     """Logits ``[batch, seq, vocab]`` (float32) for int tokens ``[batch, seq]``; call inside ``hk.transform``.
@@ -255,6 +300,8 @@ class LlamaModel:
             config, tokens, compute_dtype, shard, segment_ids, impl))
         per_layer = Impl(remat=Remat.NONE, attention=Attention.XLA, scan_layers=False)
         self._per_layer = hk.transform(lambda tokens: llama_forward(config, tokens, jnp.float32, None, None, per_layer))
+        self._cached = hk.transform(lambda tokens, positions, cache: llama_cached(
+            config, tokens, positions, cache, compute_dtype))
 
     def init(self, rng: jax.Array, tokens: jax.Array) -> dict[str, Any]:
         """Fresh float32 parameters (stacked layout, unless ``impl.scan_layers`` is off)."""
@@ -268,6 +315,18 @@ class LlamaModel:
     def hidden(self, params: Any, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
         """Final hidden states ``[batch, seq, hidden]`` in the compute dtype."""
         return self._hidden.apply(params, None, tokens, segment_ids=segment_ids)
+
+    def empty_cache(self, batch: int, length: int) -> KVCache:
+        """A key/value cache for ``batch`` rows of up to ``length`` positions, in the compute dtype."""
+        c = self.config
+        shape = (c.num_layers, batch, length, c.num_kv_heads, c.head_dim)
+        return KVCache(jnp.zeros(shape, self.compute_dtype), jnp.zeros(shape, self.compute_dtype))
+
+    def cached_hidden(self, params: Any, tokens: jax.Array, positions: jax.Array,
+                      cache: KVCache) -> tuple[jax.Array, KVCache]:
+        """Final hidden states of ``tokens`` at ``positions`` over ``cache``, and the cache with them
+        written (:func:`llama_cached`; stacked parameters)."""
+        return self._cached.apply(params, None, tokens, positions, cache)
 
     def head(self, params: Any) -> jax.Array:
         """The output projection ``[hidden, vocab]`` in the compute dtype (the tied embedding's transpose)."""

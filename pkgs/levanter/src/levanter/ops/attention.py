@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SPLASH_BLOCK", "splash_attention", "splash_supports", "xla_attention"]
+__all__ = ["SPLASH_BLOCK", "cached_attention", "splash_attention", "splash_supports", "xla_attention"]
 
 SPLASH_BLOCK = 512
 """Largest query/key block of the splash kernel (the sequence is cut into blocks of this or less)."""
@@ -28,13 +28,28 @@ _LANES = 128
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
     """Attention as einsums: the ``[b, heads, t, t]`` scores are materialised (float32 softmax)."""
-    b, t, kvh, group, hd = q.shape
-    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / math.sqrt(hd)
+    t = q.shape[1]
     allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None, None]
     if segment_ids is not None:
         # Block-diagonal: a token sees only earlier tokens of its own segment.
         same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [b, q, s]
         allowed = allowed & same[:, None, None]
+    return _masked_attention(q, k, v, allowed)
+
+
+def cached_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, positions: jax.Array) -> jax.Array:
+    """Attention of new queries over a key/value cache (``levanter.inference``): ``q`` is
+    ``[b, t, kv_heads, group, d]`` at ``positions [b, t]``, the caches ``[b, s, kv_heads, d]`` hold
+    each row's keys and values by position; a query sees the cache's positions up to its own. What
+    the cache holds past a row's last written position is never seen."""
+    allowed = jnp.arange(k_cache.shape[1])[None, None, :] <= positions[:, :, None]  # [b, t, s]
+    return _masked_attention(q, k_cache, v_cache, allowed[:, None, None])
+
+
+def _masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array) -> jax.Array:
+    """Softmax attention (float32 scores) where ``allowed`` (broadcast to ``[b, kv, g, t, s]``) holds."""
+    b, t, kvh, group, hd = q.shape
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / math.sqrt(hd)
     scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(b, t, kvh * group * hd)

@@ -1,0 +1,117 @@
+"""The decoder's programs on the device: a slot cache of fixed size, a prefill that puts one prompt
+into a slot, and a decode loop that advances every busy slot by up to ``steps`` tokens without
+coming back to the host (``jax.lax.while_loop``). Compiled once per prompt-length bucket and once
+for the loop; the host side is :mod:`levanter.inference.engine`."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from levanter.inference.sampling import MAX_STOP_IDS, sample_tokens, token_key
+
+__all__ = ["Slots", "decode_steps", "empty_slots", "prefill"]
+
+
+class Slots(NamedTuple):
+    """Every slot's state: its cache rows, the token to feed next and where, and its sampling."""
+
+    cache: Any
+    """The model's key/value cache, one row per slot."""
+    token: jax.Array
+    """[slots] the last token, fed at the next step."""
+    position: jax.Array
+    """[slots] the position ``token`` goes to."""
+    active: jax.Array
+    """[slots] whether the slot still generates."""
+    remaining: jax.Array
+    """[slots] tokens it may still generate."""
+    generated: jax.Array
+    """[slots] tokens it has generated (the index of its next token's key)."""
+    seed: jax.Array
+    """[slots] uint32 seeds."""
+    temperature: jax.Array
+    top_k: jax.Array
+    top_p: jax.Array
+    stop_ids: jax.Array
+    """[slots, MAX_STOP_IDS] stop token ids, -1 padded."""
+
+
+def empty_slots(model: Any, slots: int, length: int) -> Slots:
+    """``slots`` idle slots of up to ``length`` positions each."""
+    def zeros(dtype: Any = jnp.int32) -> jax.Array:  # one buffer per field: the slots are donated
+        return jnp.zeros((slots,), dtype)
+
+    return Slots(model.empty_cache(slots, length), zeros(), zeros(), zeros(bool), zeros(), zeros(),
+                 zeros(jnp.uint32), zeros(jnp.float32), zeros(), jnp.ones((slots,), jnp.float32),
+                 jnp.full((slots, MAX_STOP_IDS), -1, jnp.int32))
+
+
+def _logits(model: Any, params: Any, hidden: jax.Array) -> jax.Array:
+    return jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32)
+
+
+def _row(x: Any, slot: jax.Array) -> Any:
+    """The cache's ``[layers, 1, ...]`` rows of ``slot``."""
+    return jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, slot, 1, axis=1), x)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: jax.Array, slot: jax.Array,
+            sampling: tuple[jax.Array, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+    """Put the prompt ``tokens [1, bucket]`` (its first ``length`` real) into ``slot`` and draw its
+    first new token; returns the slots, that token and its log-probability."""
+    max_tokens, seed, temperature, top_k, top_p, stop_ids = sampling
+    positions = jnp.arange(tokens.shape[1])[None, :]
+    hidden, row = model.cached_hidden(params, tokens, positions, _row(slots.cache, slot))
+    cache = jax.tree.map(lambda a, r: jax.lax.dynamic_update_slice_in_dim(a, r, slot, axis=1), slots.cache, row)
+    logits = _logits(model, params, jax.lax.dynamic_index_in_dim(hidden[0], length - 1, keepdims=True))
+    token = sample_tokens(logits, temperature[None], top_k[None], top_p[None], token_key(seed, 0)[None])[0]
+    logprob = jax.nn.log_softmax(logits[0])[token]
+    done = (max_tokens <= 1) | jnp.any(stop_ids == token)
+
+    def put(a: jax.Array, value: Any) -> jax.Array:
+        return a.at[slot].set(value)
+
+    slots = Slots(cache, put(slots.token, token), put(slots.position, length), put(slots.active, ~done),
+                  put(slots.remaining, max_tokens - 1), put(slots.generated, 1), put(slots.seed, seed),
+                  put(slots.temperature, temperature), put(slots.top_k, top_k), put(slots.top_p, top_p),
+                  put(slots.stop_ids, stop_ids))
+    return slots, token, logprob
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3), donate_argnums=2)
+def decode_steps(model: Any, params: Any, slots: Slots, steps: int,
+                 cancel: jax.Array) -> tuple[Slots, jax.Array, jax.Array]:
+    """Up to ``steps`` tokens for every active slot (``cancel [slots]`` first stops the slots the
+    host ended); returns the slots, the tokens ``[steps, slots]`` (-1 where a slot made none) and
+    their log-probabilities. Ends early when no slot is active."""
+    slots = slots._replace(active=slots.active & ~cancel)
+    limit = slots.cache.k.shape[2] - 1
+    out = jnp.full((steps, slots.token.shape[0]), -1, jnp.int32)
+    out_logprobs = jnp.zeros((steps, slots.token.shape[0]), jnp.float32)
+
+    def cond(carry: tuple[Any, ...]) -> jax.Array:
+        i, s, _, _ = carry
+        return (i < steps) & jnp.any(s.active)
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        i, s, tokens, logprobs = carry
+        position = jnp.minimum(s.position, limit)
+        hidden, cache = model.cached_hidden(params, s.token[:, None], position[:, None], s.cache)
+        logits = _logits(model, params, hidden[:, 0])
+        keys = jax.vmap(token_key)(s.seed, s.generated)
+        token = sample_tokens(logits, s.temperature, s.top_k, s.top_p, keys)
+        logprob = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), token[:, None], axis=-1)[:, 0]
+        on = s.active
+        stopped = (s.remaining <= 1) | jnp.any(s.stop_ids == token[:, None], axis=-1)
+        s = s._replace(cache=cache, token=jnp.where(on, token, s.token), position=s.position + on,
+                       active=on & ~stopped, remaining=s.remaining - on, generated=s.generated + on)
+        tokens = tokens.at[i].set(jnp.where(on, token, -1))
+        return i + 1, s, tokens, logprobs.at[i].set(jnp.where(on, logprob, 0.0))
+
+    _, slots, out, out_logprobs = jax.lax.while_loop(cond, body, (jnp.int32(0), slots, out, out_logprobs))
+    return slots, out, out_logprobs

@@ -1,0 +1,158 @@
+"""The key/value-cache decoder (``levanter.inference``): greedy tokens equal the recompute path's,
+sampling follows softmax(logits / T) after top-k and top-p, a request's tokens depend on its seed
+alone, requests join and leave a running batch, stops and cancels end them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from levanter.generate import generate, generate_by_recompute
+from levanter.inference import Engine, SamplingParams, sample_tokens
+from levanter.models.llama import LlamaConfig
+
+CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
+                     num_layers=2, max_seq_len=64)
+# Every engine here has 64 positions a slot and makes 4 tokens a trip, and every prompt is at most 16
+# tokens (one prefill bucket): the tests share a handful of compiled programs.
+LEN, STEPS = 64, 4
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+    model = CONFIG.build()
+    params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 8), jnp.int32))
+    # Sharper than the init's near-uniform logits, so greedy ties are not what is compared.
+    params["lm_head"]["w"] = params["lm_head"]["w"] * 40.0
+    return model, params
+
+
+def _engine(model, params, slots: int = 4, **kwargs) -> Engine:
+    return Engine(model, params, slots=slots, max_len=LEN, steps_per_sync=STEPS, **kwargs)
+
+
+def _prompts(n: int, seed: int = 0, longest: int = 16) -> list[list[int]]:
+    rs = np.random.RandomState(seed)
+    return [rs.randint(0, CONFIG.vocab_size, rs.randint(1, longest)).tolist() for _ in range(n)]
+
+
+def test_greedy_tokens_equal_the_recompute_path(model_and_params) -> None:
+    model, params = model_and_params
+    prompts = _prompts(10)
+    # Each prompt is continued to the end of the context: every recompute runs one buffer length.
+    sampling = [SamplingParams(max_tokens=LEN - len(p)) for p in prompts]
+    got = _engine(model, params).generate(prompts, sampling)
+    for prompt, completion in zip(prompts, got, strict=True):
+        assert completion.token_ids == generate_by_recompute(CONFIG, params, prompt, max_new_tokens=LEN)
+        assert completion.finish_reason == "length"
+        assert len(completion.logprobs) == LEN - len(prompt) and all(lp <= 0 for lp in completion.logprobs)
+    # The single-prompt entry point runs the same decoder.
+    assert generate(CONFIG, params, prompts[0], max_new_tokens=LEN) == got[0].token_ids
+
+
+def test_logprobs_are_the_models(model_and_params) -> None:
+    model, params = model_and_params
+    prompt = _prompts(1, seed=4)[0]
+    done = _engine(model, params, slots=1).generate([prompt], SamplingParams(max_tokens=3))[0]
+    ids = jnp.asarray([prompt + done.token_ids])
+    logits = model.apply(params, None, ids)[0]
+    expected = [float(jax.nn.log_softmax(logits[len(prompt) - 1 + i])[t]) for i, t in enumerate(done.token_ids)]
+    np.testing.assert_allclose(done.logprobs, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_sampling_frequencies_match_the_filtered_softmax() -> None:
+    logits = jnp.asarray([2.0, 1.5, 1.0, 0.7, 0.2, -0.5, -1.0, -3.0])
+    n = 20_000
+    temperature, top_k, top_p = 0.8, 6, 0.9
+    keys = jax.random.split(jax.random.PRNGKey(0), n)
+    draws = jax.jit(jax.vmap(lambda k: sample_tokens(logits[None], jnp.asarray([temperature]), jnp.asarray([top_k]),
+                                                     jnp.asarray([top_p]), k[None])[0]))(keys)
+    counts = np.bincount(np.asarray(draws), minlength=len(logits))
+    # The distribution the settings describe, computed apart: top 6 by logit, then the nucleus.
+    p = np.exp(np.asarray(logits) / temperature)
+    p[6:] = 0.0
+    p /= p.sum()
+    before = np.cumsum(p) - p
+    p[before >= top_p] = 0.0
+    p /= p.sum()
+    assert np.all(counts[p == 0] == 0), (counts, p)
+    support = p > 0
+    assert support.sum() >= 3
+    assert stats.chisquare(counts[support], p[support] * n).pvalue > 0.01
+
+
+def test_temperature_zero_rows_are_greedy_beside_sampled_ones() -> None:
+    logits = jax.random.normal(jax.random.PRNGKey(1), (4, 50))
+    keys = jax.random.split(jax.random.PRNGKey(2), 4)
+    out = sample_tokens(logits, jnp.asarray([0.0, 1.0, 0.0, 2.0]), jnp.asarray([0, 0, 5, 0]),
+                        jnp.asarray([1.0, 0.5, 1.0, 1.0]), keys)
+    assert int(out[0]) == int(jnp.argmax(logits[0])) and int(out[2]) == int(jnp.argmax(logits[2]))
+
+
+def test_a_seed_decides_the_tokens_whatever_shares_the_batch(model_and_params) -> None:
+    model, params = model_and_params
+    prompts = _prompts(6, seed=1)
+    sampling = [SamplingParams(max_tokens=12, temperature=1.0, top_p=0.95, top_k=30, seed=s) for s in range(6)]
+    wide = _engine(model, params).generate(prompts, sampling)
+    alone = [_engine(model, params, slots=1).generate([p], s)[0] for p, s in zip(prompts[:3], sampling, strict=False)]
+    assert [c.token_ids for c in alone] == [c.token_ids for c in wide[:3]]
+    other_seed = _engine(model, params, slots=1).generate(
+        [prompts[0]], SamplingParams(max_tokens=12, temperature=1.0, top_p=0.95, top_k=30, seed=99))
+    assert other_seed[0].token_ids != wide[0].token_ids
+
+
+def test_requests_join_and_leave_a_running_batch(model_and_params) -> None:
+    model, params = model_and_params
+    engine = _engine(model, params)
+    first = engine.submit(_prompts(1, seed=2)[0], SamplingParams(max_tokens=20))
+    engine.step()
+    assert len(first.completion.token_ids) == 1 + STEPS  # the prefill's token and one trip
+    late = [engine.submit(p, SamplingParams(max_tokens=6)) for p in _prompts(5, seed=5)]
+    engine.step()  # three join beside the first (four slots), two wait
+    busy = [r for r in late if r.completion.token_ids]
+    assert len(busy) == 3 and len(first.completion.token_ids) == 1 + 2 * STEPS
+    engine.run()
+    for request in [first, *late]:
+        alone = generate_by_recompute(CONFIG, params, request.prompt_ids, max_new_tokens=request.sampling.max_tokens)
+        assert request.completion.token_ids == alone and request.completion.finish_reason == "length"
+
+
+def test_stop_tokens_stop_strings_and_cancel(model_and_params) -> None:
+    model, params = model_and_params
+    prompt = _prompts(1, seed=7)[0]
+    free = generate_by_recompute(CONFIG, params, prompt, max_new_tokens=30)
+    stop_id = free[5]
+    first_hit = free.index(stop_id)
+    engine = _engine(model, params, decode_text=lambda ids: "".join(chr(65 + i % 26) + str(i) for i in ids))
+    by_token = engine.generate([prompt], SamplingParams(max_tokens=30, stop_token_ids=(stop_id,)))[0]
+    assert by_token.token_ids == free[:first_hit + 1] and by_token.finish_reason == "stop"
+    marker = chr(65 + free[7] % 26) + str(free[7])
+    by_text = engine.generate([prompt], SamplingParams(max_tokens=30, stop=(marker,)))[0]
+    full_text = "".join(chr(65 + i % 26) + str(i) for i in free)
+    assert by_text.finish_reason == "stop" and by_text.text == full_text[:full_text.index(marker)]
+    assert by_text.token_ids == free[:len(by_text.token_ids)] and len(by_text.token_ids) <= 8
+    request = engine.submit(prompt, SamplingParams(max_tokens=30))
+    engine.step()
+    engine.cancel(request)
+    engine.step()
+    assert request.completion.finish_reason == "cancelled" and not engine.busy
+    assert len(request.completion.token_ids) < 30
+
+
+@pytest.mark.parametrize(("prompt_len", "max_tokens", "message"), [
+    (0, 4, "at least one token"), (60, 5, "exceed the context of 64"), (3, 70, "exceed the context")])
+def test_requests_that_cannot_fit_are_refused(model_and_params, prompt_len, max_tokens, message) -> None:
+    model, params = model_and_params
+    engine = _engine(model, params, slots=1)
+    with pytest.raises(ValueError, match=message):
+        engine.submit([1] * prompt_len, SamplingParams(max_tokens=max_tokens))
+
+
+@pytest.mark.parametrize(("field", "value"), [("temperature", -1.0), ("top_p", 0.0), ("top_k", -2),
+                                              ("max_tokens", 0), ("seed", -1), ("stop", ("",))])
+def test_bad_sampling_settings_are_named(field, value) -> None:
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
