@@ -346,3 +346,43 @@ def test_a_manifest_naming_a_file_outside_the_entry_is_refused_even_when_signed(
         substitute(hit, str(tmp_path / "here" / names["sig/e"]), trusted=[CI.public()], step_hash=success.hash)
     assert str(refused.value) == f"cache entry {names['sig/e']} from {cache} refused: file {name!r} of its manifest: {why}"
     assert not (tmp_path / "here").exists()
+
+
+def test_a_signed_entry_whose_provenance_or_log_changed_after_signing_is_refused(tmp_path, built, counter, caplog):
+    # The provenance feeds the plan's code-change detection (its code digest) and `marin show`:
+    # what a signature does not cover must not land in the store as if it did.
+    cache = tmp_path / "cache"
+    names = _push(built, str(cache), counter, CI)
+    provenance = cache / names["sig/b"] / ".marin" / "provenance.json"
+    body = json.loads(provenance.read_text())
+    body["host"] = "an attacker's host"
+    provenance.write_text(json.dumps(body))
+    (cache / names["sig/e"] / ".marin" / "log.txt").write_text("nothing happened here\n")
+
+    result = _fetch(tmp_path, str(cache), counter, caplog)
+    assert sorted(_refusals(caplog)) == [
+        f"cache entry {names['sig/b']} from {cache} refused: its provenance.json changed after signing; "
+        "rebuilding it here",
+        f"cache entry {names['sig/e']} from {cache} refused: its log.txt changed after signing; rebuilding it here"]
+    for name in ("sig/b", "sig/e"):
+        fetched = StepRecord(result.by_name(name).output_path)
+        assert result.by_name(name).outcome is Outcome.RAN
+        assert json.loads(fs.read_text(fetched.provenance))["host"] != "an attacker's host"
+
+
+def test_an_entry_signed_before_records_were_covered_is_fetched_without_them(tmp_path, built, counter, caplog):
+    cache = tmp_path / "cache"
+    names = _push(built, str(cache), counter, None)
+    for output in names.values():  # signed as a push signed before (format 1: manifest, hash, realisation)
+        entry = StepRecord(str(cache / output))
+        manifest, success = entry.read_json(entry.manifest), entry.read_success()
+        assert manifest is not None and success is not None and success.hash is not None
+        old = Fingerprint.of(output, success.hash, manifest, success)
+        assert old.message().startswith(b"marin-cache-entry/1\n")
+        entry.write_json(entry.signatures, EntrySignatures(old.to_json(), (CI.sign(old.message()),)).to_json())
+
+    result = _fetch(tmp_path, str(cache), counter, caplog)
+    assert _refusals(caplog) == [] and result.by_name("sig/e").outcome is Outcome.CACHED
+    fetched = StepRecord(result.by_name("sig/e").output_path)
+    assert fs.exists(fetched.manifest) and fs.exists(fetched.signatures)
+    assert not fs.exists(fetched.provenance) and not fs.exists(fetched.log)  # what its signature does not cover

@@ -205,3 +205,19 @@ def test_the_signing_key_is_a_file_relative_to_the_project_and_checked_when_used
     assert signing_key(None, "default") is None
     home = discover_config(cwd=tmp_path, environ={"HOME": str(tmp_path), "MARIN_CACHE_SIGNING_KEY": "~/k"})
     assert home.cache_signing_key == os.path.expanduser("~/k")
+
+
+def test_the_fingerprint_that_covers_the_records_is_pinned_and_the_old_one_still_verifies():
+    # Format 2 adds the records' digests (provenance, log); a format 1 signature still checks.
+    records = {"provenance.json": "1" * 64, "log.txt": None}
+    covered = Fingerprint.of("s/x-cccccccccccccccc", "c" * 64, MANIFEST, SUCCESS, records)
+    assert covered.message() == _fingerprint().message().replace(b"marin-cache-entry/1", b"marin-cache-entry/2")[:-1] \
+        + b',"records":{"log.txt":null,"provenance.json":"' + b"1" * 64 + b'"}}'
+    ci = SecretKey.generate("ci-1")
+    assert refusal(_fingerprint(), sign(_fingerprint(), ci), [ci.public()]) is None
+    # A format 1 signature signs no records: it is no signature of an entry's records.
+    assert refusal(covered, sign(_fingerprint(), ci), [ci.public()]) == \
+        "the signature by ci-1 does not match the entry: its provenance or log changed after signing"
+    altered = Fingerprint.of("s/x-cccccccccccccccc", "c" * 64, MANIFEST, SUCCESS, {**records, "log.txt": "2" * 64})
+    assert refusal(altered, sign(covered, ci), [ci.public()]) == \
+        "the signature by ci-1 does not match the entry: its provenance or log changed after signing"

@@ -10,11 +10,14 @@ last, so a half-pushed entry never looks finished.
 
 With a signing key, a push signs the entry (``.marin/signatures.json``, before the success record);
 with trusted keys, a fetch takes only an entry one of them signed, checked before a byte of its
-files is copied and held to what was checked afterwards (:mod:`marin.execution.store.signing`).
+files is copied and held to what was checked afterwards (:mod:`marin.execution.store.signing`):
+its files by the manifest, its provenance and log by their signed digests. An entry signed before
+signatures covered those two is fetched without them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.store.entry_files import (
+    SIGNED_RECORDS,
     TRAVELLING_RECORDS,
     EntryIncomplete,
     EntryRefused,
@@ -30,6 +34,7 @@ from marin.execution.store.entry_files import (
 )
 from marin.execution.store.layout import ATTEMPTS_DIR, META_DIR
 from marin.execution.store.manifest import clear_output, verify_manifest
+from marin.execution.store.signature_record import EntrySignatures
 from marin.execution.store.signing import Fingerprint, PublicKey, SecretKey, refusal, sign
 from marin.execution.store.step_record import StepRecord
 from marin.execution.store.success_record import SuccessRecord
@@ -128,16 +133,20 @@ def substitute(hit: CacheHit, dst: str, *, link: bool = False, trusted: Sequence
     success = src_record.read_success()
     if manifest is None or success is None:
         raise CacheMiss(f"cache entry {hit.path} has no readable manifest or success record")
-    signatures = None
+    signatures, claimed = None, None
     if trusted:
         if step_hash is None:
             raise ValueError("checking a cache entry's signature needs the step's hash")
         signatures = src_record.read_signatures()
-        why = refusal(Fingerprint.of(hit.output_name, step_hash, manifest, success), signatures, trusted)
+        # The records' digests as signed: the signature checks them, the copy is held to them.
+        claimed = _claimed_records(signatures)
+        why = refusal(Fingerprint.of(hit.output_name, step_hash, manifest, success, claimed), signatures, trusted)
         if why is not None:
             raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: {why}")
     try:
         moves = entry_copies(hit.path, manifest, success)
+        if trusted and claimed is None:  # signed before records were covered: only what it covers travels
+            moves = [m for m in moves if m[1] not in {f"{META_DIR}/{name}" for name in SIGNED_RECORDS}]
     except EntryIncomplete as e:
         raise CacheMiss(f"cache entry {hit.path} does not match its manifest ({e})") from None
     except EntryRefused as e:
@@ -152,6 +161,11 @@ def substitute(hit: CacheHit, dst: str, *, link: bool = False, trusted: Sequence
     if fetched.read_json(fetched.manifest) != manifest or (trusted and fetched.read_signatures() != signatures):
         clear_output(dst)
         raise CacheMiss(f"cache entry {hit.path} changed while it was copied (its manifest or signatures)")
+    altered = [name for name, digest in _record_digests(dst).items() if claimed is not None and claimed.get(name) != digest]
+    if altered:
+        clear_output(dst)
+        raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: its {' and '.join(altered)} "
+                        "changed after signing")
     problems = verify_manifest(dst, manifest)
     if problems:
         clear_output(dst)
@@ -215,7 +229,8 @@ def sign_cached(src: str, cache: str, output_name: str, signing_key: SecretKey) 
     their_manifest, their_success = dst_record.read_json(dst_record.manifest), dst_record.read_success()
     if their_manifest is None or their_success is None:
         raise CacheMiss(f"cache entry {dst_record.output_path} has no readable manifest or success record; not signing")
-    differs = ours.differences(Fingerprint.of(output_name, ours.hash, their_manifest, their_success).to_json())
+    theirs = Fingerprint.of(output_name, ours.hash, their_manifest, their_success, _record_digests(dst_record.output_path))
+    differs = ours.differences(theirs.to_json())
     if differs:
         raise CacheMiss(f"cache entry {dst_record.output_path} is another build than the one at {src} (they differ "
                         f"in: {', '.join(differs)}); not signing it")
@@ -230,4 +245,29 @@ def _fingerprint(src: str, output_name: str, manifest: dict[str, Any] | None, su
     """The fingerprint of the build at ``src`` for signing; CacheMiss when it has no manifest or hash."""
     if manifest is None or success.hash is None:
         raise CacheMiss(f"{src} has no readable manifest or step hash; it cannot be signed")
-    return Fingerprint.of(output_name, success.hash, manifest, success)
+    return Fingerprint.of(output_name, success.hash, manifest, success, _record_digests(src))
+
+
+def _record_digests(path: str) -> dict[str, str | None]:
+    """The SHA-256 of each record of the build at ``path`` that a signature covers (None: it has none)."""
+    found: dict[str, str | None] = {}
+    for name in SIGNED_RECORDS:
+        try:
+            with fs.open_file(fs.join(path, META_DIR, name), "rb") as f:
+                digest = hashlib.sha256()
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+            found[name] = digest.hexdigest()
+        except FileNotFoundError:
+            found[name] = None
+    return found
+
+
+def _claimed_records(signatures: EntrySignatures | None) -> dict[str, str | None] | None:
+    """The records' digests an entry's signatures record says were signed; None: it says none (a
+    signature of format 1), or not in the form a signer writes (then no signature verifies)."""
+    signed = signatures.signed if signatures is not None else None
+    claimed = signed.get("records") if isinstance(signed, dict) else None
+    if not isinstance(claimed, dict) or not all(isinstance(v, str | None) for v in claimed.values()):
+        return None
+    return claimed

@@ -20,11 +20,14 @@ from marin.execution.store.success_record import SuccessRecord
 from rigging import filesystem as fs
 from rigging.progress import PROGRESS_FILE
 
-__all__ = ["TRAVELLING_RECORDS", "EntryIncomplete", "EntryRefused", "entry_copies", "name_problem"]
+__all__ = ["SIGNED_RECORDS", "TRAVELLING_RECORDS", "EntryIncomplete", "EntryRefused", "entry_copies", "name_problem"]
 
 TRAVELLING_RECORDS = ("manifest.json", "provenance.json", "signatures.json", "log.txt")
 """The records (in ``.marin/``) that travel with a build; its success record is written last by
 whoever copies it, and the rest describe one attempt in one place."""
+SIGNED_RECORDS = ("provenance.json", "log.txt")
+"""The travelling records a signature covers by their digests (``signing.Fingerprint.records``),
+beside the manifest it covers by its own; the signatures record is what is signed."""
 _STAYING_RECORDS = ("success.json", "status.json", PROGRESS_FILE.rpartition("/")[2])
 _STAYING_PREFIXES = ("lease-", LOST_PREFIX)
 

@@ -8,9 +8,11 @@ reader knows which of its trusted keys to check it with, and several keys may be
 once (key rotation).
 
 A signature covers an entry's :class:`Fingerprint`: its output name and step hash, the digest of
-its manifest (every file's path, size and SHA-256), its output digest and its realisation (key and
-inputs). A fetch re-computes the fingerprint from the entry it fetched and accepts the entry only
-when a trusted key signed exactly that.
+its manifest (every file's path, size and SHA-256), its output digest, its realisation (key and
+inputs) and the digests of the records that travel with it (its provenance, which the plan's
+code-change detection reads, and its log). A fetch re-computes the fingerprint from the entry it
+fetched and accepts the entry only when a trusted key signed exactly that. A signature made before
+records were covered (format 1) still verifies; the entry is then fetched without them.
 
 ``cryptography`` is imported only to make a key, sign or check a signature.
 """
@@ -38,6 +40,8 @@ KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 separated by commas."""
 _PUBLIC_BYTES, _SECRET_BYTES = 32, 64
 _FINGERPRINT_FORMAT = "marin-cache-entry/1"
+_RECORDS_FORMAT = "marin-cache-entry/2"
+"""The format tag of a fingerprint that covers the entry's records (:attr:`Fingerprint.records`)."""
 
 
 class BadKey(ValueError):
@@ -224,32 +228,41 @@ class Fingerprint:
     output_digest: str | None
     realisation_key: str | None
     inputs: list[dict[str, Any]] | None
+    records: dict[str, str | None] | None = None
+    """The SHA-256 of each record that travels with the entry beside its manifest (its provenance
+    and its log, ``marin.execution.store.entry_files.SIGNED_RECORDS``; None for one it lacks); None:
+    a fingerprint of format 1, made before records were covered."""
 
     @classmethod
-    def of(cls, output_name: str, step_hash: str, manifest: Mapping[str, Any], success: SuccessRecord) -> Fingerprint:
+    def of(cls, output_name: str, step_hash: str, manifest: Mapping[str, Any], success: SuccessRecord,
+           records: Mapping[str, str | None] | None = None) -> Fingerprint:
         """The fingerprint of a build of ``output_name`` (whose step hash is ``step_hash``) with this
-        manifest and success record."""
+        manifest and success record, and these digests of its records (None: format 1)."""
         return cls(output_name, step_hash, manifest_digest(dict(manifest)), success.output_digest,
-                   success.realisation_key, success.inputs)
+                   success.realisation_key, success.inputs, dict(records) if records is not None else None)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        body = asdict(self)
+        if self.records is None:
+            del body["records"]  # format 1, as signed before records were covered
+        return body
 
     def message(self) -> bytes:
         """The bytes a key signs: a format tag, then the fields as canonical JSON."""
         body = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return f"{_FINGERPRINT_FORMAT}\n{body}".encode("ascii")
+        return f"{_FINGERPRINT_FORMAT if self.records is None else _RECORDS_FORMAT}\n{body}".encode("ascii")
 
     def differences(self, signed: Mapping[str, Any] | None) -> list[str]:
         """The fields (in words) in which the fingerprint recorded as signed differs from this one."""
         if signed is None:
             return []
         mine = self.to_json()
-        return [_FIELD_WORDS[k] for k in _FIELD_WORDS if signed.get(k) != mine[k]]
+        return [_FIELD_WORDS[k] for k in _FIELD_WORDS if signed.get(k) != mine.get(k)]
 
 
 _FIELD_WORDS = {"output": "output name", "hash": "step hash", "manifest_sha256": "manifest",
-                "output_digest": "output digest", "realisation_key": "realisation key", "inputs": "inputs"}
+                "output_digest": "output digest", "realisation_key": "realisation key", "inputs": "inputs",
+                "records": "provenance or log"}
 
 
 def sign(fingerprint: Fingerprint, key: SecretKey, carried: EntrySignatures | None = None) -> EntrySignatures:
