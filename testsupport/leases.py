@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
 
 from rigging import filesystem as fs
 from rigging.lease import current_lease
+from rigging.pids import ProcessPlace
 
 __all__ = ["TakenLease", "place_elsewhere", "take_over"]
 
@@ -54,6 +56,9 @@ def place_elsewhere(output_path: str) -> bool:
     worker = data.get("worker")
     if data.get("state") != "running" or not isinstance(worker, str) or ":" not in worker:
         return False
-    data["worker"] = "another-host:" + worker.split(":", 1)[1]
+    # Another machine: another host name and another boot (a pid is checked only in its own boot).
+    place = ProcessPlace.from_text(worker.split(":", 1)[1])
+    elsewhere = dataclasses.replace(place, boot_id="00000000-0000-0000-0000-000000000000") if place else None
+    data["worker"] = "another-host:" + (elsewhere.to_text() if elsewhere else worker.split(":", 1)[1])
     fs.atomic_write(status, json.dumps(data, indent=2, sort_keys=True))
     return True
