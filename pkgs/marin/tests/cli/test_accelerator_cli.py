@@ -65,6 +65,12 @@ def test_plan_and_status_say_which_steps_use_the_accelerator(tmp_path, user_env)
     assert rows == {"chip/t0": "TPU", "chip/t1": "TPU", "data/c0": "cpu"}
     assert ("accelerator: TPU v5e-1 (1 chip) (stated in environment variable MARIN_ACCELERATOR): 2 step(s) to run "
             "use it, one at a time") in plan.stdout
+    assert "accelerator steps run one after another in a warm process per accelerator slot that keeps it open " \
+           "(accelerator_process: warm, default)" in plan.stdout
+    user_env.setenv("MARIN_ACCELERATOR_PROCESS", "fresh")
+    fresh = _invoke(["plan", str(exp), "--prefix", str(tmp_path / "store")])
+    assert "accelerator steps run each in a fresh process that opens it again (accelerator_process: fresh, " \
+           "environment variable MARIN_ACCELERATOR_PROCESS)" in fresh.stdout
     status = _invoke(["status", str(exp), "--prefix", str(tmp_path / "store")])
     assert "accelerator: TPU v5e-1 (1 chip) (stated in environment variable MARIN_ACCELERATOR)" in status.stdout
 

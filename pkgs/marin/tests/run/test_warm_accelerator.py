@@ -55,13 +55,19 @@ def _outputs(result) -> dict[str, bytes]:
     return found
 
 
-def test_six_accelerator_steps_run_in_one_warm_process_alone_with_outputs_identical_to_fresh(tmp_path, monkeypatch):
+def test_six_accelerator_steps_run_in_one_warm_process_alone_with_outputs_identical_to_fresh(
+        tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("JAX_PLATFORMS", "")  # the user's own setting (JAX chooses: the CPU here)
     warm_records, fresh_records = tmp_path / "warm-records", tmp_path / "fresh-records"
     warm_records.mkdir()
     fresh_records.mkdir()
-    warm = _run(tmp_path, "warm", _graph(tmp_path, str(warm_records)), max_parallel=4)
+    with caplog.at_level(logging.INFO):
+        warm = _run(tmp_path, "warm", _graph(tmp_path, str(warm_records)), max_parallel=4)
     assert warm.ok, [(s.name, s.error) for s in warm.failed]
+    # The run said, as it started, how its accelerator steps run and where compiled programs are kept.
+    said = [r.getMessage() for r in caplog.records if "accelerator_process" in r.getMessage()]
+    assert len(said) == 1 and "warm process" in said[0] and "(accelerator_process: warm, default)" in said[0]
+    assert f"compiled programs kept in {tmp_path / 'jax-cache'}" in said[0]
     seen = chip.read_records(str(warm_records))
     accelerator = [r for r in seen.values() if r["kind"] == "accelerator"]
     assert len(accelerator) == 6

@@ -68,7 +68,10 @@ def plan(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, force
         click.echo(line)
     line = accelerator_line(the_plan.estimate)
     if line:
+        from marin.execution.run.warm_accelerator import process_line  # light: os and the config's folder
+
         click.echo(line)
+        click.echo(process_line(settings))
     for clash in the_plan.name_clashes:
         # The same line `marin run` refuses with, or warns with for Marin's executor steps.
         click.echo(f"{'warning' if clash.allowed else 'marin run refuses'}: {clash}")
