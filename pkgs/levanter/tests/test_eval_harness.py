@@ -34,7 +34,7 @@ from levanter.eval_harness import (
     task_scores,
 )
 from levanter.eval_harness.packing import plan_rows
-from levanter.generate import generate
+from levanter.generate import generate_by_recompute
 from levanter.models.llama import LlamaConfig, transformed_llama
 from testsupport.levanter_data import byte_level_tokenizer, random_params
 
@@ -154,10 +154,11 @@ def test_rolling_loglikelihood_sums_every_token_of_the_document_once(lm, params,
 def test_generate_until_is_greedy_and_stops_at_a_stop_sequence(lm, params, tokenizer_json):
     tok = Tokenizer.from_str(tokenizer_json)
     prompts = _texts(3, 21)
-    # levanter.generate recomputes the whole buffer per token; one buffer length for all prompts is one
+    # The reference recomputes the whole buffer per token; one buffer length for all prompts is one
     # compilation (greedy: the first 12 new tokens do not depend on how many more may follow).
     width = max(len(tok.encode(p).ids) for p in prompts) + 12
-    expected = [tok.decode(generate(CONFIG, params, ids, max_new_tokens=width - len(ids), eos_id=lm.eot_token_id)[:12])
+    expected = [tok.decode(generate_by_recompute(CONFIG, params, ids, max_new_tokens=width - len(ids),
+                                                 eos_id=lm.eot_token_id)[:12])
                 for ids in (tok.encode(p).ids for p in prompts)]
     got = lm.generate_until([_request("generate_until", p, {"until": [], "max_gen_toks": 12}) for p in prompts])
     assert got == expected and len(set(got)) > 1
@@ -165,8 +166,30 @@ def test_generate_until_is_greedy_and_stops_at_a_stop_sequence(lm, params, token
     stop = expected[0][len(expected[0]) // 2:][:2]
     [cut] = lm.generate_until([_request("generate_until", prompts[0], {"until": [stop], "max_gen_toks": 12})])
     assert cut == expected[0].split(stop)[0]
-    with pytest.raises(ValueError, match="only greedy decoding is supported"):
-        lm.generate_until([_request("generate_until", "A", {"do_sample": True, "temperature": 0.7})])
+
+
+def test_generate_until_samples_reproducibly_with_a_seed_per_request(lm):
+    prompts = _texts(4, 5)
+    settings = {"until": [], "max_gen_toks": 10, "do_sample": True, "temperature": 1.5, "top_p": 0.95}
+
+    def requests(order: list[int], repeats: int = 1) -> list[Instance]:
+        made = [Instance(request_type="generate_until", doc={}, arguments=(prompts[i], settings), idx=0,
+                         metadata=("t", i, repeats)) for i in order]
+        return [r for r in made for _ in range(repeats)]
+
+    first = lm.generate_until(requests([0, 1, 2, 3]))
+    # The same requests in another order (so in other slots, beside other rows) draw the same text.
+    assert lm.generate_until(requests([3, 2, 1, 0])) == first[::-1]
+    greedy = lm.generate_until([_request("generate_until", p, {"until": [], "max_gen_toks": 10}) for p in prompts])
+    assert first != greedy
+    # A task's repeats of one request draw apart; a seed of the request's own decides its draw.
+    repeated = lm.generate_until(requests([0], repeats=4))
+    assert repeated[0] == first[0] and len(set(repeated)) > 1
+    seeded = {**settings, "seed": 7}
+    again = lm.generate_until([_request("generate_until", prompts[0], seeded) for _ in range(2)])
+    assert again[0] == again[1]
+    with pytest.raises(ValueError, match="top_p"):
+        lm.generate_until([_request("generate_until", "A", {**settings, "top_p": 0.0})])
 
 
 def test_packing_is_best_fit_longest_first_with_a_small_pad_fraction():

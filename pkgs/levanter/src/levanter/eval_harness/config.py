@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from levanter.config import ComputeDtype
+from rigging.fields import added_field
 
 __all__ = ["DEFAULT_EOS_TOKEN", "HarnessConfig", "TaskRunConfig"]
 
@@ -31,10 +32,15 @@ class HarnessConfig:
     windows (documents follow it in training), and a stop sequence of generation."""
     compute_dtype: ComputeDtype = ComputeDtype.FLOAT32
     """Precision of the forward pass (parameters are cast to it)."""
+    seed: int = added_field(default=0)
+    """Where sampled generations draw from when a request names no seed of its own (each request
+    gets a seed of its own made from this one, see ``LevanterLM.generate_until``)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "max_gen_toks"):
             _positive_int(name, getattr(self, name))
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be >= 2, got {self.seq_len}")
         if not isinstance(self.eos_token, str) or not self.eos_token:

@@ -25,13 +25,14 @@ from tokenizers import Tokenizer
 from levanter.eval_harness.config import HarnessConfig
 from levanter.eval_harness.packing import Layout, PackStats, plan_rows
 from levanter.eval_harness.scoring import PackedModel
-from levanter.models.llama import LlamaConfig
+from levanter.inference import Engine, SamplingParams
+from levanter.models.llama import LlamaConfig, transformed_llama
 
 __all__ = ["LevanterLM"]
 
 # Batches queued on the device before the oldest is read back: enough to hide the host's work.
 _IN_FLIGHT = 3
-# Generation looks for finished sequences (stop sequence or end token) every this many tokens.
+# Generation comes back to the host (stop strings, requests joining) every this many tokens.
 _STOP_CHECK_EVERY = 8
 
 
@@ -68,6 +69,7 @@ class LevanterLM(TemplateLM):
         self._eos_text = config.eos_token
         self._model = PackedModel(model_config, params, batch_size=config.batch_size, seq_len=config.seq_len,
                                   compute_dtype=config.compute_dtype.jnp, mesh=mesh)
+        self._decoder: Engine | None = None
         self.pack_stats: dict[str, PackStats] = {}
         """Packing of every batch run so far, per request type (``loglikelihood``, ``generate_until``)."""
 
@@ -192,60 +194,62 @@ class LevanterLM(TemplateLM):
     # ------------------------------------------------------------------ generation
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuations, cut at the first stop sequence (the end token is always one).
+        """Continuations by the key/value-cache decoder (``levanter.inference``), cut at the first stop
+        sequence (the end token is always one): greedy, or sampled where a task's generation settings
+        ask for it (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``), ``batch_size``
+        requests decoding at once.
+
+        A sampled request without a ``seed`` of its own draws with one made from the harness's
+        ``seed``, its task, document and request index, and which repeat it is: the same requests
+        give the same text whatever their order or batch.
 
         Raises:
-            ValueError: a request asks for sampling, or for ``seq_len`` or more new tokens.
+            ValueError: a request asks for ``seq_len`` or more new tokens, or for settings out of range.
         """
-        groups: dict[int, list[int]] = {}
-        prepared = []
-        for i, request in enumerate(requests):
+        prompts, settings, untils = [], [], []
+        repeat: collections.Counter[int] = collections.Counter()
+        for request in requests:
             context, gen_kwargs = request.args
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
-            if kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0)) > 0.0:
-                raise ValueError(f"generate_until: only greedy decoding is supported, got {dict(gen_kwargs)}")
             max_gen = int(kwargs["max_gen_toks"])
             if not 0 < max_gen < self.max_length:
                 raise ValueError(f"generate_until: max_gen_toks must be in [1, seq_len={self.max_length}), got {max_gen}")
             until = handle_stop_sequences(kwargs.get("until"), eos=self._eos_text)
-            ids = self.tok_encode(context)[-(self.max_length - max_gen):] or [self.prefix_token_id]
-            prepared.append((ids, until))
-            groups.setdefault(max_gen, []).append(i)
-        out: list[str] = [""] * len(requests)
-        for max_gen, members in sorted(groups.items()):
-            texts = self._generate([prepared[i][0] for i in members], [prepared[i][1] for i in members], max_gen)
-            for i, text in zip(members, texts, strict=True):
-                out[i] = text
-                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+            repeat[id(request)] += 1
+            prompts.append(self.tok_encode(context)[-(self.max_length - max_gen):] or [self.prefix_token_id])
+            settings.append(self._sampling(request, kwargs, max_gen, until, repeat[id(request)]))
+            untils.append(until)
+        completions = self._engine().generate(prompts, settings)
+        out = []
+        for request, done, until in zip(requests, completions, untils, strict=True):
+            text = postprocess_generated_text(done.text or "", until, None)
+            out.append(text)
+            self.cache_hook.add_partial("generate_until", request.args, text)
         return out
 
-    def _generate(self, contexts: list[list[int]], untils: list[list[str]], max_gen: int) -> list[str]:
-        """Greedy continuations of packed ``contexts``, each with room for ``max_gen`` new tokens."""
-        layout = plan_rows([len(c) + max_gen for c in contexts], self.max_length, self.harness_config.batch_size)
-        tokens = layout.scatter([c + [0] * max_gen for c in contexts])
-        gen_index = layout.scatter([[-1] * len(c) + list(range(max_gen)) for c in contexts], fill=-1)
-        segments = layout.segment_ids()
-        texts = [""] * len(contexts)
-        finished = [False] * len(contexts)
-        for b in range(layout.num_batches):
-            rows = layout.rows_of(b)
-            members = np.flatnonzero((layout.row >= rows.start) & (layout.row < rows.stop)).tolist()
-            on_device = self._model.place(tokens[rows])
-            seg_device, index_device = self._model.place(segments[rows]), self._model.place(gen_index[rows])
-            for step in range(max_gen):
-                on_device = self._model.generate_step(on_device, seg_device, index_device, step)
-                if (step + 1) % _STOP_CHECK_EVERY == 0 or step == max_gen - 1:
-                    tokens[rows] = np.asarray(on_device)
-                    for i in members:
-                        new = self._new_ids(layout, tokens, contexts[i], i, step + 1)
-                        texts[i] = self.tok_decode(new)
-                        finished[i] = len(new) < step + 1 or any(u and u in texts[i] for u in untils[i])
-                    if all(finished[i] for i in members):
-                        break
-        self._record("generate_until", layout)
-        return [postprocess_generated_text(t, u, None) for t, u in zip(texts, untils, strict=True)]
+    def _sampling(self, request: Any, kwargs: dict[str, Any], max_gen: int, until: list[str],
+                  repeat: int) -> SamplingParams:
+        """The decoder's settings for one request (greedy unless it samples)."""
+        sample = bool(kwargs.get("do_sample")) and float(kwargs.get("temperature", 1.0)) > 0
+        seed = kwargs.get("seed")
+        if seed is None:
+            where = f"{self.harness_config.seed}:{request.task_name}:{request.doc_id}:{request.idx}:{repeat}"
+            seed = int.from_bytes(hashlib.sha256(where.encode()).digest()[:4], "little")
+        def given(name: str, default: float) -> Any:
+            value = kwargs.get(name)
+            return default if value is None or not sample else value
 
-    def _new_ids(self, layout: Layout, tokens: np.ndarray, context: list[int], i: int, produced: int) -> list[int]:
-        """The first ``produced`` generated ids of sequence ``i``, up to (not including) an end token."""
-        ids = layout.gather(tokens, i)[len(context):len(context) + produced].tolist()
-        return ids[:ids.index(self._eos_id)] if self._eos_id in ids else ids
+        try:
+            return SamplingParams(max_tokens=max_gen, temperature=float(given("temperature", 1.0)) if sample else 0.0,
+                                  top_k=int(given("top_k", 0)), top_p=float(given("top_p", 1.0)), seed=int(seed),
+                                  stop_token_ids=(self._eos_id,), stop=tuple(u for u in until if u))
+        except ValueError as e:
+            raise ValueError(f"generate_until: {e} (generation settings {dict(request.args[1])})") from None
+
+    def _engine(self) -> Engine:
+        """The decoder, made at the first generation: ``batch_size`` slots of ``seq_len`` positions."""
+        if self._decoder is None:
+            model = transformed_llama(self.model_config, self.harness_config.compute_dtype.jnp)
+            self._decoder = Engine(model, self._model.params, slots=self.harness_config.batch_size,
+                                   max_len=self.max_length, steps_per_sync=_STOP_CHECK_EVERY, decode_text=self.tok_decode)
+        return self._decoder

@@ -1,8 +1,8 @@
 """The device side of benchmark evaluation: jitted forward passes over packed ``[batch, seq_len]`` rows.
 
-Two programs, each compiled once per shape: :meth:`PackedModel.score` (the log-probability of a
-target at every position, and whether it is the argmax) and :meth:`PackedModel.generate_step`
-(one greedy token for every sequence of the batch at once). On a mesh the parameters follow the
+One program, compiled once per shape: :meth:`PackedModel.score` (the log-probability of a target
+at every position, and whether it is the argmax). Generation runs the key/value-cache decoder
+(``levanter.inference``) instead. On a mesh the parameters follow the
 trainer's sharding rules (``levanter.sharding``) and rows are split over its batch axes, so the
 model a trainer holds can be evaluated where it is.
 """
@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from levanter.models.layout import is_per_layer, stack_layers
 from levanter.models.llama import LlamaConfig, transformed_llama
-from levanter.ops.cross_entropy import greedy_tokens, token_scores
+from levanter.ops.cross_entropy import token_scores
 from levanter.sharding import activation_sharder, batch_spec, tree_shardings
 
 __all__ = ["PackedModel"]
@@ -65,17 +65,7 @@ class PackedModel:
                   targets: jax.Array) -> tuple[jax.Array, jax.Array]:
             return token_scores(model.hidden(params, tokens, segment_ids=segments), model.head(params), targets)
 
-        def generate_step(params: Any, tokens: jax.Array, segments: jax.Array, gen_index: jax.Array,
-                          step: jax.Array) -> jax.Array:
-            # The token chosen at column c is written at c + 1, where gen_index says step ``step``
-            # of a sequence's generation goes; later columns of a segment cannot change earlier logits.
-            hidden = model.hidden(params, tokens, segment_ids=segments)
-            chosen = greedy_tokens(hidden, model.head(params)).astype(tokens.dtype)
-            shifted = jnp.concatenate([jnp.zeros_like(chosen[:, :1]), chosen[:, :-1]], axis=1)
-            return jnp.where(gen_index == step, shifted, tokens)
-
         self._score = jax.jit(score)
-        self._generate_step = jax.jit(generate_step, donate_argnums=(1,))
 
     def place(self, array: np.ndarray) -> jax.Array:
         """``[batch_size, ...]`` rows on the device (split over the mesh's batch axes)."""
@@ -90,7 +80,3 @@ class PackedModel:
         queue the next batch before reading this one.
         """
         return self._score(self.params, self.place(tokens), self.place(segments), self.place(targets))
-
-    def generate_step(self, tokens: jax.Array, segments: jax.Array, gen_index: jax.Array, step: int) -> jax.Array:
-        """``tokens`` with each sequence's greedy token written where ``gen_index == step`` (inputs on the device)."""
-        return self._generate_step(self.params, tokens, segments, gen_index, jnp.int32(step))
