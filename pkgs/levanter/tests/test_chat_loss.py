@@ -9,11 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from levanter.data.chat import decode_chat_record, encode_chat_record, pad_window
+from levanter.data.chat import decode_chat_record, encode_chat_record, loss_weights, pad_window
 from levanter.models.llama import LlamaConfig, transformed_llama
 from levanter.models.vocab import extend_vocab
 from levanter.optim import AdamConfig
 from levanter.trainer import loss_fn, make_train_step
+from testsupport.accumulation import one_step, unequal_windows
 
 CONFIG = LlamaConfig(vocab_size=50, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=1,
                      num_layers=2, max_seq_len=64)
@@ -117,3 +118,19 @@ def test_extending_the_vocabulary_keeps_every_old_row_and_the_old_logits() -> No
                                np.asarray(jax.jit(MODEL.apply)(params, None, tokens)), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="smaller than the model's 50"):
         extend_vocab(params, 40)
+
+
+def test_accumulated_micro_batches_weigh_by_their_targets_as_the_whole_batch_does() -> None:
+    # One micro-batch holds 52 loss targets (two packed conversations a row), the other 4: the
+    # whole batch's objective is the mean over its 56 targets, whatever grad_accum splits it into.
+    windows = unequal_windows()
+    assert [int(loss_weights(windows[r::2]).sum()) for r in (0, 1)] == [52, 4]
+    whole, whole_metrics = one_step(windows, 1)
+    split, split_metrics = one_step(windows, 2)
+    # SGD at rate 1: the step moved every parameter by minus the gradient, so the parameters
+    # compare the gradients (within float32 rounding of two summation orders).
+    for key, value in whole.items():
+        np.testing.assert_allclose(split[key], value, rtol=1e-5, atol=1e-7, err_msg=key)
+    for name in ("loss", "z_loss", "grad_norm"):
+        assert split_metrics[name] == pytest.approx(whole_metrics[name], rel=1e-5), name
+    assert "_weight" not in split_metrics

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 
 from levanter.trainer import main
+from testsupport.accumulation import one_step, unequal_windows
 from testsupport.levanter_data import start_trainer, tiny_config
 
 # Same math, different reduction order (per-device partial sums, then an all-reduce): float32
@@ -51,3 +54,22 @@ def test_grad_accumulation_matches_full_batch(tiny_dataset, tmp_path):
     main(tiny_config(tiny_dataset, num_train_steps=2, eval_batches=0), full)
     main(tiny_config(tiny_dataset, num_train_steps=2, eval_batches=0, grad_accum=4), accum)
     np.testing.assert_allclose(_losses(accum), _losses(full), rtol=RTOL)
+
+
+def test_a_data_mesh_and_accumulation_on_it_take_the_one_device_step_of_unequal_chat_masks(tmp_path):
+    """Micro-batches of 52 and 4 loss targets: split over two devices, and over two devices and two
+    micro-batches, the step is the one device's whole-batch step (the mean over all 56 targets)."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-m", "testsupport.accumulation", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 2
+    whole, metrics = one_step(unequal_windows(), 1)
+    for accum in (1, 2):
+        on_mesh = np.load(tmp_path / f"accum{accum}.npz")
+        assert sorted(on_mesh.files) == sorted(whole)
+        for key, value in whole.items():
+            np.testing.assert_allclose(on_mesh[key], value, rtol=1e-5, atol=1e-7, err_msg=f"grad_accum={accum}: {key}")
+        for name in ("loss", "z_loss", "grad_norm"):
+            np.testing.assert_allclose(result["metrics"][str(accum)][name], metrics[name], rtol=1e-5, err_msg=name)

@@ -17,7 +17,7 @@ from levanter.data.chat import ROW_IDS, ROW_SEGMENTS, loss_weights
 from levanter.ops.cross_entropy import lm_loss
 from levanter.ops.cross_entropy import token_logprobs as _token_logprobs
 
-__all__ = ["loss_fn", "loss_terms", "objective_terms", "sequence_logprobs", "token_logprobs"]
+__all__ = ["loss_fn", "loss_terms", "objective_terms", "sequence_logprobs", "target_weight", "token_logprobs"]
 
 
 def _cast(model: Any, params: Any, compute_dtype: Any) -> Any:
@@ -34,6 +34,13 @@ def _inputs(batch: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None, j
         tokens, segments = batch[:, ROW_IDS], batch[:, ROW_SEGMENTS]
         return tokens[:, :-1], tokens[:, 1:], segments[:, :-1], loss_weights(batch).astype(jnp.float32)
     return batch[:, :-1], batch[:, 1:], None, None
+
+
+def target_weight(batch: jax.Array) -> jax.Array:
+    """The weight the means of :func:`objective_terms` divide by (before its floor of 1), float32: the
+    number of targets of ``[b, seq_len + 1]`` ids, the sum of the loss weights of chat windows."""
+    _, targets, _, weights = _inputs(batch)
+    return jnp.asarray(targets.size, jnp.float32) if weights is None else jnp.sum(weights)
 
 
 def objective_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: Any, z_loss_weight: float = 0.0, *,

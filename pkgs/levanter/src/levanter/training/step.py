@@ -13,27 +13,37 @@ from jax.sharding import PartitionSpec as P
 
 from levanter.ema import ema_update
 from levanter.optim import learning_rate
-from levanter.training.loss import objective_terms
+from levanter.training.loss import objective_terms, target_weight
 from levanter.training.state import TrainState
 
-__all__ = ["Objective", "lm_objective", "make_train_step"]
+__all__ = ["WEIGHT", "Objective", "lm_objective", "make_train_step"]
 
 Objective = Callable[[Any, Any, Any], tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]]
 """``(params, batch, frozen) -> (what is differentiated, (loss, other metrics))``: the loss a step
 minimises. ``frozen`` is what the step is given besides the state and is not trained (the base
 weights of LoRA adapters; None when there is none). Metrics are means over the batch."""
 
+WEIGHT = "_weight"
+"""The key of an objective's metrics that, when present, holds what its means are over (a float32
+scalar: the weight of the batch's targets). Micro-batches of a step are combined in proportion to it,
+so ``grad_accum`` micro-batches give the mean of the whole batch; an objective without it (a mean over
+rows) has its micro-batches weigh the same. It is not logged."""
+
 
 def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.0, *, loss_block: int | None = None,
                  params_of: Callable[[Any, Any], Any] | None = None) -> Objective:
     """Next-token cross entropy (plus the weighted z-loss) of ``model``; ``params_of(trained, frozen)``
-    makes the model's parameters from the trained ones (LoRA: the base with the adapters folded in)."""
+    makes the model's parameters from the trained ones (LoRA: the base with the adapters folded in).
+
+    Its means are over the batch's targets (weighted by a chat window's loss mask), a weight it
+    gives as ``WEIGHT``: accumulated micro-batches then count each target once, as the whole batch does."""
     def objective(params: Any, batch: Any, frozen: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
         full = params if params_of is None else params_of(params, frozen)
         # ce rides along as aux: only the total is differentiated, so its gradient comes from the
         # loss's own pass over the blocks.
         total, ce, _ = objective_terms(model, full, batch, compute_dtype, z_loss_weight, block=loss_block)
-        return total, (ce, {"z_loss": total - ce} if z_loss_weight else {})
+        metrics = {"z_loss": total - ce} if z_loss_weight else {}
+        return total, (ce, {**metrics, WEIGHT: target_weight(batch)})
 
     return objective
 
@@ -56,8 +66,17 @@ def _gradient_fn(objective: Objective, grad_dtype: Any) -> _GradFn:
 
 
 def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: NamedSharding | None) -> _GradFn:
-    """``grad_fn`` averaged over ``grad_accum`` micro-batches (a scan; row ``r`` in micro-batch
-    ``r % grad_accum``, so each device keeps its rows)."""
+    """``grad_fn`` over ``grad_accum`` micro-batches (a scan; row ``r`` in micro-batch ``r % grad_accum``,
+    so each device keeps its rows), combined as the whole batch's mean.
+
+    Micro-batch ``i``'s means (loss, metrics, gradient) are over its weight ``w_i`` (``WEIGHT``; 1
+    when the objective gives none), floored at 1 as the loss floors its divisor: they are summed
+    scaled by ``max(w_i, 1)`` and divided by ``max(sum w_i, 1)``, which is the whole batch's mean.
+    The scales are taken relative to the first micro-batch's: with equal weights (ids without a loss
+    mask, a loss that is a mean over rows) each is exactly 1 and the result is the plain mean of the
+    micro-batches' means (the same numbers within float32 rounding: XLA fuses the scaled sum's
+    matmuls differently, as it does for a change of mesh).
+    """
 
     def split(x: jax.Array) -> jax.Array:
         micro = x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:]).swapaxes(0, 1)
@@ -69,15 +88,27 @@ def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: 
         micro = jax.tree.map(split, batch)
 
         def body(carry: Any, mb: Any) -> tuple[Any, None]:
-            (total_i, aux_i), grads_i = grad_fn(params, mb, frozen)
-            return jax.tree.map(jnp.add, carry, (total_i, aux_i, grads_i)), None
+            sums, weight_sum, first = carry
+            (total_i, (loss_i, metrics_i)), grads_i = grad_fn(params, mb, frozen)
+            metrics_i = dict(metrics_i)
+            weight = jnp.maximum(jnp.asarray(metrics_i.pop(WEIGHT, 1.0), jnp.float32), 0.0)
+            first = jnp.where(first > 0, first, jnp.maximum(weight, 1.0))
+            scale = jnp.maximum(weight, 1.0) / first
+            scaled = jax.tree.map(lambda x: scale * x, (total_i, (loss_i, metrics_i), grads_i))
+            return (jax.tree.map(jnp.add, sums, scaled), weight_sum + weight, first), None
 
-        aux = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)[0][1])
-        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux),
-                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
-        (total_sum, aux_sum, grad_sum), _ = jax.lax.scan(body, zeros, micro)
-        mean = jax.tree.map(lambda x: x / grad_accum, (total_sum, aux_sum, grad_sum))
-        return (mean[0], mean[1]), mean[2]
+        def without_weight(out: Any) -> Any:
+            (total, (loss, metrics)), grads = out
+            return total, (loss, {k: v for k, v in metrics.items() if k != WEIGHT}), grads
+
+        shapes = jax.eval_shape(lambda: without_weight(grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)))
+        zero = jnp.zeros((), jnp.float32)
+        sums = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+        (summed, weight_sum, first), _ = jax.lax.scan(body, (sums, zero, zero), micro)
+        # sum_i (max(w_i, 1) / first) x_i / (max(W, 1) / first): the whole batch's mean of x.
+        divisor = jnp.maximum(weight_sum, 1.0) / first
+        total, aux, grads = jax.tree.map(lambda x: x / divisor, summed)
+        return (total, aux), grads
 
     return accumulated
 
@@ -95,8 +126,10 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     program serves every schedule, peak rate and run length of the same model and batch.
 
     ``state`` is a :class:`TrainState` (or its dict form). With ``grad_accum > 1`` the batch is
-    split into micro-batches whose gradients are averaged (a scan, so memory holds one micro-batch
-    of activations); row ``r`` goes to micro-batch ``r % grad_accum`` so each device keeps its rows.
+    split into micro-batches whose gradients are combined as the whole batch's (a scan, so memory holds
+    one micro-batch of activations; each micro-batch weighs what its targets weigh, ``WEIGHT``, so
+    ``grad_accum`` and a split over the mesh do not change the objective); row ``r`` goes to
+    micro-batch ``r % grad_accum`` so each device keeps its rows.
     Metrics: ``loss`` is the cross entropy (comparable to the validation loss), ``z_loss`` the
     weighted z-loss term when there is one, ``lr`` the rate the optimizer just applied,
     ``grad_norm`` the global norm of the (averaged) gradient. ``loss_block`` is the output softmax's
@@ -132,6 +165,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         params = state.params
         (_total, (loss, extra)), grads = (grad_fn(params, batch, frozen) if grad_accum == 1
                                           else accumulated(params, batch, frozen))
+        extra = {k: v for k, v in extra.items() if k != WEIGHT}
         opt_state = state.opt_state
         if opt_state_device is not None:
             opt_state = jax.device_put(opt_state, opt_state_device)
