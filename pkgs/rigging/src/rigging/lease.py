@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rigging import filesystem as fs
-from rigging.pids import ProcessPlace
+from rigging.pids import ProcessPlace, holder_live
 from rigging.store_requests import DeadlineReached, store_deadline
 
 __all__ = ["Lease", "LeaseInfo", "LeaseLost", "clear_leases", "current_lease", "give_up_margin", "held",
@@ -77,9 +77,7 @@ class LeaseInfo:
     def live(self, now: float | None = None) -> bool:
         """True while the lease is held: not released, not expired, and its holder's process not
         known gone (:meth:`rigging.pids.ProcessPlace.gone`)."""
-        if self.released or (now if now is not None else time.time()) >= self.expires_at:
-            return False
-        return self.process is None or not self.process.gone()
+        return not self.released and holder_live(self.expires_at, self.process, now)
 
 
 GIVE_UP_MARGIN_S = 5.0

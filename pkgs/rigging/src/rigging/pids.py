@@ -20,10 +20,11 @@ expires. Standard library only: leases and sweeps ask often.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ProcessPlace"]
+__all__ = ["ProcessPlace", "holder_live"]
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # /proc/<pid>/stat: "pid (comm) state ppid ..." (comm may hold spaces and parentheses: cut at the
@@ -143,3 +144,12 @@ class ProcessPlace:
         if not (pid.isdigit() and boot and namespace.isdigit() and started.isdigit()) or int(pid) <= 0:
             return None
         return cls(int(pid), boot, int(namespace), int(started))
+
+
+def holder_live(expires_at: float, process: ProcessPlace | None, now: float | None = None) -> bool:
+    """Whether a holder (of a lease, a run's root) whose record says ``expires_at`` and names its
+    process at ``process`` (None: the record does not say) holds now: not expired, and its process
+    not known gone (:meth:`ProcessPlace.gone`)."""
+    if (now if now is not None else time.time()) >= expires_at:
+        return False
+    return process is None or not process.gone()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from marin.execution.store.layout import META_DIR
 from rigging import filesystem as fs
 from rigging.lease import Lease, default_holder, held
-from rigging.pids import ProcessPlace
+from rigging.pids import ProcessPlace, holder_live
 
 __all__ = ["GC_LOCK_DIR", "RUNS_DIR", "CollectionBusy", "LiveRun", "RunRoot", "collection_lock", "dead_run_roots",
            "live_runs", "runs_kept"]
@@ -64,9 +64,7 @@ class LiveRun:
     def live(self, now: float | None = None) -> bool:
         """Not expired, and its process not known gone (:meth:`rigging.pids.ProcessPlace.gone`: never
         from a failed signal, so a run in another container or PID namespace keeps its root)."""
-        if (now if now is not None else time.time()) >= self.expires_at:
-            return False
-        return self.process is None or not self.process.gone()
+        return holder_live(self.expires_at, self.process, now)
 
 
 def _runs_folder(prefix: str) -> str:
