@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from levanter.models.layout import stack_layers
 from levanter.optim import AdamConfig
 from levanter.optim.moments import FactoredMoment, scale_by_compact_adam
 
@@ -137,3 +138,25 @@ def test_bfloat16_gradients_take_nearly_the_float32_step():
              for a, b, p in zip(jax.tree.leaves(exact.params), jax.tree.leaves(rounded.params),
                                 jax.tree.leaves(state.params), strict=True)]
     assert min(moved) > 0.9
+
+
+def test_factoring_a_stacked_model_takes_the_steps_of_its_layers_one_by_one():
+    # Layer i's norm scale is a vector and its MLP weight a matrix, stacked or not: the stacked norm
+    # scales [3, 6] keep a full second moment (never factored over the layer axis) and the stacked
+    # weight [3, 6, 5] is factored per layer, so no layer's update depends on another's.
+    def layers(seed: int):
+        k = jax.random.split(jax.random.PRNGKey(seed), 6)
+        return {**{f"layer_{i}/attn_norm": {"scale": jax.random.normal(k[i], (6,)) * (i + 1)} for i in range(3)},
+                **{f"layer_{i}/mlp/up_proj": {"w": jax.random.normal(k[3 + i], (6, 5))} for i in range(3)}}
+
+    tx = scale_by_compact_adam(0.9, 0.95, 1e-8, factored=True)
+    unrolled, stacked = layers(0), stack_layers(layers(0))
+    state_u, state_s = tx.init(unrolled), tx.init(stacked)
+    for seed in range(3):
+        update_u, state_u = tx.update(layers(seed), state_u, unrolled)
+        update_s, state_s = tx.update(stack_layers(layers(seed)), state_s, stacked)
+        for key, value in stack_layers(update_u).items():
+            np.testing.assert_allclose(update_s[key]["scale" if "norm" in key else "w"],
+                                       value["scale" if "norm" in key else "w"], rtol=1e-6, err_msg=key)
+    assert state_s.nu["layers/attn_norm"]["scale"].shape == (3, 6)
+    assert isinstance(state_s.nu["layers/mlp/up_proj"]["w"], FactoredMoment)

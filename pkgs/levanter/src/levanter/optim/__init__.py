@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from rigging.fields import added_field
 
-__all__ = ["AdamConfig", "DecayShape", "Schedule", "learning_rate"]
+__all__ = ["AdamConfig", "DecayShape", "Schedule", "layer_axes", "learning_rate"]
 
 
 class Schedule(enum.Enum):
@@ -269,7 +269,7 @@ class AdamConfig:
         # Norm scales are vectors (a stacked layer's norms are [layers, hidden]: still vectors);
         # decaying them towards zero only hurts.
         def matrices(params: Any) -> Any:
-            return jax.tree_util.tree_map_with_path(lambda path, p: p.ndim - _stacked(path) >= 2, params)
+            return jax.tree_util.tree_map_with_path(lambda path, p: p.ndim - layer_axes(path) >= 2, params)
 
         def adamw(learning_rate: Any) -> Any:
             parts = []
@@ -294,8 +294,10 @@ _MOMENT_DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
 """The storage dtypes of Adam's moments, by the name a config gives."""
 
 
-def _stacked(path: Any) -> int:
-    """1 for a leaf of stacked layer weights (``layers/...``: a leading layer axis), else 0."""
+def layer_axes(path: Any) -> int:
+    """How many leading axes of the leaf at ``path`` (a ``jax.tree_util`` key path) count layers: 1 for
+    stacked layer weights (``layers/...``), else 0. What is left are the leaf's own axes: weight decay
+    and the factored second moment look only at those (a stacked norm scale is still a vector)."""
     from levanter.models.layout import LAYERS
 
     return int(any(isinstance(getattr(k, "key", None), str) and k.key.startswith(f"{LAYERS}/") for k in path))

@@ -3,9 +3,11 @@
 ``scale_by_compact_adam`` is ``optax.scale_by_adam`` (same bias correction, same epsilon) with two
 options. ``dtype``: the moments are stored in it (bfloat16 halves them) while every update is
 computed in float32. ``factored``: the second moment of a matrix ``[..., rows, cols]`` (a stacked
-layer weight counts its last two axes) is kept as its row and column means, as Adafactor does
-(Shazeer & Stern, 2018), and rebuilt as their outer product over their mean when used: ``rows +
-cols`` numbers instead of ``rows x cols``. Vectors keep a full second moment.
+layer weight counts its last two axes, per layer) is kept as its row and column means, as Adafactor
+does (Shazeer & Stern, 2018), and rebuilt as their outer product over their mean when used: ``rows +
+cols`` numbers instead of ``rows x cols``. Vectors keep a full second moment, stacked ones too (a
+``[layers, hidden]`` norm scale is ``layers`` vectors, never a matrix: :func:`levanter.optim.layer_axes`),
+so a stacked model and its layers one by one take the same steps.
 
 Both change the numbers a run computes (they are part of the optimizer's identity); how much, on
 the tutorial model, is measured by ``benchmarks/bench_moments.py``.
@@ -18,6 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+
+from levanter.optim import layer_axes
 
 __all__ = ["CompactAdamState", "FactoredMoment", "scale_by_compact_adam"]
 
@@ -42,8 +46,10 @@ class CompactAdamState(NamedTuple):
     nu: Any
 
 
-def _factors(p: Any, factored: bool) -> bool:
-    return factored and p.ndim >= 2 and p.shape[-1] > 1 and p.shape[-2] > 1
+def _factors(path: Any, p: Any, factored: bool) -> bool:
+    """Whether the leaf ``p`` at ``path`` gets a factored second moment: its own axes (the layer axis of
+    a stacked leaf is never a factor) make a matrix of at least two rows and two columns."""
+    return factored and p.ndim - layer_axes(path) >= 2 and p.shape[-1] > 1 and p.shape[-2] > 1
 
 
 def scale_by_compact_adam(b1: float, b2: float, eps: float, dtype: Any = jnp.float32,
@@ -55,13 +61,13 @@ def scale_by_compact_adam(b1: float, b2: float, eps: float, dtype: Any = jnp.flo
     def init(params: Any) -> CompactAdamState:
         mu = jax.tree.map(lambda p: jnp.zeros(p.shape, store), params)
 
-        def second(p: Any) -> Any:
-            if _factors(p, factored):
+        def second(path: Any, p: Any) -> Any:
+            if _factors(path, p, factored):
                 return FactoredMoment(jnp.zeros(p.shape[:-1], jnp.float32),
                                       jnp.zeros((*p.shape[:-2], p.shape[-1]), jnp.float32))
             return jnp.zeros(p.shape, store)
 
-        return CompactAdamState(count=jnp.zeros((), jnp.int32), mu=mu, nu=jax.tree.map(second, params))
+        return CompactAdamState(count=jnp.zeros((), jnp.int32), mu=mu, nu=jax.tree_util.tree_map_with_path(second, params))
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         count = optax.safe_increment(state.count)
