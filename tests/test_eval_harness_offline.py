@@ -1,5 +1,6 @@
 """Harness tasks offline: a Hub dataset id read from the hub cache, a missing one named in one line, and
-the generated story tasks run by the real harness with a small levanter model (nothing downloaded)."""
+the generated story and word-problem tasks run by the real harness with a small levanter model
+(nothing downloaded)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lm_eval.api.model import LM
 
 from levanter.eval_harness import (
     HarnessConfig,
@@ -20,6 +22,7 @@ from levanter.eval_harness import (
 from levanter.models.llama import LlamaConfig
 from marin.experiment.data.corpus import generate_story
 from marin.experiment.tasks.story import StoryTask, StoryTasksConfig, write_story_tasks
+from marin.experiment.tasks.word_problems import WordProblemsConfig, write_word_problems
 from testsupport.hub_cache import write_hub_dataset
 from testsupport.levanter_data import byte_level_tokenizer, random_params
 
@@ -136,3 +139,50 @@ def test_every_story_task_runs_through_the_harness_with_its_benchmarks_metrics(t
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["results.json"] + [f"samples_{t}.jsonl" for t in names])
     by_path = run_tasks(lm, TaskRunConfig(tasks=(written["story_cloze"],), limit=8))
     assert by_path["results"]["story_cloze"]["acc,none"] == results["results"]["story_cloze"]["acc,none"]
+
+
+class _Oracle(LM):
+    """An lm-eval model that answers the word problems whose id is even with their worked answer and
+    the others with a wrong number: scores the task's filter and metric, not a model."""
+
+    def __init__(self, docs: dict[str, dict]):
+        super().__init__()
+        self.docs = docs
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for request in requests:
+            question = request.args[0].rsplit("Question: ", 1)[1].split("\nAnswer:")[0]
+            doc = self.docs[question]
+            right = doc["answer"].rsplit("#### ", 1)[1]
+            out.append(doc["answer"] if doc["id"] % 2 == 0 else doc["answer"].replace(f"#### {right}", "#### 1000"))
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError
+
+
+def test_word_problems_are_scored_by_exact_match_of_the_final_number(tmp_path: Path) -> None:
+    config = WordProblemsConfig(num_docs=10, num_fewshot=2)
+    path = write_word_problems(str(tmp_path / "tasks"), config)
+    docs = [json.loads(line) for line in (tmp_path / "tasks" / "word_problems_test.jsonl").read_text().splitlines()]
+    results = run_tasks(_Oracle({d["question"]: d for d in docs}), TaskRunConfig(tasks=(path,)))
+    assert results["results"]["word_problems"]["exact_match,strict-match"] == 0.5
+    # Two worked problems of the train split precede each question.
+    prompt = results["samples"]["word_problems"][0]["arguments"][0][0]
+    assert prompt.count("Question: ") == 3 and prompt.count("#### ") == 2
+
+
+def test_word_problems_sampled_through_the_harness_are_reproducible(tmp_path: Path, lm: LevanterLM) -> None:
+    path = write_word_problems(str(tmp_path / "tasks"), WordProblemsConfig(
+        num_docs=6, num_fewshot=1, max_gen_toks=16, do_sample=True, temperature=1.0, repeats=2))
+    first = run_tasks(lm, TaskRunConfig(tasks=(path,)))
+    again = run_tasks(lm, TaskRunConfig(tasks=(path,)))
+    answers = [s["resps"][0] for s in first["samples"]["word_problems"]]
+    assert answers == [s["resps"][0] for s in again["samples"]["word_problems"]]
+    assert len(answers) == 6 and all(len(r) == 2 for r in answers)
+    assert any(r[0] != r[1] for r in answers)  # the repeats draw apart
+    assert "exact_match,strict-match" in first["results"]["word_problems"]

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from marin.experiment.tasks.story import story_tasks
     from marin.experiment.tasks.story_chat import story_chats
     from marin.experiment.tasks.story_preferences import story_preferences
+    from marin.experiment.tasks.word_problems import word_problems
     from marin.experiment.training.train import FINAL, checkpoint, train_lm
 
 # Each name is imported from its module when first used: importing this package loads nothing
@@ -117,6 +118,7 @@ _WHERE = {
     "isoflop": "marin.experiment.scaling",
     "story_chats": "marin.experiment.tasks.story_chat",
     "story_tasks": "marin.experiment.tasks.story",
+    "word_problems": "marin.experiment.tasks.word_problems",
     "best": "marin.experiment.sweeps.sweep",
     "mixture_fit": "marin.experiment.sweeps.mixture_fit",
     "FINAL": "marin.experiment.training.train",
@@ -171,6 +173,7 @@ __all__ = [
     "url_filter",
     "web_corpus",
     "web_crawl",
+    "word_problems",
 ]
 
 

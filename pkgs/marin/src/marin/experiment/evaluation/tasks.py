@@ -35,6 +35,7 @@ from marin.execution.core.placeholders import OutputPath
 from marin.execution.core.step import Step
 from marin.execution.core.traits import StepTraits, step_function
 from marin.experiment.tasks.story import StoryTasks
+from marin.experiment.tasks.word_problems import WordProblems
 from marin.experiment.training.models import FINAL
 from rigging.fields import added_field
 
@@ -169,13 +170,13 @@ def _yaml_digest(path: str) -> str:
 
 
 def _tasks_of(tasks: Any) -> list[_Task]:
-    """``evaluate``'s ``tasks`` as tasks (a story_tasks handle: each of its tasks)."""
-    items = [tasks] if isinstance(tasks, str | StoryTasks | OutputPath) else tasks
+    """``evaluate``'s ``tasks`` as tasks (a handle of generated tasks: each of its tasks)."""
+    items = [tasks] if isinstance(tasks, str | StoryTasks | WordProblems | OutputPath) else tasks
     if not isinstance(items, list | tuple) or not items:
         raise ValueError(f"tasks must be a non-empty list of task names, YAML files or story_tasks(...), got {tasks!r}")
     out: list[_Task] = []
     for item in items:
-        if isinstance(item, StoryTasks):
+        if isinstance(item, StoryTasks | WordProblems):
             out += [_Task(_yaml_stem(f.sub_path, "file"), f) for f in item.task_files()]
         elif isinstance(item, OutputPath):
             out.append(_Task(_label(_yaml_stem(item.sub_path, f"file of step {item.step.name!r}")), item))
