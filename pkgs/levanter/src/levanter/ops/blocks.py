@@ -1,8 +1,40 @@
-"""Block sizes of the blockwise output softmax (no JAX import: the memory estimate reads them too)."""
+"""Block sizes of the blockwise output softmax, and which implementation of the loss over the head
+runs (no JAX import: the memory estimate and the run's configuration read them too)."""
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_LOGITS", "SCOPE", "default_block"]
+import enum
+
+__all__ = ["BLOCK_LOGITS", "SCOPE", "LossImpl", "default_block"]
+
+
+class LossImpl(enum.Enum):
+    """How the softmax over the head is computed (never what: each gives the same values and
+    gradients within the dtype's rounding, ``tests/test_pallas_loss.py``)."""
+
+    AUTO = "auto"
+    """The Pallas kernels on a single TPU device, the blockwise scan elsewhere."""
+    BLOCKWISE = "blockwise"
+    """A scan over blocks of positions, each block's logits materialised by XLA (any device, any mesh)."""
+    PALLAS = "pallas"
+    """Pallas TPU kernels whose logits never leave vector memory (``levanter.ops.pallas_loss``; one
+    device: a custom call XLA cannot split over a mesh; Pallas' interpreter off a TPU, slowly)."""
+
+    @classmethod
+    def parse(cls, value: LossImpl | str | None) -> LossImpl:
+        """``value`` as a ``LossImpl`` (its string value too; None is ``AUTO``).
+
+        Raises:
+            ValueError: ``value`` names no implementation (the message lists them).
+        """
+        if value is None:
+            return cls.AUTO
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"loss_impl must be one of {[x.value for x in cls]}, got {value!r}") from None
 
 SCOPE = "cross_entropy"
 """The name scope of every op of the blockwise softmax: XLA keeps it in the ops' metadata, so a

@@ -29,9 +29,23 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from levanter.ops.blocks import SCOPE, default_block
+from levanter.ops.blocks import SCOPE, LossImpl, default_block
+from levanter.ops.pallas_loss import Tiles, default_tiles, fused_lm_loss, fused_token_logprobs
 
-__all__ = ["default_block", "greedy_tokens", "lm_loss", "token_logprobs", "token_scores"]
+__all__ = ["default_block", "greedy_tokens", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
+
+
+def resolve_loss_impl(impl: LossImpl | str | None) -> LossImpl:
+    """``impl`` with ``AUTO`` resolved: the Pallas kernels on one TPU device (a custom call runs
+    whole on one device), the blockwise scan elsewhere."""
+    impl = LossImpl.parse(impl)
+    if impl is not LossImpl.AUTO:
+        return impl
+    return LossImpl.PALLAS if jax.default_backend() == "tpu" and jax.device_count() == 1 else LossImpl.BLOCKWISE
+
+
+def _tiles(hidden: jax.Array, tiles: Tiles | None) -> Tiles:
+    return default_tiles(hidden.shape[0] * hidden.shape[1], hidden.shape[2]) if tiles is None else tiles
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""
@@ -150,7 +164,8 @@ _lm_loss.defvjp(_lm_loss_fwd, _lm_loss_bwd, symbolic_zeros=True)
 
 
 def lm_loss(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights: jax.Array | None = None, *,
-            z_weight: float = 0.0, block: int | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+            z_weight: float = 0.0, block: int | None = None, impl: LossImpl | str | None = LossImpl.AUTO,
+            tiles: Tiles | None = None, interpret: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(``ce + z_weight * z``, ``ce``, ``z``) of next-token prediction, float32 scalars.
 
     ``ce`` is the mean of ``-log p(target)`` and ``z`` the mean of ``logsumexp(logits)^2`` over the
@@ -163,10 +178,16 @@ def lm_loss(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights: jax
         targets: ``[b, t]`` int token ids.
         weights: ``[b, t]`` per-target weights (chat loss masks), or None.
         z_weight: the z-loss weight inside ``total`` (a Python float).
-        block: positions per block (None: :func:`default_block`).
+        block: positions per block of the blockwise scan (None: :func:`default_block`).
+        impl: the blockwise scan or the Pallas kernels (:func:`resolve_loss_impl`).
+        tiles: the kernels' tiles (None: ``levanter.ops.pallas_loss.default_tiles``).
+        interpret: run the kernels in Pallas' interpreter (tests off a TPU).
     """
     size = _resolve(hidden, head, block)
     w = jnp.ones(targets.shape, jnp.float32) if weights is None else weights.astype(jnp.float32)
+    if resolve_loss_impl(impl) is LossImpl.PALLAS:
+        return fused_lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), _tiles(hidden, tiles),
+                             interpret)
     return _lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), size)
 
 
@@ -220,13 +241,18 @@ def _token_logprobs_bwd(block: int, residuals: Any, g: jax.Array) -> Any:
 _token_logprobs.defvjp(_token_logprobs_fwd, _token_logprobs_bwd)
 
 
-def token_logprobs(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, block: int | None = None) -> jax.Array:
+def token_logprobs(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, block: int | None = None,
+                   impl: LossImpl | str | None = LossImpl.AUTO, tiles: Tiles | None = None,
+                   interpret: bool = False) -> jax.Array:
     """``log p(targets[b, i])`` under ``softmax(hidden[b, i] @ head)``, ``[b, t]`` float32, differentiable.
 
     The backward pass recomputes each block's logits (one more matmul per block), holding only the
-    ``[b, t]`` log-partitions between the passes.
+    ``[b, t]`` log-partitions between the passes. ``impl``, ``tiles``, ``interpret``: as :func:`lm_loss`'s.
     """
-    return _token_logprobs(hidden, head, targets.astype(jnp.int32), _resolve(hidden, head, block))
+    size = _resolve(hidden, head, block)
+    if resolve_loss_impl(impl) is LossImpl.PALLAS:
+        return fused_token_logprobs(hidden, head, targets.astype(jnp.int32), _tiles(hidden, tiles), interpret)
+    return _token_logprobs(hidden, head, targets.astype(jnp.int32), size)
 
 
 def token_scores(hidden: jax.Array, head: jax.Array, targets: jax.Array, *,

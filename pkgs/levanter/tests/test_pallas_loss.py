@@ -1,0 +1,98 @@
+"""The Pallas kernels of the loss over the head (``levanter.ops.pallas_loss``, run in Pallas'
+interpreter on a CPU) equal the loss over materialised logits: values and gradients, weights with
+zeros, a vocabulary that is not a multiple of the tile, and bfloat16 gradients within the
+materialised loss's rounding."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from levanter.ops.blocks import LossImpl
+from levanter.ops.cross_entropy import lm_loss, resolve_loss_impl, token_logprobs
+from levanter.ops.pallas_loss import Tiles
+
+B, T, D, V = 2, 13, 16, 300  # 26 rows in one padded row tile; three vocabulary tiles, the last ragged
+TILES = Tiles(rows=128, vocab=128)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    hidden = jax.random.normal(k[0], (B, T, D))
+    head = jax.random.normal(k[1], (D, V)) * 0.5
+    targets = jax.random.randint(k[2], (B, T), 0, V).at[0, 0].set(V - 1)  # a target in the ragged tile
+    weights = (jax.random.uniform(k[3], (B, T)) > 0.3).astype(jnp.float32) * 1.5
+    return hidden, head, targets, weights
+
+
+def _materialised(hidden, head, targets, weights, z_weight):
+    logits = jnp.einsum("btd,dv->btv", hidden, head, preferred_element_type=jnp.float32)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    count = jnp.maximum(jnp.sum(weights), 1.0)
+    ce, z = jnp.sum((lse - picked) * weights) / count, jnp.sum(lse * lse * weights) / count
+    return ce + z_weight * z, ce, z
+
+
+def _pallas(hidden, head, targets, weights, z_weight):
+    return lm_loss(hidden, head, targets, weights, z_weight=z_weight, impl="pallas", tiles=TILES, interpret=True)
+
+
+def _values_and_grads(fn):
+    @jax.jit
+    def run(h, w):
+        # The trainer's gradient (of the total) and one of another combination of the outputs.
+        total = jax.grad(lambda a, b: fn(a, b)[0], argnums=(0, 1))(h, w)
+        mixed = jax.grad(lambda a, b: (lambda o: 3.0 * o[1] - o[2])(fn(a, b)), argnums=(0, 1))(h, w)
+        return fn(h, w), total, mixed
+
+    return run
+
+
+def test_kernels_equal_the_materialised_loss(problem):
+    hidden, head, targets, weights = problem
+    assert float(weights.min()) == 0.0
+    got = _values_and_grads(lambda h, w: _pallas(h, w, targets, weights, 1e-2))(hidden, head)
+    want = _values_and_grads(lambda h, w: _materialised(h, w, targets, weights, 1e-2))(hidden, head)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+def test_kernel_logprobs_and_their_gradient(problem):
+    hidden, head, targets, weights = problem
+
+    def both(fn):
+        return jax.jit(lambda h, w: (fn(h, w), jax.grad(lambda a, b: jnp.sum(fn(a, b) * weights), argnums=(0, 1))(h, w)))
+
+    got = both(lambda h, w: token_logprobs(h, w, targets, impl="pallas", tiles=TILES, interpret=True))(hidden, head)
+    want = both(lambda h, w: jnp.take_along_axis(jax.nn.log_softmax(h @ w), targets[..., None], axis=-1)[..., 0])(
+        hidden, head)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-5)
+
+
+def test_kernels_bfloat16_gradient_within_the_materialised_rounding(problem):
+    hidden, head, targets, weights = problem
+    exact = jax.grad(lambda h, w: _materialised(h, w, targets, weights, 1e-2)[0], argnums=(0, 1))(hidden, head)
+    low = (hidden.astype(jnp.bfloat16), head.astype(jnp.bfloat16))
+
+    def errors(fn):
+        grads = jax.jit(jax.grad(lambda h, w: fn(h, w, targets, weights, 1e-2)[0], argnums=(0, 1)))(*low)
+        assert all(g.dtype == jnp.bfloat16 for g in grads)
+        return [float(jnp.linalg.norm(g.astype(jnp.float32) - e) / jnp.linalg.norm(e))
+                for g, e in zip(grads, exact, strict=True)]
+
+    ours, theirs = errors(_pallas), errors(_materialised)
+    assert ours[0] <= 1.1 * theirs[0] and ours[1] <= 1.1 * theirs[1], (ours, theirs)
+
+
+def test_auto_is_the_blockwise_scan_off_a_tpu_and_bad_names_are_refused():
+    assert resolve_loss_impl("auto") is LossImpl.BLOCKWISE  # the suite runs on CPUs
+    assert resolve_loss_impl(None) is LossImpl.BLOCKWISE and resolve_loss_impl("pallas") is LossImpl.PALLAS
+    with pytest.raises(ValueError, match=r"loss_impl must be one of \['auto', 'blockwise', 'pallas'\], got 'fused'"):
+        resolve_loss_impl("fused")
+    with pytest.raises(ValueError, match="Tiles.vocab must be a positive multiple of 128, got 100"):
+        Tiles(rows=128, vocab=100)
