@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from testsupport.levanter_data import pattern_documents, tiny_config, write_tokenized
+from testsupport.shared import build_once
 
 
 @pytest.fixture
@@ -19,14 +22,17 @@ def tiny_dataset(tmp_path) -> str:
 @pytest.fixture(scope="session")
 def pretrained_tiny(tmp_path_factory) -> tuple[str, str]:
     """``(data, output)``: :func:`tiny_dataset`'s data, and a run of ``tiny_config`` trained 20 steps on
-    it (read-only: the LoRA, EMA and DPO tests start from it)."""
-    from levanter.trainer import main
+    it (read-only: the LoRA, EMA and DPO tests start from it). Trained once a session, not once an
+    xdist worker (``build_once``): the modules that use it run in either worker."""
 
-    root = tmp_path_factory.mktemp("pretrained-tiny")
-    data = write_tokenized(str(root / "tok"), {
-        "train": pattern_documents(200, 64, seed=1),
-        "validation": pattern_documents(40, 64, seed=2),
-    }, vocab_size=64, eos_id=0, docs_per_shard=120)
-    out = str(root / "pretrained")
-    main(tiny_config(data, num_train_steps=20, eval_batches=0), out)
-    return data, out
+    def build(root: Path) -> None:
+        from levanter.trainer import main  # when built: collecting the tests needs no trainer
+
+        data = write_tokenized(str(root / "tok"), {
+            "train": pattern_documents(200, 64, seed=1),
+            "validation": pattern_documents(40, 64, seed=2),
+        }, vocab_size=64, eos_id=0, docs_per_shard=120)
+        main(tiny_config(data, num_train_steps=20, eval_batches=0), str(root / "pretrained"))
+
+    root = build_once(tmp_path_factory, "levanter-pretrained-tiny", build)
+    return str(root / "tok"), str(root / "pretrained")
