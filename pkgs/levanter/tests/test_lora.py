@@ -108,6 +108,13 @@ def test_bad_lora_settings_are_one_line_errors_naming_what_is_wrong(tiny_dataset
                       {"layer_0/~/attn/~/k_proj": {"w": jax.ShapeDtypeStruct((32, 8), jnp.float32)}})
 
 
+
+def test_an_average_of_a_lora_run_is_refused_in_one_line(tiny_dataset: str) -> None:
+    # ema(A) ema(B) is not the average of W + s A B: the combination is refused before anything runs.
+    with pytest.raises(ValueError, match=r"^ema with lora would average the factors A and B, not the weights the "
+                                         r"model computes with \(W \+ s A B\): drop ema=, or train the weights "
+                                         r"without lora$"):
+        tiny_config(tiny_dataset, initialize_from=TrainedModel("/x"), lora=LoraConfig(targets=("q_proj",)), ema=0.9)
 def test_a_lora_run_trains_and_checkpoints_only_adapters_and_reads_back_folded(pretrained_tiny, tmp_path) -> None:
     tiny_dataset, pretrained = pretrained_tiny
     lora = LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))

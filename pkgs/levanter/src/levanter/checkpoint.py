@@ -29,6 +29,8 @@ __all__ = [
     "committed_steps",
     "read_checkpoint_params",
     "restore_checkpoint",
+    "restore_parts",
+    "saved_arrays",
     "saved_per_layer",
 ]
 
@@ -210,6 +212,25 @@ def saved_per_layer(directory: str, step: int) -> bool:
     return fs.exists(path) and _PER_LAYER_KEY.search(fs.read_text(path)) is not None
 
 
+def saved_arrays(directory: str, step: int) -> Any:
+    """The state item of committed checkpoint ``step`` under ``directory`` as Orbax's metadata tree
+    (nested dicts and lists of ``ArrayMetadata``: each array's shape and dtype), reading no array.
+
+    Raises:
+        FileNotFoundError: ``step`` is not a committed checkpoint there.
+    """
+    import orbax.checkpoint as ocp
+
+    if step not in committed_steps(directory):
+        _read_only_manager(directory, step)  # raises, listing the steps kept
+    path = fs.join(directory, str(step), "state")
+    with ocp.StandardCheckpointer() as reader:
+        metadata = reader.metadata(path).item_metadata
+    if metadata is None:
+        raise FileNotFoundError(f"{path}: no array metadata (not an Orbax state item)")
+    return metadata.tree
+
+
 def _restore(manager: Any, ocp: Any, directory: str, step: int, target: Any) -> RestoredCheckpoint:
     """Checkpoint ``step`` in the structure, layout and placement of ``target`` (a per-layer one
     is restored as it was written, then stacked and placed as ``target`` says)."""
@@ -272,6 +293,30 @@ def read_checkpoint_params(directory: str, step: int, *, ema: bool = False) -> d
     params = {module: {name: np.asarray(value) for name, value in names.items()}
               for module, names in restored.state[item].items()}
     return stack_layers(params) if is_per_layer(params) else params
+
+
+def restore_parts(directory: str, step: int, item: Any) -> RestoredCheckpoint:
+    """Only the arrays of checkpoint ``step`` under ``directory`` that ``item`` asks for: ``item`` has
+    the structure of :func:`saved_arrays`, a ``jax.ShapeDtypeStruct`` (with its sharding) for each
+    array to read and Orbax's placeholder (``orbax.checkpoint.PLACEHOLDER``) for each to leave,
+    which the result holds in its place.
+
+    Raises:
+        FileNotFoundError: there is no committed checkpoint ``step`` (the message lists those kept).
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    def restore_args(leaf: Any) -> Any:
+        if leaf is ocp.PLACEHOLDER:
+            return leaf
+        return ocp.ArrayRestoreArgs(sharding=leaf.sharding, global_shape=tuple(leaf.shape), dtype=leaf.dtype)
+
+    # PyTreeRestore, not StandardRestore: only it leaves placeholders unread (the files are the same).
+    args = ocp.args.PyTreeRestore(item=item, restore_args=jax.tree.map(restore_args, item))
+    with _read_only_manager(directory, step) as manager:
+        restored = manager.restore(step, args=ocp.args.Composite(state=args, data=ocp.args.JsonRestore()))
+    return RestoredCheckpoint(step=step, state=restored.state, data_state=restored.data)
 
 
 def restore_checkpoint(directory: str, step: int, target: Any) -> RestoredCheckpoint:

@@ -322,6 +322,9 @@ class TrainLmConfig:
         if start is None or isinstance(start, CheckpointStart):
             raise ValueError("lora adapts trained weights: give initialize_from=checkpoint(model) or "
                              f"hf_checkpoint(...) (the base), got {type(start).__name__ if start else 'none'}")
+        if self.trainer.ema is not None:  # ema(A) ema(B) is not the average of the adapted weights
+            raise ValueError("ema with lora would average the factors A and B, not the weights the model computes "
+                             "with (W + s A B): drop ema=, or train the weights without lora")
         self.lora.check(self.model.linear_shapes())
 
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from levanter.ema import averaged_step
 from levanter.memory_estimate import MemoryEstimate, choose_remat, estimate_memory
 from levanter.models.impl import Attention, Impl, Remat
 from levanter.training.step import make_train_step
@@ -95,8 +96,9 @@ def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape:
         on_device = jax.tree.map(lambda s: s.sharding.with_memory_kind("device"), target.opt_state)
     step = make_train_step(model, config.optimizer.at_rate, trainer.compute_dtype.jnp, trainer.grad_accum,
                            layout.batch_sharding, z_loss_weight=config.z_loss_weight, loss_block=trainer.loss_block,
-                           opt_state_device=on_device, grad_dtype=jnp.dtype(trainer.grad_dtype), objective=objective,
-                           ema_decay=trainer.ema.decay if trainer.ema is not None else None)
+                           opt_state_device=on_device, grad_dtype=jnp.dtype(trainer.grad_dtype), objective=objective)
+    if trainer.ema is not None:  # debiased by the count the state keeps (levanter.ema), which the step does not know
+        step = averaged_step(step, trainer.ema)
     in_shardings = (state_shardings, layout.batch_sharding, layout.replicated)
     out_shardings = (state_shardings, layout.replicated)
     if trained is not None:

@@ -8,13 +8,19 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
-from levanter.checkpoint import Checkpointer, restore_checkpoint
+from levanter.checkpoint import Checkpointer
 from levanter.initialize import CheckpointStart, HfCheckpoint, InitializeFrom, TrainedModel, initial_params
-from levanter.training.state import TrainState, params_initializer, state_initializer, state_of_params
+from levanter.training.branch import restore_branch
+from levanter.training.state import (
+    TrainState,
+    average_of,
+    params_initializer,
+    state_initializer,
+    state_of_params,
+)
 
 __all__ = ["Start", "fresh_state", "host_cpu", "starting_state"]
 
@@ -49,10 +55,11 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
     """
     # Restored onto this run's mesh, whatever mesh saved it.
     restored = checkpointer.restore_latest(target)
-    # Another run's checkpoint (a branch or an extension) is restored whole, like a resume.
+    # Another run's checkpoint (a branch or an extension) is restored whole, like a resume, and made
+    # into this run's state where that holds more, less or differently stored (levanter.training.branch).
     source = initialize_from if restored is None and isinstance(initialize_from, CheckpointStart) else None
     if source is not None:
-        restored = restore_checkpoint(str(source.checkpoint_path), source.step, target)
+        restored = restore_branch(str(source.checkpoint_path), source.step, target)
         logger.info("starting from step %d of %s", source.step, source.checkpoint_path)
     if restored is not None:
         logger.info("resuming from checkpoint step %d", restored.step)
@@ -68,7 +75,7 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
         params = initial_params(initialize_from, model_config)
 
         def start_from(p: Any, s: TrainState) -> TrainState:
-            return s.replace(params=p, opt_state=tx.init(p), ema=jax.tree.map(jnp.copy, p) if ema else None)
+            return s.replace(params=p, opt_state=tx.init(p), **average_of(p, ema))
 
         state = jax.jit(start_from, out_shardings=shardings)(params, state)
         logger.info("initialised from %s", initialize_from)

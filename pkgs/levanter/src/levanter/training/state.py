@@ -4,8 +4,8 @@ Its pytree paths are those of the dict the state used to be (``['params']['embed
 and its leaves come in that dict's order, so checkpoints written before and after it are the same
 files (Orbax names arrays by path), sharding rules match the same paths, and the compiled step
 takes the same arguments in the same order. A run that keeps an average of its parameters
-(``levanter.ema``) has one more child, ``ema``, first in that order; a state without one has the
-same paths and leaves as before.
+(``levanter.ema``) has two more children, ``ema`` and ``ema_steps``, first in that order; a state
+without one has the same paths and leaves as before.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from jax.tree_util import DictKey
 
 from levanter.sharding import tree_shardings
 
-__all__ = ["TrainState", "abstract_state", "params_initializer", "state_initializer", "state_of_params"]
+__all__ = ["TrainState", "abstract_state", "average_of", "params_initializer", "state_initializer", "state_of_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,8 @@ class TrainState:
     """PRNG key of the run."""
     ema: Any = None
     """The exponential moving average of ``params`` (``levanter.ema``), or None when the run keeps none."""
+    ema_steps: Any = None
+    """Updates the average holds (an int32 scalar; its debiasing counts them), or None without an average."""
 
     def replace(self, **changes: Any) -> TrainState:
         """A copy with ``changes`` (field name -> value)."""
@@ -62,11 +64,11 @@ class TrainState:
 
 # Children in the sorted key order of the dict the state was, keyed as that dict's entries.
 _CHILDREN = ("key", "opt_state", "params", "step")
-_WITH_EMA = ("ema", *_CHILDREN)
+_WITH_EMA = ("ema", "ema_steps", *_CHILDREN)
 
 
 def _children(ema: Any) -> tuple[str, ...]:
-    """The state's children: ``ema`` only when the run keeps an average."""
+    """The state's children: ``ema`` and ``ema_steps`` only when the run keeps an average."""
     return _CHILDREN if ema is None else _WITH_EMA
 
 
@@ -92,13 +94,21 @@ def params_initializer(model_config: Any) -> Callable[[jax.Array], tuple[Any, ja
     return init_params
 
 
+def average_of(params: Any, ema: bool = True) -> dict[str, Any]:
+    """The state's fields of a new average of ``params`` (``ema=``, ``ema_steps=``; both None without
+    ``ema``): equal to them, holding no update yet, so its first update replaces them (``levanter.ema``)."""
+    if not ema:
+        return {"ema": None, "ema_steps": None}
+    return {"ema": jax.tree.map(jnp.copy, params), "ema_steps": jnp.zeros((), jnp.int32)}
+
+
 def state_of_params(tx: optax.GradientTransformation, ema: bool = False) -> Callable[[Any, jax.Array], TrainState]:
     """``(params, key) -> state``: step 0, a fresh optimizer state of ``params`` (and, with ``ema``,
     an average equal to them)."""
 
     def make(params: Any, key: jax.Array) -> TrainState:
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=key,
-                          ema=jax.tree.map(jnp.copy, params) if ema else None)
+                          **average_of(params, ema))
 
     return make
 

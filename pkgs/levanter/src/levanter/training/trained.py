@@ -24,7 +24,7 @@ from levanter.lora import LoraConfig, fold, init_adapters
 from levanter.sharding import tree_shardings
 from levanter.training.execution import offload_opt_state
 from levanter.training.start import Start, starting_state
-from levanter.training.state import TrainState, abstract_state
+from levanter.training.state import TrainState, abstract_state, average_of
 
 __all__ = ["BoundStep", "Trained", "trained_state"]
 
@@ -115,7 +115,7 @@ def trained_state(config: TrainLmConfig, model_config: Any, tx: optax.GradientTr
         _, key = jax.random.split(key)  # as a full run's init spends its first split on the parameters
         adapters = init_adapters(lora, base_shapes)
         return TrainState(step=jnp.zeros((), jnp.int32), params=adapters, opt_state=tx.init(adapters), key=key,
-                          ema=jax.tree.map(jnp.copy, adapters) if ema else None)
+                          **average_of(adapters, ema))
 
     shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
     shardings = tree_shardings(shapes, mesh, units=units)
