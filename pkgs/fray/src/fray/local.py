@@ -19,6 +19,7 @@ from typing import Any
 import cloudpickle
 import psutil
 
+from fray.process_exit import exit_process
 from fray.process_group import start_group_reaper, watch_parent
 from fray.process_job import Outcome, ProcessJobHandle, outcome_value
 from fray.types import (
@@ -74,7 +75,7 @@ def _job_main(conn, payload: bytes, env: dict[str, str], parent_pid: int, log_pa
     _flush_streams()
     conn.send(message)
     conn.close()
-    os._exit(0 if message[0] == "ok" else 1)
+    exit_process(0 if message[0] == "ok" else 1)
 
 
 def _actor_main(conn, payload: bytes, env: dict[str, str], parent_pid: int, log_path: str) -> None:
@@ -84,7 +85,7 @@ def _actor_main(conn, payload: bytes, env: dict[str, str], parent_pid: int, log_
         instance = cls(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 - reported to the parent; the actor is then dead
         conn.send((None, "error", *_error_message(e)))
-        os._exit(1)
+        exit_process(1)
     while True:
         try:
             request = conn.recv()
@@ -102,7 +103,7 @@ def _actor_main(conn, payload: bytes, env: dict[str, str], parent_pid: int, log_
         _flush_streams()
         conn.send(reply)
     _flush_streams()
-    os._exit(0)
+    exit_process(0)
 
 
 def _kill_tree(pid: int, descendants: list[psutil.Process], grace_s: float) -> None:

@@ -30,6 +30,7 @@ from fray.pool_messages import (
     ToTemplate,
     UnsafeMain,
 )
+from fray.process_exit import exit_process
 from fray.process_group import WATCH_INTERVAL_S, start_group_reaper, watch_parent
 from fray.process_job import Outcome
 from fray.template_blas import give_call_its_blas_threads
@@ -102,7 +103,7 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(code)
+        exit_process(code)
 
 
 def write_result(path: str, outcome: Outcome, learned: list[ModuleEntry]) -> None:
@@ -186,9 +187,9 @@ class _TemplateLoop:
         while True:
             if os.getppid() != self.caller_pid:
                 self._kill_all()
-                os._exit(0)
+                exit_process(0)
             if self.retiring and not self.children and self.learner.probe is None:
-                os._exit(0)
+                exit_process(0)
             if self.learner.probe is not None:
                 self.learner.probe.end_if(overdue_only=not self.retiring)
             for key, _ in self.selector.select(WATCH_INTERVAL_S):

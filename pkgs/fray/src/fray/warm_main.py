@@ -23,6 +23,7 @@ import cloudpickle
 from fray.call_hygiene import ProcessState
 from fray.pool_messages import Exited, Prepare, Retire, Run, Settled, Started, WarmSettings
 from fray.pool_template import write_result
+from fray.process_exit import exit_process
 from fray.process_group import start_group_reaper, watch_parent
 from fray.process_job import Outcome
 
@@ -54,7 +55,7 @@ def warm_main(fd: int, caller_pid: int, args: list[str]) -> None:
         assert isinstance(request, Run)
         if _serve(conn, request) is not None:
             break
-    os._exit(0)
+    exit_process(0)
 
 
 def _become_like_caller(preparation: dict[str, Any]) -> None:
