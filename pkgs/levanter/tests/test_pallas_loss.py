@@ -96,3 +96,28 @@ def test_auto_is_the_blockwise_scan_off_a_tpu_and_bad_names_are_refused():
         resolve_loss_impl("fused")
     with pytest.raises(ValueError, match="Tiles.vocab must be a positive multiple of 128, got 100"):
         Tiles(rows=128, vocab=100)
+
+
+def test_the_model_built_with_the_kernels_trains_on_them():
+    from levanter.models.impl import Impl
+    from levanter.models.llama import LlamaConfig
+    from levanter.training.loss import loss_fn, sequence_logprobs
+
+    config = LlamaConfig(vocab_size=200, hidden_dim=16, intermediate_dim=32, num_heads=4, num_kv_heads=2, num_layers=1)
+    kernels = config.build(impl=Impl(loss="pallas", interpret=True))
+    scan = config.build(impl=Impl(loss="blockwise"))
+    params = jax.jit(scan.init)(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    batch = jnp.asarray(np.random.default_rng(0).integers(0, 200, size=(2, 9)), jnp.int32)
+
+    def run(model):
+        def fn(p):
+            return loss_fn(model, p, batch, jnp.float32, 1e-3), sequence_logprobs(model, p, batch)
+        return fn
+
+    # The model's Impl.loss reaches the loss: its program holds the kernels, the other's none.
+    assert "pallas_call" in str(jax.make_jaxpr(run(kernels))(params))
+    assert "pallas_call" not in str(jax.make_jaxpr(run(scan))(params))
+    got = jax.jit(jax.value_and_grad(lambda p: run(kernels)(p)[0]))(params), jax.jit(run(kernels))(params)[1]
+    want = jax.jit(jax.value_and_grad(lambda p: run(scan)(p)[0]))(params), jax.jit(run(scan))(params)[1]
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)

@@ -36,7 +36,7 @@ from levanter.initialize import (
 )
 from levanter.lora import LoraConfig
 from levanter.models.family import ModelConfig, model_config_from_dict, model_family
-from levanter.models.impl import Attention, Remat
+from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
@@ -209,6 +209,9 @@ class TrainerConfig:
     loss_block: int | None = unhashed_field(default=None)
     """Sequence positions per block of the output softmax (None: chosen from the vocabulary and batch).
     Not hashed."""
+    loss_impl: LossImpl = unhashed_field(default=LossImpl.AUTO)
+    """The loss over the output head: ``auto`` (the Pallas kernels on one TPU device, the blockwise
+    scan elsewhere), ``blockwise`` or ``pallas`` (a ``LossImpl`` or its string value). Not hashed."""
     grad_dtype: str = added_field(default="float32")
     """The gradients' dtype: ``"float32"``, or ``"bfloat16"`` (differentiated with respect to the
     parameters cast to bfloat16: half the memory, rounded gradients). Changes the numbers: hashed
@@ -220,6 +223,7 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "remat", Remat.parse(self.remat))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
+        object.__setattr__(self, "loss_impl", LossImpl.parse(self.loss_impl))
         if self.loss_block is not None and (not isinstance(self.loss_block, int) or isinstance(self.loss_block, bool)
                                             or self.loss_block <= 0):
             raise ValueError(f"loss_block must be a positive int or None, got {self.loss_block!r}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-__all__ = ["Attention", "Impl", "Remat"]
+from levanter.ops.blocks import LossImpl
+
+__all__ = ["Attention", "Impl", "LossImpl", "Remat"]
 
 
 class Remat(enum.Enum):
@@ -85,10 +87,14 @@ class Impl:
     depth); False unrolls them (the same parameters, for comparisons)."""
     interpret: bool = False
     """Run Pallas kernels in the interpreter (tests on a CPU)."""
+    loss: LossImpl = LossImpl.AUTO
+    """The loss over the output head: the blockwise scan or the Pallas kernels (``levanter.training.loss``
+    reads it from the model)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "remat", Remat.parse(self.remat))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
+        object.__setattr__(self, "loss", LossImpl.parse(self.loss))
         if self.remat is Remat.AUTO:
             raise ValueError("remat='auto' is resolved to a policy before the model is built "
                              "(levanter.memory_estimate.choose_remat)")

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from levanter.ema import averaged_step
 from levanter.memory_estimate import MemoryEstimate, choose_remat, estimate_memory
-from levanter.models.impl import Attention, Impl, Remat
+from levanter.models.impl import Attention, Impl, LossImpl, Remat
+from levanter.ops.cross_entropy import resolve_loss_impl
 from levanter.training.step import make_train_step
 
 __all__ = ["Execution", "device_memory", "offload_opt_state", "plan_execution", "step_flops"]
@@ -66,9 +67,10 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
         remat, estimate = Remat.NONE, estimate_memory(model_config, remat=Remat.NONE, **kwargs)
     else:
         remat, estimate = choose_remat(model_config, available, **kwargs)
-    logger.info("step: remat=%s attention=%s; memory estimate %s%s", remat.value, attention.value,
+    loss = resolve_loss_impl(trainer.loss_impl)
+    logger.info("step: remat=%s attention=%s loss=%s; memory estimate %s%s", remat.value, attention.value, loss.value,
                 estimate.describe(), "" if available is None else f" of {available / 2**30:.1f} GiB")
-    return Execution(impl=Impl(remat=remat, attention=attention), estimate=estimate, available=available)
+    return Execution(impl=Impl(remat=remat, attention=attention, loss=loss), estimate=estimate, available=available)
 
 
 def offload_opt_state(target: Any) -> Any:
@@ -111,9 +113,9 @@ def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape:
 def step_flops(model_config: Any, config: Any, impl: Impl, target: Any, batch_shape: Any, rate: Any) -> float | None:
     """FLOPs of one step as XLA counts them (its cost analysis of the step, not compiled), for the
     run's summary: the layers unrolled and the softmax in one block, as XLA counts a loop's body
-    once; attention by the XLA kernel (unmasked), whose cost XLA knows."""
+    once; attention and the loss by XLA (attention unmasked), whose costs XLA knows (a kernel's it does not)."""
     trainer = config.trainer
-    counted = dataclasses.replace(impl, scan_layers=False, attention=Attention.XLA)
+    counted = dataclasses.replace(impl, scan_layers=False, attention=Attention.XLA, loss=LossImpl.BLOCKWISE)
     model = model_config.build(trainer.compute_dtype.jnp, impl=counted)
     step = make_train_step(model, config.optimizer.at_rate, trainer.compute_dtype.jnp, 1,
                            z_loss_weight=config.z_loss_weight, loss_block=trainer.seq_len)

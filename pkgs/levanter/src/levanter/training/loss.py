@@ -3,7 +3,8 @@ z-loss; and the per-token log-probabilities other objectives (DPO) and scoring a
 
 The output softmax runs a block of positions at a time (``levanter.ops.cross_entropy``): the
 ``batch x seq x vocab`` logits are never held whole. ``block`` (positions per block, None: chosen
-from the vocabulary and batch) changes how, not what, is computed.
+from the vocabulary and batch) and the model's ``impl.loss`` (the blockwise scan or the Pallas
+kernels, ``levanter.ops.pallas_loss``) change how, not what, is computed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def _cast(model: Any, params: Any, compute_dtype: Any) -> Any:
     if jnp.dtype(getattr(model, "compute_dtype", jnp.float32)) == jnp.dtype(compute_dtype):
         return params
     return jax.tree.map(lambda p: p.astype(compute_dtype), params)
+
+
+def _how(model: Any) -> dict[str, Any]:
+    """The loss implementation the model was built with (``Impl.loss``; a model without one: auto)."""
+    impl = getattr(model, "impl", None)
+    return {} if impl is None else {"impl": impl.loss, "interpret": impl.interpret}
 
 
 def _inputs(batch: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
@@ -52,7 +59,7 @@ def objective_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: An
     inputs, targets, segments, weights = _inputs(batch)
     cast = _cast(model, params, compute_dtype)
     hidden = model.hidden(cast, inputs, segment_ids=segments)
-    return lm_loss(hidden, model.head(cast), targets, weights, z_weight=z_loss_weight, block=block)
+    return lm_loss(hidden, model.head(cast), targets, weights, z_weight=z_loss_weight, block=block, **_how(model))
 
 
 def loss_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: jnp.dtype, *,
@@ -86,7 +93,7 @@ def token_logprobs(model: Any, params: Any, tokens: jax.Array, targets: jax.Arra
     """
     cast = _cast(model, params, compute_dtype)
     hidden = model.hidden(cast, tokens, segment_ids=segment_ids)
-    return _token_logprobs(hidden, model.head(cast), targets, block=block)
+    return _token_logprobs(hidden, model.head(cast), targets, block=block, **_how(model))
 
 
 def sequence_logprobs(model: Any, params: Any, batch: jax.Array, compute_dtype: Any = jnp.float32, *,
