@@ -15,6 +15,11 @@
 #           bash nix/tpu-host.sh experiments   the smoke-size `make experiments` on the same prefix, for at
 #                                              most LIMIT seconds (default 540: a device command may run
 #                                              600); interrupted, it says so: run it again to go on
+#           bash nix/tpu-host.sh measure nano  issue 56's measurement, on empty prefixes and an empty compilation
+#                                              cache: train_nano with warm accelerator processes (first run and
+#                                              rerun, per-step times), then with MARIN_ACCELERATOR_PROCESS=fresh,
+#                                              and the two builds compared file by file (scores included)
+#           bash nix/tpu-host.sh measure experiments   the smoke-size `make experiments` in one run (LIMIT, 540)
 #
 # Outputs are copied to $OUT when it is set (the device tool brings that folder back).
 set -euo pipefail
@@ -30,10 +35,6 @@ HOST_INDEX="${HOST_INDEX:-file:///opt/pypi/simple}"
 # Ray cannot start without a TCP socket, and the local runner never needs it: left out, with what only it needs.
 PRUNE="ray"
 PARTS=build/wheelhouse-tpu
-# Every accelerator step is a process of its own that compiles its programs again: a persistent
-# compilation cache lets the steps of one model (its evaluations, a rerun) reuse them. A cached
-# program is the one XLA would compile again, so it changes no result.
-export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/build/jax-cache}"
 PREFIX_FILE=build/tpu-host-prefix
 
 keep() {  # keep a copy of a file in $OUT, when there is one
@@ -104,8 +105,55 @@ experiments)
     fi
     exit "$status"
     ;;
+measure)
+    # Logs and times in $OUT (else build/measure-<time>). Accelerator steps keep their compiled programs in
+    # the runner's compilation cache (compilation_cache; default ~/.cache/marin/jax): an empty one here,
+    # so that the first run is a first run.
+    out="${OUT:-build/measure-$(date +%H%M%S)}"
+    mkdir -p "$out" build
+    fresh_dir() { mktemp -d "${TMPDIR:-/tmp}/marin-measure-$1-XXXXXX"; }
+    timed() {  # timed NAME CMD...: its output in $out/NAME.txt, its wall time in its last line
+        local start end status
+        start=$(date +%s.%N)
+        set +e
+        "${@:2}" 2>&1 | tee "$out/$1.txt"
+        status=${PIPESTATUS[0]}
+        set -e
+        end=$(date +%s.%N)
+        echo "$1: exit $status, wall $(python3 -c "print(round($end - $start, 1))") s" | tee -a "$out/$1.txt" "$out/summary.txt"
+    }
+    case "${2:-}" in
+    nano)
+        warm="$(fresh_dir warm)" fresh="$(fresh_dir fresh)"
+        export MARIN_COMPILATION_CACHE="$(fresh_dir jax-warm)"
+        timed train-nano-warm-1 .venv/bin/marin run experiments/train_nano.py --prefix "$warm"
+        timed train-nano-warm-2 .venv/bin/marin run experiments/train_nano.py --prefix "$warm"
+        MARIN_COMPILATION_CACHE="$(fresh_dir jax-fresh)" MARIN_ACCELERATOR_PROCESS=fresh \
+            timed train-nano-fresh .venv/bin/marin run experiments/train_nano.py --prefix "$fresh"
+        timed compare .venv/bin/python -m benchmarks.compare_builds "$warm" "$fresh"
+        grep -h -A30 '^scores:' "$out/train-nano-warm-1.txt" >"$out/scores-warm.txt" || true
+        grep -h -A30 '^scores:' "$out/train-nano-fresh.txt" >"$out/scores-fresh.txt" || true
+        if diff "$out/scores-warm.txt" "$out/scores-fresh.txt" >"$out/scores-diff.txt"; then
+            echo "scores: warm and fresh print the same" | tee -a "$out/summary.txt"
+        else
+            echo "scores: DIFFER (see scores-diff.txt)" | tee -a "$out/summary.txt"
+        fi
+        ;;
+    experiments)
+        p="$(fresh_dir experiments)"
+        export MARIN_COMPILATION_CACHE="$(fresh_dir jax-experiments)"
+        EXPERIMENTS_SCALE=smoke timed experiments timeout -s INT -k 30 "${LIMIT:-540}" \
+            .venv/bin/marin run experiments/ --prefix "$p"
+        ;;
+    *)
+        echo "usage: bash nix/tpu-host.sh measure nano|experiments" >&2
+        exit 2
+        ;;
+    esac
+    cat "$out/summary.txt"
+    ;;
 *)
-    sed -n '2,18p' "${BASH_SOURCE[0]}"
+    sed -n '2,23p' "${BASH_SOURCE[0]}"
     exit 2
     ;;
 esac

@@ -39,8 +39,8 @@ def test_soak_small_count_survives_kills_and_races(tmp_path):
     # Its kill rounds wait for a step process (or a checkpoint) before they kill: a step process,
     # its group or the warm template, not only runners (warm workers hid those from the soak once).
     assert re.search(r"KILL (step|step-group|template) \d+ of runner", out), out[-6000:]
-    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template, \d+ shuffle-worker\)",
-                     out)
+    assert re.search(r"survived \d+ kills \(\d+ runner, \d+ step, \d+ step-group, \d+ template, \d+ shuffle-worker, "
+                     r"\d+ warm-accelerator\)", out)
     assert re.search(r"KILL .*(the shuffle's (map|reduce) wave|mid-expansion)", out), out[-6000:]
     assert re.search(r"kill moments: \d+ time, \d+ step-start, \d+ checkpoint, \d+ shuffle-map.*, \d+ shuffle-reduce"
                      r".*, \d+ mid-expansion", out)

@@ -13,8 +13,10 @@ processes the others can neither see end nor end, so that they must write apart 
 folder).
 
 The processes it kills (:data:`KILL_KINDS`): the runner; a step's process (forked from the
-runner's warm template, or a fresh interpreter); a step's whole process group; the warm template
-itself (the steps forked from it must end with it); one of the dedup step's shuffle workers. The
+runner's warm template, a fresh interpreter, or its warm accelerator process); a step's whole
+process group; the warm template itself (the steps forked from it must end with it); one of the
+dedup step's shuffle workers; the runner's warm accelerator process while it trains the model (the
+runners state a simulated accelerator, ``v5e-1``, so the model's training runs there). The
 moments (:data:`KILL_MOMENTS`): after a random time; after a step process started; just after a
 new checkpoint appeared; during the shuffle's map wave (its workers started, or its first new work
 file under the dedup output's ``.shuffle/`` appeared, no index yet) or its reduce wave (every map
@@ -100,10 +102,16 @@ NODE_ENV = "FRAY_TEST_NODE"  # testsupport.ray_cluster's: set on a node's proces
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH_FILE = Path(__file__).resolve().with_name("graph.py")  # the module imported above as .graph
-KILL_KINDS = ("runner", "step", "step-group", "template", "shuffle-worker")
+KILL_KINDS = ("runner", "step", "step-group", "template", "shuffle-worker", "warm-accelerator")
 """What a kill round may SIGKILL: the runner; one step process; a step's whole process group; the
 runner's warm template (fray.pool), which every step forked from it must follow; one of the
-dedup step's zephyr workers (drawn only at the shuffle's moments)."""
+dedup step's zephyr workers (drawn only at the shuffle's moments); the runner's warm accelerator
+process (fray.warm_process: drawn only at a checkpoint's moment, while it trains the model)."""
+_ONLY_AT = {"shuffle-worker": ("shuffle-map", "shuffle-reduce"), "warm-accelerator": ("checkpoint",)}
+"""The kinds drawn only at some moments (the others at every moment)."""
+ACCELERATOR_ENV = {"MARIN_ACCELERATOR": "v5e-1"}
+"""What every local runner of the soak is told of its host (its lock file is the workdir's): the
+model's training is an accelerator step, run in the runner's warm accelerator process."""
 KILL_MOMENTS = ("time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
 """When a kill round kills (see the module docstring)."""
 _MOMENT_DRAW = ("time", "time", "step-start", "checkpoint", "shuffle-map", "shuffle-reduce", "mid-expansion")
@@ -280,9 +288,13 @@ class Soak:
 
     def _runner(self, round_no: int, tag: str, prefix: str | None = None, node: str | None = None) -> Runner:
         prefix = prefix or self.prefix
+        # On Ray nodes steps run as Ray tasks: there, no host accelerator is stated.
+        accelerator = {**ACCELERATOR_ENV, "MARIN_ACCELERATOR_LOCK": str(self.workdir / "libtpu_lockfile")} \
+            if node is None else {}
         runner = start_runner(prefix, self.workdir / "logs" / f"r{round_no:03d}-{tag}.txt", tag,
                               {**self.envs[prefix], CALLS_ENV: self.calls[prefix], "TMPDIR": str(self.tmp),
-                               "MARIN_LEASE_TTL": str(LEASE_TTL_S)}, graph=self.graph.attr, nodes=self.nodes, node=node)
+                               "MARIN_LEASE_TTL": str(LEASE_TTL_S), **accelerator}, graph=self.graph.attr,
+                              nodes=self.nodes, node=node)
         self.runners.append(runner)
         if node is not None:
             self.tally.on_node[node] += 1
@@ -410,6 +422,8 @@ class Soak:
             return seen.templates(victim.proc.pid)
         if what == "shuffle-worker":
             return seen.shuffle_workers(victim.proc.pid)
+        if what == "warm-accelerator":
+            return seen.warm_accelerator_processes(victim.proc.pid)
         found = seen.step_processes(victim.proc.pid)
         preferred = self._preferred_pids(moment)
         return [p for p in found if p.pid in preferred] or found
@@ -417,7 +431,7 @@ class Soak:
     def _kill(self, runners: list[Runner], victim: Runner, moment: str) -> None:
         import psutil
 
-        kinds = KILL_KINDS if moment.startswith("shuffle-") else tuple(k for k in KILL_KINDS if k != "shuffle-worker")
+        kinds = tuple(k for k in KILL_KINDS if moment in _ONLY_AT.get(k, (moment,)))
         what = self.rng.choice(kinds)
         when = self._wait_for(moment, runners)
         if victim.proc.poll() is not None:

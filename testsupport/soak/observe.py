@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fray.pool_template import template_main
+from fray.warm_main import warm_main
 from rigging import filesystem as fs
 from testsupport.soak.graph import DEDUP, SWEEP, Call
 from zephyr.shards import INDEX_FILE
@@ -36,6 +37,8 @@ _TEMPLATE_MARK = f"from {template_main.__module__} import {template_main.__name_
 """In the command line of a warm template, and of every step process forked from it (taken from
 fray: a literal went stale once when the template's code moved, and the soak then found no step
 process to kill and killed runners only)."""
+_WARM_MARK = f"from {warm_main.__module__} import {warm_main.__name__}"
+"""In the command line of a warm accelerator process (``fray.warm_process``), which runs accelerator steps."""
 _LEASE_RE = re.compile(r"^lease-(\d{8})\.json$")
 _OUTPUT_RE = re.compile(r"^(.+)-[0-9a-f]{16}$")
 _REUSED_RE = re.compile(r"group_by '[^']+': (\d+) map tasks done \((\d+) reused\)")
@@ -79,8 +82,14 @@ def _leads_session(pid: int) -> bool:
         return False
 
 
+def warm_accelerator_processes(pid: int) -> list:
+    """The warm accelerator processes of the runner ``pid`` (each runs its accelerator steps)."""
+    return [p for p, cmdline, ppid in _tree(pid) if _WARM_MARK in cmdline and ppid == pid]
+
+
 def step_processes(pid: int) -> list:
-    """The step processes of the runner ``pid``: forked from one of its templates, or fresh.
+    """The step processes of the runner ``pid``: forked from one of its templates, fresh, or its
+    warm accelerator process.
 
     A call forked from a template leads a session of its own (``setsid``); the template's import
     probes (also its children, with its command line) stay in the template's, and are not steps.
@@ -88,7 +97,8 @@ def step_processes(pid: int) -> list:
     tree = _tree(pid)
     own = {p.pid for p, cmdline, ppid in tree if _TEMPLATE_MARK in cmdline and ppid == pid}
     return [p for p, cmdline, ppid in tree
-            if (ppid in own and _leads_session(p.pid)) or (ppid == pid and _spawned(cmdline))]
+            if (ppid in own and _leads_session(p.pid))
+            or (ppid == pid and (_spawned(cmdline) or _WARM_MARK in cmdline))]
 
 
 def shuffle_workers(pid: int) -> list:

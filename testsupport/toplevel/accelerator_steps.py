@@ -171,7 +171,7 @@ def jax_step(config: JaxChipConfig, output_path: str) -> None:
         default = str(jnp.ones(1).dtype)
         out = np.asarray(y).tobytes() + default.encode()
         _record(config, "accelerator", start)  # type: ignore[arg-type] - the same fields it reads
-        _record_extra(config, {"default_dtype": default})
+        _record_extra(config, {"default_dtype": default, "cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR")})
     finally:
         os.close(fd)
     fs.atomic_write(fs.join(output_path, "out.bin"), out)

@@ -71,6 +71,7 @@ def test_six_accelerator_steps_run_in_one_warm_process_alone_with_outputs_identi
     seen = chip.read_records(str(warm_records))
     accelerator = [r for r in seen.values() if r["kind"] == "accelerator"]
     assert len(accelerator) == 6
+    assert {r["cache_dir"] for r in accelerator} == {str(tmp_path / "jax-cache")}  # each step was given it
     # One process ran the six, started by the runner, not forked from the CPU steps' warm pool.
     assert len({r["pid"] for r in accelerator}) == 1 and {r["ppid"] for r in accelerator} == {os.getpid()}
     assert accelerator[0]["pid"] not in {r["pid"] for r in seen.values() if r["kind"] == "cpu"}
@@ -162,9 +163,74 @@ def test_sigkill_of_the_warm_process_mid_step_loses_that_attempt_only(tmp_path, 
         assert not verify_output(s.name, s.output_path).verdict.is_problem
 
 
+def test_the_compilation_cache_is_the_users_unless_the_configuration_or_jax_s_own_variable_says_otherwise(tmp_path):
+    from marin.execution.run.settings import RunSettings
+    from marin.execution.run.warm_accelerator import compilation_cache_env
+
+    def env_of(environ, **settings):
+        return compilation_cache_env(RunSettings(prefix=str(tmp_path), **settings), environ)
+
+    assert env_of({"XDG_CACHE_HOME": "/xdg"}) == {"JAX_COMPILATION_CACHE_DIR": "/xdg/marin/jax"}
+    assert env_of({"JAX_COMPILATION_CACHE_DIR": "/mine"}) == {}  # kept as the environment has it
+    assert env_of({"JAX_COMPILATION_CACHE_DIR": "/mine"}, compilation_cache="/set") == {"JAX_COMPILATION_CACHE_DIR": "/set"}
+    assert env_of({}, compilation_cache="off") == {} and env_of({}, compilation_cache="OFF") == {}
+
+
 @pytest.mark.parametrize("value", ["lukewarm", ""])
 def test_a_bad_accelerator_process_is_refused_naming_the_setting(tmp_path, value):
     from rigging.config.discovery import ConfigError, discover_config
 
     with pytest.raises(ConfigError, match="MARIN_ACCELERATOR_PROCESS.*warm, fresh"):
         discover_config(environ={"MARIN_ACCELERATOR_PROCESS": value}, cwd=tmp_path, user_config=tmp_path / "none")
+
+
+def test_ctrl_c_of_the_runner_records_the_warm_step_interrupted_and_ends_the_warm_process(tmp_path, subprocess_env):
+    import subprocess
+    import sys
+    import textwrap
+
+    import psutil
+
+    records, lock, prefix = str(tmp_path / "records"), str(tmp_path / "libtpu_lockfile"), str(tmp_path / "store")
+    os.mkdir(records)
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(f"""
+        import signal
+        import accelerator_steps as chip
+        from marin.execution.core.placeholders import output_path_of
+        from marin.execution.step_runner import StepRunner
+        from rigging.config.discovery import Backend
+
+        if __name__ == "__main__":
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C reaches it
+            quick = chip.jax_chip("quick", {records!r}, {lock!r})
+            held = chip.jax_chip("held", {records!r}, {lock!r}, hold_s=60.0, after=output_path_of(quick))
+            StepRunner(prefix={prefix!r}, max_parallel=2, strict_env=False, backend=Backend.LOCAL, poll_interval=0.02,
+                       accelerator="v5e-1", accelerator_lock={lock!r}, compilation_cache="off").run([held])
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], env={**subprocess_env, "JAX_PLATFORMS": ""},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(records, "held.held")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the held step never started"
+            time.sleep(0.05)
+        with open(os.path.join(records, "held.runs")) as f:
+            warm_pid = int(f.read().split()[0])
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err.decode()
+    quick_pid = chip.read_records(records)["quick"]["pid"]
+    assert quick_pid == warm_pid  # the two ran in one warm process
+    [held_folder] = [os.path.join(prefix, "chip", d) for d in os.listdir(os.path.join(prefix, "chip"))
+                     if d.startswith("held-")]
+    record = StepRecord(held_folder)
+    assert not record.is_done() and record.read_json(record.status)["state"] == "interrupted"
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(warm_pid) and psutil.Process(warm_pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the warm process outlived the interrupted runner"
+        time.sleep(0.05)
