@@ -104,3 +104,24 @@ def test_a_bad_config_is_refused_naming_the_field():
         WarmConfig(idle_s=0)
     with pytest.raises(ValueError, match="preload must be a tuple of module names"):
         WarmConfig(preload="jax")  # type: ignore[arg-type]
+
+
+class _SlowToClose(logging.Handler):
+    def close(self) -> None:
+        time.sleep(60)
+
+
+def _leaves_a_handler_slow_to_close() -> int:
+    logging.getLogger("slow").addHandler(_SlowToClose())
+    return os.getpid()
+
+
+def test_a_process_that_does_not_come_back_clean_in_settle_s_is_killed_and_the_call_stands():
+    warm = WarmProcess(WarmConfig(settle_s=1.0))
+    try:
+        first = warm.submit(_leaves_a_handler_slow_to_close, name="slow-cleanup").result(timeout=60)
+        assert warm.submit(_sleeps, 0.0).result(timeout=60) != first
+        assert len(warm.retirements) == 1 and "slow-cleanup" in warm.retirements[0]
+        assert "did not come back" in warm.retirements[0] and "settle_s" in warm.retirements[0]
+    finally:
+        warm.shutdown()

@@ -125,7 +125,9 @@ class _Served:
         if isinstance(message, Started) and self.running is not None:
             self.running._started(message.pid)
         elif isinstance(message, Exited) and self.running is not None:
-            handle, self.running, self.settling = self.running, None, self.running
+            # Settling before no longer running: never both unset while the process is not yet clean.
+            handle = self.settling = self.running
+            self.running = None
             handle._finish(read_result(handle.result_path, message.code)[0])
         elif isinstance(message, Settled):
             ended, self.settling = self.settling, None
