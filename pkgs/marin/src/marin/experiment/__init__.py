@@ -4,7 +4,7 @@ Handles for data (the bundled corpus, trained tokenizers, tokenized text and cha
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
 (``train_lm``, ``checkpoint``, with ``lora=LoraConfig(...)`` and ``ema=``), post-training
 (``preference_chat``, ``story_preferences``, ``reference_logprobs``, ``dpo``, ``merge_checkpoints``,
-``merge_lora``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``) and export, the best trial of a sweep (``best``; ``sweep`` itself is
+``merge_lora``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``), generation (``generations``, ``SamplingParams``) and export, the best trial of a sweep (``best``; ``sweep`` itself is
 :func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's), the mixture a sweep's fit
 proposes (``mixture_fit``) and scaling ladders (``isoflop``).
 They live in subpackages by idea: :mod:`~marin.experiment.data`, :mod:`~marin.experiment.datakit`,
@@ -32,6 +32,7 @@ from rigging.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from levanter.ema import EmaConfig
+    from levanter.inference.sampling import SamplingParams
     from levanter.lora import LoraConfig
     from marin.execution.core.placeholders import output_path_of
     from marin.execution.core.step import Step
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     )
     from marin.experiment.evaluation.eval import eval_data, evaluate
     from marin.experiment.evaluation.table import eval_report
+    from marin.experiment.generation.steps import generations
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.posttrain.data import preference_chat, preference_data
     from marin.experiment.posttrain.dpo import dpo
@@ -102,6 +104,8 @@ _WHERE = {
     "eval_data": "marin.experiment.evaluation.eval",
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
+    "generations": "marin.experiment.generation.steps",
+    "SamplingParams": "levanter.inference.sampling",
     # As marin.experiment.posttrain's own map says: listed here again because importing this package
     # loads no subpackage (tested), and that package's submodules dpo and merge shadow its names.
     "EmaConfig": "levanter.ema",
@@ -132,6 +136,7 @@ __all__ = [
     "ChatTemplate",
     "EmaConfig",
     "LoraConfig",
+    "SamplingParams",
     "Step",
     "StepRunner",
     "best",
@@ -146,6 +151,7 @@ __all__ = [
     "eval_report",
     "evaluate",
     "export_hf",
+    "generations",
     "heuristics",
     "hf_checkpoint",
     "html_to_text",

@@ -1,0 +1,133 @@
+"""``generations(...)`` steps: completions of the tiny model as a content-hashed dataset; built, killed after
+its first shards, resumed from them, and equal to an unbroken build byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from levanter.inference import SamplingParams
+from marin.execution.core.errors import InvalidStep
+from marin.execution.core.lazy import lower
+from marin.execution.store.step_record import StepRecord
+from marin.experiment.generation import generations, load_generation_model
+from marin.experiment.generation.steps import completion_seed, read_prompts, shard_name
+from rigging import filesystem as fs
+from testsupport.lm_graph import copy_prefix, runner, tiny_model
+
+PROMPTS = [f"Once upon a time {who} went" for who in ("Tom", "Sue", "a cat", "the dog", "Lily", "Ben", "a bird",
+                                                         "the king", "Mia", "a fox", "the sun", "Max")]
+SAMPLING = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.95, seed=3)
+SHARDS = 6
+
+
+def _step():
+    return generations("generations/tiny", tiny_model(steps=10), PROMPTS, sampling=SAMPLING, n=2, prompts_per_shard=2)
+
+
+def _shards(folder: str) -> dict[str, bytes]:
+    return {name: fs.read_bytes(fs.join(folder, name)) for name in sorted(fs.listdir(folder))
+            if name.startswith("part-")}
+
+
+def _files(prefix: Path) -> str:
+    [planned] = [p for p in runner(prefix).plan([_step()]).steps if p.name == "generations/tiny"]
+    return StepRecord(planned.output_path).files_folder()
+
+
+@pytest.fixture(scope="module")
+def built(trained_prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("generations")
+    prefix = copy_prefix(trained_prefix, root / "store")
+    result = runner(prefix).run([_step()])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    return {"root": root, "prefix": prefix, "shards": _shards(_files(prefix)), "trained": trained_prefix}
+
+
+def test_every_prompt_is_completed_n_times_with_its_own_seed(built: dict) -> None:
+    shards = built["shards"]
+    assert sorted(shards) == [shard_name(i) for i in range(SHARDS)]
+    records = [json.loads(line) for data in shards.values() for line in data.decode().splitlines()]
+    assert [(r["prompt_index"], r["sample"]) for r in records] == [(i, j) for i in range(len(PROMPTS)) for j in (0, 1)]
+    assert [r["prompt"] for r in records[::2]] == PROMPTS
+    model = load_generation_model(fs.join(str(built["prefix"]), lower(tiny_model(steps=10)).name + "-" +
+                                          lower(tiny_model(steps=10)).hash[:16]))
+    for r in records:
+        assert 1 <= len(r["token_ids"]) <= SAMPLING.max_tokens and len(r["logprobs"]) == len(r["token_ids"])
+        assert all(lp <= 0 for lp in r["logprobs"]) and r["finish_reason"] in ("stop", "length")
+        ids = r["token_ids"][:-1] if r["finish_reason"] == "stop" else r["token_ids"]
+        assert r["text"] == model.decode(ids)
+    # The two samples of a prompt draw with different seeds, so (at T=0.9) they are not all equal.
+    assert any(a["token_ids"] != b["token_ids"] for a, b in zip(records[::2], records[1::2], strict=True))
+    assert completion_seed(3, 0, 0) != completion_seed(3, 0, 1) != completion_seed(3, 1, 0)
+
+
+def test_a_killed_build_resumes_from_its_shards_and_writes_the_same_bytes(built: dict, tmp_path: Path,
+                                                                          subprocess_env: dict[str, str]) -> None:
+    prefix = copy_prefix(built["trained"], tmp_path / "store")
+    files = _files(prefix)
+    # Each shard is written for real; the child then pauses, so the kill lands between shards.
+    script = ("import sys, time; import marin.processing.attributes as a; write = a.write_jsonl\n"
+              "def slow(path, records):\n    n = write(path, records); time.sleep(0.3); return n\n"
+              "a.write_jsonl = slow\n"
+              "from pkgs.marin.tests.experiment.test_generations import _step\n"
+              "from testsupport.lm_graph import runner\n"
+              "runner(sys.argv[1]).run([_step()])\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(prefix)], env=subprocess_env, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while len(fs.glob(fs.join(files, "part-*.jsonl"))) < 2:
+        assert proc.poll() is None, "the build ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = _shards(files)
+    assert 2 <= len(kept) < SHARDS
+    stamps = {name: os.stat(os.path.join(files, name)).st_mtime_ns for name in kept}
+
+    result = runner(prefix).run([_step()])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    after = _files(prefix)
+    assert _shards(after) == built["shards"]  # the same bytes as the unbroken build
+    summary = json.loads(fs.read_text(fs.join(after, "generation.json")))
+    assert summary["shards_reused"] == len(kept), summary
+    if after == files:  # resumed in place: the completed shards were not written again
+        assert {n: os.stat(os.path.join(files, n)).st_mtime_ns for n in kept} == stamps
+
+
+def test_the_identity_holds_model_prompts_sampling_and_n(tmp_path: Path) -> None:
+    model = tiny_model(steps=10)
+    base = lower(generations("g", model, ["a", "b"], sampling=SamplingParams(seed=1), n=2)).hash
+    assert lower(generations("g", model, ["a", "b"], sampling=SamplingParams(seed=1), n=2, slots=3)).hash == base
+    changed = [generations("g", model, ["a", "c"], sampling=SamplingParams(seed=1), n=2),
+               generations("g", model, ["a", "b"], sampling=SamplingParams(seed=2), n=2),
+               generations("g", model, ["a", "b"], sampling=SamplingParams(seed=1, temperature=0.5), n=2),
+               generations("g", model, ["a", "b"], sampling=SamplingParams(seed=1), n=3),
+               generations("g", tiny_model(steps=20), ["a", "b"], sampling=SamplingParams(seed=1), n=2)]
+    assert len({lower(g).hash for g in changed} | {base}) == len(changed) + 1
+    # A prompt file enters by its content.
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    from_file = lower(generations("g", model, str(path))).hash
+    assert read_prompts(str(path)) == ["a", "b"]
+    path.write_text('{"prompt": "a"}\n{"text": "c"}\n')
+    assert lower(generations("g", model, str(path))).hash != from_file
+
+
+def test_bad_arguments_are_named() -> None:
+    model = tiny_model(steps=10)
+    with pytest.raises(InvalidStep, match=r"^generations 'g': n must be an int >= 1, got 0"):
+        generations("g", model, ["a"], n=0)
+    with pytest.raises(InvalidStep, match=r"^generations 'g': prompts must be a non-empty list"):
+        generations("g", model, [])
+    with pytest.raises(InvalidStep, match=r"^generations 'g': model must be a train_lm"):
+        generations("g", "not-a-model", ["a"])
+    with pytest.raises(InvalidStep, match=r"^generations 'g': checkpoint 5 is never written"):
+        generations("g", model, ["a"], checkpoint=5)
