@@ -15,6 +15,7 @@ import queue
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -82,6 +83,10 @@ class Engine:
             raise ValueError(f"max_len must be in [2, {context}] (the model's context), got {max_len}")
         if steps_per_sync < 1:
             raise ValueError(f"steps_per_sync must be >= 1, got {steps_per_sync}")
+        # Cast once to the compute dtype, as the model's getter would at every read: the same values,
+        # and a decode step reads half the bytes of float32 weights in bfloat16.
+        params = jax.tree.map(lambda x: x.astype(model.compute_dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+                              else x, params)
         self.model, self.params, self.max_len, self.steps = model, params, max_len, steps_per_sync
         self.decode_text = decode_text
         self._slots: Slots = empty_slots(model, slots, max_len)

@@ -71,9 +71,9 @@ class _Attention(hk.Module):
 
     def __call__(self, x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array,
                  cache: KVCache | None = None) -> Any:
-        """The block's attention output; with ``cache`` (one layer's, for decoding) the output and
-        the cache with this call's keys and values written at ``positions`` (``[b, t]``, each row's
-        run of consecutive positions)."""
+        """The block's attention output; with ``cache`` (one layer's, for decoding: read, never
+        written here) the output over the cache and the new tokens at ``positions`` (``[b, t]``,
+        each row's run of consecutive positions), and the new tokens' keys and values."""
         c = self.c
         b, t, _ = x.shape
         hd, h, kvh = c.head_dim, c.num_heads, c.num_kv_heads
@@ -92,8 +92,8 @@ class _Attention(hk.Module):
         if cache is None:
             out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
         else:
-            cache = cache.write(k, v, positions)
-            out = cached_attention(q, cache.k, cache.v, positions)
+            out = cached_attention(q, k, v, cache.k, cache.v, positions)
+            cache = KVCache(k, v)
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
         out = _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
@@ -101,19 +101,20 @@ class _Attention(hk.Module):
 
 
 class KVCache(NamedTuple):
-    """The keys and values of a decoder's past tokens, by row and position: ``[b, s, kv_heads, d]``
-    each (one layer's), or ``[layers, b, s, kv_heads, d]`` (the stack's)."""
+    """The keys and values of a decoder's tokens, by row and position: ``[b, s, kv_heads, d]`` each
+    (one layer's), or ``[layers, b, s, kv_heads, d]`` (the stack's)."""
 
     k: jax.Array
     v: jax.Array
 
     def write(self, k: jax.Array, v: jax.Array, positions: jax.Array) -> KVCache:
-        """This layer's cache with ``k, v [b, t, kv_heads, d]`` written from each row's first position."""
+        """The stack's cache with ``k, v [layers, b, t, kv_heads, d]`` written from each row's first position."""
         def put(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-            return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (start, 0, 0))
+            return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (0, start, 0, 0))
 
         starts = positions[:, 0]
-        return KVCache(jax.vmap(put)(self.k, k, starts), jax.vmap(put)(self.v, v, starts))
+        write = jax.vmap(put, in_axes=(1, 1, 0), out_axes=1)
+        return KVCache(write(self.k, k, starts), write(self.v, v, starts))
 
 
 def _attend(impl: Impl, shard: Shard, q: jax.Array, k: jax.Array, v: jax.Array,
@@ -249,8 +250,10 @@ def _trunk(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any, shard: Sh
 def llama_cached(config: LlamaConfig, tokens: jax.Array, positions: jax.Array, cache: KVCache,
                  compute_dtype: Any = jnp.float32) -> tuple[jax.Array, KVCache]:
     """Final hidden states ``[b, t, hidden]`` of ``tokens [b, t]`` at ``positions [b, t]`` (each row
-    consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads, d]``) and written
-    into it; inside ``hk.transform``. The same modules and parameters as :func:`llama_hidden`."""
+    consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads, d]``), and the
+    cache with the tokens' keys and values written; inside ``hk.transform``. The same modules and
+    parameters as :func:`llama_hidden`. The layers only read the cache; it is written once, after
+    them, so a step never copies it."""
     def block(h: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, KVCache]:
         return _layer(config, _no_shard, Impl(), h, None, positions, KVCache(k, v))
 
@@ -259,7 +262,7 @@ def llama_cached(config: LlamaConfig, tokens: jax.Array, positions: jax.Array, c
         x = embed(tokens).astype(compute_dtype)
         x, (k, v) = hk.layer_stack(config.num_layers, with_per_layer_inputs=True, name=LAYERS)(block)(
             x, cache.k, cache.v)
-        return _RMSNorm(config.norm_eps, name="final_norm")(x), KVCache(k, v)
+        return _RMSNorm(config.norm_eps, name="final_norm")(x), cache.write(k, v, positions)
 
 
 def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32,

@@ -37,13 +37,30 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
     return _masked_attention(q, k, v, allowed)
 
 
-def cached_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, positions: jax.Array) -> jax.Array:
-    """Attention of new queries over a key/value cache (``levanter.inference``): ``q`` is
-    ``[b, t, kv_heads, group, d]`` at ``positions [b, t]``, the caches ``[b, s, kv_heads, d]`` hold
-    each row's keys and values by position; a query sees the cache's positions up to its own. What
-    the cache holds past a row's last written position is never seen."""
-    allowed = jnp.arange(k_cache.shape[1])[None, None, :] <= positions[:, :, None]  # [b, t, s]
-    return _masked_attention(q, k_cache, v_cache, allowed[:, None, None])
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
+                     positions: jax.Array) -> jax.Array:
+    """Attention of new tokens over a key/value cache and themselves (``levanter.inference``).
+
+    ``q [b, t, kv_heads, group, d]``, ``k, v [b, t, kv_heads, d]`` are the new tokens', at
+    ``positions [b, t]`` (each row a run of consecutive positions); the caches ``[b, s, kv_heads,
+    d]`` hold each row's earlier keys and values by position. A new token sees the cache's
+    positions before the row's run (never what the cache holds from there on) and the run's tokens
+    up to itself. The cache is read as it is (never joined to the new keys), so a decode step reads
+    it once.
+    """
+    b, t, kvh, group, hd = q.shape
+    scale = 1.0 / math.sqrt(hd)
+    past = jnp.arange(k_cache.shape[1])[None, :] < positions[:, :1]  # [b, s]
+    old = jnp.einsum("bqkgd,bskd->bkgqs", q, k_cache).astype(jnp.float32) * scale
+    new = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) * scale
+    floor = jnp.finfo(jnp.float32).min
+    old = jnp.where(past[:, None, None, None, :], old, floor)
+    new = jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), new, floor)
+    probs = jax.nn.softmax(jnp.concatenate([old, new], axis=-1), axis=-1).astype(v_cache.dtype)
+    s = k_cache.shape[1]
+    out = (jnp.einsum("bkgqs,bskd->bqkgd", probs[..., :s], v_cache)
+           + jnp.einsum("bkgqs,bskd->bqkgd", probs[..., s:], v.astype(v_cache.dtype)))
+    return out.astype(v.dtype).reshape(b, t, kvh * group * hd)
 
 
 def _masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array) -> jax.Array:
