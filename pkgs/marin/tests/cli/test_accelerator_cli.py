@@ -117,3 +117,24 @@ def test_an_accelerator_step_whose_resources_ask_for_none_is_warned_of_by_plan_a
     assert run.exit_code == 0, run.output
     assert len([line for line in run.output.splitlines() if "but its resources= asks for none" in line]) == 1
     assert chip.read_records(str(tmp_path / "records"))["t0"]["JAX_PLATFORMS"] == "cpu"  # it did run on the CPU
+
+
+def test_a_chip_held_past_accelerator_wait_fails_in_one_line_and_names_no_log_it_does_not_have(tmp_path, user_env):
+    # Held before the step could start: no attempt, so no log; `log: None` is no answer.
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
+    user_env.setenv("MARIN_ACCELERATOR_LOCK", str(tmp_path / "lock"))
+    user_env.setenv("MARIN_ACCELERATOR_WAIT", "0.3")
+    (tmp_path / "records").mkdir()
+    exp = tmp_path / "exp_held.py"
+    exp.write_text(EXPERIMENT.format(records=tmp_path / "records", lock=tmp_path / "lock"))
+    foreign = chip.hold_lock(str(tmp_path / "lock"), seconds=60)
+    try:
+        result = CliRunner().invoke(cli, ["run", str(exp), "--prefix", str(tmp_path / "store"), "--no-fast"])
+    finally:
+        foreign.kill()
+        foreign.wait()
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.output.splitlines() if line.startswith("failed: chip/t")]
+    assert failed and all("the accelerator stayed held by another process" in line for line in failed)
+    assert f"is held by pid {foreign.pid}" in failed[0]
+    assert "log: None" not in result.output

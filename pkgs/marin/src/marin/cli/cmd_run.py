@@ -112,7 +112,8 @@ def run(ctx: click.Context, targets: tuple[str, ...], prefix: str | None, max_pa
     if not result.ok:
         for s in result.failed:
             click.echo(f"failed: {s.name}: {(s.error or '').splitlines()[0] if s.error else ''}", err=True)
-            click.echo(f"  log: {s.log_path}", err=True)
+            if s.log_path:  # none when no attempt started (the accelerator stayed held by another process)
+                click.echo(f"  log: {s.log_path}", err=True)
         raise MarinError(f"{len(result.failed)} step(s) failed: {', '.join(s.name for s in result.failed)}",
                          hint="read the logs above, fix, and run again (finished steps stay cached)", exit_code=1)
     sys.stdout.flush()
