@@ -122,14 +122,13 @@ def restore_branch(directory: str, step: int, target: Any) -> RestoredCheckpoint
     saved = {k: leaf for k, (_, leaf) in _by_key(tree, where).items()}
     wanted = _by_key(target, "the new state")
     # The parameters first: when the model differs, they name the cause (their moments would too).
-    for k in sorted(wanted, key=lambda k: k[:1] != ("params",)):
-        _source(k, wanted[k][1], saved, where)
-    sources = {k: _source(k, leaf, saved, where) for k, (_, leaf) in wanted.items()}
+    made = {k: _source(k, wanted[k][1], saved, where) for k in sorted(wanted, key=lambda k: k[:1] != ("params",))}
+    sources = {k: made[k] for k in wanted}  # in the state's leaf order
     same = all(s.reads == (k,) and saved[k].dtype == wanted[k][1].dtype for k, s in sources.items())
     if same and len(saved) == len(wanted):
         return restore_checkpoint(directory, step, target)
     read = {k for s in sources.values() for k in s.reads}
-    placement = {k: getattr(leaf, "sharding", None) for k, (_, leaf) in wanted.items()}
+    placement = {k: leaf.sharding for k, (_, leaf) in wanted.items()}
     replicated = placement[("step",)]
 
     def item(path: Any, leaf: Any) -> Any:
