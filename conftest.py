@@ -32,6 +32,7 @@ bucket of one switches the environment to it, and the session fixtures put back 
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Iterator
 
@@ -75,9 +76,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     * a module-scoped fixture is built once per worker that runs a test of the module, so the tests
       that use one go to one worker: a group per module.
 
-    The groups that take minutes (``FIRST_GROUPS``) are then moved to the front, their tests' order
-    kept: pytest-xdist hands out the groups in the order of the collection, so a long group
-    collected late (``tests/`` comes last) would run alone at the end while the other workers wait.
+    Then the order in which pytest-xdist hands out its work units (a group, or a test of none): the
+    groups that take minutes (``FIRST_GROUPS``) first, then the others by their number of tests, most
+    first, each one's tests in their order (a stable sort). xdist hands out the units in the order
+    of the collection (``pytest_configure`` turns off its own sort by size, which put five groups of
+    more, shorter tests before the nano store's), so a long group collected late (``tests/`` comes
+    last) would otherwise run alone at the end while the other workers wait.
     """
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
@@ -88,7 +92,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(RAY_HEAD_GROUP))
         elif any(d.scope == "module" for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
-    items.sort(key=lambda item: _group(item) not in FIRST_GROUPS)  # a stable sort: False first
+    sizes = collections.Counter(_unit(item) for item in items)
+    first = {group: rank for rank, group in enumerate(FIRST_GROUPS)}
+    items.sort(key=lambda item: (first.get(_group(item) or "", len(first)), -sizes[_unit(item)]))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--dist loadgroup``, pytest-xdist hands out its work units in the order
+    ``pytest_collection_modifyitems`` leaves them in: its own sort by size (``--loadscope-reorder``,
+    on by default) would move the groups of more tests ahead of ``FIRST_GROUPS``."""
+    if getattr(config.option, "dist", None) == "loadgroup":
+        config.option.loadscopereorder = False
 
 
 FIRST_GROUPS = (NANO_STORE_GROUP, RAY_HEAD_GROUP)
@@ -99,6 +113,11 @@ minutes) and the Ray head's (a minute of tests, and a head that is stopped after
 def _group(item: pytest.Item) -> str | None:
     mark = item.get_closest_marker("xdist_group")
     return mark.args[0] if mark is not None and mark.args else None
+
+
+def _unit(item: pytest.Item) -> str:
+    """The work unit of ``item`` under ``--dist loadgroup``: its group, or the test alone."""
+    return _group(item) or item.nodeid
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

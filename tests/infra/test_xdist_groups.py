@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testsupport.e2e import ROOT
+from testsupport.e2e import NANO_STORE_GROUP, ROOT
 from testsupport.ray_cluster import RAY_HEAD_GROUP
 
 _TESTS = '''\
@@ -141,6 +141,43 @@ def test_the_session_head_stops_after_the_last_test_of_its_group(tmp_path: Path)
     assert ran.returncode == 0 and "3 passed" in ran.stdout, ran.stdout + ran.stderr
     after = json.loads((tmp_path / "head.json.after").read_text())
     assert after == {"head_answers": False, "connected": False}, ran.stdout
+
+
+_ORDER = '''\
+import os
+import pytest
+
+def _record(name):
+    with open(os.environ["ORDER_LOG"], "a") as f:
+        f.write(name + "\\n")
+
+def test_single_0(): _record("single_0")
+@pytest.mark.xdist_group("many")
+@pytest.mark.parametrize("i", range(4))
+def test_many(i): _record(f"many_{i}")
+@pytest.mark.xdist_group("two")
+@pytest.mark.parametrize("i", range(2))
+def test_two(i): _record(f"two_{i}")
+def test_single_1(): _record("single_1")
+@pytest.mark.xdist_group("%s")
+@pytest.mark.parametrize("i", range(2))
+def test_nano(i): _record(f"nano_{i}")
+'''
+
+
+def test_the_longest_group_is_handed_out_first_then_the_larger_units(tmp_path: Path) -> None:
+    # pytest-xdist sorted its work units by their number of tests, so the nano store's group (the
+    # longest, few tests) started after every group of more; one worker runs the units in turn.
+    (tmp_path / "test_order.py").write_text(_ORDER % NANO_STORE_GROUP)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    log = tmp_path / "order.log"
+    env = {**_env(), "ORDER_LOG": str(log), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--dist", "loadgroup",
+                          "-p", "no:cacheprovider", "-p", "conftest", "test_order.py"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert ran.returncode == 0 and "10 passed" in ran.stdout, ran.stdout + ran.stderr
+    assert log.read_text().split() == ["nano_0", "nano_1", "many_0", "many_1", "many_2", "many_3", "two_0", "two_1",
+                                       "single_0", "single_1"]
 
 
 _LOGS_A_SURROGATE = '''\
