@@ -2,11 +2,11 @@
 
 Run through ``benchmarks/device_check.sh`` on a GPU or TPU machine. Every configuration runs in
 this one process (a TPU is opened once: one process at a time can hold it): ``--model``,
-``--batch-size``, ``--seq-len``, ``--remat`` and ``--attention`` describe one, and each ``--config
-MODEL:BATCHxSEQ[:REMAT[:ATTENTION]]`` adds another. A configuration whose memory estimate
+``--batch-size``, ``--seq-len``, ``--remat``, ``--attention`` and ``--loss-impl`` describe one, and
+each ``--config MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]]`` adds another. A configuration whose memory estimate
 (``levanter.memory_estimate``) does not fit the device is refused with one line naming the
 estimate and the fix, and the next one runs. Each row: model, batch, sequence length, remat,
-attention, compile seconds, step ms, tokens/s, MFU in the project's count (causal attention
+attention, the loss over the head (``blockwise`` or ``pallas``, resolved), compile seconds, step ms, tokens/s, MFU in the project's count (causal attention
 counted unmasked) and in the causal-halved count (MaxText's), both against the device's
 datasheet peak, and the step's HBM (XLA's arguments + temporaries) against what the device has.
 
@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any
 
-_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
+_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "loss", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
             "mfu", "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "status")
 
 _STARTED = time.perf_counter()
@@ -46,17 +46,19 @@ class Spec:
     seq_len: int
     remat: str
     attention: str
+    loss: str = "auto"
 
 
-def _spec(text: str, remat: str, attention: str) -> Spec:
-    """``MODEL:BATCHxSEQ[:REMAT[:ATTENTION]]``."""
+def _spec(text: str, remat: str, attention: str, loss: str) -> Spec:
+    """``MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]]``."""
     parts = text.split(":")
     try:
         batch, seq_len = (int(x) for x in parts[1].lower().split("x"))
     except (IndexError, ValueError):
-        raise argparse.ArgumentTypeError(f"--config must be MODEL:BATCHxSEQ[:REMAT[:ATTENTION]], got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--config must be MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]], got {text!r}"
+                                         ) from None
     return Spec(parts[0], batch, seq_len, parts[2] if len(parts) > 2 else remat,
-                parts[3] if len(parts) > 3 else attention)
+                parts[3] if len(parts) > 3 else attention, parts[4] if len(parts) > 4 else loss)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -67,7 +69,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 1024; smoke: 64)")
     parser.add_argument("--remat", default="auto", help="auto, none, save_dots, save_attention or full")
     parser.add_argument("--attention", default="auto", help="auto, xla or splash")
-    parser.add_argument("--config", action="append", default=[], metavar="MODEL:BxT[:REMAT[:ATTN]]",
+    parser.add_argument("--loss-impl", default="auto", help="the loss over the head: auto, blockwise or pallas")
+    parser.add_argument("--config", action="append", default=[], metavar="MODEL:BxT[:REMAT[:ATTN[:LOSS]]]",
                         help="another configuration (repeatable); with any, --model runs only if given")
     parser.add_argument("--steps", type=int, default=None, help="training steps each (default 100; smoke: 6)")
     parser.add_argument("--warmup", type=int, default=None, help="steps left out of the medians (default 10; smoke: 2)")
@@ -95,12 +98,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if args.profile and not args.out:
         parser.error("--profile needs --out (where the traces go)")
     try:
-        args.specs = [_spec(c, args.remat, args.attention) for c in args.config]
+        args.specs = [_spec(c, args.remat, args.attention, args.loss_impl) for c in args.config]
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
     if args.model is not None or not args.specs:
         model = args.model or ("llama_nano" if args.smoke else "llama_150m")
-        args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention))
+        args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention, args.loss_impl))
     return args
 
 
@@ -174,6 +177,7 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     """Train ``spec`` (or refuse it) and return its row."""
     from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
     from levanter.models.impl import Attention, Remat
+    from levanter.ops.cross_entropy import resolve_loss_impl
 
     model = _preset(spec.model)
     if spec.seq_len > model.max_seq_len:
@@ -187,7 +191,8 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
         remat, estimate = choose_remat(model, available, **kwargs)
     else:
         estimate = estimate_memory(model, remat=Remat.NONE if remat is Remat.AUTO else remat, **kwargs)
-    row.update(remat=estimate.remat, attention=attention.value, estimate_gib=round(estimate.total / 2**30, 2))
+    row.update(remat=estimate.remat, attention=attention.value, loss=resolve_loss_impl(spec.loss).value,
+               estimate_gib=round(estimate.total / 2**30, 2))
     if available is not None and not estimate.fits(available) and not args.force:
         row["status"] = (f"refused: {spec.model} {spec.batch}x{spec.seq_len} needs about {estimate.describe()} "
                          f"x{HEADROOM} headroom > {available / 2**30:.2f} GiB on the device; fix: a smaller "
@@ -243,8 +248,9 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         (DatasetSpec(_data(tmp, model.vocab_size, args.smoke)),), model, _optimizer(args), batch_size=spec.batch,
         seq_len=spec.seq_len, num_train_steps=args.steps, compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0,
         checkpoint=CheckpointConfig(save_every=args.steps), log_every=1, remat=remat, attention=attention,
+        loss_impl=spec.loss,
         offload_optimizer=args.offload_optimizer, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
-    out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}")
+    out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}-{spec.loss}")
     started = time.perf_counter()
     setup = set_up(config, out)
     compile_s = time.perf_counter() - started
@@ -324,7 +330,7 @@ def _write(out: str, device: str, rows: list[dict]) -> None:
     lines += ["", *(r["status"] for r in rows if r["status"] != "ok")]
     for r in rows:
         for line in (r.get("profile") or {}).get("lines", []):
-            lines.append(f"{r['model']} {r['batch']}x{r['seq_len']} {r['remat']}/{r['attention']}: {line}")
+            lines.append(f"{r['model']} {r['batch']}x{r['seq_len']} {r['remat']}/{r['attention']}/{r['loss']}: {line}")
     with open(os.path.join(out, "device_check.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

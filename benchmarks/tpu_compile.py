@@ -21,7 +21,8 @@ from typing import Any
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tpu_compile", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--topology", default="v5e:1x1", help="a TPU topology name (jax.experimental.topologies)")
-    parser.add_argument("--config", action="append", required=True, metavar="MODEL:BxT:REMAT:ATTENTION")
+    parser.add_argument("--config", action="append", required=True, metavar="MODEL:BxT:REMAT:ATTENTION[:LOSS]",
+                        help="LOSS: the loss over the head, blockwise (default here: no TPU to resolve auto) or pallas")
     parser.add_argument("--moment-dtype", default="float32")
     parser.add_argument("--factored", action="store_true")
     parser.add_argument("--offload-optimizer", action="store_true")
@@ -56,7 +57,8 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
     from levanter.training import abstract_state
     from levanter.training.execution import compile_step, offload_opt_state
 
-    name, shape, remat, attention = spec.split(":")
+    name, shape, remat, attention, *rest = spec.split(":")
+    loss = rest[0] if rest else "blockwise"
     batch, seq_len = (int(x) for x in shape.lower().split("x"))
     model = _preset(name)
     model = dataclasses.replace(model, max_seq_len=max(model.max_seq_len, seq_len))
@@ -64,14 +66,14 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
     config = TrainLmConfig.from_settings((DatasetSpec("/unused"),), model, optimizer, batch_size=batch,
                                          seq_len=seq_len, compute_dtype="bfloat16", remat=remat, attention=attention,
                                          offload_optimizer=args.offload_optimizer, loss_block=args.loss_block,
-                                         grad_dtype=args.grad_dtype,
+                                         grad_dtype=args.grad_dtype, loss_impl=loss,
                                          checkpoint=CheckpointConfig())
     import numpy as np
 
     mesh = Mesh(np.asarray(devices).reshape(len(devices), 1, 1), AXES)
     layout = dataclasses.make_dataclass("Layout", ["batch_sharding", "replicated"])(
         NamedSharding(mesh, P(*batch_spec())), NamedSharding(mesh, P()))
-    impl = Impl(remat=config.trainer.remat, attention=config.trainer.attention)
+    impl = Impl(remat=config.trainer.remat, attention=config.trainer.attention, loss=config.trainer.loss_impl)
     built = model.build(jnp.bfloat16, shard=activation_sharder(mesh, model.sharding_units()), impl=impl)
     target = abstract_state(model, optimizer.at_rate(0.0), mesh)
     if args.offload_optimizer:
