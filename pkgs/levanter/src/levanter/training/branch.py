@@ -136,7 +136,7 @@ def restore_branch(directory: str, step: int, target: Any) -> RestoredCheckpoint
         if key not in read:
             return _placeholder()
         shape = tuple(leaf.shape)
-        sharding = placement.get(key) if key in wanted and tuple(wanted[key][1].shape) == shape else replicated
+        sharding = placement[key] if key in wanted and tuple(wanted[key][1].shape) == shape else replicated
         if sharding.memory_kind == HOST:  # read onto the device; the state's own placement is made on the way out
             sharding = sharding.with_memory_kind("device")
         return jax.ShapeDtypeStruct(shape, np.dtype(leaf.dtype), sharding=sharding)
