@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,8 +11,9 @@ import optax
 import pytest
 
 from levanter.models.layout import stack_layers
-from levanter.optim import AdamConfig
+from levanter.optim import COMPACT_MOMENTS, AdamConfig
 from levanter.optim.moments import FactoredMoment, scale_by_compact_adam
+from rigging.fields import in_hash
 
 
 def _grads(seed: int):
@@ -160,3 +163,41 @@ def test_factoring_a_stacked_model_takes_the_steps_of_its_layers_one_by_one():
                                        value["scale" if "norm" in key else "w"], rtol=1e-6, err_msg=key)
     assert state_s.nu["layers/attn_norm"]["scale"].shape == (3, 6)
     assert isinstance(state_s.nu["layers/mlp/up_proj"]["w"], FactoredMoment)
+
+
+def _second_moments(dtype, steps_of_one: int = 1000, steps_of_small: int = 2000):
+    """The second moment (float32 view of what is stored) after each step of beta2 0.999 over 256
+    entries: ``steps_of_one`` steps of gradient 1, then ``steps_of_small`` of gradient 0.01."""
+    tx = scale_by_compact_adam(0.9, 0.999, 1e-8, dtype)
+    params = {"w": jnp.zeros((256,))}
+    grads = jnp.concatenate([jnp.ones(steps_of_one), jnp.full(steps_of_small, 0.01)])
+
+    def body(state, g):
+        _, state = tx.update({"w": jnp.full((256,), g)}, state, params)
+        return state, state.nu["w"].astype(jnp.float32)
+
+    return np.asarray(jax.jit(lambda s: jax.lax.scan(body, s, grads)[1])(tx.init(params)))
+
+
+def test_bfloat16_moments_track_float32_where_rounding_to_nearest_freezes_them():
+    # (1 - 0.999) * g^2 falls below half a bfloat16 ulp of the moment: rounded to nearest, the moment
+    # stopped growing at 0.25 (float32: 0.632 after 1,000 steps) and never decayed (0.0856 at 3,000).
+    exact, stored = _second_moments(jnp.float32), _second_moments(jnp.bfloat16)
+    for step in (999, 1999, 2999):
+        assert stored[step].mean() == pytest.approx(exact[step].mean(), rel=0.01), step
+        # Each entry rounds on its own: they scatter about the float32 value, none stuck.
+        assert np.all(np.abs(stored[step] / exact[step] - 1) < 0.5), step
+    # The rounding noise comes from the step count: a run rounds the same way every time.
+    np.testing.assert_array_equal(_second_moments(jnp.bfloat16, 5, 0), stored[:5])
+
+
+def test_compact_moments_carry_their_revision_into_a_run_identity():
+    # Stochastic rounding and per-layer factoring change the numbers of compact-moment runs: the
+    # revision is filled in and hashed for them, and float32 runs (the field at its default) keep theirs.
+    field = next(f for f in dataclasses.fields(AdamConfig) if f.name == "moment_scheme")
+    assert AdamConfig().moment_scheme is None and not in_hash(field, AdamConfig().moment_scheme)
+    for compact in (AdamConfig(moment_dtype="bfloat16"), AdamConfig(factored_second_moment=True)):
+        assert compact.moment_scheme == COMPACT_MOMENTS == 2 and in_hash(field, compact.moment_scheme)
+        assert dataclasses.replace(compact, moment_dtype="float32", factored_second_moment=False).moment_scheme is None
+    with pytest.raises(ValueError, match="moment_scheme is filled in by AdamConfig \\(2, .*got 1"):
+        AdamConfig(moment_scheme=1)

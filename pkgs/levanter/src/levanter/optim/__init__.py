@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from rigging.fields import added_field
 
-__all__ = ["AdamConfig", "DecayShape", "Schedule", "layer_axes", "learning_rate"]
+__all__ = ["COMPACT_MOMENTS", "AdamConfig", "DecayShape", "Schedule", "layer_axes", "learning_rate"]
 
 
 class Schedule(enum.Enum):
@@ -85,6 +85,15 @@ class AdamConfig:
     """Keep the second moment of each matrix as its row and column means (Adafactor's factoring):
     ``rows + cols`` numbers instead of ``rows x cols``. Changes the numbers (part of the identity)."""
 
+    moment_scheme: int | None = added_field(default=None)
+    """Filled in, not chosen: the revision of the compact moments (``moment_dtype`` bfloat16 or
+    ``factored_second_moment``) that computes the run, ``COMPACT_MOMENTS`` for them and None for
+    float32 unfactored moments (optax's AdamW). Revision 2 rounds bfloat16 moments stochastically and
+    factors only a leaf's own matrix axes (a stacked norm scale keeps a full moment); revision 1
+    (rounding to nearest, stacked norm scales factored) is no longer computed. Being filled in it
+    enters the identity of every compact-moment run, so no result of revision 1 (whose hashes lack
+    the field) is taken for one of revision 2; float32 runs keep their hashes."""
+
     SCHEDULE_FIELDS: ClassVar[tuple[str, ...]] = ("warmup", "schedule", "min_lr_ratio", "decay", "decay_shape")
     """Fields that only shape the learning-rate schedule: runs differing in them (or in length) may
     still apply the same updates for a while (:meth:`first_step_apart`)."""
@@ -115,6 +124,11 @@ class AdamConfig:
             raise ValueError(f"moment_dtype must be one of {list(_MOMENT_DTYPES)}, got {self.moment_dtype!r}")
         if not isinstance(self.factored_second_moment, bool):
             raise ValueError(f"factored_second_moment must be a bool, got {self.factored_second_moment!r}")
+        if self.moment_scheme not in (None, COMPACT_MOMENTS):
+            raise ValueError(f"moment_scheme is filled in by AdamConfig ({COMPACT_MOMENTS}, the compact moments "
+                             f"this code computes; leave it unset), got {self.moment_scheme!r}")
+        compact = self.moment_dtype != "float32" or self.factored_second_moment
+        object.__setattr__(self, "moment_scheme", COMPACT_MOMENTS if compact else None)
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         if self.schedule is Schedule.WSD:
@@ -289,6 +303,9 @@ class AdamConfig:
 
         return optax.inject_hyperparams(adamw)(learning_rate=schedule)
 
+
+COMPACT_MOMENTS = 2
+"""The revision of compact moments this code computes (:attr:`AdamConfig.moment_scheme`)."""
 
 _MOMENT_DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
 """The storage dtypes of Adam's moments, by the name a config gives."""
