@@ -184,14 +184,16 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
         model = dataclasses.replace(model, max_seq_len=spec.seq_len)
     row: dict[str, Any] = {"model": spec.model, "batch": spec.batch, "seq_len": spec.seq_len}
     remat, attention = Remat.parse(spec.remat), _attention(Attention.parse(spec.attention), spec.seq_len)
+    loss = resolve_loss_impl(spec.loss)
     kwargs: dict[str, Any] = dict(batch=spec.batch, seq_len=spec.seq_len, compute_bytes=2, attention=attention,
+                  loss_impl=loss,
                   optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer,
                   grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     if remat is Remat.AUTO and available is not None:
         remat, estimate = choose_remat(model, available, **kwargs)
     else:
         estimate = estimate_memory(model, remat=Remat.NONE if remat is Remat.AUTO else remat, **kwargs)
-    row.update(remat=estimate.remat, attention=attention.value, loss=resolve_loss_impl(spec.loss).value,
+    row.update(remat=estimate.remat, attention=attention.value, loss=loss.value,
                estimate_gib=round(estimate.total / 2**30, 2))
     if available is not None and not estimate.fits(available) and not args.force:
         row["status"] = (f"refused: {spec.model} {spec.batch}x{spec.seq_len} needs about {estimate.describe()} "

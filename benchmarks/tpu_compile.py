@@ -80,7 +80,7 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
         target = offload_opt_state(target)
     batch_shape = jax.ShapeDtypeStruct((batch, seq_len + 1), jnp.int32, sharding=layout.batch_sharding)
     estimate = estimate_memory(model, batch=batch, seq_len=seq_len, compute_bytes=2, remat=remat, attention=attention,
-                               optimizer=optimizer, offload_optimizer=args.offload_optimizer, loss_block=args.loss_block,
+                               optimizer=optimizer, offload_optimizer=args.offload_optimizer, loss_block=args.loss_block, loss_impl=loss,
                                grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     row: dict[str, Any] = {"config": spec, "estimate_gib": round(estimate.total / 2**30, 2)}
     started = time.perf_counter()

@@ -38,6 +38,14 @@ def test_compact_and_offloaded_optimizer_state_count_less():
     assert _estimate(offload_optimizer=True).opt_state == 2 * 4 * 128_256 * 512  # the largest array's, while updated
 
 
+def test_the_pallas_loss_holds_no_logits_block():
+    # The kernels' float32 gradients of the hidden states and the head, no block of logits: less than
+    # the blockwise scan's, whatever its block.
+    pallas = _estimate(loss_impl="pallas").loss
+    assert pallas == 32 * 1024 * 512 * 4 + (4 + 3 * 2) * 128_256 * 512
+    assert pallas == _estimate(loss_impl="pallas", loss_block=8).loss < _estimate(loss_block=8).loss < _estimate().loss
+
+
 def test_auto_takes_the_least_recomputation_that_fits():
     kwargs = dict(batch=32, seq_len=1024, compute_bytes=2, attention="splash")
     assert choose_remat(M150, 64 * GIB, **kwargs)[0] is Remat.NONE

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from levanter.models.impl import Attention, Remat
+from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.ops.blocks import default_block
 
 __all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory"]
@@ -90,7 +90,7 @@ def _moment_bytes(optimizer: Any, params: int, largest: int, offload: bool) -> i
 def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
                     attention: Attention | str, optimizer: Any = None, offload_optimizer: bool = False,
                     loss_block: int | None = None, shards: int = 1, batch_shards: int = 1,
-                    grad_bytes: int = 4) -> MemoryEstimate:
+                    grad_bytes: int = 4, loss_impl: LossImpl | str = LossImpl.BLOCKWISE) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of a training step of Llama-shaped ``model`` (a ``LlamaConfig``).
 
     Args:
@@ -104,6 +104,7 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
         shards: devices the parameters and optimizer state are split over (fsdp x tensor).
         batch_shards: devices the batch is split over (data x fsdp).
         grad_bytes: bytes of a gradient (2 with ``grad_dtype="bfloat16"``).
+        loss_impl: ``PALLAS`` holds no logits (``AUTO``, when not resolved, counts the blockwise scan's).
     """
     remat, attention = Remat.parse(remat), Attention.parse(attention)
     if remat is Remat.AUTO:
@@ -126,10 +127,15 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
         per_layer = rows * heads * seq_len * seq_len
         scores = per_layer * (8 + compute_bytes) + (per_layer * compute_bytes * model.num_layers
                                                     if remat is Remat.NONE else 0)
-    block = default_block(rows, seq_len, model.vocab_size) if loss_block is None else min(loss_block, seq_len)
-    # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
-    # the embedding table and the head cast to the compute dtype.
-    loss = rows * block * model.vocab_size * (8 + compute_bytes) + (4 + 2 * compute_bytes) * largest // shards
+    if LossImpl.parse(loss_impl) is LossImpl.PALLAS:
+        # The kernels' float32 gradients of the hidden states and the head, the head's rounded copy;
+        # the embedding table and the head cast to the compute dtype.
+        loss = rows * seq_len * model.hidden_dim * 4 + (4 + 3 * compute_bytes) * largest // shards
+    else:
+        block = default_block(rows, seq_len, model.vocab_size) if loss_block is None else min(loss_block, seq_len)
+        # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
+        # the embedding table and the head cast to the compute dtype.
+        loss = rows * block * model.vocab_size * (8 + compute_bytes) + (4 + 2 * compute_bytes) * largest // shards
     return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards,
                           opt_state=_moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer),
                           activations=activations, attention=scores, loss=loss, remat=remat.value)

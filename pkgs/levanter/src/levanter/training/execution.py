@@ -53,12 +53,13 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
 
     trainer = config.trainer
     attention = resolve_attention(trainer.attention, trainer.seq_len)
+    loss = resolve_loss_impl(trainer.loss_impl)
     sizes = dict(mesh.shape)
     kwargs: dict[str, Any] = dict(batch=trainer.batch_size // trainer.grad_accum, seq_len=trainer.seq_len,
                   compute_bytes=jnp.dtype(trainer.compute_dtype.jnp).itemsize, attention=attention,
                   optimizer=config.optimizer, offload_optimizer=trainer.offload_optimizer,
                   grad_bytes=jnp.dtype(trainer.grad_dtype).itemsize,
-                  loss_block=trainer.loss_block, shards=sizes["fsdp"] * sizes["tensor"],
+                  loss_block=trainer.loss_block, loss_impl=loss, shards=sizes["fsdp"] * sizes["tensor"],
                   batch_shards=sizes["data"] * sizes["fsdp"])
     available = device_memory(device)
     if trainer.remat is not Remat.AUTO:
@@ -67,7 +68,6 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
         remat, estimate = Remat.NONE, estimate_memory(model_config, remat=Remat.NONE, **kwargs)
     else:
         remat, estimate = choose_remat(model_config, available, **kwargs)
-    loss = resolve_loss_impl(trainer.loss_impl)
     logger.info("step: remat=%s attention=%s loss=%s; memory estimate %s%s", remat.value, attention.value, loss.value,
                 estimate.describe(), "" if available is None else f" of {available / 2**30:.1f} GiB")
     return Execution(impl=Impl(remat=remat, attention=attention, loss=loss), estimate=estimate, available=available)
