@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import io
 import linecache
 import logging
@@ -37,6 +38,8 @@ class Ran:
     stderr: str
     code: int
     """Its exit code."""
+    record: str = ""
+    """Where its no-op record is (or would be)."""
     no_record: str | None = None
     """Why it wrote no no-op record (what ``marin -v run`` says), when it ran in full and said why."""
 
@@ -49,7 +52,12 @@ def forget_modules(folders: Sequence[str]) -> None:
         file = getattr(module, "__file__", None)
         if isinstance(file, str) and os.path.abspath(file).startswith(roots):
             del sys.modules[name]
-    importlib.invalidate_caches()
+    # The import system's listings of these folders only: a fresh process lists every folder, but
+    # another folder listed again here would be a question this command asks and a fresh one too.
+    for entry, finder in list(sys.path_importer_cache.items()):
+        if finder is not None and (os.path.abspath(entry) + os.sep).startswith(roots):
+            finder.invalidate_caches()
+    importlib.metadata.FastPath.__new__.cache_clear()  # type: ignore[attr-defined]  # its listings of sys.path folders
     linecache.clearcache()
 
 
@@ -93,6 +101,8 @@ def marin_run(args: Sequence[str], *, forget: Sequence[str] = ()) -> Ran:
     if request is None:
         raise ValueError(f"no no-op record may answer marin {' '.join(argv)} (MARIN_NO_FAST_NOOP set?)")
     level = logging.getLogger().level
+    saved_argv = sys.argv
+    sys.argv = ["marin", *argv]  # what an experiment that reads its command line sees under the console script
     said = _Said()
     logger = logging.getLogger("marin.cli.noop_depends")  # its own level only: a debug root refuses a record
     logger_level = logger.level
@@ -100,7 +110,7 @@ def marin_run(args: Sequence[str], *, forget: Sequence[str] = ()) -> Ran:
     logger.addHandler(said)
     with _streams() as (out, err):
         if noop.answer(request):
-            return Ran(True, out.getvalue(), err.getvalue(), 0)
+            return Ran(True, out.getvalue(), err.getvalue(), 0, request.path)
         recording = start(request)
         code = 0
         try:
@@ -115,7 +125,8 @@ def marin_run(args: Sequence[str], *, forget: Sequence[str] = ()) -> Ran:
             logging.getLogger().setLevel(level)
             logger.removeHandler(said)
             logger.setLevel(logger_level)
-    return Ran(False, out.getvalue(), err.getvalue(), code, said.why)
+            sys.argv = saved_argv
+    return Ran(False, out.getvalue(), err.getvalue(), code, request.path, said.why)
 
 
 class _Said(logging.Handler):
@@ -132,13 +143,18 @@ class _Said(logging.Handler):
 
 
 def full_to_run(targets: Sequence[str], prefix: str, *, forget: Sequence[str] = ()) -> list[str]:
-    """The full path's answer: the steps that would run (names, sorted), the experiment imported
-    again and planned."""
+    """The full path's answer to ``marin run TARGETS --prefix PREFIX``: the steps that would run
+    (names, sorted), the experiment imported again and planned."""
     from marin.cli.targets import load_targets  # here, as above
     from marin.execution.run.runner import StepRunner
 
     forget_modules(forget)
-    steps = load_targets(list(targets))
+    saved_argv = sys.argv
+    sys.argv = ["marin", "run", *targets, "--prefix", prefix]
+    try:
+        steps = load_targets(list(targets))
+    finally:
+        sys.argv = saved_argv
     runner = StepRunner(prefix=prefix, strict_env=False)
     try:
         return sorted(p.name for p in runner.plan(steps).to_run())

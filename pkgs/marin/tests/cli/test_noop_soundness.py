@@ -115,6 +115,8 @@ def _refresh(record: dict) -> None:
         record["paths"][path] = noop.ask(noop.STAT, path)
     for check in record["checks"]:
         check[3] = noop.ask(check[0], check[1], check[2])
+    for path in record["digests"]:
+        record["digests"][path] = noop.content_digest(path)
 
 
 def _changes(inputs: Path, exp: Path) -> dict[str, tuple[Callable[[], object], Callable[[], object], bool]]:

@@ -4,11 +4,13 @@ answers from timestamps, without importing the experiment or hashing its graph.
 A ``marin run`` that ends with every step cached (or unneeded) writes a record of what that
 answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depends`):
 
-* every file the command read outside the store (the experiment files, the data they read at
-  import, every imported module, the configuration files) with its ``stat`` (modification time
-  in ns, size, inode, device, mode, owner), every folder it listed (import searches, globs) with
-  its own, and the files it looked for and did not find (the configuration's places, ``sys.path``
-  entries);
+* every file the command read outside the store's own folders (the experiment files, the data
+  they read at import, every imported module, the configuration files; under the prefix too,
+  but for its bookkeeping, its reports and the plan's outputs) with its ``stat`` (modification
+  time in ns, size, inode, device, mode, owner, change time), every folder it listed (import
+  searches, globs) with its own, and the files it looked for and did not find (the
+  configuration's places, ``sys.path`` entries);
+* the content digest of each small file it read (:data:`DIGESTED_SIZE`);
 * every other question it asked the file system outside the store, with the answer it got
   (:data:`QUESTIONS`: ``os.stat`` and ``os.lstat`` of a path it never opened, ``os.path.exists``,
   ``isfile``, ``isdir``, ``islink``, ``realpath``, ``os.access``, ``os.readlink``, an access or
@@ -22,15 +24,15 @@ answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depend
 The record is kept beside the stat cache (``MARIN_STAT_CACHE``'s folder, else
 ``$XDG_CACHE_HOME/marin`` or ``~/.cache/marin``), in ``noop/``, under a key that digests the
 command line, the working folder, the Python executable and ``sys.path``, the machine
-(``os.uname()``: host name, kernel), whether the streams are terminals, and the whole environment
+(``os.uname()``: host name, kernel), whether standard input, stdout and stderr are terminals, and the whole environment
 but :data:`IGNORED_VARIABLES`. The next identical
 command finds it, ``stat``s everything in it and lists the done index: when nothing moved it
 prints what the recorded run printed and exits 0; anything changed, missing or unreadable, and
 the command runs in full (writing a new record if it is a no-op again).
 
 A command whose answer could change with nothing of that changed (it ran a subprocess, opened a
-socket or an SQLite database, called native code of an installed package, read the clock or a
-random source) leaves no record (:mod:`marin.cli.noop_recording`).
+socket or an SQLite database, called native code of an installed package, read the clock, a
+random source or standard input) leaves no record (:mod:`marin.cli.noop_recording`).
 
 Only plain ``marin run TARGET...`` with ``--prefix``, ``-j``, ``--only``, ``--budget``,
 ``--budget-accelerator-hours``, ``--[no-]warm-workers`` or ``--code-changes warn`` is answered
@@ -164,13 +166,20 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
         cwd = os.getcwd()
     except OSError:  # the working folder was removed
         return None
-    streams = tuple(bool(s is not None and s.isatty()) for s in (sys.stdin, sys.stdout, sys.stderr))
+    streams = tuple(_isatty(s) for s in (sys.stdin, sys.stdout, sys.stderr))
     env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
     interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
     machine = tuple(os.uname())  # a home shared by hosts: a record answers on the host that wrote it
     material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, machine, streams, env))
     key = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
     return Request(key, os.path.join(records_folder(environ), f"{key[:32]}{_SUFFIX}"), verbose or verbose_after)
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # closed, or no stream at all
+        return False
 
 
 def stat_key(st: os.stat_result) -> list[int]:

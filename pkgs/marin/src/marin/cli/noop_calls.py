@@ -86,10 +86,11 @@ _CLOCK = frozenset({"time", "time_ns", "localtime", "gmtime", "ctime", "asctime"
 _POSIX_DENIED: dict[str, str] = {
     **dict.fromkeys(("urandom", "getrandom"), "a random source"),
     **dict.fromkeys(("getpid", "getppid", "getpgid", "getpgrp", "getsid", "times", "getloadavg", "getlogin",
-                     "sched_getaffinity"), "the process and the machine"),
+                     "sched_getaffinity", "cpu_count", "process_cpu_count"), "the process and the machine"),
     **dict.fromkeys(("statvfs", "fstatvfs"), "free space"),
     **dict.fromkeys(("getxattr", "listxattr"), "extended attributes"),
-    **dict.fromkeys(("stat", "lstat", "access", "readlink", "scandir", "listdir"), "the file system behind the recorder"),
+    # (os.listdir is not here: its audit event notes the folder listed, whoever lists it)
+    **dict.fromkeys(("stat", "lstat", "access", "readlink", "scandir"), "the file system behind the recorder"),
 }
 _NATIVE_DENIED: dict[str, dict[str, str]] = {
     "time": dict.fromkeys(_CLOCK, "the clock"),

@@ -172,9 +172,9 @@ def _depends(plan: Plan, prefix: str, targets: Sequence[str], report: str, recor
     for path in _looked_for(plan, targets):
         if path not in paths and outside(path):
             paths[path] = _stat(path)
-    stats = [st for st in (*paths.values(), *checks.values()) if isinstance(st, os.stat_result)]
-    if not trusted(stats, recording.started_ns):
-        raise _NoRecord("a file it read was modified moments before it was read")
+    for path, st in (*paths.items(), *((question[1], answer) for question, answer in checks.items())):
+        if isinstance(st, os.stat_result) and not trusted((st,), recording.started_ns):
+            raise _NoRecord(f"{path}, which it read, was modified moments before it was read")
     digests = _digests(paths, recording.read)
     # The store's own files are replaced whole, never edited in place: their stat is enough.
     index = done_index.read_index(store)

@@ -11,11 +11,14 @@ standard library only), when the command line is one a record may answer:
   runs a subprocess, opens a socket, an SQLite database or a native library through ``ctypes``,
   reads a file's extended attributes or the terminal, or reads a kernel file (``/proc/cpuinfo``);
 * the ``stat`` family is wrapped (:mod:`marin.cli.noop_watch`): each question and its answer is noted;
-* while the experiment is imported and its handles lowered (:func:`watch_calls` to
-  :func:`unwatch_calls`, from ``marin run``), what its own code calls is watched
-  (:mod:`marin.cli.noop_calls`): the clock, random sources and installed packages' native code make
-  it unrecordable. Planning a no-op runs none of the experiment's code but a step's expander
-  (:mod:`marin.cli.noop_depends` refuses a record when one is the experiment's own);
+* while the experiment is imported and its plan made, every handle lowered (:func:`watch_calls` to
+  :func:`unwatch_calls`, from ``marin run``: a dependency's ``ArtifactStep.build_config`` runs while
+  planning), what its own code calls is watched (:mod:`marin.cli.noop_calls`): the clock, random
+  sources and installed packages' native code make it unrecordable. After the plan, a no-op runs
+  none of the experiment's code but a step's expander (:mod:`marin.cli.noop_depends` refuses a
+  record when one is the experiment's own);
+* standard input read, by anyone (``sys.stdin`` is guarded; a descriptor of it opened or read is
+  seen by the audit hook and :mod:`marin.cli.noop_watch`), makes the command unrecordable;
 * stdout and stderr are passed through a tee that keeps what was printed, in order.
 
 Why a command is unrecordable is kept (:func:`refusal`) and printed by ``marin run -v``.

@@ -8,8 +8,13 @@ command records, these are replaced by wrappers that note each question with the
 got, in the form :func:`marin.cli.noop.ask` asks it again on the next command:
 
 * ``os.stat``, ``os.lstat``, ``os.access``, ``os.readlink``, and the entries ``os.scandir`` yields
-  (their ``stat()``, and ``is_dir()``/``is_file()`` of a symbolic link: a plain entry's kind is
-  the listing's, which the folder's own ``stat`` covers);
+  (:mod:`marin.cli.noop_entries`);
+* ``os.open`` of a path relative to a folder descriptor (``dir_fd``, as ``os.fwalk`` opens and
+  ``open(name, opener=...)`` may): noted as the file it names, where the audit event gives only the
+  name (a folder that cannot be told makes the command unrecordable); a path relative to a folder
+  descriptor given to the ``stat`` family is resolved the same way;
+* ``os.read`` and ``os.readv`` of standard input make the command unrecordable (what it holds no
+  ``stat`` can check; ``sys.stdin`` itself is guarded by :mod:`marin.cli.noop_recording`);
 * ``os.path.exists``, ``lexists``, ``isfile``, ``isdir``, ``islink`` (each answered from one
   ``stat`` whose file type is what is noted), ``realpath``, ``getatime``, ``getctime``
   (``getmtime`` and ``getsize`` are ``os.stat``'s), and ``pathlib.Path.exists``, ``is_file``,
@@ -42,7 +47,8 @@ if TYPE_CHECKING:
 
     from marin.cli.noop_recording import Recording
 
-__all__ = ["PSEUDO", "absolute", "busy", "install", "real_realpath", "real_stat", "uninstall"]
+__all__ = ["BUSY", "PSEUDO", "absolute", "busy", "install", "named", "note", "path_of", "real_realpath", "real_stat",
+           "recording", "uninstall"]
 
 PSEUDO = ("/proc/", "/sys/", "/dev/")
 """Kernel and device files: what they hold is not told by ``stat``."""
@@ -80,7 +86,7 @@ def absolute(path: Any) -> str | None:
     return text if text.startswith(os.sep) else posixpath.join(os.getcwd(), text)
 
 
-def _path_of(path: Any, dir_fd: Any = None) -> str | None:
+def path_of(path: Any, dir_fd: Any = None) -> str | None:
     """:func:`absolute`, for a path that may be relative to a folder descriptor."""
     if dir_fd is not None and not isinstance(path, int):
         try:
@@ -101,7 +107,8 @@ def _refuse(reason: str) -> None:
         _recording.refuse(reason)
 
 
-def _note(kind: str, path: str | None, arg: Any, answer: Any) -> None:
+def note(kind: str, path: str | None, arg: Any, answer: Any) -> None:
+    """Note question ``kind`` about ``path`` (absolute, or None: nothing noted) and its answer."""
     recording = _recording
     if recording is None or not recording.active or path is None:
         return
@@ -113,6 +120,11 @@ def _note(kind: str, path: str | None, arg: Any, answer: Any) -> None:
             recording.refuse(f"{where} asks about {path}, which stat cannot check")
         return
     recording.asked(kind, path, arg, answer)
+
+
+def recording() -> Recording | None:
+    """The recording whose questions are noted, while one is."""
+    return _recording
 
 
 def busy() -> bool:
@@ -151,10 +163,11 @@ class _Busy:
         _inside.busy = False
 
 
-_BUSY = _Busy()
+BUSY = _Busy()
+"""``with BUSY as noting:`` a wrapper's own call (``noting``: the outermost, while a recording is active)."""
 
 
-def _named(wrapper: Callable[..., Any], real: Callable[..., Any]) -> Callable[..., Any]:
+def named(wrapper: Callable[..., Any], real: Callable[..., Any]) -> Callable[..., Any]:
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         try:
             setattr(wrapper, attribute, getattr(real, attribute))
@@ -176,18 +189,18 @@ def _stat_wrapper(real: Callable[..., Any], follow_default: bool) -> Callable[..
         if getattr(_inside, "busy", False) or _recording is None:
             return call(path, dir_fd, follow_symlinks)
         kind = noop.STAT if follow_symlinks and follow_default else noop.LSTAT
-        with _BUSY as noting:
+        with BUSY as noting:
             try:
                 st = call(path, dir_fd, follow_symlinks)
             except OSError as e:
                 if noting:
-                    _note(kind, _path_of(path, dir_fd), None, noop.error_answer(e))
+                    note(kind, path_of(path, dir_fd), None, noop.error_answer(e))
                 raise
             if noting:
-                _note(kind, _path_of(path, dir_fd), None, st)
+                note(kind, path_of(path, dir_fd), None, st)
             return st
 
-    return _named(stat, real)
+    return named(stat, real)
 
 
 def _kind_question(real: Callable[..., Any], follow: bool, test: Callable[[Any], bool], pathlib: bool,
@@ -197,19 +210,19 @@ def _kind_question(real: Callable[..., Any], follow: bool, test: Callable[[Any],
     kind = noop.KIND if follow else noop.LKIND
 
     def question(path: Any, *, follow_symlinks: bool = True) -> Any:
-        where = _path_of(path)
+        where = path_of(path)
         if getattr(_inside, "busy", False) or _recording is None or where is None:
             return real(path) if follow_symlinks else real(path, follow_symlinks=False)
         asked = kind if follow_symlinks else noop.LKIND
-        with _BUSY as noting:
+        with BUSY as noting:
             answer = noop.ask(asked, where)
             if noting:
-                _note(asked, where, None, answer)
+                note(asked, where, None, answer)
         if pathlib and isinstance(answer, int) and answer < 0 and -answer not in _IGNORED_ERRORS:
             raise OSError(-answer, os.strerror(-answer), str(path))
         return isinstance(answer, int) and answer > 0 and test(answer)
 
-    return _named(question, real)
+    return named(question, real)
 
 
 def _result_question(real: Callable[..., Any], kind: str, answer_of: Callable[[Any], Any],
@@ -219,18 +232,18 @@ def _result_question(real: Callable[..., Any], kind: str, answer_of: Callable[[A
     def question(path: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "busy", False) or _recording is None:
             return real(path, *args, **kwargs)
-        with _BUSY as noting:
+        with BUSY as noting:
             try:
                 result = real(path, *args, **kwargs)
             except OSError as e:
                 if noting:
-                    _note(kind, _path_of(path, kwargs.get("dir_fd")), arg_of(*args, **kwargs), noop.error_answer(e))
+                    note(kind, path_of(path, kwargs.get("dir_fd")), arg_of(*args, **kwargs), noop.error_answer(e))
                 raise
             if noting:
-                _note(kind, _path_of(path, kwargs.get("dir_fd")), arg_of(*args, **kwargs), answer_of(result))
+                note(kind, path_of(path, kwargs.get("dir_fd")), arg_of(*args, **kwargs), answer_of(result))
             return result
 
-    return _named(question, real)
+    return named(question, real)
 
 
 def _access_arg(mode: Any, *, dir_fd: Any = None, effective_ids: bool = False, follow_symlinks: bool = True) -> Any:
@@ -244,18 +257,18 @@ def _time_question(kind: str) -> Callable[..., Any]:
     def question(path: Any) -> float:
         if getattr(_inside, "busy", False) or _recording is None:
             return real(path)
-        with _BUSY as noting:
+        with BUSY as noting:
             try:
                 st = real_stat(path)
             except OSError as e:
                 if noting:
-                    _note(kind, _path_of(path), None, noop.error_answer(e))
+                    note(kind, path_of(path), None, noop.error_answer(e))
                 raise
             if noting:
-                _note(kind, _path_of(path), None, st.st_atime_ns if kind == noop.ATIME else st.st_ctime_ns)
+                note(kind, path_of(path), None, st.st_atime_ns if kind == noop.ATIME else st.st_ctime_ns)
         return st.st_atime if kind == noop.ATIME else st.st_ctime
 
-    return _named(question, real)
+    return named(question, real)
 
 
 def _statvfs(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -268,97 +281,7 @@ def _statvfs(real: Callable[..., Any]) -> Callable[..., Any]:
                 _recording.refuse(f"{where} asks for a file system's free space (os.statvfs)")
         return real(path)
 
-    return _named(statvfs, real)
-
-
-class _Entry:
-    """An ``os.DirEntry`` whose ``stat()`` (and ``is_dir()``/``is_file()`` through a symbolic link)
-    is noted; everything else is the entry's own."""
-
-    __slots__ = ("_entry",)
-
-    def __init__(self, entry: os.DirEntry[Any]):
-        self._entry = entry
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._entry, name)
-
-    def __fspath__(self) -> Any:
-        return self._entry.__fspath__()
-
-    def __repr__(self) -> str:
-        return repr(self._entry)
-
-    @property
-    def name(self) -> Any:
-        return self._entry.name
-
-    @property
-    def path(self) -> Any:
-        return self._entry.path
-
-    def _kind(self, follow_symlinks: bool, test: int, real: Callable[..., bool]) -> bool:
-        if not follow_symlinks or not self._entry.is_symlink() or getattr(_inside, "busy", False):
-            return real(follow_symlinks=follow_symlinks)
-        where = _path_of(self._entry.path)
-        with _BUSY as noting:
-            answer = noop.ask(noop.KIND, where) if where is not None else None
-            if noting:
-                _note(noop.KIND, where, None, answer)
-        return isinstance(answer, int) and answer > 0 and answer == test
-
-    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
-        return self._kind(follow_symlinks, _S_IFDIR, self._entry.is_dir)
-
-    def is_file(self, *, follow_symlinks: bool = True) -> bool:
-        return self._kind(follow_symlinks, _S_IFREG, self._entry.is_file)
-
-    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
-        kind = noop.STAT if follow_symlinks else noop.LSTAT
-        if getattr(_inside, "busy", False):
-            return self._entry.stat(follow_symlinks=follow_symlinks)
-        with _BUSY as noting:
-            try:
-                st = self._entry.stat(follow_symlinks=follow_symlinks)
-            except OSError as e:
-                if noting:
-                    _note(kind, _path_of(self._entry.path), None, noop.error_answer(e))
-                raise
-            if noting:
-                _note(kind, _path_of(self._entry.path), None, st)
-            return st
-
-
-class _Entries:
-    """``os.scandir``'s iterator, yielding :class:`_Entry`."""
-
-    def __init__(self, entries: Any):
-        self._entries = entries
-
-    def __iter__(self) -> _Entries:
-        return self
-
-    def __next__(self) -> _Entry:
-        return _Entry(next(self._entries))
-
-    def __enter__(self) -> _Entries:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._entries.close()
-
-    def close(self) -> None:
-        self._entries.close()
-
-
-def _scandir(real: Callable[..., Any]) -> Callable[..., Any]:
-    def scandir(path: Any = ".") -> Any:
-        entries = real(path)  # the audit hook notes the folder's own stat
-        if isinstance(path, int) or _recording is None or not _recording.active:
-            return entries
-        return _Entries(entries)
-
-    return _named(scandir, real)
+    return named(statvfs, real)
 
 
 def _open(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -369,14 +292,14 @@ def _open(real: Callable[..., Any]) -> Callable[..., Any]:
     def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
         if dir_fd is None or getattr(_inside, "busy", False) or _recording is None or not _recording.active:
             return real(path, flags, mode, dir_fd=dir_fd)
-        where = _path_of(path, dir_fd)
-        with _BUSY as noting:
+        where = path_of(path, dir_fd)
+        with BUSY as noting:
             fd = real(path, flags, mode, dir_fd=dir_fd)
         if noting and where is not None:
             _recording.opened(where, None, flags)
         return fd
 
-    return _named(open_, real)
+    return named(open_, real)
 
 
 def _read(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -392,7 +315,7 @@ def _read(real: Callable[..., Any]) -> Callable[..., Any]:
                              "which no stat can check")
         return real(fd, *args)
 
-    return _named(read, real)
+    return named(read, real)
 
 
 def _replace(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> None:
@@ -412,11 +335,13 @@ def install(recording: Recording, is_stdin: Callable[[int], bool] | None = None)
         return
     import pathlib  # here: the recording path only (the answer never loads it)
 
+    from marin.cli.noop_entries import scandir_wrapper  # here, as pathlib (it imports this module)
+
     _replace(os, "stat", lambda real: _stat_wrapper(real, True))
     _replace(os, "lstat", lambda real: _stat_wrapper(real, False))
     _replace(os, "access", lambda real: _result_question(real, noop.ACCESS, bool, _access_arg))
     _replace(os, "readlink", lambda real: _result_question(real, noop.READLINK, os.fsdecode))
-    _replace(os, "scandir", _scandir)
+    _replace(os, "scandir", scandir_wrapper)
     _replace(os, "open", _open)
     _replace(os, "read", _read)
     _replace(os, "readv", _read)
