@@ -16,6 +16,7 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from rigging.pids import ProcessPlace
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
@@ -139,7 +140,9 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the slow step never started"
             time.sleep(0.05)
-        worker = int(record.read_json(record.status)["worker"].split(":")[1])
+        place = ProcessPlace.from_text(record.read_json(record.status)["worker"].partition(":")[2])
+        assert place is not None
+        worker = place.pid
         proc.send_signal(signal.SIGINT)
         try:
             _out, err = proc.communicate(timeout=30)
