@@ -131,8 +131,8 @@ class ProcessState:
             logger = logging.root if name == "" else logging.getLogger(name)
             if name in self.loggers:
                 level, kept, propagate, disabled = self.loggers[name]
-            else:  # made by the call: as a library that made it at import would leave it
-                level, kept, propagate, disabled = level, [h for h in handlers if isinstance(h, logging.NullHandler)], True, False
+            else:  # made by the call (a library imported): kept as it is, but for the handlers it was given
+                kept = [h for h in handlers if isinstance(h, logging.NullHandler)]
             for handler in handlers:
                 if handler not in kept:
                     logger.removeHandler(handler)
