@@ -255,27 +255,26 @@ def _python_refusal(frame: FrameType, kind: int) -> str | None:
 
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
+    # Called on every call and return while watching (the whole plan): the cheapest tests first.
+    if event != "call" and event != "c_call":
+        return  # a return or an exception: nothing is called
     recording = _recording
     if recording is None or not recording.active:
         sys.setprofile(None)  # this thread's hook, left from a recording that ended
         return
-    if event == "call":
-        kind = _kinds.get(frame.f_code.co_filename) or code_kind(frame)
-        if kind == ENGINE or kind == USER or frame.f_code.co_name == "<module>":
-            return
-        caller = frame.f_back
-        if caller is None or code_kind(caller) != USER:
-            return
-        why = _python_refusal(frame, kind)
-    elif event == "c_call":
-        if (_kinds.get(frame.f_code.co_filename) or code_kind(frame)) != USER:
-            return
-        why = _native_refusal(arg)
-        if why is not None:
-            recording.refuse(f"{_where(frame)} calls {why}")
+    kind = _kinds.get(frame.f_code.co_filename) or code_kind(frame)
+    if event == "c_call":
+        if kind == USER:
+            why = _native_refusal(arg)
+            if why is not None:
+                recording.refuse(f"{_where(frame)} calls {why}")
         return
-    else:
+    if kind == ENGINE or kind == USER or frame.f_code.co_name == "<module>":
         return
+    caller = frame.f_back
+    if caller is None or code_kind(caller) != USER:
+        return
+    why = _python_refusal(frame, kind)
     if why is not None:
         recording.refuse(f"{_where(caller)} calls {why}")
 
