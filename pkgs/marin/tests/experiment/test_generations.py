@@ -131,3 +131,17 @@ def test_bad_arguments_are_named() -> None:
         generations("g", "not-a-model", ["a"])
     with pytest.raises(InvalidStep, match=r"^generations 'g': checkpoint 5 is never written"):
         generations("g", model, ["a"], checkpoint=5)
+
+
+def test_marin_sample_draws_what_a_generations_step_with_its_seed_writes(built: dict) -> None:
+    from click.testing import CliRunner
+
+    from marin.cli.main import cli
+
+    model = lower(tiny_model(steps=10))
+    args = ["sample", model.name, "--prefix", str(built["prefix"]), "--prompt", PROMPTS[0], "-n", "10",
+            "--temperature", "0.9", "--top-p", "0.95", "--seed", "3", "--samples", "2"]
+    shown = CliRunner().invoke(cli, args)
+    assert shown.exit_code == 0, shown.output
+    records = [json.loads(line) for line in built["shards"][shard_name(0)].decode().splitlines()][:2]
+    assert shown.output == "".join(f"--- sample {r['sample']}\n{PROMPTS[0]}{r['text']}\n" for r in records)

@@ -1,4 +1,4 @@
-"""``marin sample``: generate text from a trained step's final parameters."""
+"""``marin sample``: generate text from a trained step's final parameters, on the key/value-cache decoder."""
 
 from __future__ import annotations
 
@@ -14,47 +14,41 @@ from marin.cli.errors import MarinError
 @click.option("-n", "--max-new-tokens", type=click.IntRange(1, 4096), default=48, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="0 picks the most likely token each time.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Draw only among the K most likely tokens (0: all).")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
+              help="Draw only within the smallest set of likeliest tokens whose probability reaches P.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Sample K draws with seed completion_seed(SEED, 0, K), as a generations(...) step does.")
+@click.option("--samples", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Continuations to draw (each printed after a `--- sample K` line when more than one).")
 @click.option("--chat", is_flag=True, help="PROMPT is a user turn: render it with the model's chat template "
               "and print the assistant's reply (until the template's end token).")
 @click.option("--system", default=None, help="With --chat: a system turn before the user's.")
 @prefix_option
 @click.pass_context
-def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temperature: float, seed: int,
-           chat: bool, system: str | None, prefix: str | None) -> None:
+def sample(ctx: click.Context, path: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int,
+           top_p: float, seed: int, samples: int, chat: bool, system: str | None, prefix: str | None) -> None:
     """Continue PROMPT with the model of a finished training step (output folder or step name)."""
-    from marin.experiment.training.sampling import sample_chat, sample_text
+    from marin.cli.accelerator import take_accelerator
+    from marin.experiment.training.sampling import sample_completions
 
     output = resolve_output(ctx, path, prefix, files=True)
     if not prompt.strip():
         raise MarinError("--prompt must not be empty")
     if system is not None and not chat:
         raise MarinError("--system is only meaningful with --chat")
-    _use_accelerator(ctx)
-    if chat:
-        try:
-            rendered, reply = sample_chat(output, prompt, system=system, max_new_tokens=max_new_tokens,
-                                          temperature=temperature, seed=seed)
-        except FileNotFoundError as e:
-            raise MarinError(str(e), hint="sample without --chat, or fine-tune on tokenized_chat(...) data") from None
-        click.echo(rendered + reply)
-        return
-    click.echo(prompt + sample_text(output, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
-
-
-def _use_accelerator(ctx: click.Context) -> None:
-    """Sampling computes on the host's accelerator (the CLI hid it: give it back), unless another
-    process holds it: then one line names the holder rather than libtpu's error."""
-    from iris.accelerator_env import reveal_accelerator
-    from iris.chip_lock import lock_holder
-
-    found, config = (ctx.obj or {}).get("accelerator"), (ctx.obj or {}).get("config")
-    if found is None:
-        return
-    reveal_accelerator()
-    lock = config.accelerator_lock if config is not None and config.accelerator_lock else found.default_lock
-    holder = lock_holder(lock) if lock is not None else None
-    if holder is not None:
-        raise MarinError(f"the accelerator ({found.describe()}) is busy: {holder.describe()}",
-                         hint="wait for that process to end (a `marin run` step?), or sample on the CPU with "
-                              "JAX_PLATFORMS=cpu MARIN_ACCELERATOR=none")
+    take_accelerator(ctx, wait=False)
+    try:
+        rendered, texts = sample_completions(output, prompt, n=samples, max_new_tokens=max_new_tokens,
+                                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                             chat=chat, system=system)
+    except FileNotFoundError as e:
+        hint = "sample without --chat, or fine-tune on tokenized_chat(...) data" if chat else None
+        raise MarinError(str(e), hint=hint) from None
+    except ValueError as e:
+        raise MarinError(str(e)) from None
+    for k, text in enumerate(texts):
+        if samples > 1:
+            click.echo(f"--- sample {k}")
+        click.echo(rendered + text)

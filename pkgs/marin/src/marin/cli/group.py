@@ -25,6 +25,7 @@ _COMMANDS = {
     "push": ("marin.cli.cmd_push", "push"),
     "cache": ("marin.cli.cmd_cache", "cache"),
     "sample": ("marin.cli.cmd_sample", "sample"),
+    "serve": ("marin.cli.cmd_serve", "serve"),
     "report": ("marin.cli.cmd_report", "report"),
     "plot": ("marin.cli.cmd_plot", "plot"),
     "verify": ("marin.cli.cmd_verify", "verify"),

@@ -1,41 +1,60 @@
-"""Generate text from a trained step's final parameters."""
+"""Generate text from a trained step's final parameters (``marin sample``), on the key/value-cache
+decoder (``levanter.inference``)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
+from typing import Any
 
-from rigging import filesystem as fs
+__all__ = ["sample_chat", "sample_completions", "sample_text"]
 
-__all__ = ["sample_chat", "sample_text"]
+
+def sample_completions(output_path: str, prompt: str, *, n: int = 1, max_new_tokens: int = 48,
+                       temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                       chat: bool = False, system: str | None = None) -> tuple[str, list[str]]:
+    """``(rendered prompt, continuations)``: ``n`` continuations of ``prompt`` by the model in a training
+    step's output folder, each until the model's end token (not shown) or
+    ``max_new_tokens``. Continuation ``k`` draws with ``completion_seed(seed, 0, k)``, the rule of
+    ``generations(...)`` steps. With ``chat``, ``prompt`` is a user turn (after ``system``) rendered
+    with the model's chat template.
+
+    Raises:
+        FileNotFoundError: no model or tokenizer there, or ``chat`` of a model without a chat template.
+        ValueError: an empty prompt, or sampling settings out of range (named).
+    """
+    from levanter.inference import SamplingParams
+    from marin.experiment.generation.model import load_generation_model
+    from marin.experiment.generation.steps import completion_seed
+
+    model = load_generation_model(output_path)
+    if chat:
+        if model.chat_template is None:
+            raise FileNotFoundError(f"{output_path} holds no chat_template.json: --chat needs a model fine-tuned "
+                                    "on tokenized_chat data")
+        prompt = model.chat_template.prompt(prompt, system=system)
+    ids = model.encode(prompt)
+    if not ids:
+        raise ValueError("prompt must not be empty")
+    room = min(max_new_tokens, model.context - len(ids))
+    if room < 1:
+        raise ValueError(f"the prompt's {len(ids)} tokens fill the model's context of {model.context}")
+    settings = [SamplingParams(max_tokens=room, temperature=temperature, top_k=top_k, top_p=top_p,
+                               seed=completion_seed(seed, 0, k), stop_token_ids=model.end_ids) for k in range(n)]
+    engine = model.engine(slots=min(n, 16), steps_per_sync=min(room, 32))
+    texts = []
+    for done in engine.generate([ids] * n, settings):
+        tokens = done.token_ids
+        if tokens and tokens[-1] in model.end_ids:
+            tokens = tokens[:-1]
+        texts.append(model.decode(tokens))
+    return prompt, texts
 
 
 def sample_text(output_path: str, prompt: str, *, max_new_tokens: int = 48, temperature: float = 0.0,
-                seed: int = 0, end_token: str = "<|endoftext|>", strip_end: bool = False) -> str:
-    """The continuation of ``prompt`` by the model in a training step's output folder, up to and
-    including ``end_token`` (left out with ``strip_end``)."""
-    from tokenizers import Tokenizer
-
-    from levanter.generate import generate, load_final_model
-
-    tokenizer_file = fs.join(output_path, "tokenizer.json")
-    if not fs.exists(tokenizer_file):
-        raise FileNotFoundError(f"{tokenizer_file}: no tokenizer beside the model (is this a train_lm output?)")
-    with tempfile.TemporaryDirectory() as scratch:
-        local = os.path.join(scratch, "tokenizer.json")
-        with open(local, "wb") as f:
-            f.write(fs.read_bytes(tokenizer_file))
-        tokenizer = Tokenizer.from_file(local)
-    config, params = load_final_model(output_path)
-    prompt_ids = tokenizer.encode(prompt).ids
-    if not prompt_ids:
-        raise ValueError("prompt must not be empty")
-    eos = tokenizer.token_to_id(end_token)
-    new_ids = generate(config, params, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                       seed=seed, eos_id=eos)
-    if new_ids and new_ids[-1] == eos and strip_end:
-        new_ids = new_ids[:-1]
-    return tokenizer.decode(new_ids)
+                seed: int = 0, **options: Any) -> str:
+    """The continuation of ``prompt`` (up to the model's end token; see
+    :func:`sample_completions` for ``options``)."""
+    return sample_completions(output_path, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
+                              seed=seed, **options)[1][0]
 
 
 def sample_chat(output_path: str, user_text: str, *, system: str | None = None, max_new_tokens: int = 48,
@@ -46,14 +65,6 @@ def sample_chat(output_path: str, user_text: str, *, system: str | None = None, 
     Raises:
         FileNotFoundError: the model was not trained on chat data (no chat template beside it).
     """
-    from marin.experiment.chat.tokenize import load_chat_template
-
-    try:
-        template = load_chat_template(output_path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{output_path} holds no chat_template.json: --chat needs a model fine-tuned "
-                                "on tokenized_chat data") from None
-    prompt = template.prompt(user_text, system=system)
-    reply = sample_text(output_path, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                        end_token=template.end_token, strip_end=True)
+    prompt, [reply] = sample_completions(output_path, user_text, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, seed=seed, chat=True, system=system)
     return prompt, reply
