@@ -7,9 +7,11 @@ implementation at the models' shapes, ms and TFLOP/s (``6 * rows * hidden * voca
 
 Implementations: ``blockwise`` (``levanter.ops.cross_entropy``, a scan over blocks of positions;
 ``--block`` positions per block, 0 the default), ``pallas`` (``levanter.ops.pallas_loss``;
-``--tiles ROWSxVOCAB``, 0x0 the default) and ``xla`` (the full logits materialised: the plain
+``--tiles ROWSxVOCAB``, 0x0 the default; ``ROWSxVOCAB:one`` the one-pass backward) and ``xla`` (the full logits materialised: the plain
 matmuls' rate, where they fit). Every candidate runs in this one process, one row each; one that
-does not compile or fit is a row with its error. ``--out DIR`` (default ``$OUT`` when set) writes
+does not compile or fit is a row with its error. ``err`` is each row's largest relative error
+(loss, ``d hidden``, ``d head``; norms) against the shape's first row: the kernels' arithmetic is
+checked on the chip too. ``--out DIR`` (default ``$OUT`` when set) writes
 ``bench_loss.json`` and ``bench_loss.md``. bfloat16 inputs, float32 losses, z-loss 1e-4, about a
 tenth of the targets weighted 0.
 """
@@ -36,7 +38,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--shape", action="append", default=[], help=f"one of {sorted(SHAPES)} (default: all)")
     parser.add_argument("--impl", action="append", default=[], help="blockwise, pallas, xla (default: all)")
     parser.add_argument("--block", action="append", type=int, default=[], help="blockwise positions per block")
-    parser.add_argument("--tiles", action="append", default=[], help="pallas tiles ROWSxVOCAB")
+    parser.add_argument("--tiles", action="append", default=[], help="pallas tiles ROWSxVOCAB[:one]")
     parser.add_argument("--iters", type=int, default=None, help="timed calls each (default 10; smoke: 2)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for the table (default: $OUT)")
     args = parser.parse_args(argv)
@@ -51,7 +53,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--impl must be blockwise, pallas or xla, got {impl!r}")
     args.block = args.block or ([0, 16] if args.smoke else [0, 256])
     try:
-        args.tiles = [tuple(int(x) for x in t.lower().split("x")) for t in (args.tiles or ["0x0"])]
+        args.tiles = [(*(int(x) for x in t.lower().split(":")[0].split("x")), t.endswith(":one"))
+                      for t in (args.tiles or ["0x0"])]
     except ValueError:
         parser.error(f"--tiles must be ROWSxVOCAB, got {args.tiles!r}")
     args.iters = args.iters or (2 if args.smoke else 10)
@@ -86,45 +89,68 @@ def _loss(impl: str, config: Any, interpret: bool) -> Any:
             return jnp.sum(wt * (lse - picked + 1e-4 * lse * lse)) / jnp.maximum(jnp.sum(wt), 1.0)
         return materialised
     if impl == "pallas":
-        tiles = None if config is None else Tiles(rows=config[0], vocab=config[1])
+        tiles = None if config is None else Tiles(rows=config[0], vocab=config[1], one_pass=config[2])
         return lambda h, w, t, wt: lm_loss(h, w, t, wt, z_weight=1e-4, impl="pallas", tiles=tiles,
                                            interpret=interpret)[0]
     return lambda h, w, t, wt: lm_loss(h, w, t, wt, z_weight=1e-4, block=config, impl="blockwise")[0]
 
 
-def _measure(fn: Any, inputs: tuple, iters: int) -> tuple[float, list[float]]:
-    """(compile and first call s, each timed call's s) of ``value_and_grad(fn)`` over (hidden, head)."""
+def _measure(fn: Any, inputs: tuple, iters: int) -> tuple[float, list[float], Any]:
+    """(compile and first call s, each timed call's s, the result) of ``value_and_grad(fn)`` over
+    (hidden, head)."""
     import jax
 
     step = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))
     started = time.perf_counter()
-    jax.block_until_ready(step(*inputs))
+    result = jax.block_until_ready(step(*inputs))
     first = time.perf_counter() - started
     times = []
     for _ in range(iters):
         started = time.perf_counter()
         jax.block_until_ready(step(*inputs))
         times.append(time.perf_counter() - started)
-    return first, times
+    return first, times, result
+
+
+def _error(got: Any, want: Any) -> float:
+    """Largest relative error (by norms, in float32) of ``got``'s arrays against ``want``'s."""
+    import jax
+    import jax.numpy as jnp
+
+    def rel(a: Any, b: Any) -> float:
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+        return float(jnp.linalg.norm(a - b) / jnp.maximum(jnp.linalg.norm(b), 1e-30))
+
+    return max(rel(a, b) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True))
+
+
+def _label(config: Any) -> str:
+    if config is None:
+        return "default"
+    if isinstance(config, tuple):  # pallas tiles
+        return f"{config[0]}x{config[1]}" + (":one" if config[2] else "")
+    return str(config)
 
 
 def _row(shape: str, dims: tuple[int, int, int], vocab: int, impl: str, config: Any, args: argparse.Namespace,
-         inputs: tuple) -> dict:
+         inputs: tuple, reference: list) -> dict:
+    """One candidate's row; the first that runs becomes ``reference`` (its result) for the rest."""
     import jax
 
     b, t, d = dims
     row: dict[str, Any] = {"shape": shape, "rows": f"{b}x{t}", "hidden": d, "vocab": vocab, "impl": impl,
-                           "config": "default" if config is None else "x".join(map(str, config))
-                           if isinstance(config, tuple) else str(config)}
+                           "config": _label(config)}
     interpret = jax.default_backend() != "tpu"
     try:
-        first, times = _measure(_loss(impl, config, interpret), inputs, args.iters)
+        first, times, result = _measure(_loss(impl, config, interpret), inputs, args.iters)
     except Exception as e:  # noqa: BLE001 - a candidate that does not compile or fit is its row's answer
         row["status"] = next((line for line in str(e).splitlines() if line.strip()), repr(e))[:300]
         return row
     ms = statistics.median(times) * 1e3
     row.update(status="ok", ms=round(ms, 2), tflops=round(6 * b * t * d * vocab / (ms / 1e3) / 1e12, 1),
-               first_call_s=round(first, 1))
+               first_call_s=round(first, 1), err=float(f"{_error(result, reference[0]):.2g}") if reference else 0.0)
+    if not reference:
+        reference.append(result)
     return row
 
 
@@ -141,7 +167,7 @@ def _inputs(dims: tuple[int, int, int], vocab: int) -> tuple:
     return hidden, head, targets, weights
 
 
-_COLUMNS = ("shape", "rows", "hidden", "impl", "config", "ms", "tflops", "first_call_s", "status")
+_COLUMNS = ("shape", "rows", "hidden", "impl", "config", "ms", "tflops", "err", "first_call_s", "status")
 
 
 def main(argv: list[str]) -> list[dict]:
@@ -155,13 +181,13 @@ def main(argv: list[str]) -> list[dict]:
     print(f"bench_loss on {device}, vocabulary {vocab}\n" + " | ".join(_COLUMNS), flush=True)
     rows = []
     for shape in args.shape:
-        inputs = _inputs(shapes[shape], vocab)
+        inputs, reference = _inputs(shapes[shape], vocab), []
         for impl, config in _candidates(args):
-            rows.append(_row(shape, shapes[shape], vocab, impl, config, args, inputs))
+            rows.append(_row(shape, shapes[shape], vocab, impl, config, args, inputs, reference))
             print(" | ".join(str(rows[-1].get(c, "")) for c in _COLUMNS), flush=True)
             if args.out:  # after every row: a run cut short keeps what it measured
                 _write(args.out, device, rows)
-        del inputs
+        del inputs, reference
     return rows
 
 

@@ -121,3 +121,20 @@ def test_the_model_built_with_the_kernels_trains_on_them():
     want = jax.jit(jax.value_and_grad(lambda p: run(scan)(p)[0]))(params), jax.jit(run(scan))(params)[1]
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+def test_one_pass_backward_equals_the_two_pass_one():
+    # Four row tiles (the one-pass kernel needs three or more) and three vocabulary tiles.
+    k = jax.random.split(jax.random.PRNGKey(1), 4)
+    hidden, head = jax.random.normal(k[0], (2, 200, 8)), jax.random.normal(k[1], (8, V)) * 0.5
+    targets = jax.random.randint(k[2], (2, 200), 0, V)
+    weights = (jax.random.uniform(k[3], (2, 200)) > 0.3).astype(jnp.float32)
+
+    def grads(one_pass):
+        tiles = Tiles(rows=128, vocab=128, one_pass=one_pass)
+        return jax.jit(jax.grad(lambda h, w: lm_loss(h, w, targets, weights, z_weight=1e-2, impl="pallas",
+                                                     tiles=tiles, interpret=True)[0], argnums=(0, 1)))(hidden, head)
+
+    want = jax.grad(lambda h, w: _materialised(h, w, targets, weights, 1e-2)[0], argnums=(0, 1))(hidden, head)
+    for x, y in zip(grads(True), want, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)

@@ -44,8 +44,13 @@ class Tiles:
 
     rows: int = 1024
     vocab: int = 1024
+    one_pass: bool = False
+    """The backward's two gradients from one recomputation of the logits, d hidden accumulated
+    through HBM (``_one_pass``; with fewer than three row tiles the two-pass kernels run)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.one_pass, bool):
+            raise ValueError(f"Tiles.one_pass must be a bool, got {self.one_pass!r}")
         for name in ("rows", "vocab"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 128:
@@ -195,8 +200,19 @@ def head_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, lse: jax.
                                                        beta.astype(jnp.float32))]
     w = _pad_vocab(head, tv)
     ni, nj = rows // tn, w.shape[1] // tv
-    kernel_args = dict(tv=tv, vocab=vocab)
+    # The one-pass backward reads back the d hidden tile it wrote a vocabulary tile before: safe
+    # only when at least three row tiles lie between (the write-back has landed before the read).
+    grads = _one_pass if tiles.one_pass and ni >= 3 else _two_pass
+    dh, dw = grads(h, w, vecs, ni, nj, tn, tv, vocab, interpret)
+    # Scaled and rounded in one elementwise pass XLA fuses (a read of float32, a write of the dtype).
+    return (dh[:n] * scale).astype(hidden.dtype), (dw[:, :vocab] * scale).astype(head.dtype)
 
+
+def _two_pass(h: jax.Array, w: jax.Array, vecs: list, ni: int, nj: int, tn: int, tv: int, vocab: int,
+              interpret: bool) -> tuple[jax.Array, jax.Array]:
+    """d hidden by row tiles (vocabulary innermost), then d head by vocabulary tiles (rows innermost)."""
+    d = h.shape[1]
+    kernel_args = dict(tv=tv, vocab=vocab)
     row_vec = pl.BlockSpec((tn, 1), lambda i, j: (i, 0))
     dh = pl.pallas_call(
         functools.partial(_dh_kernel, **kernel_args),
@@ -204,12 +220,10 @@ def head_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, lse: jax.
         in_specs=[pl.BlockSpec((tn, d), lambda i, j: (i, 0)), pl.BlockSpec((d, tv), lambda i, j: (0, j))]
         + [row_vec] * 4,
         out_specs=pl.BlockSpec((tn, d), lambda i, j: (i, 0)),
-        out_shape=jax.ShapeDtypeStruct((rows, d), jnp.float32),
+        out_shape=jax.ShapeDtypeStruct(h.shape, jnp.float32),
         compiler_params=_params(),
         interpret=interpret,
     )(h, w, *vecs)
-
-    # The same tiles, vocabulary outermost: each head tile's gradient sums over every row tile.
     row_vec_t = pl.BlockSpec((tn, 1), lambda j, i: (i, 0))
     dw = pl.pallas_call(
         functools.partial(_dw_kernel, **kernel_args),
@@ -221,8 +235,54 @@ def head_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, lse: jax.
         compiler_params=_params(),
         interpret=interpret,
     )(h, w, *vecs)
-    # Scaled and rounded in one elementwise pass XLA fuses (a read of float32, a write of the dtype).
-    return (dh[:n] * scale).astype(hidden.dtype), (dw[:, :vocab] * scale).astype(head.dtype)
+    return dh, dw
+
+
+def _one_pass_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: Any, b_ref: Any, dh_in: Any,
+                     dh_ref: Any, dw_ref: Any, *, tv: int, vocab: int, interpret: bool) -> None:
+    j, i = pl.program_id(0), pl.program_id(1)
+    h, w = h_ref[...], w_ref[...]
+    g = _d_logits(h, w, j, tv, vocab, t_ref[...], lse_ref[...], a_ref[...], b_ref[...])
+    part = jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+    @pl.when(j == 0)
+    def _first() -> None:
+        dh_ref[...] = part
+
+    @pl.when(j > 0)
+    def _add() -> None:
+        # On the chip dh_in is the output's HBM buffer (aliased), holding the sum over the tiles
+        # before j; Pallas' interpreter keeps the input apart and hands each step the output's
+        # current block instead. (So the interpreter checks the arithmetic, not the round trip.)
+        dh_ref[...] = (dh_ref[...] if interpret else dh_in[...]) + part
+
+    @pl.when(i == 0)
+    def _init() -> None:
+        dw_ref[...] = jnp.zeros(dw_ref.shape, jnp.float32)
+
+    dw_ref[...] += jax.lax.dot_general(h, g, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _one_pass(h: jax.Array, w: jax.Array, vecs: list, ni: int, nj: int, tn: int, tv: int, vocab: int,
+              interpret: bool) -> tuple[jax.Array, jax.Array]:
+    """Both gradients from one recomputation of each tile's logits (four matmuls in all, not five):
+    vocabulary tiles outermost, d head's tile held in vector memory over the rows, d hidden's tiles
+    read from and written back to HBM (float32) at every step."""
+    d = h.shape[1]
+    row_vec = pl.BlockSpec((tn, 1), lambda j, i: (i, 0))
+    row_tile = pl.BlockSpec((tn, d), lambda j, i: (i, 0))
+    return pl.pallas_call(
+        functools.partial(_one_pass_kernel, tv=tv, vocab=vocab, interpret=interpret),
+        grid=(nj, ni),
+        in_specs=[row_tile, pl.BlockSpec((d, tv), lambda j, i: (0, j))] + [row_vec] * 4 + [row_tile],
+        out_specs=[row_tile, pl.BlockSpec((d, tv), lambda j, i: (0, j))],
+        out_shape=[jax.ShapeDtypeStruct(h.shape, jnp.float32), jax.ShapeDtypeStruct(w.shape, jnp.float32)],
+        input_output_aliases={6: 0},
+        # Both axes revisit: d head over the rows, d hidden over the vocabulary (through HBM).
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary"),
+                                             vmem_limit_bytes=_VMEM_LIMIT),
+        interpret=interpret,
+    )(h, w, *vecs, jnp.zeros(h.shape, jnp.float32))
 
 
 # --------------------------------------------------------------------------- differentiable losses
