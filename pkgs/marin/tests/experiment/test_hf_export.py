@@ -221,3 +221,27 @@ def test_train_lm_starts_from_a_hub_checkpoint(built, tmp_path, monkeypatch):
                 step_hash(hf_checkpoint("someone/other")), step_hash(None)}) == 4
     with pytest.raises(InvalidStep, match=r"initialize_from must be one of \['CheckpointStart', 'HfCheckpoint', 'TrainedModel'\] or None, got str"):
         step_hash("someone/nano-llama")
+
+
+def test_greedy_generation_equals_transformers_flax_llama_on_the_export(built):
+    # The key/value-cache decoder on the exported folder (read back as `marin serve` reads it) against
+    # transformers' own greedy search, 64 prompts, token for token (both stop at the end token).
+    import jax.numpy as jnp
+    from transformers import FlaxLlamaForCausalLM
+
+    from levanter.inference import SamplingParams
+    from marin.experiment.generation import load_generation_model
+
+    folder, new = built["hf/nano"], 24
+    model = load_generation_model(folder)
+    prompts = np.random.default_rng(1).integers(0, model.config.vocab_size, (64, 8)).astype(np.int32)
+    ours = model.engine(slots=16, max_len=32).generate(prompts.tolist(), SamplingParams(max_tokens=new,
+                                                                                         stop_token_ids=model.end_ids))
+    hf = FlaxLlamaForCausalLM.from_pretrained(folder, from_pt=True, dtype=jnp.float32)
+    [eos] = model.end_ids
+    theirs = np.asarray(hf.generate(prompts, max_new_tokens=new, do_sample=False, eos_token_id=eos,
+                                    pad_token_id=eos).sequences)[:, prompts.shape[1]:]
+    for mine, row in zip(ours, theirs, strict=True):
+        assert mine.token_ids == row[:len(mine.token_ids)].tolist()
+        assert len(mine.token_ids) == new or mine.token_ids[-1] == eos
+    assert sum(len(c.token_ids) for c in ours) > 64 * 4  # not all ended at once
