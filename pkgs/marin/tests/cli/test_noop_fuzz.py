@@ -144,7 +144,7 @@ READERS = [
     Reader("sys.argv", ENV, "return sys.argv[1:]"),
     Reader("os.getcwd", ENV, "return os.getcwd()"),
     Reader("platform.node", NONE, "import platform\nreturn platform.node()"),
-    Reader("os.cpu_count", NONE, "return os.cpu_count()", refused=True),
+    Reader("os.cpu_count", NONE, "return os.cpu_count()"),
     Reader("socket.gethostname", NONE, "import socket\nreturn socket.gethostname()", refused=True),
     Reader("sqlite", FILE, "import sqlite3\nreturn sqlite3.connect(os.path.join(inputs, 'in.txt')).total_changes",
            refused=True),
@@ -541,7 +541,9 @@ def _one_case(case: Case, change: str, prefix: str, records: dict, counts: dict[
     assert not (why is None and full), f"{name}, {change}: the record answers cached, the full path runs {full}"
     counts["agreed" if (why is None) == (not full) else "stricter"] += 1
     if change == "nothing":
-        assert why is None, f"{name}: the record does not hold with nothing changed: {why}"
+        # Nothing of the case changed: the record holds, unless a file outside it that the command
+        # imported was edited meanwhile (the workspace or the environment, by a person or another test).
+        assert why is None or str(case.folder.parent) not in why, f"{name}: the record does not hold: {why}"
         return
     case.restore()
     t0 = time.monotonic()

@@ -24,7 +24,7 @@ answer depended on (:mod:`marin.cli.noop_recording`, :mod:`marin.cli.noop_depend
 The record is kept beside the stat cache (``MARIN_STAT_CACHE``'s folder, else
 ``$XDG_CACHE_HOME/marin`` or ``~/.cache/marin``), in ``noop/``, under a key that digests the
 command line, the working folder, the Python executable and ``sys.path``, the machine
-(``os.uname()``: host name, kernel), whether standard input, stdout and stderr are terminals, and the whole environment
+(``os.uname()``: host name, kernel; ``os.cpu_count()``), whether standard input, stdout and stderr are terminals, and the whole environment
 but :data:`IGNORED_VARIABLES`. The next identical
 command finds it, ``stat``s everything in it and lists the done index: when nothing moved it
 prints what the recorded run printed and exits 0; anything changed, missing or unreadable, and
@@ -169,7 +169,8 @@ def request_of(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     streams = tuple(_isatty(s) for s in (sys.stdin, sys.stdout, sys.stderr))
     env = sorted((k, v) for k, v in environ.items() if k not in IGNORED_VARIABLES)
     interpreter = (sys.executable, sys.version, sys.flags, getattr(sys, "_xoptions", None), sys.path)
-    machine = tuple(os.uname())  # a home shared by hosts: a record answers on the host that wrote it
+    # A home shared by hosts: a record answers on the host that wrote it, with as many processors.
+    machine = (*os.uname(), os.cpu_count())
     material = repr((RECORD_FORMAT, "run", run_args, cwd, interpreter, machine, streams, env))
     key = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
     return Request(key, os.path.join(records_folder(environ), f"{key[:32]}{_SUFFIX}"), verbose or verbose_after)

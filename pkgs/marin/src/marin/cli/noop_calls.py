@@ -86,7 +86,7 @@ _CLOCK = frozenset({"time", "time_ns", "localtime", "gmtime", "ctime", "asctime"
 _POSIX_DENIED: dict[str, str] = {
     **dict.fromkeys(("urandom", "getrandom"), "a random source"),
     **dict.fromkeys(("getpid", "getppid", "getpgid", "getpgrp", "getsid", "times", "getloadavg", "getlogin",
-                     "sched_getaffinity", "cpu_count", "process_cpu_count"), "the process and the machine"),
+                     "sched_getaffinity"), "the process and the machine"),
     **dict.fromkeys(("statvfs", "fstatvfs"), "free space"),
     **dict.fromkeys(("getxattr", "listxattr"), "extended attributes"),
     # (os.listdir is not here: its audit event notes the folder listed, whoever lists it)
