@@ -97,6 +97,8 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
                temp_gib=round(memory.temp_size_in_bytes / gib, 2), args_gib=round(memory.argument_size_in_bytes / gib, 2),
                out_gib=round(memory.output_size_in_bytes / gib, 2), alias_gib=round(memory.alias_size_in_bytes / gib, 2),
                host_args_gib=round(getattr(memory, "host_argument_size_in_bytes", 0) / gib, 2),
+               host_temp_gib=round(getattr(memory, "host_temp_size_in_bytes", 0) / gib, 2),
+               estimate_host_gib=round(estimate.host / gib, 2),
                xla_flops=float(cost.get("flops", 0.0)), optimal_s=float(cost.get("optimal_seconds", 0.0)),
                model_flops_causal=model.flops_per_token(seq_len, causal=True) * batch * seq_len)
     return row

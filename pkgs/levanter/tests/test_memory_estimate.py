@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
@@ -56,6 +58,30 @@ def test_auto_takes_the_least_recomputation_that_fits():
     assert remat is Remat.FULL and not estimate.fits(GIB)
     with pytest.raises(ValueError, match="estimate a policy, not remat='auto'"):
         estimate_memory(M150, remat="auto", **kwargs)
+
+
+def test_offload_keeps_fulls_device_memory_and_counts_its_activations_on_the_host():
+    offload, full, attention = _estimate(remat="offload"), _estimate(remat="full"), _estimate(remat="save_attention")
+    assert offload.total == full.total and full.host == 0
+    # SAVE_ATTENTION's activations but the layers' inputs (which stay on the device), in bfloat16.
+    assert offload.host == attention.activations - full.activations == 32 * 1024 * 2 * 6 * (512 + 2 * 512 + 2 * 512)
+    moments = _estimate(remat="offload", offload_optimizer=True)
+    assert moments.host == offload.host + 2 * 4 * M150.num_params()  # the moments offloaded too
+
+
+def test_auto_offloads_rather_than_recompute_where_the_host_has_room():
+    kwargs: dict[str, Any] = dict(batch=32, seq_len=1024, compute_bytes=2, attention="splash")
+    full = estimate_memory(M150, remat="full", **kwargs)
+    device = int(full.total * HEADROOM) + 1  # FULL fits the device, SAVE_ATTENTION does not
+    assert not estimate_memory(M150, remat="save_attention", **kwargs).fits(device)
+    host_needs = int(estimate_memory(M150, remat="offload", **kwargs).host * HEADROOM) + 1
+    remat, estimate = choose_remat(M150, device, host_available=host_needs, **kwargs)
+    assert remat is Remat.OFFLOAD and estimate.host > 0
+    assert choose_remat(M150, device, host_available=host_needs - 2, **kwargs)[0] is Remat.FULL  # no room there
+    assert choose_remat(M150, device, **kwargs)[0] is Remat.FULL  # no host memory given (not a TPU)
+    # Where SAVE_ATTENTION fits the device it keeps the same activations without their copies.
+    roomy = int(estimate_memory(M150, remat="save_attention", **kwargs).total * HEADROOM) + 1
+    assert choose_remat(M150, roomy, host_available=64 * GIB, **kwargs)[0] is Remat.SAVE_ATTENTION
 
 
 def test_causal_count_halves_the_attention_products():

@@ -4,6 +4,7 @@ of the plain model (float32: its rounding; the kernel in bfloat16: bfloat16's)."
 from __future__ import annotations
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def plain(params):
     return _loss_and_grads(Impl(remat=Remat.NONE, attention=Attention.XLA, scan_layers=False), params, _chat_batch(2, 17))
 
 
-@pytest.mark.parametrize("remat", [Remat.NONE, Remat.SAVE_DOTS, Remat.SAVE_ATTENTION, Remat.FULL])
+@pytest.mark.parametrize("remat", [Remat.NONE, Remat.SAVE_DOTS, Remat.SAVE_ATTENTION, Remat.FULL, Remat.OFFLOAD])
 def test_every_remat_policy_gives_the_plain_models_loss_and_gradients(params, plain, remat):
     batch = _chat_batch(2, 17)
     want_value, want = plain
@@ -55,6 +56,29 @@ def test_every_remat_policy_gives_the_plain_models_loss_and_gradients(params, pl
     np.testing.assert_allclose(float(value), float(want_value), rtol=1e-6)
     for got, exp in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
+
+
+def test_offload_moves_the_attention_projections_to_host_memory(params):
+    """What a TPU compiles: the traced step puts each offloaded name in the host's memory space in
+    the forward pass and brings it back for the backward (the CPU backend lowers these copies to
+    nothing, so the equality above is all the CPU runs)."""
+    model = CONFIG.build(jnp.float32, impl=Impl(remat=Remat.OFFLOAD, attention=Attention.XLA))
+    jaxpr = jax.make_jaxpr(jax.grad(lambda p: loss_fn(model, p, _chat_batch(2, 17), jnp.float32)))(params)
+    moves = [eqn.params["devices"][0] for eqn in _equations(jaxpr.jaxpr) if eqn.primitive.name == "device_put"]
+    host, device = jax.memory.Space.Host, jax.memory.Space.Device
+    # q, k, v, the attention output and o: out to the host once each, back once each.
+    assert (moves.count(host), moves.count(device)) == (5, 5)
+
+
+def _equations(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs inside it (scans, remat)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    yield from _equations(inner)
 
 
 def test_remat_policies_keep_less_for_the_backward_pass():

@@ -21,13 +21,14 @@ from typing import Any
 from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.ops.blocks import default_block
 
-__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory"]
+__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory", "host_memory", "offload_room"]
 
 HEADROOM = 1.10
 """An estimate fits when ``HEADROOM`` times it is within the device's memory."""
 
-_AUTO_ORDER = (Remat.NONE, Remat.SAVE_DOTS, Remat.SAVE_ATTENTION, Remat.FULL)
-"""What ``remat="auto"`` tries, least recomputation first."""
+_AUTO_ORDER = (Remat.NONE, Remat.SAVE_DOTS, Remat.SAVE_ATTENTION, Remat.OFFLOAD, Remat.FULL)
+"""What ``remat="auto"`` tries, least recomputation first (``OFFLOAD`` only where host memory is given:
+it keeps ``SAVE_ATTENTION``'s activations without their device memory, at the cost of their copies)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,14 +43,19 @@ class MemoryEstimate:
     loss: int
     remat: str
     """The policy estimated."""
+    host: int = 0
+    """Bytes in the host's memory, not the device's (not in :attr:`total`): offloaded activations and
+    optimizer moments."""
 
     @property
     def total(self) -> int:
         return self.params + self.grads + self.opt_state + self.activations + self.attention + self.loss
 
-    def fits(self, available: int) -> bool:
-        """Whether the step fits in ``available`` bytes with :data:`HEADROOM`."""
-        return self.total * HEADROOM <= available
+    def fits(self, available: int, host_available: int | None = None) -> bool:
+        """Whether the step fits in ``available`` bytes of device memory with :data:`HEADROOM`, and
+        its :attr:`host` bytes in ``host_available`` (None: not checked) with the same margin."""
+        host_fits = host_available is None or self.host * HEADROOM <= host_available
+        return self.total * HEADROOM <= available and host_fits
 
     def describe(self) -> str:
         """``12.3 GiB (params 2.2, grads 2.2, optimizer 4.5, activations 3.1, attention 0.0, loss 0.3 GiB)``."""
@@ -57,7 +63,8 @@ class MemoryEstimate:
             return f"{n / 2**30:.1f}"
         return (f"{gib(self.total)} GiB (params {gib(self.params)}, grads {gib(self.grads)}, optimizer "
                 f"{gib(self.opt_state)}, activations {gib(self.activations)}, attention {gib(self.attention)}, "
-                f"loss {gib(self.loss)} GiB; remat={self.remat})")
+                f"loss {gib(self.loss)} GiB; remat={self.remat})"
+                + (f" + {gib(self.host)} GiB on the host" if self.host else ""))
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "total": self.total}
@@ -75,16 +82,25 @@ def _kept_per_token(model: Any, remat: Remat) -> tuple[float, float]:
     kept = {Remat.NONE: whole,
             Remat.SAVE_DOTS: d + (d + 2 * kv) + d + 2 * inter + d,
             Remat.SAVE_ATTENTION: d + (d + 2 * kv) + 2 * d,
-            Remat.FULL: d}[remat]
+            Remat.FULL: d,
+            Remat.OFFLOAD: d}[remat]
     return kept, whole
 
 
-def _moment_bytes(optimizer: Any, params: int, largest: int, offload: bool) -> int:
-    """Device bytes of Adam's two moments (of the largest parameter only, when offloaded)."""
+def _offloaded_per_token(model: Any, remat: Remat) -> int:
+    """Values one layer puts in host memory per token: ``OFFLOAD``'s are ``SAVE_ATTENTION``'s but the
+    layer's input (q, k, v, the attention output, o)."""
+    d, kv = model.hidden_dim, model.num_kv_heads * model.head_dim
+    return (d + 2 * kv) + 2 * d if remat is Remat.OFFLOAD else 0
+
+
+def _moment_bytes(optimizer: Any, params: int, largest: int, offload: bool) -> tuple[int, int]:
+    """(device bytes, host bytes) of Adam's two moments: all on the device, or when offloaded all on
+    the host and the largest parameter's on the device while it is updated."""
     each = 2 if getattr(optimizer, "moment_dtype", "float32") == "bfloat16" else 4
     second = 0.05 if getattr(optimizer, "factored_second_moment", False) else 1.0
     per_param = each * (1.0 + second)
-    return int(per_param * (largest if offload else params))
+    return (int(per_param * largest), int(per_param * params)) if offload else (int(per_param * params), 0)
 
 
 def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
@@ -115,6 +131,7 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
     tokens = math.ceil(batch / batch_shards) * seq_len
     kept, whole = _kept_per_token(model, remat)
     activations = tokens * compute_bytes * (kept * model.num_layers + whole)
+    offloaded = tokens * compute_bytes * _offloaded_per_token(model, remat) * model.num_layers
     # The layers' weights cast to the compute dtype: XLA hoists the cast out of the layer loop (and
     # without remat the backward pass needs them anyway).
     activations += compute_bytes * layer_params // shards
@@ -136,19 +153,47 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
         # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
         # the embedding table and the head cast to the compute dtype.
         loss = rows * block * model.vocab_size * (8 + compute_bytes) + (4 + 2 * compute_bytes) * largest // shards
-    return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards,
-                          opt_state=_moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer),
-                          activations=activations, attention=scores, loss=loss, remat=remat.value)
+    moments, host_moments = _moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer)
+    return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards, opt_state=moments,
+                          activations=activations, attention=scores, loss=loss, remat=remat.value,
+                          host=offloaded + host_moments)
 
 
-def choose_remat(model: Any, available: int, *, candidates: Sequence[Remat] = _AUTO_ORDER,
-                 **kwargs: Any) -> tuple[Remat, MemoryEstimate]:
+def choose_remat(model: Any, available: int, *, host_available: int | None = None,
+                 candidates: Sequence[Remat] = _AUTO_ORDER, **kwargs: Any) -> tuple[Remat, MemoryEstimate]:
     """The first of ``candidates`` (least recomputation first) whose estimate fits ``available``
-    bytes, with its estimate; the last candidate's (the smallest) when none fits."""
+    bytes of device memory, with its estimate; the last candidate's (the smallest) when none fits.
+
+    ``OFFLOAD`` is tried only with ``host_available`` (the host memory a TPU's step may use: see
+    :func:`host_memory`), and taken only when its host bytes fit there too.
+    """
+    candidates = [r for r in candidates if r is not Remat.OFFLOAD or host_available is not None]
+    if not candidates:
+        raise ValueError("choose_remat: no candidate policy left (OFFLOAD needs host_available)")
     estimate = None
     for remat in candidates:
         estimate = estimate_memory(model, remat=remat, **kwargs)
-        if estimate.fits(available):
+        if estimate.fits(available, host_available):
             return remat, estimate
     assert estimate is not None
     return candidates[-1], estimate
+
+
+def offload_room(platform: str) -> int | None:
+    """The host memory ``remat="auto"`` may offload activations to on a device of ``platform``
+    (``jax.Device.platform``): :func:`host_memory` on a TPU; None elsewhere (a CPU's device memory
+    is the host's, and a GPU's offload is not measured here)."""
+    return host_memory() if platform == "tpu" else None
+
+
+def host_memory() -> int | None:
+    """Bytes of this host's memory a step may still take (``MemAvailable`` of ``/proc/meminfo``;
+    None where the file does not say: not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -48,7 +48,7 @@ def test_settings_that_do_not_change_the_model_do_not_change_the_hash():
                      {"wandb": WandbConfig(project="p")}, {"z_loss_weight": None}, {"evals": None},
                      {"resources": ResourceConfig.with_cpu()}, {"mesh": MeshConfig(data=1, fsdp=-1, tensor=2)},
                      # How the step is computed, not what (tests show equal values and gradients).
-                     {"remat": "full"}, {"attention": "splash"}, {"loss_block": 16}, {"offload_optimizer": True}):
+                     {"remat": "full"}, {"remat": "offload"}, {"attention": "splash"}, {"loss_block": 16}, {"offload_optimizer": True}):
         assert hash_over_fixed_sources(_handle(**settings)) == base, settings
     for settings in ({"seed": 1}, {"z_loss_weight": 1e-4}, {"grad_accum": 2}, {"eval_every": 7},
                      {"compute_dtype": "bfloat16"}, {"checkpoint": CheckpointConfig(save_every=7)},
@@ -72,7 +72,7 @@ def test_the_hash_of_a_training_step_is_pinned():
     ({"learning_rate": 1e-3}, "train_lm 'checkpoints/x': unknown training setting 'learning_rate'; settings are: "),
     ({"mesh": "fsdp=8"}, "train_lm 'checkpoints/x': mesh must be a MeshConfig, got str"),
     ({"remat": "some"}, "train_lm 'checkpoints/x': remat must be one of ['auto', 'none', 'save_dots', "
-                        "'save_attention', 'full'], got 'some'"),
+                        "'save_attention', 'full', 'offload'], got 'some'"),
     ({"attention": "flash"}, "train_lm 'checkpoints/x': attention must be one of ['auto', 'xla', 'splash'], got 'flash'"),
     ({"evals": ["hellaswag"]}, "train_lm 'checkpoints/x': eval dataset 'hellaswag': 'hellaswag' is not a tokenized "
                                "handle, a step, an existing path, a URL or a Hugging Face dataset id"),

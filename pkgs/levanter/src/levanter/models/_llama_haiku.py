@@ -187,14 +187,29 @@ def _layer(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment_
 
 
 _SAVED_NAMES = {Remat.SAVE_ATTENTION: ("q_proj", "k_proj", "v_proj", "attention", "o_proj")}
+# The attention projections rather than the MLP's gate and up: per token they are about half the
+# bytes (3 hidden + 2 kv against 2 intermediate), which the host link must carry out in the forward
+# pass and back in the backward while the layers compute; the MLP's would outrun it (docs/training.md).
+_OFFLOADED_NAMES = {Remat.OFFLOAD: _SAVED_NAMES[Remat.SAVE_ATTENTION]}
+_OFFLOAD_MEMORY = "pinned_host"  # where Remat.OFFLOAD puts them (a JAX memory kind)
 
 
 def remat_policy(remat: Remat) -> Callable[..., Any] | None:
-    """The ``jax.checkpoint`` policy of ``remat`` (None: everything recomputed)."""
+    """The ``jax.checkpoint`` policy of ``remat`` (None: everything recomputed).
+
+    ``OFFLOAD``'s is the same on every backend: the traced step moves its names to host memory
+    (``device_put`` to the host's memory space). A TPU's compiled program does the copies; the CPU
+    backend lowers them to nothing (its device memory is the host's), so on a CPU it computes
+    exactly what ``SAVE_ATTENTION`` does.
+    """
     if remat is Remat.SAVE_DOTS:
         return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     if remat in _SAVED_NAMES:
         return jax.checkpoint_policies.save_only_these_names(*_SAVED_NAMES[remat])
+    if remat in _OFFLOADED_NAMES:
+        return jax.checkpoint_policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=(), names_which_can_be_offloaded=_OFFLOADED_NAMES[remat],
+            offload_src="device", offload_dst=_OFFLOAD_MEMORY)
     return None
 
 

@@ -29,6 +29,11 @@ class Remat(enum.Enum):
     """Keep the attention projections' outputs (q, k, v, attention output, o); recompute the MLP."""
     FULL = "full"
     """Keep each layer's input only; recompute the whole layer (the least memory)."""
+    OFFLOAD = "offload"
+    """Keep what ``SAVE_ATTENTION`` keeps, but in the host's memory: the attention projections'
+    outputs go to pinned host memory in the forward pass and come back for the backward; the
+    device keeps each layer's input only, as ``FULL`` does, and the MLP, norms and rotary
+    embeddings are recomputed. A TPU's choice between ``FULL`` and the save policies."""
 
     @classmethod
     def parse(cls, value: Remat | str | None) -> Remat:
