@@ -131,9 +131,12 @@ measure)
         MARIN_COMPILATION_CACHE="$(fresh_dir jax-fresh)" MARIN_ACCELERATOR_PROCESS=fresh \
             timed train-nano-fresh .venv/bin/marin run experiments/train_nano.py --prefix "$fresh"
         timed compare .venv/bin/python -m benchmarks.compare_builds "$warm" "$fresh"
-        grep -h -A30 '^scores:' "$out/train-nano-warm-1.txt" >"$out/scores-warm.txt" || true
-        grep -h -A30 '^scores:' "$out/train-nano-fresh.txt" >"$out/scores-fresh.txt" || true
-        if diff "$out/scores-warm.txt" "$out/scores-fresh.txt" >"$out/scores-diff.txt"; then
+        scores() { awk '/^scores:/ {on = 1; print; next} on && /^  / {print; next} {on = 0}' "$1"; }
+        scores "$out/train-nano-warm-1.txt" >"$out/scores-warm.txt"
+        scores "$out/train-nano-fresh.txt" >"$out/scores-fresh.txt"
+        if [ ! -s "$out/scores-warm.txt" ]; then
+            echo "scores: none printed by the warm run" | tee -a "$out/summary.txt"
+        elif diff "$out/scores-warm.txt" "$out/scores-fresh.txt" >"$out/scores-diff.txt"; then
             echo "scores: warm and fresh print the same" | tee -a "$out/summary.txt"
         else
             echo "scores: DIFFER (see scores-diff.txt)" | tee -a "$out/summary.txt"
