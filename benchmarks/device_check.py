@@ -67,7 +67,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="a llama_* preset of experiments/llama.py (default llama_150m)")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch (default 32; smoke: 8)")
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 1024; smoke: 64)")
-    parser.add_argument("--remat", default="auto", help="auto, none, save_dots, save_attention or full")
+    parser.add_argument("--remat", default="auto", help="auto, none, save_dots, save_attention, full or offload")
     parser.add_argument("--attention", default="auto", help="auto, xla or splash")
     parser.add_argument("--loss-impl", default="auto", help="the loss over the head: auto, blockwise or pallas")
     parser.add_argument("--config", action="append", default=[], metavar="MODEL:BxT[:REMAT[:ATTN[:LOSS]]]",
