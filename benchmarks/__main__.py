@@ -8,7 +8,8 @@ import sys
 BENCHES = ("bench_engine", "bench_scale", "bench_report", "bench_tokenize", "bench_train", "bench_cutoff",
            "bench_sharding", "bench_extend", "bench_shuffle", "bench_datakit", "bench_eval_harness", "bench_warm",
            "bench_lost_lease", "bench_sources", "bench_plan_sources", "bench_incremental", "bench_rules",
-           "bench_html", "bench_warc", "bench_moments", "bench_accumulation", "bench_faults", "bench_noop_cpu", "bench_generate")
+           "bench_html", "bench_warc", "bench_moments", "bench_accumulation", "bench_faults", "bench_noop_cpu",
+           "bench_generate", "bench_serve")
 
 
 def main(argv: list[str]) -> None:
