@@ -18,7 +18,14 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import lower
 from marin.execution.store.step_record import StepRecord
 from marin.experiment.generation import generations, load_generation_model
-from marin.experiment.generation.steps import completion_seed, read_prompts, shard_name
+from marin.experiment.generation.steps import (
+    SUMMARY_FILE,
+    GenerationsConfig,
+    completion_seed,
+    generations_step,
+    read_prompts,
+    shard_name,
+)
 from rigging import filesystem as fs
 from testsupport.lm_graph import copy_prefix, runner, tiny_model
 
@@ -96,7 +103,7 @@ def test_a_killed_build_resumes_from_its_shards_and_writes_the_same_bytes(built:
     assert result.ok, [(s.name, s.error) for s in result.failed]
     after = _files(prefix)
     assert _shards(after) == built["shards"]  # the same bytes as the unbroken build
-    summary = json.loads(fs.read_text(fs.join(after, "generation.json")))
+    summary = json.loads(fs.read_text(fs.join(after, SUMMARY_FILE)))
     assert summary["shards_reused"] == len(kept), summary
     if after == files:  # resumed in place: the completed shards were not written again
         assert {n: os.stat(os.path.join(files, n)).st_mtime_ns for n in kept} == stamps
@@ -145,3 +152,27 @@ def test_marin_sample_draws_what_a_generations_step_with_its_seed_writes(built: 
     assert shown.exit_code == 0, shown.output
     records = [json.loads(line) for line in built["shards"][shard_name(0)].decode().splitlines()][:2]
     assert shown.output == "".join(f"--- sample {r['sample']}\n{PROMPTS[0]}{r['text']}\n" for r in records)
+
+
+def test_chat_generations_are_conversations_and_a_build_is_a_prompt_source(built: dict, tmp_path: Path) -> None:
+    import shutil
+
+    from marin.experiment.chat import conversation_from_record
+    from marin.experiment.chat.template import DEFAULT_CHAT_TEMPLATE
+    from marin.experiment.chat.tokenize import TEMPLATE_FILE, template_to_json
+
+    # Another step reads a build's folder as prompts: its records' prompts, the summary left out.
+    assert read_prompts(_files(built["prefix"])) == [p for p in PROMPTS for _ in (0, 1)]
+    # A copy of the model with a chat template beside it answers user turns in the template.
+    model = lower(tiny_model(steps=10))
+    run = tmp_path / "run"
+    shutil.copytree(built["prefix"] / f"{model.name}-{model.hash[:16]}", run)
+    (run / TEMPLATE_FILE).write_text(template_to_json(DEFAULT_CHAT_TEMPLATE))
+    out = tmp_path / "out"
+    generations_step(GenerationsConfig(model=str(run), prompts=("Who is Tom?", "Tell a story."), chat=True,
+                                       sampling=SamplingParams(max_tokens=6)), str(out))
+    records = [json.loads(line) for line in (out / shard_name(0)).read_text().splitlines()]
+    assert [r["prompt"] for r in records] == ["Who is Tom?", "Tell a story."]
+    for r in records:
+        conversation = conversation_from_record(r)  # what tokenized_chat reads
+        assert [m.content for m in conversation] == [r["prompt"], r["text"]]

@@ -31,7 +31,7 @@ from marin.experiment.training.models import FINAL, check_checkpoint_kept, train
 from rigging import filesystem as fs
 from rigging.fields import unhashed_field
 
-__all__ = ["Generations", "GenerationsConfig", "completion_seed", "generations", "generations_step", "read_prompts",
+__all__ = ["SUMMARY_FILE", "Generations", "GenerationsConfig", "completion_seed", "generations", "generations_step", "read_prompts",
            "shard_name"]
 
 PROMPT_FIELDS = ("prompt", "text")
@@ -106,8 +106,13 @@ def read_prompts(prompts: Any) -> list[str]:
     return found
 
 
-# generation.json names the model's folder.
-@step_function(StepTraits(volatile_files=("generation.json",), accelerator=True))
+SUMMARY_FILE = ".generation.json"
+"""What the build did (shards written and reused); hidden, so that a reader of the output folder as a
+dataset (``source=`` of a later step) reads only the shards."""
+
+
+# The summary names the model's folder.
+@step_function(StepTraits(volatile_files=(SUMMARY_FILE,), accelerator=True))
 def generations_step(config: GenerationsConfig, output_path: str) -> None:
     """Step function: complete every prompt ``n`` times, one shard at a time, skipping shards a
     killed attempt completed."""
@@ -130,7 +135,7 @@ def generations_step(config: GenerationsConfig, output_path: str) -> None:
             reused += 1
             continue
         write_jsonl(path, _complete(model, engine, config, prompts, start))
-    fs.atomic_write(fs.join(output_path, "generation.json"),
+    fs.atomic_write(fs.join(output_path, SUMMARY_FILE),
                     json.dumps({"model": str(config.model), "shards": len(shards), "shards_reused": reused}) + "\n")
     print(f"{len(prompts) * config.n} completions of {len(prompts)} prompts in {len(shards)} shards "
           f"({reused} reused from an earlier attempt)")
