@@ -11,7 +11,6 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from levanter.ema import ema_update
 from levanter.optim import learning_rate
 from levanter.training.loss import objective_terms, target_weight
 from levanter.training.state import TrainState
@@ -116,8 +115,7 @@ def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: 
 def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax.Array], optax.GradientTransformation],
                     compute_dtype: jnp.dtype, grad_accum: int, batch_sharding: NamedSharding | None = None,
                     z_loss_weight: float = 0.0, *, loss_block: int | None = None,
-                    opt_state_device: Any = None, grad_dtype: Any = jnp.float32, objective: Objective | None = None,
-                    ema_decay: float | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+                    opt_state_device: Any = None, grad_dtype: Any = jnp.float32, objective: Objective | None = None) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The un-jitted step ``(state, batch) -> (state, metrics)`` of ``model`` (a Haiku ``Transformed``).
 
     When ``tx`` is ``rate -> transformation`` (``AdamConfig.at_rate``) rather than a transformation,
@@ -142,8 +140,8 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
     ``objective`` replaces that loss (a preference loss, or the loss of adapters over frozen
     weights); its other metrics join the step's, and its ``frozen`` argument is the step's optional
     last one: ``(state, batch, rate, frozen)``. The batch may be any pytree of arrays with the
-    batch as their first dimension. With ``ema_decay`` the state's ``ema`` is moved towards the
-    updated parameters (``levanter.ema``).
+    batch as their first dimension. An average of the parameters is kept by wrapping the step
+    (``levanter.ema.averaged_step``).
     """
     if objective is None:
         objective = lm_objective(model, compute_dtype, z_loss_weight, loss_block=loss_block)
@@ -172,8 +170,6 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         updates, opt_state = transformation_at(rate).update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         new_state = state.replace(params=new_params, opt_state=opt_state, step=state.step + 1)
-        if ema_decay is not None:
-            new_state = new_state.replace(ema=ema_update(state.ema, new_params, ema_decay))
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": learning_rate(opt_state), **extra}
         return new_state, metrics
 
