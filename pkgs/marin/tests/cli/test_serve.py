@@ -118,6 +118,15 @@ def test_streams_are_the_same_text_in_chunks(server: Server) -> None:
                                             stream=True))
     assert len(chunks) > 2 and "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    # A stop string cuts the text where it starts (greedy: the text without it is known), streamed or not.
+    plain = client.completions.create(model=NAME, prompt="The cat", max_tokens=30, temperature=0).choices[0].text
+    stop = plain.strip()[4:7]
+    assert len(stop) == 3 and stop in plain, plain
+    cut = client.completions.create(model=NAME, prompt="The cat", max_tokens=30, temperature=0, stop=[stop, "@@"])
+    assert cut.choices[0].text == plain[:plain.index(stop)] and cut.choices[0].finish_reason == "stop"
+    pieces = client.completions.create(model=NAME, prompt="The cat", max_tokens=30, temperature=0, stop=stop,
+                                       stream=True)
+    assert "".join(c.choices[0].text for c in pieces) == cut.choices[0].text
     messages = [{"role": "user", "content": "Tell me a story."}]
     chat = client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0)
     streamed = list(client.chat.completions.create(model=NAME, messages=messages, max_tokens=20, temperature=0,
