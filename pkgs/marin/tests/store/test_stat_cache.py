@@ -28,6 +28,24 @@ def _old_files(folder: Path, n: int) -> list[str]:
     return paths
 
 
+def test_a_same_size_edit_with_its_modification_time_put_back_is_read_again(tmp_path: Path) -> None:
+    [path] = _old_files(tmp_path / "data", 1)
+    where = str(tmp_path / "cache" / "stat.sqlite")
+    with StatCache(where) as cache:
+        before = cache.digest(path)
+    Path(path).write_text("LINE 0\n")  # the same size
+    os.utime(path, ns=(_OLD_NS, _OLD_NS))  # `touch -d <old time>`, `cp -p`: only the change time tells
+    with StatCache(where) as cache:
+        after = cache.digest(path)
+        assert cache.reads == 1
+    assert after != before and after == hashlib.sha256(b"LINE 0\n").hexdigest()
+    src = str(tmp_path / "data" / "*.txt")
+    first = fingerprint_source(src, stat_cache=StatCache(where))
+    Path(path).write_text("line 0\n")
+    os.utime(path, ns=(_OLD_NS, _OLD_NS))
+    assert fingerprint_source(src, stat_cache=StatCache(where)) != first
+
+
 def test_digests_are_read_once_and_remembered_by_the_next_instance(tmp_path: Path) -> None:
     paths = _old_files(tmp_path / "data", 5)
     where = str(tmp_path / "cache" / "stat.sqlite")

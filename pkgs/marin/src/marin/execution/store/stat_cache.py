@@ -3,8 +3,10 @@ index do: an unchanged file is read once, ever; a touched one is read again.
 
 The cache is one SQLite file (write-ahead log, busy timeout), shared by every process and run of
 a user: ``MARIN_STAT_CACHE``, else ``$XDG_CACHE_HOME/marin/stat-cache.sqlite``, else
-``~/.cache/marin/stat-cache.sqlite``. A row is keyed by (device, inode) and holds the size and
-``mtime_ns`` its digest was read at; any difference in them is a miss.
+``~/.cache/marin/stat-cache.sqlite``. A row is keyed by (device, inode) and holds the size,
+``mtime_ns`` and ``ctime_ns`` its digest was read at; any difference in them is a miss. The change
+time is there because a modification time can be put back (``touch -d``, ``cp -p``, an editor
+that keeps it) after a same-size edit; the change time cannot be set by a user.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ _BUSY_S = 30.0
 _WHOLE_READ = 1 << 20
 # Inodes per lookup query (below SQLite's oldest limit of 999 bound parameters).
 _CHUNK = 500
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS file_digests (ino INTEGER NOT NULL, dev INTEGER NOT NULL, "
-           "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
+# (A cache written before the change time was kept holds a table ``file_digests``: never read.)
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS file_digests_2 (ino INTEGER NOT NULL, dev INTEGER NOT NULL, "
+           "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
            "PRIMARY KEY (ino, dev)) WITHOUT ROWID")
 # A whole source's answer, kept under the signature of its listing (every path and its stat), so that
 # an unchanged glob of many files costs its stats and one row, not a row per file.
@@ -45,17 +48,18 @@ _LISTINGS = ("CREATE TABLE IF NOT EXISTS listings (spec TEXT PRIMARY KEY, signat
 
 
 def listing_signature(paths: Sequence[str], stats: Sequence[os.stat_result]) -> str:
-    """A digest of a listing: each path with the (device, inode, size, mtime_ns) ``stat`` gave it."""
+    """A digest of a listing: each path with the (device, inode, size, mtime_ns, ctime_ns) ``stat`` gave it."""
     numbers = array.array("Q")
     for st in stats:
-        numbers.extend((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        numbers.extend((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     digest = hashlib.sha256("\n".join(paths).encode("utf-8", "surrogateescape"))
     digest.update(numbers.tobytes())
     return digest.hexdigest()
 
 
 def _settled(st: os.stat_result, stat_time_ns: int) -> bool:
-    """Whether a file was last modified long enough before it was stat'ed to be remembered."""
+    """Whether a file was last modified long enough before it was stat'ed to be remembered (its
+    change time, also in the key, may be recent: a file whose modification time was put back)."""
     return st.st_mtime_ns < stat_time_ns - _RACY_NS
 
 
@@ -78,7 +82,7 @@ def _read_sha256(path: str, size: int) -> str:
 
 
 class StatCache:
-    """A persistent map (device, inode, size, mtime_ns) → SHA-256 of a local file's content.
+    """A persistent map (device, inode, size, mtime_ns, ctime_ns) → SHA-256 of a local file's content.
 
     Safe for threads and for processes sharing one file. Use it as a context manager, or
     :meth:`close` it.
@@ -156,8 +160,8 @@ class StatCache:
         found: dict[int, str] = {}
         for i, st in enumerate(stats):
             row = known.get((_signed(st.st_ino), _signed(st.st_dev)))
-            if row is not None and row[0] == st.st_size and row[1] == st.st_mtime_ns:
-                found[i] = row[2]
+            if row is not None and row[:3] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                found[i] = row[3]
         fresh = {i: _read_sha256(paths[i], stats[i].st_size) for i in range(len(paths)) if i not in found}
         self.reads += len(fresh)
         self._store([(stats[i], sha) for i, sha in fresh.items() if _settled(stats[i], stat_time_ns)])
@@ -180,23 +184,24 @@ class StatCache:
         self._write("INSERT OR REPLACE INTO listings VALUES (?, ?, ?, ?)",
                     [(spec, signature, ",".join(digests), fingerprint)])
 
-    def _lookup(self, stats: Sequence[os.stat_result]) -> dict[tuple[int, int], tuple[int, int, str]]:
+    def _lookup(self, stats: Sequence[os.stat_result]) -> dict[tuple[int, int], tuple[int, int, int, str]]:
         inodes = sorted({_signed(st.st_ino) for st in stats})
-        known: dict[tuple[int, int], tuple[int, int, str]] = {}
+        known: dict[tuple[int, int], tuple[int, int, int, str]] = {}
         with self._lock:
             for start in range(0, len(inodes), _CHUNK):
                 chunk = inodes[start:start + _CHUNK]
-                query = ("SELECT ino, dev, size, mtime_ns, sha256 FROM file_digests WHERE ino IN "
+                query = ("SELECT ino, dev, size, mtime_ns, ctime_ns, sha256 FROM file_digests_2 WHERE ino IN "
                          f"({','.join('?' * len(chunk))})")
-                for ino, dev, size, mtime_ns, sha in self._db.execute(query, chunk):
-                    known[(ino, dev)] = (size, mtime_ns, sha)
+                for ino, dev, size, mtime_ns, ctime_ns, sha in self._db.execute(query, chunk):
+                    known[(ino, dev)] = (size, mtime_ns, ctime_ns, sha)
         return known
 
     def _store(self, rows: Sequence[tuple[os.stat_result, str]]) -> None:
         if not rows:
             return
-        values = [(_signed(st.st_ino), _signed(st.st_dev), st.st_size, st.st_mtime_ns, sha) for st, sha in rows]
-        self._write("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?, ?)", values)
+        values = [(_signed(st.st_ino), _signed(st.st_dev), st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha)
+                  for st, sha in rows]
+        self._write("INSERT OR REPLACE INTO file_digests_2 VALUES (?, ?, ?, ?, ?, ?)", values)
 
     def _write(self, statement: str, values: Sequence[tuple[Any, ...]]) -> None:
         import sqlite3  # see __init__
