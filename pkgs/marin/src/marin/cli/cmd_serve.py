@@ -29,10 +29,12 @@ from marin.cli.errors import MarinError
 @click.option("--steps-per-sync", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Tokens decoded per trip to the device (a new request waits at most this many).")
 @click.option("--cpu", is_flag=True, help="Compute on the CPU even where the host has an accelerator.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
+              help="Precision of the computation (default: bfloat16 on an accelerator, float32 on the CPU).")
 @prefix_option
 @click.pass_context
 def serve(ctx: click.Context, model: str, step: int | None, ema: bool, name: str | None, host: str, port: int,
-          api_key: str | None, slots: int, max_len: int | None, steps_per_sync: int, cpu: bool,
+          api_key: str | None, slots: int, max_len: int | None, steps_per_sync: int, cpu: bool, dtype: str | None,
           prefix: str | None) -> None:
     """Serve MODEL (a training step's output folder or name, a Hugging Face folder, or a model id in the
     hub cache) at /v1/models, /v1/completions and /v1/chat/completions until Ctrl-C."""
@@ -44,8 +46,11 @@ def serve(ctx: click.Context, model: str, step: int | None, ema: bool, name: str
     loaded = _load(ctx, model, prefix, step, ema)
     if max_len is not None and max_len > loaded.context:
         raise MarinError(f"--max-len {max_len} exceeds the model's context of {loaded.context} tokens")
-    _run(loaded, name or model, host, port, api_key, device, slots=slots, max_len=max_len,
-         steps_per_sync=steps_per_sync)
+    from levanter.config import ComputeDtype
+
+    compute = ComputeDtype(dtype or ("float32" if device == "cpu" else "bfloat16"))
+    _run(loaded, name or model, host, port, api_key, f"{device}, {compute.value}", slots=slots, max_len=max_len,
+         steps_per_sync=steps_per_sync, compute_dtype=compute)
 
 
 def _load(ctx: click.Context, model: str, prefix: str | None, step: int | None, ema: bool):
