@@ -223,13 +223,15 @@ def test_ctrl_c_of_the_runner_records_the_warm_step_interrupted_and_ends_the_war
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err.decode()
+    said = err.decode()[-4000:]
+    assert proc.returncode != 0 and "KeyboardInterrupt" in said, said
     quick_pid = chip.read_records(records)["quick"]["pid"]
-    assert quick_pid == warm_pid  # the two ran in one warm process
+    assert quick_pid == warm_pid, said  # the two ran in one warm process
     [held_folder] = [os.path.join(prefix, "chip", d) for d in os.listdir(os.path.join(prefix, "chip"))
                      if d.startswith("held-")]
     record = StepRecord(held_folder)
-    assert not record.is_done() and record.read_json(record.status)["state"] == "interrupted"
+    status = record.read_json(record.status)
+    assert not record.is_done() and status["state"] == "interrupted", (status, said)
     deadline = time.monotonic() + 10
     while psutil.pid_exists(warm_pid) and psutil.Process(warm_pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the warm process outlived the interrupted runner"
