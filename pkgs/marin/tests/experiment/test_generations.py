@@ -176,3 +176,34 @@ def test_chat_generations_are_conversations_and_a_build_is_a_prompt_source(built
     for r in records:
         conversation = conversation_from_record(r)  # what tokenized_chat reads
         assert [m.content for m in conversation] == [r["prompt"], r["text"]]
+
+
+def _longer(prompt: str, text: str) -> float:
+    """A judge: longer completions are better."""
+    return float(len(text))
+
+
+def test_judged_pairs_feed_preference_chat(built: dict) -> None:
+    from marin.experiment import preference_chat
+    from marin.experiment.generation.judged import judged_pairs
+    from testsupport.lm_graph import tokenizer
+
+    pairs = judged_pairs("pairs/tiny", _step(), _longer)
+    tokenized = preference_chat("tokenized/tiny-pairs", pairs, tokenizer, max_seq_len=48, validation_fraction=0.0)
+    result = runner(built["prefix"]).run([tokenized])
+    assert result.ok, [(s.name, s.error) for s in result.failed]
+    rows = [json.loads(line) for line in
+            fs.read_text(fs.join(result.by_name("pairs/tiny").output_path, shard_name(0))).splitlines()]
+    records = [json.loads(line) for data in built["shards"].values() for line in data.decode().splitlines()]
+    expected = [i for i in range(len(PROMPTS)) if len(records[2 * i]["text"]) != len(records[2 * i + 1]["text"])
+                and records[2 * i]["text"] and records[2 * i + 1]["text"]]
+    assert [r["id"] for r in rows] == expected and expected
+    for r in rows:
+        a, b = records[2 * r["id"]]["text"], records[2 * r["id"] + 1]["text"]
+        assert (r["chosen"], r["rejected"]) == ((a, b) if len(a) > len(b) else (b, a))
+    summary = json.loads(fs.read_text(fs.join(result.by_name("tokenized/tiny-pairs").output_path, "index.json")))
+    assert summary["counters"]["pairs"] == len(rows), summary
+    with pytest.raises(InvalidStep, match=r"makes 1 completion per prompt"):
+        judged_pairs("p", generations("g", tiny_model(steps=10), ["a"]), _longer)
+    with pytest.raises(InvalidStep, match=r"judge must be a module-level function"):
+        judged_pairs("p", _step(), lambda p, t: 0.0)

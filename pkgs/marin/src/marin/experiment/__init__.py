@@ -4,7 +4,7 @@ Handles for data (the bundled corpus, trained tokenizers, tokenized text and cha
 (``html_to_text``, ``dedup``, ``classify``, ``decontaminate``, ``consolidate``, ...), training
 (``train_lm``, ``checkpoint``, with ``lora=LoraConfig(...)`` and ``ema=``), post-training
 (``preference_chat``, ``story_preferences``, ``reference_logprobs``, ``dpo``, ``merge_checkpoints``,
-``merge_lora``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``), generation (``generations``, ``SamplingParams``) and export, the best trial of a sweep (``best``; ``sweep`` itself is
+``merge_lora``), evaluation (``evaluate``, ``story_tasks``, ``eval_report``), generation (``generations``, ``judged_pairs``, ``SamplingParams``) and export, the best trial of a sweep (``best``; ``sweep`` itself is
 :func:`marin.experiment.sweeps.sweep.sweep`: the name is its module's), the mixture a sweep's fit
 proposes (``mixture_fit``) and scaling ladders (``isoflop``).
 They live in subpackages by idea: :mod:`~marin.experiment.data`, :mod:`~marin.experiment.datakit`,
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     )
     from marin.experiment.evaluation.eval import eval_data, evaluate
     from marin.experiment.evaluation.table import eval_report
+    from marin.experiment.generation.judged import judged_pairs
     from marin.experiment.generation.steps import generations
     from marin.experiment.hf import export_hf, hf_checkpoint
     from marin.experiment.posttrain.data import preference_chat, preference_data
@@ -105,6 +106,7 @@ _WHERE = {
     "evaluate": "marin.experiment.evaluation.eval",
     "eval_report": "marin.experiment.evaluation.table",
     "generations": "marin.experiment.generation.steps",
+    "judged_pairs": "marin.experiment.generation.judged",
     "SamplingParams": "levanter.inference.sampling",
     # As marin.experiment.posttrain's own map says: listed here again because importing this package
     # loads no subpackage (tested), and that package's submodules dpo and merge shadow its names.
@@ -156,6 +158,7 @@ __all__ = [
     "hf_checkpoint",
     "html_to_text",
     "isoflop",
+    "judged_pairs",
     "keep",
     "keep_languages",
     "language_id",

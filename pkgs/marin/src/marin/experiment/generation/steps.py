@@ -118,6 +118,7 @@ def generations_step(config: GenerationsConfig, output_path: str) -> None:
     killed attempt completed."""
     import json
 
+    # Here, not at the top: the model loader imports JAX, which planning a graph never needs.
     from marin.experiment.generation.model import load_generation_model
     from marin.processing.attributes import write_jsonl
 
