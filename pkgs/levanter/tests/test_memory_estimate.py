@@ -82,6 +82,9 @@ def test_auto_offloads_rather_than_recompute_where_the_host_has_room():
     # Where SAVE_ATTENTION fits the device it keeps the same activations without their copies.
     roomy = int(estimate_memory(M150, remat="save_attention", **kwargs).total * HEADROOM) + 1
     assert choose_remat(M150, roomy, host_available=64 * GIB, **kwargs)[0] is Remat.SAVE_ATTENTION
+    # Nothing fits the device: the least device memory, of equals the one that recomputes less.
+    assert choose_remat(M150, GIB, host_available=64 * GIB, **kwargs)[0] is Remat.OFFLOAD
+    assert choose_remat(M150, GIB, host_available=GIB, **kwargs)[0] is Remat.FULL
 
 
 def test_causal_count_halves_the_attention_products():

@@ -54,8 +54,11 @@ class MemoryEstimate:
     def fits(self, available: int, host_available: int | None = None) -> bool:
         """Whether the step fits in ``available`` bytes of device memory with :data:`HEADROOM`, and
         its :attr:`host` bytes in ``host_available`` (None: not checked) with the same margin."""
-        host_fits = host_available is None or self.host * HEADROOM <= host_available
-        return self.total * HEADROOM <= available and host_fits
+        return self.total * HEADROOM <= available and self.host_fits(host_available)
+
+    def host_fits(self, host_available: int | None) -> bool:
+        """Whether :attr:`host` fits in ``host_available`` bytes with :data:`HEADROOM` (None: not checked)."""
+        return host_available is None or self.host * HEADROOM <= host_available
 
     def describe(self) -> str:
         """``12.3 GiB (params 2.2, grads 2.2, optimizer 4.5, activations 3.1, attention 0.0, loss 0.3 GiB)``."""
@@ -162,7 +165,8 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
 def choose_remat(model: Any, available: int, *, host_available: int | None = None,
                  candidates: Sequence[Remat] = _AUTO_ORDER, **kwargs: Any) -> tuple[Remat, MemoryEstimate]:
     """The first of ``candidates`` (least recomputation first) whose estimate fits ``available``
-    bytes of device memory, with its estimate; the last candidate's (the smallest) when none fits.
+    bytes of device memory, with its estimate; when none fits, the one needing the least device
+    memory (of equals, the first: ``OFFLOAD`` holds what ``FULL`` does and recomputes less).
 
     ``OFFLOAD`` is tried only with ``host_available`` (the host memory a TPU's step may use: see
     :func:`host_memory`), and taken only when its host bytes fit there too.
@@ -170,13 +174,14 @@ def choose_remat(model: Any, available: int, *, host_available: int | None = Non
     candidates = [r for r in candidates if r is not Remat.OFFLOAD or host_available is not None]
     if not candidates:
         raise ValueError("choose_remat: no candidate policy left (OFFLOAD needs host_available)")
-    estimate = None
+    tried = []
     for remat in candidates:
         estimate = estimate_memory(model, remat=remat, **kwargs)
         if estimate.fits(available, host_available):
             return remat, estimate
-    assert estimate is not None
-    return candidates[-1], estimate
+        tried.append((remat, estimate))
+    on_host = [(r, e) for r, e in tried if e.host_fits(host_available)]
+    return min(on_host or tried[-1:], key=lambda pair: pair[1].total)
 
 
 def offload_room(platform: str) -> int | None:
