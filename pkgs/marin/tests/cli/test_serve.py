@@ -218,3 +218,37 @@ def test_an_api_key_is_required_and_ctrl_c_finishes_what_is_in_flight(folder: Pa
         if server.proc.poll() is None:
             os.kill(server.proc.pid, signal.SIGKILL)
             server.proc.wait()
+
+
+def test_a_decoder_failure_answers_every_request_in_flight_with_a_server_error() -> None:
+    # The app in this process, on a model whose parameters do not fit its shape: the first decode
+    # raises on the engine's thread, and the request waiting on it gets a 500 (streamed: an error
+    # event) instead of waiting for ever; later requests get a 503.
+    import jax
+    import jax.numpy as jnp
+    from fastapi.testclient import TestClient
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from levanter.models.llama import LlamaConfig
+    from marin.experiment.generation.model import GenerationModel
+    from marin.serve.app import create_app
+    from marin.serve.engine_loop import EngineLoop
+
+    config = LlamaConfig(vocab_size=8, hidden_dim=8, intermediate_dim=16, num_heads=2, num_kv_heads=2, num_layers=1,
+                         max_seq_len=16)
+    wrong = dataclasses.replace(config, hidden_dim=16, intermediate_dim=32)
+    params = wrong.build().init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate("abcdefg") } | {"[UNK]": 7}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    model = GenerationModel("broken", config, params, tokenizer, ())
+    engine = EngineLoop(model.engine(slots=2))
+    engine.start()
+    try:
+        with TestClient(create_app(model, engine, name="broken")) as client:
+            answer = client.post("/v1/completions", json={"model": "broken", "prompt": "a b c", "max_tokens": 3})
+            assert answer.status_code == 500 and answer.json()["error"]["type"] == "server_error", answer.text
+            later = client.post("/v1/completions", json={"model": "broken", "prompt": "a b", "max_tokens": 3,
+                                                         "stream": True})
+            assert later.status_code == 503 and "the decoder failed" in later.json()["error"]["message"]
+    finally:
+        engine.stop()

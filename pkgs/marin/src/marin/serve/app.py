@@ -25,7 +25,7 @@ from levanter.inference.sampling import SamplingParams
 from marin.experiment.generation.model import GenerationModel
 from marin.experiment.generation.steps import completion_seed
 from marin.serve.api import ApiError, ChatRequest, CompletionRequest, parse_body
-from marin.serve.engine_loop import EngineLoop, Progress
+from marin.serve.engine_loop import FAILED, EngineLoop, Progress
 
 __all__ = ["create_app"]
 
@@ -121,9 +121,21 @@ class _Server:
         return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", "object": kind,
                 "created": int(time.time()), "model": self.name}
 
-    async def run(self, job: _Job, wants_logprobs: bool, chat: bool) -> dict[str, Any]:
+    def start(self, job: _Job) -> tuple[list[Any], asyncio.Queue[tuple[int, Progress]]]:
+        """Submit every choice of ``job``; raises ApiError (503) when the decoder takes no more."""
         queue: asyncio.Queue[tuple[int, Progress]] = asyncio.Queue()
-        requests = [self.engine.submit(job.prompts[p], s, queue, i) for i, (p, s) in enumerate(job.choices)]
+        requests: list[Any] = []
+        try:
+            for i, (p, sampling) in enumerate(job.choices):
+                requests.append(self.engine.submit(job.prompts[p], sampling, queue, i))
+        except RuntimeError as e:  # shutting down, or the decoder failed
+            for request in requests:
+                self.engine.cancel(request)
+            raise ApiError(str(e), kind="server_error", status=503) from None
+        return requests, queue
+
+    async def run(self, job: _Job, wants_logprobs: bool, chat: bool) -> dict[str, Any]:
+        requests, queue = self.start(job)
         final: dict[int, Progress] = {}
         try:
             while len(final) < len(requests):
@@ -134,6 +146,8 @@ class _Server:
             for i, request in enumerate(requests):
                 if i not in final:
                     self.engine.cancel(request)
+        if any(p.finish_reason == FAILED for p in final.values()):
+            raise ApiError("the decoder failed (see the server's log)", kind="server_error", status=500)
         choices = []
         for i in range(len(requests)):
             ids, values, text = self.visible(final[i])
@@ -147,11 +161,11 @@ class _Server:
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens}}
 
-    async def stream(self, job: _Job, wants_logprobs: bool, chat: bool, request: Request) -> AsyncIterator[bytes]:
+    async def stream(self, job: _Job, started: tuple[list[Any], asyncio.Queue[tuple[int, Progress]]], wants_logprobs: bool,
+                     chat: bool, request: Request) -> AsyncIterator[bytes]:
         from marin.serve.streaming import held_back
 
-        queue: asyncio.Queue[tuple[int, Progress]] = asyncio.Queue()
-        requests = [self.engine.submit(job.prompts[p], s, queue, i) for i, (p, s) in enumerate(job.choices)]
+        requests, queue = started
         header = self.header(chat, True)
         sent_text, sent_tokens, done = [0] * len(requests), [0] * len(requests), set()
         watcher = asyncio.ensure_future(_until_disconnect(request))
@@ -167,6 +181,11 @@ class _Server:
                     getter.cancel()
                     return
                 i, progress = getter.result()
+                if progress.finish_reason == FAILED:
+                    done.update(range(len(requests)))
+                    yield _event(ApiError("the decoder failed (see the server's log)", kind="server_error",
+                                          status=500).body())
+                    return
                 ids, values, text = self.visible(progress)
                 end = len(text) if progress.finish_reason else held_back(text, job.choices[i][1].stop)
                 delta, new_ids = text[sent_text[i]:end], ids[sent_tokens[i]:]
@@ -222,13 +241,10 @@ def create_app(model: GenerationModel, engine: EngineLoop, *, name: str, api_key
         prompts = server.chat_prompt(body) if chat else server.completion_prompts(body)
         job = server.job(body, prompts, chat)
         wants_logprobs = bool(body.logprobs) if chat else body.logprobs is not None
-        try:
-            if body.stream:
-                return StreamingResponse(server.stream(job, wants_logprobs, chat, request),
-                                         media_type="text/event-stream")
-            return JSONResponse(await server.run(job, wants_logprobs, chat))
-        except RuntimeError as e:  # shutting down, or the decoder failed
-            raise ApiError(str(e), kind="server_error", status=503) from None
+        if body.stream:
+            return StreamingResponse(server.stream(job, server.start(job), wants_logprobs, chat, request),
+                                     media_type="text/event-stream")
+        return JSONResponse(await server.run(job, wants_logprobs, chat))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

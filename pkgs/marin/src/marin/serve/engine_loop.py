@@ -12,7 +12,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["EngineLoop", "Progress"]
+__all__ = ["FAILED", "EngineLoop", "Progress"]
+
+FAILED = "error"
+"""The ``finish_reason`` of a request in flight when the decoder failed."""
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,11 @@ class EngineLoop:
                 if self._stopping:
                     return
                 self._wake.wait(0.5)
-        except BaseException as e:  # noqa: BLE001 - reported to every later request and logged
+        except BaseException as e:  # noqa: BLE001 - reported to every request in flight and later, and logged
             self._failure = e
             log.exception("the decoder failed; the server refuses new requests")
+            with self._lock:
+                live = list(self._live.values())
+            for request in live:  # their clients get an error now rather than waiting for ever
+                request.completion.finish_reason = FAILED
+                request.listener(request.completion, 0)
