@@ -1,7 +1,8 @@
 """``marin serve``: the tiny model (exported to a Hugging Face folder, its context widened to 256 so a long
 completion can be cut short) behind the OpenAI API, answered by the official ``openai`` client, by
 ``curl``, and by 64 concurrent streaming clients; bad requests get OpenAI's 400 and the server keeps
-serving; a client gone mid-stream frees its slot; Ctrl-C ends the server cleanly."""
+serving; a client gone mid-stream frees its slot; a training step served by its name, behind an API
+key, ends cleanly on Ctrl-C; a decoder failure answers what is in flight."""
 
 from __future__ import annotations
 
@@ -58,12 +59,12 @@ def _folder(trained_prefix: Path, root: Path) -> Path:
     return folder
 
 
-def _start(folder: Path, root: Path, *args: str) -> Server:
+def _start(model: Path | str, root: Path, *args: str) -> Server:
     log = root / f"serve-{time.monotonic_ns()}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
     env.update(JAX_PLATFORMS="cpu", MARIN_ACCELERATOR="none")
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "marin.cli.main", "serve", str(folder), "--name", NAME,
+        proc = subprocess.Popen([sys.executable, "-m", "marin.cli.main", "serve", str(model), "--name", NAME,
                                  "--port", "0", "--slots", "8", "--steps-per-sync", "4", *args],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=root)
     deadline = time.monotonic() + 180
@@ -200,14 +201,16 @@ def test_64_concurrent_streaming_clients_are_all_answered(server: Server) -> Non
     assert server.health()["submitted"] - before == 64
 
 
-def test_an_api_key_is_required_and_ctrl_c_finishes_what_is_in_flight(folder: Path) -> None:
-    server = _start(folder, folder.parent, "--api-key", "s3cret")
+def test_a_step_by_name_an_api_key_and_ctrl_c_finishing_what_is_in_flight(trained_prefix: Path, tmp_path: Path) -> None:
+    # The training step by its name under the prefix (its newest build), as `marin run` names it.
+    server = _start("checkpoints/tiny", tmp_path, "--api-key", "s3cret", "--prefix", str(trained_prefix))
     try:
         with pytest.raises(openai.AuthenticationError):
             server.client(api_key="wrong").models.list()
         client = server.client(api_key="s3cret")
         assert [m.id for m in client.models.list().data] == [NAME]
-        stream = client.completions.create(model=NAME, prompt="Once", max_tokens=60, temperature=1.0, stream=True)
+        assert client.models.list().data[0].max_model_len == 64  # the tiny model's own context
+        stream = client.completions.create(model=NAME, prompt="Once", max_tokens=56, temperature=1.0, stream=True)
         first = next(iter(stream))
         server.proc.send_signal(signal.SIGINT)
         rest = list(stream)
