@@ -73,7 +73,7 @@ def sample_tokens(logits: Any, temperature: Any, top_k: Any, top_p: Any, keys: A
     """The next token of each row of float32 ``logits [b, vocab]``: the argmax where ``temperature``
     is 0, else a draw with ``keys [b, 2]`` from ``softmax(logits / temperature)`` restricted to the
     row's ``top_k`` (0: all) most likely tokens and then to its ``top_p`` nucleus. The sort that
-    top-k and top-p need is skipped when no row asks for either."""
+    top-k and top-p need is skipped when no row asks for either, and the draw when every row is greedy."""
     import jax
     import jax.numpy as jnp
 
@@ -92,6 +92,13 @@ def sample_tokens(logits: Any, temperature: Any, top_k: Any, top_p: Any, keys: A
     def plain(x: Any) -> Any:
         return jax.vmap(jax.random.categorical)(keys, x)
 
-    needs_sort = jnp.any((top_k > 0) | (top_p < 1.0))
-    drawn = jax.lax.cond(needs_sort, filtered, plain, scaled)
+    def draw(x: Any) -> Any:
+        return jax.lax.cond(jnp.any((top_k > 0) | (top_p < 1.0)), filtered, plain, x)
+
+    def none(x: Any) -> Any:
+        return jnp.zeros(x.shape[:1], jnp.int32)
+
+    # A batch of greedy rows draws nothing: the draw (a Gumbel number per row and vocabulary entry,
+    # made a llama_nano-size decode step at batch 64 on a CPU 2.6x slower).
+    drawn = jax.lax.cond(jnp.any(temperature > 0), draw, none, scaled)
     return jnp.where(temperature > 0, drawn, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
