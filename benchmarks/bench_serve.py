@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def main() -> dict[str, float]:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
+        shutil.rmtree(root)
     print(f"\nmarin serve, llama_nano-size model on the CPU, streamed completions of {NEW_TOKENS} tokens")
     print(f"  1 client, 16 requests in turn:     {one_rate:8.1f} tokens/s")
     print(f"  {CLIENTS} clients, {2 * CLIENTS} requests at once: {many_rate:8.1f} tokens/s "
