@@ -3,6 +3,7 @@ cannot be put back, its failure, its death or a long idle time ends the process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -35,6 +36,19 @@ def _fails() -> None:
 def _sleeps(seconds: float) -> int:
     time.sleep(seconds)
     return os.getpid()
+
+
+@functools.lru_cache(maxsize=4)
+def _tables(n: int):
+    """A memo that keeps device arrays, as a kernel built once per shape keeps its tables."""
+    import jax.numpy as jnp
+
+    return jnp.arange(n)
+
+
+def _memoizes(n: int) -> tuple[int, int]:
+    _tables(n)
+    return os.getpid(), _tables.cache_info().currsize
 
 
 @pytest.fixture
@@ -125,3 +139,10 @@ def test_a_process_that_does_not_come_back_clean_in_settle_s_is_killed_and_the_c
         assert "did not come back" in warm.retirements[0] and "settle_s" in warm.retirements[0]
     finally:
         warm.shutdown()
+
+
+def test_a_memo_holding_device_arrays_is_emptied_as_a_fresh_process_has_it_not_taken_for_a_leak(warm):
+    first = warm.submit(_memoizes, 8, name="first").result(timeout=120)
+    second = warm.submit(_memoizes, 16, name="second").result(timeout=120)
+    assert first[0] == second[0] and warm.retirements == []  # one process, not retired
+    assert first[1] == 1 and second[1] == 1  # the second call found the memo empty, as a fresh process would

@@ -4,8 +4,9 @@
 Before a call a :class:`ProcessState` is taken; after it, :meth:`ProcessState.restore` puts back
 what a call can change globally and a fresh process would not have: environment variables, the
 working folder, the random state (``random``, numpy's global one), logging handlers and levels,
-the handlers of SIGINT and SIGTERM, JAX's configuration flags. It also drops every device buffer
-the call left alive (``jax.live_arrays()``) and checks that the device memory in use is back to its
+the handlers of SIGINT and SIGTERM, JAX's configuration flags. It empties the process's
+``functools`` memos (a fresh process has them empty), then drops every device buffer the call left
+alive (``jax.live_arrays()``) and checks that the device memory in use is back to its
 level before the call. What cannot be shown clean is returned as a line: a buffer left alive (some
 module may still hold it), memory not given back, a flag that could not be put back. The process
 must then not serve another call.
@@ -17,6 +18,7 @@ starting it opens the chip), only asked once a call has started it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -63,6 +65,17 @@ def _device_bytes_in_use() -> int | None:
             return None
         total += int(stats["bytes_in_use"])
     return total
+
+
+def _clear_memoized() -> None:
+    """Empty every ``functools`` memo (``lru_cache``, ``cache``) of the process: a fresh process starts
+    with them empty, and one may hold device arrays a call made (a kernel built once per shape keeps
+    its tables on the device: splash attention's mask tables), which are the call's, not a leak of
+    it. What they held is made again when asked for."""
+    for obj in gc.get_objects():
+        if isinstance(obj, functools._lru_cache_wrapper):  # noqa: SLF001 - the type of every lru_cache
+            with contextlib.suppress(Exception):
+                obj.cache_clear()
 
 
 def _describe_arrays(arrays: list[Any]) -> str:
@@ -158,6 +171,7 @@ class ProcessState:
 
     def _device(self) -> None:
         jax = _jax()
+        _clear_memoized()
         gc.collect()  # buffers only a reference cycle still held are the call's garbage, not a leak
         live = list(jax.live_arrays())
         if live:
