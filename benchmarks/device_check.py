@@ -186,7 +186,7 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
         model = dataclasses.replace(model, max_seq_len=spec.seq_len)
     row: dict[str, Any] = {"model": spec.model, "batch": spec.batch, "seq_len": spec.seq_len}
     remat, attention = Remat.parse(spec.remat), _attention(Attention.parse(spec.attention), spec.seq_len)
-    loss = resolve_loss_impl(spec.loss)
+    loss = resolve_loss_impl(spec.loss, model.hidden_dim)
     kwargs: dict[str, Any] = dict(batch=spec.batch, seq_len=spec.seq_len, compute_bytes=2, attention=attention,
                   loss_impl=loss,
                   optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer,

@@ -98,6 +98,21 @@ def test_auto_is_the_blockwise_scan_off_a_tpu_and_bad_names_are_refused():
         Tiles(rows=128, vocab=100)
 
 
+def test_auto_gives_the_kernels_the_widths_they_won_on_one_tpu(monkeypatch: pytest.MonkeyPatch):
+    import jax
+
+    from levanter.ops.cross_entropy import PALLAS_WIDEST
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    assert resolve_loss_impl("auto", 512) is LossImpl.PALLAS and resolve_loss_impl("auto") is LossImpl.PALLAS
+    assert resolve_loss_impl("auto", PALLAS_WIDEST) is LossImpl.PALLAS
+    assert resolve_loss_impl("auto", 2048) is LossImpl.BLOCKWISE  # slower than the scan there
+    assert resolve_loss_impl("pallas", 2048) is LossImpl.PALLAS  # asked for by name
+    monkeypatch.setattr(jax, "device_count", lambda: 4)
+    assert resolve_loss_impl("auto", 512) is LossImpl.BLOCKWISE  # a custom call runs whole on one device
+
+
 def test_the_model_built_with_the_kernels_trains_on_them():
     from levanter.models.impl import Impl
     from levanter.models.llama import LlamaConfig

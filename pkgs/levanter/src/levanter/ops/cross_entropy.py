@@ -32,16 +32,25 @@ from jax.custom_derivatives import SymbolicZero
 from levanter.ops.blocks import SCOPE, LossImpl, default_block
 from levanter.ops.pallas_loss import Tiles, default_tiles, fused_lm_loss, fused_token_logprobs
 
-__all__ = ["default_block", "greedy_tokens", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
+__all__ = ["PALLAS_WIDEST", "default_block", "greedy_tokens", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
 
 
-def resolve_loss_impl(impl: LossImpl | str | None) -> LossImpl:
+PALLAS_WIDEST = 1024
+"""The widest hidden state ``AUTO`` gives the Pallas kernels. On the TPU v5e (2026-12-06,
+``benchmarks/bench_loss``) they beat the blockwise scan at hidden 512 (100 ms against 133 ms at
+32 x 1024 rows) and lost to it at hidden 2048 (208 ms against 189 ms at 8 x 2048 rows)."""
+
+
+def resolve_loss_impl(impl: LossImpl | str | None, hidden: int | None = None) -> LossImpl:
     """``impl`` with ``AUTO`` resolved: the Pallas kernels on one TPU device (a custom call runs
-    whole on one device), the blockwise scan elsewhere."""
+    whole on one device) for hidden states of width ``hidden`` up to :data:`PALLAS_WIDEST` (None:
+    any), the blockwise scan elsewhere."""
     impl = LossImpl.parse(impl)
     if impl is not LossImpl.AUTO:
         return impl
-    return LossImpl.PALLAS if jax.default_backend() == "tpu" and jax.device_count() == 1 else LossImpl.BLOCKWISE
+    on_one_tpu = jax.default_backend() == "tpu" and jax.device_count() == 1
+    narrow = hidden is None or hidden <= PALLAS_WIDEST
+    return LossImpl.PALLAS if on_one_tpu and narrow else LossImpl.BLOCKWISE
 
 
 def _tiles(hidden: jax.Array, tiles: Tiles | None) -> Tiles:
@@ -185,7 +194,7 @@ def lm_loss(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights: jax
     """
     size = _resolve(hidden, head, block)
     w = jnp.ones(targets.shape, jnp.float32) if weights is None else weights.astype(jnp.float32)
-    if resolve_loss_impl(impl) is LossImpl.PALLAS:
+    if resolve_loss_impl(impl, hidden.shape[-1]) is LossImpl.PALLAS:
         return fused_lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), _tiles(hidden, tiles),
                              interpret)
     return _lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), size)
@@ -250,7 +259,7 @@ def token_logprobs(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, bl
     ``[b, t]`` log-partitions between the passes. ``impl``, ``tiles``, ``interpret``: as :func:`lm_loss`'s.
     """
     size = _resolve(hidden, head, block)
-    if resolve_loss_impl(impl) is LossImpl.PALLAS:
+    if resolve_loss_impl(impl, hidden.shape[-1]) is LossImpl.PALLAS:
         return fused_token_logprobs(hidden, head, targets.astype(jnp.int32), _tiles(hidden, tiles), interpret)
     return _token_logprobs(hidden, head, targets.astype(jnp.int32), size)
 

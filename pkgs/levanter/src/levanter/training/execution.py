@@ -53,7 +53,7 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
 
     trainer = config.trainer
     attention = resolve_attention(trainer.attention, trainer.seq_len)
-    loss = resolve_loss_impl(trainer.loss_impl)
+    loss = resolve_loss_impl(trainer.loss_impl, getattr(model_config, "hidden_dim", None))
     sizes = dict(mesh.shape)
     kwargs: dict[str, Any] = dict(batch=trainer.batch_size // trainer.grad_accum, seq_len=trainer.seq_len,
                   compute_bytes=jnp.dtype(trainer.compute_dtype.jnp).itemsize, attention=attention,
