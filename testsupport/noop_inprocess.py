@@ -55,8 +55,9 @@ def forget_modules(folders: Sequence[str]) -> None:
     # The import system's listings of these folders only: a fresh process lists every folder, but
     # another folder listed again here would be a question this command asks and a fresh one too.
     for entry, finder in list(sys.path_importer_cache.items()):
-        if finder is not None and (os.path.abspath(entry) + os.sep).startswith(roots):
-            finder.invalidate_caches()
+        invalidate = getattr(finder, "invalidate_caches", None)  # not every path entry finder has it
+        if invalidate is not None and (os.path.abspath(entry) + os.sep).startswith(roots):
+            invalidate()
     importlib.metadata.FastPath.__new__.cache_clear()  # type: ignore[attr-defined]  # its listings of sys.path folders
     linecache.clearcache()
 
