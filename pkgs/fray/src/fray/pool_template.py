@@ -73,12 +73,7 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
         for thing in inherited:  # the template's own channels are not this call's business
             thing.close()
         os.setsid()
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        output_to(log_path)
         start_group_reaper()  # before any thread of this call starts
         # The template dies only when the caller did (or it was killed): then so does this call's group.
         watch_parent(template_pid)
@@ -104,6 +99,17 @@ def _run_call(template_pid: int, inherited: Sequence[Any], payload: bytes, env: 
             sys.stdout.flush()
             sys.stderr.flush()
         exit_process(code)
+
+
+def output_to(log_path: str) -> None:
+    """Send this process's standard output and error (its file descriptors 1 and 2, and Python's
+    streams over them, line-buffered) to the end of ``log_path``."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
 def write_result(path: str, outcome: Outcome, learned: list[ModuleEntry]) -> None:

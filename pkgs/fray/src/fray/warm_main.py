@@ -22,7 +22,7 @@ import cloudpickle
 
 from fray.call_hygiene import ProcessState
 from fray.pool_messages import Exited, Prepare, Retire, Run, Settled, Started, WarmSettings
-from fray.pool_template import write_result
+from fray.pool_template import output_to, write_result
 from fray.process_exit import exit_process
 from fray.process_group import start_group_reaper, watch_parent
 from fray.process_job import Outcome
@@ -35,7 +35,7 @@ def warm_main(fd: int, caller_pid: int, args: list[str]) -> None:
 
     ``args``: the file its own output goes to between calls (what it prints while it starts, say).
     """
-    _output_to(args[0])
+    output_to(args[0])
     start_group_reaper()  # before any thread: what calls start ends with this process, however it ends
     watch_parent(caller_pid)  # the caller gone (even by SIGKILL): so is this process and its group
     conn = Connection(fd)
@@ -75,7 +75,7 @@ def _serve(conn: Connection, run: Run) -> str | None:
     failed: str | None = None
     try:
         os.environ.update(run.env)
-        _output_to(run.log_path)
+        output_to(run.log_path)
         conn.send(Started(run.call_id, os.getpid(), []))
         outcome = _call(run.payload)
         if outcome[0] != "ok":
@@ -97,15 +97,6 @@ def _serve(conn: Connection, run: Run) -> str | None:
     unclean = "; ".join(x for x in (failed, unclean) if x) or None
     conn.send(Settled(run.call_id, unclean))
     return unclean
-
-
-def _output_to(log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
 def _call(payload: bytes) -> Outcome:

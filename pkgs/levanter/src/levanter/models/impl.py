@@ -8,14 +8,14 @@ Importing this module does not import JAX.
 from __future__ import annotations
 
 import dataclasses
-import enum
 
+from levanter.choices import Choice
 from levanter.ops.blocks import LossImpl
 
 __all__ = ["Attention", "Impl", "LossImpl", "Remat"]
 
 
-class Remat(enum.Enum):
+class Remat(Choice):
     """What the backward pass keeps of each layer's forward pass; the rest it recomputes."""
 
     AUTO = "auto"
@@ -36,23 +36,11 @@ class Remat(enum.Enum):
     embeddings are recomputed. A TPU's choice between ``FULL`` and the save policies."""
 
     @classmethod
-    def parse(cls, value: Remat | str | None) -> Remat:
-        """``value`` as a ``Remat`` (its string value too; None is ``AUTO``).
-
-        Raises:
-            ValueError: ``value`` names no policy (the message lists them).
-        """
-        if value is None:
-            return cls.AUTO
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"remat must be one of {[r.value for r in cls]}, got {value!r}") from None
+    def setting(cls) -> str:
+        return "remat"
 
 
-class Attention(enum.Enum):
+class Attention(Choice):
     """The attention kernel."""
 
     AUTO = "auto"
@@ -63,20 +51,8 @@ class Attention(enum.Enum):
     """JAX's Pallas splash attention kernel (TPU; Pallas' interpreter elsewhere, slowly)."""
 
     @classmethod
-    def parse(cls, value: Attention | str | None) -> Attention:
-        """``value`` as an ``Attention`` (its string value too; None is ``AUTO``).
-
-        Raises:
-            ValueError: ``value`` names no kernel (the message lists them).
-        """
-        if value is None:
-            return cls.AUTO
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"attention must be one of {[a.value for a in cls]}, got {value!r}") from None
+    def setting(cls) -> str:
+        return "attention"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,17 +3,18 @@ runs (no JAX import: the memory estimate and the run's configuration read them t
 
 from __future__ import annotations
 
-import enum
+from levanter.choices import Choice
 
 __all__ = ["BLOCK_LOGITS", "SCOPE", "LossImpl", "default_block"]
 
 
-class LossImpl(enum.Enum):
+class LossImpl(Choice):
     """How the softmax over the head is computed (never what: each gives the same values and
     gradients within the dtype's rounding, ``tests/test_pallas_loss.py``)."""
 
     AUTO = "auto"
-    """The Pallas kernels on a single TPU device, the blockwise scan elsewhere."""
+    """The Pallas kernels on a single TPU device for hidden states up to 1,024 wide, the blockwise scan
+    elsewhere (``levanter.ops.cross_entropy.resolve_loss_impl``)."""
     BLOCKWISE = "blockwise"
     """A scan over blocks of positions, each block's logits materialised by XLA (any device, any mesh)."""
     PALLAS = "pallas"
@@ -21,20 +22,9 @@ class LossImpl(enum.Enum):
     device: a custom call XLA cannot split over a mesh; Pallas' interpreter off a TPU, slowly)."""
 
     @classmethod
-    def parse(cls, value: LossImpl | str | None) -> LossImpl:
-        """``value`` as a ``LossImpl`` (its string value too; None is ``AUTO``).
+    def setting(cls) -> str:
+        return "loss_impl"
 
-        Raises:
-            ValueError: ``value`` names no implementation (the message lists them).
-        """
-        if value is None:
-            return cls.AUTO
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"loss_impl must be one of {[x.value for x in cls]}, got {value!r}") from None
 
 SCOPE = "cross_entropy"
 """The name scope of every op of the blockwise softmax: XLA keeps it in the ops' metadata, so a
