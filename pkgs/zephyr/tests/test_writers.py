@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +13,9 @@ import numpy as np
 import pytest
 
 from rigging import filesystem as fs
+from rigging.tempdirs import ZEPHYR_SHARD, owned_prefix, owned_tempdir
 from testsupport import zephyr_data as helpers
+from testsupport.namespaces import gone_place
 from zephyr import ArrayRecordSink, Dataset, JsonlSink, TokenShardReader, read_documents
 
 
@@ -94,10 +94,8 @@ def test_jsonl_sink_on_memory_round_trips(memory_prefix: str) -> None:
 def test_array_record_sink_on_gcs_round_trips(gcs_bucket: str) -> None:
     out = fs.join(gcs_bucket, "tokens")
     # Scratch folders: one a killed writer left (its process is gone), one of a live process.
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    left = Path(tempfile.gettempdir(), f"zephyr-shard-{dead}-killed")
-    live = Path(tempfile.mkdtemp(prefix=f"zephyr-shard-{os.getpid()}-"))
+    left = Path(tempfile.gettempdir(), f"{owned_prefix(ZEPHYR_SHARD, gone_place())}killed")
+    live = Path(owned_tempdir(ZEPHYR_SHARD))
     left.mkdir()
     (left / ".tmp-x-part-00000.array_record").write_bytes(b"partial")
     result = _token_dataset().write(ArrayRecordSink(out, splits=("train", "validation")), max_parallel=2)
