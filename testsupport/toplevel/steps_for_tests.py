@@ -226,6 +226,26 @@ def diamond(counter_dir: str = "", **overrides: Mapping[str, Any]) -> dict[str, 
     return {"a": a, "b": b, "c": c, "d": d, "e": e}
 
 
+def built_diamond(prefix: str) -> dict[str, str]:
+    """:func:`diamond` built under ``prefix`` by the API (which registers no persistent root):
+    {step name: output name}."""
+    # Imported here: step processes import this module to run its functions, and need no runner.
+    from marin.execution.core.step import output_name_of
+    from marin.execution.run.runner import StepRunner
+
+    g = diamond()
+    result = StepRunner(prefix=prefix, max_parallel=2, client=InProcessClient()).run([g["d"], g["e"]])
+    assert result.ok
+    return {s.name: output_name_of(s.name, s.hash) for s in result.steps}
+
+
+def done_steps(prefix: str, names: Mapping[str, str]) -> set[str]:
+    """The steps of ``names`` ({step name: output name}) whose outputs under ``prefix`` are done."""
+    from marin.execution.store.step_record import StepRecord  # see built_diamond
+
+    return {step for step, output in names.items() if StepRecord(fs.join(prefix, output)).is_done()}
+
+
 class Color(enum.Enum):
     """An enum for configs (enums hash by class and value)."""
 

@@ -18,8 +18,6 @@ import steps_for_tests as t
 from click.testing import CliRunner
 
 from marin.cli.main import cli
-from marin.execution.core.step import output_name_of
-from marin.execution.run.runner import StepRunner
 from marin.execution.store import run_roots
 from marin.execution.store.done_index import read_index
 from marin.execution.store.gc import SPARED_LEASE, SPARED_RUN, collect_garbage, find_garbage, remove_garbage
@@ -30,18 +28,6 @@ from marin.execution.store.store import StepStore
 from rigging import filesystem as fs
 from rigging.lease import Lease
 from testsupport.namespaces import gone_place, in_another_pid_namespace, of_another_boot, of_another_namespace
-
-
-def _built(prefix: str) -> dict[str, str]:
-    """The diamond built under ``prefix`` by the API (no persistent root): {step name: output name}."""
-    g = t.diamond()
-    result = StepRunner(prefix=prefix, max_parallel=2, client=t.InProcessClient()).run([g["d"], g["e"]])
-    assert result.ok
-    return {s.name: output_name_of(s.name, s.hash) for s in result.steps}
-
-
-def _done(prefix: str, names: dict[str, str]) -> set[str]:
-    return {step for step, output in names.items() if StepRecord(fs.join(prefix, output)).is_done()}
 
 
 @pytest.fixture
@@ -56,7 +42,7 @@ def own_tmp(tmp_path, monkeypatch):
 def test_a_gc_from_another_pid_namespace_removes_nothing_a_live_run_planned(tmp_path, own_tmp):
     # The issue's reproduction: a live run here, `unshare -Urpf --mount-proc marin gc --yes` beside it.
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     register_root(prefix, GcRoot.for_run(["other.py"], [], name="keeps-nothing"))
     root = RunRoot(prefix, ttl=60)
     root.before_planning()
@@ -66,7 +52,7 @@ def test_a_gc_from_another_pid_namespace_removes_nothing_a_live_run_planned(tmp_
         gc = in_another_pid_namespace([marin, "gc", "--prefix", prefix, "--yes"])
         assert gc.returncode == 0, gc.stdout + gc.stderr
         assert fs.exists(root.path), gc.stdout  # not "a temporary root of a run that is gone"
-        assert _done(prefix, names) == {"g/a", "g/d"}, gc.stdout
+        assert t.done_steps(prefix, names) == {"g/a", "g/d"}, gc.stdout
         assert f"kept {names['g/a']} ({SPARED_RUN})" in gc.stdout
     finally:
         root.end()
@@ -77,7 +63,7 @@ def test_a_run_whose_pid_cannot_be_checked_here_keeps_its_outputs_until_its_root
     # A root naming a pid that is gone from this namespace, written with this host's name: only where
     # its pid can be checked (same boot and namespace) is its run known gone; else its expiry decides.
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     gone = gone_place()
     place = {"another PID namespace": of_another_namespace(gone), "another boot": of_another_boot(gone),
              "not recorded": None, "gone": gone}[where]
@@ -90,7 +76,7 @@ def test_a_run_whose_pid_cannot_be_checked_here_keeps_its_outputs_until_its_root
     if where == "gone":
         assert names["g/a"] in report.removed and [left.path for left in report.leftovers] == [path]
         return
-    assert (names["g/a"], SPARED_RUN) in report.spared and _done(prefix, names) == {"g/a"}
+    assert (names["g/a"], SPARED_RUN) in report.spared and t.done_steps(prefix, names) == {"g/a"}
     assert fs.exists(path)
     time.sleep(max(0.0, body["expires_at"] - time.time()) + 0.05)
     report = collect_garbage(StepStore(prefix), keep=set())
@@ -99,7 +85,7 @@ def test_a_run_whose_pid_cannot_be_checked_here_keeps_its_outputs_until_its_root
 
 def test_an_output_spared_by_a_live_lease_keeps_its_done_marker(tmp_path):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     store = StepStore(prefix)
     report = find_garbage(store, keep=set())
     # Between finding and removing, a runner took the lease of one output.
@@ -110,12 +96,12 @@ def test_an_output_spared_by_a_live_lease_keeps_its_done_marker(tmp_path):
     finally:
         lease.release()
     assert report.spared == [(names["g/b"], SPARED_LEASE)]
-    assert _done(prefix, names) == {"g/b"} and set(read_index(prefix)) == {names["g/b"]}
+    assert t.done_steps(prefix, names) == {"g/b"} and set(read_index(prefix)) == {names["g/b"]}
 
 
 def test_gc_says_one_line_per_output(tmp_path, own_tmp):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     register_root(prefix, GcRoot.for_run(["other.py"], [], name="keeps-nothing"))
     root = RunRoot(prefix, ttl=60)  # a live run of this process, which the finding does not look at
     root.before_planning()

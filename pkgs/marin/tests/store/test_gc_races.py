@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from marin.cli.main import cli
 from marin.execution.core.placeholders import output_path_of
-from marin.execution.core.step import Step, output_name_of, unhashed_field
+from marin.execution.core.step import Step, unhashed_field
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.gc import SPARED_ROOT, SPARED_RUN, collect_garbage, find_garbage, remove_garbage
 from marin.execution.store.layout import attempt_folder
@@ -48,21 +48,9 @@ def gated(config: GatedConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "out.txt"), "".join(fs.read_text(fs.join(p, "out.txt")) for p in config.inputs))
 
 
-def _built(prefix: str) -> dict[str, str]:
-    """The diamond built under ``prefix`` by the API (which registers no persistent root): {name: output name}."""
-    g = t.diamond()
-    result = StepRunner(prefix=prefix, max_parallel=2, client=t.InProcessClient()).run([g["d"], g["e"]])
-    assert result.ok
-    return {s.name: output_name_of(s.name, s.hash) for s in result.steps}
-
-
-def _done(prefix: str, names: dict[str, str]) -> set[str]:
-    return {step for step, output in names.items() if StepRecord(fs.join(prefix, output)).is_done()}
-
-
 def test_a_gc_started_while_a_run_holds_its_root_removes_nothing_the_run_planned(tmp_path):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     g = t.diamond()
     gate, started = tmp_path / "gate", tmp_path / "started"
     reader = Step("g/reader", gated, GatedConfig((output_path_of(g["d"]), output_path_of(g["a"])), str(gate),
@@ -84,13 +72,13 @@ def test_a_gc_started_while_a_run_holds_its_root_removes_nothing_the_run_planned
     assert outcome["result"].ok, outcome["result"].steps
     assert report.removed == [names["g/e"]]  # the one output the run did not plan
     assert sorted(report.spared) == sorted((names[n], SPARED_RUN) for n in ("g/a", "g/b", "g/c", "g/d"))
-    assert _done(prefix, names) == {"g/a", "g/b", "g/c", "g/d"}
+    assert t.done_steps(prefix, names) == {"g/a", "g/b", "g/c", "g/d"}
     assert live_runs(prefix) == []  # its temporary root went with it
 
 
 def test_a_gc_spares_what_a_root_registered_after_it_looked(tmp_path):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     store = StepStore(prefix)
     report = find_garbage(store, keep=set())
     assert sorted(report.removed) == sorted(names.values())
@@ -98,7 +86,7 @@ def test_a_gc_spares_what_a_root_registered_after_it_looked(tmp_path):
     register_root(prefix, GcRoot.for_run(["exp.py"], [names["g/a"], names["g/b"]], name="late"))
     remove_garbage(store, report)
     assert sorted(report.spared) == sorted((names[n], SPARED_ROOT) for n in ("g/a", "g/b"))
-    assert _done(prefix, names) == {"g/a", "g/b"}
+    assert t.done_steps(prefix, names) == {"g/a", "g/b"}
 
 
 class _CollectedWhilePlanning(StepRunner):
@@ -118,7 +106,7 @@ class _CollectedWhilePlanning(StepRunner):
 
 def test_a_gc_that_removes_while_a_run_plans_makes_the_run_plan_again(tmp_path, caplog):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     g = t.diamond()
     reader = Step("g/reader", gated, GatedConfig((output_path_of(g["d"]),), str(tmp_path), str(tmp_path / "s")))
     runner = _CollectedWhilePlanning(prefix=prefix, client=t.InProcessClient())
@@ -133,7 +121,7 @@ def test_a_gc_that_removes_while_a_run_plans_makes_the_run_plan_again(tmp_path, 
 
 def test_a_run_waits_to_plan_while_a_collection_removes(tmp_path, caplog):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     result: dict[str, Any] = {}
     g = t.diamond()
     with collection_lock(prefix):
@@ -147,7 +135,7 @@ def test_a_run_waits_to_plan_while_a_collection_removes(tmp_path, caplog):
         assert run.is_alive() and "result" not in result
     run.join(30)
     assert result["result"].ok and {s.name for s in result["result"].steps} == {"g/a", "g/b", "g/c", "g/d"}
-    assert _done(prefix, names) == set(names)
+    assert t.done_steps(prefix, names) == set(names)
 
 
 @pytest.mark.parametrize("where", ["local", "gs"])
@@ -199,7 +187,7 @@ def test_a_damaged_success_record_stops_the_leftover_pass_for_its_folder(tmp_pat
 
 def test_a_killed_runs_temporary_root_keeps_nothing_and_is_a_leftover(tmp_path):
     prefix = str(tmp_path / "store")
-    names = _built(prefix)
+    names = t.built_diamond(prefix)
     assert fs.listdir(fs.join(prefix, ".marin", "runs")) == []  # a run that ended took its root with it
     dead = fs.join(prefix, ".marin", "runs", "1-dead.json")
     fs.atomic_write(dead, json.dumps({"holder": "elsewhere:1:x", "expires_at": time.time() - 1,
