@@ -13,7 +13,7 @@ logit are exact over the whole vocabulary. Three functions share that scan:
 * :func:`token_logprobs`: ``log p(target)`` at every position, differentiable (DPO's per-sequence
   sums, scoring), with the logits recomputed a block at a time on the way back.
 * :func:`token_scores`: ``log p(target)`` and whether the target is the argmax (the evaluation
-  harness), and :func:`greedy_tokens`, the argmax itself (generation).
+  harness). Generation picks its tokens in ``levanter.inference``.
 
 ``head`` is ``[hidden, vocab]`` (a tied embedding passes its transpose). ``block`` counts
 positions of the sequence per step (all rows at once, so a batch split over devices stays split);
@@ -32,7 +32,7 @@ from jax.custom_derivatives import SymbolicZero
 from levanter.ops.blocks import SCOPE, LossImpl, default_block
 from levanter.ops.pallas_loss import Tiles, default_tiles, fused_lm_loss, fused_token_logprobs
 
-__all__ = ["PALLAS_WIDEST", "default_block", "greedy_tokens", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
+__all__ = ["PALLAS_WIDEST", "default_block", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
 
 
 PALLAS_WIDEST = 1024
@@ -271,10 +271,3 @@ def token_scores(hidden: jax.Array, head: jax.Array, targets: jax.Array, *,
         return picked - lse, jnp.argmax(logits, axis=-1) == tgt
 
     return _scan_blocks(hidden, head, targets.astype(jnp.int32), _resolve(hidden, head, block), per_block)
-
-
-def greedy_tokens(hidden: jax.Array, head: jax.Array, *, block: int | None = None) -> jax.Array:
-    """The argmax token id at every position, ``[b, t]`` int32."""
-    zeros = jnp.zeros(hidden.shape[:2], jnp.int32)
-    return _scan_blocks(hidden, head, zeros, _resolve(hidden, head, block),
-                        lambda logits, _lse, _p, _t: jnp.argmax(logits, axis=-1).astype(jnp.int32))
