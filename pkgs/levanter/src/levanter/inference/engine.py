@@ -40,7 +40,7 @@ class Completion:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     """Each new token's log-probability under the model (before temperature, top-k and top-p)."""
     text: str | None = None
-    """The new tokens decoded (without a stop string), when the engine has a tokenizer."""
+    """The new tokens decoded (without a stop string or a final stop token), when the engine has a tokenizer."""
     finish_reason: FinishReason | None = None
 
 
@@ -212,7 +212,9 @@ class Engine:
             last = done.token_ids[-1] if done.token_ids else None
             reason = "stop" if last in request.sampling.stop_token_ids else "length"
         if self.decode_text is not None:
-            done.text = self.decode_text(done.token_ids)
+            ids = done.token_ids
+            # A stop token ends the tokens, not the text (as a stop string is left out of it).
+            done.text = self.decode_text(ids[:-1] if ids and ids[-1] in request.sampling.stop_token_ids else ids)
             if self._cut_at_stop(request):
                 reason = "stop"
         if reason is not None:

@@ -42,8 +42,11 @@ def serve(ctx: click.Context, model: str, step: int | None, ema: bool, name: str
     from marin.cli.common import load_config
 
     load_config(ctx, prefix=prefix)
+    # The name is resolved before the accelerator is taken: resolving reads the configuration,
+    # which hides the accelerator from the command's own process again (as marin sample does).
+    folder = _folder(ctx, model, prefix)
     device = "cpu" if cpu else take_accelerator(ctx, wait=True)
-    loaded = _load(ctx, model, prefix, step, ema)
+    loaded = _load(folder, step, ema)
     if max_len is not None and max_len > loaded.context:
         raise MarinError(f"--max-len {max_len} exceeds the model's context of {loaded.context} tokens")
     from levanter.config import ComputeDtype
@@ -53,19 +56,25 @@ def serve(ctx: click.Context, model: str, step: int | None, ema: bool, name: str
          steps_per_sync=steps_per_sync, compute_dtype=compute)
 
 
-def _load(ctx: click.Context, model: str, prefix: str | None, step: int | None, ema: bool):
-    """The model MODEL names: a folder as given, else a step or output name under the prefix, else a
-    Hugging Face id."""
+def _folder(ctx: click.Context, model: str, prefix: str | None) -> str:
+    """Where MODEL is: a folder as given, else a step or output name under the prefix, else (as
+    given) a Hugging Face id."""
     from marin.cli.common import resolve_output
+
+    if os.path.exists(model) or "://" in model:
+        return model
+    try:
+        return resolve_output(ctx, model, prefix, files=True)
+    except MarinError:
+        if model.count("/") != 1:  # not a Hub id either
+            raise
+        return model
+
+
+def _load(folder: str, step: int | None, ema: bool):
+    """The model at ``folder`` (see :func:`_folder`)."""
     from marin.experiment.generation.model import ModelNotFound, load_generation_model
 
-    folder = model
-    if not os.path.exists(model) and "://" not in model:
-        try:
-            folder = resolve_output(ctx, model, prefix, files=True)
-        except MarinError:
-            if model.count("/") != 1:  # not a Hub id either
-                raise
     try:
         return load_generation_model(folder, step=step, ema=ema)
     except ModelNotFound as e:

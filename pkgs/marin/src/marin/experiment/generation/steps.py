@@ -160,9 +160,7 @@ def _complete(model: Any, engine: Any, config: GenerationsConfig, prompts: Seque
         raise ValueError(f"prompts {indices.start}..{indices.stop - 1}: {e}") from None
     records = []
     for (i, j, _), completion in zip(jobs, done, strict=True):
-        ids = completion.token_ids
-        text = model.decode(ids[:-1] if ids and ids[-1] in model.end_ids else ids) if not config.sampling.stop \
-            else completion.text
+        ids, text = completion.token_ids, completion.text
         record = {"id": f"{i}-{j}", "prompt": prompts[i], "prompt_index": i, "sample": j, "text": text,
                   "token_ids": ids, "logprobs": completion.logprobs, "finish_reason": completion.finish_reason}
         if config.chat:
