@@ -175,9 +175,7 @@ def _cell(row: dict, column: str) -> str:
 
 def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) -> dict:
     """Train ``spec`` (or refuse it) and return its row."""
-    import jax  # late, as in main: the module imports without JAX
-
-    from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory, offload_room
+    from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
     from levanter.models.impl import Attention, Remat
     from levanter.ops.cross_entropy import resolve_loss_impl
 
@@ -192,7 +190,7 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
                   optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer,
                   grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     if remat is Remat.AUTO and available is not None:
-        remat, estimate = choose_remat(model, available, host_available=offload_room(jax.devices()[0].platform), **kwargs)
+        remat, estimate = choose_remat(model, available, **kwargs)
     else:
         estimate = estimate_memory(model, remat=Remat.NONE if remat is Remat.AUTO else remat, **kwargs)
     row.update(remat=estimate.remat, attention=attention.value, loss=loss.value,

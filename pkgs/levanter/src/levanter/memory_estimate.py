@@ -21,7 +21,7 @@ from typing import Any
 from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.ops.blocks import default_block
 
-__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory", "host_memory", "offload_room"]
+__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory"]
 
 HEADROOM = 1.10
 """An estimate fits when ``HEADROOM`` times it is within the device's memory."""
@@ -170,8 +170,8 @@ def choose_remat(model: Any, available: int, *, host_available: int | None = Non
     bytes of device memory, with its estimate; when none fits, the one needing the least device
     memory (of equals, the first: ``OFFLOAD`` holds what ``FULL`` does and recomputes less).
 
-    ``OFFLOAD`` is tried only with ``host_available`` (the host memory a TPU's step may use: see
-    :func:`host_memory`), and taken only when its host bytes fit there too.
+    ``OFFLOAD`` (never among ``remat="auto"``'s candidates) is tried only with ``host_available``, the
+    host memory the step may use, and taken only when its host bytes fit there too.
     """
     candidates = [r for r in candidates if r is not Remat.OFFLOAD or host_available is not None]
     if not candidates:
@@ -184,23 +184,3 @@ def choose_remat(model: Any, available: int, *, host_available: int | None = Non
         tried.append((remat, estimate))
     on_host = [(r, e) for r, e in tried if e.host_fits(host_available)]
     return min(on_host or tried[-1:], key=lambda pair: pair[1].total)
-
-
-def offload_room(platform: str) -> int | None:
-    """The host memory ``remat="auto"`` may offload activations to on a device of ``platform``
-    (``jax.Device.platform``): :func:`host_memory` on a TPU; None elsewhere (a CPU's device memory
-    is the host's, and a GPU's offload is not measured here)."""
-    return host_memory() if platform == "tpu" else None
-
-
-def host_memory() -> int | None:
-    """Bytes of this host's memory a step may still take (``MemAvailable`` of ``/proc/meminfo``;
-    None where the file does not say: not Linux)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None

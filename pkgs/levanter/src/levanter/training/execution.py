@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from levanter.ema import averaged_step
-from levanter.memory_estimate import MemoryEstimate, choose_remat, estimate_memory, offload_room
+from levanter.memory_estimate import MemoryEstimate, choose_remat, estimate_memory
 from levanter.models.impl import Attention, Impl, LossImpl, Remat
 from levanter.ops.cross_entropy import resolve_loss_impl
 from levanter.training.step import make_train_step
@@ -67,7 +67,7 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
     elif available is None:
         remat, estimate = Remat.NONE, estimate_memory(model_config, remat=Remat.NONE, **kwargs)
     else:
-        remat, estimate = choose_remat(model_config, available, host_available=offload_room(device.platform), **kwargs)
+        remat, estimate = choose_remat(model_config, available, **kwargs)
     logger.info("step: remat=%s attention=%s loss=%s; memory estimate %s%s", remat.value, attention.value, loss.value,
                 estimate.describe(), "" if available is None else f" of {available / 2**30:.1f} GiB")
     return Execution(impl=Impl(remat=remat, attention=attention, loss=loss), estimate=estimate, available=available)
