@@ -4,9 +4,9 @@
 Before a call a :class:`ProcessState` is taken; after it, :meth:`ProcessState.restore` puts back
 what a call can change globally and a fresh process would not have: environment variables, the
 working folder, the random state (``random``, numpy's global one), logging handlers and levels,
-the handlers of SIGINT and SIGTERM, JAX's configuration flags. It empties the process's
-``functools`` memos (a fresh process has them empty), then drops every device buffer the call left
-alive (``jax.live_arrays()``) and checks that the device memory in use is back to its
+the handlers of SIGINT and SIGTERM, JAX's configuration flags. It drops every device buffer the
+call left alive (``jax.live_arrays()``; when some are, the process's ``functools`` memos are emptied
+first, as a fresh process has them, and what they alone held is not counted) and checks that the device memory in use is back to its
 level before the call. What cannot be shown clean is returned as a line: a buffer left alive (some
 module may still hold it), memory not given back, a flag that could not be put back. The process
 must then not serve another call.
@@ -171,8 +171,10 @@ class ProcessState:
 
     def _device(self) -> None:
         jax = _jax()
-        _clear_memoized()
         gc.collect()  # buffers only a reference cycle still held are the call's garbage, not a leak
+        if jax.live_arrays():  # a memo may hold them (a fresh process has its memos empty): emptied first
+            _clear_memoized()
+            gc.collect()
         live = list(jax.live_arrays())
         if live:
             self.problems.append(f"left {_describe_arrays(live)}")
