@@ -17,7 +17,6 @@ signatures covered those two is fetched without them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -161,7 +160,8 @@ def substitute(hit: CacheHit, dst: str, *, link: bool = False, trusted: Sequence
     if fetched.read_json(fetched.manifest) != manifest or (trusted and fetched.read_signatures() != signatures):
         clear_output(dst)
         raise CacheMiss(f"cache entry {hit.path} changed while it was copied (its manifest or signatures)")
-    altered = [name for name, digest in _record_digests(dst).items() if claimed is not None and claimed.get(name) != digest]
+    altered = [] if claimed is None else [name for name, digest in _record_digests(dst).items()
+                                          if claimed.get(name) != digest]
     if altered:
         clear_output(dst)
         raise CacheMiss(f"cache entry {hit.output_name} from {hit.cache} refused: its {' and '.join(altered)} "
@@ -253,11 +253,7 @@ def _record_digests(path: str) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name in SIGNED_RECORDS:
         try:
-            with fs.open_file(fs.join(path, META_DIR, name), "rb") as f:
-                digest = hashlib.sha256()
-                while chunk := f.read(1 << 22):
-                    digest.update(chunk)
-            found[name] = digest.hexdigest()
+            found[name] = fs.sha256_of(fs.join(path, META_DIR, name))
         except FileNotFoundError:
             found[name] = None
     return found

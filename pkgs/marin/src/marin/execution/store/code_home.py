@@ -32,16 +32,20 @@ def defining_module(cls: type) -> types.ModuleType | None:
     if cached is not None and cached[0] is cls:
         return cached[1]
     said = sys.modules.get(getattr(cls, "__module__", None) or "")
-    found = None
-    for module in [said, *(module for _, module in sorted(list(sys.modules.items()), key=lambda item: item[0]))]:
-        if isinstance(module, types.ModuleType) and _holds(module, cls) and _defines(module, cls.__qualname__):
-            found = module
-            break
+    if _home(said, cls):
+        found = said
+    else:  # the loaded modules sorted by name only when the one it names is not its home (rarely)
+        found = next((m for _, m in sorted(list(sys.modules.items()), key=lambda item: item[0]) if _home(m, cls)), None)
     _HOMES[id(cls)] = (cls, found)
     return found
 
 
 _HOMES: dict[int, tuple[type, types.ModuleType | None]] = {}
+
+
+def _home(module: Any, cls: type) -> bool:
+    """Whether ``module`` is a module that holds ``cls`` and whose file defines it."""
+    return isinstance(module, types.ModuleType) and _holds(module, cls) and _defines(module, cls.__qualname__)
 
 
 def _holds(module: types.ModuleType, cls: type) -> bool:
