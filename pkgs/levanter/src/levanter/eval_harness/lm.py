@@ -26,6 +26,7 @@ from levanter.eval_harness.config import HarnessConfig
 from levanter.eval_harness.packing import Layout, PackStats, plan_rows
 from levanter.eval_harness.scoring import PackedModel
 from levanter.inference import Engine, SamplingParams
+from levanter.inference.sampling import derived_seed
 from levanter.models.llama import LlamaConfig, transformed_llama
 
 __all__ = ["LevanterLM"]
@@ -233,8 +234,7 @@ class LevanterLM(TemplateLM):
         sample = bool(kwargs.get("do_sample")) and float(kwargs.get("temperature", 1.0)) > 0
         seed = kwargs.get("seed")
         if seed is None:
-            where = f"{self.harness_config.seed}:{request.task_name}:{request.doc_id}:{request.idx}:{repeat}"
-            seed = int.from_bytes(hashlib.sha256(where.encode()).digest()[:4], "little")
+            seed = derived_seed(self.harness_config.seed, request.task_name, request.doc_id, request.idx, repeat)
         def given(name: str, default: float) -> Any:
             value = kwargs.get(name)
             return default if value is None or not sample else value

@@ -4,10 +4,11 @@ each row's next token from its logits (greedy, temperature, top-k, top-p) with a
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
-__all__ = ["MAX_STOP_IDS", "SamplingParams", "sample_tokens", "token_key"]
+__all__ = ["MAX_STOP_IDS", "SamplingParams", "derived_seed", "sample_tokens", "token_key"]
 
 MAX_STOP_IDS = 16
 """Most stop token ids one request may give (the device keeps them in a fixed-size row)."""
@@ -59,6 +60,13 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Whether no randomness is involved."""
         return self.temperature == 0
+
+
+def derived_seed(*parts: Any) -> int:
+    """A uint32 seed made from ``parts`` (their text joined by ``:``, the first four bytes of its
+    SHA-256, little-endian): one request's own seed from what names it, the same in every process."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
 
 
 def token_key(seed: Any, index: Any) -> Any:

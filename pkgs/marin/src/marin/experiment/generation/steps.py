@@ -15,12 +15,11 @@ CPU (on an accelerator, within its arithmetic's determinism).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from levanter.inference.sampling import SamplingParams
+from levanter.inference.sampling import SamplingParams, derived_seed
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import Lazy, StepHandle
 from marin.execution.core.sources import Source
@@ -73,8 +72,7 @@ class GenerationsConfig:
 
 def completion_seed(base: int, prompt_index: int, sample: int) -> int:
     """The seed of completion ``sample`` of prompt ``prompt_index`` (uint32), from the sampling's ``base``."""
-    digest = hashlib.sha256(f"generations:{base}:{prompt_index}:{sample}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
+    return derived_seed("generations", base, prompt_index, sample)
 
 
 def shard_name(index: int) -> str:
