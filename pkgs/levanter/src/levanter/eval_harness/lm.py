@@ -72,7 +72,7 @@ class LevanterLM(TemplateLM):
                                   compute_dtype=config.compute_dtype.jnp, mesh=mesh)
         self._decoder: Engine | None = None
         self.pack_stats: dict[str, PackStats] = {}
-        """Packing of every batch run so far, per request type (``loglikelihood``, ``generate_until``)."""
+        """Packing of every batch scored so far, per request type (``loglikelihood``; generation is not packed)."""
 
     # ------------------------------------------------------------------ what the harness reads
 

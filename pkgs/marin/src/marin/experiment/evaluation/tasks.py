@@ -169,14 +169,19 @@ def _yaml_digest(path: str) -> str:
     return digest.hexdigest()
 
 
+_TASK_HANDLES = (StoryTasks, WordProblems)
+"""Handles of steps that write harness tasks (each has ``task_files()``)."""
+
+
 def _tasks_of(tasks: Any) -> list[_Task]:
     """``evaluate``'s ``tasks`` as tasks (a handle of generated tasks: each of its tasks)."""
-    items = [tasks] if isinstance(tasks, str | StoryTasks | WordProblems | OutputPath) else tasks
+    items = [tasks] if isinstance(tasks, (str, OutputPath, *_TASK_HANDLES)) else tasks
     if not isinstance(items, list | tuple) or not items:
-        raise ValueError(f"tasks must be a non-empty list of task names, YAML files or story_tasks(...), got {tasks!r}")
+        raise ValueError(f"tasks must be a non-empty list of task names, YAML files, story_tasks(...) or "
+                         f"word_problems(...), got {tasks!r}")
     out: list[_Task] = []
     for item in items:
-        if isinstance(item, StoryTasks | WordProblems):
+        if isinstance(item, _TASK_HANDLES):
             out += [_Task(_yaml_stem(f.sub_path, "file"), f) for f in item.task_files()]
         elif isinstance(item, OutputPath):
             out.append(_Task(_label(_yaml_stem(item.sub_path, f"file of step {item.step.name!r}")), item))
@@ -187,7 +192,8 @@ def _tasks_of(tasks: Any) -> list[_Task]:
         elif isinstance(item, str) and item.strip() == item and item:
             out.append(_Task(_label(item), item, builtin=True))
         else:
-            raise ValueError(f"a task must be an lm-eval task name, a task YAML file or story_tasks(...), got {item!r}")
+            raise ValueError(f"a task must be an lm-eval task name, a task YAML file, story_tasks(...) or word_problems(...), "
+                             f"got {item!r}")
     labels = [t.label for t in out]
     if len(set(labels)) != len(labels):
         raise ValueError(f"tasks must be distinct, got {labels}")
