@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -64,7 +63,7 @@ from fray.pool_messages import (
 from fray.template_blas import template_environment
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
-from fray.worker_process import preparation_data, start_worker
+from fray.worker_process import preparation_data, remove_folders, start_worker
 from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
 
 __all__ = ["PoolConfig", "PoolJobHandle", "WorkerPool"]
@@ -226,7 +225,7 @@ class WorkerPool(DistributedClient):
         self._log_dir = str(log_dir) if log_dir is not None else owned_tempdir(FRAY_POOL)
         os.makedirs(self._log_dir, exist_ok=True)
         self._results = owned_tempdir(FRAY_POOL_RESULTS)
-        self._cleanup = weakref.finalize(self, _remove_folders, self._results,
+        self._cleanup = weakref.finalize(self, remove_folders, self._results,
                                          self._log_dir if self._own_log_dir else None)
         self._lock = threading.Lock()
         self._template: _Template | None = None
@@ -348,9 +347,3 @@ class WorkerPool(DistributedClient):
                 t.kill()
         self._template = None
         self._cleanup()
-
-
-def _remove_folders(*folders: str | None) -> None:
-    for folder in folders:
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)

@@ -23,7 +23,6 @@ import contextlib
 import itertools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -39,7 +38,7 @@ from fray.pool_job import PoolJobHandle
 from fray.pool_messages import Exited, Prepare, Retire, Run, Settled, Started, WarmSettings
 from fray.pool_template import read_result
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
-from fray.worker_process import preparation_data, start_worker
+from fray.worker_process import preparation_data, remove_folders, start_worker
 from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
 
 __all__ = ["WarmConfig", "WarmProcess"]
@@ -191,7 +190,7 @@ class WarmProcess(DistributedClient):
         self.on_retire = on_retire or (lambda line: logger.warning("%s", line))
         self._log_dir = owned_tempdir(FRAY_POOL)
         self._results = owned_tempdir(FRAY_POOL_RESULTS)
-        self._cleanup = weakref.finalize(self, _remove_folders, self._log_dir, self._results)
+        self._cleanup = weakref.finalize(self, remove_folders, self._log_dir, self._results)
         self._lock = threading.RLock()
         self._served: _Served | None = None
         self._queue: deque[PoolJobHandle] = deque()
@@ -276,8 +275,3 @@ class WarmProcess(DistributedClient):
         if served is not None:
             served.retire(wait_s=5.0)
         self._cleanup()
-
-
-def _remove_folders(*folders: str) -> None:
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)

@@ -9,6 +9,7 @@ one after another.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["preparation_data", "start_worker"]
+__all__ = ["preparation_data", "remove_folders", "start_worker"]
 
 
 def start_worker(entry: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[Connection, subprocess.Popen]:
@@ -48,3 +49,10 @@ def preparation_data(name: str) -> dict[str, Any]:
     data = multiprocessing.spawn.get_preparation_data(name)
     data.pop("authkey", None)
     return data
+
+
+def remove_folders(*folders: str | None) -> None:
+    """Remove each of ``folders`` (None and missing ones skipped): a pool's or warm process's scratch."""
+    for folder in folders:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -54,7 +54,7 @@ def resolve_loss_impl(impl: LossImpl | str | None, hidden: int | None = None) ->
 
 
 def _tiles(hidden: jax.Array, tiles: Tiles | None) -> Tiles:
-    return default_tiles(hidden.shape[0] * hidden.shape[1], hidden.shape[2]) if tiles is None else tiles
+    return default_tiles(hidden.shape[0] * hidden.shape[1]) if tiles is None else tiles
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""

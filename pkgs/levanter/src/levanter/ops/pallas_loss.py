@@ -57,12 +57,12 @@ class Tiles:
                 raise ValueError(f"Tiles.{name} must be a positive multiple of 128, got {value!r}")
 
 
-def default_tiles(rows: int, hidden: int) -> Tiles:
-    """Tiles for ``rows`` positions of width ``hidden``: 512 rows by 2,048 columns and the one-pass
+def default_tiles(rows: int) -> Tiles:
+    """Tiles for ``rows`` positions: 512 rows by 2,048 columns and the one-pass
     backward, the fastest measured on the TPU v5e (2026-12-06, ``benchmarks/bench_loss``: 100 ms at
     32 x 1024 rows of hidden 512 and 208 ms at 8 x 2048 rows of hidden 2048, against 123 ms and
-    232 ms with 1,024-square tiles and two passes), at any width ``hidden`` up to 2,048 (vector
-    memory holds them there); fewer rows when there are few."""
+    232 ms with 1,024-square tiles and two passes), at hidden widths up to 2,048 (vector memory
+    holds them there); fewer rows when there are few."""
     return Tiles(rows=min(512, -(-rows // 128) * 128), vocab=2048, one_pass=True)
 
 
