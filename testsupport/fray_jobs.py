@@ -53,8 +53,11 @@ def raise_value_error(message: str) -> None:
     raise ValueError(message)
 
 
-def die_hard(code: int) -> None:
-    """Leave the process at once with exit code ``code``, reporting nothing."""
+def die_hard(code: int, last_words: str = "") -> None:
+    """Leave the process at once with exit code ``code``, reporting nothing (``last_words`` go to
+    its stderr first)."""
+    if last_words:
+        print(last_words, file=sys.stderr, flush=True)
     os._exit(code)
 
 

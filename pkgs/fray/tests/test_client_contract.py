@@ -55,11 +55,13 @@ def test_an_exception_reaches_the_caller_with_its_traceback(client):
     assert "raise_value_error" in info.value.remote_traceback
 
 
-def test_a_process_that_dies_is_a_failure(process_client):
-    handle = process_client.submit(fray_jobs.die_hard, 3)
+def test_a_process_that_dies_is_a_failure_that_carries_its_last_output(process_client):
+    handle = process_client.submit(fray_jobs.die_hard, 3, "F1206 client.h:80] Terminating process")
     with pytest.raises(JobFailed) as info:
         handle.result(timeout=60)
     assert info.value.process_died and info.value.exitcode == 3
+    # A native abort says why only on its stderr, in a log folder the client removes at shutdown.
+    assert "its last output:\nF1206 client.h:80] Terminating process" in str(info.value)
 
 
 def test_result_times_out(process_client):

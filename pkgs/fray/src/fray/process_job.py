@@ -17,9 +17,14 @@ import cloudpickle
 
 from fray.types import JobCancelled, JobFailed, JobHandle
 
-__all__ = ["Outcome", "ProcessJobHandle", "outcome_value"]
+__all__ = ["LOG_TAIL_LINES", "Outcome", "ProcessJobHandle", "outcome_value"]
 
 Outcome = tuple[str, Any, Any]
+
+LOG_TAIL_LINES = 30
+"""How many of a dead process's last output lines its failure carries: a native abort (a JAX
+``LOG(FATAL)``, an out-of-memory kill's last words) says why only there, and a client's temporary
+log folder is gone by the time anyone looks."""
 
 
 def outcome_value(label: str, outcome: Outcome, cancelled: bool = False) -> Any:
@@ -61,7 +66,14 @@ class ProcessJobHandle(JobHandle):
         if not self._wait(timeout):
             raise TimeoutError(f"job {self.name} did not finish within {timeout}s")
         assert self._outcome is not None
-        return outcome_value(f"job {self.name}", self._outcome, self._cancelled)
+        kind, value, extra = self._outcome
+        if kind == "died" and not self._cancelled:
+            value = f"{value}; its last output:\n{self._log_tail()}"
+        return outcome_value(f"job {self.name}", (kind, value, extra), self._cancelled)
+
+    def _log_tail(self) -> str:
+        lines = self.logs().splitlines()[-LOG_TAIL_LINES:]
+        return "\n".join(lines) if lines else "(nothing)"
 
     def cancel(self, grace_s: float | None = None) -> None:
         """End the call's process and everything it started (SIGTERM, then SIGKILL after ``grace_s``,
