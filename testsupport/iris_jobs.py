@@ -10,7 +10,7 @@ import numpy as np
 
 from iris.multihost import initialize_jax
 
-__all__ = ["linear_problem", "linear_loss_and_grad", "data_parallel_loss_and_grad"]
+__all__ = ["all_gather_then_linger", "data_parallel_loss_and_grad", "linear_loss_and_grad", "linear_problem"]
 
 
 def linear_problem(batch: int = 16, features: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -64,5 +64,22 @@ def data_parallel_loss_and_grad(batch: int, features: int, seed: int) -> dict:
         "loss": float(np.asarray(loss.addressable_data(0))),
         "grad": np.asarray(grad.addressable_data(0)).tolist(),
     }
-    jax.distributed.shutdown()
     return result
+
+
+def all_gather_then_linger(linger_s: float) -> list[int]:
+    """Join the JAX job, gather every process's id, then (all but process 0) spend ``linger_s``
+    more before returning: a process finishing its call after process 0 has finished its own, as
+    one slowed by a busy CPU does."""
+    import time
+
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    spec = initialize_jax()
+    if spec is None:
+        raise RuntimeError("not launched as a multi-host job (IRIS_NUM_PROCESSES is unset)")
+    ids = multihost_utils.process_allgather(jnp.asarray(spec.process_id))
+    if spec.process_id != 0:
+        time.sleep(linger_s)
+    return np.asarray(ids).tolist()

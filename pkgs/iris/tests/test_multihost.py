@@ -17,7 +17,12 @@ from iris.multihost import (
     launch_ray,
 )
 from testsupport.fray_jobs import echo_env, raise_value_error
-from testsupport.iris_jobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
+from testsupport.iris_jobs import (
+    all_gather_then_linger,
+    data_parallel_loss_and_grad,
+    linear_loss_and_grad,
+    linear_problem,
+)
 
 # float32 sums over 16 rows, reduced in a different order across processes.
 RTOL, ATOL = 1e-5, 1e-6
@@ -51,6 +56,14 @@ def test_two_processes_form_one_jax_job_and_match_one_process():
     # and it is not trivially equal to a one-shard computation
     half_loss, _ = linear_loss_and_grad(jnp.asarray(x[:8]), jnp.asarray(y[:8]), jnp.asarray(w))
     assert abs(float(half_loss) - float(loss)) > 1e-3
+
+
+def test_a_process_finishing_after_process_0_is_not_aborted_by_its_end():
+    # Process 0 hosts JAX's coordination service; ended at once (os._exit) it would take the
+    # service with it while process 1 still works, and process 1 would abort (exit code -6).
+    with LocalClient() as client:
+        job = launch_local(client, all_gather_then_linger, 2.0, num_processes=2, env=CPU_ENV, name="linger")
+        assert job.result(timeout=180) == [[0, 1], [0, 1]]
 
 
 def test_one_failing_process_fails_the_job_and_names_it():

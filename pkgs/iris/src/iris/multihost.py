@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -202,6 +203,24 @@ class MultihostJobHandle(JobHandle):
         return "".join(self._job.logs())
 
 
+def _run_then_leave_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One process's call, then its leave of the JAX job it joined (``jax.distributed.shutdown``).
+
+    fray's processes end with ``os._exit``, which skips JAX's own atexit shutdown. Process 0 hosts
+    the coordination service: ended without the shutdown barrier, it takes the service with it
+    while the others may still be finishing their call, and each of them then aborts
+    (``F... client.h:80] Terminating process because the JAX distributed service detected fatal
+    errors``, SIGABRT). The barrier holds process 0 until every process has left. Only after a
+    call that returned: a failed process would wait there for the others, stuck in a collective
+    it never joined, until the shutdown timeout, instead of failing the job now.
+    """
+    value = fn(*args, **kwargs)
+    jax = sys.modules.get("jax")  # a call that never imported JAX joined no job
+    if jax is not None and jax.distributed.is_initialized():
+        jax.distributed.shutdown()
+    return value
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -224,8 +243,8 @@ def launch_local(
     handles = []
     for i in range(num_processes):
         spec = MultihostEnv(coordinator, num_processes, i)
-        handles.append(client.submit(fn, *args, name=f"{name}-{i}", env={**(env or {}), **spec.to_env()},
-                                     resources=resources, **kwargs))
+        handles.append(client.submit(_run_then_leave_jax, fn, *args, name=f"{name}-{i}",
+                                     env={**(env or {}), **spec.to_env()}, resources=resources, **kwargs))
     return MultihostJob(name, handles)
 
 
@@ -288,8 +307,8 @@ def launch_ray(
                 "max_retries": 0,
             }
             spec = MultihostEnv(coordinator, len(bundles), i)
-            handles.append(client.submit(fn, *args, name=f"{name}-{i}", env={**(env or {}), **spec.to_env()},
-                                         resources=options, **kwargs))
+            handles.append(client.submit(_run_then_leave_jax, fn, *args, name=f"{name}-{i}",
+                                         env={**(env or {}), **spec.to_env()}, resources=options, **kwargs))
     except BaseException:
         remove_placement_group(group)
         raise
