@@ -13,6 +13,7 @@ from levanter.models.impl import Attention, Impl, Remat
 from levanter.models.layout import stack_layers, unstack_layers
 from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import splash_attention, xla_attention
+from levanter.ops.splash_tiles import SplashBlocks
 from levanter.training.loss import loss_fn
 
 CONFIG = LlamaConfig(vocab_size=53, hidden_dim=16, intermediate_dim=24, num_heads=4, num_kv_heads=2, num_layers=2)
@@ -126,7 +127,7 @@ def test_splash_kernel_matches_xla_attention_on_packed_rows():
         return jax.jit(jax.value_and_grad(objective, argnums=(0, 1, 2), has_aux=True))(q, k, v)
 
     (_, want), want_grads = run(xla_attention)
-    (_, got), got_grads = run(lambda *a: splash_attention(*a, block=128, interpret=True))
+    (_, got), got_grads = run(lambda *a: splash_attention(*a, blocks=SplashBlocks.square(128), interpret=True))
 
     def rel(a, c):
         a, c = np.asarray(a, np.float32), np.asarray(c, np.float32)
@@ -151,7 +152,7 @@ def test_one_splash_kernel_serves_every_program_that_traces_it():
     segments = jnp.zeros((b, t), jnp.int32)
 
     def attend(q_, k_, v_, s_):
-        return splash_attention(q_, k_, v_, s_, block=128, interpret=True)
+        return splash_attention(q_, k_, v_, s_, blocks=SplashBlocks.square(128), interpret=True)
 
     grads = jax.jit(jax.grad(lambda *a: attend(*a).sum()))(q, k, v, segments)
     evaluated = jax.jit(lambda *a: attend(*a).mean())(q, k, v, segments)

@@ -17,13 +17,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SPLASH_BLOCK", "cached_attention", "splash_attention", "splash_supports", "xla_attention"]
+from levanter.ops.splash_tiles import LANES, SplashBlocks, splash_blocks
 
-SPLASH_BLOCK = 512
-"""Largest query/key block of the splash kernel (the sequence is cut into blocks of this or less)."""
-
-_LANES = 128
-"""The kernel's key blocks are multiples of the vector lanes."""
+__all__ = ["cached_attention", "splash_attention", "splash_supports", "xla_attention"]
 
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
@@ -74,19 +70,11 @@ def _masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Arr
 
 def splash_supports(seq_len: int) -> bool:
     """Whether the splash kernel takes sequences of ``seq_len`` (a multiple of its 128-wide blocks)."""
-    return seq_len % _LANES == 0
-
-
-def _block(seq_len: int, largest: int) -> int:
-    """The largest multiple of 128 up to ``largest`` dividing ``seq_len``."""
-    for size in range(min(largest, seq_len) // _LANES * _LANES, 0, -_LANES):
-        if seq_len % size == 0:
-            return size
-    raise ValueError(f"splash attention needs a sequence length that is a multiple of {_LANES}, got {seq_len}")
+    return seq_len % LANES == 0
 
 
 @functools.lru_cache(maxsize=32)
-def _kernel(num_heads: int, seq_len: int, block: int, interpret: bool) -> Any:
+def _kernel(num_heads: int, seq_len: int, blocks: SplashBlocks, interpret: bool) -> Any:
     """The splash kernel of one causal ``[heads, t, d]`` problem (built once per shape: its mask
     tables are made on the host).
 
@@ -97,22 +85,20 @@ def _kernel(num_heads: int, seq_len: int, block: int, interpret: bool) -> Any:
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
-    size = _block(seq_len, block)
-    sizes = sk.BlockSizes(block_q=size, block_kv=size, block_kv_compute=size, block_q_dkv=size,
-                          block_kv_dkv=size, block_kv_dkv_compute=size, block_q_dq=size, block_kv_dq=size)
     mask = sm.MultiHeadMask([sm.CausalMask((seq_len, seq_len)) for _ in range(num_heads)])
     with jax.ensure_compile_time_eval():
-        return sk.make_splash_mha_single_device(mask, block_sizes=sizes, interpret=interpret)
+        return sk.make_splash_mha_single_device(mask, block_sizes=blocks.block_sizes(), interpret=interpret)
 
 
 def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None, *,
-                     block: int = SPLASH_BLOCK, interpret: bool = False, mesh: Any = None,
+                     blocks: SplashBlocks | None = None, interpret: bool = False, mesh: Any = None,
                      batch_axes: Sequence[str] = (), head_axis: str | None = None) -> jax.Array:
     """Attention by the splash kernel (flash attention over blocks; masked-out blocks skipped).
 
     Args:
-        block: largest block of queries and keys (the sequence length's largest divisor that is a
-            multiple of 128 and at most this).
+        blocks: the kernels' tiles (cut to the sequence: :meth:`SplashBlocks.for_seq`); by default
+            those measured for this chip and problem (:func:`levanter.ops.splash_tiles.splash_blocks`,
+            the chip read from ``mesh``'s devices, else JAX's first device).
         interpret: run the kernel in Pallas' interpreter (any backend, slow: for tests).
         mesh: a device mesh whose ``batch_axes`` split the rows (and ``head_axis`` the key/value
             heads, when it divides them): the kernel then runs per shard (``shard_map``), as a
@@ -121,13 +107,14 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
     b, t, kvh, group, hd = q.shape
-    kernel = _kernel(kvh * group, t, block, interpret)
+    chosen = splash_blocks(hd, t, _device_kind(mesh)) if blocks is None else blocks.for_seq(t)
+    kernel = _kernel(kvh * group, t, chosen, interpret)
     # [b, t, kv, g, d] -> [b, kv * g, t, d]; the kernel does not scale the scores.
     qh = (q * (1.0 / math.sqrt(hd))).astype(q.dtype).reshape(b, t, kvh * group, hd).transpose(0, 2, 1, 3)
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
     def per_shard(qs: jax.Array, ks: jax.Array, vs: jax.Array, seg: jax.Array | None) -> jax.Array:
-        local = kernel if qs.shape[1] == kvh * group else _kernel(qs.shape[1], t, block, interpret)
+        local = kernel if qs.shape[1] == kvh * group else _kernel(qs.shape[1], t, chosen, interpret)
         if seg is None:
             return jax.vmap(lambda a, c, d: local(a, c, d))(qs, ks, vs)
         return jax.vmap(lambda a, c, d, s: local(a, c, d, segment_ids=sk.SegmentIds(q=s, kv=s)))(qs, ks, vs, seg)
@@ -137,6 +124,13 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.
     else:
         out = _sharded(per_shard, mesh, tuple(batch_axes), head_axis, kvh, qh, kh, vh, segment_ids)
     return out.transpose(0, 2, 1, 3).reshape(b, t, kvh * group * hd).astype(q.dtype)
+
+
+def _device_kind(mesh: Any) -> str:
+    """The chip the kernel is compiled for: the mesh's (a described TPU when compiling ahead of time
+    on a host without one), else JAX's first device."""
+    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    return str(device.device_kind)
 
 
 def _sharded(fn: Any, mesh: Any, batch_axes: tuple[str, ...], head_axis: str | None, kv_heads: int,
