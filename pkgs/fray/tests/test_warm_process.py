@@ -51,6 +51,14 @@ def _memoizes(n: int) -> tuple[int, int]:
     return os.getpid(), _tables.cache_info().currsize
 
 
+def _imports_jax_and_sets_a_flag() -> tuple[int, bool]:
+    import jax
+
+    found = bool(jax.config.values["jax_enable_x64"])
+    jax.config.update("jax_enable_x64", True)
+    return os.getpid(), found
+
+
 @pytest.fixture
 def warm():
     w = WarmProcess(WarmConfig(idle_s=30.0))
@@ -146,3 +154,11 @@ def test_a_memo_holding_device_arrays_is_emptied_as_a_fresh_process_has_it_not_t
     second = warm.submit(_memoizes, 16, name="second").result(timeout=120)
     assert first[0] == second[0] and warm.retirements == []  # one process, not retired
     assert first[1] == 1 and second[1] == 1  # the second call found the memo empty, as a fresh process would
+
+
+def test_a_flag_set_by_the_call_that_imported_jax_is_put_back(warm):
+    # No preload: the first call imports JAX itself, so no flags were there to be taken before it.
+    first = warm.submit(_imports_jax_and_sets_a_flag, name="first").result(timeout=120)
+    second = warm.submit(_imports_jax_and_sets_a_flag, name="second").result(timeout=120)
+    assert first[0] == second[0] and warm.retirements == []  # one process, not retired
+    assert (first[1], second[1]) == (False, False)  # the second found the flag as JAX's import sets it

@@ -12,7 +12,10 @@ module may still hold it), memory not given back, a flag that could not be put b
 must then not serve another call.
 
 JAX is looked at only when a call imported it; the backend is never started here (on a TPU host,
-starting it opens the chip), only asked once a call has started it.
+starting it opens the chip), only asked once a call has started it. When JAX is not yet imported
+before a call, a one-shot import watch takes its flags as its import set them, so a call that
+imports JAX and then changes a flag has it put back too. (What the call's environment made of the
+flags at that import, ``JAX_ENABLE_X64`` say, stays: they are what JAX read.)
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import logging
 import os
 import random
@@ -46,6 +52,37 @@ def _loggers() -> dict[str, tuple[int, list[logging.Handler], bool, bool]]:
 
 def _jax() -> Any:
     return sys.modules.get("jax")
+
+
+class _JaxImportWatch(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path`` until ``jax`` is imported: takes JAX's flags as its import left them."""
+
+    def __init__(self) -> None:
+        self.flags: dict[str, Any] | None = None
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "jax":
+            return None
+        self.remove()  # the real finders find it; this one sees it once
+        spec = importlib.util.find_spec("jax")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_take(module: Any) -> None:
+            exec_module(module)
+            self.flags = dict(module.config.values)
+
+        loader.exec_module = exec_then_take  # pyright: ignore[reportAttributeAccessIssue] - this spec's loader only
+        return spec
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
 
 
 def _device_bytes_in_use() -> int | None:
@@ -96,6 +133,7 @@ class ProcessState:
     handlers: dict[int, Any]
     jax_flags: dict[str, Any] | None
     device_bytes: int | None
+    jax_import: _JaxImportWatch | None = None
     problems: list[str] = field(default_factory=list)
 
     @classmethod
@@ -103,16 +141,22 @@ class ProcessState:
         """The state now (before a call)."""
         jax = _jax()
         numpy = sys.modules.get("numpy")
+        watch = None
+        if jax is None:
+            watch = _JaxImportWatch()
+            watch.install()
         return cls(environ=dict(os.environ), cwd=os.getcwd(), random_state=random.getstate(),
                    numpy_random_state=numpy.random.get_state() if numpy is not None else None,
                    loggers=_loggers(), handlers={s: signal.getsignal(s) for s in _SIGNALS},
                    jax_flags=dict(jax.config.values) if jax is not None else None,
-                   device_bytes=_device_bytes_in_use())
+                   device_bytes=_device_bytes_in_use(), jax_import=watch)
 
     def restore(self) -> str | None:
         """Put back what the call changed; None when the process is as clean as before the call,
         else a line saying what the call left that could not be shown clean."""
         self.problems = []
+        if self.jax_import is not None:
+            self.jax_import.remove()  # a call that imported no JAX: the next call's state takes its own
         self._environment()
         self._logging()
         for sig, handler in self.handlers.items():
@@ -160,7 +204,10 @@ class ProcessState:
     def _jax_flags(self) -> None:
         jax = _jax()
         before = self.jax_flags
-        if before is None:  # the call imported JAX: its flags were the defaults, which it could not have changed before
+        if before is None:  # the call imported JAX: its flags as that import set them
+            before = self.jax_import.flags if self.jax_import is not None else None
+        if before is None:
+            self.problems.append("imported JAX where its flags could not be seen as the import set them")
             return
         for name, value in before.items():
             if jax.config.values.get(name, value) != value:

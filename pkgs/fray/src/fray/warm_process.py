@@ -53,8 +53,8 @@ class WarmConfig:
     Attributes:
         idle_s: the process exits after this many seconds without a call.
         settle_s: seconds a process may take, after a call ended, to put itself back before it is killed.
-        preload: modules the process imports when it starts (``jax``: so that the JAX flags a call
-            changes can be put back to the values it found).
+        preload: modules the process imports when it starts (``jax``: its import paid before a call
+            waits for it; the JAX flags a call changes are put back either way).
     """
 
     idle_s: float = 600.0
