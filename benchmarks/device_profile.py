@@ -5,7 +5,9 @@ such line; a CPU's host threads when there is no device) are summed by name, and
 output softmax, attention, the MLP and projections (named by the model's Haiku scopes, which XLA
 keeps in an op's long name), the optimizer, and the rest. An op counts its own time only: a
 ``while`` loop's span holds its body's ops on the same line, so the loop is charged what its body's
-ops leave over (without that, a scanned model's time is counted twice).
+ops leave over (without that, a scanned model's time is counted twice). The splash attention
+kernels (``splash_mha_fwd``, ``dkv``, ``dq``: JAX names their ops so) are also summed by kernel, the
+share of attention that the kernels' tiles (``levanter.ops.splash_tiles``) decide.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import glob
 import gzip
 import json
 import os
+import re
 from typing import Any
 
 from levanter.ops.blocks import SCOPE
@@ -73,16 +76,33 @@ def _what(args: dict) -> str:
     return text if len(text) <= 90 else "..." + text[-87:]
 
 
+def _splash(by_name: dict[str, float], total: float) -> tuple[dict[str, Any], list[str]]:
+    """The splash kernels' share of ``total``, by kernel (an op's name less its ``.N`` suffix)."""
+    kernels: collections.defaultdict[str, float] = collections.defaultdict(float)
+    for name, us in by_name.items():
+        if name.startswith("splash_"):
+            kernels[re.sub(r"\.\d+$", "", name)] += us
+    if not kernels:
+        return {"share": 0.0, "ms": 0.0, "kernels": {}}, []
+    shares = {k: round(us / total, 4) for k, us in _largest(kernels)}
+    summary = {"share": round(sum(kernels.values()) / total, 4), "ms": round(sum(kernels.values()) / 1e3, 3),
+               "kernels": shares}
+    return summary, [f"splash kernels {summary['share']:.1%} ({summary['ms']:.1f} ms): "
+                     + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())]
+
+
 def _largest(times: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(times.items(), key=lambda kv: -kv[1])
 
 
 def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
-    """``{"total_ms", "ops": [[name, ms, share, source op]], "kinds": {kind: share}, "lines": [...]}`` of the
-    newest Perfetto trace under ``trace_dir`` (empty when there is none)."""
+    """``{"total_ms", "ops": [[name, ms, share, source op]], "kinds": {kind: share}, "splash": {"share", "ms",
+    "kernels": {kernel: share}}, "lines": [...]}`` of the newest Perfetto trace under ``trace_dir`` (empty
+    when there is none)."""
     found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
     if not found:
-        return {"total_ms": 0.0, "ops": [], "kinds": {}, "lines": [f"no trace under {trace_dir}"]}
+        return {"total_ms": 0.0, "ops": [], "kinds": {}, "splash": _splash({}, 1.0)[0],
+                "lines": [f"no trace under {trace_dir}"]}
     with gzip.open(found[-1]) as f:
         data = json.load(f)
     events = _device_events(data["traceEvents"] if isinstance(data, dict) else data)
@@ -98,6 +118,8 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     total = sum(by_name.values()) or 1.0
     ops = [[name, round(us / 1e3, 3), round(us / total, 4), what[name]] for name, us in _largest(by_name)[:top]]
     kinds = {k: round(us / total, 4) for k, us in _largest(by_kind)}
+    splash, splash_lines = _splash(by_name, total)
     lines = [f"traced {total / 1e3:.1f} ms; by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in kinds.items())]
+    lines += splash_lines
     lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" + (f"  ({src})" if src else "") for name, ms, share, src in ops[:12]]
-    return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "lines": lines}
+    return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "splash": splash, "lines": lines}

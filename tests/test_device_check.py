@@ -76,3 +76,22 @@ def test_profile_summary_charges_a_loop_only_what_its_body_leaves(tmp_path):
     assert summary["kinds"]["loss"] == pytest.approx(30 / 120, abs=1e-4)  # by each op's own source
     assert summary["kinds"]["embedding"] == pytest.approx(40 / 120, abs=1e-4)
     assert any("scatter-add" in line for line in summary["lines"])
+
+
+def test_profile_summary_names_the_splash_kernels_share(tmp_path):
+    from benchmarks.device_profile import summarise_trace
+
+    # Two layers' splash kernels (each op a name of its own, XLA's ".N") beside a matmul.
+    _perfetto(tmp_path / "t", [
+        {"name": "splash_mha_fwd_residuals.1", "ts": 0, "dur": 10, "args": {}},
+        {"name": "splash_mha_dkv_no_residuals.1", "ts": 10, "dur": 20, "args": {}},
+        {"name": "splash_mha_dkv_no_residuals.2", "ts": 30, "dur": 20, "args": {}},
+        {"name": "splash_mha_dq_no_residuals", "ts": 50, "dur": 10, "args": {}},
+        {"name": "fusion.7", "ts": 60, "dur": 40, "args": {"tf_op": "jit(step)/mlp/dot_general"}},
+    ])
+    summary = summarise_trace(str(tmp_path / "t"))
+    assert summary["splash"]["share"] == pytest.approx(0.6)
+    assert summary["splash"]["kernels"] == {"splash_mha_dkv_no_residuals": pytest.approx(0.4),
+                                            "splash_mha_fwd_residuals": pytest.approx(0.1),
+                                            "splash_mha_dq_no_residuals": pytest.approx(0.1)}
+    assert "splash kernels 60.0% (0.1 ms): splash_mha_dkv_no_residuals 40.0%" in summary["lines"][1]
