@@ -22,6 +22,7 @@ from marin.execution.run.outcome import Outcome
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
+from testsupport.accelerator import hold_lock
 from testsupport.leases import take_over
 
 TTL = 1.0  # the heartbeat renews every TTL / 4
@@ -234,3 +235,39 @@ def test_a_step_whose_runner_is_frozen_stops_itself_when_its_lease_is_lost(tmp_p
     lost = record.read_json(record.lost(token - 1))
     assert lost is not None and lost["state"] == "lost"
     assert record.read_status().error is None
+
+
+FINDS_THE_CHIP_HELD = textwrap.dedent("""
+    import pickle, sys, time
+    import accelerator_steps as chip
+    from marin.execution.run.worker import FnRef, StepPayload, run_step
+    from rigging.lease import Lease
+
+    folder, lock, output = sys.argv[1:4]
+    lease = Lease.acquire(folder, ttl=0.5)  # never renewed: its watch finds it lost within the second
+    payload = StepPayload("chip/held", FnRef.of(chip.tpu_step), pickle.dumps(chip.ChipConfig("held", lock=lock)),
+                          output, None, lease=(folder, lease.token, 0.5), opens_accelerator=True)
+    try:
+        run_step(payload)
+    except Exception as e:
+        print("ended:", type(e).__name__, flush=True)
+    time.sleep(2.0)  # the step is over; a warm process would be putting itself back for the next one
+    print("alive", flush=True)
+""")
+
+
+def test_a_step_that_found_the_chip_held_is_over_and_its_lost_lease_ends_no_process(tmp_path, subprocess_env):
+    # A warm accelerator process outlives its steps: a step's lease lost after the step ended (here
+    # by failing to open the chip, before its function ran) must not kill the process.
+    script = tmp_path / "held.py"
+    script.write_text(FINDS_THE_CHIP_HELD)
+    lock = str(tmp_path / "libtpu_lockfile")
+    holder = hold_lock(lock, 60)
+    try:
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path / "lease"), lock, str(tmp_path / "out")],
+                              env=subprocess_env, capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["ended: AcceleratorUnavailable", "alive"]

@@ -226,14 +226,14 @@ def run_step(payload: StepPayload) -> dict[str, Any]:
         watch_lease(folder, token, ttl, lambda why: None if ended.is_set() else _end_this_step(why))
     started = time.time()
     requests_before = request_counts()  # a forked worker starts from its parent's counts
-    fn = import_fn(payload.fn)
-    config = pickle.loads(payload.config_pickle)
-    log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
     step = RunningStep(payload.step_name, payload.step_version, payload.output_path, payload.prefix,
                        payload.expansions, payload.start)
-    if payload.opens_accelerator:
-        _open_accelerator(fn, config)
-    try:
+    try:  # however the step ends (the accelerator found held, too), its lease's watch stands down
+        fn = import_fn(payload.fn)
+        config = pickle.loads(payload.config_pickle)
+        log.info("step %s starting in pid %d -> %s", payload.step_name, os.getpid(), payload.output_path)
+        if payload.opens_accelerator:
+            _open_accelerator(fn, config)
         with running(step):
             fn(config, payload.output_path)
     except Preempted as e:
