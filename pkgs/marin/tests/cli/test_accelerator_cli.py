@@ -138,3 +138,29 @@ def test_a_chip_held_past_accelerator_wait_fails_in_one_line_and_names_no_log_it
     assert failed and all("the accelerator stayed held by another process" in line for line in failed)
     assert f"is held by pid {foreign.pid}" in failed[0]
     assert "log: None" not in result.output
+
+
+def test_a_chip_its_process_found_held_past_accelerator_wait_names_the_attempts_log_once(tmp_path, user_env):
+    # The run's lock file is free, so the step starts; its process finds the chip's own lock held.
+    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
+    user_env.setenv("MARIN_ACCELERATOR_LOCK", str(tmp_path / "other_lock"))
+    user_env.setenv("MARIN_ACCELERATOR_WAIT", "0.5")
+    (tmp_path / "records").mkdir()
+    exp = tmp_path / "exp_found_held.py"
+    exp.write_text(ONE_CHIP_STEP.format(records=tmp_path / "records", lock=tmp_path / "lock"))
+    foreign = chip.hold_lock(str(tmp_path / "lock"), seconds=60)
+    try:
+        result = CliRunner().invoke(cli, ["run", str(exp), "--prefix", str(tmp_path / "store"), "--no-fast"])
+    finally:
+        foreign.kill()
+        foreign.wait()
+    assert result.exit_code == 1, result.output
+    [log] = [line.split("log: ", 1)[1] for line in result.output.splitlines() if line.startswith("  log: ")]
+    assert "multi-process lockfile" in open(log).read()
+    assert result.output.count(log) == 1, result.output
+
+
+ONE_CHIP_STEP = """
+import accelerator_steps as chip
+steps = [chip.tpu("t0", "{records}", "{lock}")]
+"""

@@ -5,8 +5,8 @@ Admission (``iris.admission``) keeps this run's own accelerator steps from shari
 process that is not this run's may hold the accelerator anyway (another user's job, a leftover
 process): before an admitted accelerator step starts, its runtime's lock file is asked who holds
 it (``iris.chip_lock``), and the step waits, saying what holds it and for how long, up to
-``accelerator_wait``; then it fails with one line naming the holder, the fix and the log of its
-last attempt. A step whose process could not open the accelerator before its function ran (the
+``accelerator_wait``; then it fails with one line naming the holder and the fix, its log the log of
+its last attempt. A step whose process could not open the accelerator before its function ran (the
 runtime found it held: ``iris.accelerator_open``) is the same wait, not a failure: it is set aside
 and started again after a pause, its attempt not counted against ``max_retries``. An exception
 the step's function raised is its own failure, whatever its text says.
@@ -147,10 +147,10 @@ class AcceleratorGate:
         waited = now - wait.since
         if waited >= self.wait_s:
             del self._waits[p.output_name]
-            log = self._logs.get(p.output_name)
+            # The log of its last attempt (:meth:`last_log`) goes with the failure as its log, named once.
             return (f"the accelerator stayed {wait.held_by} for {format_duration(waited)} "
                     f"(accelerator_wait): {wait.holder}; end that process or let it finish, then run again "
-                    f"(or raise accelerator_wait){f'; log: {log}' if log else ''}")
+                    f"(or raise accelerator_wait)")
         if wait.holder != wait.said or now - wait.said_at >= REPORT_EVERY_S:
             wait.said, wait.said_at = wait.holder, now
             self.report(p, f"{wait.holder}; waited {format_duration(waited)} of {format_duration(self.wait_s)} "
