@@ -48,6 +48,13 @@ def test_the_pallas_loss_holds_no_logits_block():
     assert pallas == _estimate(loss_impl="pallas", loss_block=8).loss < _estimate(loss_block=8).loss < _estimate().loss
 
 
+def test_the_blockwise_loss_keeps_the_hidden_states_float32_gradient_too():
+    # Made in the forward scan beside the loss and kept for the backward (float32 until scaled):
+    # [32 x 1024 tokens, 512] float32, as the kernels' is.
+    hidden_grad = 32 * 1024 * 512 * 4
+    assert _estimate(loss_block=8).loss == hidden_grad + 32 * 8 * 128_256 * (8 + 2) + (4 + 2 * 2) * 128_256 * 512
+
+
 def test_auto_takes_the_least_recomputation_that_fits():
     kwargs = dict(batch=32, seq_len=1024, compute_bytes=2, attention="splash")
     assert choose_remat(M150, 64 * GIB, **kwargs)[0] is Remat.NONE

@@ -6,7 +6,8 @@ The terms, per device, in bytes: float32 parameters and their gradients; the opt
 (none on the device when offloaded to host memory, but the largest array's while it is updated);
 what each layer keeps for the backward pass under the remat policy, for every layer, plus one
 layer's working set while it is recomputed; the attention scores where the XLA kernel
-materialises them; and the output softmax's blocks. It is an estimate: XLA's buffer assignment
+materialises them; and the loss: the output softmax's blocks (none with the Pallas kernels) and
+the float32 gradient of the hidden states it keeps from its forward pass for its backward. It is an estimate: XLA's buffer assignment
 may reuse or add; a margin (:data:`HEADROOM`) stands for what it adds. Importing this module does
 not import JAX.
 """
@@ -149,15 +150,19 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
         per_layer = rows * heads * seq_len * seq_len
         scores = per_layer * (8 + compute_bytes) + (per_layer * compute_bytes * model.num_layers
                                                     if remat is Remat.NONE else 0)
+    # Either way the loss keeps the float32 gradient of its hidden states, one value per token and
+    # hidden unit, from its forward pass (where it is made beside the loss) to its backward pass.
+    hidden_grad = rows * seq_len * model.hidden_dim * 4
     if LossImpl.parse(loss_impl) is LossImpl.PALLAS:
-        # The kernels' float32 gradients of the hidden states and the head, the head's rounded copy;
-        # the embedding table and the head cast to the compute dtype.
-        loss = rows * seq_len * model.hidden_dim * 4 + (4 + 3 * compute_bytes) * largest // shards
+        # The kernels' float32 gradient of the head, the head's rounded copy; the embedding table and
+        # the head cast to the compute dtype.
+        loss = hidden_grad + (4 + 3 * compute_bytes) * largest // shards
     else:
         block = default_block(rows, seq_len, model.vocab_size) if loss_block is None else min(loss_block, seq_len)
         # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
         # the embedding table and the head cast to the compute dtype.
-        loss = rows * block * model.vocab_size * (8 + compute_bytes) + (4 + 2 * compute_bytes) * largest // shards
+        loss = (hidden_grad + rows * block * model.vocab_size * (8 + compute_bytes)
+                + (4 + 2 * compute_bytes) * largest // shards)
     moments, host_moments = _moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer)
     return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards, opt_state=moments,
                           activations=activations, attention=scores, loss=loss, remat=remat.value,
