@@ -258,6 +258,23 @@ def _cell(row: dict, column: str) -> str:
     return label(row["blocks"]) if column == "blocks" else str(row.get(column, ""))
 
 
+def _sweep(problems: list[Problem], args: argparse.Namespace, device: Any, report: Any) -> dict:
+    """The grid's rows, kernel by kernel, of the first problem of each (head dim, sequence); the
+    blocks they choose by that key. Stage by stage: a budget spent leaves the least-used kernels out."""
+    started = time.perf_counter()
+    swept = {p.key: p for p in reversed(problems)}  # the first of each key stays
+    by_key: dict[tuple[int, int], list[dict]] = {key: [] for key in swept}
+    inputs = {key: _inputs(p, device) for key, p in swept.items()}
+    for stage in ("fwd", "dkv", "dq", "fused"):
+        for key, p in sorted(swept.items(), key=lambda item: problems.index(item[1])):
+            if time.perf_counter() - started > args.budget_s:
+                print(f"# budget of {args.budget_s:.0f} s spent: {p.name} {stage} left out", flush=True)
+                continue
+            todo = [(s, b) for s, b in grid(p.seq_len, args.sizes) if s == stage]
+            by_key[key] += _run(p, todo, inputs[key], args, device, report)
+    return {key: choose(found) for key, found in by_key.items()}
+
+
 def main(args: argparse.Namespace) -> list[dict]:
     import jax
 
@@ -274,32 +291,19 @@ def main(args: argparse.Namespace) -> list[dict]:
     rows: list[dict] = []
 
     def report(row: dict) -> None:
+        rows.append(row)
         print(" | ".join(_cell(row, c) for c in _COLUMNS), flush=True)
         if args.out:  # after every row: a run cut short keeps what it measured
-            _write(args.out, kind, rows + [row], [])
+            _write(args.out, kind, rows, [])
 
-    started, chosen = time.perf_counter(), {}
     problems = [problem(text) for text in args.problem]
-    for p in problems:
-        if p.key in chosen:
-            continue
-        inputs, swept = _inputs(p, device), []
-        for stage in ("fwd", "dkv", "dq", "fused"):
-            if time.perf_counter() - started > args.budget_s:
-                print(f"# budget of {args.budget_s:.0f} s spent: {p.name} {stage} left out", flush=True)
-                continue
-            todo = [(s, b) for s, b in grid(p.seq_len, args.sizes) if s == stage]
-            swept += _run(p, todo, inputs, args, device, report)
-        rows += swept
-        chosen[p.key] = choose(swept)
+    chosen = _sweep(problems, args, device, report)
     final: list[dict] = []
-    if device is None:
-        for p in problems:
-            default = SplashBlocks().for_seq(p.seq_len)
-            todo = [("final", b) for b in dict.fromkeys([default, *chosen[p.key]])] + [("final", None)]
-            final += _run(p, todo, _inputs(p, None), args, None, report)
-    rows += final
-    lines = entries([r for r in final if r["stage"] == "final"], kind) if final else []
+    for p in problems if device is None else ():  # compiling only: nothing to choose from
+        default = SplashBlocks().for_seq(p.seq_len)
+        todo = [("final", b) for b in dict.fromkeys([default, *chosen[p.key]])] + [("final", None)]
+        final += _run(p, todo, _inputs(p, None), args, None, report)
+    lines = entries(final, kind) if final else []
     print("\n# levanter/ops/splash_tiles.py, _MEASURED: this chip's entries\n" + "\n".join(lines), flush=True)
     if args.out:
         _write(args.out, kind, rows, lines)
