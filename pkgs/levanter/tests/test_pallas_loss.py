@@ -5,6 +5,8 @@ materialised loss's rounding."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 
 from levanter.ops.blocks import LossImpl
 from levanter.ops.cross_entropy import lm_loss, resolve_loss_impl, token_logprobs
-from levanter.ops.pallas_loss import Tiles
+from levanter.ops.pallas_loss import Tiles, default_tiles
 
 B, T, D, V = 2, 13, 16, 300  # 26 rows in one padded row tile; three vocabulary tiles, the last ragged
 TILES = Tiles(rows=128, vocab=128)
@@ -96,6 +98,12 @@ def test_auto_is_the_blockwise_scan_off_a_tpu_and_bad_names_are_refused():
         resolve_loss_impl("fused")
     with pytest.raises(ValueError, match="Tiles.vocab must be a positive multiple of 128, got 100"):
         Tiles(rows=128, vocab=100)
+
+
+def test_tiles_asked_for_by_no_size_are_the_default_tiles():
+    # One set of measured defaults: Tiles() is what the loss takes when given none (rows enough).
+    assert default_tiles(64 * 1024) == Tiles()
+    assert default_tiles(200) == dataclasses.replace(Tiles(), rows=256)  # few rows: a smaller row tile
 
 
 def test_auto_gives_the_kernels_the_widths_they_won_on_one_tpu(monkeypatch: pytest.MonkeyPatch):

@@ -40,11 +40,17 @@ need about 40 MiB with their double buffers, over the compiler's default limit."
 
 @dataclasses.dataclass(frozen=True)
 class Tiles:
-    """Tile sizes of the kernels: ``rows`` of the flattened ``batch x seq`` positions, ``vocab`` columns."""
+    """Tile sizes of the kernels: ``rows`` of the flattened ``batch x seq`` positions, ``vocab`` columns.
 
-    rows: int = 1024
-    vocab: int = 1024
-    one_pass: bool = False
+    The defaults are the fastest measured on the TPU v5e (2026-12-06, ``benchmarks/bench_loss``:
+    100 ms at 32 x 1024 rows of hidden 512 and 208 ms at 8 x 2048 rows of hidden 2048, against 123 ms
+    and 232 ms with 1,024-square tiles and two passes), at hidden widths up to 2,048 (vector memory
+    holds them there); :func:`default_tiles` takes them, with fewer rows when there are few.
+    """
+
+    rows: int = 512
+    vocab: int = 2048
+    one_pass: bool = True
     """The backward's two gradients from one recomputation of the logits, d hidden accumulated
     through HBM (``_one_pass``; with fewer than three row tiles the two-pass kernels run)."""
 
@@ -58,12 +64,10 @@ class Tiles:
 
 
 def default_tiles(rows: int) -> Tiles:
-    """Tiles for ``rows`` positions: 512 rows by 2,048 columns and the one-pass
-    backward, the fastest measured on the TPU v5e (2026-12-06, ``benchmarks/bench_loss``: 100 ms at
-    32 x 1024 rows of hidden 512 and 208 ms at 8 x 2048 rows of hidden 2048, against 123 ms and
-    232 ms with 1,024-square tiles and two passes), at hidden widths up to 2,048 (vector memory
-    holds them there); fewer rows when there are few."""
-    return Tiles(rows=min(512, -(-rows // 128) * 128), vocab=2048, one_pass=True)
+    """:class:`Tiles`' defaults for ``rows`` positions: no more row tile than the rows need (in
+    multiples of 128)."""
+    tiles = Tiles()
+    return dataclasses.replace(tiles, rows=min(tiles.rows, -(-rows // 128) * 128))
 
 
 def _params() -> Any:
