@@ -11,12 +11,14 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from levanter.models.impl import Attention, Impl, Remat
+from levanter.models.impl import Attention, Decode, Impl, Remat
 from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import cached_attention, xla_attention
+from levanter.ops.kv_cache import write_rows
 
-__all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention", "transformed_llama"]
+__all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention",
+           "resolve_decode", "transformed_llama"]
 
 
 Shard = Callable[[jax.Array, Sequence[Any]], jax.Array]
@@ -92,7 +94,8 @@ class _Attention(hk.Module):
         if cache is None:
             out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
         else:
-            out = cached_attention(q, k, v, cache.k, cache.v, positions)
+            live = resolve_decode(self.impl.decode) is not Decode.FULL
+            out = cached_attention(q, k, v, cache.k, cache.v, positions, live=live)
             cache = KVCache(k, v)
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
@@ -107,14 +110,13 @@ class KVCache(NamedTuple):
     k: jax.Array
     v: jax.Array
 
-    def write(self, k: jax.Array, v: jax.Array, positions: jax.Array) -> KVCache:
-        """The stack's cache with ``k, v [layers, b, t, kv_heads, d]`` written from each row's first position."""
-        def put(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-            return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (0, start, 0, 0))
-
+    def write(self, k: jax.Array, v: jax.Array, positions: jax.Array, impl: Impl = Impl()) -> KVCache:
+        """The stack's cache with ``k, v [layers, b, t, kv_heads, d]`` written from each row's first
+        position (by the Pallas kernel where ``impl.decode`` resolves to ``PALLAS``)."""
+        kernel = resolve_decode(impl.decode) is Decode.PALLAS
         starts = positions[:, 0]
-        write = jax.vmap(put, in_axes=(1, 1, 0), out_axes=1)
-        return KVCache(write(self.k, k, starts), write(self.v, v, starts))
+        return KVCache(write_rows(self.k, k, starts, kernel=kernel, interpret=impl.interpret),
+                       write_rows(self.v, v, starts, kernel=kernel, interpret=impl.interpret))
 
 
 def _attend(impl: Impl, shard: Shard, q: jax.Array, k: jax.Array, v: jax.Array,
@@ -137,6 +139,14 @@ def resolve_attention(choice: Attention, seq_len: int) -> Attention:
     from levanter.ops.attention import splash_supports
 
     return Attention.SPLASH if jax.default_backend() == "tpu" and splash_supports(seq_len) else Attention.XLA
+
+
+def resolve_decode(choice: Decode) -> Decode:
+    """The cache reads and writes ``choice`` means on this process's default backend: ``AUTO`` is
+    ``PALLAS`` on a TPU, else ``LIVE``."""
+    if choice is not Decode.AUTO:
+        return choice
+    return Decode.PALLAS if jax.default_backend() == "tpu" else Decode.LIVE
 
 
 def _named(x: jax.Array, name: str) -> jax.Array:
@@ -263,21 +273,24 @@ def _trunk(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any, shard: Sh
 
 
 def llama_cached(config: LlamaConfig, tokens: jax.Array, positions: jax.Array, cache: KVCache,
-                 compute_dtype: Any = jnp.float32) -> tuple[jax.Array, KVCache]:
+                 compute_dtype: Any = jnp.float32, impl: Impl = Impl()) -> tuple[jax.Array, KVCache]:
     """Final hidden states ``[b, t, hidden]`` of ``tokens [b, t]`` at ``positions [b, t]`` (each row
     consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads, d]``), and the
     cache with the tokens' keys and values written; inside ``hk.transform``. The same modules and
     parameters as :func:`llama_hidden`. The layers only read the cache; it is written once, after
-    them, so a step never copies it."""
+    them, so a step never copies it. ``impl.decode`` says how the cache is read and written (and
+    ``impl.interpret`` runs its kernel in Pallas' interpreter); nothing else of ``impl`` is used."""
+    cached = Impl(decode=impl.decode, interpret=impl.interpret)
+
     def block(h: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, KVCache]:
-        return _layer(config, _no_shard, Impl(), h, None, positions, KVCache(k, v))
+        return _layer(config, _no_shard, cached, h, None, positions, KVCache(k, v))
 
     with hk.custom_getter(_cast_getter(compute_dtype)):
         embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
         x = embed(tokens).astype(compute_dtype)
         x, (k, v) = hk.layer_stack(config.num_layers, with_per_layer_inputs=True, name=LAYERS)(block)(
             x, cache.k, cache.v)
-        return _RMSNorm(config.norm_eps, name="final_norm")(x), cache.write(k, v, positions)
+        return _RMSNorm(config.norm_eps, name="final_norm")(x), cache.write(k, v, positions, cached)
 
 
 def llama_forward(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any = jnp.float32,
@@ -319,7 +332,7 @@ class LlamaModel:
         per_layer = Impl(remat=Remat.NONE, attention=Attention.XLA, scan_layers=False)
         self._per_layer = hk.transform(lambda tokens: llama_forward(config, tokens, jnp.float32, None, None, per_layer))
         self._cached = hk.transform(lambda tokens, positions, cache: llama_cached(
-            config, tokens, positions, cache, compute_dtype))
+            config, tokens, positions, cache, compute_dtype, impl))
 
     def init(self, rng: jax.Array, tokens: jax.Array) -> dict[str, Any]:
         """Fresh float32 parameters (stacked layout, unless ``impl.scan_layers`` is off)."""

@@ -12,7 +12,7 @@ import dataclasses
 from levanter.choices import Choice
 from levanter.ops.blocks import LossImpl
 
-__all__ = ["Attention", "Impl", "LossImpl", "Remat"]
+__all__ = ["Attention", "Decode", "Impl", "LossImpl", "Remat"]
 
 
 class Remat(Choice):
@@ -55,6 +55,28 @@ class Attention(Choice):
         return "attention"
 
 
+class Decode(Choice):
+    """How a decoder's key/value-cache step reads and writes the cache (``levanter.inference``)."""
+
+    AUTO = "auto"
+    """``PALLAS`` on a TPU, ``LIVE`` elsewhere."""
+    FULL = "full"
+    """Every position a slot holds is read at each step (masked past the row's own), and each row's
+    new keys and values are written by XLA's batched update (a scatter: on a TPU a loop over the
+    rows). The first decoder, kept for comparisons."""
+    LIVE = "live"
+    """Only the live prefix is read: the cache cut at the smallest bucket (powers of two from 128,
+    and the whole) holding every row's positions, chosen on the device at each step; written as
+    ``FULL`` writes."""
+    PALLAS = "pallas"
+    """``LIVE``'s read; each row's new keys and values written in place by a Pallas kernel (one
+    DMA a row: TPU; Pallas' interpreter elsewhere)."""
+
+    @classmethod
+    def setting(cls) -> str:
+        return "decode"
+
+
 @dataclasses.dataclass(frozen=True)
 class Impl:
     """How a model's forward pass runs (a model config's ``build`` takes it)."""
@@ -72,8 +94,12 @@ class Impl:
     """The loss over the output head: the blockwise scan or the Pallas kernels (``levanter.training.loss``
     reads it from the model)."""
 
+    decode: Decode = Decode.AUTO
+    """How a key/value-cache decoder reads and writes its cache."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "remat", Remat.parse(self.remat))
+        object.__setattr__(self, "decode", Decode.parse(self.decode))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
         object.__setattr__(self, "loss", LossImpl.parse(self.loss))
         if self.remat is Remat.AUTO:

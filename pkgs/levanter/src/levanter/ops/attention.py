@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from levanter.ops.splash_tiles import LANES, SplashBlocks, splash_blocks
 
-__all__ = ["cached_attention", "splash_attention", "splash_supports", "xla_attention"]
+__all__ = ["LIVE_BUCKET", "cached_attention", "live_buckets", "splash_attention", "splash_supports", "xla_attention"]
 
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
@@ -33,8 +33,24 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
     return _masked_attention(q, k, v, allowed)
 
 
+LIVE_BUCKET = 128
+"""The smallest prefix of the cache a live read cuts (:func:`cached_attention`); each larger is twice
+the one before, up to the whole cache."""
+
+
+def live_buckets(length: int, smallest: int = LIVE_BUCKET) -> list[int]:
+    """The prefixes of a ``length``-position cache a live read may cut: ``smallest``, twice that, ...,
+    then ``length`` itself."""
+    sizes = []
+    size = smallest
+    while size < length:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, length]
+
+
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-                     positions: jax.Array) -> jax.Array:
+                     positions: jax.Array, *, live: bool = False, smallest: int = LIVE_BUCKET) -> jax.Array:
     """Attention of new tokens over a key/value cache and themselves (``levanter.inference``).
 
     ``q [b, t, kv_heads, group, d]``, ``k, v [b, t, kv_heads, d]`` are the new tokens', at
@@ -43,7 +59,31 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Arra
     positions before the row's run (never what the cache holds from there on) and the run's tokens
     up to itself. The cache is read as it is (never joined to the new keys), so a decode step reads
     it once.
+
+    With ``live``, only the cache's first ``n`` positions are read, ``n`` the smallest of
+    :func:`live_buckets` holding every row's earlier positions (chosen on the device: one program
+    serves every length, each branch reading its own prefix); what lies past them is never read.
     """
+    length = k_cache.shape[1]
+    if not live or length <= smallest:
+        return _over_cache(q, k, v, k_cache, v_cache, positions)
+    sizes = live_buckets(length, smallest)
+    needed = jnp.max(positions[:, 0])  # a row reads the positions before its run
+    index = jnp.searchsorted(jnp.asarray(sizes), needed)
+
+    def prefix(n: int) -> Any:
+        def attend(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
+                   positions: jax.Array) -> jax.Array:
+            return _over_cache(q, k, v, k_cache[:, :n], v_cache[:, :n], positions)
+
+        return attend
+
+    return jax.lax.switch(index, [prefix(n) for n in sizes], q, k, v, k_cache, v_cache, positions)
+
+
+def _over_cache(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
+                positions: jax.Array) -> jax.Array:
+    """:func:`cached_attention` over every position of the caches given."""
     b, t, kvh, group, hd = q.shape
     scale = 1.0 / math.sqrt(hd)
     past = jnp.arange(k_cache.shape[1])[None, :] < positions[:, :1]  # [b, s]
