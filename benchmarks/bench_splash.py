@@ -11,7 +11,8 @@ Problems are ``MODEL:BATCHxSEQ`` (``--problem``; default the four of issue 57), 
 one (head dim, sequence length) share a table entry; the first of them is swept. The sweep varies
 one kernel at a time (their times add: the forward, the ``dkv`` and ``dq`` backward kernels, or the
 fused backward, each over its own blocks): forward rows time the forward alone, the others forward
-and backward (the forward at the default blocks). The ``final`` rows then time, for every problem,
+and backward (the forward at the default blocks); the ``layout`` rows time the default blocks with
+keys and values head-minor and sequence-minor. The ``final`` rows then time, for every problem,
 the default, the best of each kernel together (unfused and fused) and XLA's attention. TFLOP/s count
 a model's attention FLOPs, causal-halved: ``2 * b * heads * t^2 * d`` forward, 3x that with the
 backward. Candidates compile in parallel (``--jobs``); one that does not compile (vector memory)
@@ -82,6 +83,7 @@ def grid(seq_len: int, sizes: tuple[int, ...] = SIZES) -> list[tuple[str, Splash
     rows += [("dkv", SplashBlocks(q_dkv=q, kv_dkv=kv, kv_dkv_compute=c)) for q, kv, c in pairs]
     rows += [("fused", SplashBlocks(q_dkv=q, kv_dkv=kv, kv_dkv_compute=c, fused=True)) for q, kv, c in pairs]
     rows += [("dq", SplashBlocks(q_dq=q, kv_dq=kv)) for q in fit for kv in fit if q * kv <= SCORES_LIMIT]
+    rows += [("layout", SplashBlocks()), ("layout", SplashBlocks(kv_seq_minor=True))]
     return [(stage, blocks.for_seq(seq_len)) for stage, blocks in rows]
 
 
@@ -90,24 +92,27 @@ def label(blocks: SplashBlocks | None) -> str:
         return "xla"
     text = (f"fwd {blocks.q}/{blocks.kv}/{blocks.kv_compute} dkv {blocks.q_dkv}/{blocks.kv_dkv}/"
             f"{blocks.kv_dkv_compute}")
-    return text + (" fused" if blocks.fused else f" dq {blocks.q_dq}/{blocks.kv_dq}")
+    text += " fused" if blocks.fused else f" dq {blocks.q_dq}/{blocks.kv_dq}"
+    return text + (" kv seq-minor" if blocks.kv_seq_minor else "")
 
 
 def source(blocks: SplashBlocks) -> str:
     """``blocks`` as the table's source writes them (a fused backward's ``dq`` blocks, unused, left out)."""
-    skip = ("q_dq", "kv_dq") if blocks.fused else ("fused",)
+    skip = (("q_dq", "kv_dq") if blocks.fused else ("fused",)) + (() if blocks.kv_seq_minor else ("kv_seq_minor",))
     fields = [f"{f.name}={getattr(blocks, f.name)!r}" for f in dataclasses.fields(blocks) if f.name not in skip]
     return f"SplashBlocks({', '.join(fields)})"
 
 
 def choose(rows: list[dict]) -> list[SplashBlocks]:
     """From one problem's sweep rows (``stage``, ``blocks``, ``ms``): the best forward with the
-    best ``dkv`` and ``dq`` blocks, and with the best fused backward (those that ran)."""
+    best ``dkv`` and ``dq`` blocks, and with the best fused backward (those that ran), each with
+    keys and values sequence-minor where that beat the default layout."""
     def best(stage: str) -> SplashBlocks:
         ran = [r for r in rows if r["stage"] == stage and r.get("ms") is not None]
         return min(ran, key=lambda r: r["ms"])["blocks"] if ran else SplashBlocks()
 
     fwd, dkv, dq, fused = best("fwd"), best("dkv"), best("dq"), best("fused")
+    fwd = dataclasses.replace(fwd, kv_seq_minor=best("layout").kv_seq_minor)
     unfused = dataclasses.replace(fwd, q_dkv=dkv.q_dkv, kv_dkv=dkv.kv_dkv, kv_dkv_compute=dkv.kv_dkv_compute,
                                   q_dq=dq.q_dq, kv_dq=dq.kv_dq)
     together = dataclasses.replace(fwd, q_dkv=fused.q_dkv, kv_dkv=fused.kv_dkv, kv_dkv_compute=fused.kv_dkv_compute,
@@ -265,7 +270,7 @@ def _sweep(problems: list[Problem], args: argparse.Namespace, device: Any, repor
     swept = {p.key: p for p in reversed(problems)}  # the first of each key stays
     by_key: dict[tuple[int, int], list[dict]] = {key: [] for key in swept}
     inputs = {key: _inputs(p, device) for key, p in swept.items()}
-    for stage in ("fwd", "dkv", "dq", "fused"):
+    for stage in ("fwd", "layout", "dkv", "dq", "fused"):
         for key, p in sorted(swept.items(), key=lambda item: problems.index(item[1])):
             if time.perf_counter() - started > args.budget_s:
                 print(f"# budget of {args.budget_s:.0f} s spent: {p.name} {stage} left out", flush=True)

@@ -10,6 +10,7 @@ from levanter.ops.splash_tiles import SplashBlocks
 
 _FORWARD = ("q", "kv", "kv_compute")
 _DKV = ("q_dkv", "kv_dkv", "kv_dkv_compute")
+_FLAGS = ("fused", "kv_seq_minor")
 
 
 def _fields(blocks: SplashBlocks, names: tuple[str, ...]) -> tuple:
@@ -19,13 +20,13 @@ def _fields(blocks: SplashBlocks, names: tuple[str, ...]) -> tuple:
 def test_the_grid_varies_one_kernel_at_a_time_within_the_sequence_and_vector_memory():
     rows = grid(2048)
     default = SplashBlocks().for_seq(2048)
-    assert {stage for stage, _ in rows} == {"fwd", "dkv", "dq", "fused"}
+    assert {stage for stage, _ in rows} == {"fwd", "layout", "dkv", "dq", "fused"}
     for stage, blocks in rows:
-        values = [getattr(blocks, f.name) for f in dataclasses.fields(blocks) if f.name != "fused"]
+        values = [getattr(blocks, f.name) for f in dataclasses.fields(blocks) if f.name not in _FLAGS]
         assert all(2048 % v == 0 for v in values)
         assert blocks.q * blocks.kv_compute <= SCORES_LIMIT and blocks.q_dkv * blocks.kv_dkv_compute <= SCORES_LIMIT
-        own = {"fwd": _FORWARD, "dkv": _DKV, "fused": _DKV, "dq": ("q_dq", "kv_dq")}[stage]
-        others = [f.name for f in dataclasses.fields(blocks) if f.name not in (*own, "fused", "q_dq", "kv_dq")]
+        own = {"fwd": _FORWARD, "dkv": _DKV, "fused": _DKV, "dq": ("q_dq", "kv_dq"), "layout": ()}[stage]
+        others = [f.name for f in dataclasses.fields(blocks) if f.name not in (*own, *_FLAGS, "q_dq", "kv_dq")]
         assert _fields(blocks, tuple(others)) == _fields(default, tuple(others)), (stage, blocks)
         assert blocks.fused == (stage == "fused")
     assert ("fwd", SplashBlocks(q=1024, kv=2048, kv_compute=512)) in rows
@@ -38,13 +39,15 @@ def test_the_best_of_each_kernel_are_put_together_and_summed_over_a_keys_problem
              {"stage": "dkv", "blocks": SplashBlocks(q_dkv=256, kv_dkv=1024, kv_dkv_compute=1024), "ms": 4.0},
              {"stage": "dkv", "blocks": SplashBlocks(q_dkv=1024), "ms": None},  # did not compile
              {"stage": "dq", "blocks": SplashBlocks(q_dq=1024, kv_dq=256), "ms": 3.0},
+             {"stage": "layout", "blocks": SplashBlocks(), "ms": 6.0},
+             {"stage": "layout", "blocks": SplashBlocks(kv_seq_minor=True), "ms": 5.0},
              {"stage": "fused", "blocks": SplashBlocks(q_dkv=1024, kv_dkv=1024, kv_dkv_compute=1024, fused=True),
               "ms": 3.5}]
     unfused, fused = choose(sweep)
     assert unfused == SplashBlocks(q=1024, kv=1024, kv_compute=512, q_dkv=256, kv_dkv=1024, kv_dkv_compute=1024,
-                                   q_dq=1024, kv_dq=256)
+                                   q_dq=1024, kv_dq=256, kv_seq_minor=True)
     assert fused == SplashBlocks(q=1024, kv=1024, kv_compute=512, q_dkv=1024, kv_dkv=1024, kv_dkv_compute=1024,
-                                 fused=True)
+                                 fused=True, kv_seq_minor=True)
     # 150m is faster unfused, 600m fused; summed, fused wins the shared (64, 1024) entry.
     final = [{"problem": p, "key": (64, 1024), "blocks": b, "ms": ms} for p, b, ms in (
         ("150m", SplashBlocks(), 10.0), ("150m", unfused, 6.0), ("150m", fused, 7.0), ("150m", None, 20.0),

@@ -67,14 +67,15 @@ def test_the_attention_op_runs_the_kernel_over_the_chips_measured_blocks(monkeyp
     assert grids() == [(2, 2, 2)]
 
 
-def test_a_fused_backward_over_uneven_blocks_gives_xla_attentions_gradients():
+def test_a_fused_backward_over_uneven_blocks_and_seq_minor_keys_gives_xla_attentions_gradients():
     b, t, kv, group, hd = 1, 256, 1, 1, 32
     keys = jax.random.split(jax.random.PRNGKey(1), 4)
     q = jax.random.normal(keys[0], (b, t, kv, group, hd), jnp.bfloat16)
     k = jax.random.normal(keys[1], (b, t, kv, hd), jnp.bfloat16)
     v = jax.random.normal(keys[2], (b, t, kv, hd), jnp.bfloat16)
     cotangent = jax.random.normal(keys[3], (b, t, kv * group * hd), jnp.float32)
-    blocks = SplashBlocks(q=128, kv=256, kv_compute=128, q_dkv=256, kv_dkv=128, kv_dkv_compute=128, fused=True)
+    blocks = SplashBlocks(q=128, kv=256, kv_compute=128, q_dkv=256, kv_dkv=128, kv_dkv_compute=128, fused=True,
+                          kv_seq_minor=True)
 
     def run(attend):
         objective = lambda q_, k_, v_: jnp.sum(attend(q_, k_, v_).astype(jnp.float32) * cotangent)  # noqa: E731

@@ -43,11 +43,14 @@ class SplashBlocks:
     """Backward ``dq`` kernel: keys per block (unused when ``fused``)."""
     fused: bool = False
     """One backward kernel makes ``dq`` with ``dk`` and ``dv`` (JAX's ``use_fused_bwd_kernel``)."""
+    kv_seq_minor: bool = False
+    """Keys and values laid out ``[head_dim, seq]`` for the kernels (JAX's ``QKVLayout.SEQ_MINOR``):
+    a head narrower than the 128 lanes then fills them with positions instead of padding."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name != "fused" and (not isinstance(value, int) or value <= 0 or value % LANES):
+            if field.name not in _FLAGS and (not isinstance(value, int) or value <= 0 or value % LANES):
                 raise ValueError(f"SplashBlocks.{field.name} must be a positive multiple of {LANES}, got {value!r}")
         for inner, outer in (("kv_compute", "kv"), ("kv_dkv_compute", "kv_dkv")):
             if getattr(self, outer) % getattr(self, inner):
@@ -62,21 +65,27 @@ class SplashBlocks:
     def for_seq(self, seq_len: int) -> SplashBlocks:
         """These blocks cut to ``seq_len``: each the largest multiple of 128 up to it dividing
         ``seq_len`` (and each inner block dividing its outer one)."""
-        sizes = {f.name: _divisor(seq_len, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "fused"}
+        sizes = {f.name: _divisor(seq_len, getattr(self, f.name)) for f in dataclasses.fields(self)
+                 if f.name not in _FLAGS}
         for inner, outer in (("kv_compute", "kv"), ("kv_dkv_compute", "kv_dkv")):
             sizes[inner] = _divisor(sizes[outer], sizes[inner])
-        return SplashBlocks(**sizes, fused=self.fused)
+        return dataclasses.replace(self, **sizes)
 
     def block_sizes(self) -> Any:
         """JAX's ``splash_attention_kernel.BlockSizes`` of these blocks."""
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
         # The fused backward makes dq itself: JAX refuses dq blocks beside it.
+        layout = sk.QKVLayout.SEQ_MINOR if self.kv_seq_minor else sk.QKVLayout.HEAD_DIM_MINOR
         return sk.BlockSizes(block_q=self.q, block_kv=self.kv, block_kv_compute=self.kv_compute,
                              block_q_dkv=self.q_dkv, block_kv_dkv=self.kv_dkv,
                              block_kv_dkv_compute=self.kv_dkv_compute, use_fused_bwd_kernel=self.fused,
                              block_q_dq=None if self.fused else self.q_dq,
-                             block_kv_dq=None if self.fused else self.kv_dq)
+                             block_kv_dq=None if self.fused else self.kv_dq, k_layout=layout, v_layout=layout)
+
+
+_FLAGS = ("fused", "kv_seq_minor")
+"""The fields of :class:`SplashBlocks` that are no block size."""
 
 
 def _divisor(seq_len: int, largest: int) -> int:
