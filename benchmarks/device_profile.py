@@ -7,7 +7,8 @@ keeps in an op's long name), the optimizer, and the rest. An op counts its own t
 ``while`` loop's span holds its body's ops on the same line, so the loop is charged what its body's
 ops leave over (without that, a scanned model's time is counted twice). The splash attention
 kernels (``splash_mha_fwd``, ``dkv``, ``dq``: JAX names their ops so) are also summed by kernel, the
-share of attention that the kernels' tiles (``levanter.ops.splash_tiles``) decide.
+share of attention that the kernels' tiles (``levanter.ops.splash_tiles``) decide. The copies
+between host and device memory (an offloaded optimizer state's) are timed in flight and waited for.
 """
 
 from __future__ import annotations
@@ -91,17 +92,55 @@ def _splash(by_name: dict[str, float], total: float) -> tuple[dict[str, Any], li
                      + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())]
 
 
+_HOST_SPACE = "S(5)"
+"""How a TPU's HLO text marks a buffer in host memory (``pinned_host``): an offloaded optimizer state's
+copies name it on their host side."""
+
+
+def _copies(events: list[dict], own: list[float], total: float) -> tuple[dict[str, Any], list[str]]:
+    """The asynchronous copies between host and device memory: how long they were in flight (each
+    ``copy-start.N`` to its ``copy-done.N``) and how long the device waited in their ``copy-done``
+    (an op's own time): what is in flight and not waited for ran under other ops. A copy is the host's
+    when its ops' long names mark host memory; a trace without long names counts every copy."""
+    starts: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
+    dones: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
+    for i, e in enumerate(events):
+        kind, _, suffix = str(e.get("name", "")).partition(".")
+        if kind in ("copy-start", "copy-done"):
+            (starts if kind == "copy-start" else dones)[suffix].append(i)
+    named = any("long_name" in (events[i].get("args") or {}) for ix in starts.values() for i in ix)
+    flight = waited = 0.0
+    pairs = 0
+    for suffix, begun in starts.items():
+        by_time = sorted(begun, key=lambda i: events[i]["ts"]), sorted(dones.get(suffix, []), key=lambda i: events[i]["ts"])
+        for b, d in zip(*by_time, strict=False):  # a trace cut mid-copy has a start without its done
+            text = " ".join(str((events[i].get("args") or {}).get("long_name", "")) for i in (b, d))
+            if named and _HOST_SPACE not in text:
+                continue  # a copy between the chip's own memories
+            pairs += 1
+            flight += float(events[d]["ts"]) + float(events[d].get("dur", 0.0)) - float(events[b]["ts"])
+            waited += own[d]
+    summary = {"pairs": pairs, "host_named": named, "in_flight_ms": round(flight / 1e3, 3),
+               "waited_ms": round(waited / 1e3, 3), "waited_share": round(waited / total, 4),
+               "hidden": round(1 - waited / flight, 4) if flight else None}
+    if not pairs:
+        return summary, []
+    what = "host<->device copies" if named else "copies (no long names: host and on-chip alike)"
+    return summary, [f"{what}: {pairs}, in flight {flight / 1e3:.1f} ms, waited for in copy-done {waited / 1e3:.1f} ms "
+                     f"({waited / total:.1%} of the traced time): {1 - waited / flight:.1%} hidden under other ops"]
+
+
 def _largest(times: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(times.items(), key=lambda kv: -kv[1])
 
 
 def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     """``{"total_ms", "ops": [[name, ms, share, source op]], "kinds": {kind: share}, "splash": {"share", "ms",
-    "kernels": {kernel: share}}, "lines": [...]}`` of the newest Perfetto trace under ``trace_dir`` (empty
-    when there is none)."""
+    "kernels": {kernel: share}}, "copies": {"pairs", "in_flight_ms", "waited_ms", "hidden", ...}, "lines": [...]}``
+    of the newest Perfetto trace under ``trace_dir`` (empty when there is none)."""
     found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
     if not found:
-        return {"total_ms": 0.0, "ops": [], "kinds": {}, "splash": _splash({}, 1.0)[0],
+        return {"total_ms": 0.0, "ops": [], "kinds": {}, "splash": _splash({}, 1.0)[0], "copies": _copies([], [], 1.0)[0],
                 "lines": [f"no trace under {trace_dir}"]}
     with gzip.open(found[-1]) as f:
         data = json.load(f)
@@ -109,7 +148,8 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     by_name: collections.defaultdict[str, float] = collections.defaultdict(float)
     by_kind: collections.defaultdict[str, float] = collections.defaultdict(float)
     what: dict[str, str] = {}
-    for e, us in zip(events, _self_times(events), strict=True):
+    own = _self_times(events)
+    for e, us in zip(events, own, strict=True):
         args = e.get("args") or {}
         long_name = " ".join(str(args.get(k, "")) for k in ("long_name", "tf_op", "hlo_op", "name"))
         by_name[e["name"]] += us
@@ -119,7 +159,9 @@ def summarise_trace(trace_dir: str, top: int = 25) -> dict[str, Any]:
     ops = [[name, round(us / 1e3, 3), round(us / total, 4), what[name]] for name, us in _largest(by_name)[:top]]
     kinds = {k: round(us / total, 4) for k, us in _largest(by_kind)}
     splash, splash_lines = _splash(by_name, total)
+    copies, copy_lines = _copies(events, own, total)
     lines = [f"traced {total / 1e3:.1f} ms; by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in kinds.items())]
-    lines += splash_lines
+    lines += splash_lines + copy_lines
     lines += [f"  {share:6.1%} {ms:9.3f} ms  {name}" + (f"  ({src})" if src else "") for name, ms, share, src in ops[:12]]
-    return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "splash": splash, "lines": lines}
+    return {"total_ms": round(total / 1e3, 3), "ops": ops, "kinds": kinds, "splash": splash, "copies": copies,
+            "lines": lines}

@@ -95,3 +95,22 @@ def test_profile_summary_names_the_splash_kernels_share(tmp_path):
                                             "splash_mha_fwd_residuals": pytest.approx(0.1),
                                             "splash_mha_dq_no_residuals": pytest.approx(0.1)}
     assert "splash kernels 60.0% (0.1 ms): splash_mha_dkv_no_residuals 40.0%" in summary["lines"][1]
+
+
+def test_profile_summary_times_the_host_copies_in_flight_and_waited_for(tmp_path):
+    from benchmarks.device_profile import summarise_trace
+
+    # A host-to-device copy (S(5): host memory) in flight 0-100 us, 80 of it under a fusion, waited
+    # for 10 us in its copy-done; a copy between the chip's own memories (S(1)) is not the host's.
+    host = "(bf16[16,2048]{1,0}, bf16[16,2048]{1,0:S(5)}, u32[]) copy-start(%p)"
+    _perfetto(tmp_path / "t", [
+        {"name": "copy-start.3", "ts": 0, "dur": 1, "args": {"long_name": host}},
+        {"name": "copy-start.4", "ts": 2, "dur": 1, "args": {"long_name": "(f32[8]{0:S(1)}, f32[8]{0}) copy-start"}},
+        {"name": "copy-done.4", "ts": 5, "dur": 5, "args": {"long_name": "f32[8]{0:S(1)} copy-done"}},
+        {"name": "fusion.1", "ts": 10, "dur": 80, "args": {}},
+        {"name": "copy-done.3", "ts": 90, "dur": 10, "args": {"long_name": "bf16[16,2048]{1,0} copy-done"}},
+    ])
+    copies = summarise_trace(str(tmp_path / "t"))["copies"]
+    assert (copies["pairs"], copies["host_named"]) == (1, True)
+    assert copies["in_flight_ms"] == pytest.approx(0.1) and copies["waited_ms"] == pytest.approx(0.01)
+    assert copies["hidden"] == pytest.approx(0.9) and copies["waited_share"] == pytest.approx(10 / 97, abs=1e-4)
