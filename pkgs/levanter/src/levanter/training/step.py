@@ -47,6 +47,11 @@ def lm_objective(model: Any, compute_dtype: jnp.dtype, z_loss_weight: float = 0.
     return objective
 
 
+def _without_weight(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """An objective's metrics but ``WEIGHT`` (what they are means over is not a metric)."""
+    return {k: v for k, v in metrics.items() if k != WEIGHT}
+
+
 _GradFn = Callable[[Any, Any, Any], tuple[tuple[jax.Array, Any], Any]]
 
 
@@ -89,8 +94,8 @@ def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: 
         def body(carry: Any, mb: Any) -> tuple[Any, None]:
             sums, weight_sum, first = carry
             (total_i, (loss_i, metrics_i)), grads_i = grad_fn(params, mb, frozen)
-            metrics_i = dict(metrics_i)
-            weight = jnp.maximum(jnp.asarray(metrics_i.pop(WEIGHT, 1.0), jnp.float32), 0.0)
+            weight = jnp.maximum(jnp.asarray(metrics_i.get(WEIGHT, 1.0), jnp.float32), 0.0)
+            metrics_i = _without_weight(metrics_i)
             first = jnp.where(first > 0, first, jnp.maximum(weight, 1.0))
             scale = jnp.maximum(weight, 1.0) / first
             scaled = jax.tree.map(lambda x: scale * x, (total_i, (loss_i, metrics_i), grads_i))
@@ -98,7 +103,7 @@ def _accumulated_gradient_fn(grad_fn: _GradFn, grad_accum: int, batch_sharding: 
 
         def without_weight(out: Any) -> Any:
             (total, (loss, metrics)), grads = out
-            return total, (loss, {k: v for k, v in metrics.items() if k != WEIGHT}), grads
+            return total, (loss, _without_weight(metrics)), grads
 
         shapes = jax.eval_shape(lambda: without_weight(grad_fn(params, jax.tree.map(lambda m: m[0], micro), frozen)))
         zero = jnp.zeros((), jnp.float32)
@@ -163,7 +168,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation | Callable[[jax
         params = state.params
         (_total, (loss, extra)), grads = (grad_fn(params, batch, frozen) if grad_accum == 1
                                           else accumulated(params, batch, frozen))
-        extra = {k: v for k, v in extra.items() if k != WEIGHT}
+        extra = _without_weight(extra)
         opt_state = state.opt_state
         if opt_state_device is not None:
             opt_state = jax.device_put(opt_state, opt_state_device)
