@@ -8,12 +8,19 @@ speed does not depend on what the weights say. Tables:
   ``batch * prompt_len / t`` for a run that only prefills (``max_tokens=1``); decode tokens/s is
   ``batch * (new_tokens - 1) / (t_run - t_prefill)``, the median of ``--reps`` runs after one that
   compiles.
-* **the HBM roofline**: a decode step reads every parameter and the whole slot cache once, so
-  ``roofline step time = (parameter bytes + cache bytes) / bandwidth`` with cache bytes =
-  ``layers * 2 (keys, values) * batch * (prompt_len + new_tokens) * kv_heads * head_dim * bytes per
-  value`` (the slot cache as allocated, as its attention reads it) and bandwidth 819e9 B/s (a TPU v5e's
-  HBM; ``--bandwidth``). The fraction is roofline step time / measured step time (1.0 is the
-  bound). On a CPU the figure is shown against the same bandwidth only for form.
+* **the HBM roofline**: what a good decoder must read at a step, once: every weight but the
+  embedding table (of which it reads the batch's rows; a tied table is the head, read whole) and the
+  live cache, ``layers * 2 (keys, values) * batch * kv_heads * head_dim * bytes per value`` times the
+  positions before the step's token, on average ``prompt_len + (new_tokens - 2) / 2`` over the
+  decode steps (not the slot cache as allocated: reading all of it is the decoder's waste, not the
+  bound). ``roofline step time = those bytes / bandwidth``, 819e9 B/s (a TPU v5e's HBM;
+  ``--bandwidth``); the fraction is roofline step time / measured step time (1.0 is the bound).
+  The JSON also has ``alloc_roofline_ms_per_step``, the earlier count (every parameter and the whole
+  slot cache). On a CPU the figure is shown against the same bandwidth only for form.
+* **the decoder's ways** (``--decode``, comma-separated ``levanter.models.impl.Decode`` names): how a
+  step reads and writes the cache, e.g. ``full,auto`` for the first decoder (every slot position
+  read, XLA's batched writes) beside the default (on a TPU: the live prefix read, a Pallas kernel's
+  writes). Each row is printed, and the JSON rewritten, as soon as it is measured.
 * **against recomputing** (the CPU default, ``--compare``): a llama_nano-size model at context 512,
   batch 8, 256-token prompts and 256 new tokens, greedy: the engine vs ``generate_by_recompute``
   (the whole context recomputed per token, one host trip each), goal >= 10x; and greedy equality
@@ -22,6 +29,9 @@ speed does not depend on what the weights say. Tables:
 On a TPU host (``bash nix/tpu-host.sh install 1``), from the repository root::
 
     python -m benchmarks.bench_generate --preset llama_150m --preset llama_1_4b
+
+and issue 58's comparison (``--decode full,auto`` for the 150m, the default for the 1.4B) is
+``bash benchmarks/bench_generate_tpu.sh``.
 
 (bfloat16 parameters and compute there by default; results also to ``$OUT/bench_generate.json``
 when ``OUT`` is set).
@@ -40,6 +50,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from levanter.models.impl import Impl
 
 V5E_HBM_BYTES_PER_S = 819e9
 NANO_CPU = dict(vocab_size=4096, hidden_dim=32, intermediate_dim=128, num_heads=2, num_kv_heads=2, num_layers=2,
@@ -81,26 +93,42 @@ def _timed(engine: Any, prompts: list[list[int]], sampling: Any) -> float:
     return time.perf_counter() - start
 
 
+def read_per_step(model: Any, params: Any, batch: int, prompt_len: int, new_tokens: int) -> tuple[int, int]:
+    """(weight bytes, mean live cache bytes) a decode step must read (the module's roofline)."""
+    c = model.config
+    weights = _bytes(params)
+    if not c.tie_embeddings:  # the table's rows are gathered; only a tied table is read whole, as the head
+        table = params["embed"]["embeddings"]
+        weights += batch * table.shape[1] * table.dtype.itemsize - _bytes(table)
+    per_position = c.num_layers * 2 * batch * c.num_kv_heads * c.head_dim * jnp.dtype(model.compute_dtype).itemsize
+    return weights, int(per_position * (prompt_len + (new_tokens - 2) / 2))
+
+
 def decode_row(model: Any, params: Any, batch: int, prompt_len: int, new_tokens: int, reps: int,
                bandwidth: float) -> dict[str, Any]:
     """One row of the decode/prefill table."""
     from levanter.inference import Engine, SamplingParams
 
     length = prompt_len + new_tokens
+    started = time.perf_counter()
     engine = Engine(model, params, slots=batch, max_len=length, steps_per_sync=min(new_tokens, 64))
     prompts = _prompts(batch, prompt_len, model.config.vocab_size, seed=batch)
     full, first = SamplingParams(max_tokens=new_tokens), SamplingParams(max_tokens=1)
     _timed(engine, prompts, full)  # compiles prefill and the decode loop
+    compiled_s = time.perf_counter() - started
     runs = [(_timed(engine, prompts, first), _timed(engine, prompts, full)) for _ in range(reps)]
     prefill = statistics.median(p for p, _ in runs)
     decode = statistics.median(max(t - p, 1e-9) for p, t in runs)
     step = decode / (new_tokens - 1)
     cache = _bytes(jax.eval_shape(lambda: model.empty_cache(batch, length)))
-    roofline = (_bytes(params) + cache) / bandwidth
-    return {"batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
+    weights, live = read_per_step(model, params, batch, prompt_len, new_tokens)
+    roofline = (weights + live) / bandwidth
+    return {"decode": model.impl.decode.value, "batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
             "decode_tokens_per_s": batch * (new_tokens - 1) / decode, "ms_per_step": step * 1e3,
             "roofline_ms_per_step": roofline * 1e3, "roofline_fraction": roofline / step,
-            "param_bytes": _bytes(params), "cache_bytes": cache}
+            "alloc_roofline_ms_per_step": (_bytes(params) + cache) / bandwidth * 1e3,
+            "param_bytes": _bytes(params), "weight_bytes_read": weights, "live_cache_bytes_read": live,
+            "cache_bytes": cache, "first_run_s": compiled_s}
 
 
 def against_recompute(reps: int = 1) -> dict[str, Any]:
@@ -132,13 +160,23 @@ def against_recompute(reps: int = 1) -> dict[str, Any]:
             "greedy_equal": equal, "greedy_prompts": len(checked)}
 
 
-def _print_table(name: str, rows: list[dict[str, Any]], prompt_len: int, new_tokens: int, dtype: str) -> None:
+def _print_header(name: str, prompt_len: int, new_tokens: int, dtype: str) -> None:
     print(f"\n{name} ({dtype} parameters and compute, {jax.devices()[0].device_kind}), "
           f"{prompt_len}-token prompts + {new_tokens} new tokens")
-    print(f"{'batch':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>9} {'roofline ms':>12} {'fraction':>9}")
-    for r in rows:
-        print(f"{r['batch']:>5} {r['prefill_tokens_per_s']:>14,.0f} {r['decode_tokens_per_s']:>13,.1f} "
-              f"{r['ms_per_step']:>9.3f} {r['roofline_ms_per_step']:>12.3f} {r['roofline_fraction']:>9.2f}")
+    print(f"{'decode':>7} {'batch':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>9} {'roofline ms':>12} "
+          f"{'fraction':>9} {'first run s':>12}", flush=True)
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    print(f"{r['decode']:>7} {r['batch']:>5} {r['prefill_tokens_per_s']:>14,.0f} {r['decode_tokens_per_s']:>13,.1f} "
+          f"{r['ms_per_step']:>9.3f} {r['roofline_ms_per_step']:>12.3f} {r['roofline_fraction']:>9.2f} "
+          f"{r['first_run_s']:>12.1f}", flush=True)
+
+
+def _save(results: dict[str, Any]) -> None:
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "bench_generate.json"), "w") as f:
+            json.dump(results, f, indent=2)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -151,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32" if on_cpu else "bfloat16")
     parser.add_argument("--bandwidth", type=float, default=V5E_HBM_BYTES_PER_S, help="bytes/s (819e9: TPU v5e HBM)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--decode", default="auto", help="levanter.models.impl.Decode names, comma-separated: "
+                        "each row is measured for each (e.g. full,auto)")
     parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=on_cpu,
                         help="the CPU comparison with recomputing, and greedy equality with it")
     args = parser.parse_args(argv if argv is not None else [])
@@ -160,10 +200,15 @@ def main(argv: list[str] | None = None) -> None:
         config = dataclasses.replace(_preset(name), max_seq_len=max(_preset(name).max_seq_len,
                                                                       args.prompt_len + args.new_tokens))
         model, params = random_model(config, dtype, dtype)
-        rows = [decode_row(model, params, int(b), args.prompt_len, args.new_tokens, args.reps, args.bandwidth)
-                for b in args.batches.split(",")]
-        _print_table(name, rows, args.prompt_len, args.new_tokens, args.dtype)
-        results["tables"][name] = rows
+        _print_header(name, args.prompt_len, args.new_tokens, args.dtype)
+        rows = results["tables"][name] = []
+        for batch in (int(b) for b in args.batches.split(",")):
+            for decode in args.decode.split(","):
+                way = config.build(dtype, impl=Impl(decode=decode))
+                rows.append(decode_row(way, params, batch, args.prompt_len, args.new_tokens, args.reps,
+                                       args.bandwidth))
+                _print_row(rows[-1])
+                _save(results)
         del params
     if args.compare:
         c = against_recompute()
@@ -173,9 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"greedy tokens equal to the recompute path: {c['greedy_equal']}/{c['greedy_prompts']} prompts "
               "(128 new tokens each)")
         results["against_recompute"] = c
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "bench_generate.json"), "w") as f:
-            json.dump(results, f, indent=2)
+    _save(results)
 
 
 if __name__ == "__main__":
