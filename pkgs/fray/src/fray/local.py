@@ -21,7 +21,7 @@ import psutil
 
 from fray.process_exit import exit_process
 from fray.process_group import start_group_reaper, watch_parent
-from fray.process_job import Outcome, ProcessJobHandle, outcome_value
+from fray.process_job import Outcome, ProcessJobHandle, new_call_log, outcome_value
 from fray.types import (
     ActorHandle,
     DistributedClient,
@@ -308,14 +308,9 @@ class LocalClient(DistributedClient):
         self._actors: list[_LocalActor] = []
         self._counter = itertools.count()
 
-    def _log_path(self, name: str) -> str:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
-        return os.path.join(self._log_dir, f"{next(self._counter):05d}-{safe}.log")
-
     def _spawn(self, target: Callable[..., None], payload: bytes, name: str, env: Mapping[str, str] | None,
                duplex: bool) -> tuple[Any, Any, str]:
-        log_path = self._log_path(name)
-        open(log_path, "ab").close()
+        log_path = new_call_log(self._log_dir, next(self._counter), name)
         if duplex:
             parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         else:

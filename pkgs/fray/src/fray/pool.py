@@ -60,6 +60,7 @@ from fray.pool_messages import (
     ToTemplate,
     UnsafeMain,
 )
+from fray.process_job import new_call_log
 from fray.template_blas import template_environment
 from fray.template_imports import NEVER_IN_TEMPLATE, ModuleEntry, under
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
@@ -318,9 +319,7 @@ class WorkerPool(DistributedClient):
         payload = cloudpickle.dumps((fn, args, kwargs))
         modules = [m for m in (getattr(fn, "__module__", None), *preload) if m and m != "__main__"]
         call_id = next(self._ids)
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
-        log_path = os.path.join(self._log_dir, f"{call_id:05d}-{safe}.log")
-        open(log_path, "ab").close()
+        log_path = new_call_log(self._log_dir, call_id, label)
         handle = PoolJobHandle(label, call_id, log_path, os.path.join(self._results, f"{call_id}.result"),
                                payload, modules, env or {})
         handle._on_finish = self._finished.set

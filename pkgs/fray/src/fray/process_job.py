@@ -11,13 +11,14 @@ Such a call ends with an *outcome*, a tuple ``(kind, value, extra)``:
 from __future__ import annotations
 
 import abc
+import os
 from typing import Any
 
 import cloudpickle
 
 from fray.types import JobCancelled, JobFailed, JobHandle
 
-__all__ = ["LOG_TAIL_LINES", "Outcome", "ProcessJobHandle", "outcome_value"]
+__all__ = ["LOG_TAIL_LINES", "Outcome", "ProcessJobHandle", "new_call_log", "outcome_value"]
 
 Outcome = tuple[str, Any, Any]
 
@@ -25,6 +26,15 @@ LOG_TAIL_LINES = 30
 """How many of a dead process's last output lines its failure carries: a native abort (a JAX
 ``LOG(FATAL)``, an out-of-memory kill's last words) says why only there, and a client's temporary
 log folder is gone by the time anyone looks."""
+
+
+def new_call_log(log_dir: str, number: int, label: str) -> str:
+    """Make the (empty) log file of call ``number`` named ``label`` in ``log_dir``; returns its path,
+    ``<number, 5 digits>-<label, made safe for a file name, at most 80 characters>.log``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
+    path = os.path.join(log_dir, f"{number:05d}-{safe}.log")
+    open(path, "ab").close()
+    return path
 
 
 def outcome_value(label: str, outcome: Outcome, cancelled: bool = False) -> Any:

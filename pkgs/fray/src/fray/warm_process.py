@@ -37,6 +37,7 @@ import cloudpickle
 from fray.pool_job import PoolJobHandle
 from fray.pool_messages import Exited, Prepare, Retire, Run, Settled, Started, WarmSettings
 from fray.pool_template import read_result
+from fray.process_job import new_call_log
 from fray.types import ActorHandle, DistributedClient, ResourcesLike, job_name, ray_options_of
 from fray.worker_process import preparation_data, remove_folders, start_worker
 from rigging.tempdirs import FRAY_POOL, FRAY_POOL_RESULTS, owned_tempdir
@@ -237,9 +238,7 @@ class WarmProcess(DistributedClient):
             raise RuntimeError("the warm process was shut down")
         label = job_name(fn, name)
         call_id = next(self._ids)
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
-        log_path = os.path.join(self._log_dir, f"{call_id:05d}-{safe}.log")
-        open(log_path, "ab").close()
+        log_path = new_call_log(self._log_dir, call_id, label)
         handle = _WarmJobHandle(label, call_id, log_path, os.path.join(self._results, f"{call_id}.result"),
                                 cloudpickle.dumps((fn, args, kwargs)), (), env or {})
         handle._owner = self
