@@ -10,11 +10,13 @@ when it ran, its process and what it saw of the variables that hide the accelera
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +53,7 @@ _OPENED: dict[str, int] = {}
 """The simulated accelerators this process opened (lock file: its descriptor), as libtpu keeps its own."""
 
 
-def open_chip(config: ChipConfig) -> None:
+def open_chip(config: ChipConfig | JaxChipConfig) -> None:
     """Open the simulated accelerator as libtpu opens the TPU: take its lock, or fail in libtpu's words."""
     if config.lock in _OPENED:
         return
@@ -64,19 +66,26 @@ def open_chip(config: ChipConfig) -> None:
     _OPENED[config.lock] = fd
 
 
+@contextlib.contextmanager
+def _chip_open(config: ChipConfig | JaxChipConfig) -> Iterator[None]:
+    """The simulated accelerator open (:func:`open_chip`) while the step computes; let go after it."""
+    open_chip(config)  # open already, unless the function is called outside a step's process
+    try:
+        yield
+    finally:
+        os.close(_OPENED.pop(config.lock))  # the lock goes with it
+
+
 _ON_CHIP = StepTraits(accelerator=True, open_accelerator=open_chip)
 
 
 @step_function(_ON_CHIP)
 def tpu_step(config: ChipConfig, output_path: str) -> None:
     """Compute a while on the simulated accelerator (its process opened it first), then let it go."""
-    open_chip(config)  # open already, unless the function is called outside a step's process
-    try:
+    with _chip_open(config):
         start = time.time()
         time.sleep(config.seconds)
         _record(config, "accelerator", start)
-    finally:
-        os.close(_OPENED.pop(config.lock))  # the lock goes with it
     fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
 
 
@@ -147,12 +156,7 @@ def jax_step(config: JaxChipConfig, output_path: str) -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    fd = os.open(config.lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RuntimeError(LIBTPU_HELD) from None
+    with _chip_open(config):
         start = time.time()
         with open(os.path.join(config.record_dir, f"{config.label}.runs"), "a") as f:
             f.write(f"{os.getpid()}\n")
@@ -172,8 +176,6 @@ def jax_step(config: JaxChipConfig, output_path: str) -> None:
         out = np.asarray(y).tobytes() + default.encode()
         _record(config, "accelerator", start)  # type: ignore[arg-type] - the same fields it reads
         _record_extra(config, {"default_dtype": default, "cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR")})
-    finally:
-        os.close(fd)
     fs.atomic_write(fs.join(output_path, "out.bin"), out)
 
 
