@@ -17,8 +17,10 @@ from levanter.models.llama import LlamaConfig
 CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=64)
 # Every engine here has 64 positions a slot and makes 4 tokens a trip, and every prompt is at most 16
-# tokens (one prefill bucket): the tests share a handful of compiled programs.
-LEN, STEPS = 64, 4
+# tokens (one prefill bucket): the tests share a handful of compiled programs. Those of 4 slots keep
+# up to TOP alternatives a token (what a server compiles); those of one slot none (what generations
+# steps compile), and give the same tokens.
+LEN, STEPS, TOP = 64, 4, 5
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,7 @@ def model_and_params():
 
 
 def _engine(model, params, slots: int = 4, **kwargs) -> Engine:
+    kwargs.setdefault("top_logprobs", TOP if slots == 4 else 0)
     return Engine(model, params, slots=slots, max_len=LEN, steps_per_sync=STEPS, **kwargs)
 
 
@@ -53,14 +56,41 @@ def test_greedy_tokens_equal_the_recompute_path(model_and_params) -> None:
     assert generate(CONFIG, params, prompts[0], max_new_tokens=LEN) == got[0].token_ids
 
 
-def test_logprobs_are_the_models(model_and_params) -> None:
+def test_logprobs_and_top_logprobs_are_the_models(model_and_params) -> None:
+    # One engine keeps up to 5 alternatives; requests ask 5, 2 or none, greedy and sampled, side by side.
     model, params = model_and_params
-    prompt = _prompts(1, seed=4)[0]
-    done = _engine(model, params, slots=1).generate([prompt], SamplingParams(max_tokens=3))[0]
-    ids = jnp.asarray([prompt + done.token_ids])
-    logits = model.apply(params, None, ids)[0]
-    expected = [float(jax.nn.log_softmax(logits[len(prompt) - 1 + i])[t]) for i, t in enumerate(done.token_ids)]
-    np.testing.assert_allclose(done.logprobs, expected, rtol=1e-4, atol=1e-5)
+    engine = _engine(model, params)
+    prompts = _prompts(3, seed=8)
+    asks = [(TOP, SamplingParams(max_tokens=6)), (2, SamplingParams(max_tokens=6, temperature=1.0, seed=4)),
+            (0, SamplingParams(max_tokens=6))]
+    requests = [engine.submit(p, s, top_logprobs=n) for p, (n, s) in zip(prompts, asks, strict=True)]
+    engine.run()
+    # One forward pass over every whole sequence (padded at the end: attention is causal) on the
+    # CPU, apart from the decoder.
+    sequences = [r.prompt_ids + r.completion.token_ids for r in requests]
+    padded = np.zeros((len(sequences), max(map(len, sequences))), np.int32)
+    for row, ids in zip(padded, sequences, strict=True):
+        row[:len(ids)] = ids
+    expected = np.asarray(jax.nn.log_softmax(model.apply(params, None, jnp.asarray(padded)), axis=-1))
+    for request, (n, _), rows, sequence in zip(requests, asks, expected, sequences, strict=True):
+        done = request.completion
+        rows = rows[len(request.prompt_ids) - 1:len(sequence) - 1]
+        np.testing.assert_allclose(done.logprobs, rows[np.arange(6), done.token_ids], rtol=1e-4, atol=1e-5)
+        if not n:
+            assert done.top_logprobs == []
+            continue
+        assert len(done.top_logprobs) == len(done.token_ids) == 6 and all(len(t) == n for t in done.top_logprobs)
+        for top, row in zip(done.top_logprobs, rows, strict=True):
+            order = np.argsort(-row, kind="stable")[:n]
+            assert [t for t, _ in top] == order.tolist()
+            np.testing.assert_allclose([v for _, v in top], row[order], rtol=1e-4, atol=1e-5)
+        if request.sampling.greedy:  # the chosen token is the likeliest, with the same log-probability
+            assert [t[0][0] for t in done.top_logprobs] == done.token_ids
+            assert [t[0][1] for t in done.top_logprobs] == done.logprobs
+    with pytest.raises(ValueError, match=rf"top_logprobs must be in \[0, {TOP}\]"):
+        engine.submit(prompts[0], SamplingParams(), top_logprobs=TOP + 1)
+    with pytest.raises(ValueError, match="top_logprobs must be in"):
+        _engine(model, params, top_logprobs=-1)
 
 
 def test_sampling_frequencies_match_the_filtered_softmax() -> None:
@@ -96,7 +126,8 @@ def test_a_seed_decides_the_tokens_whatever_shares_the_batch(model_and_params) -
     model, params = model_and_params
     prompts = _prompts(6, seed=1)
     sampling = [SamplingParams(max_tokens=12, temperature=1.0, top_p=0.95, top_k=30, seed=s) for s in range(6)]
-    wide = _engine(model, params).generate(prompts, sampling)
+    # Asking for alternatives, beside others, changes no token; nor does an engine that keeps none.
+    wide = _engine(model, params).generate(prompts, sampling, top_logprobs=2)
     alone = [_engine(model, params, slots=1).generate([p], s)[0] for p, s in zip(prompts[:3], sampling, strict=False)]
     assert [c.token_ids for c in alone] == [c.token_ids for c in wide[:3]]
     other_seed = _engine(model, params, slots=1).generate(

@@ -1,8 +1,11 @@
 """``marin serve``: the tiny model (exported to a Hugging Face folder, its context widened to 256 so a long
-completion can be cut short) behind the OpenAI API, answered by the official ``openai`` client, by
-``curl``, and by 64 concurrent streaming clients; bad requests get OpenAI's 400 and the server keeps
-serving; a client gone mid-stream frees its slot; a training step served by its name, behind an API
-key, ends cleanly on Ctrl-C; a decoder failure answers what is in flight."""
+completion can be cut short, a ChatML-style template in its ``tokenizer_config.json``) behind the OpenAI
+API, answered by the official ``openai`` client, by ``curl``, and by 64 concurrent streaming clients;
+chats rendered with the folder's own template as ``transformers`` renders it; log-probabilities with
+the likeliest alternatives equal to a direct forward pass's; bad requests get OpenAI's 400 and the
+server keeps serving; a client gone mid-stream frees its slot; a broken template is named at start; a
+training step served by its name, behind an API key, ends cleanly on Ctrl-C; a decoder failure
+answers what is in flight."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -31,6 +35,24 @@ from testsupport.lm_graph import tiny_model
 
 CONTEXT = 256
 NAME = "tiny"
+# A template in the style of the Hub's ChatML models (written for this test): the tokenizer's
+# bos_token first, a default system turn, indented blocks that trim_blocks/lstrip_blocks flatten,
+# and a refusal through raise_exception.
+HF_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] != 'system' %}
+<|im_start|>system
+You are a helpful assistant.<|im_end|>
+{% endif %}
+{% for message in messages %}
+    {% if loop.first and message['role'] == 'assistant' %}
+        {{ raise_exception('Conversations must start with a user or system turn.') }}
+    {% endif %}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] | trim }}<|im_end|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}"""
 
 
 @dataclasses.dataclass
@@ -55,7 +77,11 @@ def _folder(trained_prefix: Path, root: Path) -> Path:
     folder.mkdir()
     save_hf_model(str(folder), dataclasses.replace(config, max_seq_len=CONTEXT), params)
     shutil.copy(run / "tokenizer.json", folder / "tokenizer.json")
+    # The project's template too: the folder's own (Hugging Face's) one comes first.
     (folder / TEMPLATE_FILE).write_text(template_to_json(DEFAULT_CHAT_TEMPLATE))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
+        "eos_token": {"__type": "AddedToken", "content": "<|endoftext|>", "special": True}, "chat_template": HF_TEMPLATE}))
     return folder
 
 
@@ -255,3 +281,113 @@ def test_a_decoder_failure_answers_every_request_in_flight_with_a_server_error()
             assert later.status_code == 503 and "the decoder failed" in later.json()["error"]["message"]
     finally:
         engine.stop()
+
+
+def test_chat_renders_the_folders_own_template_as_transformers_does(server: Server, folder: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    reference = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    messages: list[Any] = [{"role": "user", "content": "Who is Tom? "}]
+    rendered = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rendered.startswith("<|endoftext|><|im_start|>system\nYou are") and rendered.endswith("assistant\n")
+    client = server.client()
+    chat = client.chat.completions.create(model=NAME, messages=messages, max_tokens=8, temperature=0)
+    plain = client.completions.create(model=NAME, prompt=rendered, max_tokens=8, temperature=0)
+    assert chat.usage.prompt_tokens == len(reference(rendered, add_special_tokens=False).input_ids)
+    assert chat.choices[0].message.content == plain.choices[0].text
+    with pytest.raises(openai.BadRequestError) as caught:  # the template's own refusal
+        client.chat.completions.create(model=NAME, messages=[{"role": "assistant", "content": "Hi"}], max_tokens=2)
+    assert "must start with a user or system turn" in caught.value.message
+
+
+def test_a_broken_template_is_named_when_the_server_starts(folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from marin.cli.main import cli
+
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    config = json.loads((broken / "tokenizer_config.json").read_text())
+    (broken / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{% for m in messages %}"}))
+    result = CliRunner().invoke(cli, ["serve", str(broken), "--cpu", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    first = result.output.strip().splitlines()[0]
+    assert str(broken / "tokenizer_config.json") in first and "chat template line 1" in first, result.output
+    assert "Traceback" not in result.output
+
+
+def _forward_top(folder: Path, prompt: str, count: int, n: int) -> tuple[list[str], list[dict[str, float]]]:
+    """The greedy continuation's tokens and each position's ``n`` likeliest (text -> log-probability),
+    from the model's logits over the whole sequence on the CPU, apart from the decoder."""
+    import jax
+    import jax.numpy as jnp
+
+    from levanter.generate import generate_by_recompute
+    from marin.experiment.generation.model import load_generation_model
+
+    loaded = load_generation_model(str(folder))
+    prompt_ids = loaded.encode(prompt)
+    ids = generate_by_recompute(loaded.config, loaded.params, prompt_ids, max_new_tokens=count)
+    model = loaded.config.build()
+    hidden = model.hidden(loaded.params, jnp.asarray([prompt_ids + ids]))[0]
+    logp = np.asarray(jax.nn.log_softmax(jnp.dot(hidden, model.head(loaded.params)), axis=-1))
+    tops = []
+    for i in range(len(ids)):
+        row = logp[len(prompt_ids) - 1 + i]
+        top: dict[str, float] = {}
+        for t in np.argsort(-row, kind="stable")[:n]:
+            top.setdefault(loaded.decode([int(t)]), float(row[t]))
+        tops.append(top)
+    return [loaded.decode([t]) for t in ids], tops
+
+
+def test_top_logprobs_are_the_models_likeliest_tokens(server: Server, folder: Path) -> None:
+    client = server.client()
+    tokens, tops = _forward_top(folder, "Once upon a time", 6, 3)
+    got = client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=6, temperature=0, logprobs=3)
+    lp = got.choices[0].logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs is not None and lp.top_logprobs is not None
+    assert lp.tokens == tokens[:len(lp.tokens)]
+    for chosen, value, top, expected in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, tops, strict=False):
+        assert list(top) == list(expected)  # greedy: the chosen token is the likeliest, so among the three
+        np.testing.assert_allclose(list(top.values()), list(expected.values()), rtol=1e-4, atol=1e-5)
+        assert list(top)[0] == chosen and top[chosen] == value
+    messages: list[Any] = [{"role": "user", "content": "Tell me a story."}]
+    chat = client.chat.completions.create(model=NAME, messages=messages, max_tokens=6, temperature=0, logprobs=True,
+                                          top_logprobs=4)
+    assert chat.choices[0].logprobs is not None and chat.choices[0].logprobs.content is not None
+    content = chat.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    for entry in content:
+        assert len(entry.top_logprobs) == 4 and entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == entry.logprob and entry.bytes == list(entry.token.encode())
+        assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
+    # Streamed, the same tokens and alternatives arrive in the chunks.
+    chunks = list(client.chat.completions.create(model=NAME, messages=messages, max_tokens=6, temperature=0,
+                                                 logprobs=True, top_logprobs=4, stream=True))
+    streamed = [e for c in chunks for e in (c.choices[0].logprobs and c.choices[0].logprobs.content) or []]
+    assert [(e.token, [t.token for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, [t.token for t in e.top_logprobs]) for e in content]
+    # A sampled token outside the top one still has its own log-probability beside it.
+    drawn = client.completions.create(model=NAME, prompt="The dog", max_tokens=8, temperature=1.0, seed=3, logprobs=1)
+    lp = drawn.choices[0].logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs is not None and lp.top_logprobs is not None
+    for chosen, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert top[chosen] == value and 1 <= len(top) <= 2
+
+
+@pytest.mark.parametrize(("route", "fields", "message"), [
+    ("/completions", {"logprobs": 21}, "logprobs"), ("/completions", {"logprobs": -1}, "logprobs"),
+    ("/completions", {"logprobs": "3"}, "logprobs"), ("/completions", {"logprobs": True}, "logprobs"),
+    ("/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("/chat/completions", {"logprobs": True, "top_logprobs": -2}, "top_logprobs"),
+    ("/chat/completions", {"logprobs": True, "top_logprobs": 2.5}, "top_logprobs"),
+    ("/chat/completions", {"top_logprobs": 2}, "top_logprobs=2 needs logprobs: true"),
+    ("/chat/completions", {"logprobs": 1}, "logprobs")])
+def test_bad_logprobs_get_a_400(server: Server, route: str, fields: dict[str, Any], message: str) -> None:
+    body: dict[str, Any] = {"model": NAME, "max_tokens": 2, **fields}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if route.startswith("/chat") else {"prompt": "hi"})
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().post(route, cast_to=object, body=body)
+    assert caught.value.status_code == 400 and message in caught.value.message, caught.value.message
+    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == message.split("=")[0].split(" ")[0]

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from levanter.inference.sampling import MAX_STOP_IDS, sample_tokens, token_key
+from levanter.inference.sampling import MAX_STOP_IDS, sample_tokens, token_key, top_logprobs
 
 __all__ = ["Slots", "decode_steps", "empty_slots", "prefill"]
 
@@ -59,18 +59,22 @@ def _row(x: Any, slot: jax.Array) -> Any:
     return jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, slot, 1, axis=1), x)
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+@functools.partial(jax.jit, static_argnums=0, static_argnames="top_n", donate_argnums=2)
 def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: jax.Array, slot: jax.Array,
-            sampling: tuple[jax.Array, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+            sampling: tuple[jax.Array, ...], *, top_n: int = 0
+            ) -> tuple[Slots, jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
     """Put the prompt ``tokens [1, bucket]`` (its first ``length`` real) into ``slot`` and draw its
-    first new token; returns the slots, that token and its log-probability."""
+    first new token; returns the slots, that token, its log-probability, and the ``top_n`` most
+    likely tokens there with theirs (``[top_n]`` each, see :func:`top_logprobs`)."""
     max_tokens, seed, temperature, top_k, top_p, stop_ids = sampling
     positions = jnp.arange(tokens.shape[1])[None, :]
     hidden, row = model.cached_hidden(params, tokens, positions, _row(slots.cache, slot))
     cache = jax.tree.map(lambda a, r: jax.lax.dynamic_update_slice_in_dim(a, r, slot, axis=1), slots.cache, row)
     logits = _logits(model, params, jax.lax.dynamic_index_in_dim(hidden[0], length - 1, keepdims=True))
     token = sample_tokens(logits, temperature[None], top_k[None], top_p[None], token_key(seed, 0)[None])[0]
-    logprob = jax.nn.log_softmax(logits[0])[token]
+    logp = jax.nn.log_softmax(logits[0])
+    logprob = logp[token]
+    top_ids, top_values = top_logprobs(logp[None], jnp.ones((1,), bool), top_n)
     done = (max_tokens <= 1) | jnp.any(stop_ids == token)
 
     def put(a: jax.Array, value: Any) -> jax.Array:
@@ -80,38 +84,48 @@ def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: ja
                   put(slots.remaining, max_tokens - 1), put(slots.generated, 1), put(slots.seed, seed),
                   put(slots.temperature, temperature), put(slots.top_k, top_k), put(slots.top_p, top_p),
                   put(slots.stop_ids, stop_ids))
-    return slots, token, logprob
+    return slots, token, logprob, (top_ids[0], top_values[0])
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3), donate_argnums=2)
-def decode_steps(model: Any, params: Any, slots: Slots, steps: int,
-                 cancel: jax.Array) -> tuple[Slots, jax.Array, jax.Array]:
+@functools.partial(jax.jit, static_argnums=(0, 3), static_argnames="top_n", donate_argnums=2)
+def decode_steps(model: Any, params: Any, slots: Slots, steps: int, cancel: jax.Array,
+                 want_top: jax.Array | None = None, *, top_n: int = 0
+                 ) -> tuple[Slots, jax.Array, jax.Array, tuple[jax.Array, jax.Array]]:
     """Up to ``steps`` tokens for every active slot (``cancel [slots]`` first stops the slots the
-    host ended); returns the slots, the tokens ``[steps, slots]`` (-1 where a slot made none) and
-    their log-probabilities. Ends early when no slot is active."""
+    host ended); returns the slots, the tokens ``[steps, slots]`` (-1 where a slot made none),
+    their log-probabilities, and at each the ``top_n`` most likely tokens with theirs (``[steps,
+    slots, top_n]`` each, see :func:`top_logprobs`; computed in the steps where an active slot of
+    ``want_top [slots]``, default all, asks). Ends early when no slot is active."""
     slots = slots._replace(active=slots.active & ~cancel)
+    want_top = jnp.ones_like(slots.active) if want_top is None else want_top
     limit = slots.cache.k.shape[2] - 1
     out = jnp.full((steps, slots.token.shape[0]), -1, jnp.int32)
     out_logprobs = jnp.zeros((steps, slots.token.shape[0]), jnp.float32)
+    out_top = (jnp.zeros((steps, slots.token.shape[0], top_n), jnp.int32),
+               jnp.zeros((steps, slots.token.shape[0], top_n), jnp.float32))
 
     def cond(carry: tuple[Any, ...]) -> jax.Array:
-        i, s, _, _ = carry
+        i, s = carry[:2]
         return (i < steps) & jnp.any(s.active)
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        i, s, tokens, logprobs = carry
+        i, s, tokens, logprobs, top = carry
         position = jnp.minimum(s.position, limit)
         hidden, cache = model.cached_hidden(params, s.token[:, None], position[:, None], s.cache)
         logits = _logits(model, params, hidden[:, 0])
         keys = jax.vmap(token_key)(s.seed, s.generated)
         token = sample_tokens(logits, s.temperature, s.top_k, s.top_p, keys)
-        logprob = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), token[:, None], axis=-1)[:, 0]
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        logprob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
         on = s.active
+        top_ids, top_values = top_logprobs(logp, on & want_top, top_n)
+        top = (top[0].at[i].set(top_ids), top[1].at[i].set(top_values))
         stopped = (s.remaining <= 1) | jnp.any(s.stop_ids == token[:, None], axis=-1)
         s = s._replace(cache=cache, token=jnp.where(on, token, s.token), position=s.position + on,
                        active=on & ~stopped, remaining=s.remaining - on, generated=s.generated + on)
         tokens = tokens.at[i].set(jnp.where(on, token, -1))
-        return i + 1, s, tokens, logprobs.at[i].set(jnp.where(on, logprob, 0.0))
+        return i + 1, s, tokens, logprobs.at[i].set(jnp.where(on, logprob, 0.0)), top
 
-    _, slots, out, out_logprobs = jax.lax.while_loop(cond, body, (jnp.int32(0), slots, out, out_logprobs))
-    return slots, out, out_logprobs
+    _, slots, out, out_logprobs, out_top = jax.lax.while_loop(cond, body, (jnp.int32(0), slots, out, out_logprobs,
+                                                                             out_top))
+    return slots, out, out_logprobs, out_top

@@ -8,7 +8,7 @@ import hashlib
 import math
 from typing import Any
 
-__all__ = ["MAX_STOP_IDS", "SamplingParams", "derived_seed", "sample_tokens", "token_key"]
+__all__ = ["MAX_STOP_IDS", "SamplingParams", "derived_seed", "sample_tokens", "token_key", "top_logprobs"]
 
 MAX_STOP_IDS = 16
 """Most stop token ids one request may give (the device keeps them in a fixed-size row)."""
@@ -110,3 +110,23 @@ def sample_tokens(logits: Any, temperature: Any, top_k: Any, top_p: Any, keys: A
     # made a llama_nano-size decode step at batch 64 on a CPU 2.6x slower).
     drawn = jax.lax.cond(jnp.any(temperature > 0), draw, none, scaled)
     return jnp.where(temperature > 0, drawn, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
+
+
+def top_logprobs(logprobs: Any, wanted: Any, n: int) -> tuple[Any, Any]:
+    """The ``n`` (static) most likely tokens of each row of ``logprobs [b, vocab]``: their ids and
+    log-probabilities, ``[b, n]`` each, likeliest first (of equal ones, the lower id first). Computed
+    only when a row of ``wanted [b]`` asks; zeros otherwise, so a batch where no request wants the
+    alternatives skips the selection (a pass over the whole vocabulary per row)."""
+    import jax
+    import jax.numpy as jnp
+
+    def none(x: Any) -> tuple[Any, Any]:
+        return jnp.zeros((x.shape[0], n), jnp.int32), jnp.zeros((x.shape[0], n), x.dtype)
+
+    def top(x: Any) -> tuple[Any, Any]:
+        values, ids = jax.lax.top_k(x, n)
+        return ids.astype(jnp.int32), values
+
+    if n == 0:
+        return none(logprobs)
+    return jax.lax.cond(jnp.any(wanted), top, none, logprobs)

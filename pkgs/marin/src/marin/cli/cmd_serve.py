@@ -73,6 +73,7 @@ def _folder(ctx: click.Context, model: str, prefix: str | None) -> str:
 
 def _load(folder: str, step: int | None, ema: bool):
     """The model at ``folder`` (see :func:`_folder`)."""
+    from marin.experiment.chat.template import TemplateError
     from marin.experiment.generation.model import ModelNotFound, load_generation_model
 
     try:
@@ -80,6 +81,8 @@ def _load(folder: str, step: int | None, ema: bool):
     except ModelNotFound as e:
         raise MarinError(str(e), hint="give a train_lm output (folder or step name), an export_hf folder, or "
                                       "a Hugging Face model id in the hub cache") from None
+    except TemplateError as e:
+        raise MarinError(f"the model's chat template: {e}", hint="fix or remove the file named") from None
 
 
 def _run(model, name: str, host: str, port: int, api_key: str | None, device: str, **engine_options) -> None:
@@ -87,6 +90,7 @@ def _run(model, name: str, host: str, port: int, api_key: str | None, device: st
 
     import uvicorn
 
+    from marin.serve.api import MAX_TOP_LOGPROBS
     from marin.serve.app import create_app
     from marin.serve.engine_loop import EngineLoop
 
@@ -94,7 +98,7 @@ def _run(model, name: str, host: str, port: int, api_key: str | None, device: st
         sock = socket.create_server((host, port))
     except OSError as e:
         raise MarinError(f"cannot listen on {host}:{port}: {e.strerror}", hint="pick another --port") from None
-    engine = EngineLoop(model.engine(**engine_options))
+    engine = EngineLoop(model.engine(top_logprobs=MAX_TOP_LOGPROBS, **engine_options))
     engine.start()
     bound = sock.getsockname()[1]
     click.echo(f"serving {name} at http://{host}:{bound}/v1 on {device} ({engine_options['slots']} slots of "

@@ -12,10 +12,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ApiError", "ChatMessage", "ChatRequest", "CompletionRequest", "parse_body"]
+__all__ = ["MAX_TOP_LOGPROBS", "ApiError", "ChatMessage", "ChatRequest", "CompletionRequest", "parse_body"]
 
 MAX_STOP_STRINGS = 4
 """Stop strings one request may give (OpenAI's limit)."""
+
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives a request may ask for at each token (OpenAI's chat limit; its legacy
+completions allow 5): the server's decoder selects this many on the device in the steps where a
+request in flight asks for any."""
 
 
 class ApiError(Exception):
@@ -57,9 +62,13 @@ class CompletionRequest(_Request):
     """``POST /v1/completions``."""
 
     prompt: str | list[str] | list[int]
-    logprobs: int | None = Field(default=None, ge=0, le=0)
-    """Only the chosen tokens' log-probabilities are kept by the decoder: 0 (or none) is accepted."""
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    """The chosen tokens' log-probabilities (0), and that many likeliest alternatives at each (n > 0)."""
     echo: bool = False
+
+    def top_count(self) -> int:
+        """Alternatives a choice keeps at each token."""
+        return self.logprobs or 0
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: one string, several, or one list of token ids."""
@@ -86,8 +95,18 @@ class ChatRequest(_Request):
 
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=0)
-    """Only the chosen tokens' log-probabilities are kept by the decoder: 0 (or none) is accepted."""
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    """The likeliest alternatives at each token (with ``logprobs: true``)."""
+
+    def top_count(self) -> int:
+        """Alternatives a choice keeps at each token.
+
+        Raises:
+            ApiError: ``top_logprobs`` without ``logprobs: true``.
+        """
+        if self.top_logprobs and not self.logprobs:
+            raise ApiError(f"top_logprobs={self.top_logprobs} needs logprobs: true", param="top_logprobs")
+        return self.top_logprobs or 0
 
 
 def parse_body(raw: bytes, kind: type[_Request]) -> Any:

@@ -5,6 +5,13 @@ Every choice of every request is one request to the decoder (:class:`~marin.serv
 batched with everything else in flight. Choice ``k`` of prompt ``p`` draws with seed
 ``completion_seed(seed, p, k)``: the rule of ``generations(...)`` steps, so a request with a ``seed``
 gets what a generations step with that seed writes. Without a ``seed`` each request draws a fresh one.
+
+Log-probabilities come in OpenAI's two shapes: ``/v1/completions`` with ``logprobs: n`` gives
+``{tokens, token_logprobs, top_logprobs, text_offset}``, each ``top_logprobs`` entry the ``n``
+likeliest tokens' text and log-probability plus the chosen token's (``null`` for ``n`` = 0);
+``/v1/chat/completions`` with ``logprobs: true`` (and ``top_logprobs: n``) gives ``content``, one
+``{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}`` per token. The decoder selects
+the alternatives on the device (:mod:`levanter.inference.engine`).
 """
 
 from __future__ import annotations
@@ -32,10 +39,12 @@ __all__ = ["create_app"]
 
 @dataclasses.dataclass
 class _Job:
-    """One HTTP request's decoder requests: ``(prompt index, prompt ids, sampling)`` per choice."""
+    """One HTTP request's decoder requests: ``(prompt index, sampling)`` per choice, and the
+    alternatives each keeps at a token (``top``)."""
 
     prompts: list[list[int]]
     choices: list[tuple[int, SamplingParams]]
+    top: int = 0
 
 
 class _Server:
@@ -53,7 +62,11 @@ class _Server:
         if body.model != self.name:
             raise ApiError(f"model {body.model!r} is not served here (this server serves {self.name!r})",
                            param="model", code="model_not_found")
-        room = self.engine.engine.max_len
+        room, most = self.engine.engine.max_len, self.engine.engine.top_logprobs
+        top = body.top_count()
+        if top > most:
+            raise ApiError(f"{'top_logprobs' if chat else 'logprobs'}={top} exceeds the {most} alternatives this "
+                           "server keeps", param="top_logprobs" if chat else "logprobs")
         stops = body.stop_strings()
         base = secrets.randbits(32) if body.seed is None else body.seed
         choices = []
@@ -67,11 +80,11 @@ class _Server:
                                           seed=completion_seed(base, p, k), stop_token_ids=self.model.end_ids,
                                           stop=stops)
                 try:
-                    self.engine.check(ids, sampling)
+                    self.engine.check(ids, sampling, top)
                 except ValueError as e:
                     raise ApiError(str(e), param="max_tokens", code="context_length_exceeded") from None
                 choices.append((p, sampling))
-        return _Job(prompts, choices)
+        return _Job(prompts, choices, top)
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         vocab = self.model.config.vocab_size
@@ -98,23 +111,30 @@ class _Server:
         return [self.model.encode(text)]
 
     # ---- answers -------------------------------------------------------------------------------
-    def visible(self, progress: Progress) -> tuple[list[int], list[float], str]:
-        """The tokens, log-probs and text a client sees: the end token left out."""
-        ids, logprobs = list(progress.token_ids), list(progress.logprobs)
+    def visible(self, progress: Progress) -> tuple[list[int], list[float], list[Any], str]:
+        """The tokens, log-probs, alternatives and text a client sees: the end token left out."""
+        ids, logprobs, tops = list(progress.token_ids), list(progress.logprobs), list(progress.top_logprobs)
         if progress.finish_reason == "stop" and ids and ids[-1] in self.model.end_ids:
-            return ids[:-1], logprobs[:-1], self.model.decode(ids[:-1])
-        return ids, logprobs, progress.text
+            return ids[:-1], logprobs[:-1], tops[:len(ids) - 1], self.model.decode(ids[:-1])
+        return ids, logprobs, tops, progress.text
 
-    def logprobs(self, ids: list[int], values: list[float], chat: bool, offset: int = 0) -> dict[str, Any]:
+    def logprobs(self, ids: list[int], values: list[float], tops: list[Any] | None, chat: bool,
+                 offset: int = 0) -> dict[str, Any]:
+        """OpenAI's ``logprobs`` of these tokens (``tops``: their alternatives, None when not asked)."""
         tokens = [self.model.decode([t]) for t in ids]
+        alternatives: list[Any] = tops if tops is not None else [[]] * len(ids)
         if chat:
-            return {"content": [{"token": t, "logprob": v, "bytes": list(t.encode()), "top_logprobs": []}
-                                for t, v in zip(tokens, values, strict=True)]}
+            return {"content": [_token_entry(t, v) | {"top_logprobs": [_token_entry(self.model.decode([a]), lp)
+                                                                        for a, lp in top]}
+                                for t, v, top in zip(tokens, values, alternatives, strict=True)]}
         offsets, at = [], offset
         for t in tokens:
             offsets.append(at)
             at += len(t)
-        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": None, "text_offset": offsets}
+        top_logprobs = None if tops is None else [
+            _top_entry([(self.model.decode([a]), lp) for a, lp in top], (t, v))
+            for t, v, top in zip(tokens, values, tops, strict=True)]
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": top_logprobs, "text_offset": offsets}
 
     def header(self, chat: bool, stream: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if stream else "chat.completion") if chat else "text_completion"
@@ -127,7 +147,7 @@ class _Server:
         requests: list[Any] = []
         try:
             for i, (p, sampling) in enumerate(job.choices):
-                requests.append(self.engine.submit(job.prompts[p], sampling, queue, i))
+                requests.append(self.engine.submit(job.prompts[p], sampling, queue, i, top_logprobs=job.top))
         except RuntimeError as e:  # shutting down, or the decoder failed
             for request in requests:
                 self.engine.cancel(request)
@@ -150,9 +170,9 @@ class _Server:
             raise ApiError("the decoder failed (see the server's log)", kind="server_error", status=500)
         choices = []
         for i in range(len(requests)):
-            ids, values, text = self.visible(final[i])
-            choice: dict[str, Any] = {"index": i, "finish_reason": final[i].finish_reason,
-                                      "logprobs": self.logprobs(ids, values, chat) if wants_logprobs else None}
+            ids, values, tops, text = self.visible(final[i])
+            choice: dict[str, Any] = {"index": i, "finish_reason": final[i].finish_reason, "logprobs": (
+                self.logprobs(ids, values, tops if job.top else None, chat) if wants_logprobs else None)}
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
             choices.append(choice)
         completion_tokens = sum(len(p.token_ids) for p in final.values())
@@ -186,13 +206,15 @@ class _Server:
                     yield _event(ApiError("the decoder failed (see the server's log)", kind="server_error",
                                           status=500).body())
                     return
-                ids, values, text = self.visible(progress)
+                ids, values, tops, text = self.visible(progress)
                 end = len(text) if progress.finish_reason else held_back(text, job.choices[i][1].stop)
                 delta, new_ids = text[sent_text[i]:end], ids[sent_tokens[i]:]
                 if not delta and not new_ids and progress.finish_reason is None:
                     continue
+                new_tops = tops[sent_tokens[i]:] if job.top else None
                 choice: dict[str, Any] = {"index": i, "finish_reason": progress.finish_reason, "logprobs": (
-                    self.logprobs(new_ids, values[sent_tokens[i]:], chat, sent_text[i]) if wants_logprobs else None)}
+                    self.logprobs(new_ids, values[sent_tokens[i]:], new_tops, chat, sent_text[i])
+                    if wants_logprobs else None)}
                 choice.update({"delta": {"content": delta}} if chat else {"text": delta})
                 sent_text[i], sent_tokens[i] = max(end, sent_text[i]), len(ids)
                 if progress.finish_reason is not None:
@@ -210,6 +232,21 @@ async def _until_disconnect(request: Request) -> None:
     """Return when the client closes the connection (the body is already read)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _token_entry(token: str, logprob: float) -> dict[str, Any]:
+    """A token of a chat answer's ``logprobs.content`` (and of its ``top_logprobs``)."""
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def _top_entry(alternatives: list[tuple[str, float]], chosen: tuple[str, float]) -> dict[str, float]:
+    """A ``top_logprobs`` entry of a completion: text -> log-probability of the alternatives,
+    likeliest first (of two with one text, the likelier kept), then the chosen token's when it is not
+    among them (up to n + 1 entries, as OpenAI's)."""
+    entry: dict[str, float] = {}
+    for text, logprob in [*alternatives, chosen]:
+        entry.setdefault(text, logprob)
+    return entry
 
 
 def _event(data: dict[str, Any]) -> bytes:

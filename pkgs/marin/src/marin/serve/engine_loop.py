@@ -28,6 +28,8 @@ class Progress:
     logprobs: tuple[float, ...]
     text: str
     finish_reason: str | None
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """At each token, the alternatives the request asked for (``(id, log-probability)``, likeliest first)."""
 
 
 class EngineLoop:
@@ -60,14 +62,15 @@ class EngineLoop:
         with self._lock:
             return len(self._live)
 
-    def check(self, prompt_ids: Sequence[int], sampling: Any) -> None:
+    def check(self, prompt_ids: Sequence[int], sampling: Any, top_logprobs: int = 0) -> None:
         """Raise ValueError (one line) if the engine cannot serve this request."""
-        self.engine.check(prompt_ids, sampling)
+        self.engine.check(prompt_ids, sampling, top_logprobs)
 
     def submit(self, prompt_ids: Sequence[int], sampling: Any, queue: asyncio.Queue[tuple[int, Progress]],
-               tag: int = 0) -> Any:
-        """Queue a request (on the event loop's thread); its progress arrives on ``queue`` as
-        ``(tag, Progress)`` (the last with a ``finish_reason``). Returns the engine's request."""
+               tag: int = 0, *, top_logprobs: int = 0) -> Any:
+        """Queue a request (on the event loop's thread), keeping ``top_logprobs`` alternatives at each
+        token; its progress arrives on ``queue`` as ``(tag, Progress)`` (the last with a
+        ``finish_reason``). Returns the engine's request."""
         if self._stopping or self._failure is not None:
             raise RuntimeError("the server is shutting down" if self._failure is None
                                else f"the decoder failed: {self._failure!r}")
@@ -75,7 +78,7 @@ class EngineLoop:
 
         def listener(completion: Any, _new: int) -> None:
             progress = Progress(tuple(completion.token_ids), tuple(completion.logprobs), completion.text or "",
-                                completion.finish_reason)
+                                completion.finish_reason, tuple(map(tuple, completion.top_logprobs)))
             if progress.finish_reason is not None:
                 with self._lock:  # taken by submit until the request is in _live
                     self._live.pop(id(completion), None)
@@ -84,7 +87,7 @@ class EngineLoop:
             loop.call_soon_threadsafe(queue.put_nowait, (tag, progress))
 
         with self._lock:
-            request = self.engine.submit(prompt_ids, sampling, listener)
+            request = self.engine.submit(prompt_ids, sampling, listener, top_logprobs=top_logprobs)
             self._live[id(request.completion)] = request
             self.submitted += 1
         self._wake.set()

@@ -36,7 +36,8 @@ class GenerationModel:
     end_ids: tuple[int, ...]
     """Token ids that end a completion (the document end and, for a chat model, its turn end)."""
     chat_template: Any = None
-    """Its ``ChatTemplate`` (None: it was not fine-tuned on chats)."""
+    """Its chat template: the folder's own in Hugging Face's layout (``HfChatTemplate``), else the
+    project's ``ChatTemplate`` of a model fine-tuned on chats, else None."""
 
     @property
     def context(self) -> int:
@@ -52,13 +53,14 @@ class GenerationModel:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def engine(self, *, slots: int, max_len: int | None = None, steps_per_sync: int = 8,
-               compute_dtype: ComputeDtype = ComputeDtype.FLOAT32) -> Any:
-        """A ``levanter.inference.Engine`` over this model (``max_len`` None: the whole context)."""
+               compute_dtype: ComputeDtype = ComputeDtype.FLOAT32, top_logprobs: int = 0) -> Any:
+        """A ``levanter.inference.Engine`` over this model (``max_len`` None: the whole context;
+        ``top_logprobs``: the most alternatives a request may ask for at each token)."""
         from levanter.inference import Engine
 
         model = self.config.build(compute_dtype.jnp)
         return Engine(model, self.params, slots=slots, max_len=max_len or self.context,
-                      steps_per_sync=steps_per_sync, decode_text=self.decode)
+                      steps_per_sync=steps_per_sync, decode_text=self.decode, top_logprobs=top_logprobs)
 
 
 def load_generation_model(ref: str, *, step: int | None = None, ema: bool = False) -> GenerationModel:
@@ -68,6 +70,7 @@ def load_generation_model(ref: str, *, step: int | None = None, ema: bool = Fals
 
     Raises:
         ModelNotFound: ``ref`` is none of these, lacks a tokenizer, or ``step`` is not kept.
+        TemplateError: its chat template cannot be read or compiled (the file named).
     """
     from levanter.compat.hf_checkpoint import SAFETENSORS_FILE, HfCheckpointNotFound, resolve_hf_folder
 
@@ -107,14 +110,14 @@ def _with_tokenizer(ref: str, folder: str, config: Any, params: Any) -> Generati
     from tokenizers import Tokenizer
 
     from levanter.models.layout import is_per_layer, stack_layers
-    from marin.experiment.chat.tokenize import TEMPLATE_FILE, load_chat_template
+    from marin.experiment.chat.hf_template import model_chat_template
     from marin.experiment.data.tokenizer import EOS_TOKEN
 
     path = fs.join(folder, TOKENIZER_FILE)
     if not fs.exists(path):
         raise ModelNotFound(f"{path}: no tokenizer beside the model (a train_lm output or an export_hf folder has one)")
     tokenizer = Tokenizer.from_str(fs.read_text(path))
-    template = load_chat_template(folder) if fs.exists(fs.join(folder, TEMPLATE_FILE)) else None
+    template = model_chat_template(folder)
     ends = [tokenizer.token_to_id(t) for t in (EOS_TOKEN, template.end_token if template else None) if t]
     if is_per_layer(params):
         params = stack_layers(params)
