@@ -175,6 +175,9 @@ def test_bad_post_training_arguments_are_one_line_errors_naming_the_handle_and_a
         dpo("d", base, prefs, beta=0.1, loss="orpo")
     with pytest.raises(InvalidStep, match=r"^dpo 'd': lora rank 64 is larger than the dimension of q_proj \(16 x 16\)"):
         dpo("d", base, prefs, beta=0.1, lora=LoraConfig(rank=64))
+    # A LoRA run keeps no average (levanter.training.trained): asking for one is refused where it is written.
+    with pytest.raises(InvalidStep, match=r"^dpo 'd': ema with lora would average the factors A and B"):
+        dpo("d", base, prefs, beta=0.1, lora=LoraConfig(rank=4), ema=0.9)
     with pytest.raises(InvalidStep, match=r"^train_lm 's': lora rank 17 is larger than the dimension of"):
         train_lm("s", "v1", TINY, AdamConfig(), {data: 1.0}, 4, 32, 10, lora=LoraConfig(rank=17),
                  initialize_from=checkpoint(base))

@@ -24,7 +24,7 @@ from levanter.lora import LoraConfig, fold, init_adapters
 from levanter.sharding import tree_shardings
 from levanter.training.execution import offload_opt_state
 from levanter.training.start import Start, starting_state
-from levanter.training.state import TrainState, abstract_state, average_of
+from levanter.training.state import TrainState, abstract_state
 
 __all__ = ["BoundStep", "Trained", "trained_state"]
 
@@ -97,9 +97,9 @@ def trained_state(config: TrainLmConfig, model_config: Any, tx: optax.GradientTr
     Raises:
         ValueError: a LoRA target matches no weight, or its rank exceeds a weight's smaller side.
     """
-    trainer, ema = config.trainer, config.trainer.ema is not None
+    trainer = config.trainer
     if config.lora is None:
-        target = _placed(abstract_state(model_config, tx, mesh, ema), trainer.offload_optimizer)
+        target = _placed(abstract_state(model_config, tx, mesh, trainer.ema is not None), trainer.offload_optimizer)
         return Trained(target=target, start=starting_state(checkpointer, target, model_config, tx, seed=trainer.seed,
                                                            initialize_from=trainer.initialize_from))
     lora, base_from = config.lora, trainer.initialize_from
@@ -114,8 +114,8 @@ def trained_state(config: TrainLmConfig, model_config: Any, tx: optax.GradientTr
     def init(key: jax.Array) -> TrainState:
         _, key = jax.random.split(key)  # as a full run's init spends its first split on the parameters
         adapters = init_adapters(lora, base_shapes)
-        return TrainState(step=jnp.zeros((), jnp.int32), params=adapters, opt_state=tx.init(adapters), key=key,
-                          **average_of(adapters, ema))
+        # No average: TrainLmConfig refuses ema= with lora= (an average of A and B is not one of W + s A B).
+        return TrainState(step=jnp.zeros((), jnp.int32), params=adapters, opt_state=tx.init(adapters), key=key)
 
     shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
     shardings = tree_shardings(shapes, mesh, units=units)
