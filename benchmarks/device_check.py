@@ -12,7 +12,9 @@ datasheet peak, and the step's HBM (XLA's arguments + temporaries) against what 
 
 ``--out DIR`` writes the table (``device_check.json``, ``device_check.md``) and, with
 ``--profile``, a ``jax.profiler`` trace of a few steps of each configuration and its summary
-(named ops and their share of the traced time). ``--smoke`` swaps in ``llama_nano`` and a few
+(named ops and their share of the traced time, and the copies between host and device memory: in
+flight and waited for). ``--offload-optimizer both`` runs each configuration with its optimizer
+state on the device and in host memory (the ``opt_state`` column). ``--smoke`` swaps in ``llama_nano`` and a few
 steps so the script itself is checked on a CPU (``make test`` runs it). Data are random tokens
 written to a temporary folder in the tokenized format the trainer reads.
 """
@@ -31,7 +33,7 @@ import time
 from typing import Any
 
 _COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "loss", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
-            "mfu", "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "status")
+            "mfu", "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "opt_state", "status")
 
 _STARTED = time.perf_counter()
 """When this process started (near enough: when this module was imported)."""
@@ -47,6 +49,8 @@ class Spec:
     remat: str
     attention: str
     loss: str = "auto"
+    offload: bool = False
+    """The optimizer state in host memory between steps (``--offload-optimizer``)."""
 
 
 def _spec(text: str, remat: str, attention: str, loss: str) -> Spec:
@@ -77,7 +81,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--moment-dtype", default="float32", help="Adam moments' storage: float32 or bfloat16")
     parser.add_argument("--factored", action="store_true", help="factored second moment (Adafactor-style)")
     parser.add_argument("--grad-dtype", default="float32", help="gradients' dtype: float32 or bfloat16")
-    parser.add_argument("--offload-optimizer", action="store_true", help="optimizer state in host memory")
+    parser.add_argument("--offload-optimizer", nargs="?", const="on", default="off", choices=("on", "off", "both"),
+                        help="optimizer state in host memory; 'both' runs each configuration with it on the device "
+                             "and in host memory (with --profile: the host copies timed in each)")
     parser.add_argument("--memory-gib", type=float, default=None,
                         help="device memory to fit in (default: what the device reports; a CPU reports none)")
     parser.add_argument("--fsdp", type=int, default=1, help="fsdp axis of the mesh (data axis takes the rest)")
@@ -104,6 +110,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if args.model is not None or not args.specs:
         model = args.model or ("llama_nano" if args.smoke else "llama_150m")
         args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention, args.loss_impl))
+    places = {"off": (False,), "on": (True,), "both": (True, False)}[args.offload_optimizer]
+    args.specs = [dataclasses.replace(spec, offload=offload) for spec in args.specs for offload in places]
     return args
 
 
@@ -152,6 +160,8 @@ def _rows(args: argparse.Namespace, device: str, available: int | None, tmp: str
             print(row["status"], file=sys.stderr, flush=True)
         if args.profile and row.get("trace_dir"):
             row["profile"] = summarise_trace(row.pop("trace_dir"))
+            for line in row["profile"]["lines"][:1] + [x for x in row["profile"]["lines"] if "copies" in x]:
+                print(f"  profile: {line}", flush=True)  # the host copies' line: what an offloaded state costs
         if args.out:  # after every row: a run cut short keeps the rows it made
             _write(args.out, device, rows)
     return rows
@@ -182,12 +192,13 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     model = _preset(spec.model)
     if spec.seq_len > model.max_seq_len:
         model = dataclasses.replace(model, max_seq_len=spec.seq_len)
-    row: dict[str, Any] = {"model": spec.model, "batch": spec.batch, "seq_len": spec.seq_len}
+    row: dict[str, Any] = {"model": spec.model, "batch": spec.batch, "seq_len": spec.seq_len,
+                           "opt_state": "host" if spec.offload else "device"}
     remat, attention = Remat.parse(spec.remat), _attention(Attention.parse(spec.attention), spec.seq_len)
     loss = resolve_loss_impl(spec.loss, model.hidden_dim)
     kwargs: dict[str, Any] = dict(batch=spec.batch, seq_len=spec.seq_len, compute_bytes=2, attention=attention,
                   loss_impl=loss,
-                  optimizer=_optimizer(args), offload_optimizer=args.offload_optimizer,
+                  optimizer=_optimizer(args), offload_optimizer=spec.offload,
                   grad_bytes=2 if args.grad_dtype == "bfloat16" else 4)
     if remat is Remat.AUTO and available is not None:
         remat, estimate = choose_remat(model, available, **kwargs)
@@ -251,8 +262,9 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         seq_len=spec.seq_len, num_train_steps=args.steps, compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0,
         checkpoint=CheckpointConfig(save_every=args.steps), log_every=1, remat=remat, attention=attention,
         loss_impl=spec.loss,
-        offload_optimizer=args.offload_optimizer, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
-    out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}-{spec.loss}")
+        offload_optimizer=spec.offload, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
+    out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}-{spec.loss}"
+                            + ("-offloaded" if spec.offload else ""))
     started = time.perf_counter()
     setup = set_up(config, out)
     compile_s = time.perf_counter() - started
@@ -332,7 +344,8 @@ def _write(out: str, device: str, rows: list[dict]) -> None:
     lines += ["", *(r["status"] for r in rows if r["status"] != "ok")]
     for r in rows:
         for line in (r.get("profile") or {}).get("lines", []):
-            lines.append(f"{r['model']} {r['batch']}x{r['seq_len']} {r['remat']}/{r['attention']}/{r['loss']}: {line}")
+            lines.append(f"{r['model']} {r['batch']}x{r['seq_len']} {r['remat']}/{r['attention']}/{r['loss']}"
+                         f" (optimizer state on the {r['opt_state']}): {line}")
     with open(os.path.join(out, "device_check.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -21,6 +21,7 @@ import os
 import re
 from typing import Any
 
+from benchmarks.host_copies import HOST_SPACE
 from levanter.ops.blocks import SCOPE
 
 __all__ = ["summarise_trace"]
@@ -92,11 +93,6 @@ def _splash(by_name: dict[str, float], total: float) -> tuple[dict[str, Any], li
                      + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())]
 
 
-_HOST_SPACE = "S(5)"
-"""How a TPU's HLO text marks a buffer in host memory (``pinned_host``): an offloaded optimizer state's
-copies name it on their host side."""
-
-
 def _copies(events: list[dict], own: list[float], total: float) -> tuple[dict[str, Any], list[str]]:
     """The asynchronous copies between host and device memory: how long they were in flight (each
     ``copy-start.N`` to its ``copy-done.N``) and how long the device waited in their ``copy-done``
@@ -115,7 +111,7 @@ def _copies(events: list[dict], own: list[float], total: float) -> tuple[dict[st
         by_time = sorted(begun, key=lambda i: events[i]["ts"]), sorted(dones.get(suffix, []), key=lambda i: events[i]["ts"])
         for b, d in zip(*by_time, strict=False):  # a trace cut mid-copy has a start without its done
             text = " ".join(str((events[i].get("args") or {}).get("long_name", "")) for i in (b, d))
-            if named and _HOST_SPACE not in text:
+            if named and HOST_SPACE not in text:
                 continue  # a copy between the chip's own memories
             pairs += 1
             flight += float(events[d]["ts"]) + float(events[d].get("dur", 0.0)) - float(events[b]["ts"])

@@ -5,7 +5,9 @@ JAX compiles for a described TPU topology (``jax.experimental.topologies``) when
 installed, on any host: ``python -m benchmarks.tpu_compile --topology v5e:1x1 --config
 llama_150m:32x1024:none:splash``. Nothing runs; each row says whether the step fits the chip
 (XLA's own verdict: the compiler refuses a program over the chip's memory) and its temporaries,
-arguments, FLOPs and compile seconds. Not part of the test suite (CI has no libtpu).
+arguments, FLOPs and compile seconds; with ``--schedule``, where the step's copies between host and
+device memory sit in XLA's schedule (an offloaded optimizer state's: whether a loop runs while they
+move). Not part of the test suite (CI has no libtpu).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--offload-optimizer", action="store_true")
     parser.add_argument("--grad-dtype", default="float32")
     parser.add_argument("--loss-block", type=int, default=None)
+    parser.add_argument("--schedule", action="store_true",
+                        help="where the host<->device copies sit in the compiled step (benchmarks.host_copies)")
     parser.add_argument("--json", default=None, help="also write the rows here")
     return parser.parse_args(argv)
 
@@ -101,6 +105,10 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
                estimate_host_gib=round(estimate.host / gib, 2),
                xla_flops=float(cost.get("flops", 0.0)), optimal_s=float(cost.get("optimal_seconds", 0.0)),
                model_flops_causal=model.flops_per_token(seq_len, causal=True) * batch * seq_len)
+    if args.schedule:
+        from benchmarks.host_copies import scheduled_host_copies
+
+        row["host_copies"] = scheduled_host_copies(compiled.as_text())
     return row
 
 

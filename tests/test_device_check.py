@@ -27,6 +27,7 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
     assert (ok["model"], ok["batch"], ok["seq_len"], ok["remat"], ok["attention"], ok["loss"], ok["status"]) == \
         ("llama_nano", 4, 64, "full", "xla", "blockwise", "ok")
     assert refused["loss"] == "blockwise"  # auto, resolved: no TPU here
+    assert ok["opt_state"] == refused["opt_state"] == "device"
     for key in ("compile_s", "step_ms", "tokens_per_s", "mfu", "mfu_causal", "hbm_step_gib"):
         assert math.isfinite(ok[key]) and ok[key] > 0, key
     # The causal count halves attention's FLOPs: a smaller share of the same peak.
@@ -40,6 +41,17 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
     assert [r["status"] == "ok" for r in saved["rows"]] == [True, False]
     assert "| llama_nano | 4 | 64 | full | xla | blockwise |" in (out / "device_check.md").read_text()
     assert not [p.name for p in scratch.iterdir() if p.name.startswith("device-check-")]
+
+
+def test_offload_both_runs_each_configuration_with_the_state_on_the_device_and_on_the_host():
+    from benchmarks.device_check import _parse
+
+    specs = _parse(["--config", "llama_1_4b:8x2048:full:splash", "--config", "llama_600m:16x1024",
+                    "--offload-optimizer", "both"]).specs
+    assert [(s.model, s.offload) for s in specs] == [("llama_1_4b", True), ("llama_1_4b", False),
+                                                     ("llama_600m", True), ("llama_600m", False)]
+    assert [s.offload for s in _parse(["--offload-optimizer"]).specs] == [True]  # alone: as before
+    assert [s.offload for s in _parse([]).specs] == [False]
 
 
 def test_unknown_model_is_named(tmp_path):
@@ -114,3 +126,41 @@ def test_profile_summary_times_the_host_copies_in_flight_and_waited_for(tmp_path
     assert (copies["pairs"], copies["host_named"]) == (1, True)
     assert copies["in_flight_ms"] == pytest.approx(0.1) and copies["waited_ms"] == pytest.approx(0.01)
     assert copies["hidden"] == pytest.approx(0.9) and copies["waited_share"] == pytest.approx(10 / 97, abs=1e-4)
+
+
+# A scheduled entry computation in a TPU dump's form: S(5) marks host memory; a copy-start's result
+# is (destination, source, context).
+_SCHEDULED = """HloModule jit_step, is_scheduled=true
+
+%body (p: (s32[])) -> (s32[]) {
+  %p = (s32[]) parameter(0)
+}
+
+ENTRY %main.0 (m.0: bf16[1024,512], w.0: f32[8]) -> (bf16[1024,512]) {
+  %m.0 = bf16[1024,512]{1,0:T(8,128)(2,1)S(5)} parameter(0)
+  %copy-start.7 = (bf16[1024,512]{1,0:T(8,128)(2,1)}, bf16[1024,512]{1,0:T(8,128)(2,1)S(5)}, u32[]{:S(2)}) copy-start(%m.0)
+  %copy-start.8 = (f32[8]{0:S(1)}, f32[8]{0}, u32[]{:S(2)}) copy-start(%w.0)
+  %while.3 = (s32[]) while(%tuple.1), condition=%cond, body=%body
+  %copy-done.8 = f32[8]{0:S(1)} copy-done(%copy-start.8)
+  %copy-done.7 = bf16[1024,512]{1,0:T(8,128)(2,1)} copy-done(%copy-start.7)
+  %fusion.2 = bf16[1024,512]{1,0:T(8,128)(2,1)} fusion(%copy-done.7), kind=kLoop, calls=%f
+  %copy-start.9 = (bf16[1024,512]{1,0:T(8,128)(2,1)S(5)}, bf16[1024,512]{1,0:T(8,128)(2,1)}, u32[]{:S(2)}) copy-start(%fusion.2)
+  %copy-done.9 = bf16[1024,512]{1,0:T(8,128)(2,1)S(5)} copy-done(%copy-start.9)
+  ROOT %tuple.4 = (bf16[1024,512]{1,0:T(8,128)(2,1)S(5)}) tuple(%copy-done.9)
+}
+"""
+
+
+def test_scheduled_host_copies_say_which_transfers_a_loop_runs_under():
+    from benchmarks.host_copies import scheduled_host_copies
+
+    copies = scheduled_host_copies(_SCHEDULED)
+    mib = 1024 * 512 * 2 / 2**30
+    assert copies["loops"] == 1
+    # The moments come in under the loop; they go back after it with nothing to hide them; the
+    # copy between the chip's own memories (S(1)) is neither.
+    assert copies["h2d"] == {"copies": 1, "gib": round(mib, 3), "under_loops_gib": round(mib, 3),
+                             "first_start": 0.1, "last_done": 0.5}
+    assert copies["d2h"]["copies"] == 1 and copies["d2h"]["under_loops_gib"] == 0.0
+    with pytest.raises(ValueError, match="no ENTRY computation"):
+        scheduled_host_copies("HloModule m\n")
