@@ -110,7 +110,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if args.model is not None or not args.specs:
         model = args.model or ("llama_nano" if args.smoke else "llama_150m")
         args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention, args.loss_impl))
-    places = {"off": (False,), "on": (True,), "both": (True, False)}[args.offload_optimizer]
+    # Both: on the device first, the larger of the two programs, while the device is still empty.
+    places = {"off": (False,), "on": (True,), "both": (False, True)}[args.offload_optimizer]
     args.specs = [dataclasses.replace(spec, offload=offload) for spec in args.specs for offload in places]
     return args
 

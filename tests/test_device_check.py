@@ -48,8 +48,8 @@ def test_offload_both_runs_each_configuration_with_the_state_on_the_device_and_o
 
     specs = _parse(["--config", "llama_1_4b:8x2048:full:splash", "--config", "llama_600m:16x1024",
                     "--offload-optimizer", "both"]).specs
-    assert [(s.model, s.offload) for s in specs] == [("llama_1_4b", True), ("llama_1_4b", False),
-                                                     ("llama_600m", True), ("llama_600m", False)]
+    assert [(s.model, s.offload) for s in specs] == [("llama_1_4b", False), ("llama_1_4b", True),
+                                                     ("llama_600m", False), ("llama_600m", True)]
     assert [s.offload for s in _parse(["--offload-optimizer"]).specs] == [True]  # alone: as before
     assert [s.offload for s in _parse([]).specs] == [False]
 
