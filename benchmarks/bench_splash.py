@@ -191,17 +191,21 @@ def _first_line(e: BaseException) -> str:
     return next((line for line in str(e).splitlines() if line.strip()), repr(e))[:300]
 
 
-def _compile(p: Problem, candidates: Sequence[tuple[str, SplashBlocks | None]], inputs: tuple, args: argparse.Namespace,
+Candidate = tuple[Problem, str, SplashBlocks | None]
+"""A problem, the stage of the sweep, and the blocks (None: XLA's attention)."""
+
+
+def _compile(candidates: Sequence[Candidate], inputs: dict[str, tuple], args: argparse.Namespace,
              interpret: bool) -> list[tuple[dict, Any]]:
     """Each candidate's row and compiled program (None where it failed): lowered here, compiled in
     ``args.jobs`` threads (XLA's compiler leaves the interpreter's lock)."""
     import jax
 
     lowered: list[tuple[dict, Any]] = []
-    for stage, blocks in candidates:
+    for p, stage, blocks in candidates:
         row = {"problem": p.name, "key": p.key, "stage": stage, "blocks": blocks, "backward": stage != "fwd"}
         try:
-            lowered.append((row, jax.jit(_attend(blocks, row["backward"], interpret)).lower(*inputs)))
+            lowered.append((row, jax.jit(_attend(blocks, row["backward"], interpret)).lower(*inputs[p.name])))
         except Exception as e:  # noqa: BLE001 - blocks the kernel refuses are this row's answer
             row["status"] = _first_line(e)
             lowered.append((row, None))
@@ -241,16 +245,18 @@ def _time(compiled: Any, inputs: tuple) -> float:
     return statistics.median(samples)
 
 
-def _run(p: Problem, candidates: Sequence[tuple[str, SplashBlocks | None]], inputs: tuple, args: argparse.Namespace,
-         device: Any, report: Any) -> list[dict]:
-    """Compile ``candidates`` and (on a chip) time them; each row reported as it is made."""
+def _run(candidates: Sequence[Candidate], inputs: dict[str, tuple], args: argparse.Namespace, device: Any,
+         report: Any) -> list[dict]:
+    """Compile ``candidates`` (all at once) and (on a chip) time them; each row reported as it is made."""
     interpret = device is None and args.smoke
+    problems = {p.name: p for p, _, _ in candidates}
     rows = []
-    for row, compiled in _compile(p, candidates, inputs, args, interpret):
+    for row, compiled in _compile(candidates, inputs, args, interpret):
         if compiled is not None and device is None:
             try:
-                ms = _time(compiled, inputs) * 1e3
-                row.update(status="ok", ms=round(ms, 3), tflops=round(p.flops(row["backward"]) / ms / 1e9, 1))
+                ms = _time(compiled, inputs[row["problem"]]) * 1e3
+                flops = problems[row["problem"]].flops(row["backward"])
+                row.update(status="ok", ms=round(ms, 3), tflops=round(flops / ms / 1e9, 1))
             except Exception as e:  # noqa: BLE001 - out of memory (XLA's attention at long sequences)
                 row["status"] = _first_line(e)
         del compiled
@@ -271,15 +277,16 @@ def _sweep(problems: list[Problem], args: argparse.Namespace, device: Any, repor
     blocks they choose by that key. Stage by stage: a budget spent leaves the least-used kernels out."""
     started = time.perf_counter()
     swept = {p.key: p for p in reversed(problems)}  # the first of each key stays
+    swept = dict(sorted(swept.items(), key=lambda item: problems.index(item[1])))
     by_key: dict[tuple[int, int], list[dict]] = {key: [] for key in swept}
-    inputs = {key: _inputs(p, device) for key, p in swept.items()}
+    inputs = {p.name: _inputs(p, device) for p in swept.values()}
     for stage in ("fwd", "layout", "dkv", "dq", "fused"):
-        for key, p in sorted(swept.items(), key=lambda item: problems.index(item[1])):
-            if time.perf_counter() - started > args.budget_s:
-                print(f"# budget of {args.budget_s:.0f} s spent: {p.name} {stage} left out", flush=True)
-                continue
-            todo = [(s, b) for s, b in grid(p.seq_len, args.sizes) if s == stage]
-            by_key[key] += _run(p, todo, inputs[key], args, device, report)
+        if time.perf_counter() - started > args.budget_s:
+            print(f"# budget of {args.budget_s:.0f} s spent: the {stage} rows left out", flush=True)
+            continue
+        todo = [(p, s, b) for p in swept.values() for s, b in grid(p.seq_len, args.sizes) if s == stage]
+        for row in _run(todo, inputs, args, device, report):
+            by_key[row["key"]].append(row)
     return {key: choose(found) for key, found in by_key.items()}
 
 
@@ -307,10 +314,12 @@ def main(args: argparse.Namespace) -> list[dict]:
     problems = [problem(text) for text in args.problem]
     chosen = _sweep(problems, args, device, report)
     final: list[dict] = []
-    for p in problems if device is None else ():  # compiling only: nothing to choose from
-        default = SplashBlocks().for_seq(p.seq_len)
-        todo = [("final", b) for b in dict.fromkeys([default, *chosen[p.key]])] + [("final", None)]
-        final += _run(p, todo, _inputs(p, None), args, None, report)
+    if device is None:  # compiling only: nothing to choose from
+        todo: list[Candidate] = []
+        for p in problems:
+            default = SplashBlocks().for_seq(p.seq_len)
+            todo += [(p, "final", b) for b in dict.fromkeys([default, *chosen[p.key]])] + [(p, "final", None)]
+        final = _run(todo, {p.name: _inputs(p, None) for p in problems}, args, None, report)
     lines = entries(final, kind) if final else []
     print("\n# levanter/ops/splash_tiles.py, _MEASURED: this chip's entries\n" + "\n".join(lines), flush=True)
     if args.out:
