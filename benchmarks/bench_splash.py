@@ -54,6 +54,7 @@ class Problem:
     kv_heads: int
     group: int
     head_dim: int
+    layers: int = 1
 
     @property
     def key(self) -> tuple[int, int]:
@@ -74,7 +75,8 @@ def problem(text: str) -> Problem:
     except ValueError:
         raise SystemExit(f"bench_splash: --problem must be MODEL:BATCHxSEQ, got {text!r}") from None
     model = _preset(name)
-    return Problem(text, batch, seq_len, model.num_kv_heads, model.num_heads // model.num_kv_heads, model.head_dim)
+    return Problem(text, batch, seq_len, model.num_kv_heads, model.num_heads // model.num_kv_heads, model.head_dim,
+                   model.num_layers)
 
 
 def grid(seq_len: int, sizes: tuple[int, ...] = SIZES) -> list[tuple[str, SplashBlocks]]:
@@ -321,10 +323,24 @@ def main(args: argparse.Namespace) -> list[dict]:
             todo += [(p, "final", b) for b in dict.fromkeys([default, *chosen[p.key]])] + [(p, "final", None)]
         final = _run(todo, {p.name: _inputs(p, None) for p in problems}, args, None, report)
     lines = entries(final, kind) if final else []
+    for p in problems if final else ():
+        print(_saving(p, [r for r in final if r["problem"] == p.name]), flush=True)
     print("\n# levanter/ops/splash_tiles.py, _MEASURED: this chip's entries\n" + "\n".join(lines), flush=True)
     if args.out:
         _write(args.out, kind, rows, lines)
     return rows
+
+
+def _saving(p: Problem, final: list[dict]) -> str:
+    """What the fastest blocks save a training step of ``p``'s model against the default (a layer's
+    forward and backward, times its layers)."""
+    ran = {r["blocks"]: r["ms"] for r in final if r.get("ms") is not None and r["blocks"] is not None}
+    default = ran.get(SplashBlocks().for_seq(p.seq_len))
+    if not ran or default is None:
+        return f"# {p.name}: no default row to compare with"
+    best = min(ran, key=lambda b: ran[b])
+    return (f"# {p.name}: {ran[best]:.3f} ms a layer against the default's {default:.3f} ms; {p.layers} layers: "
+            f"{(default - ran[best]) * p.layers:.1f} ms a step saved ({label(best)})")
 
 
 def _write(out: str, device: str, rows: list[dict], lines: list[str]) -> None:
