@@ -5,8 +5,6 @@ the same whichever way the decoder reads and writes."""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,41 +16,75 @@ from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import cached_attention, live_buckets
 from levanter.ops.kv_cache import write_rows
 
+CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
+                     num_layers=2, max_seq_len=256)
+
+
+def _params():
+    params = CONFIG.build().init(jax.random.PRNGKey(3), jnp.zeros((1, 8), jnp.int32))
+    # Sharper than the init's near-uniform logits, so greedy ties are not what is compared.
+    params["lm_head"]["w"] = params["lm_head"]["w"] * 40.0
+    return params
+
 
 def _attention_inputs(b: int, t: int, s: int, seed: int = 0):
     kq, kk, kv, kc, kd = jax.random.split(jax.random.PRNGKey(seed), 5)
     q = jax.random.normal(kq, (b, t, 2, 2, 8))
     k, v = jax.random.normal(kk, (b, t, 2, 8)), jax.random.normal(kv, (b, t, 2, 8))
-    return q, k, v, jax.random.normal(kc, (b, s, 2, 8)), jax.random.normal(kd, (b, s, 2, 8))
+    return q, k, v, jax.random.normal(kc, (b, s, 16)), jax.random.normal(kd, (b, s, 16))
+
+
+def _reference(q, k, v, k_cache, v_cache, positions) -> np.ndarray:
+    """Each row's query over its cached positions before its own and the new key, one row at a time."""
+    out = []
+    for r in range(q.shape[0]):
+        n = int(positions[r, 0])
+        keys = jnp.concatenate([k_cache[r, :n].reshape(n, 2, 8), k[r]])  # [n + 1, kv, d]
+        values = jnp.concatenate([v_cache[r, :n].reshape(n, 2, 8), v[r]])
+        probs = jax.nn.softmax(jnp.einsum("kgd,skd->kgs", q[r, 0], keys) / np.sqrt(8), axis=-1)
+        out.append(jnp.einsum("kgs,skd->kgd", probs, values).reshape(-1))
+    return np.stack(out)[:, None]
 
 
 def test_live_buckets_double_from_the_smallest_to_the_whole() -> None:
     assert live_buckets(64, 8) == [8, 16, 32, 64]
     assert live_buckets(40, 8) == [8, 16, 32, 40]
     assert live_buckets(8, 8) == [8]
+    assert live_buckets(256) == [128, 256]
 
 
-@pytest.mark.parametrize("longest", [3, 16, 17, 60])
+def test_cached_attention_is_each_rows_attention_over_its_earlier_positions() -> None:
+    q, k, v, k_cache, v_cache = _attention_inputs(b=3, t=1, s=24)
+    positions = jnp.asarray([[0], [7], [24]])
+    got = cached_attention(q, k, v, k_cache, v_cache, positions)
+    np.testing.assert_allclose(np.asarray(got), _reference(q, k, v, k_cache, v_cache, positions), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("longest", [3, 128])
 def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read(longest: int) -> None:
-    q, k, v, k_cache, v_cache = _attention_inputs(b=3, t=1, s=64)
-    positions = jnp.asarray([[longest], [1], [longest // 2]])
-    full = cached_attention(q, k, v, k_cache, v_cache, positions)
-    # Past the bucket that holds every row's positions, the cache holds NaN: a read of it would
-    # make the output NaN (0 x NaN in the weighted sum of values), masked or not.
-    bucket = next(n for n in live_buckets(64, 8) if n >= longest)
-    poisoned = [c.at[:, bucket:].set(jnp.nan) for c in (k_cache, v_cache)]
-    live = jax.jit(functools.partial(cached_attention, live=True, smallest=8))(q, k, v, poisoned[0], poisoned[1],
-                                                                                positions)
-    np.testing.assert_allclose(np.asarray(live), np.asarray(full), rtol=1e-5, atol=1e-6)
-    if bucket < 64:
-        assert np.isnan(np.asarray(cached_attention(q, k, v, poisoned[0], poisoned[1], positions))).all()
+    params = _params()
+    clean = CONFIG.build().empty_cache(2, 256)
+    clean = jax.tree.map(lambda c: jax.random.normal(jax.random.PRNGKey(4), c.shape), clean)
+    # Past the first bucket (128 positions) the cache holds NaN: a read of it would make the
+    # output NaN (0 x NaN in the weighted sum of values), masked or not.
+    poisoned = jax.tree.map(lambda c: c.at[:, :, 128:].set(jnp.nan), clean)
+    tokens, positions = jnp.asarray([[5], [7]]), jnp.asarray([[longest], [1]])
+
+    def hidden(decode: Decode, cache):
+        model = CONFIG.build(impl=Impl(decode=decode))
+        return jax.jit(model.cached_hidden)(params, tokens, positions, cache)[0]
+
+    live = hidden(Decode.LIVE, poisoned)
+    np.testing.assert_allclose(np.asarray(live), np.asarray(hidden(Decode.FULL, clean)), rtol=1e-5, atol=1e-5)
+    assert np.isnan(np.asarray(hidden(Decode.FULL, poisoned))).all()
 
 
 def test_the_kernel_writes_what_xla_writes() -> None:
-    t = 3
-    cache = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 16, 2, 8)).astype(jnp.bfloat16)
-    new = jax.random.normal(jax.random.PRNGKey(2), (2, 4, t, 2, 8))
-    starts = jnp.asarray([0, 5, 16 - t, 15], jnp.int32)  # the last one past the end: moved back
+    # Tiles of 8 positions: a token at a tile's start, inside one, at the end; a start past the
+    # end is moved back to it.
+    cache = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 24, 16)).astype(jnp.bfloat16)
+    new = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 1, 16))
+    starts = jnp.asarray([0, 5, 9, 23, 30], jnp.int32)
     xla = write_rows(cache, new, starts)
     kernel = jax.jit(lambda c, n, s: write_rows(c, n, s, kernel=True, interpret=True))(cache, new, starts)
     assert kernel.dtype == cache.dtype
@@ -60,15 +92,10 @@ def test_the_kernel_writes_what_xla_writes() -> None:
     assert not np.array_equal(np.asarray(xla, np.float32), np.asarray(cache, np.float32))
 
 
-CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
-                     num_layers=2, max_seq_len=256)
-
-
 def test_greedy_tokens_are_the_same_however_the_cache_is_read_and_written() -> None:
     # 256 positions a slot and prompts of 120-odd tokens: the live read goes from its 128-position
     # bucket to the whole cache as the rows pass position 128.
-    params = CONFIG.build().init(jax.random.PRNGKey(3), jnp.zeros((1, 8), jnp.int32))
-    params["lm_head"]["w"] = params["lm_head"]["w"] * 40.0
+    params = _params()
     rs = np.random.RandomState(0)
     prompts = [rs.randint(0, CONFIG.vocab_size, n).tolist() for n in (121, 126, 118)]
     sampling = SamplingParams(max_tokens=16)

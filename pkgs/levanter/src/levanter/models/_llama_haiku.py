@@ -14,7 +14,7 @@ from jax.ad_checkpoint import checkpoint_name
 from levanter.models.impl import Attention, Decode, Impl, Remat
 from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
-from levanter.ops.attention import cached_attention, xla_attention
+from levanter.ops.attention import cached_attention, live_buckets, xla_attention
 from levanter.ops.kv_cache import write_rows
 
 __all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention",
@@ -94,9 +94,8 @@ class _Attention(hk.Module):
         if cache is None:
             out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
         else:
-            live = resolve_decode(self.impl.decode) is not Decode.FULL
-            out = cached_attention(q, k, v, cache.k, cache.v, positions, live=live)
-            cache = KVCache(k, v)
+            out = cached_attention(q, k, v, cache.k, cache.v, positions)
+            cache = KVCache(k.reshape(b, t, kvh * hd), v.reshape(b, t, kvh * hd))
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
         out = _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
@@ -104,14 +103,16 @@ class _Attention(hk.Module):
 
 
 class KVCache(NamedTuple):
-    """The keys and values of a decoder's tokens, by row and position: ``[b, s, kv_heads, d]`` each
-    (one layer's), or ``[layers, b, s, kv_heads, d]`` (the stack's)."""
+    """The keys and values of a decoder's tokens, by row and position: ``[b, s, kv_heads * d]`` each
+    (one layer's), or ``[layers, b, s, kv_heads * d]`` (the stack's). The heads share the last axis:
+    a TPU pads a last axis to 128 lanes, and a head is often 64 wide (a cache ``[..., kv_heads, 64]``
+    took twice its bytes, and a step read them all)."""
 
     k: jax.Array
     v: jax.Array
 
     def write(self, k: jax.Array, v: jax.Array, positions: jax.Array, impl: Impl = Impl()) -> KVCache:
-        """The stack's cache with ``k, v [layers, b, t, kv_heads, d]`` written from each row's first
+        """The stack's cache with ``k, v [layers, b, t, kv_heads * d]`` written from each row's first
         position (by the Pallas kernel where ``impl.decode`` resolves to ``PALLAS``)."""
         kernel = resolve_decode(impl.decode) is Decode.PALLAS
         starts = positions[:, 0]
@@ -275,21 +276,44 @@ def _trunk(config: LlamaConfig, tokens: jax.Array, compute_dtype: Any, shard: Sh
 def llama_cached(config: LlamaConfig, tokens: jax.Array, positions: jax.Array, cache: KVCache,
                  compute_dtype: Any = jnp.float32, impl: Impl = Impl()) -> tuple[jax.Array, KVCache]:
     """Final hidden states ``[b, t, hidden]`` of ``tokens [b, t]`` at ``positions [b, t]`` (each row
-    consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads, d]``), and the
+    consecutive), attending to the stack's ``cache`` (``[layers, b, s, kv_heads * d]``), and the
     cache with the tokens' keys and values written; inside ``hk.transform``. The same modules and
     parameters as :func:`llama_hidden`. The layers only read the cache; it is written once, after
     them, so a step never copies it. ``impl.decode`` says how the cache is read and written (and
-    ``impl.interpret`` runs its kernel in Pallas' interpreter); nothing else of ``impl`` is used."""
+    ``impl.interpret`` runs its kernel in Pallas' interpreter); nothing else of ``impl`` is used.
+
+    Unless ``impl.decode`` is ``FULL``, the layers read only the cache's live prefix: the smallest
+    of :func:`levanter.ops.attention.live_buckets` holding every row's earlier positions, chosen on
+    the device (``hk.switch``: one program serves every length, each branch reading its own prefix);
+    what lies past it is never read."""
     cached = Impl(decode=impl.decode, interpret=impl.interpret)
 
-    def block(h: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, KVCache]:
-        return _layer(config, _no_shard, cached, h, None, positions, KVCache(k, v))
+    def stack(n: int) -> Callable[..., Any]:
+        # Each layer cuts its own ``[b, n]`` block out of the stack's cache, by the layer's index: a
+        # cut of the stack before the scan is a copy of it, and a cut of the layer's whole slice
+        # (the scan's) is made after XLA has moved that whole slice.
+        def layers(h: jax.Array, k: jax.Array, v: jax.Array) -> Any:
+            def block(x: jax.Array, layer: jax.Array) -> tuple[jax.Array, KVCache]:
+                def cut(c: jax.Array) -> jax.Array:
+                    return jax.lax.dynamic_slice(c, (layer, 0, 0, 0), (1, c.shape[1], n, c.shape[3]))[0]
+
+                return _layer(config, _no_shard, cached, x, None, positions, KVCache(cut(k), cut(v)))
+
+            return hk.layer_stack(config.num_layers, with_per_layer_inputs=True, name=LAYERS)(block)(
+                h, jnp.arange(config.num_layers))
+
+        return layers
 
     with hk.custom_getter(_cast_getter(compute_dtype)):
         embed = hk.Embed(config.vocab_size, config.hidden_dim, w_init=_init(0.02), name="embed")
         x = embed(tokens).astype(compute_dtype)
-        x, (k, v) = hk.layer_stack(config.num_layers, with_per_layer_inputs=True, name=LAYERS)(block)(
-            x, cache.k, cache.v)
+        length = cache.k.shape[2]
+        sizes = [length] if resolve_decode(impl.decode) is Decode.FULL else live_buckets(length)
+        if len(sizes) == 1:
+            x, (k, v) = stack(length)(x, cache.k, cache.v)
+        else:  # a row reads the positions before its run
+            index = jnp.searchsorted(jnp.asarray(sizes), jnp.max(positions[:, 0]))
+            x, (k, v) = hk.switch(index, [stack(n) for n in sizes], x, cache.k, cache.v)
         return _RMSNorm(config.norm_eps, name="final_norm")(x), cache.write(k, v, positions, cached)
 
 
@@ -350,7 +374,7 @@ class LlamaModel:
     def empty_cache(self, batch: int, length: int) -> KVCache:
         """A key/value cache for ``batch`` rows of up to ``length`` positions, in the compute dtype."""
         c = self.config
-        shape = (c.num_layers, batch, length, c.num_kv_heads, c.head_dim)
+        shape = (c.num_layers, batch, length, c.num_kv_heads * c.head_dim)
         return KVCache(jnp.zeros(shape, self.compute_dtype), jnp.zeros(shape, self.compute_dtype))
 
     def cached_hidden(self, params: Any, tokens: jax.Array, positions: jax.Array,

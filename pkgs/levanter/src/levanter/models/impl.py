@@ -69,8 +69,9 @@ class Decode(Choice):
     and the whole) holding every row's positions, chosen on the device at each step; written as
     ``FULL`` writes."""
     PALLAS = "pallas"
-    """``LIVE``'s read; each row's new keys and values written in place by a Pallas kernel (one
-    DMA a row: TPU; Pallas' interpreter elsewhere)."""
+    """``LIVE``'s read; each row's new key and value written in place by a Pallas kernel (the
+    8-position tile holding it read, patched and written back, the rows' DMAs overlapped: TPU;
+    Pallas' interpreter elsewhere)."""
 
     @classmethod
     def setting(cls) -> str:

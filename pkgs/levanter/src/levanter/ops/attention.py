@@ -34,8 +34,8 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
 
 
 LIVE_BUCKET = 128
-"""The smallest prefix of the cache a live read cuts (:func:`cached_attention`); each larger is twice
-the one before, up to the whole cache."""
+"""The smallest prefix of the cache a live read cuts (``levanter.models``' decoder); each larger is
+twice the one before, up to the whole cache."""
 
 
 def live_buckets(length: int, smallest: int = LIVE_BUCKET) -> list[int]:
@@ -50,51 +50,40 @@ def live_buckets(length: int, smallest: int = LIVE_BUCKET) -> list[int]:
 
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-                     positions: jax.Array, *, live: bool = False, smallest: int = LIVE_BUCKET) -> jax.Array:
+                     positions: jax.Array) -> jax.Array:
     """Attention of new tokens over a key/value cache and themselves (``levanter.inference``).
 
     ``q [b, t, kv_heads, group, d]``, ``k, v [b, t, kv_heads, d]`` are the new tokens', at
-    ``positions [b, t]`` (each row a run of consecutive positions); the caches ``[b, s, kv_heads,
-    d]`` hold each row's earlier keys and values by position. A new token sees the cache's
-    positions before the row's run (never what the cache holds from there on) and the run's tokens
-    up to itself. The cache is read as it is (never joined to the new keys), so a decode step reads
-    it once.
+    ``positions [b, t]`` (each row a run of consecutive positions); the caches ``[b, s, kv_heads *
+    d]`` hold each row's earlier keys and values by position, the heads side by side on the last
+    axis (as ``levanter.models`` keeps them: dense on a TPU when a head is narrower than its 128
+    lanes, which a ``[..., kv_heads, d]`` cache pads). A new token sees the cache's positions
+    before the row's run (never what the cache holds from there on) and the run's tokens up to
+    itself. The cache is read as it is (never joined to the new keys, never reshaped), so a decode
+    step reads it once; the caller cuts it to the live prefix (:func:`live_buckets`).
 
-    With ``live``, only the cache's first ``n`` positions are read, ``n`` the smallest of
-    :func:`live_buckets` holding every row's earlier positions (chosen on the device: one program
-    serves every length, each branch reading its own prefix); what lies past them is never read.
+    The queries are spread block-diagonally over the heads (``[kv_heads * d, kv_heads * group]``,
+    zero off a query's own head) so that one matmul scores every head, and the values' matmul
+    gives every head's weights against every head's values, of which each head keeps its own (on a
+    TPU a reshape that splits the lanes would copy the cache). The zeros cost ``kv_heads`` times
+    the minimal arithmetic, far below what reading the cache costs.
     """
-    length = k_cache.shape[1]
-    if not live or length <= smallest:
-        return _over_cache(q, k, v, k_cache, v_cache, positions)
-    sizes = live_buckets(length, smallest)
-    needed = jnp.max(positions[:, 0])  # a row reads the positions before its run
-    index = jnp.searchsorted(jnp.asarray(sizes), needed)
-
-    def prefix(n: int) -> Any:
-        def attend(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-                   positions: jax.Array) -> jax.Array:
-            return _over_cache(q, k, v, k_cache[:, :n], v_cache[:, :n], positions)
-
-        return attend
-
-    return jax.lax.switch(index, [prefix(n) for n in sizes], q, k, v, k_cache, v_cache, positions)
-
-
-def _over_cache(q: jax.Array, k: jax.Array, v: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-                positions: jax.Array) -> jax.Array:
-    """:func:`cached_attention` over every position of the caches given."""
     b, t, kvh, group, hd = q.shape
+    s = k_cache.shape[1]
+    eye = jnp.eye(kvh, dtype=q.dtype)
+    spread = jnp.einsum("bqkgd,jk->bqjdkg", q, eye).reshape(b, t, kvh * hd, kvh * group)
     scale = 1.0 / math.sqrt(hd)
-    past = jnp.arange(k_cache.shape[1])[None, :] < positions[:, :1]  # [b, s]
-    old = jnp.einsum("bqkgd,bskd->bkgqs", q, k_cache).astype(jnp.float32) * scale
+    past = jnp.arange(s)[None, :] < positions[:, :1]  # [b, s]
+    old = jnp.einsum("bqij,bsi->bqjs", spread, k_cache.astype(q.dtype)).astype(jnp.float32) * scale
+    old = old.reshape(b, t, kvh, group, s).transpose(0, 2, 3, 1, 4)  # [b, kv, g, q, s]
     new = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) * scale
     floor = jnp.finfo(jnp.float32).min
     old = jnp.where(past[:, None, None, None, :], old, floor)
     new = jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), new, floor)
     probs = jax.nn.softmax(jnp.concatenate([old, new], axis=-1), axis=-1).astype(v_cache.dtype)
-    s = k_cache.shape[1]
-    out = (jnp.einsum("bkgqs,bskd->bqkgd", probs[..., :s], v_cache)
+    weights = probs[..., :s].transpose(0, 3, 1, 2, 4).reshape(b, t, kvh * group, s)
+    every = jnp.einsum("bqjs,bsi->bqji", weights, v_cache).reshape(b, t, kvh, group, kvh, hd)
+    out = (jnp.einsum("bqkgjd,kj->bqkgd", every, eye.astype(every.dtype))
            + jnp.einsum("bkgqs,bskd->bqkgd", probs[..., s:], v.astype(v_cache.dtype)))
     return out.astype(v.dtype).reshape(b, t, kvh * group * hd)
 
