@@ -115,9 +115,11 @@ class KVCache(NamedTuple):
         """The stack's cache with ``k, v [layers, b, t, kv_heads * d]`` written from each row's first
         position (by the Pallas kernel where ``impl.decode`` resolves to ``PALLAS``)."""
         kernel = resolve_decode(impl.decode) is Decode.PALLAS
+        # Off a TPU the kernel can only be interpreted (Mosaic compiles for a TPU alone).
+        interpret = impl.interpret or jax.default_backend() != "tpu"
         starts = positions[:, 0]
-        return KVCache(write_rows(self.k, k, starts, kernel=kernel, interpret=impl.interpret),
-                       write_rows(self.v, v, starts, kernel=kernel, interpret=impl.interpret))
+        return KVCache(write_rows(self.k, k, starts, kernel=kernel, interpret=interpret),
+                       write_rows(self.v, v, starts, kernel=kernel, interpret=interpret))
 
 
 def _attend(impl: Impl, shard: Shard, q: jax.Array, k: jax.Array, v: jax.Array,
