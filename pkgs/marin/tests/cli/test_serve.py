@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -309,7 +310,11 @@ def test_a_broken_template_is_named_when_the_server_starts(folder: Path, tmp_pat
     shutil.copytree(folder, broken)
     config = json.loads((broken / "tokenizer_config.json").read_text())
     (broken / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{% for m in messages %}"}))
-    result = CliRunner().invoke(cli, ["serve", str(broken), "--cpu", "--port", "0"])
+    # On a port already taken: a command that did not check the template at start would end at
+    # listening (another one-line error) rather than serve in this process for ever.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(cli, ["serve", str(broken), "--cpu", "--port", port])
     assert result.exit_code == 2, result.output
     first = result.output.strip().splitlines()[0]
     assert str(broken / "tokenizer_config.json") in first and "chat template line 1" in first, result.output
@@ -376,18 +381,29 @@ def test_top_logprobs_are_the_models_likeliest_tokens(server: Server, folder: Pa
         assert top[chosen] == value and 1 <= len(top) <= 2
 
 
-@pytest.mark.parametrize(("route", "fields", "message"), [
-    ("/completions", {"logprobs": 21}, "logprobs"), ("/completions", {"logprobs": -1}, "logprobs"),
-    ("/completions", {"logprobs": "3"}, "logprobs"), ("/completions", {"logprobs": True}, "logprobs"),
-    ("/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ("/chat/completions", {"logprobs": True, "top_logprobs": -2}, "top_logprobs"),
-    ("/chat/completions", {"logprobs": True, "top_logprobs": 2.5}, "top_logprobs"),
-    ("/chat/completions", {"top_logprobs": 2}, "top_logprobs=2 needs logprobs: true"),
-    ("/chat/completions", {"logprobs": 1}, "logprobs")])
-def test_bad_logprobs_get_a_400(server: Server, route: str, fields: dict[str, Any], message: str) -> None:
-    body: dict[str, Any] = {"model": NAME, "max_tokens": 2, **fields}
-    body.update({"messages": [{"role": "user", "content": "hi"}]} if route.startswith("/chat") else {"prompt": "hi"})
-    with pytest.raises(openai.BadRequestError) as caught:
-        server.client().post(route, cast_to=object, body=body)
-    assert caught.value.status_code == 400 and message in caught.value.message, caught.value.message
-    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == message.split("=")[0].split(" ")[0]
+def test_logprobs_up_to_20_and_a_400_past_them(server: Server) -> None:
+    client = server.client()
+    most = client.completions.create(model=NAME, prompt="hi", max_tokens=2, temperature=0, logprobs=20)
+    assert most.choices[0].logprobs is not None and most.choices[0].logprobs.top_logprobs is not None
+    # Up to 20 texts (two tokens of one text are one entry) and the chosen token's, were it not among them.
+    assert all(0 < len(top) <= 21 for top in most.choices[0].logprobs.top_logprobs)
+    chat = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                          temperature=0, logprobs=True, top_logprobs=20)
+    assert chat.choices[0].logprobs is not None and chat.choices[0].logprobs.content
+    assert all(len(t.top_logprobs) == 20 for t in chat.choices[0].logprobs.content)
+    bad: list[tuple[str, dict[str, Any], str]] = [
+        ("/completions", {"logprobs": 21}, "logprobs"), ("/completions", {"logprobs": -1}, "logprobs"),
+        ("/completions", {"logprobs": "3"}, "logprobs"), ("/completions", {"logprobs": True}, "logprobs"),
+        ("/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("/chat/completions", {"logprobs": True, "top_logprobs": -2}, "top_logprobs"),
+        ("/chat/completions", {"logprobs": True, "top_logprobs": 2.5}, "top_logprobs"),
+        ("/chat/completions", {"top_logprobs": 2}, "top_logprobs=2 needs logprobs: true"),
+        ("/chat/completions", {"logprobs": 1}, "logprobs")]
+    for route, fields, message in bad:
+        body: dict[str, Any] = {"model": NAME, "max_tokens": 2, **fields}
+        body.update({"messages": [{"role": "user", "content": "hi"}]} if route.startswith("/chat") else {"prompt": "hi"})
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.post(route, cast_to=object, body=body)
+        assert caught.value.status_code == 400 and message in caught.value.message, (fields, caught.value.message)
+        param = message.split("=")[0].split(" ")[0]
+        assert isinstance(caught.value.body, dict) and caught.value.body["param"] == param, caught.value.body
