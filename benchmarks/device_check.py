@@ -8,7 +8,9 @@ each ``--config MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]]`` adds another. A con
 estimate and the fix, and the next one runs. Each row: model, batch, sequence length, remat,
 attention, the loss over the head (``blockwise`` or ``pallas``, resolved), compile seconds, step ms, tokens/s, MFU in the project's count (causal attention
 counted unmasked) and in the causal-halved count (MaxText's), both against the device's
-datasheet peak, and the step's HBM (XLA's arguments + temporaries) against what the device has.
+datasheet peak, and the step's HBM against what the device has: the device's own peak
+(``peak_bytes_in_use``) where it reports one, else XLA's count (:func:`levanter.memory.peak_bytes`;
+``hbm_from`` says which).
 
 ``--out DIR`` writes the table (``device_check.json``, ``device_check.md``) and, with
 ``--profile``, a ``jax.profiler`` trace of a few steps of each configuration and its summary
@@ -33,7 +35,7 @@ import time
 from typing import Any
 
 _COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "loss", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
-            "mfu", "mfu_causal", "hbm_step_gib", "hbm_available_gib", "input_wait", "opt_state", "status")
+            "mfu", "mfu_causal", "hbm_step_gib", "hbm_from", "hbm_available_gib", "input_wait", "opt_state", "status")
 
 _STARTED = time.perf_counter()
 """When this process started (near enough: when this module was imported)."""
@@ -266,6 +268,7 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         offload_optimizer=spec.offload, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
     out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}-{spec.loss}"
                             + ("-offloaded" if spec.offload else ""))
+    peak_before = _device_peak()
     started = time.perf_counter()
     setup = set_up(config, out)
     compile_s = time.perf_counter() - started
@@ -280,7 +283,8 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
     finally:
         setup.iterator.close()
         setup.writer.close()
-    row = _measure(os.path.join(out, "metrics.jsonl"), args.warmup, setup, available)
+    row = _measure(os.path.join(out, "metrics.jsonl"), args.warmup, setup, available,
+                   _own_peak(peak_before, _device_peak()))
     first_step_at = setup.started_at + (row["first_step_s"] or 0.0)
     row.update(compile_s=round(compile_s, 1), trace_dir=trace_dir, status="ok",
                first_step_since_process_start_s=round(first_step_at - _STARTED, 1),
@@ -304,13 +308,39 @@ def _add_profiler(loop: Any, args: argparse.Namespace, out: str) -> str:
     return trace_dir
 
 
-def _measure(metrics_path: str, warmup: int, setup: Any, available: int | None) -> dict:
+def _device_peak() -> int | None:
+    """The most bytes any local device has held at once since this process started (None: the
+    backend does not say, as on a CPU)."""
+    import jax
+
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+    return max((int(p) for p in peaks if p is not None), default=None)
+
+
+def _own_peak(before: int | None, after: int | None) -> int | None:
+    """A configuration's own peak on the device: the process's peak after it, where it raised it
+    (a device's peak cannot be reset, so a smaller configuration after a larger one has none)."""
+    return after if after is not None and (before is None or after > before) else None
+
+
+def _hbm(memory: Any, device_peak: int | None) -> tuple[int | None, str]:
+    """(bytes, "device" or "xla"): the step's HBM, the device's peak where known, else XLA's count."""
+    if device_peak is not None:
+        return device_peak, "device"
+    return memory.step_peak_bytes_per_device, "xla"
+
+
+def _gib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**30, 2)
+
+
+def _measure(metrics_path: str, warmup: int, setup: Any, available: int | None, device_peak: int | None) -> dict:
     with open(metrics_path) as f:
         rows = [json.loads(line) for line in f]
     steady = [r for r in rows if "step_time" in r and r["step"] > warmup]
     step_time = statistics.median(r["step_time"] for r in steady)
     memory = setup.memory
-    used = (memory.step_argument_bytes_per_device or 0) + (memory.temp_bytes_per_device or 0)
+    used, source = _hbm(memory, device_peak)
     return {"step_ms": round(step_time * 1e3, 2), "tokens_per_s": setup.tokens_per_step / step_time,
             "mfu": statistics.median(r["mfu"] for r in steady),
             "mfu_causal": statistics.median(r["mfu_causal"] for r in steady),
@@ -318,8 +348,9 @@ def _measure(metrics_path: str, warmup: int, setup: Any, available: int | None) 
             # From the run's set-up (init, compile, first batch) to its first step's end.
             "first_step_s": next((round(r["time_to_first_step_s"], 1) for r in rows if "time_to_first_step_s" in r),
                                  None),
-            "hbm_step_gib": round(used / 2**30, 2),
-            "hbm_available_gib": None if available is None else round(available / 2**30, 2),
+            "hbm_step_gib": _gib(used), "hbm_from": source,
+            "hbm_xla_gib": _gib(memory.step_peak_bytes_per_device), "hbm_device_peak_gib": _gib(device_peak),
+            "hbm_available_gib": _gib(available),
             "final_loss": steady[-1]["loss"], "peak_flops_per_device": setup.peak.flops_per_s,
             "memory": memory.to_json()}
 

@@ -32,6 +32,8 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
         assert math.isfinite(ok[key]) and ok[key] > 0, key
     # The causal count halves attention's FLOPs: a smaller share of the same peak.
     assert ok["mfu_causal"] < ok["mfu"] and ok["hbm_available_gib"] == 16.0
+    # A CPU reports no peak of its own: XLA's count, the donated state counted once.
+    assert ok["hbm_from"] == "xla" and ok["hbm_step_gib"] == ok["hbm_xla_gib"] and ok["hbm_device_peak_gib"] is None
     assert refused["status"].startswith("refused: llama_1_4b 8x2048 needs about ")
     assert "GiB" in refused["status"] and "fix:" in refused["status"] and "\n" not in refused["status"]
     printed = capsys.readouterr()
@@ -52,6 +54,19 @@ def test_offload_both_runs_each_configuration_with_the_state_on_the_device_and_o
                                                      ("llama_600m", False), ("llama_600m", True)]
     assert [s.offload for s in _parse(["--offload-optimizer"]).specs] == [True]  # alone: as before
     assert [s.offload for s in _parse([]).specs] == [False]
+
+
+def test_hbm_is_the_devices_own_peak_where_this_configuration_set_it():
+    from benchmarks.device_check import _hbm, _own_peak
+    from levanter.memory import MemoryReport
+
+    report = MemoryReport(mesh={}, params_bytes_per_device=0, params_bytes_total=0, opt_state_bytes_per_device=0,
+                          opt_state_bytes_total=0, temp_bytes_per_device=10, step_argument_bytes_per_device=8,
+                          step_output_bytes_per_device=8, step_alias_bytes_per_device=8, step_peak_bytes_per_device=18)
+    assert _own_peak(None, 15) == 15 and _own_peak(12, 15) == 15  # raised here: this configuration's own
+    assert _own_peak(15, 15) is None and _own_peak(None, None) is None  # an earlier one's, or not reported
+    assert _hbm(report, 15) == (15, "device")  # the chip's count over XLA's, which may not be all live at once
+    assert _hbm(report, None) == (18, "xla")
 
 
 def test_unknown_model_is_named(tmp_path):

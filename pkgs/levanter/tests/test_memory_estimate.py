@@ -101,3 +101,21 @@ def test_causal_count_halves_the_attention_products():
     full, causal = M150.flops_per_token(1024), M150.flops_per_token(1024, causal=True)
     assert full - causal == 6 * 6 * 512 * 1024
     assert causal == 6 * (M150.num_params() - 128_256 * 512) + 6 * 6 * 512 * 1024 - 6 * (2 * 6 * 512 + 512)
+
+
+def test_xla_peak_counts_an_output_written_over_a_donated_argument_once():
+    import jax
+    import jax.numpy as jnp
+
+    from levanter.memory import peak_bytes
+
+    x, y = jnp.ones((256, 256)), jnp.ones((128, 128))
+
+    def step(x, y):
+        return x * 2, (y @ y).sum()
+
+    donated = jax.jit(step, donate_argnums=0).lower(x, y).compile().memory_analysis()
+    kept = jax.jit(step).lower(x, y).compile().memory_analysis()
+    # Donated, the new x is written over the old: held once. Not donated, both are held.
+    assert peak_bytes(kept) - peak_bytes(donated) == x.nbytes
+    assert peak_bytes(donated) < donated.argument_size_in_bytes + donated.output_size_in_bytes

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Any
 
-__all__ = ["MEMORY_FILE", "MemoryReport", "measure_memory"]
+__all__ = ["MEMORY_FILE", "MemoryReport", "measure_memory", "peak_bytes"]
 
 MEMORY_FILE = "memory.json"
 """File name of the report in a training run's output folder."""
@@ -44,6 +44,10 @@ class MemoryReport:
     """``levanter.memory_estimate``'s bytes of the step by kind (what ``remat="auto"`` decided by)."""
     device_bytes_available: int | None = None
     """The device's memory for a program (None: the backend does not say)."""
+    step_alias_bytes_per_device: int | None = None
+    """The compiled step's outputs written over its donated arguments (the new state over the old)."""
+    step_peak_bytes_per_device: int | None = None
+    """The most the compiled step holds on one device at once by XLA's count (:func:`peak_bytes`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": _FORMAT, **dataclasses.asdict(self)}
@@ -67,6 +71,17 @@ class MemoryReport:
                 f"(of {mib(self.opt_state_bytes_total)}), step temporaries {mib(self.temp_bytes_per_device)}")
 
 
+def peak_bytes(analysis: Any) -> int | None:
+    """The most device memory a compiled program holds at once by XLA's count (its
+    ``memory_analysis()``): arguments, temporaries, and outputs but those written over a donated
+    argument (``alias_size_in_bytes``: that buffer is counted once, as an argument). None where the
+    backend does not say."""
+    if analysis is None or getattr(analysis, "temp_size_in_bytes", None) is None:
+        return None
+    return int(analysis.argument_size_in_bytes + analysis.temp_size_in_bytes
+               + analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
+
+
 def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any, execution: Any = None) -> MemoryReport:
     """Measure ``params`` and ``opt_state`` (placed arrays) and ``compiled`` (a compiled jitted step);
     record ``execution``'s choices and estimate (``levanter.training.execution.Execution``) with them."""
@@ -85,6 +100,8 @@ def measure_memory(mesh: Any, params: Any, opt_state: Any, compiled: Any, execut
                         temp_bytes_per_device=field("temp_size_in_bytes"),
                         step_argument_bytes_per_device=field("argument_size_in_bytes"),
                         step_output_bytes_per_device=field("output_size_in_bytes"),
+                        step_alias_bytes_per_device=field("alias_size_in_bytes"),
+                        step_peak_bytes_per_device=peak_bytes(analysis),
                         remat=None if execution is None else execution.impl.remat.value,
                         attention=None if execution is None else execution.impl.attention.value,
                         estimate=None if execution is None else execution.estimate.to_json(),
