@@ -85,8 +85,6 @@ def sample_tokens(logits: Any, temperature: Any, top_k: Any, top_p: Any, keys: A
     import jax
     import jax.numpy as jnp
 
-    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)[:, None]
-
     def filtered(x: Any) -> Any:
         order = jnp.argsort(-x, axis=-1, stable=True)
         ranked = jnp.take_along_axis(x, order, axis=-1)
@@ -101,20 +99,24 @@ def sample_tokens(logits: Any, temperature: Any, top_k: Any, top_p: Any, keys: A
         return jax.vmap(jax.random.categorical)(keys, x)
 
     def draw(x: Any) -> Any:
-        return jax.lax.cond(jnp.any((top_k > 0) | (top_p < 1.0)), filtered, plain, x)
+        # Scaled here, not before the cond: a batch of greedy rows then writes no scaled copy of
+        # its logits ([batch, vocab] float32 each step).
+        scaled = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
+        return jax.lax.cond(jnp.any((top_k > 0) | (top_p < 1.0)), filtered, plain, scaled)
 
     def none(x: Any) -> Any:
         return jnp.zeros(x.shape[:1], jnp.int32)
 
     # A batch of greedy rows draws nothing: the draw (a Gumbel number per row and vocabulary entry,
     # made a llama_nano-size decode step at batch 64 on a CPU 2.6x slower).
-    drawn = jax.lax.cond(jnp.any(temperature > 0), draw, none, scaled)
+    drawn = jax.lax.cond(jnp.any(temperature > 0), draw, none, logits)
     return jnp.where(temperature > 0, drawn, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
 
 
 def top_logprobs(logprobs: Any, wanted: Any, n: int) -> tuple[Any, Any]:
     """The ``n`` (static) most likely tokens of each row of ``logprobs [b, vocab]``: their ids and
-    log-probabilities, ``[b, n]`` each, likeliest first (of equal ones, the lower id first). Computed
+    values, ``[b, n]`` each (given logits, their logits: the same tokens, each row's values less its
+    log-sum-exp are the log-probabilities), likeliest first (of equal ones, the lower id first). Computed
     only when a row of ``wanted [b]`` asks; zeros otherwise, so a batch where no request wants the
     alternatives skips the selection (a pass over the whole vocabulary per row)."""
     import jax
