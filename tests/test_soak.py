@@ -85,16 +85,16 @@ def test_soak_with_a_store_that_fails_small_count(tmp_path):
     assert all(re.match(r" *\d+\.\d+s [\w-]+ +(GET|POST|PUT|PATCH|DELETE) /", e) for e in events), events[:3]
 
 
-def test_soak_rejects_bad_options():
-    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--rounds", "-1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--rounds must be >= 0" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--faults", "0.05"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--faults needs --prefix gs" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--prefix", "gs", "--faults", "1.5"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--faults must be in [0, 1), got 1.5" in proc.stderr
+def test_soak_rejects_bad_options(capsys):
+    # In this process: each is refused by its argument parser, before the soak starts anything.
+    from testsupport.soak.__main__ import main
+
+    for argv, message in ((["--rounds", "-1"], "--rounds must be >= 0"),
+                          (["--faults", "0.05"], "--faults needs --prefix gs"),
+                          (["--prefix", "gs", "--faults", "1.5"], "--faults must be in [0, 1), got 1.5")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2 and message in capsys.readouterr().err, argv
 
 
 def test_the_soak_refuses_a_workdir_an_earlier_soak_left(tmp_path):

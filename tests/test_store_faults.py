@@ -13,7 +13,9 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner, Result
 
+from marin.cli.group import cli
 from marin.execution.store.step_record import StepRecord
 from rigging import filesystem as fs
 from rigging.lease import Lease, current_lease
@@ -142,6 +144,12 @@ def _marin(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def _marin_here(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``marin ARGS`` in this process: for the commands that only read the store and print (a process
+    of their own would cost an interpreter and the engine's imports, and proves nothing more here)."""
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
 def test_requests_and_retries_are_counted_in_the_provenance_and_shown_by_run_status_and_show(faulty_gcs, tmp_path):
     proxy, bucket = faulty_gcs
     experiment = tmp_path / "exp_counted.py"
@@ -159,12 +167,12 @@ def test_requests_and_retries_are_counted_in_the_provenance_and_shown_by_run_sta
     counted = record.read_provenance().store_requests
     assert counted["retries"] == {"write": 1} and counted["causes"] == {"503": 1}
     assert counted["requests"]["write"] >= 2 and counted["requests"]["read"] >= 1
-    status = _marin("status", f"{experiment}:steps", "--prefix", prefix)
-    assert status.returncode == 0, status.stderr
+    status = _marin_here("status", f"{experiment}:steps", "--prefix", prefix)
+    assert status.exit_code == 0, status.stderr
     assert status.stdout.splitlines()[0].split() == ["step", "state", "path", "age", "duration", "requests"]
     assert "(1 retried)" in status.stdout.splitlines()[1]
     assert re.search(r"store requests of these builds' steps: \d+ requests .*, 1 retried \(503 1\)", status.stdout)
-    show = _marin("show", "faults/hello", "--prefix", prefix)
+    show = _marin_here("show", "faults/hello", "--prefix", prefix)
     assert re.search(r"store requests +\d+ requests .*, 1 retried \(503 1\)", show.stdout), show.stdout
 
 
@@ -301,8 +309,8 @@ def test_a_store_that_goes_down_under_a_running_step_stops_it_before_its_lease_e
     again = _marin("run", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 ran" in again.stdout
-    verify = _marin("verify", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
-    assert verify.returncode == 0 and "no problems" in verify.stdout, verify.stdout + verify.stderr
+    verify = _marin_here("verify", f"{experiment}:steps", "--prefix", prefix, env={"SLOW_PID_FILE": str(pid_file)})
+    assert verify.exit_code == 0 and "no problems" in verify.stdout, verify.stdout + verify.stderr
 
 
 @pytest.mark.parametrize("kind", [FaultKind.UNAVAILABLE_AFTER_WRITE, FaultKind.RESET_BEFORE_BODY],
