@@ -2,14 +2,19 @@
 chooses ``remat="auto"`` by it, ``device_check`` refuses a configuration that does not fit by it,
 and ``memory.json`` records it beside XLA's own numbers.
 
-The terms, per device, in bytes: float32 parameters and their gradients; the optimizer's moments
-(none on the device when offloaded to host memory, but the largest array's while it is updated);
-what each layer keeps for the backward pass under the remat policy, for every layer, plus one
-layer's working set while it is recomputed; the attention scores where the XLA kernel
-materialises them; and the loss: the output softmax's blocks (none with the Pallas kernels) and
-the float32 gradient of the hidden states it keeps from its forward pass for its backward. It is an estimate: XLA's buffer assignment
-may reuse or add; a margin (:data:`HEADROOM`) stands for what it adds. Importing this module does
-not import JAX.
+The step's peak, per device, in bytes, is the largest of three moments of the step (XLA's buffer
+assignment for a TPU v5e, compiled on a CPU, 2026-12-06: ``benchmarks/tpu_compile.py``): all
+hold the float32 parameters and the optimizer's moments on the device (the largest array's alone
+while it is updated, when they live in host memory); **the loss**, after the layers' forward, holds
+the layers' weights cast to the compute dtype, what each layer kept for its backward under the remat
+policy, and the loss's own: one float32 block of logits, the head's float32 gradient accumulated,
+the head cast, the float32 gradient of the hidden states; **the layers' backward** holds the cast
+weights, the kept activations, the head's float32 gradient, the layers' gradients (stacked, whole
+from its start) and one layer's working set (and the XLA kernel's attention scores); **the update**
+holds every gradient. The head's and the embedding's gradients exist only from the loss on and
+after the layers' backward, so they are not counted beside the layers' working set. It is an
+estimate: a margin (:data:`HEADROOM`) stands for what XLA's buffer assignment may add. Importing
+this module does not import JAX.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.ops.blocks import default_block
 
-__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory"]
+__all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory", "step_phases"]
 
 HEADROOM = 1.10
 """An estimate fits when ``HEADROOM`` times it is within the device's memory."""
@@ -49,6 +54,8 @@ class MemoryEstimate:
     host: int = 0
     """Bytes in the host's memory, not the device's (not in :attr:`total`): offloaded activations and
     optimizer moments."""
+    phase: str = "backward"
+    """The moment of the step the peak is at: ``loss``, ``backward`` (the layers') or ``update``."""
 
     @property
     def total(self) -> int:
@@ -69,7 +76,7 @@ class MemoryEstimate:
             return f"{n / 2**30:.1f}"
         return (f"{gib(self.total)} GiB (params {gib(self.params)}, grads {gib(self.grads)}, optimizer "
                 f"{gib(self.opt_state)}, activations {gib(self.activations)}, attention {gib(self.attention)}, "
-                f"loss {gib(self.loss)} GiB; remat={self.remat})"
+                f"loss {gib(self.loss)} GiB; remat={self.remat}, peak at the {self.phase})"
                 + (f" + {gib(self.host)} GiB on the host" if self.host else ""))
 
     def to_json(self) -> dict[str, Any]:
@@ -77,20 +84,26 @@ class MemoryEstimate:
 
 
 def _kept_per_token(model: Any, remat: Remat) -> tuple[float, float]:
-    """(values one layer keeps per token for the backward pass, values of its working set per token)."""
+    """(values one layer keeps per token for the backward pass, values of one layer's working set per
+    token in the backward pass)."""
     d, inter = model.hidden_dim, model.intermediate_dim
     kv = model.num_kv_heads * model.head_dim
     # Everything a layer makes: norms (float32 inside: counted twice), q, k, v before and after
     # rotary, attention output, o, the residual, gate, up, silu(gate) (and its float32 parts),
-    # their product, down. Calibrated against XLA's TPU v5e buffer assignment (benchmarks/tpu_compile:
-    # llama_150m 32 x 1024: 9.9 GiB of temporaries without remat, 5.1 GiB with save_dots).
+    # their product, down (XLA's TPU v5e buffer assignment, llama_150m 32 x 1024 without remat:
+    # 6 x intermediate and 16 x hidden kept a token, heads of 64 padded to 128 lanes).
     whole = 16 * d + 4 * kv + 6 * inter
     kept = {Remat.NONE: whole,
             Remat.SAVE_DOTS: d + (d + 2 * kv) + d + 2 * inter + d,
             Remat.SAVE_ATTENTION: d + (d + 2 * kv) + 2 * d,
             Remat.FULL: d,
             Remat.OFFLOAD: d}[remat]
-    return kept, whole
+    # One layer's backward: gate, up and their product recomputed or read, and the hidden-sized
+    # values and gradients around attention (llama_1_4b 8 x 2048, full remat: 1.36 GiB; 150m 32 x
+    # 1024 without remat: 0.83 GiB). Heads narrower than the TPU's 128 lanes are padded to them:
+    # q, k, v and their gradients take that much more.
+    padded = 2 * (d + 2 * kv) * (max(128 // model.head_dim, 1) - 1)
+    return kept, 3 * inter + 16 * d + padded
 
 
 def _offloaded_per_token(model: Any, remat: Remat) -> int:
@@ -100,20 +113,35 @@ def _offloaded_per_token(model: Any, remat: Remat) -> int:
     return (d + 2 * kv) + 2 * d if remat is Remat.OFFLOAD else 0
 
 
-def _moment_bytes(optimizer: Any, params: int, largest: int, offload: bool) -> tuple[int, int]:
+def _moment_bytes(model: Any, optimizer: Any, shards: int, offload: bool) -> tuple[int, int]:
     """(device bytes, host bytes) of Adam's two moments: all on the device, or when offloaded all on
-    the host and the largest parameter's on the device while it is updated."""
+    the host and the largest parameter's on the device while it is updated. A factored second moment
+    keeps a float32 row and column per matrix (``levanter.optim.moments``), the vectors' whole."""
     each = 2 if getattr(optimizer, "moment_dtype", "float32") == "bfloat16" else 4
-    second = 0.05 if getattr(optimizer, "factored_second_moment", False) else 1.0
-    per_param = each * (1.0 + second)
-    return (int(per_param * largest), int(per_param * params)) if offload else (int(per_param * params), 0)
+    params, largest = model.num_params(), model.vocab_size * model.hidden_dim
+    second, second_largest = each * params, each * largest
+    if getattr(optimizer, "factored_second_moment", False):
+        matrices = [(shape, model.num_layers) for name, shape in model.linear_shapes().items() if name != "lm_head"]
+        matrices += [((model.vocab_size, model.hidden_dim), 2 - model.tie_embeddings)]
+        in_matrices = sum(r * c * n for (r, c), n in matrices)
+        second = 4 * sum((r + c) * n for (r, c), n in matrices) + each * (params - in_matrices)
+        second_largest = 4 * (model.vocab_size + model.hidden_dim)
+    device, host = (each * largest + second_largest) // shards, (each * params + second) // shards
+    return (device, host) if offload else (host, 0)
 
 
-def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
+def estimate_memory(model: Any, **kwargs: Any) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of a training step of Llama-shaped ``model`` (a ``LlamaConfig``): its
+    peak, the largest of :func:`step_phases` (the arguments are theirs)."""
+    return max(step_phases(model, **kwargs), key=lambda e: e.total)
+
+
+def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
                     attention: Attention | str, optimizer: Any = None, offload_optimizer: bool = False,
                     loss_block: int | None = None, shards: int = 1, batch_shards: int = 1,
-                    grad_bytes: int = 4, loss_impl: LossImpl | str = LossImpl.BLOCKWISE) -> MemoryEstimate:
-    """The :class:`MemoryEstimate` of a training step of Llama-shaped ``model`` (a ``LlamaConfig``).
+                    grad_bytes: int = 4, loss_impl: LossImpl | str = LossImpl.BLOCKWISE) -> list[MemoryEstimate]:
+    """What a training step of Llama-shaped ``model`` (a ``LlamaConfig``) holds at the loss, the layers'
+    backward and the update (the module's docstring), one :class:`MemoryEstimate` each.
 
     Args:
         batch: sequences per (micro-)batch, over all devices.
@@ -132,41 +160,40 @@ def estimate_memory(model: Any, *, batch: int, seq_len: int, compute_bytes: int,
     if remat is Remat.AUTO:
         raise ValueError("estimate a policy, not remat='auto' (choose_remat tries them)")
     params = model.num_params()
-    layer_params = params - model.vocab_size * model.hidden_dim * (1 if model.tie_embeddings else 2)
     largest = model.vocab_size * model.hidden_dim
-    tokens = math.ceil(batch / batch_shards) * seq_len
-    kept, whole = _kept_per_token(model, remat)
-    activations = tokens * compute_bytes * (kept * model.num_layers + whole)
-    offloaded = tokens * compute_bytes * _offloaded_per_token(model, remat) * model.num_layers
-    # The layers' weights cast to the compute dtype: XLA hoists the cast out of the layer loop (and
-    # without remat the backward pass needs them anyway).
-    activations += compute_bytes * layer_params // shards
+    layer_params = params - largest * (1 if model.tie_embeddings else 2)
     rows = math.ceil(batch / batch_shards)
-    heads = model.num_heads
-    if attention is Attention.SPLASH:
-        scores = 0
-    else:
+    tokens = rows * seq_len
+    kept, work = _kept_per_token(model, remat)
+    # The layers' weights cast to the compute dtype (XLA hoists the cast out of the layer loop) and
+    # what every layer keeps for the backward pass.
+    held = compute_bytes * layer_params // shards + tokens * compute_bytes * kept * model.num_layers
+    offloaded = tokens * compute_bytes * _offloaded_per_token(model, remat) * model.num_layers
+    scores = 0
+    if attention is not Attention.SPLASH:
         # float32 scores and their softmax, bfloat16 probabilities kept for the backward pass.
-        per_layer = rows * heads * seq_len * seq_len
+        per_layer = rows * model.num_heads * seq_len * seq_len
         scores = per_layer * (8 + compute_bytes) + (per_layer * compute_bytes * model.num_layers
                                                     if remat is Remat.NONE else 0)
-    # Either way the loss keeps the float32 gradient of its hidden states, one value per token and
-    # hidden unit, from its forward pass (where it is made beside the loss) to its backward pass.
-    hidden_grad = rows * seq_len * model.hidden_dim * 4
+    # The head's float32 gradient, from the loss to the update; the float32 gradient of the hidden states.
+    head_grad, hidden_grad = 4 * largest // shards, tokens * model.hidden_dim * 4
     if LossImpl.parse(loss_impl) is LossImpl.PALLAS:
-        # The kernels' float32 gradient of the head, the head's rounded copy; the embedding table and
-        # the head cast to the compute dtype.
-        loss = hidden_grad + (4 + 3 * compute_bytes) * largest // shards
+        # The kernels' rounded copy of the head and the head and embedding cast to the compute dtype.
+        loss = head_grad + hidden_grad + 3 * compute_bytes * largest // shards
     else:
         block = default_block(rows, seq_len, model.vocab_size) if loss_block is None else min(loss_block, seq_len)
-        # The block's float32 logits, probabilities and their gradient; the head's gradient accumulated;
-        # the embedding table and the head cast to the compute dtype.
-        loss = (hidden_grad + rows * block * model.vocab_size * (8 + compute_bytes)
-                + (4 + 2 * compute_bytes) * largest // shards)
-    moments, host_moments = _moment_bytes(optimizer, params // shards, largest // shards, offload_optimizer)
-    return MemoryEstimate(params=4 * params // shards, grads=grad_bytes * params // shards, opt_state=moments,
-                          activations=activations, attention=scores, loss=loss, remat=remat.value,
-                          host=offloaded + host_moments)
+        # One block's float32 logits (XLA fuses their softmax and its gradient into them) and the head cast.
+        loss = head_grad + hidden_grad + rows * block * model.vocab_size * 4 + compute_bytes * largest // shards
+    moments, host_moments = _moment_bytes(model, optimizer, shards, offload_optimizer)
+    common = dict(params=4 * params // shards, opt_state=moments, remat=remat.value, host=offloaded + host_moments)
+    phases = [
+        MemoryEstimate(grads=0, activations=held, attention=0, loss=loss, phase="loss", **common),
+        MemoryEstimate(grads=grad_bytes * layer_params // shards, activations=held + tokens * compute_bytes * work,
+                       attention=scores, loss=head_grad, phase="backward", **common),
+        MemoryEstimate(grads=grad_bytes * params // shards, activations=0, attention=0, loss=head_grad,
+                       phase="update", **common),
+    ]
+    return phases
 
 
 def choose_remat(model: Any, available: int, *, host_available: int | None = None,
