@@ -54,6 +54,7 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
     from levanter.checkpoint import CheckpointConfig
     from levanter.config import TrainLmConfig
     from levanter.data import DatasetSpec
+    from levanter.memory import peak_bytes
     from levanter.memory_estimate import estimate_memory
     from levanter.models.impl import Impl
     from levanter.optim import AdamConfig
@@ -97,7 +98,7 @@ def compile_row(spec: str, devices: list[Any], args: argparse.Namespace) -> dict
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     gib = 2**30
-    row.update(fits=True, compile_s=round(time.perf_counter() - started, 1),
+    row.update(fits=True, compile_s=round(time.perf_counter() - started, 1), peak_gib=round((peak_bytes(memory) or 0) / gib, 2),
                temp_gib=round(memory.temp_size_in_bytes / gib, 2), args_gib=round(memory.argument_size_in_bytes / gib, 2),
                out_gib=round(memory.output_size_in_bytes / gib, 2), alias_gib=round(memory.alias_size_in_bytes / gib, 2),
                host_args_gib=round(getattr(memory, "host_argument_size_in_bytes", 0) / gib, 2),
