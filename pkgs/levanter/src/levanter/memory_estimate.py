@@ -137,9 +137,9 @@ def estimate_memory(model: Any, **kwargs: Any) -> MemoryEstimate:
 
 
 def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, remat: Remat | str,
-                    attention: Attention | str, optimizer: Any = None, offload_optimizer: bool = False,
-                    loss_block: int | None = None, shards: int = 1, batch_shards: int = 1,
-                    grad_bytes: int = 4, loss_impl: LossImpl | str = LossImpl.BLOCKWISE) -> list[MemoryEstimate]:
+                attention: Attention | str, optimizer: Any = None, offload_optimizer: bool = False,
+                loss_block: int | None = None, shards: int = 1, batch_shards: int = 1,
+                grad_bytes: int = 4, loss_impl: LossImpl | str = LossImpl.BLOCKWISE) -> list[MemoryEstimate]:
     """What a training step of Llama-shaped ``model`` (a ``LlamaConfig``) holds at the loss, the layers'
     backward and the update (the module's docstring), one :class:`MemoryEstimate` each.
 
@@ -186,14 +186,13 @@ def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, rem
         loss = head_grad + hidden_grad + rows * block * model.vocab_size * 4 + compute_bytes * largest // shards
     moments, host_moments = _moment_bytes(model, optimizer, shards, offload_optimizer)
     common = dict(params=4 * params // shards, opt_state=moments, remat=remat.value, host=offloaded + host_moments)
-    phases = [
+    return [
         MemoryEstimate(grads=0, activations=held, attention=0, loss=loss, phase="loss", **common),
         MemoryEstimate(grads=grad_bytes * layer_params // shards, activations=held + tokens * compute_bytes * work,
                        attention=scores, loss=head_grad, phase="backward", **common),
         MemoryEstimate(grads=grad_bytes * params // shards, activations=0, attention=0, loss=head_grad,
                        phase="update", **common),
     ]
-    return phases
 
 
 def choose_remat(model: Any, available: int, *, host_available: int | None = None,
