@@ -5,7 +5,7 @@ A catalogue of ways an experiment reads an input at import (:data:`READERS`: fil
 ways, folders listed and walked, links, archives' members, a sibling module, package data, a
 distribution's metadata, ``source()``, the machine and the environment, and what no ``stat`` can
 check: SQLite, ``shelve``, ``mmap``, standard input, a subprocess, the clock). Each reader is its own
-experiment, built, then recorded by a real ``marin run`` in this process
+experiment, built, then recorded by a real ``marin run`` in the test's process (a fresh interpreter)
 (:mod:`testsupport.noop_inprocess`). Then, in a seeded order, one input of one reader changes one way
 it can (:data:`CHANGES`: content, same-size content with the modification time put back, in place,
 copied over or replaced, removed, renamed, added, a link retargeted, the environment or the command
@@ -35,6 +35,7 @@ import pytest
 from marin.cli import noop, noop_recording
 from marin.cli.targets import load_targets
 from marin.execution.run.runner import StepRunner
+from testsupport.fresh import call_in_fresh_interpreter
 from testsupport.noop_inprocess import full_to_run, marin_run
 
 SEED = 54
@@ -412,14 +413,16 @@ def _record(case: Case, prefix: str, when: float) -> tuple[str | None, dict | No
     raise AssertionError(f"{case.reader.name}: no record written: {ran.no_record}")
 
 
-@pytest.fixture
-def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The cases' folder, the working folder, with records beside a stat cache of its own."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cache").mkdir()
     monkeypatch.setenv("MARIN_STAT_CACHE", str(tmp_path / "cache" / "stat.sqlite"))
     for name in [k for k in os.environ if k.startswith("MARIN_") and k != "MARIN_STAT_CACHE"]:
         monkeypatch.delenv(name)
+    # The host's accelerator stated, not looked for in its device files by each of the hundreds of
+    # commands (twice a run): what is fuzzed is the experiment's reads, not the host's.
+    monkeypatch.setenv("MARIN_ACCELERATOR", "none")
     for name, _value in _KEYED.values():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ appearing in a case's folder
@@ -428,7 +431,19 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_the_record_answers_as_the_full_path_does_after_any_one_change(workspace: Path) -> None:
+def test_the_record_answers_as_the_full_path_does_after_any_one_change(tmp_path: Path) -> None:
+    # In an interpreter of its own: each command drops and lists every module loaded (a pytest
+    # worker's thousands, JAX's among them; a fresh `marin` holds a few hundred): half the cost.
+    call_in_fresh_interpreter(__file__, "fuzz", tmp_path)
+
+
+def fuzz(tmp_path: Path) -> None:
+    """The fuzzer, every case and assertion (called in a fresh interpreter)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _fuzz(_workspace(tmp_path, monkeypatch))
+
+
+def _fuzz(workspace: Path) -> None:
     started = time.monotonic()
     assert len(READERS) >= 40 and len({_slug(r.name) for r in READERS}) == len(READERS)
     root, prefix, spares = workspace / "cases", str(workspace / "store"), workspace / "spares"
