@@ -46,13 +46,18 @@ def tiny_config(data: str, **overrides) -> TrainLmConfig:
     return TrainLmConfig.from_settings((DatasetSpec(data),), **base)
 
 
+def cpu_device_env(devices: int) -> dict[str, str]:
+    """``os.environ`` for a child process that sees ``devices`` CPU devices: the device count is added
+    to the session's ``XLA_FLAGS`` (the root conftest's compile settings), not put in their place."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+
+
 def start_trainer(config: TrainLmConfig, out: str, config_path: str, *, devices: int = 1) -> subprocess.Popen:
     """Start ``python -m levanter.trainer`` on ``config`` writing to ``out`` in a new process (``devices`` CPU devices)."""
     with open(config_path, "w") as f:
         json.dump(config_to_dict(config), f)
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
+    env = cpu_device_env(devices)
     return subprocess.Popen([sys.executable, "-m", "levanter.trainer", config_path, out], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -179,9 +184,7 @@ def run_on_devices(command: str, runs: Sequence[tuple[TrainLmConfig, str]], work
         with open(path, "w") as f:
             json.dump(config_to_dict(config), f)
         args += [path, out]
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
+    env = cpu_device_env(devices)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), command, *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -11,7 +11,7 @@ import numpy as np
 
 from levanter.trainer import main
 from testsupport.accumulation import one_step, unequal_windows
-from testsupport.levanter_data import start_trainer, tiny_config
+from testsupport.levanter_data import cpu_device_env, start_trainer, tiny_config
 
 # Same math, different reduction order (per-device partial sums, then an all-reduce): float32
 # results agree to a few ulps per step, far inside this relative tolerance.
@@ -59,7 +59,7 @@ def test_grad_accumulation_matches_full_batch(tiny_dataset, tmp_path):
 def test_a_data_mesh_and_accumulation_on_it_take_the_one_device_step_of_unequal_chat_masks(tmp_path):
     """Micro-batches of 52 and 4 loss targets: split over two devices, and over two devices and two
     micro-batches, the step is the one device's whole-batch step (the mean over all 56 targets)."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = cpu_device_env(2)
     proc = subprocess.run([sys.executable, "-m", "testsupport.accumulation", str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,7 +22,7 @@ from levanter.lora import LoraConfig
 from levanter.optim import AdamConfig
 from levanter.sharding import MeshConfig
 from levanter.trainer import main
-from testsupport.levanter_data import tiny_config, write_pattern_pairs
+from testsupport.levanter_data import cpu_device_env, tiny_config, write_pattern_pairs
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -170,7 +170,7 @@ def test_a_lora_dpo_run_over_two_devices_matches_one(pretrained, lora_run, tmp_p
     """The mesh is how, not what: pairs split over 2 devices (and the frozen base over fsdp) give the same steps."""
     path = tmp_path / "two.json"
     path.write_text(json.dumps(dpo_config_to_dict(_lora_config(pretrained, MeshConfig(data=1, fsdp=2)))))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = cpu_device_env(2)
     two = str(tmp_path / "two")
     ran = subprocess.run([sys.executable, "-m", "levanter.dpo.trainer", str(path), two], env=env, capture_output=True,
                          text=True, timeout=300)

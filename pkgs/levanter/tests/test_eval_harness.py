@@ -36,7 +36,7 @@ from levanter.eval_harness import (
 from levanter.eval_harness.packing import plan_rows
 from levanter.generate import generate_by_recompute
 from levanter.models.llama import LlamaConfig, transformed_llama
-from testsupport.levanter_data import byte_level_tokenizer, random_params
+from testsupport.levanter_data import byte_level_tokenizer, cpu_device_env, random_params
 
 CONFIG = LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=256)
@@ -239,7 +239,7 @@ def test_sharded_over_a_two_device_mesh_the_answers_are_the_same(lm, params, tok
     np.savez(tmp_path / "params.npz", **{f"{m}|{n}": v for m, sub in params.items() for n, v in sub.items()})
     (tmp_path / "tokenizer.json").write_text(tokenizer_json)
     (tmp_path / "pairs.json").write_text(json.dumps(pairs))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = cpu_device_env(2)
     proc = subprocess.run([sys.executable, "-c", _MESH_SCRIPT, str(tmp_path), json.dumps(dataclasses.asdict(CONFIG)),
                            str(SEQ_LEN)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
