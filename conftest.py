@@ -42,7 +42,9 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 # XLA compiles the tests' many tiny CPU programs at LLVM -O0: compiling, not running, is where their
 # time goes, and -O0 nearly halves a compile (the levanter train step: 4.6 -> 2.6 CPU s) while running them
-# no slower than a test notices. No fast-math either way, so results are the same IEEE arithmetic.
+# no slower than a test notices. The last bits of a result may differ between -O0 and the default
+# (llama_nano's params after 5 steps: same losses, other bits), so a parent and the children it
+# compares bit for bit must compile at one level: children inherit the flag.
 # Added to XLA_FLAGS before any test starts a JAX backend; child processes inherit it (a test that
 # sets XLA_FLAGS for a child appends to it: ``testsupport.levanter_data.cpu_device_env``).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
