@@ -119,20 +119,28 @@ def test_an_accelerator_step_whose_resources_ask_for_none_is_warned_of_by_plan_a
     assert chip.read_records(str(tmp_path / "records"))["t0"]["JAX_PLATFORMS"] == "cpu"  # it did run on the CPU
 
 
-def test_a_chip_held_past_accelerator_wait_fails_in_one_line_and_names_no_log_it_does_not_have(tmp_path, user_env):
-    # Held before the step could start: no attempt, so no log; `log: None` is no answer.
+def _run_while_another_holds_the_chip(tmp_path, user_env, *, run_lock: str, wait: str, template: str) -> tuple:
+    """``marin run`` of a one-chip experiment (``template``) while another process holds the chip's
+    lock (``tmp_path/lock``); the run's own lock file is ``tmp_path/run_lock``. The result and the holder."""
     user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
-    user_env.setenv("MARIN_ACCELERATOR_LOCK", str(tmp_path / "lock"))
-    user_env.setenv("MARIN_ACCELERATOR_WAIT", "0.3")
+    user_env.setenv("MARIN_ACCELERATOR_LOCK", str(tmp_path / run_lock))
+    user_env.setenv("MARIN_ACCELERATOR_WAIT", wait)
     (tmp_path / "records").mkdir()
     exp = tmp_path / "exp_held.py"
-    exp.write_text(EXPERIMENT.format(records=tmp_path / "records", lock=tmp_path / "lock"))
+    exp.write_text(template.format(records=tmp_path / "records", lock=tmp_path / "lock"))
     foreign = chip.hold_lock(str(tmp_path / "lock"), seconds=60)
     try:
         result = CliRunner().invoke(cli, ["run", str(exp), "--prefix", str(tmp_path / "store"), "--no-fast"])
     finally:
         foreign.kill()
         foreign.wait()
+    return result, foreign
+
+
+def test_a_chip_held_past_accelerator_wait_fails_in_one_line_and_names_no_log_it_does_not_have(tmp_path, user_env):
+    # Held before the step could start: no attempt, so no log; `log: None` is no answer.
+    result, foreign = _run_while_another_holds_the_chip(tmp_path, user_env, run_lock="lock", wait="0.3",
+                                                        template=EXPERIMENT)
     assert result.exit_code == 1, result.output
     failed = [line for line in result.output.splitlines() if line.startswith("failed: chip/t")]
     assert failed and all("the accelerator stayed held by another process" in line for line in failed)
@@ -142,18 +150,8 @@ def test_a_chip_held_past_accelerator_wait_fails_in_one_line_and_names_no_log_it
 
 def test_a_chip_its_process_found_held_past_accelerator_wait_names_the_attempts_log_once(tmp_path, user_env):
     # The run's lock file is free, so the step starts; its process finds the chip's own lock held.
-    user_env.setenv("MARIN_ACCELERATOR", "v5e-1")
-    user_env.setenv("MARIN_ACCELERATOR_LOCK", str(tmp_path / "other_lock"))
-    user_env.setenv("MARIN_ACCELERATOR_WAIT", "0.5")
-    (tmp_path / "records").mkdir()
-    exp = tmp_path / "exp_found_held.py"
-    exp.write_text(ONE_CHIP_STEP.format(records=tmp_path / "records", lock=tmp_path / "lock"))
-    foreign = chip.hold_lock(str(tmp_path / "lock"), seconds=60)
-    try:
-        result = CliRunner().invoke(cli, ["run", str(exp), "--prefix", str(tmp_path / "store"), "--no-fast"])
-    finally:
-        foreign.kill()
-        foreign.wait()
+    result, _ = _run_while_another_holds_the_chip(tmp_path, user_env, run_lock="other_lock", wait="0.5",
+                                                  template=ONE_CHIP_STEP)
     assert result.exit_code == 1, result.output
     [log] = [line.split("log: ", 1)[1] for line in result.output.splitlines() if line.startswith("  log: ")]
     assert "multi-process lockfile" in open(log).read()
