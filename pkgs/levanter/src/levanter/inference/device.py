@@ -59,6 +59,19 @@ def _row(x: Any, slot: jax.Array) -> Any:
     return jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, slot, 1, axis=1), x)
 
 
+def _token_logprobs(logits: jax.Array, token: jax.Array, wanted: jax.Array, top_n: int
+                    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """The log-probabilities of ``token [b]`` under float32 ``logits [b, vocab]``, and the ``top_n``
+    likeliest tokens with theirs where a row of ``wanted [b]`` asks (:func:`top_logprobs`). A logit
+    less its row's log-sum-exp: reductions over the logits that fuse with them, where a whole
+    log_softmax wrote a second ``[b, vocab]`` array (at batch 64 and a 128k vocabulary, 33 MB of a
+    decode step's ~330 MB)."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    logprob = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0] - lse
+    top_ids, top_values = top_logprobs(logits, wanted, top_n)
+    return logprob, (top_ids, top_values - lse[:, None])
+
+
 @functools.partial(jax.jit, static_argnums=0, static_argnames="top_n", donate_argnums=2)
 def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: jax.Array, slot: jax.Array,
             sampling: tuple[jax.Array, ...], *, top_n: int = 0
@@ -72,9 +85,7 @@ def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: ja
     cache = jax.tree.map(lambda a, r: jax.lax.dynamic_update_slice_in_dim(a, r, slot, axis=1), slots.cache, row)
     logits = _logits(model, params, jax.lax.dynamic_index_in_dim(hidden[0], length - 1, keepdims=True))
     token = sample_tokens(logits, temperature[None], top_k[None], top_p[None], token_key(seed, 0)[None])[0]
-    logp = jax.nn.log_softmax(logits[0])
-    logprob = logp[token]
-    top_ids, top_values = top_logprobs(logp[None], jnp.ones((1,), bool), top_n)
+    logprob, (top_ids, top_values) = _token_logprobs(logits, token[None], jnp.ones((1,), bool), top_n)
     done = (max_tokens <= 1) | jnp.any(stop_ids == token)
 
     def put(a: jax.Array, value: Any) -> jax.Array:
@@ -84,7 +95,7 @@ def prefill(model: Any, params: Any, slots: Slots, tokens: jax.Array, length: ja
                   put(slots.remaining, max_tokens - 1), put(slots.generated, 1), put(slots.seed, seed),
                   put(slots.temperature, temperature), put(slots.top_k, top_k), put(slots.top_p, top_p),
                   put(slots.stop_ids, stop_ids))
-    return slots, token, logprob, (top_ids[0], top_values[0])
+    return slots, token, logprob[0], (top_ids[0], top_values[0])
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3), static_argnames="top_n", donate_argnums=2)
@@ -115,14 +126,9 @@ def decode_steps(model: Any, params: Any, slots: Slots, steps: int, cancel: jax.
         logits = _logits(model, params, hidden[:, 0])
         keys = jax.vmap(token_key)(s.seed, s.generated)
         token = sample_tokens(logits, s.temperature, s.top_k, s.top_p, keys)
-        # Log-probabilities as a logit less its row's log-sum-exp: reductions over the logits that
-        # fuse with them, where a whole log_softmax was a second [slots, vocab] array written every
-        # step (at batch 64 and a 128k vocabulary, 33 MB a step of a decode step's ~330 MB).
-        lse = jax.nn.logsumexp(logits, axis=-1)
-        logprob = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0] - lse
         on = s.active
-        top_ids, top_values = top_logprobs(logits, on & want_top, top_n)
-        top = (top[0].at[i].set(top_ids), top[1].at[i].set(top_values - lse[:, None]))
+        logprob, (top_ids, top_values) = _token_logprobs(logits, token, on & want_top, top_n)
+        top = (top[0].at[i].set(top_ids), top[1].at[i].set(top_values))
         stopped = (s.remaining <= 1) | jnp.any(s.stop_ids == token[:, None], axis=-1)
         s = s._replace(cache=cache, token=jnp.where(on, token, s.token), position=s.position + on,
                        active=on & ~stopped, remaining=s.remaining - on, generated=s.generated + on)
