@@ -52,7 +52,7 @@ class SplashBlocks:
             value = getattr(self, field.name)
             if field.name not in _FLAGS and (not isinstance(value, int) or value <= 0 or value % LANES):
                 raise ValueError(f"SplashBlocks.{field.name} must be a positive multiple of {LANES}, got {value!r}")
-        for inner, outer in (("kv_compute", "kv"), ("kv_dkv_compute", "kv_dkv")):
+        for inner, outer in _NESTED:
             if getattr(self, outer) % getattr(self, inner):
                 raise ValueError(f"SplashBlocks.{inner} must divide {outer}, got {getattr(self, inner)} and "
                                  f"{getattr(self, outer)}")
@@ -67,7 +67,7 @@ class SplashBlocks:
         ``seq_len`` (and each inner block dividing its outer one)."""
         sizes = {f.name: _divisor(seq_len, getattr(self, f.name)) for f in dataclasses.fields(self)
                  if f.name not in _FLAGS}
-        for inner, outer in (("kv_compute", "kv"), ("kv_dkv_compute", "kv_dkv")):
+        for inner, outer in _NESTED:
             sizes[inner] = _divisor(sizes[outer], sizes[inner])
         return dataclasses.replace(self, **sizes)
 
@@ -87,6 +87,9 @@ class SplashBlocks:
 _FLAGS = ("fused", "kv_seq_minor")
 """The fields of :class:`SplashBlocks` that are no block size."""
 
+_NESTED = (("kv_compute", "kv"), ("kv_dkv_compute", "kv_dkv"))
+"""(inner, outer) blocks of :class:`SplashBlocks`: the inner loop's block divides the fetched one."""
+
 
 def _divisor(seq_len: int, largest: int) -> int:
     """The largest multiple of 128 up to ``largest`` dividing ``seq_len``."""
@@ -97,8 +100,8 @@ def _divisor(seq_len: int, largest: int) -> int:
 
 
 # Measured tiles by chip (the start of JAX's ``device_kind``) and (head dimension, sequence length).
-# An entry holds what benchmarks/bench_splash.py measured fastest on that chip for that problem;
-# until a measurement is pasted in, an entry is the default (today's tiles).
+# An entry holds what benchmarks/bench_splash.py measured fastest on that chip for that problem
+# (the lines it prints after its table); a problem not here gets the default.
 _MEASURED: dict[str, dict[tuple[int, int], SplashBlocks]] = {
     "TPU v5 lite": {  # v5e; bench_splash on the chip, 2026-12-06 (forward and backward, ms a layer)
         # llama_150m 32 x 1024, llama_600m 16 x 1024: 10.94 ms against the 512 default's 11.91 ms
