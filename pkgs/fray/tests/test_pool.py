@@ -178,6 +178,29 @@ def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):
     assert survivors == []
 
 
+
+def _gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_pool_dropped_without_shutdown_finishes_its_call_then_ends_its_template():
+    """A caller that forgets shutdown() (a runner never closed) leaves no idle template running until
+    it exits; a call already running when the pool is dropped still reports its result."""
+    import gc
+
+    pool = WorkerPool()
+    handle = pool.submit(fray_jobs.sleep_then_return, 1.0, "still here")
+    assert pool._template is not None
+    template = pool._template.process.pid
+    del pool
+    gc.collect()
+    assert handle.result(timeout=60) == "still here"
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while not _gone(template) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(template), "the dropped pool's template is still running"
+
 def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_template(pool, tmp_path, monkeypatch):
     (tmp_path / "fray_threaded_module.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")

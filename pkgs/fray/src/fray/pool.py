@@ -118,11 +118,26 @@ class _Template:
         self.taught = 0  # how many of the pool's learned modules were sent to this template
         self.settled = threading.Event()  # set while it has nothing left to learn
         self.settled.set()
-        self._pool = pool
+        # The pool is held weakly, so that one dropped without shutdown() is collected and its
+        # finalizer ends this process; strongly by each call in flight (its outcome comes through it).
+        self._pool_ref = weakref.ref(pool)
+        self._holds: dict[int, WorkerPool] = {}
         self._send_lock = threading.Lock()
         self._handles: dict[int, PoolJobHandle] = {}
         self._reader = threading.Thread(target=self._read, daemon=True, name="fray-pool-reader")
         self._reader.start()
+
+    @property
+    def _pool(self) -> WorkerPool:
+        pool = self._pool_ref()
+        if pool is None:  # only asked for while it is held (a call in flight), or after a check
+            raise RuntimeError("the worker pool of this template was dropped")
+        return pool
+
+    def _pop(self, call_id: int) -> PoolJobHandle | None:
+        """The call's handle, no longer in flight here (nor holding the pool)."""
+        self._holds.pop(call_id, None)
+        return self._handles.pop(call_id, None)
 
     def send(self, message: Prepare | ToTemplate) -> bool:
         with self._send_lock:
@@ -135,10 +150,11 @@ class _Template:
     def start(self, handle: PoolJobHandle) -> None:
         self.calls += 1
         self._handles[handle.call_id] = handle
+        self._holds[handle.call_id] = self._pool
         modules = [m for m in handle._modules if not under(m, self._pool._refused)]
         if not self.send(Run(handle.call_id, modules, handle._payload, handle._env, handle.log_path,
                              handle.result_path)):
-            self._handles.pop(handle.call_id, None)
+            self._pop(handle.call_id)
             handle._finish(("died", "the worker pool's template process is gone", -1))
 
     def teach(self, learned: Sequence[ModuleEntry], refused: set[str]) -> None:
@@ -171,15 +187,20 @@ class _Template:
                 self._pool._start(handle)
             else:
                 handle._finish(("died", f"the worker pool's template process exited ({self.process.returncode})", -1))
+        self._holds.clear()
 
     def _on_message(self, message: ToCaller) -> None:
+        pool = self._pool_ref()
         if isinstance(message, UnsafeMain):
             # Importing the caller's main script made the template unsafe to fork; it exits,
             # and what was sent to it goes to one that leaves main to each call (see _read).
-            self._pool._main_in_calls = self.unsafe_main = self.retired = True
+            self.unsafe_main = self.retired = True
+            if pool is not None:
+                pool._main_in_calls = True
             return
         if isinstance(message, Learned):
-            self._pool._refused.update(message.excluded)
+            if pool is not None:
+                pool._refused.update(message.excluded)
             self.retired = self.retired or message.unsafe
             if not message.more:
                 self.settled.set()
@@ -187,8 +208,9 @@ class _Template:
         handle = self._handles.get(message.call_id)
         if handle is None:
             return
+        # A call in flight: it holds the pool.
         if isinstance(message, Refused):
-            self._handles.pop(message.call_id, None)
+            self._pop(message.call_id)
             self._pool._refused.add(message.module)
             self.retired = True
             self._pool._start(handle)
@@ -196,10 +218,10 @@ class _Template:
             self._pool._refused.update(message.failed)
             handle._started(message.pid)
         elif isinstance(message, Exited):
-            self._handles.pop(message.call_id, None)
             outcome, learned = pool_template.read_result(handle.result_path, message.code)
             if learned:  # taught before the caller hears of the result: settle() then waits for it
                 self._pool._learn(learned)
+            self._pop(message.call_id)
             handle._finish(outcome)
             if handle._outcome is not None and handle._outcome[0] != "ok":
                 self.retire()
@@ -210,6 +232,17 @@ class _Template:
         with contextlib.suppress(OSError):
             self.conn.close()
         self.process.wait(timeout=5)
+
+
+def _release(templates: list[_Template], *folders: str | None) -> None:
+    """What a pool leaves behind, at shutdown() (its templates have exited by then) or when it is
+    dropped without one (it has no call in flight then: a call holds its pool): its templates'
+    processes, killed with what they started (a learning probe), and its folders."""
+    for t in templates:
+        if t.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(t.process.pid, signal.SIGKILL)
+    remove_folders(*folders)
 
 
 class WorkerPool(DistributedClient):
@@ -226,11 +259,13 @@ class WorkerPool(DistributedClient):
         self._log_dir = str(log_dir) if log_dir is not None else owned_tempdir(FRAY_POOL)
         os.makedirs(self._log_dir, exist_ok=True)
         self._results = owned_tempdir(FRAY_POOL_RESULTS)
-        self._cleanup = weakref.finalize(self, remove_folders, self._results,
-                                         self._log_dir if self._own_log_dir else None)
         self._lock = threading.Lock()
         self._template: _Template | None = None
         self._templates: list[_Template] = []
+        # A pool dropped without shutdown() must not leave its template running (an idle process
+        # of its caller's imports, waking every WATCH_INTERVAL_S) until its caller exits.
+        self._cleanup = weakref.finalize(self, _release, self._templates, self._results,
+                                         self._log_dir if self._own_log_dir else None)
         self._refused: set[str] = set()  # modules (and all under them) never imported into a template
         self._learned: list[ModuleEntry] = []  # modules calls imported, in order, and where found
         self._learned_names: set[str] = set()
