@@ -21,6 +21,9 @@ speed does not depend on what the weights say. Tables:
   step reads and writes the cache, e.g. ``full,auto`` for the first decoder (every slot position
   read, XLA's batched writes) beside the default (on a TPU: the live prefix read, a Pallas kernel's
   writes). Each row is printed, and the JSON rewritten, as soon as it is measured.
+* **where the time went** (``--profile DIR``): one more run of each row traced under
+  ``DIR/<preset>-<decode>-<batch>``, its device time by op printed under the row
+  (``benchmarks.device_profile``) and kept in the JSON.
 * **against recomputing** (the CPU default, ``--compare``): a llama_nano-size model at context 512,
   batch 8, 256-token prompts and 256 new tokens, greedy: the engine vs ``generate_by_recompute``
   (the whole context recomputed per token, one host trip each), goal >= 10x; and greedy equality
@@ -105,8 +108,9 @@ def read_per_step(model: Any, params: Any, batch: int, prompt_len: int, new_toke
 
 
 def decode_row(model: Any, params: Any, batch: int, prompt_len: int, new_tokens: int, reps: int,
-               bandwidth: float) -> dict[str, Any]:
-    """One row of the decode/prefill table."""
+               bandwidth: float, trace_dir: str | None = None) -> dict[str, Any]:
+    """One row of the decode/prefill table; with ``trace_dir``, one more run (prefill and decode)
+    traced there, and where its device time went (``benchmarks.device_profile``) in ``"profile"``."""
     from levanter.inference import Engine, SamplingParams
 
     length = prompt_len + new_tokens
@@ -123,7 +127,14 @@ def decode_row(model: Any, params: Any, batch: int, prompt_len: int, new_tokens:
     cache = _bytes(jax.eval_shape(lambda: model.empty_cache(batch, length)))
     weights, live = read_per_step(model, params, batch, prompt_len, new_tokens)
     roofline = (weights + live) / bandwidth
-    return {"decode": model.impl.decode.value, "batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
+    profile = None
+    if trace_dir:
+        from benchmarks.device_profile import summarise_trace  # only a traced row reads a trace
+
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            _timed(engine, prompts, full)
+        profile = summarise_trace(trace_dir)
+    return {"profile": profile, "decode": model.impl.decode.value, "batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
             "decode_tokens_per_s": batch * (new_tokens - 1) / decode, "ms_per_step": step * 1e3,
             "roofline_ms_per_step": roofline * 1e3, "roofline_fraction": roofline / step,
             "alloc_roofline_ms_per_step": (_bytes(params) + cache) / bandwidth * 1e3,
@@ -191,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--decode", default="auto", help="levanter.models.impl.Decode names, comma-separated: "
                         "each row is measured for each (e.g. full,auto)")
+    parser.add_argument("--profile", metavar="DIR", help="also trace one run of each row under DIR/<preset>-<decode>-<batch> "
+                        "and print where its device time went (benchmarks.device_profile)")
     parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=on_cpu,
                         help="the CPU comparison with recomputing, and greedy equality with it")
     args = parser.parse_args(argv if argv is not None else [])
@@ -205,9 +218,12 @@ def main(argv: list[str] | None = None) -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             for decode in args.decode.split(","):
                 way = config.build(dtype, impl=Impl(decode=decode))
+                trace = os.path.join(args.profile, f"{name}-{decode}-{batch}") if args.profile else None
                 rows.append(decode_row(way, params, batch, args.prompt_len, args.new_tokens, args.reps,
-                                       args.bandwidth))
+                                       args.bandwidth, trace))
                 _print_row(rows[-1])
+                for line in (rows[-1]["profile"] or {}).get("lines", []):
+                    print(f"    {line}", flush=True)
                 _save(results)
         del params
     if args.compare:
