@@ -29,6 +29,15 @@ pytestmark = pytest.mark.slow
 
 LEASE_TTL_S = 2.0
 STEPS = 4
+STEP_S = 4.0
+"""How long each step runs: time to freeze one mid-run after it was seen running (the first test:
+even the older of two running steps, started up to a runner's start-up earlier)."""
+EVERY_S = 0.1
+"""How often a step rewrites its file: often enough that a revived step writes within its watch's
+period (a quarter of the lease), no more (each write is a request to the emulator)."""
+POLL_S = 0.2
+"""How often the runners and this test look at the store while they wait (each look is requests)."""
+ARGS = f"seconds={STEP_S}, every={EVERY_S}"
 
 
 
@@ -41,14 +50,14 @@ def _runner(graph: str) -> str:
 
         if __name__ == "__main__":
             prefix, counter = sys.argv[1], sys.argv[2]
-            runner = StepRunner(prefix=prefix, max_parallel=1, lease_ttl={LEASE_TTL_S}, poll_interval=0.05)
+            runner = StepRunner(prefix=prefix, max_parallel=1, lease_ttl={LEASE_TTL_S}, poll_interval={POLL_S})
             result = runner.run({graph})
             print(json.dumps({{s.name: [s.outcome.name, s.note] for s in result.steps}}))
             raise SystemExit(0 if result.ok else 1)
     """)
 
 
-RUNNER = _runner(f"t.scribble_fan(counter, width={STEPS})")
+RUNNER = _runner(f"t.scribble_fan(counter, width={STEPS}, {ARGS})")
 
 
 def _holder_pid(holder: str) -> int:
@@ -75,7 +84,7 @@ def _wait(condition, timeout: float, what: str, procs: list[subprocess.Popen]) -
         for proc in procs:
             if proc.poll() is not None and proc.returncode not in (0, -9):
                 raise AssertionError(f"a runner exited with {proc.returncode}: {proc.communicate()[1][-3000:]}")
-        time.sleep(0.05)
+        time.sleep(POLL_S)
 
 
 def _finish(procs: list[subprocess.Popen], killed: int | None = None) -> dict[int, dict]:
@@ -107,7 +116,7 @@ def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     store = StepStore(prefix)
-    outputs = {s.name: store.output_path(s.output_name) for s in t.scribble_fan(counter, width=STEPS)}
+    outputs = {s.name: store.output_path(s.output_name) for s in t.scribble_fan(counter, width=STEPS, seconds=STEP_S, every=EVERY_S)}
     records = {name: StepRecord(path) for name, path in outputs.items()}
     procs = [subprocess.Popen([sys.executable, str(script), prefix, counter], env=subprocess_env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
@@ -181,9 +190,9 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
     prefix = strict_gcs_bucket + "/store"
     counter = str(tmp_path / "counter")
     script = tmp_path / "runner.py"
-    script.write_text(_runner("t.scribble_then_copy(counter)"))
+    script.write_text(_runner(f"t.scribble_then_copy(counter, {ARGS})"))
     store = StepStore(prefix)
-    (reader,) = t.scribble_then_copy(counter)
+    (reader,) = t.scribble_then_copy(counter, seconds=STEP_S, every=EVERY_S)
     scribbler = reader.config.source.step
     folder, reader_folder = store.output_path(scribbler.output_name), store.output_path(reader.output_name)
     record = StepRecord(folder)
@@ -194,7 +203,7 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
 
     first = start()
     procs, frozen = [first], []
-    # The step runs 6 s: ample time to freeze it mid-run, even on a slow machine.
+    # The step runs STEP_S: ample time to freeze it mid-run, even on a slow machine.
     try:
         _wait(lambda: t.calls(counter)["apart.s"] >= 1 and "worker" in (record.read_json(record.status) or {})
               and fs.exists(fs.join(folder, "v.txt")), 120, "the first runner's step writing", procs)
