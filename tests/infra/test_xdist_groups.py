@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testsupport.e2e import NANO_STORE_GROUP, ROOT
 from testsupport.ray_cluster import RAY_HEAD_GROUP
 
@@ -128,19 +130,14 @@ def test_c_after_the_group():
 '''
 
 
-def test_the_session_head_stops_after_the_last_test_of_its_group(tmp_path: Path) -> None:
+def test_the_session_head_stops_after_the_last_test_of_its_group(with_conftest: tuple[Path, str]) -> None:
     # One worker runs the Ray group, then a test of no group: by then the head is gone and the worker
     # is not connected to it (it stopped with the group, not at the end of the session).
-    (tmp_path / "test_head.py").write_text(_USES_THE_HEAD)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**_env(), "HEAD_LOG": str(tmp_path / "head.json"),
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--dist", "loadgroup",
-                          "-p", "no:cacheprovider", "-p", "conftest", "test_head.py"],
-                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-    assert ran.returncode == 0 and "3 passed" in ran.stdout, ran.stdout + ran.stderr
-    after = json.loads((tmp_path / "head.json.after").read_text())
-    assert after == {"head_answers": False, "connected": False}, ran.stdout
+    folder, output = with_conftest
+    for name in ("test_a_takes_the_head", "test_b_takes_a_client", "test_c_after_the_group"):
+        assert f"PASSED test_head.py::{name}" in output, output
+    after = json.loads((folder / "head.json.after").read_text())
+    assert after == {"head_answers": False, "connected": False}, output
 
 
 _ORDER = '''\
@@ -165,19 +162,12 @@ def test_nano(i): _record(f"nano_{i}")
 '''
 
 
-def test_the_longest_group_is_handed_out_first_then_the_larger_units(tmp_path: Path) -> None:
+def test_the_longest_group_is_handed_out_first_then_the_larger_units(with_conftest: tuple[Path, str]) -> None:
     # pytest-xdist sorted its work units by their number of tests, so the nano store's group (the
     # longest, few tests) started after every group of more; one worker runs the units in turn.
-    (tmp_path / "test_order.py").write_text(_ORDER % NANO_STORE_GROUP)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    log = tmp_path / "order.log"
-    env = {**_env(), "ORDER_LOG": str(log), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--dist", "loadgroup",
-                          "-p", "no:cacheprovider", "-p", "conftest", "test_order.py"],
-                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-    assert ran.returncode == 0 and "10 passed" in ran.stdout, ran.stdout + ran.stderr
-    assert log.read_text().split() == ["nano_0", "nano_1", "many_0", "many_1", "many_2", "many_3", "two_0", "two_1",
-                                       "single_0", "single_1"]
+    folder, output = with_conftest
+    assert (folder / "order.log").read_text().split() == ["nano_0", "nano_1", "many_0", "many_1", "many_2", "many_3",
+                                                          "two_0", "two_1", "single_0", "single_1"], output
 
 
 _LOGS_A_SURROGATE = '''\
@@ -191,19 +181,41 @@ def test_after_it():
 '''
 
 
-def test_a_test_that_logs_a_lone_surrogate_does_not_stop_the_session(tmp_path: Path) -> None:
+def test_a_test_that_logs_a_lone_surrogate_does_not_stop_the_session(tmp_path: Path,
+                                                                     with_conftest: tuple[Path, str]) -> None:
     # pytest-xdist's worker cannot send a report holding a lone surrogate: without the workspace's
-    # conftest (loaded here as a plugin) the session ends in an INTERNALERROR.
+    # conftest (loaded as a plugin by the session of ``with_conftest``) the session ends in an INTERNALERROR.
     (tmp_path / "test_surrogate.py").write_text(_LOGS_A_SURROGATE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    args = [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "test_surrogate.py"]
     env = {**_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    bare = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    bare = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider",
+                           "test_surrogate.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     # (its exit status may still be 0: the crash is seen only in its output, and a test never ran)
     assert "INTERNALERROR" in bare.stdout + bare.stderr and "2 passed" not in bare.stdout, bare.stdout + bare.stderr
-    ran = subprocess.run([*args, "-p", "conftest"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-    assert ran.returncode == 0 and "2 passed" in ran.stdout and "INTERNALERROR" not in ran.stdout + ran.stderr, \
-        ran.stdout + ran.stderr
+    _folder, output = with_conftest
+    for name in ("test_logs_a_lone_surrogate", "test_after_it"):
+        assert f"PASSED test_surrogate.py::{name}" in output, output
+
+
+@pytest.fixture(scope="module")
+def with_conftest(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One session of ``pytest -n 1 --dist loadgroup`` with the workspace's conftest loaded as a plugin
+    over the head's, the order's and the surrogate's test files (a session of its own for each cost
+    an interpreter, the conftest's imports and a worker three times over): its folder and its output,
+    after checking that every test of it passed and nothing stopped it."""
+    folder = tmp_path_factory.mktemp("with-conftest")
+    (folder / "test_head.py").write_text(_USES_THE_HEAD)
+    (folder / "test_order.py").write_text(_ORDER % NANO_STORE_GROUP)
+    (folder / "test_surrogate.py").write_text(_LOGS_A_SURROGATE)
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    env = {**_env(), "HEAD_LOG": str(folder / "head.json"), "ORDER_LOG": str(folder / "order.log"),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-v", "-n", "1", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                          "-p", "conftest", "test_head.py", "test_order.py", "test_surrogate.py"],
+                         cwd=folder, capture_output=True, text=True, env=env, timeout=300)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0 and "15 passed" in ran.stdout and "INTERNALERROR" not in output, output
+    return folder, output
 
 
 def _env() -> dict[str, str]:
