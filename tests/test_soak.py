@@ -27,13 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_soak_small_count_survives_kills_and_races(tmp_path):
     # Seed 112 draws, in two rounds, a kill of a step's process group just after a sweep round was
     # built (mid-expansion), and a race of two runners with a kill of the warm template during the
-    # dedup's shuffle map wave.
+    # dedup's shuffle map wave. No round kills at a checkpoint, so the model (the longest step of
+    # every run that builds it) trains 8 steps, 2 checkpoints, rather than `make soak`'s 48.
     proc = subprocess.run([sys.executable, "-m", "testsupport.soak", "--seed", "112", "--rounds", "2",
-                           "--workdir", str(tmp_path / "soak")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=280)
+                           "--train-steps", "8", "--workdir", str(tmp_path / "soak")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert "soak: OK" in out
+    assert "soak: OK" in out and ", 8 training steps" in out
     assert "survived" in out and "bit for bit equal to the clean run" in out
     assert "KILL" in out, "the seed must draw at least one kill"
     # Its kill rounds wait for a step process (or a checkpoint) before they kill: a step process,
@@ -90,6 +91,7 @@ def test_soak_rejects_bad_options(capsys):
     from testsupport.soak.__main__ import main
 
     for argv, message in ((["--rounds", "-1"], "--rounds must be >= 0"),
+                          (["--train-steps", "0"], "--train-steps must be >= 1, got 0"),
                           (["--faults", "0.05"], "--faults needs --prefix gs"),
                           (["--prefix", "gs", "--faults", "1.5"], "--faults must be in [0, 1), got 1.5")):
         with pytest.raises(SystemExit) as exited:

@@ -57,7 +57,8 @@ store through a proxy that fails that share of their requests, every kind of
 per kind, before the verdict, and every fault with the request it hit in ``<workdir>/faults.log``),
 ``--nodes N`` (the runners on the N nodes of a local multi-node Ray cluster, racing runners on
 different nodes, :mod:`testsupport.soak.nodes`; 3 by default with ``--faults``), ``--graph``
-(``full``, or ``small``: the corpus and its tokenizer only, for a short run).
+(``full``, or ``small``: the corpus and its tokenizer only, for a short run), ``--train-steps N`` (the
+full graph's model trains N steps, 48 by default: fewer for a short soak whose kills land elsewhere).
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ from testsupport.soak.graph import (
     CALLS_ENV,
     DEDUP,
     MODEL,
+    SAVE_EVERY,
     SMALL_TARGETS,
     SWEEP,
     TARGETS,
+    TRAIN_STEPS,
+    TRAIN_STEPS_ENV,
     read_calls,
     small_steps,
     steps,
@@ -976,9 +980,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph", choices=sorted(GRAPHS), default="full",
                         help="full: training, shuffle and sweep (default); small: the corpus, tokenizer and "
                              "tokenized shards only (a soak of a few rounds in seconds)")
+    parser.add_argument("--train-steps", type=int, default=TRAIN_STEPS, metavar="N",
+                        help=f"the full graph's model trains N steps, a checkpoint every {SAVE_EVERY} (default "
+                             f"{TRAIN_STEPS}; fewer for a short soak whose kills land elsewhere)")
     args = parser.parse_args(argv)
     if args.rounds < 0:
         parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    if args.train_steps < 1:
+        parser.error(f"--train-steps must be >= 1, got {args.train_steps}")
     if args.faults is not None and not 0.0 <= args.faults < 1.0:
         parser.error(f"--faults must be in [0, 1), got {args.faults}")
     if args.faults is not None and args.prefix != "gs":
@@ -993,6 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
         # An earlier soak's call counts and prefixes would read as steps built twice.
         parser.error(f"--workdir {workdir} is not empty (an earlier soak's?); give a new or empty folder")
     workdir.mkdir(parents=True, exist_ok=True)
+    # Read by the graph (testsupport.soak.graph.train_steps) here and in every process started with
+    # this environment: the runners, the clean run, `marin verify`.
+    os.environ[TRAIN_STEPS_ENV] = str(args.train_steps)
     log = Log(workdir / "soak.log")
     started = time.monotonic()
     try:
@@ -1001,7 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(workdir, args.seed, log, stores, graph=GRAPHS[args.graph], nodes=on_nodes)
             log(f"soak: seed {args.seed}, {args.rounds} rounds, prefix {soak.prefix}, workdir {workdir}"
                 + (f", {args.faults:.0%} of the runners' requests faulted" if args.faults is not None else "")
-                + (f", runners on {nodes} Ray nodes" if nodes else "") + f", graph {args.graph}")
+                + (f", runners on {nodes} Ray nodes" if nodes else "") + f", graph {args.graph}"
+                + (f", {args.train_steps} training steps" if args.graph == "full" else ""))
             try:
                 if not soak.run_to_completion(soak.clean_prefix, "clean"):
                     log("the clean reference run failed; nothing to compare against")

@@ -32,9 +32,14 @@ from rigging import filesystem as fs
 from rigging.fields import unhashed_field
 
 TRAIN_STEPS = 48
+"""The model's training steps, unless ``$SOAK_TRAIN_STEPS`` says otherwise (``--train-steps``)."""
 SAVE_EVERY = 4
 CALLS_ENV = "SOAK_CALLS"
 """Names the file the trials count their calls in (none: not counted)."""
+TRAIN_STEPS_ENV = "SOAK_TRAIN_STEPS"
+"""Names the model's training steps (the soak's ``--train-steps``; unset: :data:`TRAIN_STEPS`). The
+soak sets it in its own process, so that its runners, its ``marin verify`` and its own plans read
+one graph."""
 MODEL = "soak/model"
 DEDUP = "soak/dedup"
 SWEEP = "soak/sweep"
@@ -159,6 +164,16 @@ class BigramTrial(StepHandle, fn=bigram_trial):
     """Handle to a bigram trial (a sweep's base: each trial varies ``alpha``)."""
 
 
+def train_steps() -> int:
+    """The model's training steps: ``$SOAK_TRAIN_STEPS`` (a positive integer), else :data:`TRAIN_STEPS`."""
+    value = os.environ.get(TRAIN_STEPS_ENV, "")
+    if not value:
+        return TRAIN_STEPS
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{TRAIN_STEPS_ENV} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def small_steps() -> list:
     """The soak's small graph (``--graph small``): the corpus (three JSON-lines shards) and the
     tokenizer trained on it, two data steps of records, shard uploads and leases, without
@@ -187,7 +202,7 @@ def steps() -> list:
         model=LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=2,
                           num_layers=2, max_seq_len=64),
         optimizer=AdamConfig(learning_rate=3e-3, warmup=4),
-        datasets={data: 1.0}, batch_size=8, seq_len=64, num_train_steps=TRAIN_STEPS, eval_every=0,
+        datasets={data: 1.0}, batch_size=8, seq_len=64, num_train_steps=train_steps(), eval_every=0,
         eval_batches=1,
         # Checkpoints every few steps, so kills land between checkpoints and resumes skip work.
         checkpoint=CheckpointConfig(save_every=SAVE_EVERY, keep_last=2),
