@@ -2,7 +2,9 @@
 
 An exported folder is what ``transformers`` loads as ``LlamaForCausalLM`` and ``AutoTokenizer``:
 ``config.json`` and ``model.safetensors`` (see ``levanter.compat.hf_checkpoint``), plus the
-training step's ``tokenizer.json`` with ``tokenizer_config.json`` and ``special_tokens_map.json``.
+training step's ``tokenizer.json`` with ``tokenizer_config.json`` and ``special_tokens_map.json``,
+and a chat-trained run's ``chat_template.json`` (the project's template, which ``marin serve`` and
+``marin sample --chat`` read from the folder).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FIN
     """
     from levanter.compat.hf_checkpoint import save_hf_model
     from levanter.generate import load_model
+
+    # The chat package imports zephyr's datasets: loaded by an export, not by a graph that names one.
+    from marin.experiment.chat.tokenize import TEMPLATE_FILE
     from marin.experiment.data.tokenizer import EOS_TOKEN
 
     _check_checkpoint(checkpoint)
@@ -73,6 +78,13 @@ def write_hf_folder(train_output: str, out_dir: str, checkpoint: str | int = FIN
                         "model_max_length": config.max_seq_len, "clean_up_tokenization_spaces": False}
     fs.atomic_write(fs.join(out_dir, "tokenizer_config.json"), json.dumps(tokenizer_config, indent=2) + "\n")
     fs.atomic_write(fs.join(out_dir, "special_tokens_map.json"), json.dumps(special, indent=2) + "\n")
+    # A chat-trained run's template goes with it (the file as training kept it): `marin serve` and
+    # `marin sample --chat` on the export render turns, and stop at the turn's end, as the run did.
+    # It is the project's format, not tokenizer_config's `chat_template`: our templates render under
+    # other Jinja settings than transformers' (no trim_blocks), so a copy there could render differently.
+    template = fs.join(train_output, TEMPLATE_FILE)
+    if fs.exists(template):
+        fs.atomic_write(fs.join(out_dir, TEMPLATE_FILE), fs.read_bytes(template))
 
 
 def _token_id(tokenizer: dict[str, Any], token: str, source: str) -> int:

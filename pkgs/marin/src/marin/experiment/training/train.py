@@ -155,9 +155,12 @@ def train_lm_step(config: TrainLmConfig, output_path: str) -> None:
     # levanter's trainer imports JAX: only in the step's own process, never when planning.
     from levanter.trainer import main
 
+    # The chat package imports zephyr's datasets: the step's process loads it, planning does not.
+    from marin.experiment.chat.tokenize import TEMPLATE_FILE
+
     # Keep the tokenizer beside the model so `marin sample` can decode with the same vocabulary.
     # (and the chat template, for chat data, so `marin sample --chat` renders turns the same way).
-    for name in ("tokenizer.json", "chat_template.json"):
+    for name in ("tokenizer.json", TEMPLATE_FILE):
         first = fs.join(str(config.data.datasets[0].path), name)
         if fs.exists(first):
             fs.atomic_write(fs.join(output_path, name), fs.read_bytes(first))
