@@ -113,20 +113,28 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.fixture(scope="module")
+def hub_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's hub cache and store: both forms read one cache and build into one store, so the
+    tokenizer they share (``marin_tokenizer``: a corpus and a BPE trained on it) is built once."""
+    folder = tmp_path_factory.mktemp("hub-store")
+    tinystories_like(folder / "hf")
+    return folder
+
+
 @pytest.fixture
-def hub_env(tmp_path: Path) -> dict[str, str]:
-    tinystories_like(tmp_path / "hf")
-    return clean_env(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", MARIN_PREFIX=str(tmp_path / "store"))
+def hub_env(hub_store: Path) -> dict[str, str]:
+    return clean_env(HF_HOME=str(hub_store / "hf"), HF_HUB_OFFLINE="1", MARIN_PREFIX=str(hub_store / "store"))
 
 
 @pytest.mark.slow
-def test_executor_form_trains_from_the_hub_cache(tmp_path: Path, hub_env: dict[str, str]) -> None:
+def test_executor_form_trains_from_the_hub_cache(tmp_path: Path, hub_store: Path, hub_env: dict[str, str]) -> None:
     experiment = tmp_path / "tiny_cpu.py"
     experiment.write_text(EXECUTOR_FORM)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run([sys.executable, str(experiment), "--prefix", str(tmp_path / "store")], cwd=elsewhere, env=hub_env)
-    store = tmp_path / "store"
+    store = hub_store / "store"
+    run([sys.executable, str(experiment), "--prefix", str(store)], cwd=elsewhere, env=hub_env)
     data = entry(store, "tokenized/roneneldan/TinyStories")
     index = json.loads((data / "index.json").read_text())
     # 150 documents from each of the two cached train shards; the dataset's own validation split.
@@ -136,12 +144,12 @@ def test_executor_form_trains_from_the_hub_cache(tmp_path: Path, hub_env: dict[s
 
 
 @pytest.mark.slow
-def test_lazy_form_trains_from_the_hub_cache_and_records_run_id_and_tags(tmp_path: Path,
+def test_lazy_form_trains_from_the_hub_cache_and_records_run_id_and_tags(tmp_path: Path, hub_store: Path,
                                                                          hub_env: dict[str, str]) -> None:
     experiment = tmp_path / "tiny_lazy.py"
     experiment.write_text(LAZY_FORM)
     run([sys.executable, str(experiment), "--device", "cpu"], cwd=tmp_path, env=hub_env)
-    out = entry(tmp_path / "store", "checkpoints/tiny-stories-cpu")
+    out = entry(hub_store / "store", "checkpoints/tiny-stories-cpu")
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["steps"] == 4
     provenance = (out / ".marin" / "provenance.json").read_text()
