@@ -273,7 +273,7 @@ def count_slowly(config: dict, output_path: str) -> None:
 
     writer = ProgressWriter(output_path, total=config["units"], unit="step", interval=0.0)
     for i in range(config["units"]):
-        time.sleep(0.15)
+        time.sleep(0.08)
         writer.update(i + 1, loss=1.0 / (i + 1))
     fs.atomic_write(fs.join(output_path, "done.txt"), "ok")
 
@@ -285,7 +285,7 @@ def test_progress_of_a_step_on_a_ray_worker_shows_while_it_runs(tmp_path, ray_cl
 
     out = io.StringIO()
     step = Step(name="ray/progress", fn=count_slowly, config={"units": 20})
-    runner = _runner(str(tmp_path / "store"), Backend.RAY, ray_cluster, reporter=PlainReporter(out, progress_interval=0.2))
+    runner = _runner(str(tmp_path / "store"), Backend.RAY, ray_cluster, reporter=PlainReporter(out, progress_interval=0.1))
     try:
         result = runner.run([step])
     finally:
