@@ -90,7 +90,8 @@ def test_logs_capture_stdout_stderr_and_grandchildren(process_client):
 
 
 def test_logs_stream_while_the_job_runs(process_client):
-    handle = process_client.submit(fray_jobs.print_lines, 30, 0.1)
+    # 1.2 s of output, a line every 40 ms: many of the reader's polls (and of Ray's forwards, 0.2 s) long.
+    handle = process_client.submit(fray_jobs.print_lines, 30, 0.04)
     chunks = list(handle.iter_logs(poll_interval=0.05))
     assert len(chunks) > 1, "output arrived only at the end, not streamed"
     assert "line 29" in "".join(chunks)

@@ -32,7 +32,7 @@ def test_a_lost_log_sink_loses_the_output_not_the_job(ray_client):
 
     client = RayClient()  # this process's connection (made by the fixture), with a log sink of its own
     try:
-        handle = client.submit(fray_jobs.print_lines, 30, 0.1)
+        handle = client.submit(fray_jobs.print_lines, 30, 0.06)  # 1.8 s: it prints on after the sink is gone
         deadline = time.monotonic() + 60
         while "line" not in handle.logs():
             assert time.monotonic() < deadline, "no output arrived"
@@ -43,3 +43,10 @@ def test_a_lost_log_sink_loses_the_output_not_the_job(ray_client):
         assert handle.result(timeout=120) == 30
     finally:
         client.shutdown()
+
+
+def test_a_jobs_process_is_started_without_the_ray_workers_main_script(ray_client):
+    # spawn runs the parent's main script again in the child: a Ray worker's is Ray's own, which
+    # imports all of Ray (about a second a job) for nothing a job needs.
+    was_loaded, _parent = ray_client.submit(fray_jobs.loaded, "ray").result(timeout=120)
+    assert not was_loaded, "the job's process imported Ray before its call"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import itertools
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -53,6 +55,15 @@ def _forward(log_file, sink, job_id: str) -> Any:
     return None
 
 
+def _leave_main_out_of_children() -> None:
+    """A Ray worker's ``__main__`` is Ray's own script (``default_worker.py``), which ``spawn`` would
+    run again in each job's process (importing all of Ray: about a second) though no job needs it.
+    A spec named ``__main__`` is how multiprocessing is told there is no main module to import."""
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__spec__", None) is None:
+        main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+
+
 def _run_job(payload: bytes, env: dict[str, str], job_id: str, name: str, sink) -> Any:
     """Body of every Ray task: run the call in a child process group on this worker's host.
 
@@ -63,6 +74,7 @@ def _run_job(payload: bytes, env: dict[str, str], job_id: str, name: str, sink) 
     import ray
     from ray.exceptions import RayError
 
+    _leave_main_out_of_children()
     local = LocalClient()
     handle = local.submit_payload(payload, name=name, env=env)
     try:
