@@ -30,6 +30,7 @@ _IGNORED = shutil.ignore_patterns(
     "node_modules",
     "result",
     "bench-results",
+    "build",  # make's outputs (the docs site, wheelhouses): hundreds of MB in a used checkout, none read here
 )
 
 
