@@ -25,7 +25,8 @@ GRAPH = textwrap.dedent("""
 
     counter = os.environ["COUNTER"]
     first = t.node("coord/first", counter)
-    slow = Step("coord/slow", t.resumable, t.ResumableConfig(after=output_path_of(first), counter_dir=counter))
+    slow = Step("coord/slow", t.resumable, t.ResumableConfig(seconds_per_unit=0.1, after=output_path_of(first),
+                                                             counter_dir=counter))
     last = t.node("coord/last", counter, slow)
     steps = [last]
 """)
