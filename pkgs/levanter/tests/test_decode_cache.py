@@ -8,20 +8,24 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from levanter.inference import Engine, SamplingParams
 from levanter.models.impl import Decode, Impl
 from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import cached_attention, live_buckets
 from levanter.ops.kv_cache import write_rows
+from testsupport.levanter_data import random_params
 
 CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=256)
 
 
-def _params():
-    params = CONFIG.build().init(jax.random.PRNGKey(3), jnp.zeros((1, 8), jnp.int32))
-    # Sharper than the init's near-uniform logits, so greedy ties are not what is compared.
+@pytest.fixture(scope="module")
+def params():
+    # Drawn with numpy (Haiku's initialisers, run op by op, cost seconds of compiling).
+    params = jax.tree.map(jnp.asarray, random_params(CONFIG, seed=3))
+    # Sharper than near-uniform logits, so greedy ties are not what is compared.
     params["lm_head"]["w"] = params["lm_head"]["w"] * 40.0
     return params
 
@@ -34,14 +38,18 @@ def _attention_inputs(b: int, t: int, s: int, seed: int = 0):
 
 
 def _reference(q, k, v, k_cache, v_cache, positions) -> np.ndarray:
-    """Each row's query over its cached positions before its own and the new key, one row at a time."""
+    """Each row's query over its cached positions before its own and the new key, one row at a time
+    (in numpy, float64: no program to compile for each row's length)."""
+    q, k, v, k_cache, v_cache = (np.asarray(a, np.float64) for a in (q, k, v, k_cache, v_cache))
     out = []
     for r in range(q.shape[0]):
         n = int(positions[r, 0])
-        keys = jnp.concatenate([k_cache[r, :n].reshape(n, 2, 8), k[r]])  # [n + 1, kv, d]
-        values = jnp.concatenate([v_cache[r, :n].reshape(n, 2, 8), v[r]])
-        probs = jax.nn.softmax(jnp.einsum("kgd,skd->kgs", q[r, 0], keys) / np.sqrt(8), axis=-1)
-        out.append(jnp.einsum("kgs,skd->kgd", probs, values).reshape(-1))
+        keys = np.concatenate([k_cache[r, :n].reshape(n, 2, 8), k[r]])  # [n + 1, kv, d]
+        values = np.concatenate([v_cache[r, :n].reshape(n, 2, 8), v[r]])
+        scores = np.einsum("kgd,skd->kgs", q[r, 0], keys) / np.sqrt(8)
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out.append(np.einsum("kgs,skd->kgd", probs, values).reshape(-1))
     return np.stack(out)[:, None]
 
 
@@ -55,12 +63,11 @@ def test_live_buckets_double_from_the_smallest_to_the_whole() -> None:
 def test_cached_attention_is_each_rows_attention_over_its_earlier_positions() -> None:
     q, k, v, k_cache, v_cache = _attention_inputs(b=3, t=1, s=24)
     positions = jnp.asarray([[0], [7], [24]])
-    got = cached_attention(q, k, v, k_cache, v_cache, positions)
+    got = jax.jit(cached_attention)(q, k, v, k_cache, v_cache, positions)
     np.testing.assert_allclose(np.asarray(got), _reference(q, k, v, k_cache, v_cache, positions), rtol=1e-5, atol=1e-6)
 
 
-def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read() -> None:
-    params = _params()
+def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read(params) -> None:
     clean = CONFIG.build().empty_cache(2, 256)
     clean = jax.tree.map(lambda c: jax.random.normal(jax.random.PRNGKey(4), c.shape), clean)
     # Past the first bucket (128 positions) the cache holds NaN: a read of it would make the
@@ -69,9 +76,10 @@ def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read() -> Non
     # The first row reads positions 0-127, the whole first bucket; the second, one position.
     tokens, positions = jnp.asarray([[5], [7]]), jnp.asarray([[128], [1]])
 
+    read = {decode: jax.jit(CONFIG.build(impl=Impl(decode=decode)).cached_hidden) for decode in (Decode.LIVE, Decode.FULL)}
+
     def hidden(decode: Decode, cache):
-        model = CONFIG.build(impl=Impl(decode=decode))
-        return jax.jit(model.cached_hidden)(params, tokens, positions, cache)[0]
+        return read[decode](params, tokens, positions, cache)[0]
 
     live = hidden(Decode.LIVE, poisoned)
     np.testing.assert_allclose(np.asarray(live), np.asarray(hidden(Decode.FULL, clean)), rtol=1e-5, atol=1e-5)
@@ -91,10 +99,9 @@ def test_the_kernel_writes_what_xla_writes() -> None:
     assert not np.array_equal(np.asarray(xla, np.float32), np.asarray(cache, np.float32))
 
 
-def test_greedy_tokens_are_the_same_however_the_cache_is_read_and_written() -> None:
+def test_greedy_tokens_are_the_same_however_the_cache_is_read_and_written(params) -> None:
     # 256 positions a slot and prompts of 120-odd tokens: the live read goes from its 128-position
     # bucket to the whole cache as the rows pass position 128.
-    params = _params()
     rs = np.random.RandomState(0)
     prompts = [rs.randint(0, CONFIG.vocab_size, n).tolist() for n in (121, 126, 118)]
     sampling = SamplingParams(max_tokens=16)

@@ -13,6 +13,7 @@ from scipy import stats
 from levanter.generate import generate, generate_by_recompute
 from levanter.inference import Engine, SamplingParams, sample_tokens
 from levanter.models.llama import LlamaConfig
+from testsupport.levanter_data import random_params
 
 CONFIG = LlamaConfig(vocab_size=61, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                      num_layers=2, max_seq_len=64)
@@ -25,11 +26,27 @@ LEN, STEPS, TOP = 64, 4, 5
 
 @pytest.fixture(scope="module")
 def model_and_params():
-    model = CONFIG.build()
-    params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 8), jnp.int32))
-    # Sharper than the init's near-uniform logits, so greedy ties are not what is compared.
+    # Drawn with numpy (Haiku's initialisers, run op by op, cost seconds of compiling).
+    params = jax.tree.map(jnp.asarray, random_params(CONFIG, seed=3))
+    # Sharper than near-uniform logits, so greedy ties are not what is compared.
     params["lm_head"]["w"] = params["lm_head"]["w"] * 40.0
-    return model, params
+    return CONFIG.build(), params
+
+
+@pytest.fixture(scope="module")
+def recomputed(model_and_params):
+    """``prompt -> its greedy continuation by the recompute path to the end of the context``, each
+    prompt's once a module. One buffer length for every prompt (one program); a shorter greedy run
+    makes the first tokens of this one (the next token never depends on how many more may follow)."""
+    _, params = model_and_params
+    done: dict[tuple[int, ...], list[int]] = {}
+
+    def continuation(prompt: list[int]) -> list[int]:
+        if tuple(prompt) not in done:
+            done[tuple(prompt)] = generate_by_recompute(CONFIG, params, prompt, max_new_tokens=LEN)
+        return done[tuple(prompt)]
+
+    return continuation
 
 
 def _engine(model, params, slots: int = 4, **kwargs) -> Engine:
@@ -42,18 +59,23 @@ def _prompts(n: int, seed: int = 0, longest: int = 16) -> list[list[int]]:
     return [rs.randint(0, CONFIG.vocab_size, rs.randint(1, longest)).tolist() for _ in range(n)]
 
 
-def test_greedy_tokens_equal_the_recompute_path(model_and_params) -> None:
+# The prompts the recompute path continues (``recomputed``): shared by the tests that compare with it.
+# Six, for four slots: two requests wait for a slot another has left.
+PROMPTS = _prompts(6)
+
+
+def test_greedy_tokens_equal_the_recompute_path(model_and_params, recomputed) -> None:
     model, params = model_and_params
-    prompts = _prompts(10)
-    # Each prompt is continued to the end of the context: every recompute runs one buffer length.
-    sampling = [SamplingParams(max_tokens=LEN - len(p)) for p in prompts]
-    got = _engine(model, params).generate(prompts, sampling)
-    for prompt, completion in zip(prompts, got, strict=True):
-        assert completion.token_ids == generate_by_recompute(CONFIG, params, prompt, max_new_tokens=LEN)
+    # Each prompt is continued to the end of the context.
+    sampling = [SamplingParams(max_tokens=LEN - len(p)) for p in PROMPTS]
+    got = _engine(model, params).generate(PROMPTS, sampling)
+    for prompt, completion in zip(PROMPTS, got, strict=True):
+        assert completion.token_ids == recomputed(prompt)
         assert completion.finish_reason == "length"
         assert len(completion.logprobs) == LEN - len(prompt) and all(lp <= 0 for lp in completion.logprobs)
-    # The single-prompt entry point runs the same decoder.
-    assert generate(CONFIG, params, prompts[0], max_new_tokens=LEN) == got[0].token_ids
+    # The single-prompt entry point runs the same decoder (asked for one trip's tokens, it builds the
+    # program of the one-slot engines here).
+    assert generate(CONFIG, params, PROMPTS[0], max_new_tokens=STEPS) == got[0].token_ids[:STEPS]
 
 
 def test_logprobs_and_top_logprobs_are_the_models(model_and_params) -> None:
@@ -71,7 +93,7 @@ def test_logprobs_and_top_logprobs_are_the_models(model_and_params) -> None:
     padded = np.zeros((len(sequences), max(map(len, sequences))), np.int32)
     for row, ids in zip(padded, sequences, strict=True):
         row[:len(ids)] = ids
-    expected = np.asarray(jax.nn.log_softmax(model.apply(params, None, jnp.asarray(padded)), axis=-1))
+    expected = np.asarray(jax.nn.log_softmax(jax.jit(model.apply)(params, None, jnp.asarray(padded)), axis=-1))
     for request, (n, _), rows, sequence in zip(requests, asks, expected, sequences, strict=True):
         done = request.completion
         rows = rows[len(request.prompt_ids) - 1:len(sequence) - 1]
@@ -117,8 +139,9 @@ def test_sampling_frequencies_match_the_filtered_softmax() -> None:
 def test_temperature_zero_rows_are_greedy_beside_sampled_ones() -> None:
     logits = jax.random.normal(jax.random.PRNGKey(1), (4, 50))
     keys = jax.random.split(jax.random.PRNGKey(2), 4)
-    out = sample_tokens(logits, jnp.asarray([0.0, 1.0, 0.0, 2.0]), jnp.asarray([0, 0, 5, 0]),
-                        jnp.asarray([1.0, 0.5, 1.0, 1.0]), keys)
+    # Jitted: one program, not one per operation.
+    out = jax.jit(sample_tokens)(logits, jnp.asarray([0.0, 1.0, 0.0, 2.0]), jnp.asarray([0, 0, 5, 0]),
+                                 jnp.asarray([1.0, 0.5, 1.0, 1.0]), keys)
     assert int(out[0]) == int(jnp.argmax(logits[0])) and int(out[2]) == int(jnp.argmax(logits[2]))
 
 
@@ -135,26 +158,26 @@ def test_a_seed_decides_the_tokens_whatever_shares_the_batch(model_and_params) -
     assert other_seed[0].token_ids != wide[0].token_ids
 
 
-def test_requests_join_and_leave_a_running_batch(model_and_params) -> None:
+def test_requests_join_and_leave_a_running_batch(model_and_params, recomputed) -> None:
     model, params = model_and_params
     engine = _engine(model, params)
-    first = engine.submit(_prompts(1, seed=2)[0], SamplingParams(max_tokens=20))
+    first = engine.submit(PROMPTS[0], SamplingParams(max_tokens=20))
     engine.step()
     assert len(first.completion.token_ids) == 1 + STEPS  # the prefill's token and one trip
-    late = [engine.submit(p, SamplingParams(max_tokens=6)) for p in _prompts(5, seed=5)]
+    late = [engine.submit(p, SamplingParams(max_tokens=6)) for p in PROMPTS[1:]]
     engine.step()  # three join beside the first (four slots), two wait
     busy = [r for r in late if r.completion.token_ids]
     assert len(busy) == 3 and len(first.completion.token_ids) == 1 + 2 * STEPS
     engine.run()
     for request in [first, *late]:
-        alone = generate_by_recompute(CONFIG, params, request.prompt_ids, max_new_tokens=request.sampling.max_tokens)
+        alone = recomputed(request.prompt_ids)[:request.sampling.max_tokens]
         assert request.completion.token_ids == alone and request.completion.finish_reason == "length"
 
 
-def test_stop_tokens_stop_strings_and_cancel(model_and_params) -> None:
+def test_stop_tokens_stop_strings_and_cancel(model_and_params, recomputed) -> None:
     model, params = model_and_params
-    prompt = _prompts(1, seed=7)[0]
-    free = generate_by_recompute(CONFIG, params, prompt, max_new_tokens=30)
+    prompt = PROMPTS[1]
+    free = recomputed(prompt)[:30]
     stop_id = free[5]
     first_hit = free.index(stop_id)
     engine = _engine(model, params, decode_text=lambda ids: "".join(chr(65 + i % 26) + str(i) for i in ids))
