@@ -14,7 +14,8 @@ from marin.execution.run.runner import StepRunner
 
 
 def _step(version: str = "v1", units: int = 16) -> Step:
-    return Step(name="work/p", fn=progressing, config=ProgressingConfig(units=units, seconds_per_unit=0.15),
+    # About 1.3 s of units: several of the reporters' rounds (0.2 s) while the step works.
+    return Step(name="work/p", fn=progressing, config=ProgressingConfig(units=units, seconds_per_unit=0.08),
                 version=version)
 
 
@@ -28,7 +29,7 @@ def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down
     prefix = str(tmp_path / "store")
     out = io.StringIO()
     runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False,
-                        reporter=PlainReporter(out, progress_interval=0.3))
+                        reporter=PlainReporter(out, progress_interval=0.2))
     assert runner.run([_step()]).ok
     before = _lines_before_finish(out.getvalue(), "work/p")
     counts = [int(m.group(1)) for line in before
@@ -41,7 +42,7 @@ def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down
     assert not re.search(r"^estimate:", out.getvalue(), re.M)
 
     out2 = io.StringIO()
-    runner.reporter = PlainReporter(out2, progress_interval=0.3)
+    runner.reporter = PlainReporter(out2, progress_interval=0.2)
     result = runner.run([_step("v2")])  # a version bump: runs again, estimated from the first build
     text = out2.getvalue()
     assert re.search(r"^estimate: [0-9.]+s with -j 1 \(steps add up to [0-9.]+s; critical path work/p: ", text, re.M), text
