@@ -370,18 +370,19 @@ def test_a_watch_from_outside_the_holder_stays_quiet_while_the_holder_renews(fol
     lease.start_heartbeat()
     try:
         lost, _ = _watched(folder, lease)
-        assert not lost.wait(1.5)  # almost four lifetimes of the lease, renewed all along
+        assert not lost.wait(1.0)  # two and a half lifetimes of the lease (ten of the watch's looks), renewed all along
     finally:
         lease.release()
 
 
 def test_a_watch_from_outside_the_holder_sees_a_takeover(folder):
-    lease = Lease.acquire(folder, ttl=4.0, holder="a")
+    # Seen at the watch's next look (every ttl / 4), long before the unrenewed lease is given up.
+    lease = Lease.acquire(folder, ttl=2.0, holder="a")
     assert lease is not None
     lost, why = _watched(folder, lease)
     assert fs.create_if_absent(fs.join(folder, "lease-00000002.json"),
                                json.dumps({"holder": "b", "token": 2, "expires_at": time.time() + 30}))
-    assert lost.wait(1.0 + 2)
+    assert lost.wait(0.5 + 1)
     assert "taken over (newest is 2)" in why[0]
 
 
@@ -400,9 +401,9 @@ def test_a_watch_from_outside_the_holder_sees_a_holder_that_stopped_renewing(fol
 
 
 def test_a_watch_from_outside_the_holder_sees_a_release(folder):
-    lease = Lease.acquire(folder, ttl=4.0, holder="a")
+    lease = Lease.acquire(folder, ttl=2.0, holder="a")
     assert lease is not None
     lost, why = _watched(folder, lease)
     lease.release()
-    assert lost.wait(1.0 + 2)
+    assert lost.wait(0.5 + 1)
     assert "released" in why[0]
