@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import stat
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from marin.cli.group import cli
 from marin.execution.store.signing import SecretKey
 from testsupport.e2e import PIPELINE_STEPS, clean_env, entry, events, marin, plan_json, write_pipeline
 
@@ -118,14 +121,19 @@ def test_a_new_key_signs_what_the_cache_holds_so_the_old_one_can_go(tmp_path: Pa
     ("MARIN_CACHE_SIGNING_KEY", "{tmp}/public.key", "{tmp}/public.key: the key named 'ci-1' is a public key, "
                                                     "not a secret key: sign with the file `marin cache keygen` wrote"),
 ])
-def test_a_bad_key_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str) -> None:
+def test_a_bad_key_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process (the setting is refused before anything is planned or started): with no other
+    # MARIN_* variable set, as clean_env() gives a child.
+    for name in [k for k in os.environ if k.startswith("MARIN_")]:
+        monkeypatch.delenv(name)
     exp = write_pipeline(tmp_path / "exp")
     (tmp_path / "public.key").write_text(str(SecretKey.generate("ci-1").public()))
-    env = clean_env(**{setting: value.format(tmp=tmp_path)})
     verb = ["push", str(exp), "--to", str(tmp_path / "cache")] if "SIGNING" in setting else ["run", str(exp)]
-    ran = marin(*verb, "--prefix", str(tmp_path / "prefix"), env=env, check=False)
-    assert ran.returncode == 2, ran.describe()
+    ran = CliRunner().invoke(cli, [*verb, "--prefix", str(tmp_path / "prefix")],
+                             env={setting: value.format(tmp=tmp_path)})
+    assert ran.exit_code == 2, ran.output
     assert ran.stderr.splitlines() == [
         f"error: environment variable {setting}: bad value for '{setting}': {message.format(tmp=tmp_path)}",
-        "hint: fix the configuration source named above (see `marin config`)"], ran.describe()
+        "hint: fix the configuration source named above (see `marin config`)"], ran.output
     assert not (tmp_path / "prefix").exists() and not (tmp_path / "cache").exists()
