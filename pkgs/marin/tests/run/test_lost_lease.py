@@ -161,7 +161,7 @@ def test_a_step_ended_by_its_leases_new_holder_is_lost_not_failed_nor_retried(tm
     # that was frozen past its lease's expiry. It must not be recorded as failed, nor started
     # again under the lost lease: the runner waits for the new holder, then builds it.
     prefix = str(tmp_path / "store")
-    step = Step("lost/ended", t.steal_lease, t.NodeConfig(label="ended", sleep=1.5, fail=True, counter_dir=counter),
+    step = Step("lost/ended", t.steal_lease, t.NodeConfig(label="ended", sleep=0.8, fail=True, counter_dir=counter),
                 resources=ResourceConfig.with_cpu(1, max_retries=max_retries))
     runner = StepRunner(prefix=prefix, lease_ttl=60.0, poll_interval=0.02)
     try:
@@ -251,7 +251,7 @@ FINDS_THE_CHIP_HELD = textwrap.dedent("""
         run_step(payload)
     except Exception as e:
         print("ended:", type(e).__name__, flush=True)
-    time.sleep(2.0)  # the step is over; a warm process would be putting itself back for the next one
+    time.sleep(1.0)  # the step is over; a warm process would be putting itself back for the next one
     print("alive", flush=True)
 """)
 

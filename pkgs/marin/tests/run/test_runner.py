@@ -158,10 +158,10 @@ def test_only_builds_the_matching_steps_and_their_dependencies(tmp_path, counter
 
 
 def test_a_runner_whose_lease_was_taken_does_not_publish(tmp_path, counter):
-    # The step's first call hands the lease to a runner "elsewhere" (expiring in 1.5 s) and
+    # The step's first call hands the lease to a runner "elsewhere" (expiring in 0.8 s) and
     # returns. The runner must not publish that attempt; once the thief's lease expires it
     # takes over and runs the step again, which then sees no success record.
-    step = Step("lease/stolen", t.steal_lease, t.NodeConfig("stolen", sleep=1.5, counter_dir=counter))
+    step = Step("lease/stolen", t.steal_lease, t.NodeConfig("stolen", sleep=0.8, counter_dir=counter))
     result = _runner(str(tmp_path / "store"), lease_ttl=1.0).run([step])
     assert result.ok, result.steps
     assert _outcomes(result) == {"lease/stolen": Outcome.RAN}
