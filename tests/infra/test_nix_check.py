@@ -6,6 +6,7 @@ it fails, and so do these tests (they never skip).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,13 +97,29 @@ def test_nix_first_opens_its_store_under_the_installers_lock(tmp_path: Path) -> 
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(2)
+        # Until it waits on the lock (a `flock` under it) or has ended (it never asked for the lock).
+        deadline = time.monotonic() + 60
+        while check.poll() is None and not _waits_on_a_lock(check.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         created_while_held = (state / "db").exists()
         fcntl.flock(held, fcntl.LOCK_UN)
     stdout, stderr = check.communicate(timeout=300)
     assert not created_while_held, "the check opened the Nix store without waiting for the lock"
     assert check.returncode == 0, stdout + stderr
     assert (state / "db" / "db.sqlite").exists()
+
+
+def _waits_on_a_lock(pid: int) -> bool:
+    """Whether a ``flock`` process runs under ``pid`` (check.sh takes its lock with flock(1))."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    names = []
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            names.append(child.name())
+    return "flock" in names
 
 
 def test_a_nix_syntax_error_fails(tree: Path) -> None:
