@@ -6,8 +6,10 @@ speed does not depend on what the weights say. Tables:
 * **decode and prefill**, per model preset and batch (1, 8, 64): ``batch`` requests of a
   ``--prompt-len`` prompt and ``--new-tokens`` new tokens, one slot each. Prefill tokens/s is
   ``batch * prompt_len / t`` for a run that only prefills (``max_tokens=1``); decode tokens/s is
-  ``batch * (new_tokens - 1) / (t_run - t_prefill)``, the median of ``--reps`` runs after one that
-  compiles.
+  ``batch * (new_tokens - 1) / t_decode``, ``t_decode`` the engine's decode trips of a whole run
+  (each from its dispatch to its tokens ready on the host: the device loop and its one sync, not the
+  host's prefill dispatches, whose jitter a difference of two runs' totals carried), the median of
+  ``--reps`` runs after one that compiles.
 * **the HBM roofline**: what a good decoder must read at a step, once: every weight but the
   embedding table (of which it reads the batch's rows; a tied table is the head, read whole) and the
   live cache, ``layers * 2 (keys, values) * batch * kv_heads * head_dim * bytes per value`` times the
@@ -43,11 +45,13 @@ when ``OUT`` is set).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -96,6 +100,28 @@ def _timed(engine: Any, prompts: list[list[int]], sampling: Any) -> float:
     return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def _decode_trips() -> Iterator[list[float]]:
+    """The seconds of each decode trip the engine makes meanwhile (the device loop, dispatch to
+    results ready), appended to the list yielded: the engine's ``decode_steps`` timed in place."""
+    from levanter.inference import engine as engine_module
+
+    trips: list[float] = []
+    plain = engine_module.decode_steps
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        out = jax.block_until_ready(plain(*args, **kwargs))
+        trips.append(time.perf_counter() - start)
+        return out
+
+    engine_module.decode_steps = timed
+    try:
+        yield trips
+    finally:
+        engine_module.decode_steps = plain
+
+
 def read_per_step(model: Any, params: Any, batch: int, prompt_len: int, new_tokens: int) -> tuple[int, int]:
     """(weight bytes, mean live cache bytes) a decode step must read (the module's roofline)."""
     c = model.config
@@ -120,9 +146,13 @@ def decode_row(model: Any, params: Any, batch: int, prompt_len: int, new_tokens:
     full, first = SamplingParams(max_tokens=new_tokens), SamplingParams(max_tokens=1)
     _timed(engine, prompts, full)  # compiles prefill and the decode loop
     compiled_s = time.perf_counter() - started
-    runs = [(_timed(engine, prompts, first), _timed(engine, prompts, full)) for _ in range(reps)]
-    prefill = statistics.median(p for p, _ in runs)
-    decode = statistics.median(max(t - p, 1e-9) for p, t in runs)
+    prefill = statistics.median(_timed(engine, prompts, first) for _ in range(reps))
+    decodes = []
+    for _ in range(reps):
+        with _decode_trips() as trips:
+            _timed(engine, prompts, full)
+        decodes.append(sum(trips))
+    decode = statistics.median(decodes)
     step = decode / (new_tokens - 1)
     cache = _bytes(jax.eval_shape(lambda: model.empty_cache(batch, length)))
     weights, live = read_per_step(model, params, batch, prompt_len, new_tokens)
