@@ -36,8 +36,9 @@ def bigram_batches(count: int, seed: int, rows: int = BATCH, length: int = SEQ +
 
 
 def train(moment_dtype: str = "float32", factored: bool = False, steps: int = STEPS, seed: int = 0,
-          beta2: float = 0.95) -> dict:
-    """Train ``llama_nano`` (vocabulary 512) for ``steps`` steps; its per-step losses and held-out loss."""
+          beta2: float = 0.95, seq: int = SEQ) -> dict:
+    """Train ``llama_nano`` (vocabulary 512) for ``steps`` steps of ``BATCH`` sequences of ``seq``
+    tokens; its per-step losses and held-out loss (8 batches of the same shape)."""
     import jax
     import jax.numpy as jnp
 
@@ -54,13 +55,13 @@ def train(moment_dtype: str = "float32", factored: bool = False, steps: int = ST
     model = model_config.build(jnp.float32)
     step = jax.jit(make_train_step(model, optimizer.at_rate, jnp.float32, 1), donate_argnums=0)
     rate = optimizer.rate_of_step(steps)
-    data = bigram_batches(steps, seed=seed + 1)
+    data = bigram_batches(steps, seed=seed + 1, length=seq + 1)
     losses = []
     for i in range(steps):
         state, metrics = step(state, jnp.asarray(data[i]), rate(i))
         losses.append(metrics["loss"])
     held_out = jax.jit(lambda p, b: loss_fn(model, p, b, jnp.float32))
-    evaluation = [float(held_out(state.params, jnp.asarray(b))) for b in bigram_batches(8, seed=99)]
+    evaluation = [float(held_out(state.params, jnp.asarray(b))) for b in bigram_batches(8, seed=99, length=seq + 1)]
     return {"losses": [float(x) for x in losses], "final_loss": float(np.mean(evaluation))}
 
 

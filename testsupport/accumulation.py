@@ -1,9 +1,11 @@
 """One optimizer step on chat windows whose micro-batches weigh very differently: what gradient
 accumulation and a data mesh must agree on (the whole batch's token mean).
 
-``python -m testsupport.accumulation OUT`` runs the step on a data mesh of this process's devices
-(``grad_accum`` 1 and 2), saving the parameters to ``OUT/accum<k>.npz`` and printing one JSON line
-of the metrics.
+``python -m testsupport.accumulation OUT [CONFIG RUN_OUT]`` runs the step on a data mesh of this
+process's devices (``grad_accum`` 1 and 2), saving the parameters to ``OUT/accum<k>.npz``; given a
+trainer config (JSON) and an output folder, it then trains that run too on the same devices (one
+process for a test module's multi-device work: a process's start and imports cost seconds). It
+prints one JSON line: the devices, the step's metrics, and the run's summary (or null).
 """
 
 from __future__ import annotations
@@ -72,19 +74,27 @@ def one_step(windows: np.ndarray, grad_accum: int, mesh: Any = None) -> tuple[di
     return flat, {k: float(v) for k, v in metrics.items()}
 
 
-def _main(out: str) -> None:
+def _main(out: str, run: list[str]) -> None:
     import jax
 
+    from levanter.config import config_from_dict
     from levanter.sharding import MeshConfig, make_mesh
+    from levanter.trainer import main
 
+    if len(run) not in (0, 2):
+        raise SystemExit(f"usage: python -m testsupport.accumulation OUT [CONFIG RUN_OUT], got {run!r} after OUT")
     mesh = make_mesh(MeshConfig())
     metrics = {}
     for accum in (1, 2):
         params, metrics[accum] = one_step(unequal_windows(), accum, mesh)
         arrays: dict[str, Any] = dict(params)  # as savez's keywords (its allow_pickle among them, by type)
         np.savez(os.path.join(out, f"accum{accum}.npz"), **arrays)
-    print(json.dumps({"devices": jax.device_count(), "metrics": metrics}))
+    summary = None
+    if run:
+        with open(run[0]) as f:
+            summary = main(config_from_dict(json.load(f)), run[1]).to_json()
+    print(json.dumps({"devices": jax.device_count(), "metrics": metrics, "run": summary}, default=str))
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1])
+    _main(sys.argv[1], sys.argv[2:])

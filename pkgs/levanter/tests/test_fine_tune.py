@@ -41,27 +41,40 @@ def _first_loss(out: str) -> float:
     return next(r["loss"] for r in rows if "loss" in r)
 
 
-def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grown(tiny_dataset: str, tmp_path) -> None:
-    pretrained = str(tmp_path / "pretrained")
-    main(tiny_config(tiny_dataset, num_train_steps=40, eval_batches=0), pretrained)
-    chat = _chat_dataset(str(tmp_path / "chat"), vocab_size=68)
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The chat data of both tests (read-only): written once."""
+    return _chat_dataset(str(tmp_path_factory.mktemp("chat") / "chat"), vocab_size=68)
 
+
+@pytest.fixture(scope="module")
+def scratch(chat: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh model trained 2 steps on the chat data: the fine-tune's baseline, and the model the
+    eval scores (one run for both)."""
+    out = str(tmp_path_factory.mktemp("scratch") / "run")
+    main(tiny_config(chat, num_train_steps=2, eval_batches=1, log_every=1), out)
+    return out
+
+
+def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grown(pretrained_tiny, chat: str,
+                                                                                    scratch: str, tmp_path) -> None:
+    # The session's tiny model, trained 20 steps on the pattern documents the chat data holds.
+    pretrained = pretrained_tiny[1]
     tuned = str(tmp_path / "tuned")
     config = tiny_config(chat, num_train_steps=2, eval_batches=1, initialize_from=TrainedModel(pretrained),
                          log_every=1)
     result = main(config, tuned)
     assert result.model.vocab_size == 68 and result.start_step == 0
-    scratch = str(tmp_path / "scratch")
-    main(tiny_config(chat, num_train_steps=2, eval_batches=1, log_every=1), scratch)
-    # The pretrained model already knows the documents; a fresh one is at chance (log 68 = 4.2).
-    assert _first_loss(tuned) < 0.7 * _first_loss(scratch), (_first_loss(tuned), _first_loss(scratch))
+    # The pretrained model already knows the documents (its first loss: 3.47 nats); a fresh one is at
+    # chance (log 68 = 4.22, give or take a few hundredths at any initialisation).
+    assert _first_loss(tuned) < 0.85 * _first_loss(scratch), (_first_loss(tuned), _first_loss(scratch))
 
     wider = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
     with pytest.raises(ValueError, match=r"the trained model's shape differs from model= \(hidden_dim: 32 != 64\)"):
         main(wider, str(tmp_path / "wider"))
 
 
-def test_eval_on_chat_data_scores_the_mask_on_targets_only(tmp_path) -> None:
+def test_eval_on_chat_data_scores_the_mask_on_targets_only(chat: str, scratch: str) -> None:
     import jax.numpy as jnp
 
     from levanter.data import DatasetSpec, eval_batches
@@ -70,10 +83,7 @@ def test_eval_on_chat_data_scores_the_mask_on_targets_only(tmp_path) -> None:
     from levanter.models.llama import transformed_llama
     from levanter.trainer import loss_fn
 
-    chat = _chat_dataset(str(tmp_path / "chat"), vocab_size=68)
-    out = str(tmp_path / "model")
-    main(tiny_config(chat, num_train_steps=2, eval_batches=0), out)
-    config, params = load_final_model(out)
+    config, params = load_final_model(scratch)
     result = evaluate_split(config, params, chat, "validation", seq_len=32, batch_size=8,
                             byte_lengths=np.ones(68, dtype=np.int64))
     # 40 conversations of a mask-off header and its document's tokens (mask on), one per window:

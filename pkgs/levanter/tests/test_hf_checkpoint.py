@@ -141,20 +141,20 @@ def test_folder_without_weights_or_config_is_named(tmp_path):
         load_hf_params(str(tmp_path), CONFIG)
 
 
-def test_training_starts_from_an_hf_checkpoint_and_checkpoints_read_back(tiny_dataset, tmp_path):
+def test_training_starts_from_an_hf_checkpoint_and_checkpoints_read_back(pretrained_tiny, tmp_path):
     from levanter.compat.hf_checkpoint import HfCheckpointError
     from levanter.config import config_from_dict, config_to_dict
     from levanter.initialize import HfCheckpoint
     from levanter.optim import AdamConfig
     from levanter.trainer import checkpoint_dir
 
-    source = str(tmp_path / "source")
-    main(tiny_config(tiny_dataset, eval_batches=0), source)
+    # The session's tiny run (20 steps of tiny_config: checkpoints every 2 steps, the last 2 kept).
+    tiny_dataset, source = pretrained_tiny
     config, params = load_final_model(source)
     # The last checkpoint reads back as the final parameters, without a model or optimizer to restore into.
-    _assert_same_params(read_checkpoint_params(checkpoint_dir(source), 2), params)
-    with pytest.raises(FileNotFoundError, match=r"no committed checkpoint of step 1 \(committed: \[2\]\)"):
-        read_checkpoint_params(checkpoint_dir(source), 1)
+    _assert_same_params(read_checkpoint_params(checkpoint_dir(source), 20), params)
+    with pytest.raises(FileNotFoundError, match=r"no committed checkpoint of step 19 \(committed: \[18, 20\]\)"):
+        read_checkpoint_params(checkpoint_dir(source), 19)
     hf_folder = str(tmp_path / "hf")
     save_hf_model(hf_folder, config, params)
 

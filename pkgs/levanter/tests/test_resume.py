@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 
 import numpy as np
+import pytest
 
 from levanter.checkpoint import CheckpointConfig
 from levanter.trainer import PREEMPTED_EXIT_CODE, checkpoint_dir, main
@@ -48,12 +50,17 @@ def _assert_bitwise_equal(a: dict, b: dict) -> None:
         assert np.array_equal(a[key], b[key]), f"{key} differs"
 
 
-def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
-    reference_out = str(tmp_path / "reference")
-    main(_config(tiny_dataset), reference_out)
+@pytest.fixture(scope="module")
+def reference(shared_tiny_dataset, tmp_path_factory) -> dict[str, np.ndarray]:
+    """The final parameters of the uninterrupted run that the killed and the preempted runs must end at."""
+    out = str(tmp_path_factory.mktemp("reference") / "run")
+    main(_config(shared_tiny_dataset), out)
+    return final_params(out)
 
+
+def test_sigkill_then_rerun_matches_uninterrupted_run(shared_tiny_dataset, reference, tmp_path):
     out = str(tmp_path / "killed")
-    cfg = _config(tiny_dataset)
+    cfg = _config(shared_tiny_dataset)
     proc = start_trainer(cfg, out, str(tmp_path / "cfg.json"))
     seen = _wait_for_checkpoint(proc, checkpoint_dir(out), at_least=4)
     proc.send_signal(signal.SIGKILL)
@@ -65,12 +72,12 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tiny_dataset, tmp_path):
     result = main(cfg, out)
     assert 4 <= result.start_step < STEPS
     assert result.steps == STEPS
-    _assert_bitwise_equal(final_params(out), final_params(reference_out))
+    _assert_bitwise_equal(final_params(out), reference)
 
 
-def test_sigterm_saves_and_exits_resumable(tiny_dataset, tmp_path):
+def test_sigterm_saves_and_exits_resumable(shared_tiny_dataset, reference, tmp_path):
     out = str(tmp_path / "run")
-    cfg = _config(tiny_dataset)
+    cfg = _config(shared_tiny_dataset)
     proc = start_trainer(cfg, out, str(tmp_path / "cfg.json"))
     _wait_for_checkpoint(proc, checkpoint_dir(out), at_least=3)
     proc.send_signal(signal.SIGTERM)
@@ -90,9 +97,7 @@ def test_sigterm_saves_and_exits_resumable(tiny_dataset, tmp_path):
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
     pairs = [(r["step"], k) for r in rows for k in r if k != "step"]
     assert len(set(pairs)) == len(pairs)
-    reference_out = str(tmp_path / "reference")
-    main(_config(tiny_dataset), reference_out)
-    _assert_bitwise_equal(final_params(out), final_params(reference_out))
+    _assert_bitwise_equal(final_params(out), reference)
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path, caplog):
@@ -100,6 +105,9 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path
     cfg = tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,
                       checkpoint=CheckpointConfig(save_every=2, keep_last=3))
     main(cfg, out)
+    # The uninterrupted run's final parameters: where the resumed run must end (and write them anew).
+    reference = final_params(out)
+    shutil.rmtree(os.path.join(out, "final"))
     ckpt = checkpoint_dir(out)
     assert _committed_steps(ckpt) == [2, 4, 6]
     # Overwrite every array file of the newest checkpoint with garbage.
@@ -115,7 +123,4 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path
         result = main(cfg, out)
     assert result.start_step == 4 and result.steps == 6
     assert any("unreadable" in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records)
-    reference_out = str(tmp_path / "reference")
-    main(tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,
-                     checkpoint=CheckpointConfig(save_every=2, keep_last=3)), reference_out)
-    _assert_bitwise_equal(final_params(out), final_params(reference_out))
+    _assert_bitwise_equal(final_params(out), reference)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -39,18 +40,32 @@ def assert_same_state(a: list[np.ndarray], b: list[np.ndarray]) -> None:
         assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
 
 
-def test_a_run_started_from_a_checkpoint_continues_the_trajectory(tiny_dataset, tmp_path):
-    short, long_out, fresh = (str(tmp_path / n) for n in ("short", "long", "fresh"))
-    main(_config(tiny_dataset, 4), short)
+@pytest.fixture(scope="module")
+def short(shared_tiny_dataset, tmp_path_factory) -> str:
+    """A 4-step run (read-only): the checkpoint the tests start from."""
+    out = str(tmp_path_factory.mktemp("short") / "run")
+    main(_config(shared_tiny_dataset, 4), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fresh(shared_tiny_dataset, tmp_path_factory) -> str:
+    """An 8-step run from scratch (read-only): the trajectory a started run is compared with."""
+    out = str(tmp_path_factory.mktemp("fresh") / "run")
+    main(_config(shared_tiny_dataset, 8), out)
+    return out
+
+
+def test_a_run_started_from_a_checkpoint_continues_the_trajectory(shared_tiny_dataset, short, fresh, tmp_path):
+    long_out = str(tmp_path / "long")
     start = CheckpointStart(os.path.join(short, "checkpoints"), 4, metrics_path=os.path.join(short, "metrics.jsonl"))
-    result = main(_config(tiny_dataset, 8, initialize_from=start), long_out)
+    result = main(_config(shared_tiny_dataset, 8, initialize_from=start), long_out)
     assert (result.start_step, result.steps) == (4, 8)
     # The start is the trainer's initialize_from, of kind "checkpoint", and reads back from config.json.
     with open(os.path.join(long_out, "config.json")) as f:
         saved = json.load(f)
     assert saved["trainer"]["initialize_from"]["kind"] == "checkpoint"
     assert config_from_dict(saved).trainer.initialize_from == start
-    main(_config(tiny_dataset, 8), fresh)
     # Parameters, optimizer state, step counter and key: bit for bit.
     assert_same_state(checkpoint_state(long_out, 8), checkpoint_state(fresh, 8))
     # The curve starts at step 1: the first run's rows, then this run's.
@@ -59,22 +74,19 @@ def test_a_run_started_from_a_checkpoint_continues_the_trajectory(tiny_dataset, 
     assert steps == list(range(1, 9))
 
 
-def test_reset_data_loader_reads_the_data_from_the_start(tiny_dataset, tmp_path):
-    short, reset, fresh = (str(tmp_path / n) for n in ("short", "reset", "fresh"))
-    main(_config(tiny_dataset, 4), short)
-    main(_config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 4,
-                                                                  reset_data_loader=True)), reset)
-    main(_config(tiny_dataset, 8), fresh)
+def test_reset_data_loader_reads_the_data_from_the_start(shared_tiny_dataset, short, fresh, tmp_path):
+    reset = str(tmp_path / "reset")
+    main(_config(shared_tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 4,
+                                                                         reset_data_loader=True)), reset)
     ours, theirs = checkpoint_state(reset, 8), checkpoint_state(fresh, 8)
     # Same start, other batches: the parameters part (the counter and key do not).
     assert any(not np.array_equal(x, y) for x, y in zip(ours, theirs, strict=True))
 
 
-def test_a_missing_checkpoint_is_named(tiny_dataset, tmp_path):
-    short = str(tmp_path / "short")
-    main(_config(tiny_dataset, 4), short)
-    with pytest.raises(FileNotFoundError, match=r"short/checkpoints: no committed checkpoint of step 2 \(committed: \[4\]\)"):
-        main(_config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 2)),
+def test_a_missing_checkpoint_is_named(shared_tiny_dataset, short, tmp_path):
+    named = re.escape(os.path.join(short, "checkpoints")) + r": no committed checkpoint of step 2 \(committed: \[4\]\)"
+    with pytest.raises(FileNotFoundError, match=named):
+        main(_config(shared_tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 2)),
              str(tmp_path / "b"))
     with pytest.raises(ValueError, match="initialize_from starts at step 8, not before the end of training"):
-        _config(tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 8))
+        _config(shared_tiny_dataset, 8, initialize_from=CheckpointStart(os.path.join(short, "checkpoints"), 8))
