@@ -41,12 +41,13 @@ def test_accelerator_steps_take_turns_cpu_steps_run_beside_them_hidden_and_a_for
     monkeypatch.setenv("JAX_PLATFORMS", "")
     records, lock = tmp_path / "records", str(tmp_path / "libtpu_lockfile")
     records.mkdir()
-    tpus = [chip.tpu(f"t{i}", str(records), lock, seconds=0.4) for i in range(4)]
+    tpus = [chip.tpu(f"t{i}", str(records), lock, seconds=0.25) for i in range(4)]
     cpus = [chip.cpu(f"c{i}", str(records), seconds=0.6) for i in range(6)]
     steps = [s for pair in zip(tpus, cpus, strict=False) for s in pair] + cpus[len(tpus):]
     waits = _Waits()
     runner = _runner(tmp_path, waits, max_parallel=4)
-    foreign = chip.hold_lock(lock, seconds=1.5)  # another user's process holds the chip as the run starts
+    held_s = 1.5  # the run must find it held: its planning and first start come first
+    foreign = chip.hold_lock(lock, seconds=held_s)  # another user's process holds the chip as the run starts
     try:
         result = runner.run(steps)
     finally:
@@ -66,7 +67,7 @@ def test_accelerator_steps_take_turns_cpu_steps_run_beside_them_hidden_and_a_for
     assert waits.lines and waits.lines[0][0].startswith("chip/")
     assert f"{lock} is held by pid {foreign.pid}" in waits.lines[0][1]
     # CPU steps ran beside them (while the chip was held, or used by a step of the run).
-    busy = [(released - 1.5, released), *accelerator]
+    busy = [(released - held_s, released), *accelerator]
     assert any(c["start"] < end and start < c["end"] for c in data for start, end in busy)
     # Every CPU step's process saw the accelerator hidden; every accelerator step the user's setting.
     assert {r["JAX_PLATFORMS"] for r in data} == {"cpu"}
