@@ -100,8 +100,8 @@ def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_ste
                             num_layers=1, max_seq_len=32)
         return lower(train_lm(name="checkpoints/p", version="v1", model=model,
                               optimizer=AdamConfig(learning_rate=3e-3, warmup=2), datasets={data: 1.0},
-                              batch_size=4, seq_len=32, num_train_steps=300, eval_every=0,
-                              checkpoint=CheckpointConfig(save_every=150)))
+                              batch_size=4, seq_len=32, num_train_steps=100, eval_every=0,
+                              checkpoint=CheckpointConfig(save_every=50)))
 
     prefix = str(tmp_path / "store")
     out = io.StringIO()
@@ -111,8 +111,8 @@ def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_ste
     assert first.ok, out.getvalue()
     before = _lines_before_finish(out.getvalue(), "checkpoints/p")
     steps = [int(m.group(1)) for line in before
-             for m in [re.match(r"\[progress\] checkpoints/p: step (\d+)/300 \(\d+%\), loss [0-9.]+, ", line)] if m]
-    assert steps and min(steps) < 300, out.getvalue()
+             for m in [re.match(r"\[progress\] checkpoints/p: step (\d+)/100 \(\d+%\), loss [0-9.]+, ", line)] if m]
+    assert steps and min(steps) < 100, out.getvalue()
 
     # The tokenize code "refactored": a version bump, the same shards. Training is not repeated.
     second = StepRunner(prefix=prefix, max_parallel=1, strict_env=False).run([graph("v2")])
