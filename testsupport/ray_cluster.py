@@ -32,6 +32,11 @@ __all__ = ["NODE_ENV", "RAY_HEAD_GROUP", "MultiNodeCluster", "ray_client", "ray_
            "require_session_head", "stop_session_head"]
 
 _START_TIMEOUT_S = 90.0
+_LOG_MONITOR = False
+"""``include_log_monitor`` of every node started here, off: no driver of the suite reads worker output
+through Ray (fray's client and the tests connect with ``log_to_driver=False``; a step's output
+reaches its log by fray's own means), so a node's log monitor would only poll every log file of
+the node for nothing, a process of its own (seen at 5% of a core)."""
 
 RAY_HEAD_GROUP = "ray-head"
 """The xdist group of every test that uses :func:`ray_cluster` (the root ``conftest.py`` assigns it):
@@ -70,7 +75,8 @@ def _start_head(num_cpus: int, host: str) -> _Head:
     command = [
         ray_bin, "start", "--head", "--block", "--disable-usage-stats",
         f"--node-ip-address={host}", f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0",
-        "--include-dashboard=false", f"--temp-dir={temp_dir}",
+        "--include-dashboard=false", f"--include-log-monitor={str(_LOG_MONITOR).lower()}",
+        f"--temp-dir={temp_dir}",
         f"--ray-client-server-port={free_port(host)}",
         f"--dashboard-agent-listen-port={free_port(host)}",
         f"--dashboard-agent-grpc-port={free_port(host)}",
@@ -162,12 +168,13 @@ def _start_multinode(nodes: Mapping[str, Mapping[str, Any]], temp_dir: str) -> M
     before = {p.pid for p in psutil.Process().children()}
     try:
         cluster.add_node(num_cpus=0, gcs_server_port=free_port(), include_dashboard=False, temp_dir=temp_dir,
-                         **_node_ports())
+                         include_log_monitor=_LOG_MONITOR, **_node_ports())
         if cluster.address is None:
             raise RuntimeError("the Ray test cluster's head started without an address")
         out = MultiNodeCluster(cluster=cluster, address=cluster.address)
         for name, args in nodes.items():
-            out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, **_node_ports(), **dict(args))
+            out.nodes[name] = cluster.add_node(env_vars={NODE_ENV: name}, include_log_monitor=_LOG_MONITOR,
+                                               **_node_ports(), **dict(args))
         cluster.wait_for_nodes()
         return out
     except BaseException:
