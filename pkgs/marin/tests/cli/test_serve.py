@@ -267,7 +267,8 @@ def test_a_decoder_failure_answers_every_request_in_flight_with_a_server_error()
     config = LlamaConfig(vocab_size=8, hidden_dim=8, intermediate_dim=16, num_heads=2, num_kv_heads=2, num_layers=1,
                          max_seq_len=16)
     wrong = dataclasses.replace(config, hidden_dim=16, intermediate_dim=32)
-    params = wrong.build().init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+    # Jitted: one program, not one per operation of the initialisation.
+    params = jax.jit(wrong.build().init)(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate("abcdefg") } | {"[UNK]": 7}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     model = GenerationModel("broken", config, params, tokenizer, ())

@@ -1,4 +1,10 @@
-"""Runs that extend instead of retraining, and branches from a kept checkpoint (through real steps)."""
+"""Runs that extend instead of retraining, and branches from a kept checkpoint (through real steps).
+
+Training a run costs mostly its fixed start (tracing and lowering its programs), not its steps, so
+the tests share what they can: the session's ``trained_prefix`` (``tiny_model`` of 10 and 20 steps,
+both trained from step 0) and, once per module, the 10-step run alone (``short_prefix``) and the
+30-step WSD run (``wsd_prefix``); each test adds its builds to a copy.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,30 @@ COSINE = AdamConfig(learning_rate=3e-3, warmup=2, schedule="cosine")
 @pytest.fixture(scope="module")
 def data_prefix(tmp_path_factory, lm_data_prefix):
     return copy_prefix(lm_data_prefix, tmp_path_factory.mktemp("lm") / "store")
+
+
+@pytest.fixture(scope="module")
+def short_prefix(tmp_path_factory, lm_data_prefix):
+    """The data and ``tiny_model(steps=10)``, without the 20-step run (that would extend it)."""
+    prefix = copy_prefix(lm_data_prefix, tmp_path_factory.mktemp("short") / "store")
+    _build(prefix, tiny_model(steps=10))
+    return prefix
+
+
+def _wsd(decay_steps: int) -> AdamConfig:
+    return AdamConfig(learning_rate=3e-3, warmup=2, schedule="wsd", decay=decay_steps, decay_shape="linear")
+
+
+# Decays over its last 10 of 30 steps: up to step 20 it is at the peak (checkpoints 10, 20 and 30 kept).
+STABLE = tiny_model("checkpoints/stable", steps=30, optimizer=_wsd(10), save_every=10, keep_every=10)
+
+
+@pytest.fixture(scope="module")
+def wsd_prefix(tmp_path_factory, lm_data_prefix):
+    """The data and :data:`STABLE` trained."""
+    prefix = copy_prefix(lm_data_prefix, tmp_path_factory.mktemp("wsd") / "store")
+    _build(prefix, STABLE)
+    return prefix
 
 
 def final_state(output_path: str, step: int) -> list[np.ndarray]:
@@ -62,10 +92,10 @@ def _start_reason(prefix, handle) -> str:
     return starts[0] if starts else ""
 
 
-def test_extend_equals_training_from_scratch_at_half_the_steps(data_prefix, tmp_path):
-    prefix = copy_prefix(data_prefix, tmp_path / "store")
-    short = _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
-    longer = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None)
+def test_extend_equals_training_from_scratch_at_half_the_steps(short_prefix, trained_prefix, tmp_path):
+    prefix = copy_prefix(short_prefix, tmp_path / "store")
+    short = _build(prefix, tiny_model(steps=10))  # cached
+    longer = tiny_model(steps=20)
     # The plan says what it will reuse; the identity is unchanged by it.
     short_name = "checkpoints/" + os.path.basename(short)
     assert _start_reason(prefix, longer) == f"extends {short_name} from step 10 (saves 10 steps)"
@@ -74,8 +104,9 @@ def test_extend_equals_training_from_scratch_at_half_the_steps(data_prefix, tmp_
     summary = _summary(extended)
     assert (summary["start_step"], summary["steps"]) == (10, 20)  # half of the steps trained
 
-    fresh_prefix = copy_prefix(data_prefix, tmp_path / "fresh")
-    fresh = _build(fresh_prefix, tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None))
+    # The same step trained from step 0: the session's build (its 20-step run came before its 10-step
+    # one), read where it is (a run on the shared prefix would write to it).
+    fresh = str(trained_prefix / "checkpoints" / os.path.basename(extended))
     assert (_summary(fresh)["start_step"], _summary(fresh)["steps"]) == (0, 20)
     assert_same(final_state(extended, 20), final_state(fresh, 20))
     # The curve of the extended run starts at step 1, as the fresh run's does.
@@ -94,14 +125,13 @@ def test_a_cosine_run_is_not_extended_and_the_plan_says_why(data_prefix, tmp_pat
     assert _summary(_build(prefix, longer))["start_step"] == 0
 
 
-def test_another_recipe_is_never_extended(data_prefix, tmp_path):
-    prefix = copy_prefix(data_prefix, tmp_path / "store")
-    _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
-    other_lr = tiny_model(steps=20, optimizer=AdamConfig(learning_rate=1e-2, warmup=2, schedule="constant"),
-                          save_every=5, keep_every=None)
-    assert _start_reason(prefix, other_lr) == ""
-    other_seed = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None, seed=1)
-    assert _start_reason(prefix, other_seed) == ""
+def test_another_recipe_is_never_extended(short_prefix):
+    # The 10-step run is there to extend (the plans below only read the prefix).
+    assert _start_reason(short_prefix, tiny_model(steps=20)).startswith("extends ")
+    other_lr = tiny_model(steps=20, optimizer=AdamConfig(learning_rate=1e-2, warmup=2, schedule="constant"))
+    assert _start_reason(short_prefix, other_lr) == ""
+    other_seed = tiny_model(steps=20, optimizer=CONSTANT, seed=1)
+    assert _start_reason(short_prefix, other_seed) == ""
 
 
 def test_a_branch_names_its_source_and_step(data_prefix, tmp_path):
@@ -138,15 +168,9 @@ def test_checkpoint_without_a_step_fine_tunes_the_final_parameters(data_prefix, 
         checkpoint("checkpoints/pretrained")
 
 
-def _wsd(decay_steps: int) -> AdamConfig:
-    return AdamConfig(learning_rate=3e-3, warmup=2, schedule="wsd", decay=decay_steps, decay_shape="linear")
-
-
-def test_a_cooldown_branch_equals_the_wsd_run_whose_decay_starts_there(data_prefix, tmp_path):
-    prefix = copy_prefix(data_prefix, tmp_path / "store")
-    # The stable run decays over its last 10 of 30 steps: up to step 20 it is at the peak.
-    stable = tiny_model("checkpoints/stable", steps=30, optimizer=_wsd(10), save_every=10, keep_every=10)
-    branch = tiny_model("checkpoints/cooldown", steps=16, optimizer=_wsd(6), initialize_from=checkpoint(stable, 10))
+def test_a_cooldown_branch_equals_the_wsd_run_whose_decay_starts_there(wsd_prefix, data_prefix, tmp_path):
+    prefix = copy_prefix(wsd_prefix, tmp_path / "store")
+    branch = tiny_model("checkpoints/cooldown", steps=16, optimizer=_wsd(6), initialize_from=checkpoint(STABLE, 10))
     branch_out = _build(prefix, branch)
     assert (_summary(branch_out)["start_step"], _summary(branch_out)["steps"]) == (10, 16)
     # One WSD run of the same total whose decay starts at 10, trained from step 0 elsewhere.
@@ -156,20 +180,19 @@ def test_a_cooldown_branch_equals_the_wsd_run_whose_decay_starts_there(data_pref
     assert_same(final_state(branch_out, 16), final_state(single_out, 16))
 
 
-def test_moving_a_wsd_decay_later_extends_the_earlier_build(data_prefix, tmp_path):
-    prefix = copy_prefix(data_prefix, tmp_path / "store")
-    first = _build(prefix, tiny_model(steps=20, optimizer=_wsd(10), save_every=5, keep_every=5))
-    later = tiny_model(steps=20, optimizer=_wsd(4), save_every=5, keep_every=5)  # decay from 16, not 10
-    assert _start_reason(prefix, later) == f"extends checkpoints/{os.path.basename(first)} from step 10 (saves 10 steps)"
+def test_moving_a_wsd_decay_later_extends_the_earlier_build(wsd_prefix):
+    first = _build(wsd_prefix, STABLE)  # cached
+    later = tiny_model("checkpoints/stable", steps=30, optimizer=_wsd(4), save_every=10, keep_every=10)  # decay from 26, not 20
+    assert _start_reason(wsd_prefix, later) == f"extends checkpoints/{os.path.basename(first)} from step 20 (saves 20 steps)"
 
 
-def test_the_run_extends_exactly_the_build_the_plan_named(data_prefix, tmp_path):
+def test_the_run_extends_exactly_the_build_the_plan_named(short_prefix, tmp_path):
     """An earlier build that appears between the plan and the step's start is not what the run
     extends: the step is handed the plan's decision, and its summary and provenance name it."""
-    prefix = copy_prefix(data_prefix, tmp_path / "store")
-    short = _build(prefix, tiny_model(steps=10, optimizer=CONSTANT, save_every=5, keep_every=None))
-    later = tiny_model(steps=15, optimizer=CONSTANT, save_every=5, keep_every=None)
-    longer = tiny_model(steps=20, optimizer=CONSTANT, save_every=5, keep_every=None)
+    prefix = copy_prefix(short_prefix, tmp_path / "store")
+    short = _build(prefix, tiny_model(steps=10))  # cached
+    later = tiny_model(steps=15)  # checkpoints 10 and 15
+    longer = tiny_model(steps=20)
     planned: list[Start | None] = []
 
     class BuildAnotherOncePlanned(QuietReporter):

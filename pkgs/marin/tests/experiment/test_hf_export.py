@@ -1,7 +1,7 @@
 """Models out to and in from the Hugging Face layout, through real steps, transformers and the hub cache.
 
-One small graph (bundled corpus -> BPE -> shards -> a 4-step GQA Llama -> two exports) is built
-once for the module; every test reads it.
+One small graph (the session's shared corpus, BPE and shards (``lm_data_prefix``) -> a 4-step GQA
+Llama -> two exports) is built once for the module, every step in this process; every test reads it.
 """
 
 from __future__ import annotations
@@ -25,35 +25,41 @@ from levanter.optim import AdamConfig
 from marin.cli.main import cli
 from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import lower
-from marin.execution.run.runner import StepRunner
-from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
 from marin.experiment.hf import export_hf, hf_checkpoint
 from marin.experiment.training.train import train_lm
+from testsupport.lm_graph import copy_prefix, data, runner
 
-MODEL = LlamaConfig(vocab_size=300, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
+MODEL = LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
                     num_layers=2, max_seq_len=64)
 TEXTS = ["Once upon a time, a little fox found a red ball.", "The end.\n\nA   new day began!", "zebra-quokka 42"]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    prefix = str(tmp_path_factory.mktemp("hf") / "store")
-    corpus = bundled_corpus(name="raw/hf-corpus", num_stories=150, num_shards=2)
-    tokenizer = trained_tokenizer(name="tokenizers/hf-bpe", source=corpus, vocab_size=300)
-    data = tokenized(name="tokenized/hf", source=corpus, tokenizer=tokenizer, validation_fraction=0.1)
+def built(tmp_path_factory: pytest.TempPathFactory, lm_data_prefix: Path) -> dict[str, str]:
+    prefix = str(copy_prefix(lm_data_prefix, tmp_path_factory.mktemp("hf") / "store"))
     model = train_lm(name="checkpoints/hf-nano", version="v1", model=MODEL, optimizer=AdamConfig(learning_rate=3e-3),
                      datasets={data: 1.0}, batch_size=4, seq_len=32, num_train_steps=4, eval_every=0,
                      eval_batches=1, checkpoint=CheckpointConfig(save_every=2, keep_last=2))
     final = export_hf("hf/nano", model)
     at_two = export_hf("hf/nano-step2", model, checkpoint=2)
-    result = StepRunner(prefix=prefix).run([final, at_two])
+    result = runner(prefix).run([final, at_two])
     assert result.ok, [(f.name, f.error) for f in result.failed]
     return {"prefix": prefix, "data": data, **{s.name: s.output_path for s in result.steps}}
 
 
-def test_transformers_loads_the_export_and_gives_our_logits(built):
+@pytest.fixture(scope="module")
+def flax_export(built):
+    """transformers' Flax Llama on the final export, loaded once for the module (loading initialises
+    a random model first, op by op: it cost more than what either test then does with it)."""
     import jax.numpy as jnp
-    from transformers import AutoConfig, FlaxLlamaForCausalLM
+    from transformers import FlaxLlamaForCausalLM
+
+    return FlaxLlamaForCausalLM.from_pretrained(built["hf/nano"], from_pt=True, dtype=jnp.float32)
+
+
+def test_transformers_loads_the_export_and_gives_our_logits(built, flax_export):
+    import jax.numpy as jnp
+    from transformers import AutoConfig
 
     from levanter.models.llama import transformed_llama
 
@@ -62,9 +68,9 @@ def test_transformers_loads_the_export_and_gives_our_logits(built):
             "special_tokens_map.json"} <= set(os.listdir(folder))
     config, params = load_final_model(built["checkpoints/hf-nano"])
     hf_config = AutoConfig.from_pretrained(folder)
-    assert (hf_config.vocab_size, hf_config.num_key_value_heads, hf_config.tie_word_embeddings) == (300, 2, False)
+    assert (hf_config.vocab_size, hf_config.num_key_value_heads, hf_config.tie_word_embeddings) == (320, 2, False)
 
-    hf = FlaxLlamaForCausalLM.from_pretrained(folder, from_pt=True, dtype=jnp.float32)
+    hf = flax_export
     tokens = np.random.default_rng(0).integers(0, config.vocab_size, (2, 32)).astype(np.int32)
     # Both forward passes jitted: each compiles as one program, not one per operation.
     apply = jax.jit(transformed_llama(config).apply)
@@ -97,7 +103,7 @@ def test_auto_tokenizer_encodes_like_ours(built):
 
 
 def test_export_of_a_kept_checkpoint_holds_that_steps_weights(built):
-    model = LlamaConfig(**{**MODEL.__dict__})  # vocabulary already 300, the data's
+    model = LlamaConfig(**{**MODEL.__dict__})  # vocabulary already 320, the data's
     exported = load_hf_params(built["hf/nano-step2"], model)
     expected = read_checkpoint_params(os.path.join(built["checkpoints/hf-nano"], "checkpoints"), 2)
     final = load_hf_params(built["hf/nano"], model)
@@ -201,7 +207,7 @@ def test_train_lm_starts_from_a_hub_checkpoint(built, tmp_path, monkeypatch):
     model = train_lm(name="checkpoints/from-hf", version="v1", model=MODEL, optimizer=AdamConfig(learning_rate=1e-30),
                      datasets={built["data"]: 1.0}, batch_size=4, seq_len=32, num_train_steps=1, seed=9,
                      eval_every=0, eval_batches=0, initialize_from=start)
-    result = StepRunner(prefix=built["prefix"]).run([model])
+    result = runner(built["prefix"]).run([model])
     assert result.ok, [(f.name, f.error) for f in result.failed]
     _, started = load_final_model(result.by_name("checkpoints/from-hf").output_path)
     _, source = load_final_model(built["checkpoints/hf-nano"])
@@ -223,12 +229,9 @@ def test_train_lm_starts_from_a_hub_checkpoint(built, tmp_path, monkeypatch):
         step_hash("someone/nano-llama")
 
 
-def test_greedy_generation_equals_transformers_flax_llama_on_the_export(built):
+def test_greedy_generation_equals_transformers_flax_llama_on_the_export(built, flax_export):
     # The key/value-cache decoder on the exported folder (read back as `marin serve` reads it) against
     # transformers' own greedy search, 64 prompts, token for token (both stop at the end token).
-    import jax.numpy as jnp
-    from transformers import FlaxLlamaForCausalLM
-
     from levanter.inference import SamplingParams
     from marin.experiment.generation import load_generation_model
 
@@ -237,10 +240,12 @@ def test_greedy_generation_equals_transformers_flax_llama_on_the_export(built):
     prompts = np.random.default_rng(1).integers(0, model.config.vocab_size, (64, 8)).astype(np.int32)
     ours = model.engine(slots=16, max_len=32).generate(prompts.tolist(), SamplingParams(max_tokens=new,
                                                                                          stop_token_ids=model.end_ids))
-    hf = FlaxLlamaForCausalLM.from_pretrained(folder, from_pt=True, dtype=jnp.float32)
+    hf = flax_export
     [eos] = model.end_ids
-    theirs = np.asarray(hf.generate(prompts, max_new_tokens=new, do_sample=False, eos_token_id=eos,
-                                    pad_token_id=eos).sequences)[:, prompts.shape[1]:]
+    # Jitted whole (transformers' generate is jittable): one program, not one per operation.
+    search = jax.jit(lambda p, x: hf.generate(x, params=p, max_new_tokens=new, do_sample=False, eos_token_id=eos,
+                                              pad_token_id=eos).sequences)
+    theirs = np.asarray(search(hf.params, prompts))[:, prompts.shape[1]:]
     for mine, row in zip(ours, theirs, strict=True):
         assert mine.token_ids == row[:len(mine.token_ids)].tolist()
         assert len(mine.token_ids) == new or mine.token_ids[-1] == eos
