@@ -6,6 +6,8 @@ materialised loss's rounding."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -161,3 +163,16 @@ def test_one_pass_backward_equals_the_two_pass_one():
     want = jax.grad(lambda h, w: _materialised(h, w, targets, weights, 1e-2)[0], argnums=(0, 1))(hidden, head)
     for x, y in zip(grads(True), want, strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+def test_the_training_path_does_not_import_pallas_tpu_until_a_kernel_is_built():
+    """Every training and evaluation process imports the loss's dispatch; Pallas' TPU module (0.15
+    CPU s a process) comes only with a kernel, which a CPU run never builds."""
+    code = ("import sys, levanter.trainer, levanter.eval\n"
+            "print('jax.experimental.pallas.tpu' in sys.modules)\n"
+            "from levanter.ops.pallas_loss import _params\n"
+            "_params()\n"
+            "print('jax.experimental.pallas.tpu' in sys.modules)\n")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["False", "True"], ran.stdout

@@ -29,7 +29,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
 __all__ = ["Tiles", "default_tiles", "fused_lm_loss", "fused_token_logprobs", "head_grads", "head_stats"]
 
@@ -70,9 +69,18 @@ def default_tiles(rows: int) -> Tiles:
     return dataclasses.replace(tiles, rows=min(tiles.rows, -(-rows // 128) * 128))
 
 
+def _tpu() -> Any:
+    """Pallas' TPU module (compiler parameters, memory spaces), imported when a kernel is built: every
+    training and evaluation process imports this module (the loss's dispatch), and on a CPU, where the
+    kernels run only interpreted in tests, importing it at the top cost each one 0.15 CPU s."""
+    from jax.experimental.pallas import tpu
+
+    return tpu
+
+
 def _params() -> Any:
     """A row or vocabulary tile's outputs are independent (parallel); the inner axis accumulates."""
-    return pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=_VMEM_LIMIT)
+    return _tpu().CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=_VMEM_LIMIT)
 
 
 def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int) -> tuple[jax.Array, jax.Array]:
@@ -138,7 +146,7 @@ def head_stats(hidden: jax.Array, head: jax.Array, targets: jax.Array, tiles: Ti
         in_specs=[pl.BlockSpec((tn, d), lambda i, j: (i, 0)), pl.BlockSpec((d, tv), lambda i, j: (0, j)), row_vec],
         out_specs=[row_vec, row_vec],
         out_shape=[jax.ShapeDtypeStruct((rows, 1), jnp.float32)] * 2,
-        scratch_shapes=[pltpu.VMEM((tn, 1), jnp.float32)] * 3,
+        scratch_shapes=[_tpu().VMEM((tn, 1), jnp.float32)] * 3,
         compiler_params=_params(),
         interpret=interpret,
     )(h, w, t)
@@ -285,8 +293,8 @@ def _one_pass(h: jax.Array, w: jax.Array, vecs: list, ni: int, nj: int, tn: int,
         out_shape=[jax.ShapeDtypeStruct(h.shape, jnp.float32), jax.ShapeDtypeStruct(w.shape, jnp.float32)],
         input_output_aliases={6: 0},
         # Both axes revisit: d head over the rows, d hidden over the vocabulary (through HBM).
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=_VMEM_LIMIT),
+        compiler_params=_tpu().CompilerParams(dimension_semantics=("arbitrary", "arbitrary"),
+                                              vmem_limit_bytes=_VMEM_LIMIT),
         interpret=interpret,
     )(h, w, *vecs, jnp.zeros(h.shape, jnp.float32))
 
