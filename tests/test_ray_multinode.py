@@ -29,6 +29,7 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from testsupport.levanter_data import cpu_device_env
 from testsupport.ray_cluster import NODE_ENV, ray_multinode
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-multinode")]
@@ -43,9 +44,11 @@ def cluster():
     if ray.is_initialized():
         ray.shutdown()  # a connection left by an earlier module: this module needs its own cluster
     with pytest.MonkeyPatch.context() as mp:
-        # Node processes inherit this environment: JAX on CPU, one device per process.
-        mp.setenv("JAX_PLATFORMS", "cpu")
-        mp.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+        # Node processes inherit this environment: JAX on CPU, one device per process, compiled with
+        # the session's settings (the device count is added to them, not put in their place).
+        env = cpu_device_env(1)
+        mp.setenv("JAX_PLATFORMS", env["JAX_PLATFORMS"])
+        mp.setenv("XLA_FLAGS", env["XLA_FLAGS"])
         with ray_multinode({name: {"num_cpus": 1} for name in NODES}) as c:
             yield c
 
