@@ -50,7 +50,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, lm_data_prefix: Path) -> dic
 @pytest.fixture(scope="module")
 def flax_export(built):
     """transformers' Flax Llama on the final export, loaded once for the module (loading initialises
-    a random model first, op by op: it cost more than what either test then does with it)."""
+    a random model first, op by op: a cost worth paying once)."""
     import jax.numpy as jnp
     from transformers import FlaxLlamaForCausalLM
 
