@@ -9,8 +9,8 @@ The default, and what ``make experiments`` builds, is ``full``.
 An experiment file picks each size-bearing value with :func:`sized` (``num_train_steps=sized(300, 30)``);
 values that are the same at both sizes stay plain literals. ``experiments.train_nano`` (the model
 ``make train-nano`` builds and the test suite shares) has one size only; the seed example
-(``tutorials/train_tiny_model.py``) trains 2 steps of its shape at smoke size (its own test trains 5
-of the example verbatim).
+(``tutorials/train_tiny_model.py``) trains 2 steps of ``train_nano``'s shape at smoke size, whose
+compiled programs the build already holds (its own test trains 2 of the example's shape, verbatim).
 """
 
 from __future__ import annotations

@@ -20,8 +20,10 @@ tinystories = tokenized(name="tokenized/tinystories", source=corpus,  # or "rone
                         tokenizer=marin_tokenizer, sample_count=1_000)
 nano_model = train_lm(name="checkpoints/marin-nano-tinystories", version="v1", model=llama_nano,
                       optimizer=AdamConfig(learning_rate=6e-4, weight_decay=0.1),
-                      datasets={tinystories: 1.0}, batch_size=4, seq_len=2048,
-                      num_train_steps=sized(100, 2))  # smoke size (experiments.scale): 2 steps of the same shape
+                      datasets={tinystories: 1.0}, batch_size=sized(4, 16), seq_len=sized(2048, 256),
+                      # Smoke size (experiments.scale): 2 steps of train_nano's shape (16 x 256), whose compiled
+                      # programs the build already has; tests/test_seed_example.py trains the example's own shape.
+                      num_train_steps=sized(100, 2))
 
 steps = [nano_model]
 
