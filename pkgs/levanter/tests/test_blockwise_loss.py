@@ -8,19 +8,26 @@ import numpy as np
 import pytest
 
 from levanter.ops.cross_entropy import default_block, lm_loss, token_logprobs, token_scores
+from testsupport.levanter_data import random_params
 
 B, T, D, V = 3, 13, 8, 37
 
 
+def _inputs(seed: int, b: int, t: int, d: int, v: int, head_scale: float):
+    """``(hidden, head, targets, weights)`` drawn with numpy (JAX's samplers, run eagerly, compile a
+    program per shape)."""
+    rng = np.random.default_rng(seed)
+    hidden = jnp.asarray(rng.standard_normal((b, t, d)), jnp.float32)
+    head = jnp.asarray(rng.standard_normal((d, v)) * head_scale, jnp.float32)
+    targets = jnp.asarray(rng.integers(0, v, (b, t)), jnp.int32)
+    weights = jnp.asarray(rng.uniform(size=(b, t)) > 0.3, jnp.float32)
+    return hidden, head, targets, weights
+
+
 @pytest.fixture(scope="module")
 def problem():
-    k = jax.random.split(jax.random.PRNGKey(0), 5)
-    hidden = jax.random.normal(k[0], (B, T, D))
-    head = jax.random.normal(k[1], (D, V)) * 0.5
-    targets = jax.random.randint(k[2], (B, T), 0, V)
-    weights = (jax.random.uniform(k[3], (B, T)) > 0.3).astype(jnp.float32)
-    cotangent = jax.random.normal(k[4], (B, T))
-    return hidden, head, targets, weights, cotangent
+    cotangent = jnp.asarray(np.random.default_rng(1).standard_normal((B, T)), jnp.float32)
+    return (*_inputs(0, B, T, D, V, 0.5), cotangent)
 
 
 def _reference(hidden, head, targets, weights, z_weight):
@@ -63,7 +70,8 @@ def test_loss_and_gradients_equal_materialised_logits(problem, block, z_weight):
 def test_unweighted_loss_counts_every_target(problem):
     hidden, head, targets, _, _ = problem
     ones = jnp.ones((B, T))
-    _close(jax.jit(lambda h: lm_loss(h, head, targets, block=4))(hidden), _reference(hidden, head, targets, ones, 0.0))
+    _close(jax.jit(lambda h: lm_loss(h, head, targets, block=4))(hidden),
+           jax.jit(lambda h: _reference(h, head, targets, ones, 0.0))(hidden))
 
 
 def test_trainer_gradient_takes_one_pass(problem):
@@ -91,11 +99,17 @@ def test_token_logprobs_and_their_gradient(problem, block):
 
 def test_scores_and_argmax_hits(problem):
     hidden, head, targets, _, _ = problem
-    logits = hidden @ head
-    argmax = jnp.argmax(logits, axis=-1)
-    targets = targets.at[:, ::2].set(argmax[:, ::2])  # some targets are the argmax
+
+    @jax.jit  # the reference, as one program
+    def reference(h, w, targets):
+        logits = h @ w
+        argmax = jnp.argmax(logits, axis=-1)
+        targets = targets.at[:, ::2].set(argmax[:, ::2])  # some targets are the argmax
+        return targets, argmax, jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], axis=-1)[..., 0]
+
+    targets, argmax, want = reference(hidden, head, targets)
     logp, hit = jax.jit(lambda h, w: token_scores(h, w, targets, block=4))(hidden, head)
-    _close(logp, jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], axis=-1)[..., 0])
+    _close(logp, want)
     np.testing.assert_array_equal(hit, argmax == targets)
     assert bool(hit[:, ::2].all())
 
@@ -149,7 +163,7 @@ def test_model_loss_equals_the_materialised_one(chat):
 
     config = LlamaConfig(vocab_size=61, hidden_dim=16, intermediate_dim=32, num_heads=4, num_kv_heads=2, num_layers=2)
     model = config.build()
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    params = jax.tree.map(jnp.asarray, random_params(config))  # numpy's draw: Haiku's init compiles for seconds
     rng = np.random.default_rng(1)
     batch = jnp.asarray(_chat_batch(rng, 61, 2, 22) if chat else rng.integers(0, 61, size=(2, 22)), jnp.int32)
 
@@ -173,11 +187,7 @@ def test_bfloat16_gradient_rounds_as_the_materialised_one():
     # The head's summed gradient used to be rounded to bfloat16 in the forward and again after the
     # backward's scaling: 1.25x the materialised loss's error (relative, against float32). Now
     # float32 until scaled: one rounding (what is left is the block's bfloat16 logits gradient).
-    b, t, d, v = 4, 64, 64, 1000  # enough values that the errors' norms are stable
-    k = jax.random.split(jax.random.PRNGKey(3), 4)
-    hidden, head = jax.random.normal(k[0], (b, t, d)), jax.random.normal(k[1], (d, v)) * 0.2
-    targets = jax.random.randint(k[2], (b, t), 0, v)
-    weights = (jax.random.uniform(k[3], (b, t)) > 0.3).astype(jnp.float32)
+    hidden, head, targets, weights = _inputs(3, b=4, t=64, d=64, v=1000, head_scale=0.2)  # norms stable at this size
 
     def materialised(h, w):
         logits = jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)
@@ -188,12 +198,14 @@ def test_bfloat16_gradient_rounds_as_the_materialised_one():
     def blockwise(h, w):
         return lm_loss(h, w, targets, weights, z_weight=1e-2, block=8)[0]
 
-    exact = jax.grad(materialised, argnums=(0, 1))(hidden, head)
+    exact = jax.jit(jax.grad(materialised, argnums=(0, 1)))(hidden, head)
     low = (hidden.astype(jnp.bfloat16), head.astype(jnp.bfloat16))
 
     def errors(fn):
         grads = jax.jit(jax.grad(fn, argnums=(0, 1)))(*low)
-        return [float(jnp.linalg.norm(g.astype(jnp.float32) - e) / jnp.linalg.norm(e)) for g, e in zip(grads, exact, strict=True)]
+        # The norms in numpy: no program per operation.
+        return [float(np.linalg.norm(np.asarray(g, np.float32) - e) / np.linalg.norm(e))
+                for g, e in zip(grads, map(np.asarray, exact), strict=True)]
 
     ours, theirs = errors(blockwise), errors(materialised)
     assert ours[0] <= 1.1 * theirs[0] and ours[1] <= 1.1 * theirs[1], (ours, theirs)
