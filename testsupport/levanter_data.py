@@ -111,6 +111,21 @@ def random_params(config: LlamaConfig, seed: int = 0) -> dict:
             for module, leaves in sorted(shapes.items())}
 
 
+def head_problem(seed: int, batch: int, seq: int, hidden: int, vocab: int, head_scale: float) -> tuple[Any, ...]:
+    """``(hidden [batch, seq, hidden], head [hidden, vocab], targets [batch, seq], weights [batch, seq])``
+    for the loss over the output head: standard normal hidden states, a normal head times
+    ``head_scale``, uniform targets, weights 1 with probability 0.7 and 0 otherwise; JAX arrays of
+    float32 (int32 targets). Drawn with numpy: JAX's samplers, run eagerly, compile a program per shape.
+    """
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    return (jnp.asarray(rng.standard_normal((batch, seq, hidden)), jnp.float32),
+            jnp.asarray(rng.standard_normal((hidden, vocab)) * head_scale, jnp.float32),
+            jnp.asarray(rng.integers(0, vocab, (batch, seq)), jnp.int32),
+            jnp.asarray(rng.uniform(size=(batch, seq)) > 0.3, jnp.float32))
+
+
 def byte_level_tokenizer(texts: Sequence[str], vocab_size: int, eos_token: str = "<|endoftext|>") -> str:
     """The ``tokenizer.json`` text of a byte-level BPE trained on ``texts`` (``eos_token`` is id 0)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -8,26 +8,15 @@ import numpy as np
 import pytest
 
 from levanter.ops.cross_entropy import default_block, lm_loss, token_logprobs, token_scores
-from testsupport.levanter_data import random_params
+from testsupport.levanter_data import head_problem, random_params
 
 B, T, D, V = 3, 13, 8, 37
-
-
-def _inputs(seed: int, b: int, t: int, d: int, v: int, head_scale: float):
-    """``(hidden, head, targets, weights)`` drawn with numpy (JAX's samplers, run eagerly, compile a
-    program per shape)."""
-    rng = np.random.default_rng(seed)
-    hidden = jnp.asarray(rng.standard_normal((b, t, d)), jnp.float32)
-    head = jnp.asarray(rng.standard_normal((d, v)) * head_scale, jnp.float32)
-    targets = jnp.asarray(rng.integers(0, v, (b, t)), jnp.int32)
-    weights = jnp.asarray(rng.uniform(size=(b, t)) > 0.3, jnp.float32)
-    return hidden, head, targets, weights
 
 
 @pytest.fixture(scope="module")
 def problem():
     cotangent = jnp.asarray(np.random.default_rng(1).standard_normal((B, T)), jnp.float32)
-    return (*_inputs(0, B, T, D, V, 0.5), cotangent)
+    return (*head_problem(0, B, T, D, V, head_scale=0.5), cotangent)
 
 
 def _reference(hidden, head, targets, weights, z_weight):
@@ -187,7 +176,8 @@ def test_bfloat16_gradient_rounds_as_the_materialised_one():
     # The head's summed gradient used to be rounded to bfloat16 in the forward and again after the
     # backward's scaling: 1.25x the materialised loss's error (relative, against float32). Now
     # float32 until scaled: one rounding (what is left is the block's bfloat16 logits gradient).
-    hidden, head, targets, weights = _inputs(3, b=4, t=64, d=64, v=1000, head_scale=0.2)  # norms stable at this size
+    # Enough values that the errors' norms are stable.
+    hidden, head, targets, weights = head_problem(3, batch=4, seq=64, hidden=64, vocab=1000, head_scale=0.2)
 
     def materialised(h, w):
         logits = jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)
