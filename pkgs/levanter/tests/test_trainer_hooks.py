@@ -48,11 +48,25 @@ def test_a_callers_hook_sees_each_step_and_its_metrics_are_logged(tiny_dataset, 
     assert result.flops.hfu / result.flops.mfu == pytest.approx(result.flops.hardware_flops / result.flops.model_flops)
 
 
-def test_with_gradient_accumulation_hardware_flops_count_every_micro_batch(tiny_dataset, tmp_path):
+def test_with_gradient_accumulation_hardware_flops_count_every_micro_batch(tiny_dataset, tmp_path, monkeypatch):
     # The step is counted as XLA would run it unrolled (loops are counted once by XLA's cost
     # analysis): accumulation over micro-batches does the same arithmetic as one batch. (Over 4
     # micro-batches: test_data_parallel's accumulated step, so the session compiles it once.)
+    from levanter.training import execution
+
+    class Counted(dict):
+        stored = 0
+
+        def __setitem__(self, key, value):
+            Counted.stored += 1
+            super().__setitem__(key, value)
+
+    monkeypatch.setattr(execution, "_COUNTED", Counted())
     whole = main(tiny_config(tiny_dataset, num_train_steps=1, eval_batches=0), str(tmp_path / "one"))
     result = main(tiny_config(tiny_dataset, num_train_steps=1, grad_accum=4, eval_batches=0), str(tmp_path / "run"))
     assert result.flops.model_flops == result.flops.flops_per_token * 8 * 32 and result.flops.mfu > 0
     assert result.flops.hardware_flops == whole.flops.hardware_flops > result.flops.model_flops
+    # Both runs count the same unrolled step: the process lowered it for the first only.
+    assert Counted.stored == 1
+    wider = main(tiny_config(tiny_dataset, num_train_steps=1, eval_batches=0, batch_size=16), str(tmp_path / "wide"))
+    assert Counted.stored == 2 and wider.flops.hardware_flops > whole.flops.hardware_flops

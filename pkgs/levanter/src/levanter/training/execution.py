@@ -110,22 +110,39 @@ def compile_step(model: Any, config: Any, layout: Any, target: Any, batch_shape:
                    donate_argnums=0).lower(target, batch_shape, rate).compile()
 
 
+_COUNTED: dict[Any, float | None] = {}
+"""This process's step counts by what they read (:func:`step_flops`): lowering the unrolled step
+again for each run of one shape cost a tiny run about a quarter of its fixed time."""
+
+
 def step_flops(model_config: Any, config: Any, impl: Impl, target: Any, batch_shape: Any, rate: Any) -> float | None:
     """FLOPs of one step as XLA counts them (its cost analysis of the step, not compiled), for the
     run's summary: the layers unrolled and the softmax in one block, as XLA counts a loop's body
-    once; attention and the loss by XLA (attention unmasked), whose costs XLA knows (a kernel's it does not)."""
+    once; attention and the loss by XLA (attention unmasked), whose costs XLA knows (a kernel's it does not).
+    A count is kept for the process's later runs of the same model, optimizer, step and shapes."""
+    from levanter.models.layout import unstack_tree
+
     trainer = config.trainer
     counted = dataclasses.replace(impl, scan_layers=False, attention=Attention.XLA, loss=LossImpl.BLOCKWISE)
+    abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), unstack_tree(target))
+    batch = jax.ShapeDtypeStruct(batch_shape.shape, batch_shape.dtype)
+    key = (model_config, counted, config.optimizer, trainer.compute_dtype, config.z_loss_weight, trainer.seq_len,
+           jax.tree.structure(abstract), tuple(jax.tree.leaves(abstract)), batch, getattr(rate, "shape", None), str(getattr(rate, "dtype", None)))
+    try:
+        return _COUNTED[key]
+    except KeyError:
+        pass
+    except TypeError:  # a config that cannot be a key (an unhashable field): counted every time
+        key = None
     model = model_config.build(trainer.compute_dtype.jnp, impl=counted)
     step = make_train_step(model, config.optimizer.at_rate, trainer.compute_dtype.jnp, 1,
                            z_loss_weight=config.z_loss_weight, loss_block=trainer.seq_len)
-    from levanter.models.layout import unstack_tree
-
-    abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), unstack_tree(target))
     try:
-        analysis = jax.jit(step).lower(abstract, jax.ShapeDtypeStruct(batch_shape.shape, batch_shape.dtype),
-                                       rate).cost_analysis()
+        analysis = jax.jit(step).lower(abstract, batch, rate).cost_analysis()
     except NotImplementedError:  # a backend without a cost model
-        return None
+        analysis = None
     flops = (analysis or {}).get("flops")
-    return float(flops) if flops else None  # the whole step's: lowered without a mesh
+    result = float(flops) if flops else None  # the whole step's: lowered without a mesh
+    if key is not None:
+        _COUNTED[key] = result
+    return result
