@@ -15,6 +15,7 @@ from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import splash_attention, xla_attention
 from levanter.ops.splash_tiles import SplashBlocks
 from levanter.training.loss import loss_fn
+from testsupport.levanter_data import random_params
 
 CONFIG = LlamaConfig(vocab_size=53, hidden_dim=16, intermediate_dim=24, num_heads=4, num_kv_heads=2, num_layers=2)
 
@@ -33,14 +34,20 @@ def _chat_batch(rows: int, length: int, seed: int = 0) -> jnp.ndarray:
 
 @pytest.fixture(scope="module")
 def params():
-    return jax.jit(CONFIG.build().init)(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    # numpy's draw (Haiku's init compiles for seconds), kept in numpy: unstacked without a program.
+    return random_params(CONFIG)
 
 
 def _loss_and_grads(impl: Impl, params, batch):
     model = CONFIG.build(jnp.float32, impl=impl)
     p = params if impl.scan_layers else unstack_layers(params)
-    value, grads = jax.jit(jax.value_and_grad(lambda q: loss_fn(model, q, batch, jnp.float32, 1e-3)))(p)
-    return value, (grads if impl.scan_layers else stack_layers(grads))
+
+    @jax.jit  # the unrolled model's gradients stacked in the program, not an eager program per leaf
+    def run(q):
+        value, grads = jax.value_and_grad(lambda r: loss_fn(model, r, batch, jnp.float32, 1e-3))(q)
+        return value, (grads if impl.scan_layers else stack_layers(grads))
+
+    return run(p)
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +120,12 @@ def test_splash_kernel_matches_xla_attention_on_packed_rows():
     """The Pallas kernel (interpreted on the CPU) against the einsums: bfloat16, causal, grouped
     heads, three documents in a row; forward and the gradients of q, k and v."""
     b, t, kv, group, hd = 2, 256, 2, 2, 32
-    keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    q = jax.random.normal(keys[0], (b, t, kv, group, hd), jnp.bfloat16)
-    k = jax.random.normal(keys[1], (b, t, kv, hd), jnp.bfloat16)
-    v = jax.random.normal(keys[2], (b, t, kv, hd), jnp.bfloat16)
+    rng = np.random.default_rng(0)  # numpy's draw: JAX's samplers, eager, compile a program per shape
+    q = jnp.asarray(rng.standard_normal((b, t, kv, group, hd)), jnp.bfloat16)
+    k = jnp.asarray(rng.standard_normal((b, t, kv, hd)), jnp.bfloat16)
+    v = jnp.asarray(rng.standard_normal((b, t, kv, hd)), jnp.bfloat16)
     segments = jnp.asarray([[1] * 100 + [2] * 80 + [3] * 76, [1] * 30 + [2] * 200 + [3] * 20 + [0] * 6], jnp.int32)
-    cotangent = jax.random.normal(keys[3], (b, t, kv * group * hd), jnp.float32)
+    cotangent = jnp.asarray(rng.standard_normal((b, t, kv * group * hd)), jnp.float32)
 
     def run(attend):
         def objective(q, k, v):
