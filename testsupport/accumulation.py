@@ -47,8 +47,9 @@ def unequal_windows(seed: int = 0) -> np.ndarray:
 
 def one_step(windows: np.ndarray, grad_accum: int, mesh: Any = None) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Parameters (``module/name``) and metrics after one SGD step at rate 1 (the update is minus the
-    gradient) from the model's seed-0 initialisation, with z-loss; on ``mesh`` (levanter's) the batch
-    is split over its batch axes and the parameters replicated."""
+    gradient) from ``random_params(CONFIG)`` (numpy: no init to compile, the same in every process),
+    with z-loss; on ``mesh`` (levanter's) the batch is split over its batch axes and the parameters
+    replicated."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -57,9 +58,10 @@ def one_step(windows: np.ndarray, grad_accum: int, mesh: Any = None) -> tuple[di
 
     from levanter.sharding import batch_spec
     from levanter.training import make_train_step
+    from testsupport.levanter_data import random_params
 
     model = CONFIG.build(jnp.float32)
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+    params = jax.tree.map(jnp.asarray, random_params(CONFIG))
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
     state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
              "key": jax.random.PRNGKey(1)}

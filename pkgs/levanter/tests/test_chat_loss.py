@@ -15,6 +15,7 @@ from levanter.models.vocab import extend_vocab
 from levanter.optim import AdamConfig
 from levanter.trainer import loss_fn, make_train_step
 from testsupport.accumulation import one_step, unequal_windows
+from testsupport.levanter_data import random_params
 
 CONFIG = LlamaConfig(vocab_size=50, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=1,
                      num_layers=2, max_seq_len=64)
@@ -35,11 +36,11 @@ def _window(conversations, window: int) -> np.ndarray:
     return pad_window(decode_chat_record(encode_chat_record(conversations)), window)
 
 
-# Jitted, so each compiles as one program rather than op by op (eager JAX compiles every operation
-# on its own, about a hundred small programs for one init); the parameters are made once a process.
+# Drawn with numpy (no init to compile: eager JAX compiles every operation of Haiku's init on its
+# own, a jitted one is a program of its own); made once a process.
 @functools.cache
 def _params():
-    return jax.jit(MODEL.init)(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+    return jax.tree.map(jnp.asarray, random_params(CONFIG))
 
 
 _loss = jax.jit(lambda params, batch: loss_fn(MODEL, params, batch, jnp.float32))
