@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.special
 from lm_eval.api.instance import Instance
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
@@ -44,9 +45,14 @@ SEQ_LEN = 48
 WORDS = "the fox dog cat ran sat saw a red blue ball box home park little big happy sad friend".split()
 
 
-def _texts(n: int, seed: int) -> list[str]:
+def _texts(n: int, seed: int, max_words: int = 29) -> list[str]:
     rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(WORDS, size=int(rng.integers(4, 30)))).capitalize() + "." for _ in range(n)]
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(4, max_words + 1)))).capitalize() + "." for _ in range(n)]
+
+
+# The generation tests' prompts: at most 16 tokens, the decoder's smallest prefill bucket, so that
+# they share one prefill program.
+PROMPT_WORDS = 11
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +88,9 @@ def _logits(params, tokens: list[int]) -> np.ndarray:
 
 
 def _direct_logprobs(params, tokens: list[int]) -> np.ndarray:
-    """``log p(tokens[i + 1] | tokens[:i + 1])`` from one unpacked forward pass."""
-    logp = np.asarray(jax.nn.log_softmax(_logits(params, tokens[:-1]), axis=-1), dtype=np.float64)
+    """``log p(tokens[i + 1] | tokens[:i + 1])`` from one unpacked forward pass (the softmax in numpy:
+    no program per sequence length)."""
+    logp = scipy.special.log_softmax(_logits(params, tokens[:-1]).astype(np.float64), axis=-1)
     return logp[np.arange(len(tokens) - 1), tokens[1:]]
 
 
@@ -153,7 +160,7 @@ def test_rolling_loglikelihood_sums_every_token_of_the_document_once(lm, params,
 
 def test_generate_until_is_greedy_and_stops_at_a_stop_sequence(lm, params, tokenizer_json):
     tok = Tokenizer.from_str(tokenizer_json)
-    prompts = _texts(3, 21)
+    prompts = _texts(3, 21, PROMPT_WORDS)
     # The reference recomputes the whole buffer per token; one buffer length for all prompts is one
     # compilation (greedy: the first 12 new tokens do not depend on how many more may follow).
     width = max(len(tok.encode(p).ids) for p in prompts) + 12
@@ -169,7 +176,7 @@ def test_generate_until_is_greedy_and_stops_at_a_stop_sequence(lm, params, token
 
 
 def test_generate_until_samples_reproducibly_with_a_seed_per_request(lm):
-    prompts = _texts(4, 5)
+    prompts = _texts(4, 5, PROMPT_WORDS)
     settings = {"until": [], "max_gen_toks": 10, "do_sample": True, "temperature": 1.5, "top_p": 0.95}
 
     def requests(order: list[int], repeats: int = 1) -> list[Instance]:
@@ -210,12 +217,17 @@ def test_packing_is_best_fit_longest_first_with_a_small_pad_fraction():
 
 
 def test_transformers_flax_llama_on_the_exported_model_gives_the_same_loglikelihoods(lm, params, tokenizer_json,
-                                                                                     tmp_path):
+                                                                                     tmp_path, monkeypatch):
     from transformers import FlaxLlamaForCausalLM
 
     from levanter.compat.hf_checkpoint import save_hf_model
 
     save_hf_model(str(tmp_path), CONFIG, params, eos_token_id=lm.eot_token_id)
+    # Reading PyTorch weights, transformers first draws the model's random weights (then replaced by
+    # the file's) and runs its forward pass, op by op: a hundred programs. Jitted, one.
+    init = FlaxLlamaForCausalLM.init_weights
+    monkeypatch.setattr(FlaxLlamaForCausalLM, "init_weights",
+                        lambda self, rng, shape, params=None: jax.jit(lambda r: init(self, r, shape, params))(rng))
     hf = FlaxLlamaForCausalLM.from_pretrained(str(tmp_path), from_pt=True, dtype=jnp.float32)
     pairs = _pairs(Tokenizer.from_str(tokenizer_json), n=6)
     ours = lm.loglikelihood([_request("loglikelihood", c, x) for c, x in pairs])
@@ -226,7 +238,7 @@ def test_transformers_flax_llama_on_the_exported_model_gives_the_same_loglikelih
         row[:len(whole) - 1] = whole[:-1]
     # The forward pass jitted: compiled once as a whole, not op by op.
     logits = jax.jit(lambda p, tokens: hf(tokens, params=p).logits)(hf.params, batch)
-    logp = np.asarray(jax.nn.log_softmax(logits, axis=-1), dtype=np.float64)
+    logp = scipy.special.log_softmax(np.asarray(logits, np.float64), axis=-1)
     for (context, continuation), (logprob, _), whole, rows in zip(pairs, ours, wholes, logp, strict=True):
         n = len(lm._encode_pair(context, continuation)[1])
         theirs = rows[np.arange(len(whole) - 1), whole[1:]][-n:].sum()
