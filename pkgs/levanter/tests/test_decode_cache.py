@@ -30,11 +30,15 @@ def params():
     return params
 
 
+def _normal(rng: np.random.Generator, *shape: int, dtype=jnp.float32) -> jax.Array:
+    """Standard normal values drawn with numpy (JAX's sampler, eager, compiles a program per shape)."""
+    return jnp.asarray(rng.standard_normal(shape), dtype)
+
+
 def _attention_inputs(b: int, t: int, s: int, seed: int = 0):
-    kq, kk, kv, kc, kd = jax.random.split(jax.random.PRNGKey(seed), 5)
-    q = jax.random.normal(kq, (b, t, 2, 2, 8))
-    k, v = jax.random.normal(kk, (b, t, 2, 8)), jax.random.normal(kv, (b, t, 2, 8))
-    return q, k, v, jax.random.normal(kc, (b, s, 16)), jax.random.normal(kd, (b, s, 16))
+    rng = np.random.default_rng(seed)
+    q, k, v = _normal(rng, b, t, 2, 2, 8), _normal(rng, b, t, 2, 8), _normal(rng, b, t, 2, 8)
+    return q, k, v, _normal(rng, b, s, 16), _normal(rng, b, s, 16)
 
 
 def _reference(q, k, v, k_cache, v_cache, positions) -> np.ndarray:
@@ -68,11 +72,11 @@ def test_cached_attention_is_each_rows_attention_over_its_earlier_positions() ->
 
 
 def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read(params) -> None:
-    clean = CONFIG.build().empty_cache(2, 256)
-    clean = jax.tree.map(lambda c: jax.random.normal(jax.random.PRNGKey(4), c.shape), clean)
+    rng = np.random.default_rng(4)
+    clean = jax.tree.map(lambda c: rng.standard_normal(c.shape, np.float32), CONFIG.build().empty_cache(2, 256))
     # Past the first bucket (128 positions) the cache holds NaN: a read of it would make the
     # output NaN (0 x NaN in the weighted sum of values), masked or not.
-    poisoned = jax.tree.map(lambda c: c.at[:, :, 128:].set(jnp.nan), clean)
+    poisoned = jax.tree.map(lambda c: np.concatenate([c[:, :, :128], np.full_like(c[:, :, 128:], np.nan)], axis=2), clean)
     # The first row reads positions 0-127, the whole first bucket; the second, one position.
     tokens, positions = jnp.asarray([[5], [7]]), jnp.asarray([[128], [1]])
 
@@ -89,10 +93,10 @@ def test_a_live_read_reads_only_its_bucket_and_attends_as_the_full_read(params) 
 def test_the_kernel_writes_what_xla_writes() -> None:
     # Tiles of 8 positions: a token at a tile's start, inside one, at the end; a start past the
     # end is moved back to it.
-    cache = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 24, 16)).astype(jnp.bfloat16)
-    new = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 1, 16))
+    rng = np.random.default_rng(1)
+    cache, new = _normal(rng, 2, 5, 24, 16, dtype=jnp.bfloat16), _normal(rng, 2, 5, 1, 16)
     starts = jnp.asarray([0, 5, 9, 23, 30], jnp.int32)
-    xla = write_rows(cache, new, starts)
+    xla = jax.jit(write_rows)(cache, new, starts)
     kernel = jax.jit(lambda c, n, s: write_rows(c, n, s, kernel=True, interpret=True))(cache, new, starts)
     assert kernel.dtype == cache.dtype
     np.testing.assert_array_equal(np.asarray(kernel, np.float32), np.asarray(xla, np.float32))

@@ -137,7 +137,7 @@ def test_sampling_frequencies_match_the_filtered_softmax() -> None:
 
 
 def test_temperature_zero_rows_are_greedy_beside_sampled_ones() -> None:
-    logits = jax.random.normal(jax.random.PRNGKey(1), (4, 50))
+    logits = jnp.asarray(np.random.default_rng(1).standard_normal((4, 50)), jnp.float32)
     keys = jax.random.split(jax.random.PRNGKey(2), 4)
     # Jitted: one program, not one per operation.
     out = jax.jit(sample_tokens)(logits, jnp.asarray([0.0, 1.0, 0.0, 2.0]), jnp.asarray([0, 0, 5, 0]),
