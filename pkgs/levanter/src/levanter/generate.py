@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -123,6 +124,17 @@ def _checked_prompt(config: ModelConfig, prompt: Sequence[int], temperature: flo
     return ids
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _greedy_next(config: ModelConfig, params: Any, buffer: jax.Array, position: jax.Array) -> jax.Array:
+    """The greedy token after ``position`` of ``buffer``: one program per config and buffer length,
+    shared by every call (a jit made per call traced and compiled again for each prompt)."""
+    model = config.build()
+    # Causal attention means the padding after ``position`` cannot change its logits; only the
+    # position's logits are made (not the whole buffer's).
+    hidden = model.hidden(params, buffer[None, :])[0, position]
+    return jnp.argmax(jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32))
+
+
 def generate_by_recompute(config: ModelConfig, params: dict[str, Any], prompt: Sequence[int], *,
                           max_new_tokens: int = 32, eos_id: int | None = None) -> list[int]:
     """Greedy continuation by recomputing the whole context for every new token (quadratic, one
@@ -131,22 +143,13 @@ def generate_by_recompute(config: ModelConfig, params: dict[str, Any], prompt: S
     length = min(len(ids) + max_new_tokens, config.max_seq_len)
     if len(ids) >= length:
         return []
-    model = config.build()
     if is_per_layer(params):
         params = stack_layers(params)
-
-    @jax.jit
-    def next_token(params: Any, buffer: jax.Array, position: jax.Array) -> jax.Array:
-        # Causal attention means the padding after ``position`` cannot change its logits; only the
-        # position's logits are made (not the whole buffer's).
-        hidden = model.hidden(params, buffer[None, :])[0, position]
-        return jnp.argmax(jnp.dot(hidden, model.head(params), preferred_element_type=jnp.float32))
-
     buffer = np.zeros(length, dtype=np.int32)
     buffer[:len(ids)] = ids
     out: list[int] = []
     for position in range(len(ids) - 1, length - 1):
-        token = int(next_token(params, jnp.asarray(buffer), jnp.int32(position)))
+        token = int(_greedy_next(config, params, jnp.asarray(buffer), jnp.int32(position)))
         buffer[position + 1] = token
         out.append(token)
         if eos_id is not None and token == eos_id:
