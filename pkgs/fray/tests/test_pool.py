@@ -16,6 +16,7 @@ import pytest
 
 from fray.pool import PoolConfig, WorkerPool
 from fray.types import JobCancelled, JobFailed
+from rigging.process import running
 from testsupport import fray_jobs
 
 
@@ -71,7 +72,7 @@ def test_a_global_or_thread_left_by_one_call_is_not_seen_by_the_next(pool):
     assert pid != leaker_pid
     assert value is None
     assert "left-behind" not in threads
-    assert not psutil.pid_exists(leaker_pid) or psutil.Process(leaker_pid).status() == psutil.STATUS_ZOMBIE
+    assert not running(leaker_pid)
     assert pool.templates_started == 1  # a clean call does not cost a new template
 
 
@@ -126,7 +127,7 @@ def test_cancel_ends_the_call(pool):
     handle.cancel(grace_s=0.5)
     with pytest.raises(JobCancelled):
         handle.result(timeout=10)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not running(pid)
 
 
 def test_a_call_killed_outright_takes_what_it_started_with_it(pool, tmp_path):
@@ -173,14 +174,10 @@ def test_killing_the_caller_ends_the_template_and_its_calls(tmp_path):
     deadline = time.monotonic() + 10
     survivors = [template_pid, call_pid]
     while survivors and time.monotonic() < deadline:
-        survivors = [p for p in survivors if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        survivors = [p for p in survivors if running(p)]
         time.sleep(0.05)
     assert survivors == []
 
-
-
-def _gone(pid: int) -> bool:
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_pool_dropped_without_shutdown_finishes_its_call_then_ends_its_template():
@@ -197,9 +194,9 @@ def test_a_pool_dropped_without_shutdown_finishes_its_call_then_ends_its_templat
     assert handle.result(timeout=60) == "still here"
     gc.collect()
     deadline = time.monotonic() + 10
-    while not _gone(template) and time.monotonic() < deadline:
+    while running(template) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(template), "the dropped pool's template is still running"
+    assert not running(template), "the dropped pool's template is still running"
 
 def test_a_module_that_starts_a_thread_on_import_is_never_imported_into_a_template(pool, tmp_path, monkeypatch):
     (tmp_path / "fray_threaded_module.py").write_text(

@@ -31,6 +31,7 @@ from fray.types import (
     job_name,
     ray_options_of,
 )
+from rigging.process import running
 from rigging.tempdirs import FRAY_LOGS, owned_tempdir
 
 __all__ = ["LocalClient", "LocalJobHandle"]
@@ -110,7 +111,7 @@ def _kill_tree(pid: int, descendants: list[psutil.Process], grace_s: float) -> N
     """SIGTERM the group led by ``pid``, then SIGKILL it and every known descendant."""
     _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (_alive(pid) or any(p.is_running() for p in descendants)):
+    while time.monotonic() < deadline and (running(pid) or any(p.is_running() for p in descendants)):
         time.sleep(0.05)
     _signal_group(pid, signal.SIGKILL)
     for p in descendants:  # those that left the group (setsid) but were seen in the tree
@@ -118,13 +119,6 @@ def _kill_tree(pid: int, descendants: list[psutil.Process], grace_s: float) -> N
             p.kill()
         except psutil.Error:
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

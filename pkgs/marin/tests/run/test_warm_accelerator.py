@@ -22,6 +22,7 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from marin.execution.store.verify import verify_output
 from rigging.config.discovery import Backend
+from rigging.process import running
 
 
 def _runner(tmp_path, store: str, **settings) -> StepRunner:
@@ -189,8 +190,6 @@ def test_ctrl_c_of_the_runner_records_the_warm_step_interrupted_and_ends_the_war
     import sys
     import textwrap
 
-    import psutil
-
     records, lock, prefix = str(tmp_path / "records"), str(tmp_path / "libtpu_lockfile"), str(tmp_path / "store")
     os.mkdir(records)
     script = tmp_path / "interrupted.py"
@@ -233,6 +232,6 @@ def test_ctrl_c_of_the_runner_records_the_warm_step_interrupted_and_ends_the_war
     status = record.read_json(record.status)
     assert not record.is_done() and status["state"] == "interrupted", (status, said)
     deadline = time.monotonic() + 10
-    while psutil.pid_exists(warm_pid) and psutil.Process(warm_pid).status() != psutil.STATUS_ZOMBIE:
+    while running(warm_pid):
         assert time.monotonic() < deadline, "the warm process outlived the interrupted runner"
         time.sleep(0.05)

@@ -17,6 +17,7 @@ from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
 from rigging.pids import ProcessPlace
+from rigging.process import running
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
@@ -110,7 +111,6 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
     import textwrap
     import time
 
-    import psutil
 
     prefix = str(tmp_path / "store")
     script = tmp_path / "interrupted.py"
@@ -159,7 +159,7 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
     assert not record.is_done()
     assert record.read_json(record.status)["state"] == "interrupted"
     deadline = time.monotonic() + 10
-    while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
+    while running(worker):
         assert time.monotonic() < deadline, "the step's process outlived the interrupted runner"
         time.sleep(0.05)
 

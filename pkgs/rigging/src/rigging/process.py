@@ -12,7 +12,7 @@ import psutil
 
 from rigging.pids import ProcessPlace
 
-__all__ = ["end_orphaned_process", "process_identity"]
+__all__ = ["end_orphaned_process", "process_identity", "running"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +23,15 @@ def process_identity(pid: int) -> str:
     where its pid means something. ``host:pid:`` where ``/proc`` cannot say."""
     place = ProcessPlace.here(pid)
     return f"{socket.gethostname()}:{place.to_text() if place is not None else f'{pid}:'}"
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` of this namespace exists and is not a zombie (one that ended and was
+    not yet reaped). A process that ends while it is being read counts as not running."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _stopped(pid: int) -> bool:
