@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rigging import filesystem as fs
+from rigging.process import running
 from testsupport.leases import place_elsewhere
 from testsupport.soak import observe as seen
 from testsupport.soak.graph import (
@@ -570,7 +571,7 @@ class Soak:
         if not processes:
             return
         _, alive = psutil.wait_procs(processes, timeout=5)
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if p.is_running() and running(p.pid)]
         if alive:
             self.tally.unexpected.append(f"processes {[p.pid for p in alive]} outlived {after}")
             for p in alive:

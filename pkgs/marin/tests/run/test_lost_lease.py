@@ -22,6 +22,7 @@ from marin.execution.run.outcome import Outcome
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
+from rigging.process import running
 from testsupport.accelerator import hold_lock
 from testsupport.leases import take_over
 
@@ -90,7 +91,7 @@ def test_a_lease_taken_over_stops_the_step_at_once_and_the_attempt_is_lost_not_f
         taken = time.monotonic()
         psutil.wait_procs(processes, timeout=30)  # killed, long before their 60 s
         stopped_after = time.monotonic() - taken
-        assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not [p for p in processes if p.is_running() and running(p.pid)]
         # The thief gives the step up (released), so this runner takes it again and builds it.
         thief.release()
         thread.join(timeout=120)
