@@ -148,17 +148,19 @@ class Demand:
         return Demand(self.cpus - other.cpus, self.memory - other.memory,
                       self.gpus - other.gpus, self.tpu_chips - other.tpu_chips)
 
+    def _over(self, capacity: Demand) -> list[tuple[str, float, float]]:
+        """(resource, wanted, had) for each resource where this exceeds ``capacity``."""
+        pairs = (("cpus", self.cpus, capacity.cpus), ("memory", self.memory, capacity.memory),
+                 ("gpus", self.gpus, capacity.gpus), ("tpu_chips", self.tpu_chips, capacity.tpu_chips))
+        return [(field, want, have) for field, want, have in pairs if want > have + 1e-9]
+
     def shortfalls(self, capacity: Demand) -> list[str]:
         """Each resource where this exceeds ``capacity``, as ``"cpus: 64 > 2"``."""
-        out = []
-        for field in ("cpus", "memory", "gpus", "tpu_chips"):
-            want, have = getattr(self, field), getattr(capacity, field)
-            if want > have + 1e-9:
-                out.append(f"{field}: {want:g} > {have:g}")
-        return out
+        return [f"{field}: {want:g} > {have:g}" for field, want, have in self._over(capacity)]
 
     def fits_in(self, capacity: Demand) -> bool:
-        return not self.shortfalls(capacity)
+        # The simulator asks this of every host for every placement: no message is formatted here.
+        return not self._over(capacity)
 
 
 class Ledger:
@@ -167,17 +169,18 @@ class Ledger:
     def __init__(self, capacity: MachineCapacity):
         self.capacity = capacity
         self.used = Demand()
+        self._limit = capacity.as_demand()  # asked on every can_take: made once
 
     @property
     def free(self) -> Demand:
-        return self.capacity.as_demand() - self.used
+        return self._limit - self.used
 
     def can_take(self, demand: Demand) -> bool:
-        return (self.used + demand).fits_in(self.capacity.as_demand())
+        return (self.used + demand).fits_in(self._limit)
 
     def take(self, demand: Demand) -> None:
         if not self.can_take(demand):
-            raise RuntimeError(f"over capacity: {', '.join((self.used + demand).shortfalls(self.capacity.as_demand()))}")
+            raise RuntimeError(f"over capacity: {', '.join((self.used + demand).shortfalls(self._limit))}")
         self.used = self.used + demand
 
     def give_back(self, demand: Demand) -> None:

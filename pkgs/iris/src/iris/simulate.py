@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from iris.admission import Ledger, MachineCapacity, ResourcesTooLarge, check_fits
+from iris.admission import Demand, Ledger, MachineCapacity, ResourcesTooLarge, check_fits
 from iris.cluster import ResourceConfig
 
 __all__ = ["Placement", "Priority", "SimCluster", "SimResult", "SimStep", "critical_path", "simulate", "work_bound"]
@@ -205,9 +205,15 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
     while ready or active:
         ready.sort(key=rank)
         still_ready = []
+        # What found too few hosts this round still would later in it (the round only takes hosts):
+        # not asked of every host again for each ready step that wants the same.
+        cannot: set[tuple[Demand, int]] = set()
         for s in ready:
-            hosts = None if max_parallel is not None and len(active) >= max_parallel else _place(s, ledgers)
+            key = (cluster.host.per_host(s.resources), s.resources.num_hosts)
+            full = max_parallel is not None and len(active) >= max_parallel
+            hosts = None if full or key in cannot else _place(s, ledgers)
             if hosts is None:
+                cannot.add(key)
                 still_ready.append(s)
                 continue
             heapq.heappush(active, (now + s.duration, next(seq), s, hosts))
@@ -259,7 +265,9 @@ def _place(step: SimStep, ledgers: list[Ledger]) -> tuple[int, ...] | None:
     """Take the hosts ``step`` needs from ``ledgers`` (the first that can take its per-host
     demand), or None, taking nothing, when too few can."""
     demand = ledgers[0].capacity.per_host(step.resources)
-    hosts = [i for i, ledger in enumerate(ledgers) if ledger.can_take(demand)][: step.resources.num_hosts]
+    # The first hosts that can take it, no more asked (every host is asked for every placement otherwise).
+    able = (i for i, ledger in enumerate(ledgers) if ledger.can_take(demand))
+    hosts = list(itertools.islice(able, step.resources.num_hosts))
     if len(hosts) < step.resources.num_hosts:
         return None
     for i in hosts:
