@@ -186,3 +186,35 @@ def test_word_problems_sampled_through_the_harness_are_reproducible(tmp_path: Pa
     assert len(answers) == 6 and all(len(r) == 2 for r in answers)
     assert any(r[0] != r[1] for r in answers)  # the repeats draw apart
     assert "exact_match,strict-match" in first["results"]["word_problems"]
+
+
+def test_each_prompt_template_is_compiled_once_per_run_and_renders_the_same_text(tmp_path: Path, monkeypatch) -> None:
+    import contextlib
+
+    import lm_eval.utils
+
+    import levanter.eval_harness.run as harness_run
+
+    path = write_word_problems(str(tmp_path / "tasks"), WordProblemsConfig(num_docs=10, num_fewshot=2))
+    docs = [json.loads(line) for line in (tmp_path / "tasks" / "word_problems_test.jsonl").read_text().splitlines()]
+    compiled: list[str] = []
+    from_string = lm_eval.utils.env.from_string
+
+    def counted(source, *args, **kwargs):
+        compiled.append(source)
+        return from_string(source, *args, **kwargs)
+
+    monkeypatch.setattr(lm_eval.utils.env, "from_string", counted)
+
+    def prompts() -> list:
+        results = run_tasks(_Oracle({d["question"]: d for d in docs}), TaskRunConfig(tasks=(path,)))
+        return [(s["doc_id"], s["arguments"]) for s in results["samples"]["word_problems"]]
+
+    once = prompts()
+    once_compiled = list(compiled)
+    assert once_compiled and len(once_compiled) == len(set(once_compiled)), once_compiled
+    compiled.clear()
+    # The harness as it comes: the same templates compiled again for every document.
+    monkeypatch.setattr(harness_run, "_templates_compiled_once", contextlib.nullcontext)
+    assert prompts() == once
+    assert set(compiled) == set(once_compiled) and len(compiled) > 5 * len(once_compiled), len(compiled)
