@@ -79,8 +79,9 @@ def vocabulary_extends(base_json: str, extended_json: str) -> bool:
 
 @functools.cache
 def _mean_loss(model_config: LlamaConfig) -> Any:
-    """The jitted mean loss of ``model_config``'s model on a batch: one function a model, so an eval
-    of several datasets traces and compiles it once per batch shape, not once per dataset."""
+    """The jitted mean loss of ``model_config``'s model on a batch, its targets weighted (``[b, seq_len]``):
+    one function a model, and every batch of one shape (a short last batch padded with rows of weight
+    0), so an eval of several datasets traces and compiles it once, not once per dataset or batch."""
     # JAX and the model load here, when something is scored: this module's tokenizer helpers
     # (token_byte_lengths, vocabulary_extends, read_tokenizer_json) need neither. The loss comes
     # from where it lives, not levanter.trainer: an eval step need not import the trainer's set-up
@@ -92,7 +93,7 @@ def _mean_loss(model_config: LlamaConfig) -> Any:
     from levanter.training.loss import loss_fn
 
     model = transformed_llama(model_config, jnp.float32)
-    return jax.jit(lambda p, b: loss_fn(model, p, b, jnp.float32))
+    return jax.jit(lambda p, b, w: loss_fn(model, p, b, jnp.float32, weights=w))
 
 
 def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, split: str, *, seq_len: int,
@@ -139,16 +140,19 @@ def evaluate_split(model_config: LlamaConfig, params: Any, dataset_path: str, sp
         batch = [w for _, w in zip(range(want), windows, strict=False)]
         if not batch:
             break
-        stacked = np.stack(batch)
         taken += len(batch)
+        # A short last batch is padded to the batch size with rows that count 0: every batch is one
+        # shape, so one compiled program scores them all.
+        stacked = np.stack(batch + [np.zeros_like(batch[0])] * (batch_size - len(batch)))
         if data.is_chat:
             targets, weights = stacked[:, ROW_IDS, 1:], loss_weights(stacked).astype(np.int64)
         else:
             targets = stacked[:, 1:]
             weights = np.ones_like(targets, dtype=np.int64)
+        weights[len(batch):] = 0
         counted = int(weights.sum())
         # The loss is a mean over the batch's counted targets; weighting by their count makes it a sum.
-        total_nats += float(mean_loss(params, jnp.asarray(stacked))) * counted
+        total_nats += float(mean_loss(params, jnp.asarray(stacked), jnp.asarray(weights, jnp.float32))) * counted
         total_tokens += counted
         total_bytes += int((byte_lengths[targets] * weights).sum())
     if total_tokens == 0:

@@ -51,15 +51,18 @@ def target_weight(batch: jax.Array) -> jax.Array:
 
 
 def objective_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: Any, z_loss_weight: float = 0.0, *,
-                    block: int | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+                    block: int | None = None, weights: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(``ce + z_loss_weight * z``, ``ce``, ``z``) of ``batch`` (shapes in :func:`loss_terms`).
 
     Differentiate the first: its gradient is computed with the loss, in one pass over the blocks.
+    ``weights`` (``[b, seq_len]``), when given, replace the batch's own (rows that only pad a batch
+    to its shape count 0).
     """
-    inputs, targets, segments, weights = _inputs(batch)
+    inputs, targets, segments, own = _inputs(batch)
     cast = _cast(model, params, compute_dtype)
     hidden = model.hidden(cast, inputs, segment_ids=segments)
-    return lm_loss(hidden, model.head(cast), targets, weights, z_weight=z_loss_weight, block=block, **_how(model))
+    return lm_loss(hidden, model.head(cast), targets, own if weights is None else weights, z_weight=z_loss_weight,
+                   block=block, **_how(model))
 
 
 def loss_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: jnp.dtype, *,
@@ -77,10 +80,11 @@ def loss_terms(model: Any, params: Any, batch: jax.Array, compute_dtype: jnp.dty
 
 
 def loss_fn(model: Any, params: Any, batch: jax.Array, compute_dtype: jnp.dtype,
-            z_loss_weight: float = 0.0, *, block: int | None = None) -> jax.Array:
+            z_loss_weight: float = 0.0, *, block: int | None = None, weights: jax.Array | None = None) -> jax.Array:
     """Mean next-token cross entropy of ``batch`` (float32; shapes in :func:`loss_terms`), plus the z-loss
-    ``z_loss_weight * mean(logsumexp(logits)^2)`` when the weight is not 0."""
-    return objective_terms(model, params, batch, compute_dtype, z_loss_weight, block=block)[0]
+    ``z_loss_weight * mean(logsumexp(logits)^2)`` when the weight is not 0; ``weights`` as in
+    :func:`objective_terms`."""
+    return objective_terms(model, params, batch, compute_dtype, z_loss_weight, block=block, weights=weights)[0]
 
 
 def token_logprobs(model: Any, params: Any, tokens: jax.Array, targets: jax.Array, compute_dtype: Any = jnp.float32,
