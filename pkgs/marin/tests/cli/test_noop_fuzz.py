@@ -30,8 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from marin.cli import noop, noop_recording
 from marin.cli.targets import load_targets
 from marin.execution.run.runner import StepRunner
@@ -413,34 +411,35 @@ def _record(case: Case, prefix: str, when: float) -> tuple[str | None, dict | No
     raise AssertionError(f"{case.reader.name}: no record written: {ran.no_record}")
 
 
-def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The cases' folder, the working folder, with records beside a stat cache of its own."""
-    monkeypatch.chdir(tmp_path)
+def _workspace(tmp_path: Path) -> Path:
+    """The cases' folder, the working folder, with records beside a stat cache of its own. Set in
+    the fuzzer's own interpreter (:func:`fuzz`), which ends with it: nothing to put back."""
+    os.chdir(tmp_path)
     (tmp_path / "cache").mkdir()
-    monkeypatch.setenv("MARIN_STAT_CACHE", str(tmp_path / "cache" / "stat.sqlite"))
-    for name in [k for k in os.environ if k.startswith("MARIN_") and k != "MARIN_STAT_CACHE"]:
-        monkeypatch.delenv(name)
+    for name in [k for k in os.environ if k.startswith("MARIN_")]:
+        del os.environ[name]
+    os.environ["MARIN_STAT_CACHE"] = str(tmp_path / "cache" / "stat.sqlite")
     # The host's accelerator stated, not looked for in its device files by each of the hundreds of
     # commands (twice a run): what is fuzzed is the experiment's reads, not the host's.
-    monkeypatch.setenv("MARIN_ACCELERATOR", "none")
+    os.environ["MARIN_ACCELERATOR"] = "none"
     for name, _value in _KEYED.values():
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ appearing in a case's folder
-    monkeypatch.setattr(sys, "path", list(sys.path))  # each experiment's folder goes on it
-    _BASE_PATH[:] = sys.path
+        os.environ.pop(name, None)
+    sys.dont_write_bytecode = True  # no __pycache__ appearing in a case's folder
+    _BASE_PATH[:] = sys.path  # each experiment's folder goes on sys.path; each command starts from this
     return tmp_path
 
 
 def test_the_record_answers_as_the_full_path_does_after_any_one_change(tmp_path: Path) -> None:
     # In an interpreter of its own: each command drops and lists every module loaded (a pytest
-    # worker's thousands, JAX's among them; a fresh `marin` holds a few hundred): half the cost.
+    # worker's thousands, JAX's among them; a fresh `marin` holds a few hundred): half the cost. This
+    # module imports no pytest, so that interpreter holds what a `marin` process holds, not pytest's
+    # modules too (a tenth of the cost again: every record lists and every answer stats them).
     call_in_fresh_interpreter(__file__, "fuzz", tmp_path)
 
 
 def fuzz(tmp_path: Path) -> None:
     """The fuzzer, every case and assertion (called in a fresh interpreter)."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _fuzz(_workspace(tmp_path, monkeypatch))
+    _fuzz(_workspace(tmp_path))
 
 
 def _fuzz(workspace: Path) -> None:
@@ -458,9 +457,11 @@ def _fuzz(workspace: Path) -> None:
     steps = []
     for case in cases:  # each imported as `marin run` imports it (what its command line says included)
         _fresh()
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sys, "argv", ["marin", "run", str(case.exp), "--prefix", prefix])
+        saved, sys.argv = sys.argv, ["marin", "run", str(case.exp), "--prefix", prefix]
+        try:
             steps += load_targets([str(case.exp)])
+        finally:
+            sys.argv = saved
     runner = StepRunner(prefix=prefix, strict_env=False, client=_in_process())
     try:
         assert runner.run(steps).ok

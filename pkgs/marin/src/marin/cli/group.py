@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from marin.cli.errors import MarinError
+from rigging.config.workspace import fixed_workspace_roots
 
 __all__ = ["cli"]
 
@@ -118,7 +119,10 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            # One command: its configuration, targets and GC root each ask for the workspace root
+            # from the same folders; it is looked for once per folder (a later command looks again).
+            with fixed_workspace_roots():
+                return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:

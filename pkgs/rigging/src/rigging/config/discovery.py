@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rigging.config.values import accelerator_value, parse_bool, positive_seconds
+from rigging.config.workspace import find_workspace_root
 from rigging.durations import parse_duration
 
 __all__ = ["Backend", "ConfigError", "MarinConfig", "UnknownEnvVariable", "bad_setting", "discover_config",
@@ -232,27 +233,6 @@ def user_cache_folder(environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "marin")
 
 
-def find_workspace_root(start: str | os.PathLike | None = None) -> Path | None:
-    """Walk up from ``start`` to the nearest folder whose ``pyproject.toml`` declares a uv workspace.
-
-    Falls back to the nearest folder holding ``config/marin.yaml`` or ``pyproject.toml``.
-    """
-    here = Path(start or os.getcwd()).resolve()
-    fallback = None
-    for folder in (here, *here.parents):
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                if "[tool.uv.workspace]" in pyproject.read_text(encoding="utf-8"):
-                    return folder
-            except OSError:
-                pass
-            fallback = fallback or folder
-        elif fallback is None and (folder / "config" / "marin.yaml").is_file():
-            fallback = folder
-    return fallback
-
-
 def _find_project_file(start: Path, root: Path | None) -> Path | None:
     for folder in (start, *start.parents):
         candidate = folder / "config" / "marin.yaml"
@@ -345,9 +325,8 @@ def discover_config(
                 data = {**data, key: str(project_path.parent.parent / path.strip())}
         apply(data, str(project_path))
     env_values = {}
-    for name, raw in env.items():
-        if not name.startswith("MARIN_"):
-            continue
+    for name in [n for n in env if n.startswith("MARIN_")]:  # the names first: reading every value is slow
+        raw = env[name]
         key = name[len("MARIN_"):].lower()
         if key not in _SETTABLE:
             # Other tools (Marin's own scripts and CI: MARIN_ROOT, MARIN_CI_S3_PREFIX ...) set
