@@ -371,3 +371,26 @@ def test_run_budget_refuses_an_estimate_over_it(tmp_path, counter):
     assert machine["steps"][0]["seconds"] > 5 and "scaled by num_train_steps" in machine["steps"][0]["basis"]
     bad = _invoke(["run", bigger, "--prefix", prefix, "--budget", "soon"], counter)
     assert bad.exit_code == 2 and "--budget: duration must look like 2h" in bad.output, bad.output
+
+
+def test_one_command_looks_for_the_workspace_root_once_per_folder(tmp_path, monkeypatch):
+    # Its configuration, its target's module name and its import each ask from the experiment's
+    # folder: one walk up per folder within a command, another in the next command.
+    import collections
+
+    from rigging.config import workspace
+
+    walked: collections.Counter[str] = collections.Counter()
+    walk = workspace._walk_up
+
+    def counted(start: str):
+        walked[start] += 1
+        return walk(start)
+
+    monkeypatch.setattr(workspace, "_walk_up", counted)
+    monkeypatch.chdir(tmp_path)
+    exp = _diamond(tmp_path, "exp_walk")
+    for command in (1, 2):
+        result = _invoke(["plan", exp, "--prefix", str(tmp_path / "store")])
+        assert result.exit_code == 0, result.output
+        assert walked[str(tmp_path)] == command and max(walked.values()) == command, walked
