@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from steps_for_tests import calls, fan_graph, node
 
+from fray.inprocess import InProcessClient
 from marin.execution.core.step import Step, output_name_of
 from marin.execution.run.outcome import Outcome
 from marin.execution.run.runner import StepRunner
@@ -24,7 +25,9 @@ CI, CI2, MALLORY = (SecretKey.generate(name) for name in ("ci-1", "ci-2", "mallo
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
-    return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, **kwargs)
+    # The steps run in this process: what is proven here (which cache entries are trusted) is the
+    # runner's, not its workers' (a worker pool per runner cost most of this file's CPU).
+    return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, client=InProcessClient(), **kwargs)
 
 
 def _graph(counter: str) -> list[Step]:
