@@ -7,6 +7,7 @@ import json
 import pytest
 from steps_for_tests import NodeConfig, calls, node, noisy, noop, timed_step
 
+from fray.inprocess import InProcessClient
 from marin.execution.core.step import Step
 from marin.execution.core.traits import StepTraits, step_function, volatile_patterns
 from marin.execution.plan.model import Action
@@ -18,7 +19,9 @@ from rigging import filesystem as fs
 
 
 def _runner(prefix: str, **kwargs) -> StepRunner:
-    return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, **kwargs)
+    # The steps run in this process: early cutoff is the runner's decision, not its workers' (a
+    # worker pool per runner was most of this file's CPU).
+    return StepRunner(prefix=prefix, max_parallel=1, strict_env=False, client=InProcessClient(), **kwargs)
 
 
 def _graph(counter: str, version: str = "v1", payload: str = "same") -> tuple[Step, Step]:
