@@ -12,10 +12,14 @@ from marin.cli.display import LiveReporter, PlainReporter, summary_table
 from marin.execution.core.step import Step
 from marin.execution.run.runner import StepRunner
 
+ROUND_S = 0.1
+"""Seconds between two rounds of progress lines (the runner polls its steps every 0.1 s)."""
+
 
 def _step(version: str = "v1", units: int = 16) -> Step:
-    # About 1.3 s of units: several of the reporters' rounds (0.2 s) while the step works.
-    return Step(name="work/p", fn=progressing, config=ProgressingConfig(units=units, seconds_per_unit=0.08),
+    # About 0.6 s of units: several of the reporters' rounds (ROUND_S, the runner's own poll of 0.1 s
+    # at the least) while the step works.
+    return Step(name="work/p", fn=progressing, config=ProgressingConfig(units=units, seconds_per_unit=0.04),
                 version=version)
 
 
@@ -29,7 +33,7 @@ def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down
     prefix = str(tmp_path / "store")
     out = io.StringIO()
     runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False,
-                        reporter=PlainReporter(out, progress_interval=0.2))
+                        reporter=PlainReporter(out, progress_interval=ROUND_S))
     assert runner.run([_step()]).ok
     before = _lines_before_finish(out.getvalue(), "work/p")
     counts = [int(m.group(1)) for line in before
@@ -42,7 +46,7 @@ def test_progress_lines_appear_while_the_step_runs_then_the_estimate_counts_down
     assert not re.search(r"^estimate:", out.getvalue(), re.M)
 
     out2 = io.StringIO()
-    runner.reporter = PlainReporter(out2, progress_interval=0.2)
+    runner.reporter = PlainReporter(out2, progress_interval=ROUND_S)
     result = runner.run([_step("v2")])  # a version bump: runs again, estimated from the first build
     text = out2.getvalue()
     assert re.search(r"^estimate: [0-9.]+s with -j 1 \(steps add up to [0-9.]+s; critical path work/p: ", text, re.M), text
@@ -78,37 +82,36 @@ def test_live_bars_show_the_step_count_on_a_terminal(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_steps(tmp_path):
+def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_steps(tmp_path, lm_data_prefix):
     """The real data and training steps: progress lines during training; a tokenize refactor
     reuses the trained model; a forced retrain on CPU reports no nondeterminism (the volatile
     files named for training are all that differ between two builds)."""
     import dataclasses
 
     from levanter.checkpoint import CheckpointConfig
-    from levanter.models.llama import LlamaConfig
-    from levanter.optim import AdamConfig
+    from levanter.optim import AdamConfig, Schedule
     from marin.execution.core.lazy import lower
     from marin.execution.run.outcome import Outcome
-    from marin.experiment.data import bundled_corpus, tokenized, trained_tokenizer
     from marin.experiment.training.train import train_lm
+    from testsupport import lm_graph
 
     def graph(version: str) -> Step:
-        corpus = bundled_corpus(name="raw/p", num_stories=400, num_shards=2)
-        tok = trained_tokenizer(name="tokenizers/p", source=corpus, vocab_size=300)
-        data = dataclasses.replace(lower(tokenized(name="tokenized/p", source=corpus, tokenizer=tok)), version=version)
-        model = LlamaConfig(vocab_size=300, hidden_dim=16, intermediate_dim=32, num_heads=2, num_kv_heads=2,
-                            num_layers=1, max_seq_len=32)
-        return lower(train_lm(name="checkpoints/p", version="v1", model=model,
-                              optimizer=AdamConfig(learning_rate=3e-3, warmup=2), datasets={data: 1.0},
-                              batch_size=4, seq_len=32, num_train_steps=100, eval_every=0,
+        # The session's corpus, tokenizer and shards (copied below), the tiny model's shapes and
+        # optimizer (programs compiled once for the suite); only the shards' version changes.
+        data = dataclasses.replace(lower(lm_graph.data), version=version)
+        return lower(train_lm(name="checkpoints/p", version="v1", model=lm_graph.TINY,
+                              optimizer=AdamConfig(learning_rate=3e-3, warmup=2, schedule=Schedule.CONSTANT),
+                              datasets={data: 1.0}, batch_size=4, seq_len=32, num_train_steps=100, eval_every=0,
                               checkpoint=CheckpointConfig(save_every=50)))
 
-    prefix = str(tmp_path / "store")
+    assert lower(lm_graph.data).version == "v1"  # the shards as built: only training runs at first
+    prefix = str(lm_graph.copy_prefix(lm_data_prefix, tmp_path / "store"))
     out = io.StringIO()
     runner = StepRunner(prefix=prefix, max_parallel=1, strict_env=False,
                         reporter=PlainReporter(out, progress_interval=0.2))
     first = runner.run([graph("v1")])
     assert first.ok, out.getvalue()
+    assert first.by_name("tokenized/tiny").outcome is Outcome.CACHED
     before = _lines_before_finish(out.getvalue(), "checkpoints/p")
     steps = [int(m.group(1)) for line in before
              for m in [re.match(r"\[progress\] checkpoints/p: step (\d+)/100 \(\d+%\), loss [0-9.]+, ", line)] if m]
@@ -116,7 +119,7 @@ def test_training_progress_while_it_runs_then_cutoff_and_determinism_of_real_ste
 
     # The tokenize code "refactored": a version bump, the same shards. Training is not repeated.
     second = StepRunner(prefix=prefix, max_parallel=1, strict_env=False).run([graph("v2")])
-    assert second.by_name("tokenized/p").outcome is Outcome.RAN
+    assert second.by_name("tokenized/tiny").outcome is Outcome.RAN
     assert second.by_name("checkpoints/p").outcome is Outcome.REUSED, second.by_name("checkpoints/p")
 
     # Training twice from the same inputs on CPU gives the same model: no nondeterminism reported.
