@@ -46,7 +46,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 # (llama_nano's params after 5 steps: same losses, other bits), so a parent and the children it
 # compares bit for bit must compile at one level: children inherit the flag.
 # Added to XLA_FLAGS before any test starts a JAX backend; child processes inherit it (a test that
-# sets XLA_FLAGS for a child appends to it: ``testsupport.levanter_data.cpu_device_env``).
+# sets XLA_FLAGS for a child appends to it: ``testsupport.cpu_devices``).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 

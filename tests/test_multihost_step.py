@@ -17,6 +17,7 @@ from marin.execution.run.runner import StepRunner
 from marin.execution.store.records import StepRecord
 from rigging import filesystem as fs
 from rigging.config.discovery import Backend
+from testsupport.cpu_devices import cpu_device_settings
 from testsupport.iris_jobs import data_parallel_loss_and_grad, linear_loss_and_grad, linear_problem
 
 # float32 sums over 16 rows, reduced in a different order across processes.
@@ -44,8 +45,8 @@ def _runner(prefix: str) -> StepRunner:
 
 
 def test_a_two_host_step_runs_two_processes_as_one_jax_job(tmp_path, monkeypatch):
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    for name, value in cpu_device_settings(1).items():  # the step's processes inherit the environment
+        monkeypatch.setenv(name, value)
     step = Step(name="multihost/data-parallel", fn=data_parallel_step,
                 config={"batch": BATCH, "features": FEATURES, "seed": SEED},
                 resources=ResourceConfig.with_cpu(1, hosts=2))

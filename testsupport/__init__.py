@@ -5,6 +5,7 @@
 * :mod:`testsupport.latency`: a loopback proxy that delays and counts requests;
 * :mod:`testsupport.ray_cluster`: Ray heads and multi-node clusters on 127.0.0.1 (pytest fixtures);
 * :mod:`testsupport.fray_jobs`, :mod:`testsupport.iris_jobs`: small jobs workers import by name.
+* :mod:`testsupport.cpu_devices`: the environment of a child process that runs JAX on N CPU devices;
 * :mod:`testsupport.shared`: folders built once per test session and shared by every xdist worker;
 * :mod:`testsupport.e2e`: the real ``marin`` CLI and ``make`` as subprocesses, the small cache-test
   experiment, and the nano and ``make experiments`` stores the end-to-end tests share;

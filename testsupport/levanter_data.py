@@ -18,6 +18,7 @@ from levanter.data import DatasetSpec
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from rigging import filesystem as fs
+from testsupport.cpu_devices import cpu_device_env
 from zephyr.shards import TOKENIZED_FORMAT, write_index
 
 TINY_MODEL = LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
@@ -44,13 +45,6 @@ def tiny_config(data: str, **overrides) -> TrainLmConfig:
     )
     base.update(overrides)
     return TrainLmConfig.from_settings((DatasetSpec(data),), **base)
-
-
-def cpu_device_env(devices: int) -> dict[str, str]:
-    """``os.environ`` for a child process that sees ``devices`` CPU devices: the device count is added
-    to the session's ``XLA_FLAGS`` (the root conftest's compile settings), not put in their place."""
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
-    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
 
 
 def start_trainer(config: TrainLmConfig, out: str, config_path: str, *, devices: int = 1) -> subprocess.Popen:

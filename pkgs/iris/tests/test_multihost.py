@@ -16,6 +16,7 @@ from iris.multihost import (
     launch_local,
     launch_ray,
 )
+from testsupport.cpu_devices import cpu_device_settings
 from testsupport.fray_jobs import echo_env, raise_value_error
 from testsupport.iris_jobs import (
     all_gather_then_linger,
@@ -26,7 +27,6 @@ from testsupport.iris_jobs import (
 
 # float32 sums over 16 rows, reduced in a different order across processes.
 RTOL, ATOL = 1e-5, 1e-6
-CPU_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
 
 
 def test_env_round_trip_and_validation():
@@ -41,7 +41,7 @@ def test_two_processes_form_one_jax_job_and_match_one_process():
     batch, features, seed = 16, 8, 0
     with LocalClient() as client:
         job = launch(client, data_parallel_loss_and_grad, batch, features, seed,
-                     resources=ResourceConfig.with_cpu(1, hosts=2), env=CPU_ENV, name="dp")
+                     resources=ResourceConfig.with_cpu(1, hosts=2), env=cpu_device_settings(1), name="dp")
         results = job.result(timeout=180)
     assert [r["process_id"] for r in results] == [0, 1]
     assert all(r["process_count"] == 2 and r["device_count"] == 2 for r in results)
@@ -62,7 +62,7 @@ def test_a_process_finishing_after_process_0_is_not_aborted_by_its_end():
     # Process 0 hosts JAX's coordination service; ended at once (os._exit) it would take the
     # service with it while process 1 still works, and process 1 would abort (exit code -6).
     with LocalClient() as client:
-        job = launch_local(client, all_gather_then_linger, 2.0, num_processes=2, env=CPU_ENV, name="linger")
+        job = launch_local(client, all_gather_then_linger, 2.0, num_processes=2, env=cpu_device_settings(1), name="linger")
         assert job.result(timeout=180) == [[0, 1], [0, 1]]
 
 

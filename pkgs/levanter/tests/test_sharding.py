@@ -19,8 +19,8 @@ from levanter.checkpoint import CheckpointConfig
 from levanter.models.llama import LlamaConfig
 from levanter.sharding import MeshConfig, param_spec
 from levanter.trainer import main
+from testsupport.cpu_devices import cpu_device_settings
 from testsupport.levanter_data import (
-    cpu_device_env,
     final_params,
     pattern_documents,
     run_on_devices,
@@ -169,7 +169,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
 
     mesh = LAYOUTS["fsdp4_tensor2"]
     config, out = _config(runs["data"], mesh), str(tmp_path / "two-hosts")
-    env = {k: v for k, v in cpu_device_env(4).items() if k in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    env = cpu_device_settings(4)
     with LocalClient() as client:
         job = launch(client, main, config, out, resources=ResourceConfig.with_cpu(1, hosts=2), env=env, name="fsdp")
         results = job.result(timeout=600)
