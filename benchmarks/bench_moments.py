@@ -44,14 +44,18 @@ def train(moment_dtype: str = "float32", factored: bool = False, steps: int = ST
 
     from experiments.llama import llama_nano
     from levanter.optim import AdamConfig
-    from levanter.training import TrainState, make_train_step, state_initializer
+    from levanter.training import TrainState, make_train_step
     from levanter.training.loss import loss_fn
+    from levanter.training.state import params_initializer, state_of_params
 
     model_config = dataclasses.replace(llama_nano, vocab_size=VOCAB)
     optimizer = AdamConfig(learning_rate=3e-3, warmup=20, weight_decay=0.1, beta2=beta2, moment_dtype=moment_dtype,
                            factored_second_moment=factored)
     tx = optimizer.at_rate(0.0)
-    state: TrainState = jax.jit(state_initializer(model_config, tx))(jax.random.PRNGKey(seed))
+    # The parameters in a program of their own (the random init, the costly compile), the same for
+    # the three moment variants; the optimizer state (what differs) in a small second one.
+    params, key = jax.jit(params_initializer(model_config))(jax.random.PRNGKey(seed))
+    state: TrainState = jax.jit(state_of_params(tx))(params, key)
     model = model_config.build(jnp.float32)
     step = jax.jit(make_train_step(model, optimizer.at_rate, jnp.float32, 1), donate_argnums=0)
     rate = optimizer.rate_of_step(steps)

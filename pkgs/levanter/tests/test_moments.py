@@ -18,19 +18,21 @@ from rigging.fields import in_hash
 
 
 def _grads(seed: int):
-    k = jax.random.split(jax.random.PRNGKey(seed), 3)
-    return {"layers/mlp/up_proj": {"w": jax.random.normal(k[0], (3, 6, 5))},
-            "embed": {"embeddings": jax.random.normal(k[1], (7, 6))},
-            "final_norm": {"scale": jax.random.normal(k[2], (6,))}}
+    # numpy's draw: JAX's samplers, eager, compile a program per operation and shape
+    rng = np.random.default_rng(seed)
+    return {"layers/mlp/up_proj": {"w": rng.standard_normal((3, 6, 5), np.float32)},
+            "embed": {"embeddings": rng.standard_normal((7, 6), np.float32)},
+            "final_norm": {"scale": rng.standard_normal((6,), np.float32)}}
 
 
 def _run(tx, steps: int = 3):
-    params = jax.tree.map(jnp.zeros_like, _grads(0))
-    state = tx.init(params)
+    params = jax.tree.map(np.zeros_like, _grads(0))
+    state = jax.jit(tx.init)(params)  # one program, not one per leaf
+    update = jax.jit(tx.update)
     out = []
     for i in range(steps):
-        update, state = jax.jit(tx.update)(_grads(i), state, params)
-        out.append(update)
+        u, state = update(_grads(i), state, params)
+        out.append(u)
     return out, state
 
 
@@ -51,8 +53,8 @@ def test_bfloat16_moments_are_stored_in_bfloat16_and_stay_close():
 
 def test_factored_second_moment_is_row_and_column_means_and_exact_for_rank_one_squares():
     tx = scale_by_compact_adam(0.9, 0.95, 1e-8, factored=True)
-    params = jax.tree.map(jnp.zeros_like, _grads(0))
-    state = tx.init(params)
+    params = jax.tree.map(np.zeros_like, _grads(0))
+    state = jax.eval_shape(tx.init, params)  # the shapes of the state: no program
     up, embed = state.nu["layers/mlp/up_proj"]["w"], state.nu["embed"]["embeddings"]
     # A stacked layer weight factors per layer (its last two axes); a vector keeps its full moment.
     assert isinstance(up, FactoredMoment) and (up.row.shape, up.col.shape) == ((3, 6), (3, 5))
@@ -60,13 +62,13 @@ def test_factored_second_moment_is_row_and_column_means_and_exact_for_rank_one_s
     assert state.nu["final_norm"]["scale"].shape == (6,)
     # When g^2 is an outer product (|g| = a b^T), the row/column factoring loses nothing: the first
     # update equals Adam's.
-    a, b = jnp.arange(1.0, 8.0), jnp.linspace(0.5, 2.0, 6)
-    grads = {"embed": {"embeddings": jnp.outer(a, b) * jnp.where(jnp.arange(42).reshape(7, 6) % 3 == 0, -1.0, 1.0)}}
-    p = jax.tree.map(jnp.zeros_like, grads)
+    a, b = np.arange(1.0, 8.0, dtype=np.float32), np.linspace(0.5, 2.0, 6, dtype=np.float32)
+    grads = {"embed": {"embeddings": np.outer(a, b) * np.where(np.arange(42).reshape(7, 6) % 3 == 0, -1.0, 1.0)}}
+    p = jax.tree.map(np.zeros_like, grads)
     # Jitted: one program each, not one per operation (eager JAX compiles every operation on its own).
-    ours, _ = jax.jit(tx.update)(grads, tx.init(p), p)
+    ours, _ = jax.jit(lambda g, q: tx.update(g, tx.init(q), q))(grads, p)
     adam = optax.scale_by_adam(0.9, 0.95, 1e-8)
-    theirs, _ = jax.jit(adam.update)(grads, adam.init(p), p)
+    theirs, _ = jax.jit(lambda g, q: adam.update(g, adam.init(q), q))(grads, p)
     np.testing.assert_allclose(ours["embed"]["embeddings"], theirs["embed"]["embeddings"], rtol=1e-5)
 
 
@@ -88,7 +90,7 @@ def small_step():
     from levanter.training import make_train_step, state_initializer
 
     state = jax.jit(state_initializer(SMALL, OPTIMIZER.at_rate(0.0)))(jax.random.PRNGKey(0))
-    batch = jax.random.randint(jax.random.PRNGKey(1), (2, 9), 0, 32)
+    batch = jnp.asarray(np.random.default_rng(1).integers(0, 32, size=(2, 9)), jnp.int32)
     model = SMALL.build(jnp.float32)
     plain = jax.jit(make_train_step(model, OPTIMIZER.at_rate, jnp.float32, 1))(state, batch, jnp.float32(1e-2))
     return model, state, batch, plain
@@ -159,14 +161,14 @@ def test_factoring_a_stacked_model_takes_the_steps_of_its_layers_one_by_one():
     # scales [3, 6] keep a full second moment (never factored over the layer axis) and the stacked
     # weight [3, 6, 5] is factored per layer, so no layer's update depends on another's.
     def layers(seed: int):
-        k = jax.random.split(jax.random.PRNGKey(seed), 6)
-        return {**{f"layer_{i}/attn_norm": {"scale": jax.random.normal(k[i], (6,)) * (i + 1)} for i in range(3)},
-                **{f"layer_{i}/mlp/up_proj": {"w": jax.random.normal(k[3 + i], (6, 5))} for i in range(3)}}
+        rng = np.random.default_rng(seed)  # numpy's draw: no program per sampler and shape
+        return {**{f"layer_{i}/attn_norm": {"scale": rng.standard_normal((6,), np.float32) * (i + 1)} for i in range(3)},
+                **{f"layer_{i}/mlp/up_proj": {"w": rng.standard_normal((6, 5), np.float32)} for i in range(3)}}
 
     tx = scale_by_compact_adam(0.9, 0.95, 1e-8, factored=True)
     update = jax.jit(tx.update)  # a program for each layout, not one per operation
     unrolled, stacked = layers(0), stack_layers(layers(0))
-    state_u, state_s = tx.init(unrolled), tx.init(stacked)
+    state_u, state_s = jax.jit(tx.init)(unrolled), jax.jit(tx.init)(stacked)
     for seed in range(3):
         update_u, state_u = update(layers(seed), state_u, unrolled)
         update_s, state_s = update(stack_layers(layers(seed)), state_s, stacked)
