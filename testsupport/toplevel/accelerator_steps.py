@@ -37,6 +37,21 @@ class ChipConfig:
     lock: str = unhashed_field(default="")
     """The simulated runtime's lock file (:func:`tpu_step` takes it)."""
     record_dir: str = unhashed_field(default="")
+    meets: str = unhashed_field(default="")
+    """The label of a step that must be running at the same time: the step waits (up to a minute)
+    for it to have started, so that two steps run one after the other fail instead of passing."""
+
+
+def _meet(config: ChipConfig) -> None:
+    """Say this step started, then wait for :attr:`ChipConfig.meets` to have started too."""
+    with open(os.path.join(config.record_dir, f"{config.label}.started"), "w"):
+        pass
+    other = os.path.join(config.record_dir, f"{config.meets}.started")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(other):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{config.meets} did not start while {config.label} ran")
+        time.sleep(0.02)
 
 
 def _record(config: ChipConfig, kind: str, start: float) -> None:
@@ -84,6 +99,8 @@ def tpu_step(config: ChipConfig, output_path: str) -> None:
     """Compute a while on the simulated accelerator (its process opened it first), then let it go."""
     with _chip_open(config):
         start = time.time()
+        if config.meets:
+            _meet(config)
         time.sleep(config.seconds)
         _record(config, "accelerator", start)
     fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
@@ -104,8 +121,8 @@ def cpu_step(config: ChipConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "out.txt"), config.label.encode())
 
 
-def tpu(label: str, record_dir: str, lock: str, seconds: float = 0.3) -> Step:
-    return Step(f"chip/{label}", tpu_step, ChipConfig(label, seconds, lock=lock, record_dir=record_dir))
+def tpu(label: str, record_dir: str, lock: str, seconds: float = 0.3, meets: str = "") -> Step:
+    return Step(f"chip/{label}", tpu_step, ChipConfig(label, seconds, lock=lock, record_dir=record_dir, meets=meets))
 
 
 def failing_tpu(label: str, record_dir: str, lock: str) -> Step:

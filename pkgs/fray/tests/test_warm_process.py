@@ -83,6 +83,19 @@ def test_calls_run_in_one_process_each_with_its_own_log_and_nothing_left_by_the_
     assert warm.retirements == []
 
 
+def test_free_while_no_call_runs_or_waits(warm):
+    assert warm.free  # no process yet: a call would start one at once
+    running = warm.submit(_sleeps, 1.0, name="running")
+    assert not warm.free
+    queued = warm.submit(_sleeps, 0.0, name="queued")
+    assert not warm.free
+    running.result(timeout=60)
+    queued.result(timeout=60)
+    assert warm.free and warm.processes_started == 1
+    warm.shutdown()
+    assert not warm.free
+
+
 def test_a_failed_call_retires_the_process_and_the_next_starts_a_new_one(warm):
     first = warm.submit(_sleeps, 0.0).result(timeout=60)
     with pytest.raises(JobFailed, match="on purpose"):

@@ -213,6 +213,15 @@ class WarmProcess(DistributedClient):
         served = self._served
         return served.process.pid if served is not None and not served.ended else None
 
+    @property
+    def free(self) -> bool:
+        """True when no call runs or waits here: one submitted now starts at once (after the last
+        call's cleanup, or in a new process)."""
+        with self._lock:
+            served = self._served
+            return (not self._closed and not self._queue
+                    and (served is None or served.ended or served.running is None))
+
     def _retired(self, line: str) -> None:
         self.retirements.append(line)
         self.on_retire(line)

@@ -185,7 +185,9 @@ def test_on_a_host_without_an_accelerator_nothing_is_hidden_or_serialised(tmp_pa
     monkeypatch.setenv("JAX_PLATFORMS", "")
     records = tmp_path / "records"
     records.mkdir()
-    steps = [chip.tpu(f"t{i}", str(records), str(tmp_path / f"lock{i}"), seconds=1.0) for i in range(2)]
+    # Each waits for the other to have started: run one after the other, the first would fail.
+    steps = [chip.tpu(f"t{i}", str(records), str(tmp_path / f"lock{i}"), seconds=0.0, meets=f"t{1 - i}")
+             for i in range(2)]
     runner = _runner(tmp_path, max_parallel=2, accelerator="none")
     try:
         result = runner.run([*steps, chip.cpu("c0", str(records), seconds=0.0)])

@@ -164,19 +164,27 @@ def test_ctrl_c_of_the_runner_ends_the_warm_step_and_leaves_nothing_done(tmp_pat
         time.sleep(0.05)
 
 
-def test_a_jax_training_step_forks_from_the_warm_worker_and_checkpoints(tmp_path, lm_data_prefix):
+def test_jax_steps_on_a_host_without_an_accelerator_run_one_after_another_in_one_warm_process(tmp_path, lm_data_prefix):
+    """Training steps compute with JAX, which the warm pool's template never imports: on a CPU host
+    they run in a warm process of their own that keeps JAX imported, the next step in the same one."""
     from levanter.checkpoint import committed_steps
     from testsupport.lm_graph import copy_prefix, tiny_model
 
     prefix = copy_prefix(lm_data_prefix, tmp_path / "store")
-    model = tiny_model("checkpoints/warm", steps=20)
+    first = tiny_model("checkpoints/warm", steps=20)
+    second = tiny_model("checkpoints/warm-again", steps=10)
     runner = _runner(str(prefix))
     try:
-        result = runner.run([model])
-        templates = runner.backends.pool.templates_started
+        result = runner.run([first, second])
+        processes = runner.backends.accelerator_processes
+        started, pool = processes.started_on_cpu, runner.backends.pool
     finally:
         runner.close()
     assert result.ok, [(s.name, s.error) for s in result.failed]
-    out = result.by_name("checkpoints/warm").output_path
-    assert templates == 1  # the step was forked from the warm worker, not started afresh
-    assert committed_steps(fs.join(out, "checkpoints")) == [10, 20]
+    assert started == 1  # both steps ran in the one warm process, not each in an interpreter of its own
+    assert pool is None  # and neither was forked from the template
+    workers = {StepRecord(result.by_name(n).output_path).read_json(StepRecord(result.by_name(n).output_path).status)["worker"]
+               for n in ("checkpoints/warm", "checkpoints/warm-again")}
+    assert len(workers) == 1, workers
+    assert committed_steps(fs.join(result.by_name("checkpoints/warm").output_path, "checkpoints")) == [10, 20]
+    assert committed_steps(fs.join(result.by_name("checkpoints/warm-again").output_path, "checkpoints")) == [10]

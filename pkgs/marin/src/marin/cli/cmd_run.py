@@ -31,8 +31,10 @@ from marin.cli.errors import MarinError
 @click.option("--budget-accelerator-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="HOURS", help="Refuse to start if the plan is estimated to use more accelerator-hours.")
 @click.option("--warm-workers/--no-warm-workers", default=None,
-              help="Fork local steps from a warm worker that keeps its imports (the default; accelerator and "
-                   "multi-host steps always get a fresh interpreter); --no-warm-workers starts one per step. "
+              help="Fork local steps from a warm worker that keeps its imports, and run those that compute with "
+                   "JAX on a host without an accelerator in warm processes that keep JAX (the default; accelerator "
+                   "steps: accelerator_process; multi-host steps always get a fresh interpreter); "
+                   "--no-warm-workers starts one per step. "
                    "Config: warm_workers, warm_worker_max_steps.")
 @click.option("--code-changes", type=click.Choice(["warn", "rebuild"]), default=None,
               help="A built step whose code changed since its build (same version): keep it (warn, the default; "

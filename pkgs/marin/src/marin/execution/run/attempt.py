@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.core.errors import UnserializableConfig
 from marin.execution.core.identity import workspace_root
+from marin.execution.core.traits import uses_accelerator
 from marin.execution.core.walk import with_real_paths
 from marin.execution.plan.model import PlannedStep
 from marin.execution.run.attempt_context import (
@@ -151,7 +152,8 @@ class StepAttempt:
             )
             if fs.is_local(self.files_folder):
                 os.makedirs(fs.strip_protocol(self.files_folder), exist_ok=True)
-            self.resubmit = ctx.submitter(payload, ctx.resources_of(p.step), p.output_name, self.admission.slots)
+            self.resubmit = ctx.submitter(payload, ctx.resources_of(p.step), p.output_name, self.admission.slots,
+                                          computes=uses_accelerator(p.step))
             self.handle = self.resubmit()
             lease.on_lost = self._stop_lost
             # One status record per start, written once the process exists so that it can name it.

@@ -87,6 +87,10 @@ class AttemptContext:
     holds, given those slots and the variables that grant them
     (:class:`~marin.execution.run.warm_accelerator.AcceleratorProcesses`); None: each accelerator
     step in a fresh interpreter (``accelerator_process: fresh``)."""
+    on_cpu_process: Callable[..., Any] | None = None
+    """Submits a local step that computes with JAX on a host without an accelerator to a warm
+    process (:meth:`~marin.execution.run.warm_accelerator.AcceleratorProcesses.submit_on_cpu`); None:
+    such steps fork from the warm pool, or get a fresh interpreter, like any other."""
 
     def resources_of(self, step: Step) -> ResourceConfig:
         """What ``step`` asks for here (:func:`marin.execution.plan.resources.resources_of`)."""
@@ -113,10 +117,10 @@ class AttemptContext:
         return {**granted_env(os.environ, self.accelerator, slots), **compilation_cache_env(self.settings)}
 
     def submitter(self, payload: StepPayload, resources: ResourceConfig, name: str,
-                  slots: tuple[int, ...] = ()) -> Callable[[], JobHandle]:
+                  slots: tuple[int, ...] = (), computes: bool = False) -> Callable[[], JobHandle]:
         """A function that starts the step ``payload`` describes (again, for a retry) on this run's
         client, as ``resources`` ask, holding ``slots`` of the host's accelerator, and returns its
-        job's handle."""
+        job's handle. ``computes``: its function computes on an accelerator (JAX), whichever it is given."""
         client = self.client
         env = {"MARIN_LOG_LEVEL": logging.getLevelName(logging.getLogger().level),
                **self.accelerator_env(resources, slots)}
@@ -128,6 +132,10 @@ class AttemptContext:
         if self.worker is WorkerKind.LOCAL_PROCESS and slots and self.accelerator_process is not None:
             warm = self.accelerator_process(slots, env)
             return lambda: warm.submit(run_step, payload, name=name, env=env)
+        if (self.worker is WorkerKind.LOCAL_PROCESS and computes and self.accelerator is None
+                and self.on_cpu_process is not None and warm_worker_can_run(resources)):
+            submit = self.on_cpu_process
+            return lambda: submit(run_step, payload, name=name, env=env)
         if self.worker is WorkerKind.LOCAL_PROCESS and self.pool is not None and warm_worker_can_run(resources):
             pool = self.pool()
             return lambda: pool.submit(run_step, payload, name=name, env=env, preload=(payload.fn.module,))

@@ -125,9 +125,11 @@ class Backends:
         client = self._steps_client()
         warm = self.settings.warm_workers and isinstance(client, LocalClient)
         warm_accelerator = self.settings.accelerator_process == "warm" and isinstance(client, LocalClient)
+        processes = self.accelerator_processes
         return AttemptContext(self.settings, holder, client, self.worker_kind(), environment,
                               pool=self._warm_pool if warm else None, accelerator=self.accelerator(),
-                              accelerator_process=self.accelerator_processes.for_slots if warm_accelerator else None)
+                              accelerator_process=processes.for_slots if warm_accelerator else None,
+                              on_cpu_process=processes.submit_on_cpu if warm and warm_accelerator else None)
 
     def _admission_controller(self) -> AdmissionController:
         if self._admission is None:

@@ -10,6 +10,13 @@ no buffer or JAX flag left behind); a step that failed or left what cannot be pu
 process, with one warning naming the step and what it left, and the next step starts a new one.
 ``fresh`` runs each accelerator step in an interpreter of its own, as CPU steps' warm pool never does.
 
+On a host without an accelerator, the steps whose function computes on one (``StepTraits.accelerator``:
+training, evaluation, generation) compute on the CPU with JAX, which the warm pool's template never
+imports (a process whose JAX runtime started cannot be forked safely): each would import JAX, Haiku,
+Optax, Grain and Orbax again, seconds of CPU for steps that often compute for less. They run in warm
+processes too (:meth:`AcceleratorProcesses.submit_on_cpu`), as accelerator steps do, with as many
+processes as such steps run at once: a step takes one that runs nothing, else a new one.
+
 Whichever process runs them, accelerator steps keep their compiled programs in JAX's persistent
 compilation cache (:func:`compilation_cache_env`): a rerun, a resumed run and the evaluations of one
 model reuse each other's programs. A cached program is the one XLA would compile again: it changes
@@ -20,8 +27,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rigging.config.discovery import user_cache_folder
 
@@ -69,6 +77,9 @@ class AcceleratorProcesses:
 
     def __init__(self) -> None:
         self._by_slots: dict[tuple[int, ...], WarmProcess] = {}
+        self._on_cpu: list[WarmProcess] = []
+        self._closed_started_on_cpu = 0
+        self._lock = threading.Lock()
 
     def for_slots(self, slots: tuple[int, ...], env: Mapping[str, str]) -> WarmProcess:
         """The warm process of ``slots`` (started by its first step, with ``env``: the variables
@@ -86,6 +97,25 @@ class AcceleratorProcesses:
                                                        on_retire=lambda line: logger.warning("%s", line))
         return warm
 
+    def submit_on_cpu(self, fn: Callable[..., Any], *args: Any, name: str, env: Mapping[str, str]) -> Any:
+        """Run a step that computes with JAX on a host without an accelerator, in a warm process that
+        runs nothing now (a new one when every one is busy); its job's handle."""
+        # fray's warm process: only for a run with such a step.
+        from fray.warm_process import WarmConfig, WarmProcess
+
+        with self._lock:  # two steps starting at once never pick the same process
+            warm = next((w for w in self._on_cpu if w.free), None)
+            if warm is None:
+                warm = WarmProcess(WarmConfig(idle_s=WARM_IDLE_S, preload=("jax",)), env=env,
+                                   on_retire=lambda line: logger.warning("%s", line))
+                self._on_cpu.append(warm)
+            return warm.submit(fn, *args, name=name, env=env)
+
+    @property
+    def started_on_cpu(self) -> int:
+        """How many warm processes the steps that compute with JAX on the CPU have started (ended ones too)."""
+        return self._closed_started_on_cpu + sum(warm.processes_started for warm in self._on_cpu)
+
     @property
     def pids(self) -> set[int]:
         """The live warm processes (each may hold the accelerator's lock while it waits for a step)."""
@@ -93,6 +123,8 @@ class AcceleratorProcesses:
 
     def close(self) -> None:
         """End every warm process (the run ended): the accelerator is free again."""
-        for warm in self._by_slots.values():
+        for warm in [*self._by_slots.values(), *self._on_cpu]:
             warm.shutdown()
         self._by_slots.clear()
+        self._closed_started_on_cpu = self.started_on_cpu
+        self._on_cpu.clear()
