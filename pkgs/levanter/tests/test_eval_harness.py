@@ -14,7 +14,6 @@ import sys
 from importlib.metadata import version
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special
@@ -217,18 +216,12 @@ def test_packing_is_best_fit_longest_first_with_a_small_pad_fraction():
 
 
 def test_transformers_flax_llama_on_the_exported_model_gives_the_same_loglikelihoods(lm, params, tokenizer_json,
-                                                                                     tmp_path, monkeypatch):
-    from transformers import FlaxLlamaForCausalLM
-
+                                                                                     tmp_path):
     from levanter.compat.hf_checkpoint import save_hf_model
+    from testsupport.hf_flax import flax_llama
 
     save_hf_model(str(tmp_path), CONFIG, params, eos_token_id=lm.eot_token_id)
-    # Reading PyTorch weights, transformers first draws the model's random weights (then replaced by
-    # the file's) and runs its forward pass, op by op: a hundred programs. Jitted, one.
-    init = FlaxLlamaForCausalLM.init_weights
-    monkeypatch.setattr(FlaxLlamaForCausalLM, "init_weights",
-                        lambda self, rng, shape, params=None: jax.jit(lambda r: init(self, r, shape, params))(rng))
-    hf = FlaxLlamaForCausalLM.from_pretrained(str(tmp_path), from_pt=True, dtype=jnp.float32)
+    hf = flax_llama(str(tmp_path))
     pairs = _pairs(Tokenizer.from_str(tokenizer_json), n=6)
     ours = lm.loglikelihood([_request("loglikelihood", c, x) for c, x in pairs])
     wholes = [(lambda c, x: (c + x)[-(SEQ_LEN + 1):])(*lm._encode_pair(c, x)) for c, x in pairs]

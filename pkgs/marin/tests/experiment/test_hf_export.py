@@ -27,6 +27,7 @@ from marin.execution.core.errors import InvalidStep
 from marin.execution.core.lazy import lower
 from marin.experiment.hf import export_hf, hf_checkpoint
 from marin.experiment.training.train import train_lm
+from testsupport.hf_flax import flax_llama
 from testsupport.lm_graph import copy_prefix, data, runner
 
 MODEL = LlamaConfig(vocab_size=320, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
@@ -50,11 +51,8 @@ def built(tmp_path_factory: pytest.TempPathFactory, lm_data_prefix: Path) -> dic
 @pytest.fixture(scope="module")
 def flax_export(built):
     """transformers' Flax Llama on the final export, loaded once for the module (loading initialises
-    a random model first, op by op: a cost worth paying once)."""
-    import jax.numpy as jnp
-    from transformers import FlaxLlamaForCausalLM
-
-    return FlaxLlamaForCausalLM.from_pretrained(built["hf/nano"], from_pt=True, dtype=jnp.float32)
+    a random model first: a cost worth paying once)."""
+    return flax_llama(built["hf/nano"])
 
 
 def test_transformers_loads_the_export_and_gives_our_logits(built, flax_export):
