@@ -14,7 +14,7 @@ from levanter.optim import AdamConfig, DecayShape, Schedule, learning_rate
 
 
 def _lrs(cfg: AdamConfig, steps: int) -> np.ndarray:
-    fn = cfg.lr_schedule(steps)
+    fn = jax.jit(cfg.lr_schedule(steps))  # one program for every step, not one per operation
     lrs = np.array([float(fn(s)) for s in range(steps)])
     np.testing.assert_allclose(cfg.learning_rates(steps), lrs, rtol=1e-6, atol=1e-6 * cfg.learning_rate)
     return lrs
@@ -135,11 +135,12 @@ def test_the_optimizer_state_holds_the_rate_just_applied():
     cfg = AdamConfig(learning_rate=1.0, warmup=4, schedule="linear", min_lr_ratio=0.0)
     tx = cfg.build(8)
     params = {"w": jnp.ones((2, 2))}
-    state = tx.init(params)
+    state = jax.jit(tx.init)(params)
     grads = {"w": jnp.full((2, 2), 0.1)}
+    update = jax.jit(tx.update)  # one program for the six steps, not one per operation
     applied = []
     for _ in range(6):
-        _, state = tx.update(grads, state, params)
+        _, state = update(grads, state, params)
         applied.append(float(learning_rate(state)))
     np.testing.assert_allclose(applied, cfg.learning_rates(8)[:6], rtol=1e-6)
     np.testing.assert_allclose(applied, [0.25, 0.5, 0.75, 1.0, 1.0, 0.75], rtol=1e-6)
@@ -158,16 +159,25 @@ def test_a_rate_given_to_at_rate_updates_exactly_as_the_schedule_of_build(cfg, s
     grads = {"w": jnp.full((2, 3), 0.3), "b": jnp.full(3, -0.2)}
     rate_of_step = cfg.rate_of_step(steps)
     scheduled, given = cfg.build(steps), cfg.at_rate
-    state_a = scheduled.init(params)
-    state_b = given(0.0).init(params)
+    state_a = jax.jit(scheduled.init)(params)
+    state_b = jax.jit(given(0.0).init)(params)
     assert jax.tree.structure(state_a) == jax.tree.structure(state_b)
     p_a = p_b = params
-    update_a = jax.jit(lambda s, p: scheduled.update(grads, s, p))
-    update_b = jax.jit(lambda s, p, r: given(r).update(grads, s, p))
+
+    # Each step, the update applied, in one program (eagerly, a program per operation).
+    @jax.jit
+    def step_a(s, p):
+        u, s = scheduled.update(grads, s, p)
+        return s, optax.apply_updates(p, u)
+
+    @jax.jit
+    def step_b(s, p, r):
+        u, s = given(r).update(grads, s, p)
+        return s, optax.apply_updates(p, u)
+
     for step in range(steps):
-        u_a, state_a = update_a(state_a, p_a)
-        u_b, state_b = update_b(state_b, p_b, rate_of_step(step))
-        p_a, p_b = optax.apply_updates(p_a, u_a), optax.apply_updates(p_b, u_b)
+        state_a, p_a = step_a(state_a, p_a)
+        state_b, p_b = step_b(state_b, p_b, rate_of_step(step))
         assert float(learning_rate(state_b)) == float(learning_rate(state_a)), step
     for a, b in zip(jax.tree.leaves((state_a, p_a)), jax.tree.leaves((state_b, p_b)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
