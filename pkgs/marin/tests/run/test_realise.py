@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from steps_for_tests import NodeConfig, calls, node, noisy, noop, timed_step
+from steps_for_tests import InProcessClient, NodeConfig, calls, node, noisy, noop, timed_step
 
-from fray.inprocess import InProcessClient
 from marin.execution.core.step import Step
 from marin.execution.core.traits import StepTraits, step_function, volatile_patterns
 from marin.execution.plan.model import Action

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import steps_for_tests as t
 
-from fray.inprocess import InProcessClient
 from marin.execution.core.step import Step
 from marin.execution.run.runner import RunSettings, StepRunner
 from rigging.config.discovery import Backend, MarinConfig, discover_config
@@ -69,7 +68,7 @@ def test_steps_run_under_a_lease_of_the_configured_length(tmp_path, how):
     step = Step("lease/left", t.lease_left, t.NodeConfig(label="lease.left"))
     config = MarinConfig(prefix=str(tmp_path / "p"), lease_ttl=7.0 if how == "config" else 60.0)
     # The step runs in this process: the lease is the runner's (a worker pool would cost more than the test).
-    runner = StepRunner(config, lease_ttl=None if how == "config" else 7.0, max_parallel=1, client=InProcessClient())
+    runner = StepRunner(config, lease_ttl=None if how == "config" else 7.0, max_parallel=1, client=t.InProcessClient())
     result = runner.run([step])
     assert result.ok, [s.error for s in result.steps]
     left = float((Path(result.steps[0].output_path) / "lease.txt").read_text())

@@ -9,9 +9,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from steps_for_tests import calls, fan_graph, node
+from steps_for_tests import InProcessClient, calls, fan_graph, node
 
-from fray.inprocess import InProcessClient
 from marin.execution.core.step import Step, output_name_of
 from marin.execution.run.outcome import Outcome
 from marin.execution.run.runner import StepRunner
