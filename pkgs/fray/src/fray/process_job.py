@@ -72,6 +72,11 @@ class ProcessJobHandle(JobHandle):
     def _end(self, grace_s: float) -> None:
         """End the running call's process and what it started, giving it ``grace_s`` after SIGTERM."""
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (None: for ever) for the call to end, however it ends;
+        True once it has (then :meth:`result` returns or raises at once)."""
+        return self._wait(timeout)
+
     def result(self, timeout: float | None = None) -> Any:
         if not self._wait(timeout):
             raise TimeoutError(f"job {self.name} did not finish within {timeout}s")

@@ -7,7 +7,6 @@ import importlib.machinery
 import itertools
 import os
 import sys
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -79,9 +78,9 @@ def _run_job(payload: bytes, env: dict[str, str], job_id: str, name: str, sink) 
     handle = local.submit_payload(payload, name=name, env=env)
     try:
         with open(handle.log_path, encoding="utf-8", errors="replace") as log_file:
-            while not handle.done():
+            # Waiting on the job, not sleeping: its end is seen at once, not up to an interval late.
+            while not handle.wait(_FORWARD_INTERVAL_S):
                 _forward(log_file, sink, job_id)
-                time.sleep(_FORWARD_INTERVAL_S)
             last = _forward(log_file, sink, job_id)
             if last is not None:
                 try:
