@@ -128,12 +128,15 @@ def steal_lease(config: NodeConfig, output_path: str) -> None:
 
 @dataclass(frozen=True)
 class ScribbleConfig:
-    """Config of :func:`scribble`: rewrite ``v.txt`` every ``every`` seconds for ``seconds``."""
+    """Config of :func:`scribble`: rewrite ``v.txt`` every ``every`` seconds for ``seconds``, or until
+    the file ``until`` exists (a test's word that it has seen what it waited for: no step need run
+    longer than that; "": the whole ``seconds``)."""
 
     label: str
     seconds: float = 4.0
     every: float = 0.05
     counter_dir: str = unhashed_field(default="")
+    until: str = unhashed_field(default="")
 
 
 def scribble(config: ScribbleConfig, output_path: str) -> None:
@@ -146,7 +149,7 @@ def scribble(config: ScribbleConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "start.txt"), fs.read_text(path) if fs.exists(path) else "", durable=False)
     deadline = time.monotonic() + config.seconds
     i = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (config.until and os.path.exists(config.until)):
         fs.atomic_write(path, f"{os.getpid()} {i}", durable=False)
         i += 1
         time.sleep(config.every)
@@ -154,9 +157,10 @@ def scribble(config: ScribbleConfig, output_path: str) -> None:
     _count(config.counter_dir, config.label + ".end")
 
 
-def scribble_fan(counter_dir: str, width: int = 4, seconds: float = 5.0, every: float = 0.01) -> list[Step]:
+def scribble_fan(counter_dir: str, width: int = 4, seconds: float = 5.0, every: float = 0.01,
+                 until: str = "") -> list[Step]:
     """``width`` independent :func:`scribble` steps named ``frozen/s<i>``."""
-    return [Step(f"frozen/s{i}", scribble, ScribbleConfig(f"frozen.s{i}", seconds, every, counter_dir))
+    return [Step(f"frozen/s{i}", scribble, ScribbleConfig(f"frozen.s{i}", seconds, every, counter_dir, until))
             for i in range(width)]
 
 
@@ -175,9 +179,9 @@ def copy_v(config: CopyConfig, output_path: str) -> None:
     fs.atomic_write(fs.join(output_path, "v.txt"), fs.read_text(fs.join(config.source, "v.txt")))
 
 
-def scribble_then_copy(counter_dir: str, seconds: float = 6.0, every: float = 0.01) -> list[Step]:
+def scribble_then_copy(counter_dir: str, seconds: float = 6.0, every: float = 0.01, until: str = "") -> list[Step]:
     """A :func:`scribble` step ``apart/s`` and a :func:`copy_v` step ``apart/r`` reading it."""
-    scribbler = Step("apart/s", scribble, ScribbleConfig("apart.s", seconds, every, counter_dir))
+    scribbler = Step("apart/s", scribble, ScribbleConfig("apart.s", seconds, every, counter_dir, until))
     return [Step("apart/r", copy_v, CopyConfig(output_path_of(scribbler), "apart.r", counter_dir))]
 
 

@@ -29,15 +29,18 @@ pytestmark = pytest.mark.slow
 
 LEASE_TTL_S = 2.0
 STEPS = 4
-STEP_S = 4.0
-"""How long each step runs: time to freeze one mid-run after it was seen running (the first test:
-even the older of two running steps, started up to a runner's start-up earlier)."""
+STEP_S = 120.0
+"""The longest a step runs: until the test has frozen (and killed) what it waits to see running, it
+creates the steps' ``until`` file (``GO``), and every step ends at its next write. So a step is
+still running when it is frozen however slow the machine, and nothing waits for a fixed time."""
+GO = "go"
+"""The ``until`` file of the steps (in the test's folder): created once the test froze its runner."""
 EVERY_S = 0.1
 """How often a step rewrites its file: often enough that a revived step writes within its watch's
 period (a quarter of the lease), no more (each write is a request to the emulator)."""
 POLL_S = 0.2
 """How often the runners and this test look at the store while they wait (each look is requests)."""
-ARGS = f"seconds={STEP_S}, every={EVERY_S}"
+ARGS = f"seconds={STEP_S}, every={EVERY_S}, until=sys.argv[3]"
 
 
 
@@ -49,7 +52,7 @@ def _runner(graph: str) -> str:
         from marin.execution.step_runner import StepRunner
 
         if __name__ == "__main__":
-            prefix, counter = sys.argv[1], sys.argv[2]
+            prefix, counter = sys.argv[1], sys.argv[2]  # sys.argv[3]: the steps' until file
             runner = StepRunner(prefix=prefix, max_parallel=1, lease_ttl={LEASE_TTL_S}, poll_interval={POLL_S})
             result = runner.run({graph})
             print(json.dumps({{s.name: [s.outcome.name, s.note] for s in result.steps}}))
@@ -116,9 +119,11 @@ def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     store = StepStore(prefix)
-    outputs = {s.name: store.output_path(s.output_name) for s in t.scribble_fan(counter, width=STEPS, seconds=STEP_S, every=EVERY_S)}
+    go = tmp_path / GO
+    outputs = {s.name: store.output_path(s.output_name)
+               for s in t.scribble_fan(counter, width=STEPS, seconds=STEP_S, every=EVERY_S, until=str(go))}
     records = {name: StepRecord(path) for name, path in outputs.items()}
-    procs = [subprocess.Popen([sys.executable, str(script), prefix, counter], env=subprocess_env,
+    procs = [subprocess.Popen([sys.executable, str(script), prefix, counter, str(go)], env=subprocess_env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     by_pid = {p.pid: p for p in procs}
     frozen: list[psutil.Process] = []
@@ -142,10 +147,18 @@ def test_a_frozen_runner_revived_after_its_step_was_published_changes_nothing(
         killed_pid, frozen_pid = running[killed_step], running[frozen_step]
         frozen_token = current_lease(records[frozen_step].meta).token  # type: ignore[union-attr]
 
+        # The killed runner's step process ends with it (its watchdog sees its parent gone) before
+        # any step may end: it must not live to see the go and finish its step's body.
+        written = fs.join(outputs[killed_step], "v.txt")
+        _wait(lambda: fs.exists(written), 60, f"{killed_step} writing", procs)
+        orphan = psutil.Process(int(fs.read_text(written).split()[0]))
         by_pid[killed_pid].send_signal(signal.SIGKILL)
         frozen = _tree(frozen_pid)
         assert len(frozen) >= 2, "the frozen runner has no step process under it"
         _signal_tree(frozen, signal.SIGSTOP)
+        _gone, alive = psutil.wait_procs([orphan], timeout=30)
+        assert not alive, f"the killed runner's step process {orphan.pid} outlived it"
+        go.touch()
         # Another runner takes the frozen one's step over once its lease expires, builds and publishes it.
         _wait(lambda: records[frozen_step].is_done(), 180, f"{frozen_step} published by another runner", procs)
         time.sleep(0.5)
@@ -192,18 +205,19 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
     script = tmp_path / "runner.py"
     script.write_text(_runner(f"t.scribble_then_copy(counter, {ARGS})"))
     store = StepStore(prefix)
-    (reader,) = t.scribble_then_copy(counter, seconds=STEP_S, every=EVERY_S)
+    go = tmp_path / GO
+    (reader,) = t.scribble_then_copy(counter, seconds=STEP_S, every=EVERY_S, until=str(go))
     scribbler = reader.config.source.step
     folder, reader_folder = store.output_path(scribbler.output_name), store.output_path(reader.output_name)
     record = StepRecord(folder)
 
     def start() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(script), prefix, counter], env=subprocess_env,
+        return subprocess.Popen([sys.executable, str(script), prefix, counter, str(go)], env=subprocess_env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     first = start()
     procs, frozen = [first], []
-    # The step runs STEP_S: ample time to freeze it mid-run, even on a slow machine.
+    # The step runs until the go, which comes once it is frozen: it is frozen mid-run, however slow the machine.
     try:
         _wait(lambda: t.calls(counter)["apart.s"] >= 1 and "worker" in (record.read_json(record.status) or {})
               and fs.exists(fs.join(folder, "v.txt")), 120, "the first runner's step writing", procs)
@@ -214,6 +228,7 @@ def test_a_step_revived_on_another_host_writes_nothing_its_successor_published(
         frozen = _tree(first.pid)
         assert any(p.pid == old_pid for p in frozen), "the step's process is not under its runner"
         _signal_tree(frozen, signal.SIGSTOP)
+        go.touch()  # the second runner's attempt ends at its first write; the frozen one, once revived
 
         second = start()
         procs.append(second)
