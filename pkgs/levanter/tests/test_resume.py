@@ -36,11 +36,11 @@ def _wait_for_checkpoint(proc, ckpt_dir: str, at_least: int, timeout: float = 12
     raise AssertionError(f"no checkpoint >= {at_least} under {ckpt_dir} within {timeout}s")
 
 
-def _config(data: str, **kw):
+def _config(data: str, save_every: int = 1):
     # A checkpoint every step paces the run (a step alone takes under a millisecond here), so a
-    # signal reliably lands mid-run.
-    return tiny_config(data, num_train_steps=STEPS, checkpoint=CheckpointConfig(save_every=1, keep_last=3),
-                       eval_batches=0, **kw)
+    # signal reliably lands mid-run. Every run here has the same steps, so the same compiled program.
+    return tiny_config(data, num_train_steps=STEPS, checkpoint=CheckpointConfig(save_every=save_every, keep_last=3),
+                       eval_batches=0)
 
 
 def _assert_bitwise_equal(a: dict, b: dict) -> None:
@@ -52,9 +52,11 @@ def _assert_bitwise_equal(a: dict, b: dict) -> None:
 
 @pytest.fixture(scope="module")
 def reference(shared_tiny_dataset, tmp_path_factory) -> dict[str, np.ndarray]:
-    """The final parameters of the uninterrupted run that the killed and the preempted runs must end at."""
+    """The final parameters of the uninterrupted run that the killed and the preempted runs must end at
+    (checkpointed only at its end: saving is no part of what it computes, and 15 saves cost a
+    second and a half)."""
     out = str(tmp_path_factory.mktemp("reference") / "run")
-    main(_config(shared_tiny_dataset), out)
+    main(_config(shared_tiny_dataset, save_every=STEPS), out)
     return final_params(out)
 
 
@@ -100,19 +102,18 @@ def test_sigterm_saves_and_exits_resumable(shared_tiny_dataset, reference, tmp_p
     _assert_bitwise_equal(final_params(out), reference)
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path, caplog):
+def test_corrupt_newest_checkpoint_falls_back_to_previous(shared_tiny_dataset, tmp_path, caplog):
     out = str(tmp_path / "run")
-    cfg = tiny_config(tiny_dataset, num_train_steps=6, eval_batches=0,
-                      checkpoint=CheckpointConfig(save_every=2, keep_last=3))
+    cfg = _config(shared_tiny_dataset, save_every=4)
     main(cfg, out)
     # The uninterrupted run's final parameters: where the resumed run must end (and write them anew).
     reference = final_params(out)
     shutil.rmtree(os.path.join(out, "final"))
     ckpt = checkpoint_dir(out)
-    assert _committed_steps(ckpt) == [2, 4, 6]
+    assert _committed_steps(ckpt) == [8, 12, 16]
     # Overwrite every array file of the newest checkpoint with garbage.
     damaged = 0
-    for dirpath, _dirs, files in os.walk(os.path.join(ckpt, "6", "state")):
+    for dirpath, _dirs, files in os.walk(os.path.join(ckpt, "16", "state")):
         for name in files:
             with open(os.path.join(dirpath, name), "wb") as f:
                 f.write(b"\x00garbage")
@@ -121,6 +122,6 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(tiny_dataset, tmp_path
 
     with caplog.at_level(logging.WARNING, logger="levanter.checkpoint"):
         result = main(cfg, out)
-    assert result.start_step == 4 and result.steps == 6
+    assert result.start_step == 12 and result.steps == STEPS
     assert any("unreadable" in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records)
     _assert_bitwise_equal(final_params(out), reference)

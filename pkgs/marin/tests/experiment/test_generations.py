@@ -31,12 +31,16 @@ from testsupport.lm_graph import copy_prefix, runner, tiny_model
 
 PROMPTS = [f"Once upon a time {who} went" for who in ("Tom", "Sue", "a cat", "the dog", "Lily", "Ben", "a bird",
                                                          "the king", "Mia", "a fox", "the sun", "Max")]
-SAMPLING = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.95, seed=3)
+SAMPLING = SamplingParams(max_tokens=8, temperature=0.9, top_p=0.95, seed=3)
 SHARDS = 6
+# Every engine here decodes 2 completions at once, 8 tokens a trip (a generations step's trip, and
+# `marin sample -n 8 --samples 2`'s): they share their compiled programs.
+SLOTS = 2
 
 
 def _step():
-    return generations("generations/tiny", tiny_model(steps=10), PROMPTS, sampling=SAMPLING, n=2, prompts_per_shard=2)
+    return generations("generations/tiny", tiny_model(steps=10), PROMPTS, sampling=SAMPLING, n=2, prompts_per_shard=2,
+                       slots=SLOTS)
 
 
 def _shards(folder: str) -> dict[str, bytes]:
@@ -146,7 +150,7 @@ def test_marin_sample_draws_what_a_generations_step_with_its_seed_writes(built: 
     from marin.cli.main import cli
 
     model = lower(tiny_model(steps=10))
-    args = ["sample", model.name, "--prefix", str(built["prefix"]), "--prompt", PROMPTS[0], "-n", "10",
+    args = ["sample", model.name, "--prefix", str(built["prefix"]), "--prompt", PROMPTS[0], "-n", str(SAMPLING.max_tokens),
             "--temperature", "0.9", "--top-p", "0.95", "--seed", "3", "--samples", "2"]
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
@@ -170,7 +174,7 @@ def test_chat_generations_are_conversations_and_a_build_is_a_prompt_source(built
     (run / TEMPLATE_FILE).write_text(template_to_json(DEFAULT_CHAT_TEMPLATE))
     out = tmp_path / "out"
     generations_step(GenerationsConfig(model=str(run), prompts=("Who is Tom?", "Tell a story."), chat=True,
-                                       sampling=SamplingParams(max_tokens=6)), str(out))
+                                       sampling=SamplingParams(max_tokens=6), slots=SLOTS), str(out))
     records = [json.loads(line) for line in (out / shard_name(0)).read_text().splitlines()]
     assert [r["prompt"] for r in records] == ["Who is Tom?", "Tell a story."]
     for r in records:
