@@ -11,7 +11,7 @@ import pytest
 
 from levanter.checkpoint import CheckpointConfig, Checkpointer, read_checkpoint_params
 from levanter.training import TrainState
-from levanter.training.state import state_initializer
+from levanter.training.state import params_initializer, state_initializer
 from testsupport.levanter_data import TINY_MODEL, TINY_OPTIMIZER
 
 
@@ -85,13 +85,14 @@ def test_both_forms_write_the_same_checkpoint_metadata(tmp_path):
 def test_a_fresh_state_has_the_parameters_of_an_init_on_a_full_length_input(seq_len):
     # The init is traced on one token (one compiled init for every sequence length); the parameters
     # must be those an init on the run's own input shape gives, so fresh runs start where they did.
-    # tiny_config's model and optimizer, so the session compiles this init once.
+    # The parameters' program of a fresh run (levanter.training.start.fresh_state) of tiny_config's
+    # model, so the session compiles this init once.
     key = jax.random.PRNGKey(5)
-    state = jax.jit(state_initializer(TINY_MODEL, TINY_OPTIMIZER.at_rate(0.0)))(key)
+    params, kept = jax.jit(params_initializer(TINY_MODEL))(key)
     init_key, rest = jax.random.split(key)
     full = jax.jit(TINY_MODEL.build(jnp.float32).init)(init_key, jnp.zeros((1, seq_len), jnp.int32))
-    assert jax.tree.structure(state.params) == jax.tree.structure(full) and _same(state.params, full)
-    assert np.array_equal(state.key, rest)
+    assert jax.tree.structure(params) == jax.tree.structure(full) and _same(params, full)
+    assert np.array_equal(kept, rest)
 
 
 def test_fresh_parameters_drawn_on_the_host_are_the_devices_own_split_as_the_run_says():
@@ -113,6 +114,12 @@ def test_fresh_parameters_drawn_on_the_host_are_the_devices_own_split_as_the_run
     on_devices = jax.jit(state_initializer(TINY_MODEL, tx, True), out_shardings=shardings)(jax.random.PRNGKey(11))
     from_host = fresh_state(TINY_MODEL, tx, 11, shardings, ema=True, host=jax.devices("cpu")[0])
     assert _same(from_host, on_devices) and _same(from_host.ema, from_host.params)
+    # On CPU devices the parameters and the optimizer state are two programs (the parameters' shared
+    # by every optimizer of the model): the same state again, placed as the target says.
+    on_cpus = fresh_state(TINY_MODEL, tx, 11, shardings, ema=True)
+    assert _same(on_cpus, on_devices) and jax.tree.structure(on_cpus) == jax.tree.structure(on_devices)
+    for got, want in zip(jax.tree.leaves(on_cpus), jax.tree.leaves(shardings), strict=True):
+        assert got.sharding.is_equivalent_to(want, got.ndim)
     assert jax.tree.structure(from_host) == jax.tree.structure(on_devices)
     for got, want in zip(jax.tree.leaves(from_host), jax.tree.leaves(shardings), strict=True):
         assert got.sharding.is_equivalent_to(want, got.ndim)

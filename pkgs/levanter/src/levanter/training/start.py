@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -14,13 +15,7 @@ import optax
 from levanter.checkpoint import Checkpointer
 from levanter.initialize import CheckpointStart, HfCheckpoint, InitializeFrom, TrainedModel, initial_params
 from levanter.training.branch import restore_branch
-from levanter.training.state import (
-    TrainState,
-    average_of,
-    params_initializer,
-    state_initializer,
-    state_of_params,
-)
+from levanter.training.state import TrainState, average_of, params_initializer, state_of_params
 
 __all__ = ["Start", "fresh_state", "host_cpu", "starting_state"]
 
@@ -105,12 +100,14 @@ def fresh_state(model_config: Any, tx: optax.GradientTransformation, seed: int, 
     its init on a v5e, against 9 s for its training step), a CPU's a small part of that. The values
     are the CPU's, so a run starts from the same weights on every platform. The host holds the
     float32 parameters once (4 bytes a parameter); the optimizer state is made on the devices.
+
+    Without one (the devices are CPUs) the parameters are drawn the same way, in a program apart
+    from the optimizer state's: the costly program then depends on the model alone, so runs of one
+    model that differ in their optimizer or average share its compilation (a sweep, a fine-tune).
     """
-    if host is None:
-        return jax.jit(state_initializer(model_config, tx, ema), out_shardings=shardings)(jax.random.PRNGKey(seed))
-    with jax.default_device(host):
+    with contextlib.nullcontext() if host is None else jax.default_device(host):
         params, key = jax.jit(params_initializer(model_config))(jax.random.PRNGKey(seed))
-    placed = jax.tree.map(_from_host, (params, key), (shardings.params, shardings.key))
+    placed = (params, key) if host is None else jax.tree.map(_from_host, (params, key), (shardings.params, shardings.key))
     del params, key
     return jax.jit(state_of_params(tx, ema), out_shardings=shardings, donate_argnums=0)(*placed)
 
