@@ -94,7 +94,28 @@ def _snapshot(jax: Any, state: Any) -> Any:
     leaves = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
     if all(x.is_fully_addressable for x in leaves):
         return jax.device_get(state)
-    return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
+    # One program copies every array: an array's own ``copy()`` compiles a program per shape and
+    # placement (a dozen for a tiny model, in every process).
+    arrays, rebuild = _split_arrays(jax, state)
+    return rebuild(jax.jit(_copies, out_shardings=[x.sharding for x in arrays])(arrays))
+
+
+def _copies(arrays: list[Any]) -> list[Any]:
+    return [x.copy() for x in arrays]
+
+
+def _split_arrays(jax: Any, tree: Any) -> tuple[list[Any], Any]:
+    """``tree``'s JAX arrays, and ``copies -> tree`` with them replaced by ``copies`` (other leaves kept)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    where = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+
+    def rebuild(copies: list[Any]) -> Any:
+        out = list(leaves)
+        for i, copy in zip(where, copies, strict=True):
+            out[i] = copy
+        return jax.tree.unflatten(treedef, out)
+
+    return [leaves[i] for i in where], rebuild
 
 
 class Checkpointer:
