@@ -231,8 +231,9 @@ def built(trained_prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     evals = {label: evaluate(f"evals/{label}", model, {"tiny": data})
              for label, model in (("lora", lora), ("folded", folded), ("merged", merged), ("full", full))}
     evals["full-ema"] = evaluate("evals/full-ema", full, {"tiny": data}, ema=True)
-    further = train_lm("checkpoints/from-merge", "v1", TINY, AdamConfig(learning_rate=1e-3, warmup=0), {data: 1.0}, 4, 32,
-                       2, eval_every=0, initialize_from=checkpoint(merged))
+    # Trained as the tiny models are (their optimizer, so their compiled training step), from the merge.
+    further = tiny_model("checkpoints/from-merge", steps=2, save_every=2, keep_every=None,
+                         initialize_from=checkpoint(merged))
     exports = [export_hf("hf/dpo-lora", lora), export_hf("hf/tiny-merge", merged)]
     result = runner(prefix).run([*evals.values(), *exports, further])
     assert result.ok, [(s.name, s.error) for s in result.failed]
