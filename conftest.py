@@ -15,7 +15,7 @@
 * ``memory_prefix``: a fresh ``"memory://test-<uuid>"`` root, removed afterwards.
 * ``store_url``: parametrized over ``local`` (a ``tmp_path`` folder), ``memory``,
   ``gs-gcp-emulator`` and ``gs-fake-gcs``; for contract suites that every store must pass.
-* ``ray_cluster`` (session), ``ray_client``: the session's one Ray head on this machine and a client
+* ``ray_cluster`` (session), ``ray_client``: the session's one Ray head on 127.0.0.1 and a client
   of it (:mod:`testsupport.ray_cluster`). Defined here and nowhere else: each conftest or module
   that imported them made a fixture of its own, and so a head of its own (five per session, all
   kept running until the session ended).

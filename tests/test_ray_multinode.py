@@ -3,11 +3,9 @@ one raylet per node, each with its own CPUs): steps spread over nodes by what th
 two-host step placed STRICT_SPREAD over two nodes forms one JAX job, a step whose node is
 removed mid-run is retried on another, and the plan refuses a step bigger than the cluster.
 
-One cluster (two 1-CPU nodes, as many as any test needs, and a head with none) serves the module,
-and this process stays connected to it as one Ray driver throughout: every runner uses that
-connection, so the nodes' worker processes are started once for the module, not again for each
-test's connection. Starting the cluster takes tens of seconds on two busy cores, so the whole module
-is marked slow and kept on one xdist worker (one cluster, not one per worker that draws a test of it).
+One cluster (three 1-CPU nodes and a head with none) serves the module; starting it takes tens of
+seconds on two busy cores, so the whole module is marked slow and kept on one xdist worker (one
+cluster, not one per worker that draws a test of it).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from testsupport.ray_cluster import NODE_ENV, ray_multinode
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-multinode")]
 
-NODES = ("a", "b")
+NODES = ("a", "b", "c")
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +50,7 @@ def cluster():
         mp.setenv("JAX_PLATFORMS", env["JAX_PLATFORMS"])
         mp.setenv("XLA_FLAGS", env["XLA_FLAGS"])
         with ray_multinode({name: {"num_cpus": 1} for name in NODES}) as c:
-            ray.init(address=c.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            try:
-                yield c
-            finally:
-                ray.shutdown()  # before the cluster stops: no driver may hold one of its nodes
+            yield c
 
 
 def _runner(prefix: str, address: str) -> StepRunner:
@@ -129,9 +123,9 @@ def test_the_plan_refuses_a_step_bigger_than_the_cluster(cluster, tmp_path):
     try:
         with pytest.raises(ResourcesTooLarge, match=r"step too/wide: .*no host of the Ray cluster .*cpus: 2 > 1"):
             runner.run([Step(name="too/wide", fn=meet, config=MeetConfig("", "w"), resources=ResourceConfig(cpus=2))])
-        with pytest.raises(ResourcesTooLarge, match=r"step too/many-hosts: the job spans 3 hosts but only 2"):
+        with pytest.raises(ResourcesTooLarge, match=r"step too/many-hosts: the job spans 4 hosts but only 3"):
             runner.run([Step(name="too/many-hosts", fn=jax_process, config={},
-                             resources=ResourceConfig.with_cpu(1, hosts=3))])
+                             resources=ResourceConfig.with_cpu(1, hosts=4))])
     finally:
         runner.close()
     assert not os.path.exists(tmp_path / "store" / "too")  # refused before anything ran
@@ -159,22 +153,28 @@ def test_the_soak_starts_a_runner_on_the_node_it_names_and_ends_it_there(cluster
 
     from testsupport.soak.nodes import SoakNodes
 
-    # Through the module's connection (the fixture's ``ray.init``).
-    names = sorted(cluster.nodes)
-    nodes = SoakNodes(ray, {n: cluster.nodes[n].node_id for n in names}, tmp_path)
-    env = {"PATH": os.environ.get("PATH", "")}
-    sleeper = nodes.start(names[-1], [sys.executable, "-c", "import time; time.sleep(120)"], env, str(tmp_path),
-                          tmp_path / "sleeper.txt")
-    # A child of a worker process of that node (its processes carry the node's name).
-    assert psutil.Process(sleeper.pid).parent().environ().get(NODE_ENV) == names[-1]
-    assert sleeper.poll() is None
-    with pytest.raises(subprocess.TimeoutExpired):
-        sleeper.wait(timeout=0.2)
-    sleeper.kill()
-    assert sleeper.wait(timeout=60) == -9 and sleeper.returncode == -9
-    hello = nodes.start(names[0], [sys.executable, "-c", "print('hello')"], env, str(tmp_path),
-                        tmp_path / "hello.txt")
-    assert hello.wait(timeout=60) == 0 and (tmp_path / "hello.txt").read_text() == "hello\n"
+    connected = not ray.is_initialized()
+    if connected:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        names = sorted(cluster.nodes)
+        nodes = SoakNodes(ray, {n: cluster.nodes[n].node_id for n in names}, tmp_path)
+        env = {"PATH": os.environ.get("PATH", "")}
+        sleeper = nodes.start(names[-1], [sys.executable, "-c", "import time; time.sleep(120)"], env, str(tmp_path),
+                              tmp_path / "sleeper.txt")
+        # A child of a worker process of that node (its processes carry the node's name).
+        assert psutil.Process(sleeper.pid).parent().environ().get(NODE_ENV) == names[-1]
+        assert sleeper.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            sleeper.wait(timeout=0.2)
+        sleeper.kill()
+        assert sleeper.wait(timeout=60) == -9 and sleeper.returncode == -9
+        hello = nodes.start(names[0], [sys.executable, "-c", "print('hello')"], env, str(tmp_path),
+                            tmp_path / "hello.txt")
+        assert hello.wait(timeout=60) == 0 and (tmp_path / "hello.txt").read_text() == "hello\n"
+    finally:
+        if connected:
+            ray.shutdown()  # the module's cluster removes its nodes at the end: no driver may hold one
 
 
 def test_a_step_whose_node_is_removed_is_retried_on_another(cluster, tmp_path):
