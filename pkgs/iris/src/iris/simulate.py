@@ -196,7 +196,7 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
     by_name = {s.name: s for s in order}
     for name, left in sorted(running.items()):
         s = by_name[name]
-        hosts = _place(s, ledgers)
+        hosts = _place(cluster.host.per_host(s.resources), s.resources.num_hosts, ledgers)
         if hosts is None:
             raise ResourcesTooLarge(f"running step {name!r} does not fit beside the other running steps")
         heapq.heappush(active, (max(0.0, left), next(seq), s, hosts))
@@ -211,7 +211,7 @@ def simulate(steps: Sequence[SimStep], cluster: SimCluster, *, max_parallel: int
         for s in ready:
             key = (cluster.host.per_host(s.resources), s.resources.num_hosts)
             full = max_parallel is not None and len(active) >= max_parallel
-            hosts = None if full or key in cannot else _place(s, ledgers)
+            hosts = None if full or key in cannot else _place(*key, ledgers)
             if hosts is None:
                 cannot.add(key)
                 still_ready.append(s)
@@ -261,14 +261,13 @@ def _dependents(order: Sequence[SimStep]) -> dict[str, list[SimStep]]:
     return users
 
 
-def _place(step: SimStep, ledgers: list[Ledger]) -> tuple[int, ...] | None:
-    """Take the hosts ``step`` needs from ``ledgers`` (the first that can take its per-host
-    demand), or None, taking nothing, when too few can."""
-    demand = ledgers[0].capacity.per_host(step.resources)
+def _place(demand: Demand, num_hosts: int, ledgers: list[Ledger]) -> tuple[int, ...] | None:
+    """Take ``num_hosts`` hosts from ``ledgers`` (the first that can take the per-host ``demand``),
+    or None, taking nothing, when too few can."""
     # The first hosts that can take it, no more asked (every host is asked for every placement otherwise).
     able = (i for i, ledger in enumerate(ledgers) if ledger.can_take(demand))
-    hosts = list(itertools.islice(able, step.resources.num_hosts))
-    if len(hosts) < step.resources.num_hosts:
+    hosts = list(itertools.islice(able, num_hosts))
+    if len(hosts) < num_hosts:
         return None
     for i in hosts:
         ledgers[i].take(demand)

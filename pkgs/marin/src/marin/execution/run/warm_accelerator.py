@@ -72,6 +72,16 @@ def process_line(settings: RunSettings) -> str:
     return f"accelerator steps run {how} (accelerator_process: {settings.accelerator_process}, {where}); {kept}"
 
 
+def _new_process(env: Mapping[str, str]) -> WarmProcess:
+    """A warm process for steps that compute with JAX (started by its first step, with ``env``)."""
+    # fray's warm process: only for a run with a step that computes with JAX.
+    from fray.warm_process import WarmConfig, WarmProcess
+
+    # JAX imported as the process starts: the flags a step changes are put back to the values it found.
+    return WarmProcess(WarmConfig(idle_s=WARM_IDLE_S, preload=("jax",)), env=env,
+                       on_retire=lambda line: logger.warning("%s", line))
+
+
 class AcceleratorProcesses:
     """This run's warm accelerator processes, one per set of accelerator slots its steps held."""
 
@@ -85,29 +95,20 @@ class AcceleratorProcesses:
         """The warm process of ``slots`` (started by its first step, with ``env``: the variables
         that give it those slots). Processes of other slots that share one are ended first (they are
         idle: admission gave these slots to this step), so that no two processes hold a chip."""
-        # fray's warm process: only for a run with a local accelerator step.
-        from fray.warm_process import WarmConfig, WarmProcess
-
         warm = self._by_slots.get(slots)
         if warm is None:
             for other in [s for s in self._by_slots if set(s) & set(slots)]:
                 self._by_slots.pop(other).shutdown()
-            # JAX imported as the process starts: the flags a step changes are put back to the values it found.
-            warm = self._by_slots[slots] = WarmProcess(WarmConfig(idle_s=WARM_IDLE_S, preload=("jax",)), env=env,
-                                                       on_retire=lambda line: logger.warning("%s", line))
+            warm = self._by_slots[slots] = _new_process(env)
         return warm
 
     def submit_on_cpu(self, fn: Callable[..., Any], *args: Any, name: str, env: Mapping[str, str]) -> Any:
         """Run a step that computes with JAX on a host without an accelerator, in a warm process that
         runs nothing now (a new one when every one is busy); its job's handle."""
-        # fray's warm process: only for a run with such a step.
-        from fray.warm_process import WarmConfig, WarmProcess
-
         with self._lock:  # two steps starting at once never pick the same process
             warm = next((w for w in self._on_cpu if w.free), None)
             if warm is None:
-                warm = WarmProcess(WarmConfig(idle_s=WARM_IDLE_S, preload=("jax",)), env=env,
-                                   on_retire=lambda line: logger.warning("%s", line))
+                warm = _new_process(env)
                 self._on_cpu.append(warm)
             return warm.submit(fn, *args, name=name, env=env)
 
