@@ -2,11 +2,12 @@
 
 Run through ``benchmarks/device_check.sh`` on a GPU or TPU machine. Every configuration runs in
 this one process (a TPU is opened once: one process at a time can hold it): ``--model``,
-``--batch-size``, ``--seq-len``, ``--remat``, ``--attention`` and ``--loss-impl`` describe one, and
-each ``--config MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]]`` adds another. A configuration whose memory estimate
+``--batch-size``, ``--seq-len``, ``--remat``, ``--attention``, ``--loss-impl`` and ``--unroll`` (layers per
+iteration of the layer scan) describe one, and each ``--config MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS[:UNROLL]]]]``
+adds another. A configuration whose memory estimate
 (``levanter.memory_estimate``) does not fit the device is refused with one line naming the
 estimate and the fix, and the next one runs. Each row: model, batch, sequence length, remat,
-attention, the loss over the head (``blockwise`` or ``pallas``, resolved), compile seconds, step ms, tokens/s, MFU in the project's count (causal attention
+attention, the loss over the head (``blockwise`` or ``pallas``, resolved), the layers per iteration (resolved), compile seconds, step ms, tokens/s, MFU in the project's count (causal attention
 counted unmasked) and in the causal-halved count (MaxText's), both against the device's
 datasheet peak, and the step's HBM against what the device has: the device's own peak
 (``peak_bytes_in_use``) where it reports one, else XLA's count (:func:`levanter.memory.peak_bytes`;
@@ -34,7 +35,7 @@ import tempfile
 import time
 from typing import Any
 
-_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "loss", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
+_COLUMNS = ("model", "batch", "seq_len", "remat", "attention", "loss", "unroll", "compile_s", "first_step_s", "step_ms", "tokens_per_s",
             "mfu", "mfu_causal", "hbm_step_gib", "hbm_from", "hbm_available_gib", "input_wait", "opt_state", "status")
 
 _STARTED = time.perf_counter()
@@ -51,20 +52,28 @@ class Spec:
     remat: str
     attention: str
     loss: str = "auto"
+    unroll: int | None = None
+    """Layers per iteration of the layer scan (``TrainerConfig.layer_unroll``; None: auto)."""
     offload: bool = False
     """The optimizer state in host memory between steps (``--offload-optimizer``)."""
 
 
-def _spec(text: str, remat: str, attention: str, loss: str) -> Spec:
-    """``MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]]``."""
+def _spec(text: str, remat: str, attention: str, loss: str, unroll: int | None) -> Spec:
+    """``MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS[:UNROLL]]]]``."""
     parts = text.split(":")
     try:
         batch, seq_len = (int(x) for x in parts[1].lower().split("x"))
+        unroll = _unroll(parts[5]) if len(parts) > 5 else unroll
     except (IndexError, ValueError):
-        raise argparse.ArgumentTypeError(f"--config must be MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS]]], got {text!r}"
-                                         ) from None
+        raise argparse.ArgumentTypeError(
+            f"--config must be MODEL:BATCHxSEQ[:REMAT[:ATTENTION[:LOSS[:UNROLL]]]], got {text!r}") from None
     return Spec(parts[0], batch, seq_len, parts[2] if len(parts) > 2 else remat,
-                parts[3] if len(parts) > 3 else attention, parts[4] if len(parts) > 4 else loss)
+                parts[3] if len(parts) > 3 else attention, parts[4] if len(parts) > 4 else loss, unroll)
+
+
+def _unroll(text: str) -> int | None:
+    """``auto`` (None) or a count of layers."""
+    return None if text == "auto" else int(text)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -76,7 +85,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--remat", default="auto", help="auto, none, save_dots, save_attention, full or offload")
     parser.add_argument("--attention", default="auto", help="auto, xla or splash")
     parser.add_argument("--loss-impl", default="auto", help="the loss over the head: auto, blockwise or pallas")
-    parser.add_argument("--config", action="append", default=[], metavar="MODEL:BxT[:REMAT[:ATTN[:LOSS]]]",
+    parser.add_argument("--unroll", type=_unroll, default=None,
+                        help="layers per iteration of the layer scan, or auto (the default: levanter's choice)")
+    parser.add_argument("--config", action="append", default=[], metavar="MODEL:BxT[:REMAT[:ATTN[:LOSS[:UNROLL]]]]",
                         help="another configuration (repeatable); with any, --model runs only if given")
     parser.add_argument("--steps", type=int, default=None, help="training steps each (default 100; smoke: 6)")
     parser.add_argument("--warmup", type=int, default=None, help="steps left out of the medians (default 10; smoke: 2)")
@@ -106,12 +117,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if args.profile and not args.out:
         parser.error("--profile needs --out (where the traces go)")
     try:
-        args.specs = [_spec(c, args.remat, args.attention, args.loss_impl) for c in args.config]
+        args.specs = [_spec(c, args.remat, args.attention, args.loss_impl, args.unroll) for c in args.config]
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
     if args.model is not None or not args.specs:
         model = args.model or ("llama_nano" if args.smoke else "llama_150m")
-        args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention, args.loss_impl))
+        args.specs.insert(0, Spec(model, args.batch_size, args.seq_len, args.remat, args.attention, args.loss_impl,
+                                  args.unroll))
     # Both: on the device first, the larger of the two programs, while the device is still empty.
     places = {"off": (False,), "on": (True,), "both": (False, True)}[args.offload_optimizer]
     args.specs = [dataclasses.replace(spec, offload=offload) for spec in args.specs for offload in places]
@@ -189,6 +201,7 @@ def _cell(row: dict, column: str) -> str:
 def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) -> dict:
     """Train ``spec`` (or refuse it) and return its row."""
     from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
+    from levanter.models._llama_haiku import resolve_unroll
     from levanter.models.impl import Attention, Remat
     from levanter.ops.cross_entropy import resolve_loss_impl
 
@@ -208,6 +221,7 @@ def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) 
     else:
         estimate = estimate_memory(model, remat=Remat.NONE if remat is Remat.AUTO else remat, **kwargs)
     row.update(remat=estimate.remat, attention=attention.value, loss=loss.value,
+               unroll=resolve_unroll(spec.unroll, model.num_layers),
                estimate_gib=round(estimate.total / 2**30, 2))
     if available is not None and not estimate.fits(available) and not args.force:
         row["status"] = (f"refused: {spec.model} {spec.batch}x{spec.seq_len} needs about {estimate.describe()} "
@@ -264,9 +278,10 @@ def _train(model: Any, spec: Spec, remat: Any, attention: Any, args: argparse.Na
         (DatasetSpec(_data(tmp, model.vocab_size, args.smoke)),), model, _optimizer(args), batch_size=spec.batch,
         seq_len=spec.seq_len, num_train_steps=args.steps, compute_dtype=ComputeDtype.BFLOAT16, eval_batches=0,
         checkpoint=CheckpointConfig(save_every=args.steps), log_every=1, remat=remat, attention=attention,
-        loss_impl=spec.loss,
+        loss_impl=spec.loss, layer_unroll=spec.unroll,
         offload_optimizer=spec.offload, grad_dtype=args.grad_dtype, mesh=MeshConfig(data=-1, fsdp=args.fsdp, tensor=args.tensor))
     out = os.path.join(tmp, f"run-{spec.model}-{spec.batch}x{spec.seq_len}-{remat.value}-{attention.value}-{spec.loss}"
+                            f"-u{spec.unroll or 'auto'}"
                             + ("-offloaded" if spec.offload else ""))
     peak_before = _device_peak()
     started = time.perf_counter()

@@ -21,12 +21,13 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
     scratch = tmp_path / "scratch"  # the check's temporary folders go here, and must be gone after it
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    rows = main(["--smoke", "--config", "llama_nano:4x64:full:xla:blockwise", "--config", "llama_1_4b:8x2048",
+    rows = main(["--smoke", "--config", "llama_nano:4x64:full:xla:blockwise:2", "--config", "llama_1_4b:8x2048",
                  "--memory-gib", "16", "--steps", "3", "--warmup", "1", "--out", str(out)])
     ok, refused = rows
     assert (ok["model"], ok["batch"], ok["seq_len"], ok["remat"], ok["attention"], ok["loss"], ok["status"]) == \
         ("llama_nano", 4, 64, "full", "xla", "blockwise", "ok")
     assert refused["loss"] == "blockwise"  # auto, resolved: no TPU here
+    assert (ok["unroll"], refused["unroll"]) == (2, 1)  # both layers an iteration, as asked; auto: one
     assert ok["opt_state"] == refused["opt_state"] == "device"
     for key in ("compile_s", "step_ms", "tokens_per_s", "mfu", "mfu_causal", "hbm_step_gib"):
         assert math.isfinite(ok[key]) and ok[key] > 0, key
@@ -38,10 +39,10 @@ def test_smoke_rows_and_a_refusal(tmp_path, capsys, monkeypatch):
     assert "GiB" in refused["status"] and "fix:" in refused["status"] and "\n" not in refused["status"]
     printed = capsys.readouterr()
     assert refused["status"] in printed.err
-    assert printed.out.splitlines()[1].startswith("model | batch | seq_len | remat | attention | loss | compile_s")
+    assert printed.out.splitlines()[1].startswith("model | batch | seq_len | remat | attention | loss | unroll | compile_s")
     saved = json.loads((out / "device_check.json").read_text())
     assert [r["status"] == "ok" for r in saved["rows"]] == [True, False]
-    assert "| llama_nano | 4 | 64 | full | xla | blockwise |" in (out / "device_check.md").read_text()
+    assert "| llama_nano | 4 | 64 | full | xla | blockwise | 2 |" in (out / "device_check.md").read_text()
     assert not [p.name for p in scratch.iterdir() if p.name.startswith("device-check-")]
 
 

@@ -100,10 +100,11 @@ def test_only_settings_that_do_not_change_the_model_are_unhashed():
                 if not is_hashed(f)}
     # mesh: where the arrays live, not what is computed (a run resumes on another slice shape);
     # epochs_warning: when `marin plan` warns of a repeated dataset; remat, attention, loss_block,
-    # loss_impl and offload_optimizer: how the step is computed (tests show the same values and gradients).
+    # loss_impl, layer_unroll and offload_optimizer: how the step is computed (tests show the same
+    # values and gradients).
     assert unhashed == {"prefetch", "shard_cache_dir", "log_every", "peak_flops_per_device", "run_id", "tags",
                         "wandb", "mesh", "epochs_warning", "remat", "attention", "loss_block", "loss_impl",
-                        "offload_optimizer"}
+                        "layer_unroll", "offload_optimizer"}
 
 
 def test_dict_round_trip_keeps_every_section():

@@ -3,12 +3,16 @@ of the plain model (float32: its rounding; the kernel in bfloat16: bfloat16's)."
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from levanter.config import TrainerConfig
+from levanter.models._llama_haiku import UNROLL_LAYERS_UP_TO, resolve_unroll
 from levanter.models.impl import Attention, Impl, Remat
 from levanter.models.layout import stack_layers, unstack_layers
 from levanter.models.llama import LlamaConfig
@@ -113,6 +117,34 @@ def _equations(jaxpr):
                 inner = getattr(sub, "jaxpr", sub)
                 if isinstance(inner, jax.extend.core.Jaxpr):
                     yield from _equations(inner)
+
+
+def test_layers_unrolled_in_the_scan_give_the_plain_models_loss_and_gradients(params, plain, policies):
+    """``Impl.unroll``: both layers in one iteration of the scan (no loop left), the same stacked weights."""
+    impl = Impl(remat=Remat.SAVE_ATTENTION, attention=Attention.XLA, unroll=CONFIG.num_layers)
+    program, p = _compiled(impl, params, _chat_batch(2, 17))
+    # The same policy scanned a layer at a time (a test above compiled it) has the layers' two loops
+    # (forward, backward) beside the loss's.
+    def loops(compiled) -> int:
+        return len(re.findall(r" while\(", compiled.as_text()))
+
+    assert loops(program) == loops(policies(Remat.SAVE_ATTENTION)[0]) - 2
+    want_value, want = plain
+    value, grads = program(p)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-6)
+    for got, exp in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="unroll must be an int >= 1"):
+        Impl(unroll=0)
+
+
+def test_small_stacks_are_unrolled_on_a_tpu_only_unless_a_count_is_asked_for(monkeypatch):
+    assert resolve_unroll(None, 6) == 1 and resolve_unroll(3, 6) == 3  # this CPU: one layer an iteration
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert resolve_unroll(None, UNROLL_LAYERS_UP_TO) == UNROLL_LAYERS_UP_TO
+    assert resolve_unroll(None, UNROLL_LAYERS_UP_TO + 1) == 1 and resolve_unroll(2, 24) == 2
+    with pytest.raises(ValueError, match="layer_unroll must be an int >= 1 or None, got 0"):
+        TrainerConfig(layer_unroll=0)
 
 
 def test_scanned_layers_compile_one_layer_whatever_the_depth():

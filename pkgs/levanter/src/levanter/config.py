@@ -216,6 +216,10 @@ class TrainerConfig:
     """The gradients' dtype: ``"float32"``, or ``"bfloat16"`` (differentiated with respect to the
     parameters cast to bfloat16: half the memory, rounded gradients). Changes the numbers: hashed
     when set."""
+    layer_unroll: int | None = unhashed_field(default=None)
+    """Layers per iteration of the layer scan (``levanter.models.impl.Impl.unroll``; the number of
+    layers unrolls it whole); None: chosen for the device (``levanter.models._llama_haiku.resolve_unroll``:
+    small stacks unrolled on a TPU, else 1). Not hashed."""
     offload_optimizer: bool = unhashed_field(default=False)
     """Keep the optimizer state in host memory between steps (``pinned_host``), brought to the device
     for the update: frees its device memory at the cost of two transfers a step. Not hashed."""
@@ -229,6 +233,9 @@ class TrainerConfig:
             raise ValueError(f"loss_block must be a positive int or None, got {self.loss_block!r}")
         if self.grad_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"grad_dtype must be 'float32' or 'bfloat16', got {self.grad_dtype!r}")
+        if self.layer_unroll is not None and (not isinstance(self.layer_unroll, int) or isinstance(self.layer_unroll, bool)
+                                              or self.layer_unroll < 1):
+            raise ValueError(f"layer_unroll must be an int >= 1 or None, got {self.layer_unroll!r}")
         if not isinstance(self.offload_optimizer, bool):
             raise ValueError(f"offload_optimizer must be a bool, got {self.offload_optimizer!r}")
         if isinstance(self.compute_dtype, str):

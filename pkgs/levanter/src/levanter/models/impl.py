@@ -89,6 +89,11 @@ class Impl:
     scan_layers: bool = True
     """Run the layers as one ``jax.lax.scan`` over stacked weights (compile time independent of
     depth); False unrolls them (the same parameters, for comparisons)."""
+    unroll: int = 1
+    """Layers per iteration of that scan (``jax.lax.scan``'s ``unroll``; the number of layers unrolls it
+    whole over the same stacked weights): how, not what, is computed. More layers per iteration let
+    XLA fuse across a layer's boundary and write the saved activations in fewer, larger slices, at
+    the cost of compile time."""
     interpret: bool = False
     """Run Pallas kernels in the interpreter (tests on a CPU)."""
     loss: LossImpl = LossImpl.AUTO
@@ -103,6 +108,8 @@ class Impl:
         object.__setattr__(self, "decode", Decode.parse(self.decode))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
         object.__setattr__(self, "loss", LossImpl.parse(self.loss))
+        if not isinstance(self.unroll, int) or isinstance(self.unroll, bool) or self.unroll < 1:
+            raise ValueError(f"unroll must be an int >= 1 (layers per iteration of the layer scan), got {self.unroll!r}")
         if self.remat is Remat.AUTO:
             raise ValueError("remat='auto' is resolved to a policy before the model is built "
                              "(levanter.memory_estimate.choose_remat)")

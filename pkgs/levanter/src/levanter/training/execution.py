@@ -48,8 +48,8 @@ class Execution:
 
 
 def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Execution:
-    """The remat policy and attention kernel of run ``config`` (a ``TrainLmConfig``) on ``device``."""
-    from levanter.models._llama_haiku import resolve_attention
+    """The remat policy, attention kernel, loss and layer unroll of run ``config`` (a ``TrainLmConfig``) on ``device``."""
+    from levanter.models._llama_haiku import resolve_attention, resolve_unroll
 
     trainer = config.trainer
     attention = resolve_attention(trainer.attention, trainer.seq_len)
@@ -68,9 +68,11 @@ def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Ex
         remat, estimate = Remat.NONE, estimate_memory(model_config, remat=Remat.NONE, **kwargs)
     else:
         remat, estimate = choose_remat(model_config, available, **kwargs)
-    logger.info("step: remat=%s attention=%s loss=%s; memory estimate %s%s", remat.value, attention.value, loss.value,
-                estimate.describe(), "" if available is None else f" of {available / 2**30:.1f} GiB")
-    return Execution(impl=Impl(remat=remat, attention=attention, loss=loss), estimate=estimate, available=available)
+    unroll = resolve_unroll(trainer.layer_unroll, getattr(model_config, "num_layers", 1))
+    logger.info("step: remat=%s attention=%s loss=%s unroll=%s; memory estimate %s%s", remat.value, attention.value,
+                loss.value, unroll, estimate.describe(), "" if available is None else f" of {available / 2**30:.1f} GiB")
+    impl = Impl(remat=remat, attention=attention, loss=loss, unroll=unroll)
+    return Execution(impl=impl, estimate=estimate, available=available)
 
 
 def offload_opt_state(target: Any) -> Any:
