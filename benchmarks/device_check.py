@@ -201,8 +201,7 @@ def _cell(row: dict, column: str) -> str:
 def _run(spec: Spec, args: argparse.Namespace, available: int | None, tmp: str) -> dict:
     """Train ``spec`` (or refuse it) and return its row."""
     from levanter.memory_estimate import HEADROOM, choose_remat, estimate_memory
-    from levanter.models._llama_haiku import resolve_unroll
-    from levanter.models.impl import Attention, Remat
+    from levanter.models.impl import Attention, Remat, resolve_unroll
     from levanter.ops.cross_entropy import resolve_loss_impl
 
     model = _preset(spec.model)

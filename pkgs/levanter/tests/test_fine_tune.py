@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+import levanter.training.start
 from levanter.data.chat import CHAT_FORMAT, encode_chat_record
 from levanter.initialize import TrainedModel
 from levanter.trainer import main
@@ -57,9 +58,15 @@ def scratch(chat: str, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_a_fine_tune_starts_from_the_pretrained_weights_with_the_vocabulary_grown(pretrained_tiny, chat: str,
-                                                                                    scratch: str, tmp_path) -> None:
+                                                                                    scratch: str, tmp_path,
+                                                                                    monkeypatch) -> None:
     # The session's tiny model, trained 20 steps on the pattern documents the chat data holds.
     pretrained = pretrained_tiny[1]
+
+    def no_draw(*args, **kwargs):
+        raise AssertionError("a run that starts from trained weights draws no fresh parameters")
+
+    monkeypatch.setattr(levanter.training.start, "fresh_state", no_draw)
     tuned = str(tmp_path / "tuned")
     config = tiny_config(chat, num_train_steps=2, eval_batches=1, initialize_from=TrainedModel(pretrained),
                          log_every=1)

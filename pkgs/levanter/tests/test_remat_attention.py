@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from levanter.config import TrainerConfig
-from levanter.models._llama_haiku import UNROLL_LAYERS_UP_TO, resolve_unroll
-from levanter.models.impl import Attention, Impl, Remat
+from levanter.models.impl import UNROLL_LAYERS_UP_TO, Attention, Impl, Remat, resolve_unroll
 from levanter.models.layout import stack_layers, unstack_layers
 from levanter.models.llama import LlamaConfig
 from levanter.ops.attention import splash_attention, xla_attention
@@ -143,7 +142,7 @@ def test_small_stacks_are_unrolled_on_a_tpu_only_unless_a_count_is_asked_for(mon
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     assert resolve_unroll(None, UNROLL_LAYERS_UP_TO) == UNROLL_LAYERS_UP_TO
     assert resolve_unroll(None, UNROLL_LAYERS_UP_TO + 1) == 1 and resolve_unroll(2, 24) == 2
-    with pytest.raises(ValueError, match="layer_unroll must be an int >= 1 or None, got 0"):
+    with pytest.raises(ValueError, match="layer_unroll must be a positive int or None, got 0"):
         TrainerConfig(layer_unroll=0)
 
 

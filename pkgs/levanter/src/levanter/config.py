@@ -57,10 +57,11 @@ TRAINER_REVISION = 2
 """Bumped when the same config trains a different model (2: optax schedules, rates in the state)."""
 
 
-def _positive_or_zero(config: Any, name: str) -> None:
+def _check_int(config: Any, name: str, least: int = 1, optional: bool = False) -> None:  # int >= least (or None)
     value = getattr(config, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+        kind = "a positive int" if least == 1 else f"an int >= {least}"
+        raise ValueError(f"{name} must be {kind}{' or None' if optional else ''}, got {value!r}")
 
 
 class ComputeDtype(enum.Enum):
@@ -128,7 +129,7 @@ class DataConfig:
         for spec in self.datasets:
             if not isinstance(spec, DatasetSpec):
                 raise ValueError(f"datasets must hold DatasetSpec values, got {type(spec).__name__}")
-        _positive_or_zero(self, "prefetch")
+        _check_int(self, "prefetch", least=0)
         self._check_weights()
         warn = self.epochs_warning
         if isinstance(warn, bool) or not isinstance(warn, int | float) or not math.isfinite(warn) or warn <= 0:
@@ -217,9 +218,8 @@ class TrainerConfig:
     parameters cast to bfloat16: half the memory, rounded gradients). Changes the numbers: hashed
     when set."""
     layer_unroll: int | None = unhashed_field(default=None)
-    """Layers per iteration of the layer scan (``levanter.models.impl.Impl.unroll``; the number of
-    layers unrolls it whole); None: chosen for the device (``levanter.models._llama_haiku.resolve_unroll``:
-    small stacks unrolled on a TPU, else 1). Not hashed."""
+    """Layers per iteration of the layer scan (``levanter.models.impl.Impl.unroll``); None: chosen for
+    the device (``levanter.models.impl.resolve_unroll``: small stacks unrolled on a TPU). Not hashed."""
     offload_optimizer: bool = unhashed_field(default=False)
     """Keep the optimizer state in host memory between steps (``pinned_host``), brought to the device
     for the update: frees its device memory at the cost of two transfers a step. Not hashed."""
@@ -228,14 +228,10 @@ class TrainerConfig:
         object.__setattr__(self, "remat", Remat.parse(self.remat))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
         object.__setattr__(self, "loss_impl", LossImpl.parse(self.loss_impl))
-        if self.loss_block is not None and (not isinstance(self.loss_block, int) or isinstance(self.loss_block, bool)
-                                            or self.loss_block <= 0):
-            raise ValueError(f"loss_block must be a positive int or None, got {self.loss_block!r}")
+        _check_int(self, "loss_block", optional=True)
+        _check_int(self, "layer_unroll", optional=True)
         if self.grad_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"grad_dtype must be 'float32' or 'bfloat16', got {self.grad_dtype!r}")
-        if self.layer_unroll is not None and (not isinstance(self.layer_unroll, int) or isinstance(self.layer_unroll, bool)
-                                              or self.layer_unroll < 1):
-            raise ValueError(f"layer_unroll must be an int >= 1 or None, got {self.layer_unroll!r}")
         if not isinstance(self.offload_optimizer, bool):
             raise ValueError(f"offload_optimizer must be a bool, got {self.offload_optimizer!r}")
         if isinstance(self.compute_dtype, str):
@@ -245,11 +241,9 @@ class TrainerConfig:
                 raise ValueError(f"compute_dtype must be one of {[d.value for d in ComputeDtype]}, "
                                  f"got {self.compute_dtype!r}") from None
         for name in ("num_train_steps", "batch_size", "seq_len", "grad_accum", "log_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            _check_int(self, name)
         for name in ("seed", "eval_every", "eval_batches"):
-            _positive_or_zero(self, name)
+            _check_int(self, name, least=0)
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size must be divisible by grad_accum, got batch_size={self.batch_size} "
                              f"and grad_accum={self.grad_accum}")

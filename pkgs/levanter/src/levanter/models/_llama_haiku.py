@@ -144,23 +144,6 @@ def resolve_attention(choice: Attention, seq_len: int) -> Attention:
     return Attention.SPLASH if jax.default_backend() == "tpu" and splash_supports(seq_len) else Attention.XLA
 
 
-UNROLL_LAYERS_UP_TO = 8
-"""On a TPU, a stack of at most this many layers runs unrolled (the scan's ``unroll`` is the whole
-stack). Measured on a v5e (2026-12-07, ``benchmarks/device_check.sh``): ``llama_150m`` (6 layers)
-32 x 1024 took 191.5 ms a step unrolled against 208.6 ms scanned, 8 x 4096 230.5 against 248.0;
-``llama_600m`` (24 layers) 646.4 against 594.0; two or three layers an iteration were slower than
-one at both sizes (255.6 ms, 629.7 ms)."""
-
-
-def resolve_unroll(choice: int | None, num_layers: int) -> int:
-    """Layers per iteration of the layer scan ``choice`` means on this process's default backend:
-    None is the whole stack on a TPU when it has at most :data:`UNROLL_LAYERS_UP_TO` layers, else 1
-    (on a CPU or GPU one layer's program compiles fastest, and was never measured slower)."""
-    if choice is not None:
-        return choice
-    return num_layers if jax.default_backend() == "tpu" and num_layers <= UNROLL_LAYERS_UP_TO else 1
-
-
 def resolve_decode(choice: Decode) -> Decode:
     """The cache reads and writes ``choice`` means on this process's default backend: ``AUTO`` is
     ``PALLAS`` on a TPU, else ``LIVE``."""

@@ -12,7 +12,7 @@ import dataclasses
 from levanter.choices import Choice
 from levanter.ops.blocks import LossImpl
 
-__all__ = ["Attention", "Decode", "Impl", "LossImpl", "Remat"]
+__all__ = ["UNROLL_LAYERS_UP_TO", "Attention", "Decode", "Impl", "LossImpl", "Remat", "resolve_unroll"]
 
 
 class Remat(Choice):
@@ -113,3 +113,22 @@ class Impl:
         if self.remat is Remat.AUTO:
             raise ValueError("remat='auto' is resolved to a policy before the model is built "
                              "(levanter.memory_estimate.choose_remat)")
+
+
+UNROLL_LAYERS_UP_TO = 8
+"""On a TPU, a stack of at most this many layers runs unrolled (the scan's ``unroll`` is the whole
+stack). Measured on a v5e (2026-12-07, ``benchmarks/device_check.sh``): ``llama_150m`` (6 layers)
+32 x 1024 took 191.5 ms a step unrolled against 208.6 ms scanned, 8 x 4096 230.5 against 248.0;
+``llama_600m`` (24 layers) 646.4 against 594.0; two or three layers an iteration were slower than
+one at both sizes (255.6 ms, 629.7 ms)."""
+
+
+def resolve_unroll(choice: int | None, num_layers: int) -> int:
+    """Layers per iteration of the layer scan ``choice`` means on this process's default backend:
+    None is the whole stack on a TPU when it has at most :data:`UNROLL_LAYERS_UP_TO` layers, else 1
+    (on a CPU or GPU one layer's program compiles fastest, and was never measured slower)."""
+    if choice is not None:
+        return choice
+    import jax  # here, not at the top: importing this module does not import JAX
+
+    return num_layers if jax.default_backend() == "tpu" and num_layers <= UNROLL_LAYERS_UP_TO else 1

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from levanter.ema import averaged_step
 from levanter.memory_estimate import MemoryEstimate, choose_remat, estimate_memory
-from levanter.models.impl import Attention, Impl, LossImpl, Remat
+from levanter.models.impl import Attention, Impl, LossImpl, Remat, resolve_unroll
 from levanter.ops.cross_entropy import resolve_loss_impl
 from levanter.training.step import make_train_step
 
@@ -49,7 +49,7 @@ class Execution:
 
 def plan_execution(config: Any, model_config: Any, mesh: Any, device: Any) -> Execution:
     """The remat policy, attention kernel, loss and layer unroll of run ``config`` (a ``TrainLmConfig``) on ``device``."""
-    from levanter.models._llama_haiku import resolve_attention, resolve_unroll
+    from levanter.models._llama_haiku import resolve_attention
 
     trainer = config.trainer
     attention = resolve_attention(trainer.attention, trainer.seq_len)

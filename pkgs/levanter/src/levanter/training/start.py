@@ -15,7 +15,7 @@ import optax
 from levanter.checkpoint import Checkpointer
 from levanter.initialize import CheckpointStart, HfCheckpoint, InitializeFrom, TrainedModel, initial_params
 from levanter.training.branch import restore_branch
-from levanter.training.state import TrainState, average_of, params_initializer, state_of_params
+from levanter.training.state import TrainState, params_initializer, split_init_key, state_of_params
 
 __all__ = ["Start", "fresh_state", "host_cpu", "starting_state"]
 
@@ -64,16 +64,16 @@ def starting_state(checkpointer: Checkpointer, target: TrainState, model_config:
     ema = target.ema is not None
     if init is not None:
         state = jax.jit(init, out_shardings=shardings)(jax.random.PRNGKey(seed))
+    elif isinstance(initialize_from, HfCheckpoint | TrainedModel):
+        # The state a fresh start from ``seed`` would have, with these weights: its key, step 0 and a
+        # fresh optimizer state of them. No parameters are drawn only to be replaced (their program
+        # is most of a short fine-tune's start on a CPU).
+        params = initial_params(initialize_from, model_config)
+        _, key = split_init_key(jax.random.PRNGKey(seed))
+        state = jax.jit(state_of_params(tx, ema), out_shardings=shardings)(params, key)
+        logger.info("initialised from %s", initialize_from)
     else:
         state = fresh_state(model_config, tx, seed, shardings, ema=ema, host=host_cpu(shardings))
-    if init is None and isinstance(initialize_from, HfCheckpoint | TrainedModel):
-        params = initial_params(initialize_from, model_config)
-
-        def start_from(p: Any, s: TrainState) -> TrainState:
-            return s.replace(params=p, opt_state=tx.init(p), **average_of(p, ema))
-
-        state = jax.jit(start_from, out_shardings=shardings)(params, state)
-        logger.info("initialised from %s", initialize_from)
     return Start(state=state, step=0, data_state=None, source=None)
 
 

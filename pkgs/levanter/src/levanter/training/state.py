@@ -21,7 +21,8 @@ from jax.tree_util import DictKey
 
 from levanter.sharding import tree_shardings
 
-__all__ = ["TrainState", "abstract_state", "average_of", "params_initializer", "state_initializer", "state_of_params"]
+__all__ = ["TrainState", "abstract_state", "average_of", "params_initializer", "split_init_key", "state_initializer",
+           "state_of_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +89,16 @@ def params_initializer(model_config: Any) -> Callable[[jax.Array], tuple[Any, ja
     init_model = model_config.build(jnp.float32)
 
     def init_params(key: jax.Array) -> tuple[Any, jax.Array]:
-        init_key, key = jax.random.split(key)
+        init_key, key = split_init_key(key)
         return init_model.init(init_key, jnp.zeros((1, 1), jnp.int32)), key
 
     return init_params
+
+
+def split_init_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(the key fresh parameters are drawn with, the key the state keeps)`` of a run's ``PRNGKey(seed)``."""
+    init_key, rest = jax.random.split(key)
+    return init_key, rest
 
 
 def average_of(params: Any, ema: bool = True) -> dict[str, Any]:
