@@ -86,8 +86,9 @@ def test_train_nano_runs_end_to_end_then_does_no_work(tmp_path_factory: pytest.T
     assert _number("final validation loss", second.stdout) == val
     assert _number("unigram baseline", second.stdout) == baseline
     assert _task_lines(second.stdout) == scores
-    assert second.seconds < 30 and second.seconds < first.seconds / 2, \
-        f"no-op run took {second.seconds:.1f}s (first run {first.seconds:.1f}s)"
+    # (How long the no-op run takes is measured in `make bench`, never asserted here: the steps it
+    # did not run, above, are the promise.)
+    print(f"no-op run {second.seconds:.1f}s (first run {first.seconds:.1f}s)")
 
 
 @shares_nano_store

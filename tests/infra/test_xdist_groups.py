@@ -1,4 +1,4 @@
-"""`make test` runs the suite with `pytest -n auto --dist loadgroup`: the tests that share one built
+"""`make test` runs the suite with `pytest -n <cores + 1> --dist loadgroup`: the tests that share one built
 store (``testsupport.e2e.shares_nano_store``) must run in one worker, one after another. pytest
 9.2 silently broke that grouping for pytest-xdist 3.8 (every test ran wherever it was sent); this
 checks, with the versions installed, that grouped tests do share a worker; that the tests of the
