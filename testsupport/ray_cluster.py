@@ -38,6 +38,10 @@ through Ray (fray's client and the tests connect with ``log_to_driver=False``; a
 reaches its log by fray's own means), so a node's log monitor would only poll every log file of
 the node for nothing, a process of its own (seen at 5% of a core)."""
 
+_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+"""The environment of every head and node started here: no usage reports, no token authentication
+(see :func:`ray_head`), no ``uv run`` runtime environment for its workers."""
+
 RAY_HEAD_GROUP = "ray-head"
 """The xdist group of every test that uses :func:`ray_cluster` (the root ``conftest.py`` assigns it):
 under ``pytest -n`` one worker runs them all, so the session starts one head, not one per worker."""
@@ -84,8 +88,7 @@ def _start_head(num_cpus: int, host: str) -> _Head:
         f"--metrics-export-port={free_port(host)}",
     ]
     log = open(os.path.join(temp_dir, "ray-start.log"), "w+b")  # noqa: SIM115 - closed by _Head.stop()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-           "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env = {**os.environ, **_RAY_ENV}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     head = _Head(process=process, temp_dir=temp_dir, log=log, address=f"{host}:{port}")
@@ -201,8 +204,7 @@ def ray_multinode(nodes: Mapping[str, Mapping[str, Any]], attempts: int = 3) -> 
     """
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     os.makedirs(os.path.join(temp_dir, "ray"))
-    with updated_environ({"RAY_TMPDIR": temp_dir, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-                          "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}):
+    with updated_environ({"RAY_TMPDIR": temp_dir, **_RAY_ENV}):
         try:
             errors: list[str] = []
             out = None
