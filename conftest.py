@@ -40,15 +40,12 @@ from collections.abc import Iterator
 # speaks gRPC and hangs against the emulator; set it before any test module imports gcsfs.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
-# XLA compiles the tests' many tiny CPU programs at LLVM -O0: compiling, not running, is where their
-# time goes, and -O0 nearly halves a compile (the levanter train step: 4.6 -> 2.6 CPU s) while running them
-# no slower than a test notices. The last bits of a result may differ between -O0 and the default
-# (llama_nano's params after 5 steps: same losses, other bits), so a parent and the children it
-# compares bit for bit must compile at one level: children inherit the flag.
-# Added to XLA_FLAGS before any test starts a JAX backend; child processes inherit it (a test that
-# sets XLA_FLAGS for a child appends to it: ``testsupport.cpu_devices``).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# XLA compiles the tests' many tiny CPU programs quickly (``testsupport.cpu_devices.QUICK_COMPILE_FLAGS``:
+# -O0, the older emitter), set before any test starts a JAX backend; child processes inherit them (a
+# test that sets XLA_FLAGS for a child appends to them: ``testsupport.cpu_devices``).
+from testsupport.cpu_devices import with_quick_compile  # noqa: E402
+
+os.environ["XLA_FLAGS"] = with_quick_compile(os.environ.get("XLA_FLAGS", ""))
 
 import pytest  # noqa: E402
 

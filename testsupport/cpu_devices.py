@@ -1,17 +1,47 @@
-"""The environment of a child process that runs JAX on N CPU devices (``os.environ`` only, so tests of
-every layer, iris's included, can use it).
+"""The tests' XLA compile settings, and the environment of a child process that runs JAX on N CPU
+devices (``os.environ`` only, so tests of every layer, iris's included, can use it).
 
-The root ``conftest.py`` puts the session's compile settings (``--xla_backend_optimization_level=0``)
-in ``XLA_FLAGS``; a child that replaced ``XLA_FLAGS`` with just its device count would compile at
-XLA's default level: slower, and not bit for bit the parent's programs. The device count is added to
-the flags, never put in their place.
+The root ``conftest.py`` puts the session's compile settings (:data:`QUICK_COMPILE_FLAGS`) in
+``XLA_FLAGS``; a child that replaced ``XLA_FLAGS`` with just its device count would compile with
+XLA's defaults: slower, and not bit for bit the parent's programs. The device count is added to the
+flags, never put in their place.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["cpu_device_env", "cpu_device_settings"]
+__all__ = ["QUICK_COMPILE_FLAGS", "cpu_device_env", "cpu_device_settings", "with_quick_compile",
+           "without_quick_compile"]
+
+QUICK_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+"""How the tests' many tiny CPU programs compile: compiling, not running, is where their time goes.
+
+* LLVM at -O0 nearly halves a compile (the levanter train step: 4.6 -> 2.6 CPU s);
+* XLA's older elemental emitter instead of its MLIR fusion emitters takes a compile to a fifth
+  (a llama_nano train step at -O0: 2.05 -> 0.41 CPU s, 2026-12-07, jax 0.10.2).
+
+Together they run a program about 2.5x slower (that step: 117 -> 303 ms), which no test that runs a
+few steps notices; builds that run hundreds drop them (:func:`without_quick_compile`). The last bits
+of a result may differ from XLA's defaults (llama_nano's params after 5 steps: same losses, other
+bits), so a parent and the children it compares bit for bit must compile alike: children inherit
+``XLA_FLAGS``."""
+
+
+def _flag_name(flag: str) -> str:
+    return flag.split("=", 1)[0]
+
+
+def with_quick_compile(flags: str) -> str:
+    """``flags`` (an ``XLA_FLAGS`` value) with each of :data:`QUICK_COMPILE_FLAGS` it does not set added."""
+    present = {_flag_name(f) for f in flags.split()}
+    return " ".join([*flags.split(), *(f for f in QUICK_COMPILE_FLAGS if _flag_name(f) not in present)])
+
+
+def without_quick_compile(flags: str) -> str:
+    """``flags`` with :data:`QUICK_COMPILE_FLAGS`' settings taken out: XLA's defaults."""
+    names = {_flag_name(f) for f in QUICK_COMPILE_FLAGS}
+    return " ".join(f for f in flags.split() if _flag_name(f) not in names)
 
 
 def cpu_device_settings(devices: int) -> dict[str, str]:

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from testsupport.cpu_devices import without_quick_compile
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MARIN = str(BIN / "marin")
@@ -57,13 +59,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def compiled_at_default_level(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with XLA's default optimisation level (the root conftest's ``-O0`` taken out of
-    ``XLA_FLAGS``), for the builds that run many real training steps: the nano model's 400 steps took
-    144 s at -O0 against 87 s at the default level, and the smoke ``make experiments`` 286 s against
-    276 s (2026-12-06, 2 cores), where compiling tiny programs, which -O0 speeds, is the lesser part.
-    Nothing compares their outputs bit for bit with a program compiled in the test's own process."""
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_backend_optimization_level=")]
-    return {**env, "XLA_FLAGS": " ".join(flags)}
+    """``env`` with XLA's default compile settings (the root conftest's quick-compile flags taken out
+    of ``XLA_FLAGS``: ``testsupport.cpu_devices.QUICK_COMPILE_FLAGS``), for the builds that run many
+    real training steps: the nano model's 400 steps took 144 s at -O0 against 87 s at the default
+    level, and the smoke ``make experiments`` 286 s against 276 s (2026-12-06, 2 cores), where
+    compiling tiny programs, which -O0 speeds, is the lesser part; the older emitter alone at the
+    default level took that build from 183 to 197 CPU-seconds (2026-12-07). Nothing compares their
+    outputs bit for bit with a program compiled in the test's own process."""
+    return {**env, "XLA_FLAGS": without_quick_compile(env.get("XLA_FLAGS", ""))}
 
 
 def run(args: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None, check: bool = True,
