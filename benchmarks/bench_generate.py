@@ -23,8 +23,13 @@ speed does not depend on what the weights say. Tables:
   step reads and writes the cache, e.g. ``full,auto`` for the first decoder (every slot position
   read, XLA's batched writes) beside the default (on a TPU: the live prefix read, a Pallas kernel's
   writes). Each row is printed, and the JSON rewritten, as soon as it is measured.
+* **the output heads** (``--head``, comma-separated ``levanter.models.impl.DecodeHead`` names): each
+  row (each of the decoder's ways) measured with each, e.g. ``plain,fused``: a greedy step's head by
+  XLA (float32 logits written to HBM, then the argmax and log-sum-exp over them) beside the fused
+  Pallas kernel (``levanter.ops.pallas_head``: the logits never leave vector memory). ``auto`` is
+  the fused one on a TPU for two slots or more; off a TPU ``fused`` runs in Pallas' interpreter (slowly: for form only).
 * **where the time went** (``--profile DIR``): one more run of each row traced under
-  ``DIR/<preset>-<decode>-<batch>``, its device time by op printed under the row
+  ``DIR/<preset>-<decode>-<head>-<batch>``, its device time by op printed under the row
   (``benchmarks.device_profile``) and kept in the JSON.
 * **against recomputing** (the CPU default, ``--compare``): a llama_nano-size model at context 512,
   batch 8, 256-token prompts and 256 new tokens, greedy: the engine vs ``generate_by_recompute``
@@ -34,6 +39,10 @@ speed does not depend on what the weights say. Tables:
 On a TPU host (``bash nix/tpu-host.sh install 1``), from the repository root::
 
     python -m benchmarks.bench_generate --preset llama_150m --preset llama_1_4b
+
+and the fused greedy head against the plain one, side by side from one process::
+
+    python -m benchmarks.bench_generate --preset llama_150m --batches 1,8,64 --head plain,fused --no-compare
 
 and issue 58's comparison (``--decode full,auto`` for the 150m, the default for the 1.4B) is
 ``bash benchmarks/bench_generate_tpu.sh``.
@@ -58,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from levanter.models.impl import Impl
+from levanter.models.impl import DecodeHead, Impl
 
 V5E_HBM_BYTES_PER_S = 819e9
 NANO_CPU = dict(vocab_size=4096, hidden_dim=32, intermediate_dim=128, num_heads=2, num_kv_heads=2, num_layers=2,
@@ -164,7 +173,8 @@ def decode_row(model: Any, params: Any, batch: int, prompt_len: int, new_tokens:
         with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
             _timed(engine, prompts, full)
         profile = summarise_trace(trace_dir)
-    return {"profile": profile, "decode": model.impl.decode.value, "batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
+    return {"profile": profile, "decode": model.impl.decode.value, "head": model.impl.decode_head.value,
+            "batch": batch, "prefill_tokens_per_s": batch * prompt_len / prefill,
             "decode_tokens_per_s": batch * (new_tokens - 1) / decode, "ms_per_step": step * 1e3,
             "roofline_ms_per_step": roofline * 1e3, "roofline_fraction": roofline / step,
             "alloc_roofline_ms_per_step": (_bytes(params) + cache) / bandwidth * 1e3,
@@ -204,12 +214,12 @@ def against_recompute(reps: int = 1) -> dict[str, Any]:
 def _print_header(name: str, prompt_len: int, new_tokens: int, dtype: str) -> None:
     print(f"\n{name} ({dtype} parameters and compute, {jax.devices()[0].device_kind}), "
           f"{prompt_len}-token prompts + {new_tokens} new tokens")
-    print(f"{'decode':>7} {'batch':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>9} {'roofline ms':>12} "
+    print(f"{'decode':>7} {'head':>6} {'batch':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>9} {'roofline ms':>12} "
           f"{'fraction':>9} {'first run s':>12}", flush=True)
 
 
 def _print_row(r: dict[str, Any]) -> None:
-    print(f"{r['decode']:>7} {r['batch']:>5} {r['prefill_tokens_per_s']:>14,.0f} {r['decode_tokens_per_s']:>13,.1f} "
+    print(f"{r['decode']:>7} {r['head']:>6} {r['batch']:>5} {r['prefill_tokens_per_s']:>14,.0f} {r['decode_tokens_per_s']:>13,.1f} "
           f"{r['ms_per_step']:>9.3f} {r['roofline_ms_per_step']:>12.3f} {r['roofline_fraction']:>9.2f} "
           f"{r['first_run_s']:>12.1f}", flush=True)
 
@@ -232,12 +242,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--decode", default="auto", help="levanter.models.impl.Decode names, comma-separated: "
                         "each row is measured for each (e.g. full,auto)")
-    parser.add_argument("--profile", metavar="DIR", help="also trace one run of each row under DIR/<preset>-<decode>-<batch> "
+    parser.add_argument("--head", default="auto", help="levanter.models.impl.DecodeHead names, comma-separated: each "
+                        "row is measured for each (e.g. plain,fused: a greedy step's head by XLA, or by the "
+                        "fused Pallas kernel)")
+    parser.add_argument("--profile", metavar="DIR", help="also trace one run of each row under "
+                        "DIR/<preset>-<decode>-<head>-<batch> "
                         "and print where its device time went (benchmarks.device_profile)")
     parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=on_cpu,
                         help="the CPU comparison with recomputing, and greedy equality with it")
     args = parser.parse_args(argv if argv is not None else [])
     dtype = jnp.float32 if args.dtype == "float32" else jnp.bfloat16
+    heads = [DecodeHead.parse(h) for h in args.head.split(",")]  # a bad name fails before any model is built
     results: dict[str, Any] = {"device": jax.devices()[0].device_kind, "dtype": args.dtype, "tables": {}}
     for name in args.preset or (["nano"] if on_cpu else ["llama_150m", "llama_1_4b"]):
         config = dataclasses.replace(_preset(name), max_seq_len=max(_preset(name).max_seq_len,
@@ -246,9 +261,9 @@ def main(argv: list[str] | None = None) -> None:
         _print_header(name, args.prompt_len, args.new_tokens, args.dtype)
         rows = results["tables"][name] = []
         for batch in (int(b) for b in args.batches.split(",")):
-            for decode in args.decode.split(","):
-                way = config.build(dtype, impl=Impl(decode=decode))
-                trace = os.path.join(args.profile, f"{name}-{decode}-{batch}") if args.profile else None
+            for decode, head in ((d, h) for d in args.decode.split(",") for h in heads):
+                way = config.build(dtype, impl=Impl(decode=decode, decode_head=head))
+                trace = os.path.join(args.profile, f"{name}-{decode}-{head.value}-{batch}") if args.profile else None
                 rows.append(decode_row(way, params, batch, args.prompt_len, args.new_tokens, args.reps,
                                        args.bandwidth, trace))
                 _print_row(rows[-1])

@@ -14,6 +14,7 @@ from jax.ad_checkpoint import checkpoint_name
 from levanter.models.impl import Attention, Decode, Impl, Remat
 from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
+from levanter.models.vocab import stored_head
 from levanter.ops.attention import cached_attention, live_buckets, xla_attention
 from levanter.ops.kv_cache import write_rows
 
@@ -387,9 +388,8 @@ class LlamaModel:
 
     def head(self, params: Any) -> jax.Array:
         """The output projection ``[hidden, vocab]`` in the compute dtype (the tied embedding's transpose)."""
-        if self.config.tie_embeddings:
-            return params["embed"]["embeddings"].astype(self.compute_dtype).T
-        return params["lm_head"]["w"].astype(self.compute_dtype)
+        w, vocab_rows = stored_head(params, self.config.tie_embeddings)
+        return (w.T if vocab_rows else w).astype(self.compute_dtype)
 
 
 def transformed_llama(config: LlamaConfig, compute_dtype: Any = jnp.float32, shard: Shard | None = None,

@@ -12,7 +12,7 @@ import dataclasses
 from levanter.choices import Choice
 from levanter.ops.blocks import LossImpl
 
-__all__ = ["UNROLL_LAYERS_UP_TO", "Attention", "Decode", "Impl", "LossImpl", "Remat", "resolve_unroll"]
+__all__ = ["UNROLL_LAYERS_UP_TO", "Attention", "Decode", "DecodeHead", "Impl", "LossImpl", "Remat", "resolve_unroll"]
 
 
 class Remat(Choice):
@@ -78,6 +78,23 @@ class Decode(Choice):
         return "decode"
 
 
+class DecodeHead(Choice):
+    """How a decoder's step makes its tokens from its hidden states when every active row is greedy
+    and none asks for alternatives (``levanter.inference.device``; other steps always take ``PLAIN``)."""
+
+    AUTO = "auto"
+    """``FUSED`` on a TPU for two slots or more, ``PLAIN`` elsewhere (``levanter.inference.device``)."""
+    PLAIN = "plain"
+    """XLA writes the float32 logits ``[slots, vocab]`` to HBM; the argmax and the log-sum-exp read them."""
+    FUSED = "fused"
+    """A Pallas kernel's online argmax and log-sum-exp over vocabulary tiles, the logits never leaving
+    vector memory (``levanter.ops.pallas_head.greedy_head``; TPU; Pallas' interpreter elsewhere)."""
+
+    @classmethod
+    def setting(cls) -> str:
+        return "decode_head"
+
+
 @dataclasses.dataclass(frozen=True)
 class Impl:
     """How a model's forward pass runs (a model config's ``build`` takes it)."""
@@ -102,10 +119,13 @@ class Impl:
 
     decode: Decode = Decode.AUTO
     """How a key/value-cache decoder reads and writes its cache."""
+    decode_head: DecodeHead = DecodeHead.AUTO
+    """How a greedy decoder's step makes its tokens from its hidden states."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "remat", Remat.parse(self.remat))
         object.__setattr__(self, "decode", Decode.parse(self.decode))
+        object.__setattr__(self, "decode_head", DecodeHead.parse(self.decode_head))
         object.__setattr__(self, "attention", Attention.parse(self.attention))
         object.__setattr__(self, "loss", LossImpl.parse(self.loss))
         if not isinstance(self.unroll, int) or isinstance(self.unroll, bool) or self.unroll < 1:

@@ -1,4 +1,5 @@
-"""Growing a trained model's vocabulary (new special tokens for fine-tuning) with old rows intact."""
+"""The vocabulary's parameters: the output head as stored, and growing a trained model's vocabulary
+(new special tokens for fine-tuning) with old rows intact."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["extend_vocab", "params_vocab_size"]
+__all__ = ["extend_vocab", "params_vocab_size", "stored_head"]
 
 _EMBED = ("embed", "embeddings")
 _HEAD = ("lm_head", "w")
+
+
+def stored_head(params: Any, tied: bool) -> tuple[Any, bool]:
+    """The output head's weights as the Llama parameters ``params`` store them, and whether their rows
+    are the vocabulary: with ``tied`` embeddings the table ``[vocab, hidden]``, else ``lm_head``'s
+    ``[hidden, vocab]``."""
+    if tied:
+        return params[_EMBED[0]][_EMBED[1]], True
+    return params[_HEAD[0]][_HEAD[1]], False
 
 
 def params_vocab_size(params: Any) -> int:

@@ -83,9 +83,15 @@ def _params() -> Any:
     return _tpu().CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=_VMEM_LIMIT)
 
 
-def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int) -> tuple[jax.Array, jax.Array]:
-    """A tile's float32 logits (columns past the vocabulary at -inf) and their column ids."""
-    logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
+def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int,
+                   vocab_rows: bool = False) -> tuple[jax.Array, jax.Array]:
+    """A tile's float32 logits (columns past the vocabulary at -inf) and their column ids. ``w`` is a
+    ``[d, tv]`` tile, or with ``vocab_rows`` a ``[tv, d]`` one (an embedding table's, contracted on
+    its second axis as it lies: ``levanter.ops.pallas_head``)."""
+    if vocab_rows:
+        logits = jax.lax.dot_general(h, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    else:
+        logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
     cols = j * tv + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
     if vocab % tv:
         logits = jnp.where(cols < vocab, logits, -jnp.inf)
