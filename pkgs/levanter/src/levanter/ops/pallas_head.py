@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from levanter.ops.pallas_loss import _masked_logits, _pad_rows, _params, _tpu
+from levanter.ops.pallas_loss import _masked_logits, _online_lse, _pad_rows, _params, _tpu
 
 __all__ = ["GREEDY_TILE_VOCAB", "greedy_head"]
 
@@ -54,12 +54,9 @@ def _greedy_kernel(h_ref: Any, w_ref: Any, id_ref: Any, max_ref: Any, lse_ref: A
     m_tile = jnp.max(logits, axis=1, keepdims=True)
     # The tile's lowest column holding its max, as a min over float32 ids (exact below 2**24).
     i_tile = jnp.min(jnp.where(logits == m_tile, cols.astype(jnp.float32), jnp.inf), axis=1, keepdims=True)
-    m_old = m_sc[...]
-    m_new = jnp.maximum(m_old, m_tile)
-    l_sc[...] = l_sc[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
+    m_old = _online_lse(m_sc, l_sc, logits, m_tile)
     # Tiles come in increasing ids: a later tile's equal max keeps the earlier, lower id (jnp.argmax's rule).
     i_sc[...] = jnp.where(m_tile > m_old, i_tile, i_sc[...])
-    m_sc[...] = m_new
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _done() -> None:

@@ -100,6 +100,16 @@ def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int,
 
 # --------------------------------------------------------------------------- forward
 
+def _online_lse(m_sc: Any, l_sc: Any, logits: jax.Array, tile_max: jax.Array) -> jax.Array:
+    """Fold a tile's ``logits`` (their row maxima ``tile_max``) into the running max ``m_sc`` and the
+    sum of exponentials ``l_sc`` rescaled to it (an online log-sum-exp); returns the max before."""
+    m_old = m_sc[...]
+    m_new = jnp.maximum(m_old, tile_max)
+    l_sc[...] = l_sc[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
+    m_sc[...] = m_new
+    return m_old
+
+
 def _stats_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, picked_ref: Any, m_sc: Any, l_sc: Any,
                   p_sc: Any, *, tv: int, vocab: int) -> None:
     j = pl.program_id(1)
@@ -111,10 +121,7 @@ def _stats_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, picked_ref: 
         p_sc[...] = jnp.zeros(p_sc.shape, jnp.float32)
 
     logits, cols = _masked_logits(h_ref[...], w_ref[...], j, tv, vocab)
-    m_old = m_sc[...]
-    m_new = jnp.maximum(m_old, jnp.max(logits, axis=1, keepdims=True))
-    l_sc[...] = l_sc[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
-    m_sc[...] = m_new
+    _online_lse(m_sc, l_sc, logits, jnp.max(logits, axis=1, keepdims=True))
     p_sc[...] += jnp.sum(jnp.where(cols == t_ref[...], logits, 0.0), axis=1, keepdims=True)
 
     @pl.when(j == pl.num_programs(1) - 1)
