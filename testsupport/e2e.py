@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from testsupport.cpu_devices import without_quick_compile
+from testsupport.cpu_devices import for_long_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -58,15 +58,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def compiled_at_default_level(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with XLA's default compile settings (the root conftest's quick-compile flags taken out
-    of ``XLA_FLAGS``: ``testsupport.cpu_devices.QUICK_COMPILE_FLAGS``), for the builds that run many
-    real training steps: the nano model's 400 steps took 144 s at -O0 against 87 s at the default
-    level, and the smoke ``make experiments`` 286 s against 276 s (2026-12-06, 2 cores), where
-    compiling tiny programs, which -O0 speeds, is the lesser part; the older emitter alone at the
-    default level took that build from 183 to 197 CPU-seconds (2026-12-07). Nothing compares their
-    outputs bit for bit with a program compiled in the test's own process."""
-    return {**env, "XLA_FLAGS": without_quick_compile(env.get("XLA_FLAGS", ""))}
+def compiled_for_long_runs(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the compile settings of the builds that run many real training steps
+    (``testsupport.cpu_devices.LONG_RUN_COMPILE_FLAGS`` in place of the root conftest's quick ones):
+    at the tests' -O0 the nano model's 400 steps took 144 s against 87 s at XLA's defaults, where
+    compiling tiny programs, which -O0 speeds, is the lesser part. Nothing compares their outputs bit
+    for bit with a program compiled in the test's own process."""
+    return {**env, "XLA_FLAGS": for_long_runs(env.get("XLA_FLAGS", ""))}
 
 
 def run(args: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None, check: bool = True,
@@ -238,7 +236,7 @@ def nano_prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ran]:
     if "nano" not in _SHARED:
         prefix = tmp_path_factory.mktemp("shared-prefix")
         ran = run([sys.executable, "-m", "experiments.train_nano"],
-                  env=compiled_at_default_level(clean_env(MARIN_PREFIX=str(prefix))), check=False)
+                  env=compiled_for_long_runs(clean_env(MARIN_PREFIX=str(prefix))), check=False)
         _SHARED["nano"] = (prefix, ran)
     return _SHARED["nano"]
 
@@ -267,7 +265,7 @@ def builds_experiments(test: Any) -> Any:
 def make_experiments(prefix: Path, check: bool = True) -> Ran:
     """``make experiments`` with ``MARIN_PREFIX=prefix`` (``-o setup``: the environment is this one)."""
     return run(["make", "--no-print-directory", "-o", "setup", "experiments"],
-               env=compiled_at_default_level(clean_env(MARIN_PREFIX=str(prefix))), check=check,
+               env=compiled_for_long_runs(clean_env(MARIN_PREFIX=str(prefix))), check=check,
                timeout=MAKE_EXPERIMENTS_TIMEOUT_S)
 
 
