@@ -83,13 +83,19 @@ def _params() -> Any:
     return _tpu().CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=_VMEM_LIMIT)
 
 
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))
+"""``dot_general``'s dimensions for ``a @ b.T`` with ``b`` as it lies (``[m, k] x [n, k] -> [m, n]``)."""
+_CONTRACT_FIRST = (((0,), (0,)), ((), ()))
+"""``dot_general``'s dimensions for ``a.T @ b`` (``[k, m] x [k, n] -> [m, n]``)."""
+
+
 def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int,
                    vocab_rows: bool = False) -> tuple[jax.Array, jax.Array]:
     """A tile's float32 logits (columns past the vocabulary at -inf) and their column ids. ``w`` is a
     ``[d, tv]`` tile, or with ``vocab_rows`` a ``[tv, d]`` one (an embedding table's, contracted on
     its second axis as it lies: ``levanter.ops.pallas_head``)."""
     if vocab_rows:
-        logits = jax.lax.dot_general(h, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        logits = jax.lax.dot_general(h, w, _CONTRACT_LAST, preferred_element_type=jnp.float32)
     else:
         logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
     cols = j * tv + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
@@ -189,7 +195,7 @@ def _dh_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: Any, b_r
     w = w_ref[...]
     g = _d_logits(h_ref[...], w, j, tv, vocab, t_ref[...], lse_ref[...], a_ref[...], b_ref[...])
     # [tn, tv] x [d, tv] contracted over the vocabulary: d hidden, the head used untransposed.
-    dh_ref[...] += jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    dh_ref[...] += jax.lax.dot_general(g, w, _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
 
 def _dw_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: Any, b_ref: Any, dw_ref: Any, *, tv: int,
@@ -203,7 +209,7 @@ def _dw_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: Any, b_r
     h = h_ref[...]
     g = _d_logits(h, w_ref[...], j, tv, vocab, t_ref[...], lse_ref[...], a_ref[...], b_ref[...])
     # [tn, d] x [tn, tv] contracted over the rows: d head.
-    dw_ref[...] += jax.lax.dot_general(h, g, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    dw_ref[...] += jax.lax.dot_general(h, g, _CONTRACT_FIRST, preferred_element_type=jnp.float32)
 
 
 def head_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, lse: jax.Array, alpha: jax.Array,
@@ -270,7 +276,7 @@ def _one_pass_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: An
     j, i = pl.program_id(0), pl.program_id(1)
     h, w = h_ref[...], w_ref[...]
     g = _d_logits(h, w, j, tv, vocab, t_ref[...], lse_ref[...], a_ref[...], b_ref[...])
-    part = jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    part = jax.lax.dot_general(g, w, _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
     @pl.when(j == 0)
     def _first() -> None:
@@ -287,7 +293,7 @@ def _one_pass_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, a_ref: An
     def _init() -> None:
         dw_ref[...] = jnp.zeros(dw_ref.shape, jnp.float32)
 
-    dw_ref[...] += jax.lax.dot_general(h, g, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    dw_ref[...] += jax.lax.dot_general(h, g, _CONTRACT_FIRST, preferred_element_type=jnp.float32)
 
 
 def _one_pass(h: jax.Array, w: jax.Array, vecs: list, ni: int, nj: int, tn: int, tv: int, vocab: int,
