@@ -7,7 +7,8 @@ implementation at the models' shapes, ms and TFLOP/s (``6 * rows * hidden * voca
 
 Implementations: ``blockwise`` (``levanter.ops.cross_entropy``, a scan over blocks of positions;
 ``--block`` positions per block, 0 the default), ``pallas`` (``levanter.ops.pallas_loss``;
-``--tiles ROWSxVOCAB``, 0x0 the default; ``ROWSxVOCAB:one`` the one-pass backward) and ``xla`` (the full logits materialised: the plain
+``--tiles ROWSxVOCAB``, 0x0 the default; ``:one`` after it the one-pass backward, ``:staged`` the
+gradients made in the forward from logits staged through HBM, ``levanter.ops.pallas_staged``) and ``xla`` (the full logits materialised: the plain
 matmuls' rate, where they fit). Every candidate runs in this one process, one row each; one that
 does not compile or fit is a row with its error. ``err`` is each row's largest relative error
 (loss, ``d hidden``, ``d head``; norms) against the shape's first row: the kernels' arithmetic is
@@ -19,6 +20,7 @@ tenth of the targets weighted 0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -26,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-SHAPES = {"150m": (32, 1024, 512), "1.4b": (8, 2048, 2048)}
+SHAPES = {"150m": (32, 1024, 512), "600m": (16, 1024, 1024), "1.4b": (8, 2048, 2048)}
 """Batch, sequence length and hidden width of the models' heads (Llama 3's vocabulary)."""
 SMOKE_SHAPES = {"tiny": (2, 64, 32)}
 VOCAB, SMOKE_VOCAB = 128_256, 500
@@ -38,7 +40,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--shape", action="append", default=[], help=f"one of {sorted(SHAPES)} (default: all)")
     parser.add_argument("--impl", action="append", default=[], help="blockwise, pallas, xla (default: all)")
     parser.add_argument("--block", action="append", type=int, default=[], help="blockwise positions per block")
-    parser.add_argument("--tiles", action="append", default=[], help="pallas tiles ROWSxVOCAB[:one]")
+    parser.add_argument("--tiles", action="append", default=[], help="pallas tiles ROWSxVOCAB[:one][:staged]")
     parser.add_argument("--iters", type=int, default=None, help="timed calls each (default 10; smoke: 2)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for the table (default: $OUT)")
     args = parser.parse_args(argv)
@@ -53,12 +55,27 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--impl must be blockwise, pallas or xla, got {impl!r}")
     args.block = args.block or ([0, 16] if args.smoke else [0, 256])
     try:
-        args.tiles = [(*(int(x) for x in t.lower().split(":")[0].split("x")), t.endswith(":one"))
-                      for t in (args.tiles or ["0x0"])]
-    except ValueError:
-        parser.error(f"--tiles must be ROWSxVOCAB, got {args.tiles!r}")
+        args.tiles = [_tiles(t) for t in (args.tiles or ["0x0"])]
+    except ValueError as e:
+        parser.error(f"--tiles must be ROWSxVOCAB[:one][:staged] (multiples of 128), got {args.tiles!r}: {e}")
     args.iters = args.iters or (2 if args.smoke else 10)
     return args
+
+
+def _tiles(text: str) -> Any:
+    """``ROWSxVOCAB[:one][:staged]`` as ``Tiles`` (0x0: the defaults with the flags given; plain ``0x0``: None,
+    the loss's own choice)."""
+    # Imported here: the levanter import brings JAX, which --help need not wait for.
+    from levanter.ops.pallas_loss import Tiles
+
+    size, *flags = text.lower().split(":")
+    if set(flags) - {"one", "staged"}:
+        raise ValueError(f"unknown flags {flags}")
+    rows, vocab = (int(x) for x in size.split("x"))
+    if not rows and not flags:
+        return None
+    base = Tiles() if not rows else Tiles(rows=rows, vocab=vocab, one_pass="one" in flags)
+    return dataclasses.replace(base, staged="staged" in flags)
 
 
 def _candidates(args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -67,7 +84,7 @@ def _candidates(args: argparse.Namespace) -> list[tuple[str, Any]]:
         if impl == "blockwise":
             rows += [(impl, b or None) for b in args.block]
         elif impl == "pallas":
-            rows += [(impl, t if t[0] else None) for t in args.tiles]
+            rows += [(impl, t) for t in args.tiles]
         else:
             rows.append((impl, None))
     return rows
@@ -79,7 +96,6 @@ def _loss(impl: str, config: Any, interpret: bool) -> Any:
     import jax.numpy as jnp
 
     from levanter.ops.cross_entropy import lm_loss
-    from levanter.ops.pallas_loss import Tiles
 
     if impl == "xla":
         def materialised(h: Any, w: Any, t: Any, wt: Any) -> Any:
@@ -89,8 +105,7 @@ def _loss(impl: str, config: Any, interpret: bool) -> Any:
             return jnp.sum(wt * (lse - picked + 1e-4 * lse * lse)) / jnp.maximum(jnp.sum(wt), 1.0)
         return materialised
     if impl == "pallas":
-        tiles = None if config is None else Tiles(rows=config[0], vocab=config[1], one_pass=config[2])
-        return lambda h, w, t, wt: lm_loss(h, w, t, wt, z_weight=1e-4, impl="pallas", tiles=tiles,
+        return lambda h, w, t, wt: lm_loss(h, w, t, wt, z_weight=1e-4, impl="pallas", tiles=config,
                                            interpret=interpret)[0]
     return lambda h, w, t, wt: lm_loss(h, w, t, wt, z_weight=1e-4, block=config, impl="blockwise")[0]
 
@@ -127,8 +142,8 @@ def _error(got: Any, want: Any) -> float:
 def _label(config: Any) -> str:
     if config is None:
         return "default"
-    if isinstance(config, tuple):  # pallas tiles
-        return f"{config[0]}x{config[1]}" + (":one" if config[2] else "")
+    if not isinstance(config, int):  # pallas Tiles
+        return f"{config.rows}x{config.vocab}" + (":one" if config.one_pass else "") + (":staged" if config.staged else "")
     return str(config)
 
 

@@ -1,7 +1,7 @@
-"""The Pallas kernels of the loss over the head (``levanter.ops.pallas_loss``, run in Pallas'
-interpreter on a CPU) equal the loss over materialised logits: values and gradients, weights with
-zeros, a vocabulary that is not a multiple of the tile, and bfloat16 gradients within the
-materialised loss's rounding."""
+"""The Pallas kernels of the loss over the head (``levanter.ops.pallas_loss`` and the staged training
+loss of ``levanter.ops.pallas_staged``, run in Pallas' interpreter on a CPU) equal the loss over
+materialised logits: values and gradients, weights with zeros, a vocabulary that is not a multiple
+of the tile, chunks of staged rows, and bfloat16 gradients within the materialised loss's rounding."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from testsupport.levanter_data import head_problem, random_params
 
 B, T, D, V = 2, 13, 16, 300  # 26 rows in one padded row tile; three vocabulary tiles, the last ragged
 TILES = Tiles(rows=128, vocab=128)
+STAGED = {"staged": TILES, "recomputed": dataclasses.replace(TILES, staged=False)}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +41,8 @@ def _materialised(hidden, head, targets, weights, z_weight):
     return ce + z_weight * z, ce, z
 
 
-def _pallas(hidden, head, targets, weights, z_weight):
-    return lm_loss(hidden, head, targets, weights, z_weight=z_weight, impl="pallas", tiles=TILES, interpret=True)
+def _pallas(hidden, head, targets, weights, z_weight, tiles=TILES):
+    return lm_loss(hidden, head, targets, weights, z_weight=z_weight, impl="pallas", tiles=tiles, interpret=True)
 
 
 def _values_and_grads(fn):
@@ -55,10 +56,11 @@ def _values_and_grads(fn):
     return run
 
 
-def test_kernels_equal_the_materialised_loss(problem):
+@pytest.mark.parametrize("kind", sorted(STAGED))
+def test_kernels_equal_the_materialised_loss(problem, kind):
     hidden, head, targets, weights = problem
     assert float(weights.min()) == 0.0
-    got = _values_and_grads(lambda h, w: _pallas(h, w, targets, weights, 1e-2))(hidden, head)
+    got = _values_and_grads(lambda h, w: _pallas(h, w, targets, weights, 1e-2, STAGED[kind]))(hidden, head)
     want = _values_and_grads(lambda h, w: _materialised(h, w, targets, weights, 1e-2))(hidden, head)
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
@@ -77,7 +79,8 @@ def test_kernel_logprobs_and_their_gradient(problem):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-5)
 
 
-def test_kernels_bfloat16_gradient_within_the_materialised_rounding(problem):
+@pytest.mark.parametrize("kind", sorted(STAGED))
+def test_kernels_bfloat16_gradient_within_the_materialised_rounding(problem, kind):
     hidden, head, targets, weights = problem
     exact = jax.jit(jax.grad(lambda h, w: _materialised(h, w, targets, weights, 1e-2)[0], argnums=(0, 1)))(hidden, head)
     low = (hidden.astype(jnp.bfloat16), head.astype(jnp.bfloat16))
@@ -89,7 +92,8 @@ def test_kernels_bfloat16_gradient_within_the_materialised_rounding(problem):
         return [float(np.linalg.norm(np.asarray(g, np.float32) - e) / np.linalg.norm(e))
                 for g, e in zip(grads, map(np.asarray, exact), strict=True)]
 
-    ours, theirs = errors(_pallas), errors(_materialised)
+    ours = errors(lambda *args: _pallas(*args, tiles=STAGED[kind]))
+    theirs = errors(_materialised)
     assert ours[0] <= 1.1 * theirs[0] and ours[1] <= 1.1 * theirs[1], (ours, theirs)
 
 
@@ -104,8 +108,10 @@ def test_auto_is_the_blockwise_scan_off_a_tpu_and_bad_names_are_refused():
 
 def test_tiles_asked_for_by_no_size_are_the_default_tiles():
     # One set of measured defaults: Tiles() is what the loss takes when given none (rows enough).
-    assert default_tiles(64 * 1024) == Tiles()
+    assert default_tiles(64 * 1024) == Tiles() == default_tiles(64 * 1024, 1024)
+    assert Tiles().staged  # the training loss's gradients in its forward
     assert default_tiles(200) == dataclasses.replace(Tiles(), rows=256)  # few rows: a smaller row tile
+    assert default_tiles(64 * 1024, 2048) == dataclasses.replace(Tiles(), rows=Tiles().rows // 2)  # wide: fewer
 
 
 def test_auto_gives_the_kernels_the_widths_they_won_on_one_tpu(monkeypatch: pytest.MonkeyPatch):
@@ -116,9 +122,9 @@ def test_auto_gives_the_kernels_the_widths_they_won_on_one_tpu(monkeypatch: pyte
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     monkeypatch.setattr(jax, "device_count", lambda: 1)
     assert resolve_loss_impl("auto", 512) is LossImpl.PALLAS and resolve_loss_impl("auto") is LossImpl.PALLAS
-    assert resolve_loss_impl("auto", PALLAS_WIDEST) is LossImpl.PALLAS
-    assert resolve_loss_impl("auto", 2048) is LossImpl.BLOCKWISE  # slower than the scan there
-    assert resolve_loss_impl("pallas", 2048) is LossImpl.PALLAS  # asked for by name
+    assert resolve_loss_impl("auto", PALLAS_WIDEST) is LossImpl.PALLAS and PALLAS_WIDEST == 2048
+    assert resolve_loss_impl("auto", 4096) is LossImpl.BLOCKWISE  # wider than any measured
+    assert resolve_loss_impl("pallas", 4096) is LossImpl.PALLAS  # asked for by name
     monkeypatch.setattr(jax, "device_count", lambda: 4)
     assert resolve_loss_impl("auto", 512) is LossImpl.BLOCKWISE  # a custom call runs whole on one device
 
@@ -157,13 +163,46 @@ def test_one_pass_backward_equals_the_two_pass_one():
     hidden, head, targets, weights = head_problem(1, batch=2, seq=200, hidden=8, vocab=V, head_scale=0.5)
 
     def grads(one_pass):
-        tiles = Tiles(rows=128, vocab=128, one_pass=one_pass)
+        tiles = Tiles(rows=128, vocab=128, one_pass=one_pass, staged=False)
         return jax.jit(jax.grad(lambda h, w: lm_loss(h, w, targets, weights, z_weight=1e-2, impl="pallas",
                                                      tiles=tiles, interpret=True)[0], argnums=(0, 1)))(hidden, head)
 
     want = jax.jit(jax.grad(lambda h, w: _materialised(h, w, targets, weights, 1e-2)[0], argnums=(0, 1)))(hidden, head)
     for x, y in zip(grads(True), want, strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("chunk", [256, 512])
+def test_staged_chunks_of_rows_equal_the_materialised_loss(monkeypatch: pytest.MonkeyPatch, chunk):
+    """660 rows in six row tiles of 128, staged 256 rows at a time (a first chunk, then two in a loop)
+    or 512 (a first chunk and a smaller last one); d head summed over the chunks."""
+    from levanter.ops import blocks
+    from levanter.ops.pallas_staged import chunk_rows
+
+    hidden, head, targets, weights = head_problem(2, batch=2, seq=330, hidden=8, vocab=V, head_scale=0.5)
+    monkeypatch.setattr(blocks, "STAGE_LOGITS", chunk * 384)  # the vocabulary's three tiles: 384 columns
+    assert chunk_rows(660, V, TILES) == chunk
+    got = _values_and_grads(lambda h, w: _pallas(h, w, targets, weights, 1e-2))(hidden, head)
+    want = _values_and_grads(lambda h, w: _materialised(h, w, targets, weights, 1e-2))(hidden, head)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kind", sorted(STAGED))
+def test_a_profile_charges_every_matmul_of_the_kernels_to_the_loss(problem, kind):
+    """Each dot of the trainer's gradient through the kernels, forward and backward, carries the
+    loss's name scope in its location (what ``benchmarks/device_profile`` reads from a trace)."""
+    import re
+
+    from levanter.ops.blocks import SCOPE
+
+    hidden, head, targets, weights = problem
+    step = jax.jit(jax.value_and_grad(lambda h, w: _pallas(h, w, targets, weights, 1e-2, STAGED[kind])[0],
+                                      argnums=(0, 1)))
+    text = step.lower(hidden, head).as_text(debug_info=True)
+    where = dict(re.findall(r"^(#loc\d+) = (loc\(.*\))$", text, re.M))
+    dots = [where[loc] for loc in re.findall(r"stablehlo\.dot_general.*loc\((#loc\d+)\)", text)]
+    assert len(dots) >= 4 and all(SCOPE in loc for loc in dots), dots
 
 
 def test_the_training_path_does_not_import_pallas_tpu_until_a_kernel_is_built():

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from levanter.models.impl import Attention, LossImpl, Remat
-from levanter.ops.blocks import default_block
+from levanter.ops.blocks import STAGE_LOGITS, default_block
 
 __all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory", "step_phases"]
 
@@ -154,7 +154,7 @@ def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, rem
         shards: devices the parameters and optimizer state are split over (fsdp x tensor).
         batch_shards: devices the batch is split over (data x fsdp).
         grad_bytes: bytes of a gradient (2 with ``grad_dtype="bfloat16"``).
-        loss_impl: ``PALLAS`` holds no logits (``AUTO``, when not resolved, counts the blockwise scan's).
+        loss_impl: ``PALLAS`` stages one chunk of logits (``AUTO``, when not resolved, counts the blockwise scan's).
     """
     remat, attention = Remat.parse(remat), Attention.parse(attention)
     if remat is Remat.AUTO:
@@ -178,8 +178,10 @@ def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, rem
     # The head's float32 gradient, from the loss to the update; the float32 gradient of the hidden states.
     head_grad, hidden_grad = 4 * largest // shards, tokens * model.hidden_dim * 4
     if LossImpl.parse(loss_impl) is LossImpl.PALLAS:
-        # The kernels' rounded copy of the head and the head and embedding cast to the compute dtype.
-        loss = head_grad + hidden_grad + 3 * compute_bytes * largest // shards
+        # The kernels' rounded copy of the head, the head and embedding cast to the compute dtype,
+        # and a chunk of float32 logits staged (levanter.ops.pallas_staged).
+        staged = 4 * min(STAGE_LOGITS, tokens * model.vocab_size)
+        loss = head_grad + hidden_grad + 3 * compute_bytes * largest // shards + staged
     else:
         block = default_block(rows, seq_len, model.vocab_size) if loss_block is None else min(loss_block, seq_len)
         # One block's float32 logits (XLA fuses their softmax and its gradient into them) and the head cast.

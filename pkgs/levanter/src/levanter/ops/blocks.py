@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from levanter.choices import Choice
 
-__all__ = ["BLOCK_LOGITS", "SCOPE", "LossImpl", "default_block"]
+__all__ = ["BLOCK_LOGITS", "SCOPE", "STAGE_LOGITS", "LossImpl", "default_block"]
 
 
 class LossImpl(Choice):
@@ -13,13 +13,16 @@ class LossImpl(Choice):
     gradients within the dtype's rounding, ``tests/test_pallas_loss.py``)."""
 
     AUTO = "auto"
-    """The Pallas kernels on a single TPU device for hidden states up to 1,024 wide, the blockwise scan
+    """The Pallas kernels on a single TPU device for hidden states up to 2,048 wide, the blockwise scan
     elsewhere (``levanter.ops.cross_entropy.resolve_loss_impl``)."""
     BLOCKWISE = "blockwise"
     """A scan over blocks of positions, each block's logits materialised by XLA (any device, any mesh)."""
     PALLAS = "pallas"
-    """Pallas TPU kernels whose logits never leave vector memory (``levanter.ops.pallas_loss``; one
-    device: a custom call XLA cannot split over a mesh; Pallas' interpreter off a TPU, slowly)."""
+    """Pallas TPU kernels that make each tile of logits once, in vector memory: the training loss's
+    gradients in its forward from logits staged through HBM a chunk at a time
+    (``levanter.ops.pallas_staged``), per-token log-probabilities with no logit in HBM
+    (``levanter.ops.pallas_loss``). One device: a custom call XLA cannot split over a mesh; Pallas'
+    interpreter off a TPU, slowly."""
 
     @classmethod
     def setting(cls) -> str:
@@ -39,6 +42,11 @@ of the whole gradient per block, so fewer, larger blocks cost less: on a TPU v5e
 spent 17% of its step (about 122 ms of 367) in that one accumulation, as its 0.8 GB a block at the
 chip's 819 GB/s predicts. At 128 Mi logits a block of 1,024 rows makes it a quarter of that, and
 the step still fits the chip (``levanter.memory_estimate`` counts the block)."""
+
+
+STAGE_LOGITS = 1 << 28
+"""Logits the staged Pallas kernels (``levanter.ops.pallas_staged``) hold in HBM at once: a chunk's
+rows times the vocabulary tiles' columns, float32 (1 GiB)."""
 
 
 def default_block(batch: int, seq_len: int, vocab: int) -> int:

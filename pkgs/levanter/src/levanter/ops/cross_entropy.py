@@ -31,14 +31,15 @@ from jax.custom_derivatives import SymbolicZero
 
 from levanter.ops.blocks import SCOPE, LossImpl, default_block
 from levanter.ops.pallas_loss import Tiles, default_tiles, fused_lm_loss, fused_token_logprobs
+from levanter.ops.pallas_staged import staged_lm_loss
 
 __all__ = ["PALLAS_WIDEST", "default_block", "lm_loss", "resolve_loss_impl", "token_logprobs", "token_scores"]
 
 
-PALLAS_WIDEST = 1024
-"""The widest hidden state ``AUTO`` gives the Pallas kernels. On the TPU v5e (2026-12-06,
-``benchmarks/bench_loss``) they beat the blockwise scan at hidden 512 (100 ms against 133 ms at
-32 x 1024 rows) and lost to it at hidden 2048 (208 ms against 189 ms at 8 x 2048 rows)."""
+PALLAS_WIDEST = 2048
+"""The widest hidden state ``AUTO`` gives the Pallas kernels: the widest measured. On the TPU v5e
+(2026-12-07, ``benchmarks/bench_loss``) the staged kernels beat the blockwise scan at hidden 512
+(86.9 ms against 133.1 at 32 x 1024 rows) and 2,048 (151.4 ms against 188.7 at 8 x 2048 rows)."""
 
 
 def resolve_loss_impl(impl: LossImpl | str | None, hidden: int | None = None) -> LossImpl:
@@ -54,7 +55,7 @@ def resolve_loss_impl(impl: LossImpl | str | None, hidden: int | None = None) ->
 
 
 def _tiles(hidden: jax.Array, tiles: Tiles | None) -> Tiles:
-    return default_tiles(hidden.shape[0] * hidden.shape[1]) if tiles is None else tiles
+    return default_tiles(hidden.shape[0] * hidden.shape[1], hidden.shape[2]) if tiles is None else tiles
 
 def _blocks(x: jax.Array, block: int, fill: Any = 0) -> jax.Array:
     """``[b, t, ...]`` -> ``[n, b, block, ...]`` (``t`` padded with ``fill`` to a multiple of ``block``)."""
@@ -195,8 +196,10 @@ def lm_loss(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights: jax
     size = _resolve(hidden, head, block)
     w = jnp.ones(targets.shape, jnp.float32) if weights is None else weights.astype(jnp.float32)
     if resolve_loss_impl(impl, hidden.shape[-1]) is LossImpl.PALLAS:
-        return fused_lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), _tiles(hidden, tiles),
-                             interpret)
+        chosen = _tiles(hidden, tiles)
+        fused = staged_lm_loss if chosen.staged else fused_lm_loss
+        with jax.named_scope(SCOPE):  # the kernels' forward (the staged loss's gradients too) in a profile
+            return fused(hidden, head, targets.astype(jnp.int32), w, float(z_weight), chosen, interpret)
     return _lm_loss(hidden, head, targets.astype(jnp.int32), w, float(z_weight), size)
 
 
@@ -260,7 +263,8 @@ def token_logprobs(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, bl
     """
     size = _resolve(hidden, head, block)
     if resolve_loss_impl(impl, hidden.shape[-1]) is LossImpl.PALLAS:
-        return fused_token_logprobs(hidden, head, targets.astype(jnp.int32), _tiles(hidden, tiles), interpret)
+        with jax.named_scope(SCOPE):
+            return fused_token_logprobs(hidden, head, targets.astype(jnp.int32), _tiles(hidden, tiles), interpret)
     return _token_logprobs(hidden, head, targets.astype(jnp.int32), size)
 
 

@@ -54,7 +54,7 @@ def _greedy_kernel(h_ref: Any, w_ref: Any, id_ref: Any, max_ref: Any, lse_ref: A
     m_tile = jnp.max(logits, axis=1, keepdims=True)
     # The tile's lowest column holding its max, as a min over float32 ids (exact below 2**24).
     i_tile = jnp.min(jnp.where(logits == m_tile, cols.astype(jnp.float32), jnp.inf), axis=1, keepdims=True)
-    m_old = _online_lse(m_sc, l_sc, logits, m_tile)
+    m_old, _ = _online_lse(m_sc, l_sc, logits, m_tile)
     # Tiles come in increasing ids: a later tile's equal max keeps the earlier, lower id (jnp.argmax's rule).
     i_sc[...] = jnp.where(m_tile > m_old, i_tile, i_sc[...])
 

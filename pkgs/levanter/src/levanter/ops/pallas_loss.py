@@ -41,32 +41,44 @@ need about 40 MiB with their double buffers, over the compiler's default limit."
 class Tiles:
     """Tile sizes of the kernels: ``rows`` of the flattened ``batch x seq`` positions, ``vocab`` columns.
 
-    The defaults are the fastest measured on the TPU v5e (2026-12-06, ``benchmarks/bench_loss``:
-    100 ms at 32 x 1024 rows of hidden 512 and 208 ms at 8 x 2048 rows of hidden 2048, against 123 ms
-    and 232 ms with 1,024-square tiles and two passes), at hidden widths up to 2,048 (vector memory
-    holds them there); :func:`default_tiles` takes them, with fewer rows when there are few.
+    The defaults are the fastest measured on the TPU v5e (2026-12-07, ``benchmarks/bench_loss``,
+    the training loss staged): 86.9 ms at 32 x 1024 rows of hidden 512 and 75.2 ms at 16 x 1024 rows
+    of hidden 1024, against 88.7 and 80.2 with 512 x 2,048 tiles and 91.5 and 81.5 with 512 x 1,024;
+    :func:`default_tiles` takes them, with half the rows at hidden 2,048 (151.4 ms at 8 x 2048 rows,
+    against 181.8 with 1,024 rows and 186.9 with 512 x 2,048) and fewer rows when there are few.
     """
 
-    rows: int = 512
-    vocab: int = 2048
+    rows: int = 1024
+    vocab: int = 1024
     one_pass: bool = True
     """The backward's two gradients from one recomputation of the logits, d hidden accumulated
     through HBM (``_one_pass``; with fewer than three row tiles the two-pass kernels run)."""
+    staged: bool = True
+    """The training loss's gradients in its forward, each tile's logits made once and staged through
+    HBM a chunk of rows at a time (``levanter.ops.pallas_staged``: three matmuls, not four; at the
+    three shapes above 13-27% faster than the one-pass backward's four)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.one_pass, bool):
-            raise ValueError(f"Tiles.one_pass must be a bool, got {self.one_pass!r}")
+        for name in ("one_pass", "staged"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Tiles.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("rows", "vocab"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 128:
                 raise ValueError(f"Tiles.{name} must be a positive multiple of 128, got {value!r}")
 
 
-def default_tiles(rows: int) -> Tiles:
-    """:class:`Tiles`' defaults for ``rows`` positions: no more row tile than the rows need (in
-    multiples of 128)."""
+WIDE_HIDDEN = 1024
+"""Above this hidden width :func:`default_tiles` halves the row tile (vector memory: ``d head``'s
+float32 tile and ``d hidden``'s grow with the width)."""
+
+
+def default_tiles(rows: int, hidden: int = 0) -> Tiles:
+    """:class:`Tiles`' defaults for ``rows`` positions of hidden states ``hidden`` wide: half the row
+    tile above :data:`WIDE_HIDDEN`, and no more than the rows need (in multiples of 128)."""
     tiles = Tiles()
-    return dataclasses.replace(tiles, rows=min(tiles.rows, -(-rows // 128) * 128))
+    most = tiles.rows // 2 if hidden > WIDE_HIDDEN else tiles.rows
+    return dataclasses.replace(tiles, rows=min(most, -(-rows // 128) * 128))
 
 
 def _tpu() -> Any:
@@ -106,14 +118,16 @@ def _masked_logits(h: jax.Array, w: jax.Array, j: Any, tv: int, vocab: int,
 
 # --------------------------------------------------------------------------- forward
 
-def _online_lse(m_sc: Any, l_sc: Any, logits: jax.Array, tile_max: jax.Array) -> jax.Array:
+def _online_lse(m_sc: Any, l_sc: Any, logits: jax.Array, tile_max: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Fold a tile's ``logits`` (their row maxima ``tile_max``) into the running max ``m_sc`` and the
-    sum of exponentials ``l_sc`` rescaled to it (an online log-sum-exp); returns the max before."""
+    sum of exponentials ``l_sc`` rescaled to it (an online log-sum-exp); returns the max before and
+    the tile's exponentials ``exp(logits - max after)``."""
     m_old = m_sc[...]
     m_new = jnp.maximum(m_old, tile_max)
-    l_sc[...] = l_sc[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
+    q = jnp.exp(logits - m_new)
+    l_sc[...] = l_sc[...] * jnp.exp(m_old - m_new) + jnp.sum(q, axis=1, keepdims=True)
     m_sc[...] = m_new
-    return m_old
+    return m_old, q
 
 
 def _stats_kernel(h_ref: Any, w_ref: Any, t_ref: Any, lse_ref: Any, picked_ref: Any, m_sc: Any, l_sc: Any,
