@@ -51,9 +51,10 @@ from levanter.ops.pallas_loss import (
 
 __all__ = ["chunk_rows", "staged_grads", "staged_lm_loss"]
 
+
 def chunk_rows(rows: int, vocab: int, tiles: Tiles) -> int:
-    """Rows per chunk: as many row tiles as ``levanter.ops.blocks.STAGE_LOGITS`` holds (at least one), at most ``rows``
-    rounded up to the row tile."""
+    """Rows per chunk: as many row tiles as ``levanter.ops.blocks.STAGE_LOGITS`` holds (at least one),
+    at most ``rows`` rounded up to the row tile."""
     width = -(-vocab // tiles.vocab) * tiles.vocab
     most = max(blocks.STAGE_LOGITS // (width * tiles.rows), 1) * tiles.rows
     return min(most, -(-rows // tiles.rows) * tiles.rows)
@@ -188,13 +189,16 @@ def staged_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights
         dw, (lse_more, e_more) = jax.lax.scan(lambda dw, x: one_chunk(dw, *x), dw, split)
         lse, e = jnp.concatenate([lse, lse_more.reshape(-1)]), jnp.concatenate([e, e_more.reshape(-1, e.shape[1])])
     if whole * chunk < rows:
-        dw, (lse_rest, e_rest) = one_chunk(dw, h[whole * chunk:], t[whole * chunk:], w[whole * chunk:])
+        # The last chunk's rows only once d head is summed so far: its staging buffer not beside the loop's.
+        rest, dw = jax.lax.optimization_barrier((h[whole * chunk:], dw))
+        dw, (lse_rest, e_rest) = one_chunk(dw, rest, t[whole * chunk:], w[whole * chunk:])
         lse, e = jnp.concatenate([lse, lse_rest]), jnp.concatenate([e, e_rest])
     lse, e = lse[:n], e[:n]
     # The targets' columns of the head, as rows: their logits, and d hidden's one-hot part.
-    picked_w = jnp.take(head, targets, axis=1).T
-    picked = jnp.einsum("nd,nd->n", hidden, picked_w, preferred_element_type=jnp.float32)
-    dh = (weights * (1.0 + 2.0 * z_weight * lse))[:, None] * e - weights[:, None] * picked_w.astype(jnp.float32)
+    # (In float32: a product of two bfloat16 values is exact there, as on the matrix unit.)
+    picked_w = jnp.take(head, targets, axis=1).T.astype(jnp.float32)
+    picked = jnp.sum(hidden.astype(jnp.float32) * picked_w, axis=1)
+    dh = (weights * (1.0 + 2.0 * z_weight * lse))[:, None] * e - weights[:, None] * picked_w
     return lse, picked, dh, dw
 
 
