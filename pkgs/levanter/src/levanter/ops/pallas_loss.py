@@ -14,10 +14,9 @@ loss's time. Here each tile's logits are made by the matrix unit and consumed in
   vocabulary tiles accumulating ``d head`` (rows innermost), each accumulator a float32 output
   tile held in vector memory, scaled and rounded to the inputs' dtype once.
 
-Five matmuls of ``rows x hidden x vocab`` in all (the materialised loss does three), in exchange
-for no logits traffic. The vocabulary need not be a multiple of the tile (the last tile's extra
-columns are masked), nor the rows (padded with weight 0). ``interpret=True`` runs the kernels in
-Pallas' interpreter (a CPU, for tests).
+Five matmuls of ``rows x hidden x vocab`` (four in one pass; the materialised loss makes three) for
+no logits traffic; the training loss takes ``levanter.ops.pallas_staged``' three by default. Neither
+vocabulary nor rows need fill the tiles (masked; weight 0). ``interpret=True``: Pallas' interpreter.
 """
 
 from __future__ import annotations
@@ -41,11 +40,9 @@ need about 40 MiB with their double buffers, over the compiler's default limit."
 class Tiles:
     """Tile sizes of the kernels: ``rows`` of the flattened ``batch x seq`` positions, ``vocab`` columns.
 
-    The defaults are the fastest measured on the TPU v5e (2026-12-07, ``benchmarks/bench_loss``,
-    the training loss staged): 86.9 ms at 32 x 1024 rows of hidden 512 and 75.2 ms at 16 x 1024 rows
-    of hidden 1024, against 88.7 and 80.2 with 512 x 2,048 tiles and 91.5 and 81.5 with 512 x 1,024;
-    :func:`default_tiles` takes them, with half the rows at hidden 2,048 (151.4 ms at 8 x 2048 rows,
-    against 181.8 with 1,024 rows and 186.9 with 512 x 2,048) and fewer rows when there are few.
+    The fastest measured on the TPU v5e (2026-12-07, ``benchmarks/bench_loss``, staged): 86.9 ms at 32 x
+    1024 rows of hidden 512, 75.2 at 16 x 1024 of hidden 1024 (512 x 2,048 tiles: 88.7, 80.2); at hidden
+    2,048 half the rows (:func:`default_tiles`): 151.4 ms at 8 x 2048 rows, 181.8 with 1,024 rows.
     """
 
     rows: int = 1024
@@ -351,9 +348,15 @@ def _fused_lm_loss_fwd(hidden: jax.Array, head: jax.Array, targets: jax.Array, w
                        tiles: Tiles, interpret: bool) -> Any:
     h, t, w = _flat(hidden, targets, weights)
     lse, picked = head_stats(h, head, t, tiles, interpret=interpret)
+    totals, count = _totals(lse, picked, w, z_weight)
+    return totals, (hidden, head, targets, weights, lse, count)
+
+
+def _totals(lse: jax.Array, picked: jax.Array, w: jax.Array, z_weight: float) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """((``ce + z_weight * z``, ``ce``, ``z``), the weights' count) from the rows' log-partitions and target logits."""
     count = jnp.maximum(jnp.sum(w), 1.0)
     ce, z = jnp.sum(w * (lse - picked)) / count, jnp.sum(w * lse * lse) / count
-    return (ce + z_weight * z, ce, z), (hidden, head, targets, weights, lse, count)
+    return (ce + z_weight * z, ce, z), count
 
 
 def _fused_lm_loss_bwd(z_weight: float, tiles: Tiles, interpret: bool, residuals: Any, cotangents: Any) -> Any:

@@ -42,11 +42,12 @@ from levanter.ops.pallas_loss import (
     Tiles,
     _flat,
     _fused_lm_loss_bwd,
+    _fused_lm_loss_fwd,
     _online_lse,
     _pad_rows,
     _params,
+    _totals,
     _tpu,
-    head_stats,
 )
 
 __all__ = ["chunk_rows", "staged_grads", "staged_lm_loss"]
@@ -206,18 +207,9 @@ def staged_grads(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights
 def staged_lm_loss(hidden: jax.Array, head: jax.Array, targets: jax.Array, weights: jax.Array, z_weight: float,
                    tiles: Tiles, interpret: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(``ce + z_weight * z``, ``ce``, ``z``) as ``levanter.ops.cross_entropy.lm_loss`` defines them,
-    the gradient of ``total`` made in the forward (undifferentiated: the log-partitions alone, by
-    ``levanter.ops.pallas_loss.head_stats``; ``ce`` or ``z`` differentiated on their own: the
-    gradient by ``pallas_loss``' backward kernels)."""
-    h, t, w = _flat(hidden, targets, weights)
-    lse, picked = head_stats(h, head, t, tiles, interpret=interpret)
-    return _totals(lse, picked, w, z_weight)
-
-
-def _totals(lse: jax.Array, picked: jax.Array, w: jax.Array, z_weight: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    count = jnp.maximum(jnp.sum(w), 1.0)
-    ce, z = jnp.sum(w * (lse - picked)) / count, jnp.sum(w * lse * lse) / count
-    return ce + z_weight * z, ce, z
+    the gradient of ``total`` made in the forward (undifferentiated: ``pallas_loss``' forward kernel
+    alone; ``ce`` or ``z`` differentiated on their own: the gradient by its backward kernels)."""
+    return _fused_lm_loss_fwd(hidden, head, targets, weights, z_weight, tiles, interpret)[0]
 
 
 def _staged_fwd(hidden: Any, head: Any, targets: Any, weights: Any, z_weight: float, tiles: Tiles,
@@ -226,8 +218,8 @@ def _staged_fwd(hidden: Any, head: Any, targets: Any, weights: Any, z_weight: fl
     hidden, head, targets, weights = hidden.value, head.value, targets.value, weights.value
     h, t, w = _flat(hidden, targets, weights)
     lse, picked, dh, dw = staged_grads(h, head, t, w, z_weight, tiles, interpret=interpret)
-    count = jnp.maximum(jnp.sum(w), 1.0)
-    return _totals(lse, picked, w, z_weight), (hidden, head, targets, weights, lse, count, dh, dw)
+    totals, count = _totals(lse, picked, w, z_weight)
+    return totals, (hidden, head, targets, weights, lse, count, dh, dw)
 
 
 def _staged_bwd(z_weight: float, tiles: Tiles, interpret: bool, residuals: Any, cotangents: Any) -> Any:
