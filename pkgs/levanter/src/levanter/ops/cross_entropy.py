@@ -39,7 +39,7 @@ __all__ = ["PALLAS_WIDEST", "default_block", "lm_loss", "resolve_loss_impl", "to
 PALLAS_WIDEST = 2048
 """The widest hidden state ``AUTO`` gives the Pallas kernels: the widest measured. On the TPU v5e
 (2026-12-07, ``benchmarks/bench_loss``) the staged kernels beat the blockwise scan at hidden 512
-(86.9 ms against 133.1 at 32 x 1024 rows) and 2,048 (151.4 ms against 188.7 at 8 x 2048 rows)."""
+(86.9 ms against 133.3 at 32 x 1024 rows) and 2,048 (151.4 ms against 188.6 at 8 x 2048 rows)."""
 
 
 def resolve_loss_impl(impl: LossImpl | str | None, hidden: int | None = None) -> LossImpl:
