@@ -64,6 +64,32 @@ def test_a_process_that_dies_is_a_failure_that_carries_its_last_output(process_c
     assert "its last output:\nF1206 client.h:80] Terminating process" in str(info.value)
 
 
+def test_a_reply_that_came_just_before_the_process_ended_is_its_result(local_client):
+    """A look at the pipe that finds nothing, then the process found ended: the reply came between
+    the two (the pipe holds it), so the call finished; it did not die "with exit code 0"."""
+    handle = local_client.submit(fray_jobs.add, 2, 3, scale=10, name="add")
+    handle._process.join(timeout=60)  # it has sent its reply and exited
+    real = handle._conn
+
+    class LookedTooEarly:
+        """The pipe as the first look saw it: empty (the reply was not written yet)."""
+
+        looked = False
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            if not self.looked:
+                self.looked = True
+                return False
+            return real.poll(timeout)
+
+        def recv(self):
+            return real.recv()
+
+    handle._conn = LookedTooEarly()
+    assert handle.done()
+    assert handle.result(timeout=5) == 50
+
+
 def test_result_times_out(process_client):
     handle = process_client.submit(fray_jobs.sleep_then_return, 30, "late")
     with pytest.raises(TimeoutError):

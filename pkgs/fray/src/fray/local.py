@@ -152,11 +152,11 @@ class LocalJobHandle(ProcessJobHandle):
         with self._lock:
             if self._outcome is not None:
                 return True
-            if self._conn.poll(timeout):
-                try:
-                    self._outcome = self._conn.recv()
-                except EOFError:
-                    pass
+            self._outcome = self._reply(timeout)
+            if self._outcome is None and not self._process.is_alive():
+                # Its reply may have come after that look and before it exited: look once more (a
+                # finished call was once reported dead "with exit code 0").
+                self._outcome = self._reply(0)
             if self._outcome is None and not self._process.is_alive():
                 # Died without a word (killed, crashed in native code, os._exit).
                 self._process.join()
@@ -168,6 +168,15 @@ class LocalJobHandle(ProcessJobHandle):
             # Anything the job started and left behind in its group ends with it.
             _signal_group(self._process.pid, signal.SIGKILL)
             return True
+
+    def _reply(self, timeout: float) -> Outcome | None:
+        """The call's reply, if its pipe holds one within ``timeout`` seconds."""
+        if self._conn.poll(timeout):
+            try:
+                return self._conn.recv()
+            except EOFError:
+                pass
+        return None
 
     def done(self) -> bool:
         return self._poll(0)
