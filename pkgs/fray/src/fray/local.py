@@ -157,11 +157,11 @@ class LocalJobHandle(ProcessJobHandle):
                 # Its reply may have come after that look and before it exited: look once more (a
                 # finished call was once reported dead "with exit code 0").
                 self._outcome = self._reply(0)
-            if self._outcome is None and not self._process.is_alive():
-                # Died without a word (killed, crashed in native code, os._exit).
-                self._process.join()
-                code = self._process.exitcode
-                self._outcome = ("died", f"process died with exit code {code}", code)
+                if self._outcome is None:
+                    # Died without a word (killed, crashed in native code, os._exit).
+                    self._process.join()
+                    code = self._process.exitcode
+                    self._outcome = ("died", f"process died with exit code {code}", code)
             if self._outcome is None:
                 return False
             self._process.join(timeout=5)
