@@ -43,6 +43,7 @@ from levanter.ops.pallas_loss import (
     _flat,
     _fused_lm_loss_bwd,
     _fused_lm_loss_fwd,
+    _masked_logits,
     _online_lse,
     _pad_rows,
     _params,
@@ -75,13 +76,14 @@ def _stage_kernel(h_ref: Any, w_ref: Any, logits_ref: Any, lse_ref: Any, e_ref: 
 
     def tile(ragged: bool) -> None:
         h, w = h_ref[...], w_ref[...]
-        logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
         if ragged:
             # The last tile overhangs the head: its columns past the vocabulary hold whatever the
             # buffer held (NaN not excluded), masked in the logits and zeroed in the weights (0 * NaN
             # would reach d hidden through the second matmul).
-            logits = jnp.where(j * tv + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1) < vocab, logits, -jnp.inf)
+            logits, _ = _masked_logits(h, w, j, tv, vocab)
             w = jnp.where(j * tv + jax.lax.broadcasted_iota(jnp.int32, w.shape, 1) < vocab, w, 0)
+        else:
+            logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
         logits_ref[...] = logits
         m_old, q = _online_lse(m_sc, l_sc, logits, jnp.max(logits, axis=1, keepdims=True))
         e_ref[...] = e_ref[...] * jnp.exp(m_old - m_sc[...]) + jax.lax.dot_general(
