@@ -77,8 +77,13 @@ def test_auto_takes_the_least_recomputation_that_fits():
 def test_offload_keeps_fulls_device_memory_and_counts_its_activations_on_the_host():
     offload, full, attention = _estimate(remat="offload"), _estimate(remat="full"), _estimate(remat="save_attention")
     assert offload.total == full.total and full.host == 0
-    # SAVE_ATTENTION's activations but the layers' inputs (which stay on the device), in bfloat16.
-    assert offload.host == attention.activations - full.activations == 32 * 1024 * 2 * 6 * (512 + 2 * 512 + 2 * 512)
+    # SAVE_ATTENTION's activations but the layers' inputs (which stay on the device), in bfloat16: q,
+    # k, v (512 + 2 x 512), the splash kernel's output (heads of 64 padded to 128 lanes: 2 x 512) and
+    # its float32 log-sum-exp (8 heads, 2 x 8 bfloat16 values).
+    assert offload.host == attention.activations - full.activations == 32 * 1024 * 2 * 6 * (512 + 2 * 512 + 2 * 512 + 2 * 8)
+    # The XLA path's output is kept as it is: the hidden size.
+    xla = _estimate(remat="save_attention", attention="xla").activations - _estimate(remat="full", attention="xla").activations
+    assert xla == 32 * 1024 * 2 * 6 * (512 + 2 * 512 + 512)
     moments = _estimate(remat="offload", offload_optimizer=True)
     assert moments.host == offload.host + 2 * 4 * M150.num_params()  # the moments offloaded too
 

@@ -83,7 +83,18 @@ class MemoryEstimate:
         return {**dataclasses.asdict(self), "total": self.total}
 
 
-def _kept_per_token(model: Any, remat: Remat) -> tuple[float, float]:
+def _attention_kept(model: Any, attention: Attention) -> float:
+    """Values per token of what attention's backward reads, kept by ``SAVE_ATTENTION`` and ``OFFLOAD``
+    (``levanter.ops.attention.SAVED``): the splash kernel's output as it lays it out (heads narrower
+    than the TPU's 128 lanes padded to them) and its float32 log-sum-exp per head (two values of a
+    16-bit dtype); the XLA path's output."""
+    d = model.hidden_dim
+    if attention is Attention.SPLASH:
+        return d * max(128 // model.head_dim, 1) + 2 * model.num_heads
+    return d
+
+
+def _kept_per_token(model: Any, remat: Remat, attention: Attention) -> tuple[float, float]:
     """(values one layer keeps per token for the backward pass, values of one layer's working set per
     token in the backward pass)."""
     d, inter = model.hidden_dim, model.intermediate_dim
@@ -95,7 +106,7 @@ def _kept_per_token(model: Any, remat: Remat) -> tuple[float, float]:
     whole = 16 * d + 4 * kv + 6 * inter
     kept = {Remat.NONE: whole,
             Remat.SAVE_DOTS: d + (d + 2 * kv) + d + 2 * inter + d,
-            Remat.SAVE_ATTENTION: d + (d + 2 * kv) + 2 * d,
+            Remat.SAVE_ATTENTION: d + (d + 2 * kv) + _attention_kept(model, attention),
             Remat.FULL: d,
             Remat.OFFLOAD: d}[remat]
     # One layer's backward: gate, up and their product recomputed or read, and the hidden-sized
@@ -106,11 +117,11 @@ def _kept_per_token(model: Any, remat: Remat) -> tuple[float, float]:
     return kept, 3 * inter + 16 * d + padded
 
 
-def _offloaded_per_token(model: Any, remat: Remat) -> int:
+def _offloaded_per_token(model: Any, remat: Remat, attention: Attention) -> float:
     """Values one layer puts in host memory per token: ``OFFLOAD``'s are ``SAVE_ATTENTION``'s but the
-    layer's input (q, k, v, the attention output, o)."""
+    layer's input (q, k, v and what attention's backward reads)."""
     d, kv = model.hidden_dim, model.num_kv_heads * model.head_dim
-    return (d + 2 * kv) + 2 * d if remat is Remat.OFFLOAD else 0
+    return (d + 2 * kv) + _attention_kept(model, attention) if remat is Remat.OFFLOAD else 0
 
 
 def _moment_bytes(model: Any, optimizer: Any, shards: int, offload: bool) -> tuple[int, int]:
@@ -164,11 +175,11 @@ def step_phases(model: Any, *, batch: int, seq_len: int, compute_bytes: int, rem
     layer_params = params - largest * (1 if model.tie_embeddings else 2)
     rows = math.ceil(batch / batch_shards)
     tokens = rows * seq_len
-    kept, work = _kept_per_token(model, remat)
+    kept, work = _kept_per_token(model, remat, attention)
     # The layers' weights cast to the compute dtype (XLA hoists the cast out of the layer loop) and
     # what every layer keeps for the backward pass.
     held = compute_bytes * layer_params // shards + tokens * compute_bytes * kept * model.num_layers
-    offloaded = tokens * compute_bytes * _offloaded_per_token(model, remat) * model.num_layers
+    offloaded = tokens * compute_bytes * _offloaded_per_token(model, remat, attention) * model.num_layers
     scores = 0
     if attention is not Attention.SPLASH:
         # float32 scores and their softmax, bfloat16 probabilities kept for the backward pass.

@@ -15,7 +15,7 @@ from levanter.models.impl import Attention, Decode, Impl, Remat
 from levanter.models.layout import LAYERS, stack_layers
 from levanter.models.llama import LlamaConfig
 from levanter.models.vocab import stored_head
-from levanter.ops.attention import cached_attention, live_buckets, xla_attention
+from levanter.ops.attention import SAVED, cached_attention, live_buckets, xla_attention
 from levanter.ops.kv_cache import write_rows
 
 __all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention",
@@ -93,13 +93,14 @@ class _Attention(hk.Module):
         # so the query heads are viewed as [kv_heads, group] instead of copying keys and values.
         q = q.reshape(b, t, kvh, h // kvh, hd)
         if cache is None:
-            out = _named(_attend(self.impl, self.shard, q, k, v, segment_ids), "attention")
+            # Each kernel names what its backward reads (levanter.ops.attention.SAVED) for the remat policies.
+            out = _attend(self.impl, self.shard, q, k, v, segment_ids)
         else:
             out = cached_attention(q, k, v, cache.k, cache.v, positions)
             cache = KVCache(k.reshape(b, t, kvh * hd), v.reshape(b, t, kvh * hd))
         # Scale the residual-branch output init down with depth, as GPT-2 does, for stable early steps.
         out_std = std / math.sqrt(2 * c.num_layers)
-        out = _named(hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out), "o_proj")
+        out = hk.Linear(c.hidden_dim, with_bias=False, w_init=_init(out_std), name="o_proj")(out)
         return out if cache is None else (out, cache)
 
 
@@ -200,10 +201,13 @@ def _layer(config: LlamaConfig, shard: Shard, impl: Impl, x: jax.Array, segment_
     return x if cache is None else (x, cache)
 
 
-_SAVED_NAMES = {Remat.SAVE_ATTENTION: ("q_proj", "k_proj", "v_proj", "attention", "o_proj")}
+_SAVED_NAMES = {Remat.SAVE_ATTENTION: ("q_proj", "k_proj", "v_proj", SAVED)}
 # The attention projections rather than the MLP's gate and up: per token they are about half the
-# bytes (3 hidden + 2 kv against 2 intermediate), which the host link must carry out in the forward
+# bytes (2 hidden + 2 kv against 2 intermediate), which the host link must carry out in the forward
 # pass and back in the backward while the layers compute; the MLP's would outrun it (docs/training.md).
+# Not o_proj's output: made again from the attention output, it cost less than its bytes (v5e,
+# 2026-12-07: llama_600m 16 x 1024 552.6 ms a step without it, 562.5 with; the splash kernel's output
+# is kept as it lays it out, a head of 64 padded to 128 lanes, twice the hidden size).
 _OFFLOADED_NAMES = {Remat.OFFLOAD: _SAVED_NAMES[Remat.SAVE_ATTENTION]}
 _OFFLOAD_MEMORY = "pinned_host"  # where Remat.OFFLOAD puts them (a JAX memory kind)
 

@@ -26,12 +26,13 @@ class Remat(Choice):
     """Keep the outputs of the weight matmuls (projections, MLP); recompute norms, rotary
     embeddings, attention and activation functions."""
     SAVE_ATTENTION = "save_attention"
-    """Keep the attention projections' outputs (q, k, v, attention output, o); recompute the MLP."""
+    """Keep q, k, v and what attention's backward reads (its kernel's output, and the splash kernel's
+    log-sum-exp: ``levanter.ops.attention.SAVED``); recompute the MLP and the output projection."""
     FULL = "full"
     """Keep each layer's input only; recompute the whole layer (the least memory)."""
     OFFLOAD = "offload"
-    """Keep what ``SAVE_ATTENTION`` keeps, but in the host's memory: the attention projections'
-    outputs go to pinned host memory in the forward pass and come back for the backward; the
+    """Keep what ``SAVE_ATTENTION`` keeps, but in the host's memory: q, k, v and attention's
+    output go to pinned host memory in the forward pass and come back for the backward; the
     device keeps each layer's input only, as ``FULL`` does, and the MLP, norms and rotary
     embeddings are recomputed. A TPU's choice between ``FULL`` and the save policies."""
 

@@ -16,10 +16,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from levanter.ops.splash_tiles import LANES, SplashBlocks, splash_blocks
 
-__all__ = ["LIVE_BUCKET", "cached_attention", "live_buckets", "splash_attention", "splash_supports", "xla_attention"]
+SAVED = "attention"
+"""The ``checkpoint_name`` of what the backward pass of attention reads besides its inputs: the splash
+kernel's output and log-sum-exp as the kernel lays them out, or the XLA path's output. A remat policy
+saving this name keeps the splash forward kernel from running again in the backward pass (saving the
+output after its transpose would not: the kernel's backward reads its own residuals)."""
+
+__all__ = ["LIVE_BUCKET", "SAVED", "cached_attention", "live_buckets", "splash_attention", "splash_supports", "xla_attention"]
 
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
@@ -30,7 +37,7 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
         # Block-diagonal: a token sees only earlier tokens of its own segment.
         same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [b, q, s]
         allowed = allowed & same[:, None, None]
-    return _masked_attention(q, k, v, allowed)
+    return checkpoint_name(_masked_attention(q, k, v, allowed), SAVED)
 
 
 LIVE_BUCKET = 128
@@ -116,7 +123,8 @@ def _kernel(num_heads: int, seq_len: int, blocks: SplashBlocks, interpret: bool)
 
     mask = sm.MultiHeadMask([sm.CausalMask((seq_len, seq_len)) for _ in range(num_heads)])
     with jax.ensure_compile_time_eval():
-        return sk.make_splash_mha_single_device(mask, block_sizes=blocks.block_sizes(), interpret=interpret)
+        return sk.make_splash_mha_single_device(mask, block_sizes=blocks.block_sizes(), interpret=interpret,
+                                                residual_checkpoint_name=SAVED)
 
 
 def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None, *,
