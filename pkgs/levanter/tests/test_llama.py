@@ -50,15 +50,15 @@ def test_attention_is_causal():
 
 
 def test_rotary_scores_depend_on_relative_position_only():
-    from levanter.models._llama_haiku import _rotary
+    from levanter.ops.rotary import rotary
 
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
     k = jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32)
 
     def score(m: int, n: int) -> float:
-        rq = _rotary(q, jnp.array([m]), 10000.0)
-        rk = _rotary(k, jnp.array([n]), 10000.0)
+        rq = rotary(q, jnp.array([m]), 10000.0)
+        rk = rotary(k, jnp.array([n]), 10000.0)
         return float(jnp.sum(rq * rk))
 
     assert score(5, 2) == pytest.approx(score(13, 10), rel=1e-4)
@@ -78,12 +78,12 @@ def _rotary_by_halves(x: jax.Array, positions: jax.Array, theta: float) -> jax.A
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_rotary_by_a_signed_permutation_is_the_halves_formula(dtype):
-    from levanter.models._llama_haiku import _rotary
+    from levanter.ops.rotary import rotary
 
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.normal(size=(2, 7, 3, 64)) * 30, dtype)
     positions = jnp.asarray(rng.integers(0, 4096, size=(2, 7)))
-    ours, theirs = _rotary(x, positions, 500000.0), _rotary_by_halves(x, positions, 500000.0)
+    ours, theirs = rotary(x, positions, 500000.0), _rotary_by_halves(x, positions, 500000.0)
     assert ours.dtype == dtype
     np.testing.assert_array_equal(np.asarray(ours, np.float32), np.asarray(theirs, np.float32))
     cotangent = jnp.asarray(rng.normal(size=x.shape), dtype)
@@ -93,7 +93,7 @@ def test_rotary_by_a_signed_permutation_is_the_halves_formula(dtype):
 
     # bfloat16: the two sums' order may differ by one rounding of the result (a unit in the last
     # place is 1/64 between 2 and 4).
-    np.testing.assert_allclose(grad(_rotary), grad(_rotary_by_halves), rtol=1e-6 if dtype == jnp.float32 else 1e-2,
+    np.testing.assert_allclose(grad(rotary), grad(_rotary_by_halves), rtol=1e-6 if dtype == jnp.float32 else 1e-2,
                                atol=1e-6 if dtype == jnp.float32 else 1 / 64)
 
 

@@ -17,6 +17,7 @@ from levanter.models.llama import LlamaConfig
 from levanter.models.vocab import stored_head
 from levanter.ops.attention import SAVED, cached_attention, live_buckets, xla_attention
 from levanter.ops.kv_cache import write_rows
+from levanter.ops.rotary import rotary
 
 __all__ = ["KVCache", "LlamaModel", "llama_cached", "llama_forward", "llama_hidden", "remat_policy", "resolve_attention",
            "resolve_decode", "transformed_llama"]
@@ -47,43 +48,6 @@ class _RMSNorm(hk.Module):
         return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
-def _rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotate pairs (first half, second half) of the head dimension by position-dependent angles:
-    ``x * cos + swap(x) * sin``, where ``swap(x)`` is ``(-second half, first half)``.
-
-    ``positions`` is ``[T]`` (shared by the batch) or ``[B, T]``.
-
-    ``swap`` is a matmul by a signed permutation (one ±1 a column, so exact), not slices and a
-    concatenation: on a TPU those make arrays half a head wide in the forward and backward passes,
-    each padded to the 128 vector lanes (a head of 64: four times its bytes).
-    """
-    d = x.shape[-1]
-    half = d // 2
-    freqs = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
-    angles = positions[..., None].astype(jnp.float32) * freqs  # [(B,) T, half]
-    if angles.ndim == 2:
-        angles = angles[None]
-    angles = jnp.concatenate([angles, angles], axis=-1)
-    cos = jnp.cos(angles)[:, :, None, :]
-    sin = jnp.sin(angles)[:, :, None, :]
-    column = jnp.arange(d)
-    row = jnp.where(column < half, column + half, column - half)
-    swap = jnp.zeros((d, d), x.dtype).at[row, column].set(jnp.where(column < half, -1, 1).astype(x.dtype))
-    swapped = _swapped(x, swap)
-    return (x.astype(jnp.float32) * cos + swapped * sin).astype(x.dtype)
-
-
-def _swapped(x: jax.Array, swap: jax.Array) -> jax.Array:
-    """``x @ swap`` in float32, as a matmul with a batch axis of one (which XLA drops): ``save_dots``
-    keeps the outputs of matmuls without batch axes (the projections') for the backward pass, and this
-    one is linear in ``x`` and cheaper to make again than its float32 bytes (3.7 GiB more at
-    llama_600m 16 x 1024)."""
-    # HIGHEST: a float32 x is multiplied as float32 (a TPU's default rounds it to bfloat16 first).
-    out = jax.lax.dot_general(x[None], swap[None], (((x.ndim,), (1,)), ((0,), (0,))),
-                              precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
-    return out[0]
-
-
 class _Attention(hk.Module):
     def __init__(self, config: LlamaConfig, shard: Shard, impl: Impl, name: str | None = None):
         super().__init__(name=name)
@@ -106,8 +70,8 @@ class _Attention(hk.Module):
         q = self.shard(_named(q, "q_proj").reshape(b, t, h, hd), ("batch", None, "heads", None))
         k = self.shard(_named(k, "k_proj").reshape(b, t, kvh, hd), ("batch", None, "kv_heads", None))
         v = self.shard(_named(v, "v_proj").reshape(b, t, kvh, hd), ("batch", None, "kv_heads", None))
-        q = _rotary(q, positions, c.rope_theta)
-        k = _rotary(k, positions, c.rope_theta)
+        q = rotary(q, positions, c.rope_theta)
+        k = rotary(k, positions, c.rope_theta)
         # Grouped-query attention: each key/value head serves num_heads / num_kv_heads query heads,
         # so the query heads are viewed as [kv_heads, group] instead of copying keys and values.
         q = q.reshape(b, t, kvh, h // kvh, hd)

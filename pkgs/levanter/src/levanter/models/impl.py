@@ -33,8 +33,8 @@ class Remat(Choice):
     OFFLOAD = "offload"
     """Keep what ``SAVE_ATTENTION`` keeps, but in the host's memory: q, k, v and attention's
     output go to pinned host memory in the forward pass and come back for the backward; the
-    device keeps each layer's input only, as ``FULL`` does, and the MLP, norms and rotary
-    embeddings are recomputed. A TPU's choice between ``FULL`` and the save policies."""
+    device keeps each layer's input only, as ``FULL`` does, and the MLP, the output projection,
+    norms and rotary embeddings are recomputed. A TPU's choice between ``FULL`` and the save policies."""
 
     @classmethod
     def setting(cls) -> str:
