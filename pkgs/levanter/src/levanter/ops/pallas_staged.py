@@ -43,6 +43,7 @@ from levanter.ops.pallas_loss import (
     _flat,
     _fused_lm_loss_bwd,
     _fused_lm_loss_fwd,
+    _logits_grad,
     _masked_logits,
     _online_lse,
     _pad_rows,
@@ -135,10 +136,9 @@ def _head_grad_kernel(h_ref: Any, logits_ref: Any, t_ref: Any, lse_ref: Any, a_r
         # The chunks before this one, summed (aliased: read once a vocabulary tile), or nothing.
         dw_ref[...] = jnp.zeros(dw_ref.shape, jnp.float32) if first else refs[0][...]
 
-    logits = logits_ref[...]
+    logits = logits_ref[...]  # staged columns past the vocabulary are -inf
     cols = j * tv + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
-    # Staged columns past the vocabulary are -inf: p = 0 there.
-    g = a_ref[...] * jnp.exp(logits - lse_ref[...]) - jnp.where(cols == t_ref[...], b_ref[...], 0.0)
+    g = _logits_grad(logits, cols, t_ref[...], lse_ref[...], a_ref[...], b_ref[...])
     h = h_ref[...]
     dw_ref[...] += jax.lax.dot_general(h, g.astype(h.dtype), _CONTRACT_FIRST, preferred_element_type=jnp.float32)
 
