@@ -26,6 +26,7 @@ from typing import Any
 
 from levanter.models.impl import Attention, LossImpl, Remat
 from levanter.ops.blocks import STAGE_LOGITS, default_block
+from levanter.ops.splash_tiles import LANES
 
 __all__ = ["HEADROOM", "MemoryEstimate", "choose_remat", "estimate_memory", "step_phases"]
 
@@ -83,6 +84,12 @@ class MemoryEstimate:
         return {**dataclasses.asdict(self), "total": self.total}
 
 
+def _head_padding(model: Any) -> int:
+    """How many times its width a head takes in a TPU's memory: heads narrower than the 128 vector
+    lanes are padded to them."""
+    return max(LANES // model.head_dim, 1)
+
+
 def _attention_kept(model: Any, attention: Attention) -> float:
     """Values per token of what attention's backward reads, kept by ``SAVE_ATTENTION`` and ``OFFLOAD``
     (``levanter.ops.attention.SAVED``): the splash kernel's output as it lays it out (heads narrower
@@ -90,7 +97,7 @@ def _attention_kept(model: Any, attention: Attention) -> float:
     16-bit dtype); the XLA path's output."""
     d = model.hidden_dim
     if attention is Attention.SPLASH:
-        return d * max(128 // model.head_dim, 1) + 2 * model.num_heads
+        return d * _head_padding(model) + 2 * model.num_heads
     return d
 
 
@@ -113,7 +120,7 @@ def _kept_per_token(model: Any, remat: Remat, attention: Attention) -> tuple[flo
     # values and gradients around attention (llama_1_4b 8 x 2048, full remat: 1.36 GiB; 150m 32 x
     # 1024 without remat: 0.83 GiB). Heads narrower than the TPU's 128 lanes are padded to them:
     # q, k, v and their gradients take that much more.
-    padded = 2 * (d + 2 * kv) * (max(128 // model.head_dim, 1) - 1)
+    padded = 2 * (d + 2 * kv) * (_head_padding(model) - 1)
     return kept, 3 * inter + 16 * d + padded
 
 
